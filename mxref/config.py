@@ -11,6 +11,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 logger = logging.getLogger("mxref.config")
 
@@ -140,3 +141,100 @@ def apply_transport_profile(name: str, env: dict[str, str] | None = None) -> dic
             target[key] = value
             applied[key] = value
     return applied
+
+
+# --- gRPC transport -----------------------------------------------------------
+
+# ModelExpress's MxClient caps messages at 100 MB; servers accept the same.
+MAX_GRPC_MESSAGE_BYTES = 100 * 1024 * 1024
+
+
+def grpc_message_options() -> list[tuple[str, int]]:
+    """Channel/server options raising both message-size limits to ``MAX_GRPC_MESSAGE_BYTES``."""
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ]
+
+
+# --- metadata server timers ---------------------------------------------------
+
+
+def parse_seconds(text: str) -> float:
+    """A finite, positive duration: ``"2"``, ``"0.5"``, ``"2s"`` or ``"500ms"``.
+
+    Raises ``ValueError`` naming the value and the rule; used for CLI flags, where a
+    bad value must stop the process rather than fall back.
+    """
+    raw = text.strip()
+    scale = 1.0
+    if raw.endswith("ms"):
+        raw, scale = raw[:-2], 0.001
+    elif raw.endswith("s"):
+        raw = raw[:-1]
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (seconds, e.g. 2, 0.5, 2s, 500ms)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r} is not a finite duration > 0")
+    return value
+
+
+@dataclass(frozen=True)
+class ServerTimers:
+    """The metadata server's liveness clocks, in seconds (fractions allowed).
+
+    ``heartbeat_timeout_s``: a READY/INITIALIZING record older than this is stale
+    (reaper) and hidden from READY queries (query-time freshness).
+    ``reaper_scan_interval_s``: how often the reaper scans.
+    ``gc_timeout_s``: a STALE record older than this is deleted.
+    """
+
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    reaper_scan_interval_s: float = DEFAULT_REAPER_SCAN_INTERVAL_S
+    gc_timeout_s: float = DEFAULT_GC_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_timeout_s", "reaper_scan_interval_s", "gc_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"ServerTimers.{name}={value!r}: must be a finite number of seconds > 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ServerTimers:
+        """``MX_HEARTBEAT_TIMEOUT_SECS`` (90), ``MX_REAPER_SCAN_INTERVAL_SECS`` (30), ``MX_GC_TIMEOUT_SECS`` (3600)."""
+        return cls(
+            heartbeat_timeout_s=env_float("MX_HEARTBEAT_TIMEOUT_SECS", DEFAULT_HEARTBEAT_TIMEOUT_S, env),
+            reaper_scan_interval_s=env_float("MX_REAPER_SCAN_INTERVAL_SECS", DEFAULT_REAPER_SCAN_INTERVAL_S, env),
+            gc_timeout_s=env_float("MX_GC_TIMEOUT_SECS", DEFAULT_GC_TIMEOUT_S, env),
+        )
+
+    @classmethod
+    def resolve(
+        cls,
+        heartbeat_timeout_s: float | None = None,
+        reaper_scan_interval_s: float | None = None,
+        gc_timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ServerTimers:
+        """Flags (the non-``None`` arguments) over the environment over the defaults."""
+        base = cls.from_env(env)
+        return cls(
+            heartbeat_timeout_s=base.heartbeat_timeout_s if heartbeat_timeout_s is None else heartbeat_timeout_s,
+            reaper_scan_interval_s=(
+                base.reaper_scan_interval_s if reaper_scan_interval_s is None else reaper_scan_interval_s
+            ),
+            gc_timeout_s=base.gc_timeout_s if gc_timeout_s is None else gc_timeout_s,
+        )
+
+
+# --- what a process reports about its environment -----------------------------
+
+LOGGED_ENV_PREFIXES = ("MX_", "MXREF_", "MODEL_EXPRESS_", "UCX_")
+
+
+def logged_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a ``started`` event records: ``MX_*``, ``MXREF_*``, ``MODEL_EXPRESS_*``, ``UCX_*``."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in sorted(env.items()) if k.startswith(LOGGED_ENV_PREFIXES)}

@@ -55,7 +55,7 @@ EVENT_NAMES: dict[str, str] = {
     "shutdown_step": "step (mark_stale|stop_heartbeat|stop_worker_server|disconnect_peers|invalidate|deregister|drop_agent|stop_server), ok, detail",
     "exit": "code",
     # metadata server
-    "source_published": "mx_source_id, worker_id, worker_rank",
+    "source_published": "mx_source_id, worker_id, worker_rank, status",
     "source_status": "mx_source_id, worker_id, status, previous, by (rpc|reaper)",
     "source_deleted": "mx_source_id, worker_id, by (reaper)",
     # demo

@@ -1,0 +1,3 @@
+"""mxchaos harness: scenario files -> real processes -> faults -> one timeline -> checks -> report."""
+
+from __future__ import annotations

@@ -1,0 +1,238 @@
+"""Checks: pure functions of a run's timeline, registered by kind.
+
+A check is a function ``(params, history, run) -> CheckResult`` registered with its
+typed parameters; the scenario key is the kind::
+
+    class LoadedParams(CheckParams):
+        reader: Name
+        ...
+
+    @register("loaded", LoadedParams)
+    def loaded(p: LoadedParams, h: History, run: RunFacts) -> CheckResult: ...
+
+Verdicts have three values: ``True``, ``False`` and ``"unknown"`` (nothing to judge,
+or the check itself failed). ``evaluate`` never raises: a check that raises is
+"unknown" with the traceback in its details. ``merge_valid`` lets the worst win:
+False over "unknown" over True. Adding a check is adding a module to this package
+(imported automatically).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from harness.spec import Name, Ref, Strict
+from harness.timeline import Entry, History
+
+__all__ = [
+    "REGISTRY",
+    "CheckDef",
+    "CheckParams",
+    "CheckResult",
+    "NamedResult",
+    "RunFacts",
+    "Valid",
+    "evaluate",
+    "merge_valid",
+    "register",
+    "resolve_ref",
+    "source_matches",
+]
+
+Valid = bool | Literal["unknown"]
+
+
+class CheckParams(Strict):
+    """Keys every check has: ``name`` (shown in reports instead of the generated label)."""
+
+    name: str | None = None
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        """``(key, process name, allowed roles or None)`` for pre-run validation."""
+        return ()
+
+    def label(self, kind: str) -> str:
+        return self.name or kind
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    valid: Valid
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    marks: tuple[tuple[float, str], ...] = ()  # (t, label) points to mark on the report picture
+
+
+@dataclass(frozen=True)
+class NamedResult:
+    """A check's result with its identity, as reports and verdicts hold it."""
+
+    index: int
+    kind: str
+    name: str
+    valid: Valid
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    marks: tuple[tuple[float, str], ...] = ()
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "name": self.name,
+            "valid": self.valid,
+            "summary": self.summary,
+            "details": dict(self.details),
+            "marks": [list(m) for m in self.marks],
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a check may know besides the timeline: process roles (from the scenario)."""
+
+    roles: Mapping[str, str] = field(default_factory=dict)  # process name -> role
+
+    def processes(self, role: str) -> list[str]:
+        return [name for name, r in self.roles.items() if r == role]
+
+
+CheckFn = Callable[[Any, History, RunFacts], CheckResult]
+
+
+@dataclass(frozen=True)
+class CheckDef:
+    kind: str
+    params: type[CheckParams]
+    fn: CheckFn
+    doc: str
+
+
+REGISTRY: dict[str, CheckDef] = {}
+
+
+def register(kind: str, params: type[CheckParams]) -> Callable[[CheckFn], CheckFn]:
+    def deco(fn: CheckFn) -> CheckFn:
+        if kind in REGISTRY and REGISTRY[kind].fn is not fn:
+            raise ValueError(f"check kind {kind!r} registered twice")
+        REGISTRY[kind] = CheckDef(kind, params, fn, (fn.__doc__ or "").strip())
+        return fn
+
+    return deco
+
+
+def merge_valid(values: Iterable[Valid]) -> Valid:
+    """False wins over "unknown", which wins over True; no values is True."""
+    result: Valid = True
+    for value in values:
+        if value is False:
+            return False
+        if value != True:  # noqa: E712 - "unknown" (or anything unexpected) is unknown
+            result = "unknown"
+    return result
+
+
+def evaluate(index: int, kind: str, params: BaseModel, history: History, run: RunFacts) -> NamedResult:
+    """Run one check; never raises."""
+    label = params.label(kind) if isinstance(params, CheckParams) else kind
+    started = time.perf_counter()
+    try:
+        result = REGISTRY[kind].fn(params, history, run)
+        if not isinstance(result, CheckResult) or result.valid not in (True, False, "unknown"):
+            raise TypeError(f"check {kind!r} returned {result!r}, not a CheckResult")
+    except Exception as exc:  # noqa: BLE001 - rule: a check that raises is "unknown"
+        result = CheckResult(
+            "unknown",
+            f"check raised {type(exc).__name__}: {exc}",
+            {"traceback": traceback.format_exc()},
+        )
+    return NamedResult(
+        index=index,
+        kind=kind,
+        name=label,
+        valid=result.valid,
+        summary=result.summary,
+        details=result.details,
+        marks=result.marks,
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --- helpers shared by check modules -------------------------------------------------
+
+
+def resolve_ref(ref: Ref, history: History) -> Entry | None:
+    """The entry a reference points at, or None when it never happened."""
+    if ref.fault is not None:
+        found = history.select(actor="nemesis", f="inject", type="invoke", where={"fault": ref.fault})
+    elif ref.mark is not None:
+        found = history.select(actor="harness", f="mark", where={"mark": ref.mark})
+    elif ref.event is None:
+        found = history.select(actor=ref.process, f="start", type="ok")
+    else:
+        found = history.select(actor=ref.process, f=ref.event, where=ref.where)
+    if not found:
+        return None
+    return found[0] if ref.occurrence == "first" else found[-1]
+
+
+def process_start(history: History, process: str) -> Entry | None:
+    return history.first(actor=process, f="start", type="ok")
+
+
+def source_matches(history: History, reported: Any, process: str) -> bool:
+    """Whether a reader's reported source (process name, agent name or worker id) is ``process``."""
+    if reported is None:
+        return False
+    text = str(reported)
+    if text == process:
+        return True
+    for entry in history.select(actor=process, f=("agent_ready", "published", "started")):
+        for key in ("agent_name", "worker_id", "mx_source_id"):
+            if key in entry.value and str(entry.value[key]) == text:
+                return True
+    return text.startswith(process + "-") or text.startswith(process + "/")
+
+
+def ref_or_start(ref: Ref | None, history: History, process: str) -> tuple[float | None, str]:
+    """The time a window starts: ``ref`` when given, else the process's first start."""
+    if ref is not None:
+        entry = resolve_ref(ref, history)
+        return (entry.t if entry else None), ref.describe()
+    entry = process_start(history, process)
+    return (entry.t if entry else None), f"{process} start"
+
+
+def truthy_integrity(value: Any) -> bool | None:
+    """load_done's ``integrity`` as a bool (accepts a bool or an ``{"ok": ...}`` object)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("ok"), bool):
+        return bool(value["ok"])
+    if isinstance(value, str) and value.lower() in ("ok", "verified", "true", "pass"):
+        return True
+    if isinstance(value, str) and value.lower() in ("bad", "failed", "false", "fail", "mismatch"):
+        return False
+    return None
+
+
+ProcessName = Name
+
+
+def _discover() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_discover()

@@ -1,0 +1,160 @@
+"""Load outcomes: ``loaded``, ``fell_back``, ``integrity``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from harness.checks import (
+    CheckParams,
+    CheckResult,
+    RunFacts,
+    ref_or_start,
+    register,
+    source_matches,
+    truthy_integrity,
+)
+from harness.spec import Duration, Name, Ref, format_seconds
+from pydantic import Field
+
+from harness.timeline import History
+
+
+class LoadedParams(CheckParams):
+    """The reader completed a load over ``path`` (rdma | disk | any), optionally from
+    ``source`` and ``within`` a time of ``from`` (default: the reader's start), verified."""
+
+    reader: Name
+    path: Literal["rdma", "disk", "any"] = "rdma"
+    source: Name | None = None
+    within: Duration | None = None
+    from_: Ref | None = Field(default=None, alias="from")
+    verified: bool = True
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        yield "reader", self.reader, ("reader",)
+        if self.source:
+            yield "source", self.source, ("source", "reader")
+
+    def label(self, kind: str) -> str:
+        return self.name or f"loaded({self.reader}, {self.path}" + (f", from {self.source}" if self.source else "") + ")"
+
+
+@register("loaded", LoadedParams)
+def loaded(p: LoadedParams, h: History, run: RunFacts) -> CheckResult:
+    """The reader's first load_done after the reference matches path / source / time / integrity."""
+    t_ref, ref_text = ref_or_start(p.from_, h, p.reader)
+    if t_ref is None:
+        return CheckResult("unknown", f"reference point ({ref_text}) never happened")
+    loads = h.select(actor=p.reader, f="load_done", since=t_ref)
+    if not loads:
+        failed = h.last(actor=p.reader, f="load_failed")
+        why = f": load_failed {failed.get('error')!r}" if failed else ""
+        return CheckResult(False, f"{p.reader} reported no load_done after {ref_text}{why}")
+    load = loads[0]
+    problems = []
+    path = load.get("path")
+    if p.path != "any" and path != p.path:
+        problems.append(f"path {path!r}, expected {p.path!r}")
+    if p.source and not source_matches(h, load.get("source"), p.source):
+        problems.append(f"source {load.get('source')!r} (worker {load.get('worker_id')!r}) is not {p.source}")
+    elapsed = load.t - t_ref
+    if p.within is not None and elapsed > p.within:
+        problems.append(f"took {elapsed:.3f}s after {ref_text}, budget {format_seconds(p.within)}")
+    integrity = truthy_integrity(load.get("integrity"))
+    if p.verified and integrity is not True:
+        problems.append(f"integrity {load.get('integrity')!r}, expected verified")
+    details = {"load": dict(load.value), "t": load.t, "elapsed_s": round(elapsed, 6), "reference": ref_text}
+    marks = ((load.t, f"{p.reader} loaded ({path})"),)
+    if problems:
+        return CheckResult(False, f"{p.reader}: " + "; ".join(problems), details, marks)
+    return CheckResult(
+        True,
+        f"{p.reader} loaded over {path} from {load.get('source')} in {elapsed:.3f}s after {ref_text}",
+        details,
+        marks,
+    )
+
+
+class FellBackParams(CheckParams):
+    """The reader fell back to disk: a ``fallback`` event ``within`` / ``not_before`` a time of
+    ``from`` (default: the reader's start), optionally for ``reason``, then (``loaded``) a
+    verified disk load."""
+
+    reader: Name
+    within: Duration | None = None
+    not_before: Duration | None = None
+    from_: Ref | None = Field(default=None, alias="from")
+    reason: str | None = None
+    loaded: bool = True
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        yield "reader", self.reader, ("reader",)
+
+    def label(self, kind: str) -> str:
+        return self.name or f"fell_back({self.reader})"
+
+
+@register("fell_back", FellBackParams)
+def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
+    """First fallback event after the reference, inside [not_before, within]; then a disk load."""
+    t_ref, ref_text = ref_or_start(p.from_, h, p.reader)
+    if t_ref is None:
+        return CheckResult("unknown", f"reference point ({ref_text}) never happened")
+    fallbacks = h.select(actor=p.reader, f="fallback", since=t_ref)
+    if not fallbacks:
+        load = h.first(actor=p.reader, f="load_done", since=t_ref)
+        got = f" (it loaded over {load.get('path')})" if load else ""
+        return CheckResult(False, f"{p.reader} did not fall back after {ref_text}{got}")
+    fb = fallbacks[0]
+    elapsed = fb.t - t_ref
+    problems = []
+    if p.within is not None and elapsed > p.within:
+        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, later than {format_seconds(p.within)}")
+    if p.not_before is not None and elapsed < p.not_before:
+        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, before {format_seconds(p.not_before)}")
+    if p.reason is not None and str(fb.get("reason")) != p.reason:
+        problems.append(f"reason {fb.get('reason')!r}, expected {p.reason!r}")
+    load = h.first(actor=p.reader, f="load_done", since=fb.t)
+    if p.loaded:
+        if load is None:
+            problems.append("no load_done after the fallback")
+        elif load.get("path") != "disk" or truthy_integrity(load.get("integrity")) is not True:
+            problems.append(f"load after fallback: path {load.get('path')!r}, integrity {load.get('integrity')!r}")
+    details = {"fallback": dict(fb.value), "t": fb.t, "elapsed_s": round(elapsed, 6), "reference": ref_text}
+    marks = ((fb.t, f"{p.reader} fell back"),)
+    if problems:
+        return CheckResult(False, f"{p.reader}: " + "; ".join(problems), details, marks)
+    return CheckResult(True, f"{p.reader} fell back {elapsed:.3f}s after {ref_text} ({fb.get('reason')})", details, marks)
+
+
+class IntegrityParams(CheckParams):
+    """Every load (of ``readers``, default all) was verified, and no integrity event failed."""
+
+    readers: tuple[Name, ...] | None = None
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        for i, reader in enumerate(self.readers or ()):
+            yield f"readers[{i}]", reader, None
+
+
+@register("integrity", IntegrityParams)
+def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
+    """All load_done events carry a verified integrity; all integrity events are ok."""
+    wanted = set(p.readers) if p.readers else None
+    loads = [e for e in h.select(f="load_done") if wanted is None or e.actor in wanted]
+    checks = [e for e in h.select(f="integrity") if wanted is None or e.actor in wanted]
+    if not loads and not checks:
+        return CheckResult("unknown", "no load happened, nothing to verify")
+    bad = [
+        f"{e.actor} load_done at {e.t:.3f}s: integrity {e.get('integrity')!r}"
+        for e in loads
+        if truthy_integrity(e.get("integrity")) is not True
+    ]
+    bad += [
+        f"{e.actor} integrity at {e.t:.3f}s failed: bad {e.get('bad')!r}" for e in checks if e.get("ok") is not True
+    ]
+    details = {"loads": len(loads), "integrity_events": len(checks), "bad": bad}
+    if bad:
+        return CheckResult(False, "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""), details)
+    return CheckResult(True, f"{len(loads)} load(s) verified", details)

@@ -1,0 +1,165 @@
+"""Typed clients for the control plane.
+
+``MxClient`` wraps the metadata server's ``P2pService``: every call carries a
+deadline (30 s by default) and message limits of 100 MB, and a failed RPC comes
+back as ``MetadataServerError`` carrying the gRPC code (``retryable`` for
+UNAVAILABLE / DEADLINE_EXCEEDED). Negative answers (``success=false``,
+``found=false``) are returned, not raised: they are the server's verdict.
+
+``fetch_tensor_manifest`` asks one source's ``WorkerService`` for its tensors
+(5 s by default). Anything but a manifest for exactly the requested source and
+worker is the source's fault and raises ``ManifestError``; a manifest answered
+by a different worker (a reused endpoint) raises its subclass ``WorkerIdMismatch``.
+"""
+
+from __future__ import annotations
+
+import math
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from mxref import config
+from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.worker_server import REASON_METADATA_KEY, RejectReason
+
+
+def _check_timeout(timeout_s: float) -> float:
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"timeout_s={timeout_s!r}: an RPC deadline must be a finite number of seconds > 0")
+    return float(timeout_s)
+
+
+class MxClient:
+    """Client of one metadata server at ``address`` (``host:port``). Close it, or use ``with``."""
+
+    def __init__(self, address: str, timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S) -> None:
+        self.address = address
+        self.timeout_s = _check_timeout(timeout_s)
+        self._channel = grpc.insecure_channel(address, options=config.grpc_message_options())
+        self._stub = p2p_pb2_grpc.P2pServiceStub(self._channel)
+
+    def publish_metadata(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
+    ) -> p2p_pb2.PublishMetadataResponse:
+        request = p2p_pb2.PublishMetadataRequest(identity=identity, worker=worker, worker_id=worker_id)
+        response: p2p_pb2.PublishMetadataResponse = self._call("PublishMetadata", request)
+        return response
+
+    def list_sources(
+        self,
+        identity: p2p_pb2.SourceIdentity | None = None,
+        status_filter: p2p_pb2.SourceStatus.ValueType | None = None,
+        worker_rank: int | None = None,
+        limit: int = 0,
+        *,
+        model_name: str | None = None,
+        min_updated_at: int = 0,
+    ) -> list[p2p_pb2.SourceInstanceRef]:
+        """Sources matching every given filter, newest first (``limit=0``: all of them)."""
+        request = p2p_pb2.ListSourcesRequest(limit=limit, min_updated_at=min_updated_at)
+        if identity is not None:
+            request.identity.CopyFrom(identity)
+        if status_filter is not None:
+            request.status_filter = status_filter
+        if worker_rank is not None:
+            request.worker_rank_filter = worker_rank
+        if model_name is not None:
+            request.model_name_filter = model_name
+        response: p2p_pb2.ListSourcesResponse = self._call("ListSources", request)
+        return list(response.instances)
+
+    def get_metadata(self, mx_source_id: str, worker_id: str) -> p2p_pb2.GetMetadataResponse:
+        request = p2p_pb2.GetMetadataRequest(mx_source_id=mx_source_id, worker_id=worker_id)
+        response: p2p_pb2.GetMetadataResponse = self._call("GetMetadata", request)
+        return response
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus.ValueType
+    ) -> p2p_pb2.UpdateStatusResponse:
+        """Set the worker's status; every call is also a heartbeat (the server stamps ``updated_at``)."""
+        request = p2p_pb2.UpdateStatusRequest(
+            mx_source_id=mx_source_id, worker_id=worker_id, worker_rank=worker_rank, status=status
+        )
+        response: p2p_pb2.UpdateStatusResponse = self._call("UpdateStatus", request)
+        return response
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> MxClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        rpc = getattr(self._stub, method)
+        try:
+            return rpc(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            code, details = _status(exc)
+            name = code.name if code is not None else "UNKNOWN"
+            raise MetadataServerError(
+                f"{method} to metadata server {self.address} failed: {name}: {details}", method, code
+            ) from exc
+
+
+def fetch_tensor_manifest(
+    endpoint: str,
+    mx_source_id: str,
+    worker_id: str,
+    timeout_s: float = config.DEFAULT_MANIFEST_TIMEOUT_S,
+) -> p2p_pb2.GetTensorManifestResponse:
+    """The manifest of source ``mx_source_id`` / worker ``worker_id`` served at ``endpoint``.
+
+    An empty ``worker_id`` asks for whichever worker serves the source there.
+    Raises ``WorkerIdMismatch`` when another worker answers (or refuses because it
+    is another worker) and ``ManifestError`` for every other refusal or failure.
+    """
+    request = p2p_pb2.GetTensorManifestRequest(mx_source_id=mx_source_id)
+    if worker_id:
+        request.worker_id = worker_id
+    where = f"source {mx_source_id}/{worker_id or '*'} at {endpoint}"
+    with grpc.insecure_channel(endpoint, options=config.grpc_message_options()) as channel:
+        stub = p2p_pb2_grpc.WorkerServiceStub(channel)
+        try:
+            response: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(
+                request, timeout=_check_timeout(timeout_s)
+            )
+        except grpc.RpcError as exc:
+            code, details = _status(exc)
+            name = code.name if code is not None else "UNKNOWN"
+            message = f"GetTensorManifest from {where} refused: {name}: {details}"
+            if _reject_reason(exc) == RejectReason.WORKER_ID_MISMATCH:
+                raise WorkerIdMismatch(message, requested=worker_id, actual=None, code=code) from exc
+            raise ManifestError(message, code) from exc
+    if response.mx_source_id != mx_source_id:
+        raise ManifestError(f"GetTensorManifest from {where} answered for source {response.mx_source_id!r}")
+    if worker_id and response.HasField("worker_id") and response.worker_id != worker_id:
+        raise WorkerIdMismatch(
+            f"GetTensorManifest from {where} answered as worker {response.worker_id!r}; the endpoint was reused",
+            requested=worker_id,
+            actual=response.worker_id,
+        )
+    return response
+
+
+def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
+    """(code, details) of a failed call; RpcError raised by a stub is also a ``grpc.Call``."""
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    return code, details or ""
+
+
+def _reject_reason(exc: grpc.RpcError) -> str | None:
+    if not isinstance(exc, grpc.Call):
+        return None
+    for key, value in exc.trailing_metadata() or ():
+        if key == REASON_METADATA_KEY:
+            return value if isinstance(value, str) else value.decode()
+    return None

@@ -1,0 +1,92 @@
+"""What every mxref process shares: its name, events, metrics and stop signals.
+
+``Process`` is entered once in ``__main__``: it emits ``started``, serves
+/metrics and reports the port, turns SIGTERM/SIGINT into a stop event (the
+handler only sets the event: emitting from a handler could deadlock on a lock
+the interrupted code holds), and emits ``exit`` with the code on the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from mxref import __version__, config
+from mxref.events import EventLog, log_to_stderr
+from mxref.metrics import Metrics
+
+logger = logging.getLogger("mxref.process")
+
+# Exit codes shared by every role (README documents them).
+EXIT_OK = 0
+EXIT_LOAD_FAILED = 1  # reader: no verified load (no source worked and no usable checkpoint)
+EXIT_USAGE = 2  # bad flags or input
+EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
+
+
+class StopSignals:
+    """While entered, SIGTERM/SIGINT set ``stop`` and record the signal."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.stop = stop if stop is not None else threading.Event()
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received = signum
+        self.stop.set()
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+class Process:
+    def __init__(self, name: str, role: str, events_path: str | None, metrics_port: int | None,
+                 metrics_host: str = "127.0.0.1") -> None:
+        self.name = name
+        self.role = role
+        self.events = EventLog(events_path, name, role)
+        self.metrics = Metrics(role)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.signals = StopSignals()
+
+    @property
+    def stop(self) -> threading.Event:
+        return self.signals.stop
+
+    def emit(self, event: str, **fields: Any) -> None:
+        log_to_stderr(self.events.emit(event, **fields))
+
+    def __enter__(self) -> Process:
+        self.signals.__enter__()
+        self.emit("started", argv=sys.argv, version=__version__, env=config.logged_env())
+        if self.metrics_port is not None:
+            port = self.metrics.serve(self.metrics_port, self.metrics_host)
+            self.emit("listening", what="metrics", port=port, endpoint=f"{self.metrics_host}:{port}")
+        return self
+
+    def note_signal(self) -> None:
+        if self.signals.received is not None:
+            self.emit("signal", signum=self.signals.received, name=signal.Signals(self.signals.received).name)
+
+    def finish(self, code: int) -> int:
+        self.emit("exit", code=code)
+        return code
+
+    def __exit__(self, *exc: object) -> None:
+        self.signals.__exit__()
+        self.events.close()

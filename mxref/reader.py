@@ -1,0 +1,370 @@
+"""A reader ("target"): the load flow of seed 001, ending in one result.
+
+1. List READY sources for our identity; keep our rank, then compatible
+   accelerators; order with the selector; try at most ``MAX_SOURCE_RETRIES``.
+   A metadata miss costs a candidate.
+2. Per candidate: GetMetadata; in P2P mode prefetch the manifest from the
+   source's WorkerService with a worker-id check (a reused endpoint is a miss);
+   then a fresh target (memory + NIXL agent), the handshake (P2P listener fetch
+   or centralized blob), one bounded READ of every tensor, and the release of
+   the source in ``finally``; then the integrity check of every tensor against
+   the checksums the source published.
+3. A failed candidate is rolled back (agent shut down, target memory dropped:
+   a resumed source's late replies must not land in memory we reuse) and the
+   next one is tried. When none succeeds: the safetensors checkpoint on disk,
+   verified against its recorded checksums.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxref import config
+from mxref.accelerators import compatible, get_backend
+from mxref.client import MxClient, fetch_tensor_manifest
+from mxref.errors import IntegrityError, LoadFailed, MetadataServerError, MxError, TransferTimeout
+from mxref.events import EventLog
+from mxref.metrics import Metrics
+from mxref.model import Arena, TensorSpec, checksum, load_checkpoint
+from mxref.nixl_transfer import NixlTransferManager
+from mxref.selection import Target, get_selector
+from mxref.source import free_port, local_tensors
+from mxref.v1 import p2p_pb2
+
+logger = logging.getLogger("mxref.reader")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    server: str
+    transfer_timeout_s: float = config.DEFAULT_TRANSFER_TIMEOUT_S
+    handshake_timeout_s: float = config.DEFAULT_HANDSHAKE_TIMEOUT_S
+    manifest_timeout_s: float = config.DEFAULT_MANIFEST_TIMEOUT_S
+    worker_rank: int = 0
+    accelerator: str = "cpu"
+    device_id: int = 0
+    selector: str = "random"
+    selector_seed: int | None = None
+    checkpoint: Path | None = None
+    agent_name: str | None = None
+    skip_release: bool = False  # simulates the pre-fix reader that never disconnects its source
+    name: str = "reader"
+
+
+@dataclass
+class Attempt:
+    index: int
+    worker_id: str
+    mx_source_id: str
+    outcome: str = ""
+    agent_name: str = ""
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class LoadResult:
+    path: str  # rdma | disk | none
+    ok: bool
+    source: str | None = None  # the source's agent name (rdma) or the checkpoint path (disk)
+    worker_id: str | None = None
+    mx_source_id: str | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    bytes: int = 0
+    tensors: int = 0
+    seconds: float = 0.0
+    transfer_seconds: float = 0.0
+    gbps: float = 0.0
+    integrity: str = "unverified"  # verified | failed | unverified
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"result": asdict(self)}, default=str)
+
+
+class Reader:
+    def __init__(
+        self,
+        options: ReaderOptions,
+        specs: list[TensorSpec],
+        identity: p2p_pb2.SourceIdentity,
+        events: EventLog,
+        metrics: Metrics,
+    ) -> None:
+        self.options = options
+        self.specs = specs
+        self.identity = identity
+        self.events = events
+        self.metrics = metrics
+        self.accelerator = get_backend(options.accelerator)
+        self.selector = get_selector(options.selector, options.selector_seed)
+        self.policy = self.selector.name
+        self.worker_id = uuid.uuid4().hex[:8]
+        self.agent_base = options.agent_name or f"{options.name}-{self.worker_id}"
+        self.manager: NixlTransferManager | None = None
+        self.arena: Arena | None = None
+        self._last_error: str | None = None
+
+    # ------------------------------------------------------------------ flow
+    def load(self) -> LoadResult:
+        start = time.monotonic()
+        result = LoadResult(path="none", ok=False)
+        with MxClient(self.options.server) as client:
+            candidates = self._find_sources(client)
+            for index, ref in enumerate(candidates[: config.MAX_SOURCE_RETRIES]):
+                has_next = index + 1 < min(len(candidates), config.MAX_SOURCE_RETRIES)
+                attempt = Attempt(index=index, worker_id=ref.worker_id, mx_source_id=ref.mx_source_id)
+                result.attempts.append(attempt)
+                if self._try(client, ref, attempt, has_next, result):
+                    break
+        if not result.ok:
+            self._fall_back(result, "no source succeeded" if candidates else "no source available")
+        result.seconds = time.monotonic() - start
+        self._finish(result)
+        return result
+
+    def _find_sources(self, client: MxClient) -> list[p2p_pb2.SourceInstanceRef]:
+        try:
+            listed = client.list_sources(identity=self.identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)
+        except MetadataServerError as exc:
+            logger.warning("listing sources failed, falling through: %s", exc)
+            self.metrics.list_sources.labels(self.policy, "error").inc()
+            self.events.emit("candidates", listed=0, rank_matched=0, accelerator_matched=0,
+                             selector=self.policy, order=[], error=str(exc))
+            return []
+        self.metrics.list_sources.labels(self.policy, "ok" if listed else "empty").inc()
+        rank_matched = [r for r in listed if r.worker_rank == self.options.worker_rank]
+        eligible = [r for r in rank_matched if compatible(self.accelerator.name, r.accelerator)]
+        t0 = time.perf_counter()
+        target = Target(self.identity.model_name, self.worker_id, self.options.worker_rank)
+        ordered = self.selector.order(eligible, target)
+        self.metrics.selection_seconds.labels(self.policy).observe(time.perf_counter() - t0)
+        for stage, n in (("listed", len(listed)), ("rank_matched", len(rank_matched)),
+                         ("accelerator_matched", len(eligible))):
+            self.metrics.candidates.labels(self.policy, stage).observe(n)
+        self.events.emit("candidates", listed=len(listed), rank_matched=len(rank_matched),
+                         accelerator_matched=len(eligible), selector=self.policy,
+                         order=[r.worker_id for r in ordered])
+        return ordered
+
+    def _try(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef, attempt: Attempt, has_next: bool,
+             result: LoadResult) -> bool:
+        """One candidate. True when it produced a verified load."""
+        self.events.emit("attempt_start", index=attempt.index, mx_source_id=ref.mx_source_id, worker_id=ref.worker_id)
+        t0 = time.perf_counter()
+        try:
+            worker = self._fetch_worker_metadata(client, ref)
+        except Exception as exc:
+            self.metrics.metadata_failures.labels(self.policy).inc()
+            self._phase("metadata", t0, "error")
+            return self._outcome(attempt, "metadata_miss", f"{type(exc).__name__}: {exc}")
+        self._phase("metadata", t0, "ok")
+        if worker is None:
+            return self._outcome(attempt, "metadata_miss", "metadata not found or empty")
+        if not compatible(self.accelerator.name, worker.accelerator):
+            return self._outcome(attempt, "skipped", f"accelerator {worker.accelerator!r} is not {self.accelerator.name!r}")
+        attempt.agent_name = worker.agent_name
+        self.metrics.selections.labels(self.policy).inc()
+        t_transfer = time.perf_counter()
+        try:
+            nbytes, seconds = self._load_as_target(worker, attempt.index)
+        except Exception as exc:
+            elapsed = time.perf_counter() - t_transfer
+            self.metrics.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
+            self._rollback()
+            return self._outcome(attempt, "transfer_retry" if has_next else "transfer_fallback",
+                                 f"{type(exc).__name__}: {exc}", elapsed)
+        elapsed = time.perf_counter() - t_transfer
+        self.metrics.transfer_seconds.labels(self.policy, "success").observe(elapsed)
+        result.ok = True
+        result.path = "rdma"
+        result.source = worker.agent_name
+        result.worker_id = ref.worker_id
+        result.mx_source_id = ref.mx_source_id
+        result.bytes = nbytes
+        result.tensors = len(self.specs)
+        result.transfer_seconds = seconds
+        result.gbps = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        result.integrity = "verified"
+        self._outcome(attempt, "success", None, elapsed)
+        return True
+
+    def _outcome(self, attempt: Attempt, outcome: str, error: str | None, seconds: float = 0.0) -> bool:
+        attempt.outcome, attempt.error, attempt.seconds = outcome, error, round(seconds, 6)
+        if outcome != "skipped":
+            self.metrics.attempts.labels(self.policy, outcome).inc()
+        self.events.emit("attempt_outcome", index=attempt.index, worker_id=attempt.worker_id, outcome=outcome,
+                         error=error, seconds=attempt.seconds)
+        if error:
+            logger.warning("source attempt %d (%s): %s: %s", attempt.index, attempt.worker_id, outcome, error)
+        return outcome == "success"
+
+    def _fetch_worker_metadata(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef) -> p2p_pb2.WorkerMetadata | None:
+        resp = client.get_metadata(ref.mx_source_id, ref.worker_id)
+        if not resp.found:
+            return None
+        worker = resp.worker
+        has_tensors = bool(worker.tensor_source.tensors or worker.tensors)
+        if not has_tensors and not worker.worker_grpc_endpoint:
+            return None
+        if worker.worker_grpc_endpoint and (ref.worker_id or not has_tensors):
+            manifest = fetch_tensor_manifest(worker.worker_grpc_endpoint, ref.mx_source_id, ref.worker_id,
+                                             self.options.manifest_timeout_s)
+            worker.tensor_source.ClearField("tensors")
+            worker.tensor_source.tensors.extend(manifest.tensors)
+            worker.metadata_endpoint = worker.metadata_endpoint or manifest.metadata_endpoint
+            worker.agent_name = worker.agent_name or manifest.agent_name
+        return worker
+
+    def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int) -> tuple[int, float]:
+        """Prepare a fresh target, handshake, READ, release, verify. Returns (bytes, READ seconds)."""
+        t0 = time.perf_counter()
+        self.arena = Arena(self.specs)
+        self.arena.fill(0)
+        self._phase("prepare", t0, "ok")
+        agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
+        self.manager = mgr = NixlTransferManager(
+            agent_name, self.options.device_id, self.accelerator,
+            events=self.events, metrics=self.metrics, initial_error=self._last_error,
+        )
+        t0 = time.perf_counter()
+        mgr.create_agent(free_port(), progress_thread=False)
+        mgr.register_tensors(local_tensors(self.arena, self.options.device_id))
+        self._phase("register", t0, "ok")
+        source_tensors = list(worker.tensor_source.tensors or worker.tensors)
+        remote: str | None = None
+        try:
+            t0 = time.perf_counter()
+            if worker.worker_grpc_endpoint:
+                host, port = worker.metadata_endpoint.rsplit(":", 1)
+                remote = worker.agent_name  # claimed before the dial: a half-done fetch is still released
+                try:
+                    mgr.fetch_remote_and_wait(remote, host.strip("[]"), int(port), self.options.handshake_timeout_s)
+                except Exception as exc:
+                    self._phase("handshake", t0, "error")
+                    self.events.emit("handshake", index=index, mode="p2p", agent_name=remote,
+                                     seconds=round(time.perf_counter() - t0, 6), ok=False, error=str(exc))
+                    raise
+                mode = "p2p"
+            else:
+                remote = mgr.add_remote_agent(worker.nixl_metadata)
+                mode = "central"
+            self._phase("handshake", t0, "ok")
+            self.events.emit("handshake", index=index, mode=mode, agent_name=remote,
+                             seconds=round(time.perf_counter() - t0, 6), ok=True)
+            total = sum(s.nbytes for s in self.specs)
+            budget = self.options.transfer_timeout_s
+            self.events.emit("transfer_start", index=index, agent_name=remote, bytes=total,
+                             tensors=len(source_tensors), timeout_s=budget)
+            t0 = time.perf_counter()
+            try:
+                nbytes, _count, _res = mgr.receive_from_source(
+                    worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True
+                )
+            except TransferTimeout as exc:
+                seconds = time.perf_counter() - t0
+                self._phase("receive", t0, "error")
+                self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
+                                 error=str(exc))
+                raise
+            except Exception as exc:
+                self._phase("receive", t0, "error")
+                self.events.emit("transfer_error", index=index, seconds=round(time.perf_counter() - t0, 6),
+                                 error=f"{type(exc).__name__}: {exc}")
+                raise
+            seconds = time.perf_counter() - t0
+            self._phase("receive", t0, "ok")
+            self.events.emit("transfer_done", index=index, bytes=nbytes, seconds=round(seconds, 6),
+                             gbps=round(nbytes / seconds / 1e9, 3) if seconds > 0 else None)
+        finally:
+            if remote is not None and not self.options.skip_release:
+                t0 = time.perf_counter()
+                mgr.remove_remote_agent(remote)
+                self._phase("release", t0, "ok")
+        t0 = time.perf_counter()
+        expected = {t.name: t.checksum for t in source_tensors}
+        self._verify(self.arena, expected)
+        self._phase("finalize", t0, "ok")
+        return nbytes, seconds
+
+    def _verify(self, arena: Arena, expected: dict[str, str]) -> None:
+        bad = [s.name for i, s in enumerate(arena.specs)
+               if not expected.get(s.name) or checksum(arena.raw(i)) != expected[s.name]]
+        self.events.emit("integrity", ok=not bad, tensors=len(arena.specs), bad=bad[:20])
+        if bad:
+            raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from their checksums: {bad[:5]}")
+
+    def _rollback(self) -> None:
+        if self.manager is not None:
+            self._last_error = self.manager.data_plane_error
+            self.manager.shutdown()
+            self.manager = None
+        if self.arena is not None:
+            self.arena.release()
+            self.arena = None
+
+    def _fall_back(self, result: LoadResult, reason: str) -> None:
+        checkpoint = self.options.checkpoint
+        self.events.emit("fallback", reason=reason, checkpoint=str(checkpoint) if checkpoint else None)
+        self.metrics.fallbacks.labels("no_source_available" if reason == "no source available" else "no_source_succeeded").inc()
+        if checkpoint is None:
+            result.error = f"{reason}, and no checkpoint to fall back to"
+            return
+        t0 = time.perf_counter()
+        try:
+            arena, sums = load_checkpoint(checkpoint)
+        except Exception as exc:
+            result.error = f"{reason}; checkpoint {checkpoint}: {type(exc).__name__}: {exc}"
+            return
+        want = [(s.name, s.shape, s.dtype) for s in self.specs]
+        have = [(s.name, s.shape, s.dtype) for s in arena.specs]
+        if want != have:
+            result.error = f"{reason}; checkpoint {checkpoint} holds a different model than this reader's"
+            result.integrity = "failed"
+            return
+        try:
+            self._verify(arena, sums)
+        except IntegrityError as exc:
+            result.error = f"{reason}; checkpoint {checkpoint}: {exc}"
+            result.integrity = "failed"
+            return
+        seconds = time.perf_counter() - t0
+        self.arena = arena
+        result.ok, result.path, result.source = True, "disk", str(checkpoint)
+        result.bytes = sum(s.nbytes for s in arena.specs)
+        result.tensors = len(arena.specs)
+        result.transfer_seconds = seconds
+        result.gbps = result.bytes / seconds / 1e9 if seconds > 0 else 0.0
+        result.integrity = "verified"
+
+    def _finish(self, result: LoadResult) -> None:
+        if result.ok:
+            self.metrics.loads.labels(result.path, result.integrity).inc()
+            self.metrics.load_seconds.labels(result.path).observe(result.seconds)
+            self.metrics.bytes_loaded.labels(result.path).inc(result.bytes)
+            self.events.emit("load_done", path=result.path, source=result.source, worker_id=result.worker_id,
+                             bytes=result.bytes, seconds=round(result.seconds, 6), gbps=round(result.gbps, 3),
+                             integrity=result.integrity, attempts=len(result.attempts))
+        else:
+            self.events.emit("load_failed", error=result.error)
+
+    def _phase(self, phase: str, t0: float, outcome: str) -> None:
+        self.metrics.phase_seconds.labels(self.policy, phase, outcome).observe(time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown()
+            self.manager = None
+
+
+def describe(result: LoadResult) -> dict[str, Any]:
+    return asdict(result)
+
+
+__all__ = ["Reader", "ReaderOptions", "LoadResult", "Attempt", "LoadFailed", "MxError"]

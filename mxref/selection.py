@@ -1,0 +1,80 @@
+"""Source selectors: the order in which a reader tries its candidates.
+
+``MX_P2P_SOURCE_SELECTOR`` names one (default ``random``; an unknown name falls
+back to ``random`` with a warning, as in ModelExpress). Selectors only order;
+filtering and the cap of ``MAX_SOURCE_RETRIES`` happen around them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mxref.v1 import p2p_pb2
+
+logger = logging.getLogger("mxref.selection")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Who is choosing: the inputs a deterministic selector may hash."""
+
+    model_name: str
+    worker_id: str
+    worker_rank: int
+
+
+class Selector(Protocol):
+    name: str
+
+    def order(
+        self, candidates: Sequence[p2p_pb2.SourceInstanceRef], target: Target
+    ) -> list[p2p_pb2.SourceInstanceRef]: ...
+
+
+class RandomSelector:
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = random.Random(seed)
+
+    def order(self, candidates, target):  # type: ignore[no-untyped-def]
+        ordered = list(candidates)
+        self._rng.shuffle(ordered)
+        return ordered
+
+
+class RendezvousHashSelector:
+    """Highest-random-weight: blake2b-64 of target and candidate fields, highest first."""
+
+    name = "rendezvous_hash"
+
+    def __init__(self, seed: int | None = None) -> None:
+        del seed  # deterministic by construction
+
+    @staticmethod
+    def score(target: Target, cand: p2p_pb2.SourceInstanceRef) -> int:
+        key = "|".join(
+            [target.model_name, target.worker_id, str(target.worker_rank),
+             cand.mx_source_id, cand.worker_id, str(cand.worker_rank)]
+        )
+        return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+    def order(self, candidates, target):  # type: ignore[no-untyped-def]
+        return sorted(candidates, key=lambda c: self.score(target, c), reverse=True)
+
+
+SELECTORS: dict[str, type] = {"random": RandomSelector, "rendezvous_hash": RendezvousHashSelector}
+
+
+def get_selector(name: str | None, seed: int | None = None) -> Selector:
+    name = name or "random"
+    factory = SELECTORS.get(name)
+    if factory is None:
+        logger.warning("unknown source selector %r (known: %s); using random", name, ", ".join(SELECTORS))
+        factory = RandomSelector
+    return factory(seed)  # type: ignore[no-any-return]

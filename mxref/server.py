@@ -1,0 +1,678 @@
+"""The metadata server: where sources publish themselves and readers find them.
+
+Three parts, each usable alone:
+
+- ``Store``: the in-memory, thread-safe record of every published worker, keyed
+  by ``(mx_source_id, worker_id)``. It owns the clock (injectable, wall seconds),
+  stamps ``updated_at`` in unix ms, and applies the reaper's decisions atomically.
+- ``P2pServicer``: the ``P2pService`` RPCs. A bad request gets a negative answer
+  with a message naming the field and the rule (``success=false``,
+  ``found=false``), never a gRPC error; an unexpected exception becomes INTERNAL
+  with a message. Every call is counted as ``ok`` (did what was asked),
+  ``rejected`` (a negative answer) or ``error``.
+- ``Reaper``: a thread that every scan interval marks READY/INITIALIZING
+  records STALE once older than the heartbeat timeout and deletes STALE records
+  older than the GC timeout (ages always count from the last publish, status
+  update or heartbeat; marking STALE does not restart the clock).
+
+Freshness also applies at query time: ``ListSources`` with ``status_filter=READY``
+hides records with no ``updated_at`` or older than the heartbeat timeout, even
+before the reaper has run. ``run_server`` / ``main`` wire it all into a process
+that writes lifecycle events and serves /metrics, and stops on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+from enum import StrEnum
+from types import FrameType
+from typing import Any
+
+import grpc
+
+from mxref import __version__, config
+from mxref.errors import LocalError
+from mxref.events import NULL, EventLog, log_to_stderr
+from mxref.identity import mx_source_id
+from mxref.metrics import Metrics
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.worker_server import bind, endpoint, server_options
+
+logger = logging.getLogger("mxref.server")
+
+Clock = Callable[[], float]
+"""Wall-clock seconds since the epoch (``time.time`` unless a test injects one)."""
+
+SourceStatus = p2p_pb2.SourceStatus.ValueType
+UNKNOWN = p2p_pb2.SOURCE_STATUS_UNKNOWN
+INITIALIZING = p2p_pb2.SOURCE_STATUS_INITIALIZING
+READY = p2p_pb2.SOURCE_STATUS_READY
+STALE = p2p_pb2.SOURCE_STATUS_STALE
+ALL_STATUSES: tuple[SourceStatus, ...] = (UNKNOWN, INITIALIZING, READY, STALE)
+LIVE_STATUSES = frozenset({INITIALIZING, READY})
+"""Statuses the reaper demotes to STALE when their heartbeat stops."""
+REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
+"""Statuses a worker may set; UNKNOWN is only what an unset field reads as."""
+
+SERVER_THREADS = 16
+SHUTDOWN_GRACE_S = 2.0
+RUN_LOOP_TICK_S = 0.5
+EXIT_OK = 0
+EXIT_STARTUP_FAILED = 1
+
+
+def status_name(status: int) -> str:
+    """``READY`` for ``SOURCE_STATUS_READY``; the number itself for a value outside the enum."""
+    try:
+        return p2p_pb2.SourceStatus.Name(status).removeprefix("SOURCE_STATUS_")  # type: ignore[arg-type]
+    except ValueError:
+        return str(status)
+
+
+# --- store --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One published worker. ``status``/``updated_at_ms`` are authoritative; the
+    same fields inside ``worker`` are ignored. Treat the protos as read-only."""
+
+    mx_source_id: str
+    worker_id: str
+    identity: p2p_pb2.SourceIdentity
+    worker: p2p_pb2.WorkerMetadata
+    status: SourceStatus
+    updated_at_ms: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.mx_source_id, self.worker_id)
+
+    def age_ms(self, now_ms: int) -> int:
+        return now_ms - self.updated_at_ms
+
+    def worker_metadata(self) -> p2p_pb2.WorkerMetadata:
+        """A copy of the published metadata with the current status and ``updated_at``."""
+        worker = p2p_pb2.WorkerMetadata()
+        worker.CopyFrom(self.worker)
+        worker.status = self.status
+        worker.updated_at = self.updated_at_ms
+        return worker
+
+    def instance_ref(self) -> p2p_pb2.SourceInstanceRef:
+        return p2p_pb2.SourceInstanceRef(
+            mx_source_id=self.mx_source_id,
+            worker_id=self.worker_id,
+            model_name=self.identity.model_name,
+            worker_rank=self.worker.worker_rank,
+            accelerator=self.worker.accelerator,
+            updated_at=self.updated_at_ms,
+            status=self.status,
+        )
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    record: SourceRecord
+    previous: SourceStatus
+
+    @property
+    def changed(self) -> bool:
+        return self.record.status != self.previous
+
+
+class UpdateRejected(Exception):
+    """The store refused a status update; the message says why (unknown worker, wrong rank)."""
+
+
+class ReapAction(StrEnum):
+    MARK_STALE = "mark_stale"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """One thing a sweep did: ``record`` is the record as it was before."""
+
+    action: ReapAction
+    record: SourceRecord
+
+
+class Store:
+    """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic."""
+
+    def __init__(self, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, str], SourceRecord] = {}
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def publish(
+        self,
+        identity: p2p_pb2.SourceIdentity,
+        worker: p2p_pb2.WorkerMetadata,
+        worker_id: str,
+        status: SourceStatus,
+    ) -> SourceRecord:
+        """Store (or replace) the worker's record, stamped now; returns it."""
+        stored_identity = p2p_pb2.SourceIdentity()
+        stored_identity.CopyFrom(identity)
+        stored_worker = p2p_pb2.WorkerMetadata()
+        stored_worker.CopyFrom(worker)
+        with self._lock:
+            record = SourceRecord(
+                mx_source_id=mx_source_id(identity),
+                worker_id=worker_id,
+                identity=stored_identity,
+                worker=stored_worker,
+                status=status,
+                updated_at_ms=self.now_ms(),
+            )
+            self._records[record.key] = record
+        return record
+
+    def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
+        with self._lock:
+            return self._records.get((mx_source_id, worker_id))
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus
+    ) -> StatusChange:
+        """Set the status and stamp ``updated_at`` (a heartbeat); ``UpdateRejected`` if unknown."""
+        with self._lock:
+            record = self._records.get((mx_source_id, worker_id))
+            if record is None:
+                raise UpdateRejected(f"no worker {worker_id!r} is published under source {mx_source_id!r}")
+            if record.worker.worker_rank != worker_rank:
+                raise UpdateRejected(
+                    f"worker_rank {worker_rank} does not match the rank {record.worker.worker_rank} "
+                    f"worker {worker_id!r} published"
+                )
+            updated = dataclasses.replace(record, status=status, updated_at_ms=self.now_ms())
+            self._records[record.key] = updated
+        return StatusChange(updated, record.status)
+
+    def snapshot(self) -> list[SourceRecord]:
+        with self._lock:
+            return list(self._records.values())
+
+    def count(self, status: SourceStatus) -> int:
+        with self._lock:
+            return sum(1 for r in self._records.values() if r.status == status)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def sweep(self, decide: Callable[[SourceRecord, int], ReapAction | None]) -> list[Reaped]:
+        """Apply ``decide(record, now_ms)`` to every record under one lock."""
+        done: list[Reaped] = []
+        with self._lock:
+            now_ms = self.now_ms()
+            for key, record in list(self._records.items()):
+                action = decide(record, now_ms)
+                if action is ReapAction.MARK_STALE:
+                    self._records[key] = dataclasses.replace(record, status=STALE)
+                elif action is ReapAction.DELETE:
+                    del self._records[key]
+                else:
+                    continue
+                done.append(Reaped(action, record))
+        return done
+
+
+# --- liveness rules (pure) ----------------------------------------------------
+
+
+def is_fresh(record: SourceRecord, now_ms: int, heartbeat_timeout_s: float) -> bool:
+    """Stamped, and no older than the heartbeat timeout."""
+    return record.updated_at_ms > 0 and record.age_ms(now_ms) <= heartbeat_timeout_s * 1000
+
+
+def reap_action(record: SourceRecord, now_ms: int, timers: config.ServerTimers) -> ReapAction | None:
+    """What the reaper does to ``record`` now, if anything."""
+    age_ms = record.age_ms(now_ms)
+    if record.status in LIVE_STATUSES and age_ms > timers.heartbeat_timeout_s * 1000:
+        return ReapAction.MARK_STALE
+    if record.status == STALE and age_ms > timers.gc_timeout_s * 1000:
+        return ReapAction.DELETE
+    return None
+
+
+@dataclass(frozen=True)
+class SourceQuery:
+    """A ``ListSourcesRequest`` as plain values (``None`` = no filter)."""
+
+    mx_source_id: str | None = None
+    status: SourceStatus | None = None
+    model_name: str | None = None
+    worker_rank: int | None = None
+    min_updated_at_ms: int = 0
+    limit: int = 0
+
+    @classmethod
+    def from_request(cls, request: p2p_pb2.ListSourcesRequest) -> SourceQuery:
+        by_identity = request.HasField("identity") and bool(request.identity.model_name)
+        return cls(
+            mx_source_id=mx_source_id(request.identity) if by_identity else None,
+            status=request.status_filter if request.HasField("status_filter") else None,
+            model_name=request.model_name_filter if request.HasField("model_name_filter") else None,
+            worker_rank=request.worker_rank_filter if request.HasField("worker_rank_filter") else None,
+            min_updated_at_ms=request.min_updated_at,
+            limit=request.limit,
+        )
+
+    def matches(self, record: SourceRecord) -> bool:
+        return (
+            (self.mx_source_id is None or record.mx_source_id == self.mx_source_id)
+            and (self.status is None or record.status == self.status)
+            and (self.model_name is None or record.identity.model_name == self.model_name)
+            and (self.worker_rank is None or record.worker.worker_rank == self.worker_rank)
+            and record.updated_at_ms >= self.min_updated_at_ms
+        )
+
+    def select(self, records: Iterable[SourceRecord], now_ms: int, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        """Matching records, READY ones only while fresh, newest first, at most ``limit``."""
+        chosen = [
+            r
+            for r in records
+            if self.matches(r) and (self.status != READY or is_fresh(r, now_ms, heartbeat_timeout_s))
+        ]
+        chosen.sort(key=lambda r: (-r.updated_at_ms, r.mx_source_id, r.worker_id))
+        return chosen[: self.limit] if self.limit > 0 else chosen
+
+
+# --- RPCs ---------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """The ``result`` label of ``mxref_server_rpcs_total``."""
+
+    OK = "ok"
+    REJECTED = "rejected"
+    ERROR = "error"
+
+
+def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
+    """Every reason to refuse this publish (empty: acceptable)."""
+    problems = []
+    if not request.HasField("identity"):
+        problems.append("identity is missing; a source must say what it holds")
+    elif not request.identity.model_name.strip():
+        problems.append("identity.model_name is empty; a source must name its model")
+    if not request.worker_id.strip():
+        problems.append("worker_id is empty; each worker process needs its own id")
+    if not request.HasField("worker"):
+        problems.append("worker is missing; a source must publish its WorkerMetadata")
+    elif request.worker.status != UNKNOWN and request.worker.status not in REPORTABLE_STATUSES:
+        problems.append(f"worker.status {request.worker.status} is not a SourceStatus")
+    return problems
+
+
+class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
+    """``P2pService`` over a ``Store``; emits ``source_published`` / ``source_status`` events."""
+
+    def __init__(
+        self,
+        store: Store,
+        timers: config.ServerTimers,
+        *,
+        events: EventLog = NULL,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self._timers = timers
+        self._events = events
+        self._metrics = metrics if metrics is not None else Metrics("server")
+        for status in ALL_STATUSES:
+            self._metrics.sources.labels(status_name(status)).set_function(
+                lambda status=status: store.count(status)
+            )
+
+    def PublishMetadata(
+        self, request: p2p_pb2.PublishMetadataRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.PublishMetadataResponse:
+        return self._serve("PublishMetadata", self._publish, request, context)
+
+    def ListSources(
+        self, request: p2p_pb2.ListSourcesRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.ListSourcesResponse:
+        return self._serve("ListSources", self._list, request, context)
+
+    def GetMetadata(
+        self, request: p2p_pb2.GetMetadataRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.GetMetadataResponse:
+        return self._serve("GetMetadata", self._get, request, context)
+
+    def UpdateStatus(
+        self, request: p2p_pb2.UpdateStatusRequest, context: grpc.ServicerContext
+    ) -> p2p_pb2.UpdateStatusResponse:
+        return self._serve("UpdateStatus", self._update, request, context)
+
+    def _serve(
+        self,
+        method: str,
+        handler: Callable[[Any], tuple[Any, Outcome]],
+        request: Any,
+        context: grpc.ServicerContext,
+    ) -> Any:
+        """Run one handler: time it, count its outcome, turn an exception into INTERNAL."""
+        started = time.perf_counter()
+        try:
+            response, outcome = handler(request)
+        except Exception as exc:
+            logger.exception("%s failed", method)
+            self._count(method, Outcome.ERROR, started)
+            context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error: {type(exc).__name__}: {exc}")
+        self._count(method, outcome, started)
+        return response
+
+    def _count(self, method: str, outcome: Outcome, started: float) -> None:
+        self._metrics.rpcs.labels(method, outcome.value).inc()
+        self._metrics.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+
+    def _publish(self, request: p2p_pb2.PublishMetadataRequest) -> tuple[p2p_pb2.PublishMetadataResponse, Outcome]:
+        problems = publish_problems(request)
+        if problems:
+            message = "publish rejected: " + "; ".join(problems)
+            return p2p_pb2.PublishMetadataResponse(success=False, message=message, worker_id=request.worker_id), (
+                Outcome.REJECTED
+            )
+        status = request.worker.status if request.worker.status != UNKNOWN else INITIALIZING
+        record = self._store.publish(request.identity, request.worker, request.worker_id, status)
+        self._events.emit(
+            "source_published",
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+            worker_rank=record.worker.worker_rank,
+            status=status_name(record.status),
+        )
+        response = p2p_pb2.PublishMetadataResponse(
+            success=True,
+            message=f"published worker {record.worker_id} of source {record.mx_source_id} as {status_name(status)}",
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+        )
+        return response, Outcome.OK
+
+    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse, Outcome]:
+        query = SourceQuery.from_request(request)
+        try:
+            records = self._store.snapshot()
+            now_ms = self._store.now_ms()
+        except Exception:
+            # As in ModelExpress: a backend failure reads as "no sources", not an RPC error.
+            logger.exception("ListSources: the store failed; answering with no sources")
+            return p2p_pb2.ListSourcesResponse(), Outcome.ERROR
+        chosen = query.select(records, now_ms, self._timers.heartbeat_timeout_s)
+        return p2p_pb2.ListSourcesResponse(instances=[r.instance_ref() for r in chosen]), Outcome.OK
+
+    def _get(self, request: p2p_pb2.GetMetadataRequest) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
+        ids = {"mx_source_id": request.mx_source_id, "worker_id": request.worker_id}
+        if not request.mx_source_id or not request.worker_id:
+            return p2p_pb2.GetMetadataResponse(found=False, **ids), Outcome.REJECTED
+        record = self._store.get(request.mx_source_id, request.worker_id)
+        if record is None:
+            return p2p_pb2.GetMetadataResponse(found=False, **ids), Outcome.REJECTED
+        response = p2p_pb2.GetMetadataResponse(
+            found=True, worker=record.worker_metadata(), identity=record.identity, **ids
+        )
+        return response, Outcome.OK
+
+    def _update(self, request: p2p_pb2.UpdateStatusRequest) -> tuple[p2p_pb2.UpdateStatusResponse, Outcome]:
+        try:
+            change = self._apply_update(request)
+        except UpdateRejected as exc:
+            return p2p_pb2.UpdateStatusResponse(success=False, message=f"update rejected: {exc}"), Outcome.REJECTED
+        if change.changed:
+            self._events.emit(
+                "source_status",
+                mx_source_id=request.mx_source_id,
+                worker_id=request.worker_id,
+                status=status_name(change.record.status),
+                previous=status_name(change.previous),
+                by="rpc",
+            )
+        return p2p_pb2.UpdateStatusResponse(success=True, message=status_name(change.record.status)), Outcome.OK
+
+    def _apply_update(self, request: p2p_pb2.UpdateStatusRequest) -> StatusChange:
+        if not request.mx_source_id or not request.worker_id:
+            raise UpdateRejected("mx_source_id and worker_id are both required")
+        if request.status not in REPORTABLE_STATUSES:
+            raise UpdateRejected(
+                f"status {status_name(request.status)} cannot be reported (use INITIALIZING, READY or STALE)"
+            )
+        return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
+
+
+def start_metadata_server(servicer: P2pServicer, host: str, port: int) -> tuple[grpc.Server, int]:
+    """Serve ``servicer`` on ``host:port`` (``port=0`` picks one); returns (server, bound port).
+
+    Raises ``LocalError`` when the address cannot be bound.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=SERVER_THREADS, thread_name_prefix="mx-server-grpc"),
+        options=server_options(),
+    )
+    p2p_pb2_grpc.add_P2pServiceServicer_to_server(servicer, server)
+    bound = bind(server, host, port, what="metadata server")
+    server.start()
+    return server, bound
+
+
+# --- reaper -------------------------------------------------------------------
+
+
+class Reaper:
+    """Demotes silent workers to STALE and deletes long-STALE ones, every scan interval.
+
+    ``scan_once()`` is the whole job (tests call it with an injected clock);
+    ``start()``/``stop()`` run it on a daemon thread. A failing scan is logged
+    and the next one runs as usual.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        timers: config.ServerTimers,
+        *,
+        events: EventLog = NULL,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self._timers = timers
+        self._events = events
+        self._metrics = metrics
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mx-reaper", daemon=True)
+
+    def scan_once(self) -> list[Reaped]:
+        done = self._store.sweep(lambda record, now_ms: reap_action(record, now_ms, self._timers))
+        for item in done:
+            record = item.record
+            if item.action is ReapAction.MARK_STALE:
+                self._events.emit(
+                    "source_status",
+                    mx_source_id=record.mx_source_id,
+                    worker_id=record.worker_id,
+                    status=status_name(STALE),
+                    previous=status_name(record.status),
+                    by="reaper",
+                )
+            else:
+                self._events.emit(
+                    "source_deleted", mx_source_id=record.mx_source_id, worker_id=record.worker_id, by="reaper"
+                )
+            if self._metrics is not None:
+                self._metrics.reaper_actions.labels(item.action.value).inc()
+        return done
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop scanning; true when the thread ended within ``timeout_s``."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._timers.reaper_scan_interval_s):
+            try:
+                self.scan_once()
+            except Exception:
+                logger.exception("reaper scan failed; retrying next interval")
+
+
+# --- process --------------------------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    try:
+        return config.parse_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is outside 0..65535")
+    return value
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """The ``server`` subcommand's flags (timers: flag over env over default)."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=0, help="gRPC port; 0 picks a free one (default 0)")
+    parser.add_argument("--metrics-port", type=_port, default=0, help="/metrics port; 0 picks one (default 0)")
+    parser.add_argument(
+        "--heartbeat-timeout", type=_seconds, default=None, metavar="SECONDS",
+        help=f"age at which a live record is stale [MX_HEARTBEAT_TIMEOUT_SECS, {config.DEFAULT_HEARTBEAT_TIMEOUT_S:g}]",
+    )
+    parser.add_argument(
+        "--reaper-interval", type=_seconds, default=None, metavar="SECONDS",
+        help=f"reaper scan interval [MX_REAPER_SCAN_INTERVAL_SECS, {config.DEFAULT_REAPER_SCAN_INTERVAL_S:g}]",
+    )
+    parser.add_argument(
+        "--gc-timeout", type=_seconds, default=None, metavar="SECONDS",
+        help=f"age at which a STALE record is deleted [MX_GC_TIMEOUT_SECS, {config.DEFAULT_GC_TIMEOUT_S:g}]",
+    )
+
+
+class _StopSignals:
+    """While entered, SIGTERM/SIGINT set ``stop`` (and nothing else: emitting from a
+    handler could deadlock on a lock the interrupted code holds)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.stop = stop if stop is not None else threading.Event()
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received = signum
+        self.stop.set()
+
+    def wait(self) -> None:
+        """Block until stopped, in bounded ticks."""
+        while not self.stop.wait(RUN_LOOP_TICK_S):
+            pass
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def run_server(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    """Run the metadata server until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+
+    ``args`` carries ``name``, ``events`` and the flags of ``add_server_args``.
+    Exit codes: 0 after a clean stop, 1 when an address cannot be bound.
+    """
+    events = EventLog(args.events, args.name, "server")
+    try:
+        return _run(args, events, stop)
+    finally:
+        events.close()
+
+
+def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | None) -> int:
+    def emit(event: str, **fields: Any) -> None:
+        log_to_stderr(events.emit(event, **fields))
+
+    timers = config.ServerTimers.resolve(args.heartbeat_timeout, args.reaper_interval, args.gc_timeout)
+    emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
+    metrics = Metrics("server")
+    store = Store()
+    servicer = P2pServicer(store, timers, events=events, metrics=metrics)
+    reaper = Reaper(store, timers, events=events, metrics=metrics)
+    code = EXIT_OK
+    with _StopSignals(stop) as signals:
+        try:
+            server, port = start_metadata_server(servicer, args.host, args.port)
+        except LocalError as exc:
+            logger.error("%s", exc)
+            emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))
+            return EXIT_STARTUP_FAILED
+        try:
+            emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port))
+            try:
+                metrics_port = metrics.serve(args.metrics_port, args.host)
+            except OSError as exc:
+                logger.error("metrics: cannot bind %s: %s", endpoint(args.host, args.metrics_port), exc)
+                code = EXIT_STARTUP_FAILED
+            else:
+                emit("listening", what="metrics", port=metrics_port, endpoint=endpoint(args.host, metrics_port))
+                reaper.start()
+                signals.wait()
+                if signals.received is not None:
+                    emit("signal", signum=signals.received, name=signal.Signals(signals.received).name)
+        finally:
+            reaper.stop()
+            stopped = server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S + 3.0)
+            emit("shutdown_step", step="stop_server", ok=stopped, detail=f"grace {SHUTDOWN_GRACE_S:g}s")
+    emit("exit", code=code)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The standalone parser: the common ``--name``/``--events`` plus the server flags."""
+    parser = argparse.ArgumentParser(prog="mxref-server", description="mxref metadata server (P2pService)")
+    parser.add_argument("--name", default="server", help="process name in events (default: server)")
+    parser.add_argument("--events", default=None, metavar="PATH", help="append JSON-lines events here")
+    add_server_args(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point: ``python -c 'from mxref.server import main; main()' --port 0 ...``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    return run_server(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

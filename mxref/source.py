@@ -1,0 +1,283 @@
+"""A weight source: holds a model in registered memory and advertises it.
+
+``SourceService`` is what turns any process holding registered tensors into a
+source (``python -m mxref source``, and a reader with ``--serve-after-load``):
+
+1. start the WorkerService (P2P mode) before publishing: until then every
+   manifest request is refused;
+2. ``Publisher``: publish (3 tries, 1 s then 2 s backoff, on UNAVAILABLE or
+   DEADLINE_EXCEEDED), then ``UpdateStatus(READY)`` and a READY heartbeat every
+   interval, gated on ``manager.is_healthy()``: unhealthy after having been READY
+   sends STALE once; healthy again sends READY. Two rejected heartbeats in a row
+   (a wiped store) drop the registration and publish again;
+3. teardown (SIGTERM/SIGINT or end of serving), in this order: stop the
+   heartbeat, mark STALE, stop the WorkerService, then the manager's shutdown
+   (disconnect peers, deregister memory in reverse, drop the agent).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mxref import __version__, config
+from mxref.client import MxClient
+from mxref.errors import MetadataServerError
+from mxref.events import EventLog
+from mxref.metrics import Metrics
+from mxref.model import Arena, ModelSpec
+from mxref.nixl_transfer import LocalTensor, NixlTransferManager
+from mxref.v1 import p2p_pb2
+from mxref.worker_server import WorkerManifest, WorkerServicer, endpoint, start_worker_server
+
+logger = logging.getLogger("mxref.source")
+
+STATUS_NAMES = {v: k.removeprefix("SOURCE_STATUS_") for k, v in p2p_pb2.SourceStatus.items()}
+PUBLISH_BACKOFF_S = (1.0, 2.0)
+REJECTIONS_BEFORE_REPUBLISH = 2
+
+
+def identity_for(model_name: str, dtype: str, tp: int = 1) -> p2p_pb2.SourceIdentity:
+    return p2p_pb2.SourceIdentity(
+        mx_version=__version__, mx_source_type=p2p_pb2.WEIGHTS, model_name=model_name,
+        backend_framework=p2p_pb2.VLLM, tensor_parallel_size=tp, pipeline_parallel_size=1,
+        expert_parallel_size=0, dtype=dtype,
+    )
+
+
+def model_identity(spec: ModelSpec | None, arena: Arena, model_name: str | None = None) -> p2p_pb2.SourceIdentity:
+    name = model_name or (spec.name if spec else "mxref/checkpoint")
+    return identity_for(name, spec.dtype if spec else arena.specs[0].dtype)
+
+
+def local_tensors(arena: Arena, device_id: int = 0) -> list[LocalTensor]:
+    return [
+        LocalTensor(name=s.name, addr=addr, size=size, dtype=s.dtype, device_id=device_id)
+        for s, (addr, size) in zip(arena.specs, arena.regions())
+    ]
+
+
+def tensor_descriptors(arena: Arena, checksums: list[str], device_id: int = 0) -> list[p2p_pb2.TensorDescriptor]:
+    return [
+        p2p_pb2.TensorDescriptor(
+            name=s.name, addr=addr, size=size, device_id=device_id, dtype=s.dtype,
+            checksum=sum_, shape=list(s.shape),
+        )
+        for s, (addr, size), sum_ in zip(arena.specs, arena.regions(), checksums)
+    ]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (for listeners that cannot bind port 0 themselves)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Publisher(threading.Thread):
+    """Publishes one worker and keeps its status honest (see module docstring)."""
+
+    def __init__(
+        self,
+        client: MxClient,
+        identity: p2p_pb2.SourceIdentity,
+        worker: p2p_pb2.WorkerMetadata,
+        worker_id: str,
+        is_healthy: Callable[[], bool],
+        interval_s: float,
+        events: EventLog,
+        metrics: Metrics,
+        on_published: Callable[[str], None] = lambda sid: None,
+    ) -> None:
+        super().__init__(name=f"mx-publisher-{worker.worker_rank}", daemon=True)
+        self.client = client
+        self.identity = identity
+        self.worker = worker
+        self.worker_id = worker_id
+        self.is_healthy = is_healthy
+        self.interval_s = interval_s
+        self.events = events
+        self.metrics = metrics
+        self.on_published = on_published
+        self.mx_source_id: str | None = None
+        self.status = p2p_pb2.SOURCE_STATUS_UNKNOWN
+        self._been_ready = False
+        self._rejections = 0
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+
+    # one tick = publish if needed, then one status update
+    def tick(self) -> None:
+        with self._lock:
+            if self._stop_event.is_set():
+                return
+            if self.mx_source_id is None and not self._publish():
+                return
+            healthy = self.is_healthy()
+            if healthy:
+                self._send(p2p_pb2.SOURCE_STATUS_READY, "healthy")
+            elif self._been_ready and self.status != p2p_pb2.SOURCE_STATUS_STALE:
+                self._send(p2p_pb2.SOURCE_STATUS_STALE, "data plane unhealthy")
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                self.tick()
+            except Exception:  # a tick never kills the heartbeat
+                logger.exception("publisher tick failed")
+            self._stop_event.wait(self.interval_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=timeout_s)
+
+    def mark_stale(self, reason: str) -> bool:
+        with self._lock:
+            if self.mx_source_id is None:
+                return False
+            return self._send(p2p_pb2.SOURCE_STATUS_STALE, reason)
+
+    def _publish(self) -> bool:
+        for attempt in range(len(PUBLISH_BACKOFF_S) + 1):
+            try:
+                resp = self.client.publish_metadata(self.identity, self.worker, self.worker_id)
+            except MetadataServerError as exc:
+                if exc.retryable and attempt < len(PUBLISH_BACKOFF_S):
+                    if self._stop_event.wait(PUBLISH_BACKOFF_S[attempt]):
+                        return False
+                    continue
+                logger.warning("publish failed: %s", exc)
+                return False
+            if not resp.success:
+                logger.warning("publish rejected: %s", resp.message)
+                return False
+            self.mx_source_id = resp.mx_source_id
+            self._rejections = 0
+            mode = "p2p" if self.worker.worker_grpc_endpoint else "central"
+            self.events.emit("published", mx_source_id=resp.mx_source_id, worker_id=self.worker_id, mode=mode)
+            self.on_published(resp.mx_source_id)
+            return True
+        return False
+
+    def _send(self, status: int, reason: str) -> bool:
+        assert self.mx_source_id is not None
+        name = STATUS_NAMES[status]
+        try:
+            resp = self.client.update_status(self.mx_source_id, self.worker_id, self.worker.worker_rank, status)
+        except MetadataServerError as exc:
+            self.metrics.heartbeats.labels(name, "error").inc()
+            self.events.emit("heartbeat", status=name, ok=False, message=str(exc))
+            return False
+        self.metrics.heartbeats.labels(name, "ok" if resp.success else "rejected").inc()
+        self.events.emit("heartbeat", status=name, ok=resp.success, message=resp.message)
+        if not resp.success:
+            self._rejections += 1
+            if self._rejections >= REJECTIONS_BEFORE_REPUBLISH:
+                logger.warning("heartbeat rejected %d times: publishing again", self._rejections)
+                self.mx_source_id = None
+                self._rejections = 0
+            return False
+        self._rejections = 0
+        if status != self.status:
+            self.events.emit("status_change", status=name, previous=STATUS_NAMES[self.status], reason=reason)
+            for s, n in STATUS_NAMES.items():
+                self.metrics.source_status.labels(n).set(1 if s == status else 0)
+            self.status = status
+        if status == p2p_pb2.SOURCE_STATUS_READY:
+            self._been_ready = True
+        return True
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    server: str
+    worker_rank: int = 0
+    mode: str = "p2p"  # p2p | central
+    advertise_host: str = "127.0.0.1"
+    worker_port: int = 0
+    heartbeat_interval_s: float = config.DEFAULT_HEARTBEAT_INTERVAL_S
+
+
+class SourceService:
+    """WorkerService + Publisher around a manager that already holds registered tensors."""
+
+    def __init__(
+        self,
+        manager: NixlTransferManager,
+        arena: Arena,
+        checksums: list[str],
+        identity: p2p_pb2.SourceIdentity,
+        options: ServeOptions,
+        accelerator: str,
+        events: EventLog,
+        metrics: Metrics,
+    ) -> None:
+        self.manager = manager
+        self.options = options
+        self.events = events
+        self.metrics = metrics
+        self.worker_id = uuid.uuid4().hex[:8]
+        self.client = MxClient(options.server)
+        tensors = tensor_descriptors(arena, checksums, manager.device_id)
+        md_endpoint = endpoint(options.advertise_host, manager.listen_port or 0)
+        self.manifest = WorkerManifest(
+            worker_id=self.worker_id, worker_rank=options.worker_rank, tensors=tuple(tensors),
+            metadata_endpoint=md_endpoint, agent_name=manager.agent_name, accelerator=accelerator,
+        )
+        self.servicer = WorkerServicer(self.manifest, metrics=metrics)
+        self.grpc_server = None
+        worker = p2p_pb2.WorkerMetadata(worker_rank=options.worker_rank, agent_name=manager.agent_name,
+                                        accelerator=accelerator, status=p2p_pb2.SOURCE_STATUS_INITIALIZING)
+        if options.mode == "p2p":
+            self.grpc_server, port = start_worker_server(self.servicer, options.advertise_host, options.worker_port)
+            worker.metadata_endpoint = md_endpoint
+            worker.worker_grpc_endpoint = endpoint(options.advertise_host, port)
+            events.emit("listening", what="worker_grpc", port=port, endpoint=worker.worker_grpc_endpoint)
+        elif options.mode == "central":
+            worker.nixl_metadata = manager._metadata
+            worker.tensor_source.tensors.extend(tensors)
+        else:
+            raise ValueError(f"source mode {options.mode!r} is not p2p or central")
+        self.publisher = Publisher(
+            self.client, identity, worker, self.worker_id, manager.is_healthy, options.heartbeat_interval_s,
+            events, metrics, on_published=lambda sid: self.servicer.set_manifest(self.manifest.published_as(sid)),
+        )
+
+    def start(self) -> None:
+        self.publisher.start()
+
+    def close(self) -> None:
+        """The teardown order of the module docstring. Never raises."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("stop_heartbeat", self.publisher.stop),
+            ("mark_stale", lambda: self.publisher.mark_stale("shutdown")),
+            ("stop_worker_server", self._stop_worker_server),
+        ]
+        for step, action in steps:
+            try:
+                detail = action()
+                self.events.emit("shutdown_step", step=step, ok=True, detail=detail)
+            except Exception as exc:
+                self.events.emit("shutdown_step", step=step, ok=False, detail=str(exc))
+        self.manager.shutdown()
+        self.client.close()
+
+    def _stop_worker_server(self) -> None:
+        self.servicer.drain()
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=1.0).wait(timeout=3.0)
+
+
+def wait_for_stop(stop: threading.Event, seconds: float | None) -> None:
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while not stop.is_set():
+        remaining = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+        if remaining <= 0:
+            return
+        stop.wait(remaining)
