@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensors", type=int, default=32)
     p.add_argument("--tensor-mib", type=float, default=8.0)
     p.add_argument("--workdir", type=Path, default=None, help="where logs/events go (default: a temp dir)")
+    p.add_argument("--transport", default="ucx-tcp", choices=sorted(config.TRANSPORT_PROFILES),
+                   help="UCX profile for every process of the demo (default ucx-tcp)")
     return parser
 
 

@@ -28,6 +28,17 @@ EXIT_USAGE = 2  # bad flags or input
 EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
 
 
+def die_with_parent() -> None:
+    """``preexec_fn`` for children that must not outlive their parent, even if it crashes.
+
+    Linux only (PR_SET_PDEATHSIG = 1): the child gets SIGTERM when its parent dies.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
 class StopSignals:
     """While entered, SIGTERM/SIGINT set ``stop`` and record the signal."""
 

@@ -5,6 +5,8 @@ Three parts, each usable alone:
 - ``Store``: the in-memory, thread-safe record of every published worker, keyed
   by ``(mx_source_id, worker_id)``. It owns the clock (injectable, wall seconds),
   stamps ``updated_at`` in unix ms, and applies the reaper's decisions atomically.
+  It reports every change to a ``StoreListener`` *under its lock*, so the
+  ``source_*`` events (``EventJournal``) appear in the order the changes happened.
 - ``P2pServicer``: the ``P2pService`` RPCs. A bad request gets a negative answer
   with a message naming the field and the rule (``success=false``,
   ``found=false``), never a gRPC error; an unexpected exception becomes INTERNAL
@@ -35,13 +37,13 @@ from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from mxref import __version__, config
 from mxref.errors import LocalError
-from mxref.events import NULL, EventLog, log_to_stderr
+from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import Metrics
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
@@ -125,10 +127,6 @@ class StatusChange:
     record: SourceRecord
     previous: SourceStatus
 
-    @property
-    def changed(self) -> bool:
-        return self.record.status != self.previous
-
 
 class UpdateRejected(Exception):
     """The store refused a status update; the message says why (unknown worker, wrong rank)."""
@@ -147,11 +145,64 @@ class Reaped:
     record: SourceRecord
 
 
+class StoreListener(Protocol):
+    """Told of every change, in order, while the store's lock is held (so: be quick)."""
+
+    def published(self, record: SourceRecord) -> None: ...
+
+    def status_changed(self, record: SourceRecord, previous: SourceStatus, by: str) -> None: ...
+
+    def deleted(self, record: SourceRecord, by: str) -> None: ...
+
+
+class EventJournal:
+    """A ``StoreListener`` writing ``source_published`` / ``source_status`` / ``source_deleted``."""
+
+    def __init__(self, events: EventLog) -> None:
+        self._events = events
+
+    def published(self, record: SourceRecord) -> None:
+        self._events.emit(
+            "source_published",
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+            worker_rank=record.worker.worker_rank,
+            status=status_name(record.status),
+        )
+
+    def status_changed(self, record: SourceRecord, previous: SourceStatus, by: str) -> None:
+        self._events.emit(
+            "source_status",
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+            status=status_name(record.status),
+            previous=status_name(previous),
+            by=by,
+        )
+
+    def deleted(self, record: SourceRecord, by: str) -> None:
+        self._events.emit("source_deleted", mx_source_id=record.mx_source_id, worker_id=record.worker_id, by=by)
+
+
+class _Silent:
+    """The listener of a store nobody watches."""
+
+    def published(self, record: SourceRecord) -> None:
+        pass
+
+    def status_changed(self, record: SourceRecord, previous: SourceStatus, by: str) -> None:
+        pass
+
+    def deleted(self, record: SourceRecord, by: str) -> None:
+        pass
+
+
 class Store:
     """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic."""
 
-    def __init__(self, clock: Clock = time.time) -> None:
+    def __init__(self, clock: Clock = time.time, listener: StoreListener | None = None) -> None:
         self._clock = clock
+        self._listener: StoreListener = listener if listener is not None else _Silent()
         self._lock = threading.Lock()
         self._records: dict[tuple[str, str], SourceRecord] = {}
 
@@ -180,6 +231,7 @@ class Store:
                 updated_at_ms=self.now_ms(),
             )
             self._records[record.key] = record
+            self._listener.published(record)
         return record
 
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
@@ -201,6 +253,8 @@ class Store:
                 )
             updated = dataclasses.replace(record, status=status, updated_at_ms=self.now_ms())
             self._records[record.key] = updated
+            if updated.status != record.status:
+                self._listener.status_changed(updated, record.status, by="rpc")
         return StatusChange(updated, record.status)
 
     def snapshot(self) -> list[SourceRecord]:
@@ -216,16 +270,19 @@ class Store:
             return len(self._records)
 
     def sweep(self, decide: Callable[[SourceRecord, int], ReapAction | None]) -> list[Reaped]:
-        """Apply ``decide(record, now_ms)`` to every record under one lock."""
+        """Apply ``decide(record, now_ms)`` to every record under one lock (the reaper's changes)."""
         done: list[Reaped] = []
         with self._lock:
             now_ms = self.now_ms()
             for key, record in list(self._records.items()):
                 action = decide(record, now_ms)
                 if action is ReapAction.MARK_STALE:
-                    self._records[key] = dataclasses.replace(record, status=STALE)
+                    stale = dataclasses.replace(record, status=STALE)
+                    self._records[key] = stale
+                    self._listener.status_changed(stale, record.status, by="reaper")
                 elif action is ReapAction.DELETE:
                     del self._records[key]
+                    self._listener.deleted(record, by="reaper")
                 else:
                     continue
                 done.append(Reaped(action, record))
@@ -321,19 +378,11 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
 
 
 class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
-    """``P2pService`` over a ``Store``; emits ``source_published`` / ``source_status`` events."""
+    """``P2pService`` over a ``Store`` (whose listener reports the changes)."""
 
-    def __init__(
-        self,
-        store: Store,
-        timers: config.ServerTimers,
-        *,
-        events: EventLog = NULL,
-        metrics: Metrics | None = None,
-    ) -> None:
+    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: Metrics | None = None) -> None:
         self._store = store
         self._timers = timers
-        self._events = events
         self._metrics = metrics if metrics is not None else Metrics("server")
         for status in ALL_STATUSES:
             self._metrics.sources.labels(status_name(status)).set_function(
@@ -391,13 +440,6 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             )
         status = request.worker.status if request.worker.status != UNKNOWN else INITIALIZING
         record = self._store.publish(request.identity, request.worker, request.worker_id, status)
-        self._events.emit(
-            "source_published",
-            mx_source_id=record.mx_source_id,
-            worker_id=record.worker_id,
-            worker_rank=record.worker.worker_rank,
-            status=status_name(record.status),
-        )
         response = p2p_pb2.PublishMetadataResponse(
             success=True,
             message=f"published worker {record.worker_id} of source {record.mx_source_id} as {status_name(status)}",
@@ -435,15 +477,6 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             change = self._apply_update(request)
         except UpdateRejected as exc:
             return p2p_pb2.UpdateStatusResponse(success=False, message=f"update rejected: {exc}"), Outcome.REJECTED
-        if change.changed:
-            self._events.emit(
-                "source_status",
-                mx_source_id=request.mx_source_id,
-                worker_id=request.worker_id,
-                status=status_name(change.record.status),
-                previous=status_name(change.previous),
-                by="rpc",
-            )
         return p2p_pb2.UpdateStatusResponse(success=True, message=status_name(change.record.status)), Outcome.OK
 
     def _apply_update(self, request: p2p_pb2.UpdateStatusRequest) -> StatusChange:
@@ -479,42 +512,20 @@ class Reaper:
 
     ``scan_once()`` is the whole job (tests call it with an injected clock);
     ``start()``/``stop()`` run it on a daemon thread. A failing scan is logged
-    and the next one runs as usual.
+    and the next one runs as usual. Events come from the store's listener.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        timers: config.ServerTimers,
-        *,
-        events: EventLog = NULL,
-        metrics: Metrics | None = None,
-    ) -> None:
+    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: Metrics | None = None) -> None:
         self._store = store
         self._timers = timers
-        self._events = events
         self._metrics = metrics
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mx-reaper", daemon=True)
 
     def scan_once(self) -> list[Reaped]:
         done = self._store.sweep(lambda record, now_ms: reap_action(record, now_ms, self._timers))
-        for item in done:
-            record = item.record
-            if item.action is ReapAction.MARK_STALE:
-                self._events.emit(
-                    "source_status",
-                    mx_source_id=record.mx_source_id,
-                    worker_id=record.worker_id,
-                    status=status_name(STALE),
-                    previous=status_name(record.status),
-                    by="reaper",
-                )
-            else:
-                self._events.emit(
-                    "source_deleted", mx_source_id=record.mx_source_id, worker_id=record.worker_id, by="reaper"
-                )
-            if self._metrics is not None:
+        if self._metrics is not None:
+            for item in done:
                 self._metrics.reaper_actions.labels(item.action.value).inc()
         return done
 
@@ -626,9 +637,9 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     timers = config.ServerTimers.resolve(args.heartbeat_timeout, args.reaper_interval, args.gc_timeout)
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
     metrics = Metrics("server")
-    store = Store()
-    servicer = P2pServicer(store, timers, events=events, metrics=metrics)
-    reaper = Reaper(store, timers, events=events, metrics=metrics)
+    store = Store(listener=EventJournal(events))
+    servicer = P2pServicer(store, timers, metrics=metrics)
+    reaper = Reaper(store, timers, metrics=metrics)
     code = EXIT_OK
     with _StopSignals(stop) as signals:
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from pydantic import Field
+
 from harness.checks import (
     CheckParams,
     CheckResult,
@@ -15,8 +17,6 @@ from harness.checks import (
     truthy_integrity,
 )
 from harness.spec import Duration, Name, Ref, format_seconds
-from pydantic import Field
-
 from harness.timeline import History
 
 

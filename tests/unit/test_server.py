@@ -9,6 +9,7 @@ readable by GetMetadata, and a servicer bug is an INTERNAL error that is counted
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from mxref.events import EventLog
 from mxref.identity import mx_source_id
 from mxref.metrics import Metrics
 from mxref.server import (
+    EventJournal,
     P2pServicer,
     Reaper,
     SourceRecord,
@@ -100,12 +102,13 @@ def worker(rank: int = 0, status: int = p2p_pb2.SOURCE_STATUS_UNKNOWN) -> p2p_pb
 
 def make_stack(tmp_path: Path, store: Store | None = None, clock: ManualClock | None = None) -> Iterator[Stack]:
     clock = clock if clock is not None else ManualClock()
-    store = store if store is not None else Store(clock)  # not `or`: an empty Store is falsy
-    metrics = Metrics("server")
     events_path = tmp_path / "events.jsonl"
     events = EventLog(events_path, "server", "server")
-    servicer = P2pServicer(store, TIMERS, events=events, metrics=metrics)
-    reaper = Reaper(store, TIMERS, events=events, metrics=metrics)
+    if store is None:  # not `or`: an empty Store is falsy
+        store = Store(clock, listener=EventJournal(events))
+    metrics = Metrics("server")
+    servicer = P2pServicer(store, TIMERS, metrics=metrics)
+    reaper = Reaper(store, TIMERS, metrics=metrics)
     server, port = start_metadata_server(servicer, "127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
     client = MxClient(address, timeout_s=5)
@@ -433,3 +436,39 @@ def test_metrics_count_rpcs_sources_and_reaper_actions(stack: Stack) -> None:
     assert samples[("mxref_server_sources", (("status", "STALE"),))] == 2
     assert samples[("mxref_server_sources", (("status", "READY"),))] == 0
     assert samples[("mxref_server_reaper_actions_total", (("action", "mark_stale"),))] == 2
+
+
+def test_events_replay_to_the_stored_status_under_concurrency(tmp_path: Path) -> None:
+    """Events are written under the store's lock, so replaying them gives the true final status
+    even when heartbeats and reaper demotions race."""
+    clock = ManualClock()
+    events_path = tmp_path / "race.jsonl"
+    events = EventLog(events_path, "server", "server")
+    store = Store(clock, listener=EventJournal(events))
+    sid = store.publish(identity(), worker(), "w1", READY).mx_source_id
+    always_stale = ServerTimers(heartbeat_timeout_s=0.001, reaper_scan_interval_s=1, gc_timeout_s=1e9)
+    reaper = Reaper(store, always_stale)
+    clock.advance(1)  # from here on every record looks silent to the reaper
+
+    def heartbeats() -> None:
+        for _ in range(300):
+            store.update_status(sid, "w1", 0, READY)
+
+    def sweeps() -> None:
+        for _ in range(300):
+            reaper.scan_once()
+
+    threads = [threading.Thread(target=heartbeats), threading.Thread(target=sweeps)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    events.close()
+    replayed = None
+    for line in events_path.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] in ("source_published", "source_status"):
+            replayed = event["status"]
+    record = store.get(sid, "w1")
+    assert record is not None
+    assert replayed == {READY: "READY", STALE: "STALE"}[record.status]

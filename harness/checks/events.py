@@ -1,0 +1,82 @@
+"""Event-level checks: ``ordering``, ``count``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import Field, model_validator
+
+from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
+from harness.spec import Name, Ref, Scalar, custom_error
+from harness.timeline import History
+
+
+class OrderingParams(CheckParams):
+    """The referenced points all happened, in this order (``strict``: no two at the same time)."""
+
+    events: tuple[Ref, ...] = Field(min_length=2)
+    strict: bool = False
+
+    def label(self, kind: str) -> str:
+        return self.name or "ordering(" + " < ".join(r.describe() for r in self.events) + ")"
+
+
+@register("ordering", OrderingParams)
+def ordering(p: OrderingParams, h: History, run: RunFacts) -> CheckResult:
+    """Resolve every reference; times must be non-decreasing (increasing when strict)."""
+    times: list[tuple[str, float | None]] = []
+    for ref in p.events:
+        entry = resolve_ref(ref, h)
+        times.append((ref.describe(), entry.t if entry else None))
+    details = {"points": [[label, None if t is None else round(t, 6)] for label, t in times]}
+    missing = [label for label, t in times if t is None]
+    if missing:
+        return CheckResult(False, "never happened: " + ", ".join(missing), details)
+    for (a, ta), (b, tb) in zip(times, times[1:], strict=False):
+        assert ta is not None and tb is not None
+        if tb < ta or (p.strict and tb == ta):
+            return CheckResult(False, f"{b} ({tb:.3f}s) is not after {a} ({ta:.3f}s)", details)
+    marks = tuple((t, label) for label, t in times if t is not None)
+    return CheckResult(True, " < ".join(f"{label} ({t:.3f}s)" for label, t in times), details, marks)
+
+
+class CountParams(CheckParams):
+    """How many ``event`` entries ``process`` emitted (matching ``where``), between ``min``
+    and ``max``; e.g. ``max: 0`` for "never"."""
+
+    process: Name
+    event: str
+    where: dict[str, Scalar] = Field(default_factory=dict)
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> CountParams:
+        if self.min is None and self.max is None:
+            raise custom_error("bounds", "give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise custom_error("bounds", f"min {self.min} is greater than max {self.max}")
+        return self
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        yield "process", self.process, None
+
+    def label(self, kind: str) -> str:
+        lo = "" if self.min is None else f"{self.min} <= "
+        hi = "" if self.max is None else f" <= {self.max}"
+        return self.name or f"count({lo}{self.process} {self.event}{hi})"
+
+
+@register("count", CountParams)
+def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
+    found = h.select(actor=p.process, f=p.event, where=p.where)
+    n = len(found)
+    details = {"count": n, "times": [round(e.t, 6) for e in found[:50]]}
+    if p.min is not None and n < p.min:
+        return CheckResult(False, f"{p.process} {p.event}: {n}, expected at least {p.min}", details)
+    if p.max is not None and n > p.max:
+        first = found[p.max]
+        return CheckResult(
+            False, f"{p.process} {p.event}: {n}, expected at most {p.max}", details, ((first.t, f"{p.event} #{p.max + 1}"),)
+        )
+    return CheckResult(True, f"{p.process} {p.event}: {n}", details)

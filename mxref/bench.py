@@ -1,0 +1,112 @@
+"""A raw two-process NIXL READ: the baseline the reference flow is measured against.
+
+``python -m mxref.bench --bytes N --repeat K`` starts a raw source process (one
+registered buffer, progress pumped every 1 ms) and reads the buffer from this
+process with the NIXL API directly: one descriptor, one handle, tight polling.
+Same transport profile and progress settings as mxref's source and reader, so
+the ratio between the two isolates what mxref's flow adds (control plane,
+handshake, per-tensor descriptors, integrity check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from mxref import config
+
+
+def _source(port: int, nbytes: int, seconds: float) -> int:
+    from mxref.nixl_transfer import import_nixl
+
+    api = import_nixl()
+    agent = api.nixl_agent("raw-src", api.nixl_agent_config(False, True, port, backends=["UCX"]))
+    buf = np.arange(nbytes // 8, dtype=np.uint64)
+    reg = agent.register_memory(np.array([(buf.ctypes.data, buf.nbytes, 0)], dtype=np.uint64), "DRAM")
+    print(json.dumps({"addr": int(buf.ctypes.data), "bytes": int(buf.nbytes)}), flush=True)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        agent.get_new_notifs()
+        time.sleep(0.001)
+    agent.deregister_memory(reg)
+    return 0
+
+
+def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
+    """GB/s of each of ``repeat`` READs of ``nbytes`` from a fresh raw source process."""
+    from mxref.nixl_transfer import import_nixl
+    from mxref.process import die_with_parent
+    from mxref.source import free_port
+
+    port = free_port()
+    src = subprocess.Popen(
+        [sys.executable, "-m", "mxref.bench", "--serve", str(port), "--bytes", str(nbytes),
+         "--seconds", str(timeout_s + 30)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, preexec_fn=die_with_parent,
+    )
+    try:
+        assert src.stdout is not None
+        line = ""
+        while not line.startswith("{"):  # NIXL logs to stdout too
+            line = src.stdout.readline()
+            if not line:
+                raise RuntimeError("raw source exited before reporting its buffer")
+        info = json.loads(line)
+        api = import_nixl()
+        agent = api.nixl_agent(f"raw-rd-{os.getpid()}", api.nixl_agent_config(False, True, free_port(), backends=["UCX"]))
+        dst = np.zeros(info["bytes"] // 8, dtype=np.uint64)
+        agent.register_memory(np.array([(dst.ctypes.data, dst.nbytes, 0)], dtype=np.uint64), "DRAM")
+        deadline = time.monotonic() + timeout_s
+        while not agent.check_remote_metadata("raw-src"):
+            if time.monotonic() > deadline:
+                raise TimeoutError("raw source metadata did not arrive")
+            agent.fetch_remote_metadata("raw-src", "127.0.0.1", port)
+            time.sleep(0.05)
+        local = agent.get_xfer_descs(np.array([(dst.ctypes.data, dst.nbytes, 0)], dtype=np.uint64), "DRAM")
+        remote = agent.get_xfer_descs(np.array([(info["addr"], info["bytes"], 0)], dtype=np.uint64), "DRAM")
+        rates = []
+        for _ in range(repeat):
+            handle = agent.initialize_xfer("READ", local, remote, "raw-src")
+            t0 = time.perf_counter()
+            state = agent.transfer(handle)
+            while state != "DONE":
+                state = agent.check_xfer_state(handle)
+                if state == "ERR" or time.monotonic() > deadline:
+                    raise RuntimeError(f"raw READ ended in {state}")
+            rates.append(info["bytes"] / (time.perf_counter() - t0) / 1e9)
+            agent.release_xfer_handle(handle)
+        if not np.array_equal(dst[:1024], np.arange(1024, dtype=np.uint64)):
+            raise RuntimeError("raw READ delivered wrong bytes")
+        agent.remove_remote_agent("raw-src")
+        return rates
+    finally:
+        src.kill()
+        src.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, default=256 << 20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--transport", default="ucx-tcp", choices=sorted(config.TRANSPORT_PROFILES))
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=90.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    config.apply_transport_profile(args.transport)
+    if args.serve is not None:
+        return _source(args.serve, args.bytes, args.seconds)
+    rates = raw_read(args.bytes, args.repeat)
+    print(json.dumps({"raw_read": {"bytes": args.bytes, "gbps": [round(r, 3) for r in rates],
+                                   "median_gbps": round(statistics.median(rates), 3)}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
