@@ -34,7 +34,7 @@ from pydantic import (
 
 from harness import checks as check_registry
 from harness import faults as fault_registry
-from harness.checks.processes import ExitCode
+from harness.checks.processes import ExitCodes
 from harness.errors import Issue, ScenarioInvalid
 from harness.faults import FaultSpec
 from harness.scrape import Comparison
@@ -330,11 +330,12 @@ class AwaitEvent(Strict):
 
 
 class AwaitExit(Strict):
-    """Wait for ``process`` (its current incarnation) to exit, optionally with ``code``."""
+    """Wait for ``process`` (its current incarnation) to exit, optionally with ``code`` (one
+    or a list; negative or a signal name: killed by that signal)."""
 
     process: Name
     exit: Literal[True]
-    code: ExitCode | list[ExitCode] | None = None
+    code: ExitCodes | None = None
     within: Duration | None = None
     on_timeout: OnTimeout = "fail"
 
@@ -754,15 +755,8 @@ def _issue_from_pydantic(err: Mapping[str, Any], root: yaml.Node) -> Issue:
     ctx = err.get("ctx") or {}
     value = err.get("input")
     show = _is_scalar(value)
-    message = str(err["msg"])
-    if kind == "unknown_key":
-        loc = (*loc, ctx["key"])
-        message, show = ctx["message"], False
-    elif kind in ("step", "check", "ref", "bounds"):
-        message, show = ctx.get("message", message), False
-    elif "message" in ctx:
-        message = ctx["message"]
-    elif kind == "missing":
+    message = str(ctx.get("message", err["msg"]))
+    if kind == "missing":
         message, show = "required key is missing", False
     elif kind == "union_tag_invalid":
         key = str(ctx.get("discriminator", "")).strip("'")
@@ -772,9 +766,13 @@ def _issue_from_pydantic(err: Mapping[str, Any], root: yaml.Node) -> Issue:
     elif kind == "union_tag_not_found":
         key = str(ctx.get("discriminator", "")).strip("'")
         loc = (*loc, key)
-        message, show = f"required key is missing (the {key} decides which keys are allowed)", False
+        message, show = f"required key is missing (the {key} decides which other keys are allowed)", False
     elif kind == "extra_forbidden":
         message, show = "unknown key", False
+    elif kind in ("unknown_key", "step", "check", "ref", "bounds"):
+        show = False
+    if show and repr(value) in message:
+        show = False
     return _locate(root, loc, message, value, show)
 
 

@@ -20,8 +20,18 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = [
     "Duration",
@@ -94,24 +104,42 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _reject_unknown_keys(cls, data: Any) -> Any:
+    def _reject_unknown_keys(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        # Every unknown key is its own error at its own location, and the known keys are
+        # still validated, so one typo does not hide the other problems of the mapping.
         if not isinstance(data, Mapping):
-            return data
+            return handler(data)
         allowed = [field.alias or name for name, field in cls.model_fields.items()]
         unknown = [key for key in data if key not in allowed]
         if not unknown:
-            return data
-        key = unknown[0]
-        close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        more = f" (and {', '.join(repr(k) for k in unknown[1:])})" if len(unknown) > 1 else ""
-        raise custom_error(
-            "unknown_key",
-            f"unknown key {key!r}{more}{hint} (allowed: {', '.join(allowed)})",
-            key=str(key),
-        )
+            return handler(data)
+        errors: list[InitErrorDetails] = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errors.append(
+                InitErrorDetails(
+                    type=custom_error("unknown_key", f"unknown key {key!r}{hint} (allowed: {', '.join(allowed)})"),
+                    loc=(str(key),),
+                    input=data[key],
+                )
+            )
+        try:
+            handler({k: v for k, v in data.items() if k not in unknown})
+        except ValidationError as exc:
+            for err in exc.errors():
+                ctx = dict(err.get("ctx") or {})
+                ctx.setdefault("message", err["msg"])
+                errors.append(
+                    InitErrorDetails(
+                        type=PydanticCustomError(err["type"], "{message}", ctx),
+                        loc=tuple(err["loc"]),
+                        input=err["input"],
+                    )
+                )
+        raise ValidationError.from_exception_data(cls.__name__, errors)
 
 
 class Ref(Strict):

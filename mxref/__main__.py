@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", type=Path, default=None, help="where logs/events go (default: a temp dir)")
     p.add_argument("--transport", default="ucx-tcp", choices=sorted(config.TRANSPORT_PROFILES),
                    help="UCX profile for every process of the demo (default ucx-tcp)")
+    p.add_argument("--accelerator", default="cpu", choices=["cpu", "cuda"],
+                   help="where source and reader keep the tensors (default cpu)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the raw NIXL READ comparison")
     return parser
 
 
@@ -140,9 +143,10 @@ def run_source(args: argparse.Namespace) -> int:
                               wait_for_stop)
 
     with Process(args.name, "source", args.events, args.metrics_port) as proc:
-        spec, arena = model_from_args(args)
-        checksums = arena.checksums()
+        spec, host_arena = model_from_args(args)
+        checksums = host_arena.checksums()
         accel = get_backend(args.accelerator)
+        arena = accel.to_device(host_arena, args.device_id)
         import uuid
 
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"

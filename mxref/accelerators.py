@@ -6,7 +6,9 @@ nothing else, so a CPU-only machine runs the same code paths as a GPU host.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
+
+from mxref.model import Arena, TensorSpec
 
 
 class AcceleratorBackend(Protocol):
@@ -18,6 +20,14 @@ class AcceleratorBackend(Protocol):
     def synchronize(self) -> None: ...
 
     def supports_rdma_p2p(self) -> bool: ...
+
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> Any:
+        """An empty arena for ``specs`` in this backend's memory (same interface as ``Arena``)."""
+        ...
+
+    def to_device(self, host: Arena, device_id: int = 0) -> Any:
+        """The host arena's contents in this backend's memory (``host`` itself on the CPU)."""
+        ...
 
 
 class CpuBackend:
@@ -34,6 +44,79 @@ class CpuBackend:
 
     def supports_rdma_p2p(self) -> bool:
         return True
+
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> Arena:
+        return Arena(specs)
+
+    def to_device(self, host: Arena, device_id: int = 0) -> Arena:
+        return host
+
+
+class CudaArena:
+    """An ``Arena`` in device memory: one torch allocation, the host arena's layout.
+
+    Checksums copy each tensor to the host first (integrity is checked on the bytes
+    that landed, not on what we meant to write).
+    """
+
+    def __init__(self, specs: list[TensorSpec], device_id: int) -> None:
+        import torch
+
+        layout = Arena.__new__(Arena)  # reuse the layout rule without allocating host memory
+        layout.specs = list(specs)
+        layout.offsets, off = [], 0
+        from mxref.model import ALIGN
+
+        for spec in layout.specs:
+            layout.offsets.append(off)
+            off += -(-spec.nbytes // ALIGN) * ALIGN
+        self.specs = layout.specs
+        self.offsets = layout.offsets
+        self.nbytes = max(off, ALIGN)
+        self.device_id = device_id
+        self.buffer = torch.empty(self.nbytes, dtype=torch.uint8, device=f"cuda:{device_id}")
+
+    @property
+    def addr(self) -> int:
+        return int(self.buffer.data_ptr())
+
+    def regions(self) -> list[tuple[int, int]]:
+        return [(self.addr + off, spec.nbytes) for off, spec in zip(self.offsets, self.specs)]
+
+    def _slice(self, i: int) -> Any:
+        return self.buffer[self.offsets[i]:self.offsets[i] + self.specs[i].nbytes]
+
+    def raw(self, i: int) -> Any:
+        """Host copy of tensor ``i``'s bytes (numpy)."""
+        return self._slice(i).cpu().numpy()
+
+    def checksum(self, i: int) -> str:
+        from mxref.model import checksum
+
+        return checksum(self.raw(i))
+
+    def checksums(self) -> list[str]:
+        return [self.checksum(i) for i in range(len(self.specs))]
+
+    def fill(self, value: int = 0) -> None:
+        self.buffer.fill_(value)
+
+    def copy_from(self, host: Arena) -> None:
+        import torch
+
+        for i in range(len(self.specs)):
+            self._slice(i).copy_(torch.from_numpy(host.raw(i)))
+        torch.cuda.synchronize(self.device_id)
+
+    def tensors(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {s.name: self.raw(i).view(np.dtype(s.dtype)).reshape(s.shape) for i, s in enumerate(self.specs)}
+
+    def release(self) -> None:
+        import torch
+
+        self.buffer = torch.empty(0, dtype=torch.uint8, device=f"cuda:{self.device_id}")
 
 
 class CudaBackend:
@@ -58,6 +141,15 @@ class CudaBackend:
 
     def supports_rdma_p2p(self) -> bool:
         return True
+
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> CudaArena:
+        return CudaArena(specs, device_id)
+
+    def to_device(self, host: Arena, device_id: int = 0) -> CudaArena:
+        arena = CudaArena(host.specs, device_id)
+        arena.copy_from(host)
+        host.release()
+        return arena
 
 
 BACKENDS = {"cpu": CpuBackend, "cuda": CudaBackend}

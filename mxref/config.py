@@ -120,6 +120,13 @@ TRANSPORT_PROFILES: dict[str, dict[str, str]] = {
         "UCX_TCP_TX_SEG_SIZE": "512K",
         "UCX_TCP_RX_SEG_SIZE": "512K",
     },
+    # GPU memory between processes of one host, still over TCP (cuda_copy stages it).
+    "ucx-tcp-cuda": {
+        "UCX_TLS": "tcp,cuda_copy",
+        "UCX_NET_DEVICES": "lo",
+        "UCX_TCP_TX_SEG_SIZE": "512K",
+        "UCX_TCP_RX_SEG_SIZE": "512K",
+    },
     # RDMA hosts: let UCX choose (rc/ud verbs, cuda_copy, ...).
     "rdma": {},
     # Whatever UCX picks on this host (cma/shm on one host).

@@ -81,5 +81,13 @@ class Metrics:
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Start the /metrics HTTP endpoint; returns the bound port (``port=0`` picks one)."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return int(server.server_port)
+        self._http, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        """Stop the /metrics endpoint, if one was started."""
+        http = getattr(self, "_http", None)
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+            self._http = None

@@ -115,8 +115,11 @@ class Arena:
         """(address, length) of each tensor."""
         return [(self.addr + off, spec.nbytes) for off, spec in zip(self.offsets, self.specs)]
 
+    def checksum(self, i: int) -> str:
+        return checksum(self.raw(i))
+
     def checksums(self) -> list[str]:
-        return [checksum(self.raw(i)) for i in range(len(self.specs))]
+        return [self.checksum(i) for i in range(len(self.specs))]
 
     def tensors(self) -> dict[str, np.ndarray]:
         return {spec.name: self.view(i) for i, spec in enumerate(self.specs)}

@@ -53,6 +53,11 @@ class StopSignals:
         self.received = signum
         self.stop.set()
 
+    def wait(self, tick_s: float = 0.5) -> None:
+        """Block until stopped, in bounded ticks (so signals are seen promptly)."""
+        while not self.stop.wait(tick_s):
+            pass
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
@@ -100,4 +105,5 @@ class Process:
 
     def __exit__(self, *exc: object) -> None:
         self.signals.__exit__()
+        self.metrics.close()
         self.events.close()

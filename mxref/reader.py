@@ -31,7 +31,7 @@ from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, LoadFailed, MetadataServerError, MxError, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import Metrics
-from mxref.model import Arena, TensorSpec, checksum, load_checkpoint
+from mxref.model import Arena, TensorSpec, load_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.selection import Target, get_selector
 from mxref.source import free_port, local_tensors
@@ -225,7 +225,7 @@ class Reader:
     def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int) -> tuple[int, float]:
         """Prepare a fresh target, handshake, READ, release, verify. Returns (bytes, READ seconds)."""
         t0 = time.perf_counter()
-        self.arena = Arena(self.specs)
+        self.arena = self.accelerator.allocate(self.specs, self.options.device_id)
         self.arena.fill(0)
         self._phase("prepare", t0, "ok")
         agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
@@ -295,7 +295,7 @@ class Reader:
 
     def _verify(self, arena: Arena, expected: dict[str, str]) -> None:
         bad = [s.name for i, s in enumerate(arena.specs)
-               if not expected.get(s.name) or checksum(arena.raw(i)) != expected[s.name]]
+               if not expected.get(s.name) or arena.checksum(i) != expected[s.name]]
         self.events.emit("integrity", ok=not bad, tensors=len(arena.specs), bad=bad[:20])
         if bad:
             raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from their checksums: {bad[:5]}")
@@ -334,6 +334,7 @@ class Reader:
             result.error = f"{reason}; checkpoint {checkpoint}: {exc}"
             result.integrity = "failed"
             return
+        arena = self.accelerator.to_device(arena, self.options.device_id)
         seconds = time.perf_counter() - t0
         self.arena = arena
         result.ok, result.path, result.source = True, "disk", str(checkpoint)

@@ -46,6 +46,7 @@ from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import Metrics
+from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, StopSignals
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import bind, endpoint, server_options
 
@@ -68,8 +69,6 @@ REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
 SERVER_THREADS = 16
 SHUTDOWN_GRACE_S = 2.0
 RUN_LOOP_TICK_S = 0.5
-EXIT_OK = 0
-EXIT_STARTUP_FAILED = 1
 
 
 def status_name(status: int) -> str:
@@ -586,42 +585,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _StopSignals:
-    """While entered, SIGTERM/SIGINT set ``stop`` (and nothing else: emitting from a
-    handler could deadlock on a lock the interrupted code holds)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, stop: threading.Event | None = None) -> None:
-        self.stop = stop if stop is not None else threading.Event()
-        self.received: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.received = signum
-        self.stop.set()
-
-    def wait(self) -> None:
-        """Block until stopped, in bounded ticks."""
-        while not self.stop.wait(RUN_LOOP_TICK_S):
-            pass
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
-
 def run_server(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Run the metadata server until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
 
     ``args`` carries ``name``, ``events`` and the flags of ``add_server_args``.
-    Exit codes: 0 after a clean stop, 1 when an address cannot be bound.
+    Exit codes (``mxref.process``): 0 after a clean stop, 3 when an address cannot be bound.
     """
     events = EventLog(args.events, args.name, "server")
     try:
@@ -640,8 +608,8 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     store = Store(listener=EventJournal(events))
     servicer = P2pServicer(store, timers, metrics=metrics)
     reaper = Reaper(store, timers, metrics=metrics)
-    code = EXIT_OK
-    with _StopSignals(stop) as signals:
+    code, error = EXIT_OK, ""
+    with StopSignals(stop) as signals:
         try:
             server, port = start_metadata_server(servicer, args.host, args.port)
         except LocalError as exc:
@@ -653,19 +621,20 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             try:
                 metrics_port = metrics.serve(args.metrics_port, args.host)
             except OSError as exc:
-                logger.error("metrics: cannot bind %s: %s", endpoint(args.host, args.metrics_port), exc)
+                error = f"metrics: cannot bind {endpoint(args.host, args.metrics_port)}: {exc}"
+                logger.error("%s", error)
                 code = EXIT_STARTUP_FAILED
             else:
                 emit("listening", what="metrics", port=metrics_port, endpoint=endpoint(args.host, metrics_port))
                 reaper.start()
-                signals.wait()
+                signals.wait(RUN_LOOP_TICK_S)
                 if signals.received is not None:
                     emit("signal", signum=signals.received, name=signal.Signals(signals.received).name)
         finally:
             reaper.stop()
             stopped = server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S + 3.0)
             emit("shutdown_step", step="stop_server", ok=stopped, detail=f"grace {SHUTDOWN_GRACE_S:g}s")
-    emit("exit", code=code)
+    emit("exit", code=code, **({"error": error} if error else {}))
     return code
 
 

@@ -37,6 +37,8 @@ ExitCode = Annotated[
     BeforeValidator(_exit_code),
     WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}]}),
 ]
+# One code or a list of them; always a list once validated.
+ExitCodes = Annotated[list[ExitCode], BeforeValidator(lambda v: v if isinstance(v, list | tuple) else [v])]
 
 
 class ExitCodesParams(CheckParams):
@@ -44,7 +46,7 @@ class ExitCodesParams(CheckParams):
     code or a list; negative or a signal name: killed by that signal; ``any``).
     ``by_itself``: these processes must have exited before the harness stopped them."""
 
-    expect: dict[Name, ExitCode | list[ExitCode]] = Field(min_length=1)
+    expect: dict[Name, ExitCodes] = Field(min_length=1)
     by_itself: tuple[Name, ...] = ()
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
@@ -70,7 +72,7 @@ def exit_codes(p: ExitCodesParams, h: History, run: RunFacts) -> CheckResult:
         if last.end is None:
             unknown.append(f"{name} has no recorded exit")
             continue
-        allowed = expected if isinstance(expected, list) else [expected]
+        allowed = list(expected)
         if "any" not in allowed and last.rc not in allowed:
             problems.append(f"{name} exited {last.rc}, expected {' or '.join(str(a) for a in allowed)}")
         if name in p.by_itself and last.stopped_by_harness:

@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mxref.client import MxClient
+from mxref.process import EXIT_STARTUP_FAILED
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration
@@ -173,15 +174,15 @@ def test_reaper_demotes_then_deletes_a_silent_worker_and_sigterm_exits_0(
     assert [(e["worker_id"], e["status"]) for e in published_events] == [("w1", "INITIALIZING")]
 
 
-def test_port_in_use_exits_1_with_an_exit_event(launch: Callable[..., ServerProcess]) -> None:
+def test_port_in_use_exits_3_with_an_exit_event(launch: Callable[..., ServerProcess]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         server = launch("--port", str(port), "--metrics-port", "0")
-        assert server.proc.wait(timeout=START_TIMEOUT_S) == 1
+        assert server.proc.wait(timeout=START_TIMEOUT_S) == EXIT_STARTUP_FAILED
     [exit_event] = [e for e in server.events() if e["event"] == "exit"]
-    assert exit_event["code"] == 1
+    assert exit_event["code"] == EXIT_STARTUP_FAILED
     assert f"cannot bind 127.0.0.1:{port}" in exit_event["error"]
 
 
@@ -189,3 +190,15 @@ def test_bad_timer_flag_is_a_usage_error(launch: Callable[..., ServerProcess]) -
     server = launch("--heartbeat-timeout", "0")
     assert server.proc.wait(timeout=START_TIMEOUT_S) == 2
     assert "not a finite duration > 0" in server.log_path.read_text()
+
+
+def test_metrics_port_in_use_exits_3_with_an_exit_event(launch: Callable[..., ServerProcess]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = launch("--port", "0", "--metrics-port", str(port))
+        assert server.proc.wait(timeout=START_TIMEOUT_S) == EXIT_STARTUP_FAILED
+    exit_event = server.events()[-1]
+    assert exit_event["event"] == "exit" and exit_event["code"] == EXIT_STARTUP_FAILED
+    assert f"metrics: cannot bind 127.0.0.1:{port}" in exit_event["error"]

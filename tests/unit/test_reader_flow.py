@@ -1,0 +1,706 @@
+"""The reader's load flow (seed 001) against fakes: no server, no NIXL, no sockets.
+
+The metadata server (``MxClient``) and the source's WorkerService
+(``fetch_tensor_manifest``) are replaced by a scripted ``World``. The NIXL
+manager is the *real* ``NixlTransferManager`` whose ``create_agent`` installs a
+``FakeAgent`` instead of a NIXL agent, so peer tracking, release, rollback and
+the health carry-over run the production code. A source in the world serves the
+deterministic bytes of ``SPEC`` (the same bytes the disk checkpoint holds) and
+misbehaves as its ``behaviour`` says.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+import mxref.reader as reader_mod
+from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
+from mxref.events import EventLog
+from mxref.metrics import Metrics
+from mxref.model import ModelSpec, generate, save_checkpoint
+from mxref.nixl_transfer import NixlTransferManager
+from mxref.reader import Reader, ReaderOptions
+from mxref.source import identity_for
+from mxref.v1 import p2p_pb2
+
+SPEC = ModelSpec(name="mxref/unit", tensors=3, tensor_bytes=2048, dtype="float16", seed=7)
+SID = "0123456789abcdef"
+REMOTE_BASE = 0x7F00_0000_0000  # fake source addresses; never dereferenced
+
+# behaviours of a fake source
+OK = "ok"
+STALL = "stall"  # the READ stays PROC (a frozen source)
+DISCONNECT = "disconnect"  # check_xfer_state raises, as NIXL 1.5.1 does for a dead peer
+CORRUPT = "corrupt"  # DONE, but the bytes are not the published ones
+NO_HANDSHAKE = "no_handshake"  # its metadata never arrives
+LATE_HANDSHAKE = "late_handshake"  # never arrives within the budget, but the fetch reached it
+
+
+def _source_bytes() -> list[bytes]:
+    arena = generate(SPEC)
+    data = [arena.raw(i).tobytes() for i in range(len(arena.specs))]
+    arena.release()
+    return data
+
+
+SOURCE_BYTES = _source_bytes()
+SOURCE_SUMS = generate(SPEC).checksums()
+
+
+@dataclass
+class FakeSource:
+    worker_id: str
+    agent_name: str
+    behaviour: str = OK
+    worker_rank: int = 0
+    accelerator: str = "cpu"  # what ListSources says
+    metadata_accelerator: str | None = None  # what GetMetadata says (default: same)
+    metadata: str = "found"  # found | not_found | rpc_error
+    manifest: str = "ok"  # ok | refused | worker_mismatch
+    mode: str = "p2p"  # p2p | central
+    index: int = 0
+
+    def ref(self) -> p2p_pb2.SourceInstanceRef:
+        return p2p_pb2.SourceInstanceRef(mx_source_id=SID, worker_id=self.worker_id, model_name=SPEC.name,
+                                         worker_rank=self.worker_rank, accelerator=self.accelerator,
+                                         status=p2p_pb2.SOURCE_STATUS_READY)
+
+    def descriptors(self) -> list[p2p_pb2.TensorDescriptor]:
+        return [
+            p2p_pb2.TensorDescriptor(name=s.name, addr=REMOTE_BASE + (self.index << 24) + i * 4096, size=s.nbytes,
+                                     device_id=0, dtype=s.dtype, checksum=SOURCE_SUMS[i], shape=list(s.shape))
+            for i, s in enumerate(SPEC.tensor_specs())
+        ]
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        return "127.0.0.1", 20000 + self.index
+
+
+@dataclass
+class World:
+    sources: list[FakeSource] = field(default_factory=list)
+    list_error: bool = False
+    managers: list[RecordingManager] = field(default_factory=list)
+    metadata_calls: list[str] = field(default_factory=list)
+    manifest_calls: list[str] = field(default_factory=list)
+
+    def add(self, worker_id: str, **kw: Any) -> FakeSource:
+        src = FakeSource(worker_id=worker_id, agent_name=f"agent-{worker_id}", index=len(self.sources), **kw)
+        self.sources.append(src)
+        return src
+
+    def by_worker(self, worker_id: str) -> FakeSource:
+        return next(s for s in self.sources if s.worker_id == worker_id)
+
+    def by_agent(self, name: str) -> FakeSource:
+        return next(s for s in self.sources if s.agent_name == name)
+
+    def agent_calls(self) -> list[tuple[str, ...]]:
+        return [c for m in self.managers for c in m.fake.calls]
+
+
+class FakeClient:
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def __enter__(self) -> FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def list_sources(self, identity: Any = None, status_filter: Any = None, **kw: Any) -> list[p2p_pb2.SourceInstanceRef]:
+        if self.world.list_error:
+            raise MetadataServerError("ListSources failed: UNAVAILABLE", "ListSources", grpc.StatusCode.UNAVAILABLE)
+        return [s.ref() for s in self.world.sources]
+
+    def get_metadata(self, mx_source_id: str, worker_id: str) -> p2p_pb2.GetMetadataResponse:
+        self.world.metadata_calls.append(worker_id)
+        src = self.world.by_worker(worker_id)
+        if src.metadata == "rpc_error":
+            raise MetadataServerError("GetMetadata failed: UNAVAILABLE", "GetMetadata", grpc.StatusCode.UNAVAILABLE)
+        if src.metadata == "not_found":
+            return p2p_pb2.GetMetadataResponse(found=False)
+        worker = p2p_pb2.WorkerMetadata(
+            worker_rank=src.worker_rank, agent_name=src.agent_name,
+            accelerator=src.accelerator if src.metadata_accelerator is None else src.metadata_accelerator,
+            status=p2p_pb2.SOURCE_STATUS_READY,
+        )
+        if src.mode == "p2p":
+            host, port = src.listener
+            worker.metadata_endpoint = f"{host}:{port}"
+            worker.worker_grpc_endpoint = f"127.0.0.1:{30000 + src.index}"
+        else:
+            worker.nixl_metadata = f"md:{src.agent_name}".encode()
+            worker.tensor_source.tensors.extend(src.descriptors())
+        return p2p_pb2.GetMetadataResponse(found=True, worker=worker, mx_source_id=mx_source_id, worker_id=worker_id)
+
+
+def make_fetch_manifest(world: World):  # type: ignore[no-untyped-def]
+    def fetch(endpoint: str, mx_source_id: str, worker_id: str, timeout_s: float = 5.0) -> p2p_pb2.GetTensorManifestResponse:
+        world.manifest_calls.append(worker_id)
+        src = world.by_worker(worker_id)
+        if src.manifest == "refused":
+            raise ManifestError(f"GetTensorManifest from {endpoint} refused: UNAVAILABLE: draining",
+                                grpc.StatusCode.UNAVAILABLE)
+        if src.manifest == "worker_mismatch":
+            raise WorkerIdMismatch(f"GetTensorManifest from {endpoint} answered as worker 'other'",
+                                   requested=worker_id, actual="other")
+        host, port = src.listener
+        return p2p_pb2.GetTensorManifestResponse(
+            tensors=src.descriptors(), mx_source_id=mx_source_id, metadata_endpoint=f"{host}:{port}",
+            agent_name=src.agent_name, worker_rank=src.worker_rank, accelerator=src.accelerator, worker_id=worker_id,
+        )
+
+    return fetch
+
+
+class FakeAgent:
+    """Enough of a NIXL 1.5.1 agent for the reader path; records every lifecycle call."""
+
+    def __init__(self, world: World, name: str) -> None:
+        self.world = world
+        self.name = name
+        self.calls: list[tuple[str, ...]] = []
+        self.loaded: set[str] = set()
+        self.handles: dict[int, tuple[str, np.ndarray, np.ndarray]] = {}
+
+    def get_agent_metadata(self) -> bytes:
+        return f"md:{self.name}".encode()
+
+    def register_memory(self, descs: np.ndarray, mem_type: str) -> object:
+        self.calls.append(("register", self.name))
+        return ("reg", self.name)
+
+    def deregister_memory(self, reg: object) -> None:
+        self.calls.append(("deregister", self.name))
+
+    def fetch_remote_metadata(self, name: str, ip: str, port: int) -> None:
+        self.calls.append(("fetch", name))
+        if self.world.by_agent(name).behaviour not in (NO_HANDSHAKE, LATE_HANDSHAKE):
+            self.loaded.add(name)
+
+    def check_remote_metadata(self, name: str) -> bool:
+        return name in self.loaded
+
+    def add_remote_agent(self, blob: bytes) -> bytes:
+        name = blob.decode().removeprefix("md:")
+        self.calls.append(("add", name))
+        self.loaded.add(name)
+        return name.encode()
+
+    def remove_remote_agent(self, name: str) -> None:
+        self.calls.append(("remove", name))
+        self.loaded.discard(name)
+
+    def invalidate_local_metadata(self, ip: str, port: int) -> None:
+        self.calls.append(("invalidate", f"{ip}:{port}"))
+
+    def get_xfer_descs(self, descs: np.ndarray, mem_type: str) -> np.ndarray:
+        return descs
+
+    def initialize_xfer(self, op: str, local: np.ndarray, remote: np.ndarray, name: str) -> int:
+        if name not in self.loaded:
+            raise RuntimeError(f"nixlNotFoundError: remote agent {name!r} is not loaded")
+        handle = len(self.handles) + 1
+        self.handles[handle] = (name, local, remote)
+        return handle
+
+    def transfer(self, handle: int) -> str:
+        self.calls.append(("transfer", self.handles[handle][0]))
+        return "PROC"
+
+    def check_xfer_state(self, handle: int) -> str:
+        name, local, remote = self.handles[handle]
+        src = self.world.by_agent(name)
+        if src.behaviour == STALL:
+            return "PROC"
+        if src.behaviour == DISCONNECT:
+            raise RuntimeError("nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT")
+        by_addr = {d.addr: i for i, d in enumerate(src.descriptors())}
+        for (laddr, size, _), (raddr, _rsize, _) in zip(local.tolist(), remote.tolist()):
+            data = SOURCE_BYTES[by_addr[raddr]]
+            if src.behaviour == CORRUPT:
+                data = bytes(len(data))
+            ctypes.memmove(laddr, data, size)
+        return "DONE"
+
+    def release_xfer_handle(self, handle: int) -> None:
+        self.calls.append(("release_xfer", self.handles[handle][0]))
+
+
+class RecordingManager(NixlTransferManager):
+    """The real manager over a FakeAgent; remembers what it was created with and whether it was shut down."""
+
+    world: World  # set per test by the fixture
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.initial_error = kw.get("initial_error")
+        self.fake = FakeAgent(self.world, self.agent_name)
+        self.shut_down = False
+        self.world.managers.append(self)
+
+    def create_agent(self, listen_port: int, progress_thread: bool) -> None:
+        self._agent = self.fake
+        self._listen_port = listen_port
+        self._metadata = self.fake.get_agent_metadata()
+        self._atexit_registered = False  # no process-exit hook from unit tests
+
+    def shutdown(self) -> None:
+        self.fake.calls.append(("shutdown", self.agent_name))
+        self.shut_down = True
+        super().shutdown()
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> World:
+    w = World()
+    manager_cls = type("WorldManager", (RecordingManager,), {"world": w})
+    monkeypatch.setattr(reader_mod, "MxClient", lambda address, *a, **kw: FakeClient(w))
+    monkeypatch.setattr(reader_mod, "fetch_tensor_manifest", make_fetch_manifest(w))
+    monkeypatch.setattr(reader_mod, "NixlTransferManager", manager_cls)
+    monkeypatch.setattr(reader_mod, "free_port", lambda *a: 40000)
+    return w
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    path = tmp_path / "ck.safetensors"
+    arena = generate(SPEC)
+    save_checkpoint(arena, path, SPEC)
+    arena.release()
+    return path
+
+
+class Harness:
+    def __init__(self, tmp_path: Path) -> None:
+        self.events_path = tmp_path / "reader.jsonl"
+        self.metrics = Metrics("reader")
+        self.reader: Reader | None = None
+
+    def make(self, **options: Any) -> Reader:
+        opts = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05, name="rd",
+                    selector="rendezvous_hash")
+        opts.update(options)
+        self.reader = Reader(ReaderOptions(**opts), SPEC.tensor_specs(), identity_for(SPEC.name, SPEC.dtype),
+                             EventLog(self.events_path, "rd", "reader"), self.metrics)
+        return self.reader
+
+    def load(self, **options: Any) -> reader_mod.LoadResult:
+        return self.make(**options).load()
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        if not self.events_path.exists():
+            return []
+        records = [json.loads(line) for line in self.events_path.read_text().splitlines()]
+        return [r for r in records if name is None or r["event"] == name]
+
+    def outcomes(self) -> list[tuple[str, str]]:
+        return [(e["worker_id"], e["outcome"]) for e in self.events("attempt_outcome")]
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def attempts(self, result: str) -> float:
+        policy = self.reader.policy if self.reader else "rendezvous_hash"
+        return self.sample("mx_p2p_source_attempts_total", policy=policy, result=result)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path)
+
+
+def tried(h: Harness) -> list[str]:
+    return [e["worker_id"] for e in h.events("attempt_start")]
+
+
+def order_for(h: Harness, world: World) -> list[str]:
+    """The order the reader's selector put the eligible sources in (read from its event)."""
+    return h.events("candidates")[0]["order"]
+
+
+# ----------------------------------------------------------------------------- candidates
+
+
+class TestCandidates:
+    def test_a_good_source_loads_over_rdma_verified(self, world: World, h: Harness) -> None:
+        world.add("w1")
+        result = h.load()
+        assert (result.ok, result.path, result.integrity) == (True, "rdma", "verified")
+        assert result.source == "agent-w1" and result.worker_id == "w1" and result.mx_source_id == SID
+        assert result.bytes == SPEC.total_bytes and result.tensors == SPEC.tensors
+        assert h.outcomes() == [("w1", "success")]
+        assert h.events("integrity")[-1]["ok"] is True
+        assert h.events("load_done")[0]["path"] == "rdma"
+        # the bytes really are the source's
+        arena = h.reader.arena
+        assert [arena.raw(i).tobytes() for i in range(len(arena.specs))] == SOURCE_BYTES
+
+    def test_rank_and_accelerator_filters_run_before_the_selector_and_the_cap(self, world: World, h: Harness) -> None:
+        for i in range(3):
+            world.add(f"other-rank-{i}", worker_rank=1)
+        for i in range(3):
+            world.add(f"gpu-{i}", accelerator="cuda")
+        world.add("good")
+        world.add("unknown-accel", accelerator="")  # empty = unknown: accepted, checked again later
+        reader = h.make()
+        seen: list[list[str]] = []
+        real_order = reader.selector.order
+
+        def spy(cands, target):  # type: ignore[no-untyped-def]
+            seen.append([c.worker_id for c in cands])
+            return real_order(cands, target)
+
+        reader.selector.order = spy  # type: ignore[method-assign]
+        result = reader.load()
+        assert seen == [["good", "unknown-accel"]]
+        assert result.ok and result.path == "rdma"
+        assert set(tried(h)) <= {"good", "unknown-accel"}
+        ev = h.events("candidates")[0]
+        assert (ev["listed"], ev["rank_matched"], ev["accelerator_matched"]) == (8, 5, 2)
+
+    def test_a_compatible_source_listed_last_is_never_pushed_past_the_cap(self, world: World, h: Harness) -> None:
+        for i in range(5):
+            world.add(f"gpu-{i}", accelerator="cuda")
+        world.add("good")
+        result = h.load(selector="random", selector_seed=1)
+        assert result.ok and result.worker_id == "good"
+        assert tried(h) == ["good"]
+
+    def test_at_most_three_candidates_are_tried(self, world: World, h: Harness, checkpoint: Path) -> None:
+        for i in range(5):
+            world.add(f"w{i}", metadata="not_found")
+        result = h.load(checkpoint=checkpoint)
+        assert len(world.metadata_calls) == 3
+        assert tried(h) == order_for(h, world)[:3]
+        assert [o for _, o in h.outcomes()] == ["metadata_miss"] * 3
+        assert result.path == "disk" and result.ok
+
+    def test_accelerator_mismatch_found_in_metadata_skips_without_an_attempt_metric(
+        self, world: World, h: Harness
+    ) -> None:
+        world.add("liar", accelerator="", metadata_accelerator="cuda")
+        result = h.load()
+        assert h.outcomes() == [("liar", "skipped")]
+        assert not world.managers, "no target was prepared for an incompatible source"
+        assert h.attempts("skipped") == 0
+        assert result.path == "none" and not result.ok
+
+
+# ----------------------------------------------------------------------------- metadata misses
+
+
+class TestMetadataMiss:
+    @pytest.mark.parametrize(
+        "kind, failure_counted",
+        [
+            (dict(metadata="not_found"), False),
+            (dict(metadata="rpc_error"), True),
+            (dict(manifest="refused"), True),
+            (dict(manifest="worker_mismatch"), True),
+        ],
+        ids=["not_found", "rpc_error", "manifest_refused", "worker_id_mismatch"],
+    )
+    def test_a_miss_costs_a_candidate_and_the_next_one_loads(
+        self, world: World, h: Harness, kind: dict[str, str], failure_counted: bool
+    ) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first = order_for_selector(reader, world)[0]
+        for k, v in kind.items():
+            setattr(world.by_worker(first), k, v)
+        result = reader.load()
+        second = next(s.worker_id for s in world.sources if s.worker_id != first)
+        assert h.outcomes() == [(first, "metadata_miss"), (second, "success")]
+        assert result.ok and result.worker_id == second
+        assert h.attempts("metadata_miss") == 1 and h.attempts("success") == 1
+        failures = h.sample("mx_p2p_metadata_lookup_failures_total", policy=reader.policy)
+        assert failures == (1 if failure_counted else 0)
+        assert len(world.managers) == 1, "a metadata miss prepares no target"
+
+    def test_a_worker_id_mismatch_never_transfers_from_the_reused_endpoint(self, world: World, h: Harness) -> None:
+        world.add("only", manifest="worker_mismatch")
+        result = h.load()
+        assert not result.ok and result.path == "none"
+        assert world.managers == []
+        assert "WorkerIdMismatch" in (result.attempts[0].error or "")
+
+
+def order_for_selector(reader: Reader, world: World) -> list[str]:
+    from mxref.selection import Target
+
+    target = Target(reader.identity.model_name, reader.worker_id, reader.options.worker_rank)
+    return [r.worker_id for r in reader.selector.order([s.ref() for s in world.sources], target)]
+
+
+# ----------------------------------------------------------------------------- transfer failures
+
+
+class TestTransferFailures:
+    @pytest.mark.parametrize("behaviour", [STALL, DISCONNECT])
+    def test_retry_on_a_non_last_candidate_then_success(self, world: World, h: Harness, behaviour: str) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = behaviour
+        result = reader.load()
+        assert h.outcomes() == [(first, "transfer_retry"), (second, "success")]
+        assert result.ok and result.worker_id == second
+        assert h.attempts("transfer_retry") == 1 and h.attempts("success") == 1
+        assert h.attempts("transfer_fallback") == 0
+        if behaviour == STALL:
+            ev = h.events("transfer_timeout")[0]
+            assert ev["budget_s"] == 0.05 and 0.05 <= ev["seconds"] < 1.0
+        else:
+            assert "REMOTE_DISCONNECT" in h.events("transfer_error")[0]["error"]
+
+    def test_fallback_label_on_the_last_candidate(self, world: World, h: Harness, checkpoint: Path) -> None:
+        world.add("a", behaviour=DISCONNECT)
+        world.add("b", behaviour=STALL)
+        result = h.load(checkpoint=checkpoint)
+        assert [o for _, o in h.outcomes()] == ["transfer_retry", "transfer_fallback"]
+        assert h.attempts("transfer_retry") == 1 and h.attempts("transfer_fallback") == 1
+        assert result.ok and result.path == "disk" and result.integrity == "verified"
+        assert h.events("fallback")[0]["reason"] == "no source succeeded"
+
+    def test_the_third_of_many_candidates_is_the_last(self, world: World, h: Harness) -> None:
+        for i in range(5):
+            world.add(f"w{i}", behaviour=DISCONNECT)
+        h.load()
+        assert [o for _, o in h.outcomes()] == ["transfer_retry", "transfer_retry", "transfer_fallback"]
+
+    def test_each_candidate_gets_a_fresh_manager_and_the_failed_one_is_shut_down(
+        self, world: World, h: Harness
+    ) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first, _second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = DISCONNECT
+        reader.load()
+        m1, m2 = world.managers
+        assert m1.shut_down and m1._agent is None, "rollback shuts the failed manager down"
+        assert not m2.shut_down and reader.manager is m2
+        assert m1.agent_name != m2.agent_name, "a retry uses a new agent name"
+        assert ("deregister", m1.agent_name) in m1.fake.calls
+        assert reader.arena is not None and reader.arena.nbytes > 0
+        reader.close()
+        assert m2.shut_down and reader.manager is None
+
+    def test_integrity_failure_moves_to_the_next_candidate(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = CORRUPT
+        result = reader.load()
+        assert h.outcomes() == [(first, "transfer_retry"), (second, "success")]
+        assert "IntegrityError" in (result.attempts[0].error or "")
+        assert [e["ok"] for e in h.events("integrity")] == [False, True]
+        assert result.ok and result.integrity == "verified"
+        assert world.managers[0].shut_down
+
+
+# ----------------------------------------------------------------------------- release
+
+
+class TestRelease:
+    def test_released_after_success(self, world: World, h: Harness) -> None:
+        world.add("a")
+        h.load()
+        calls = world.managers[0].fake.calls
+        assert ("remove", "agent-a") in calls
+        assert ("invalidate", "127.0.0.1:20000") in calls, "the source is told to drop our record"
+        assert calls.index(("remove", "agent-a")) > calls.index(("release_xfer", "agent-a"))
+        assert world.managers[0]._remote_agents == {}
+        assert any(e["agent_name"] == "agent-a" for e in h.events("peer_disconnected"))
+
+    def test_released_after_a_failed_transfer_before_rollback(self, world: World, h: Harness) -> None:
+        world.add("a", behaviour=DISCONNECT)
+        h.load()
+        calls = world.managers[0].fake.calls
+        assert ("remove", "agent-a") in calls
+        assert calls.index(("remove", "agent-a")) < calls.index(("shutdown", world.managers[0].agent_name))
+
+    @pytest.mark.parametrize("behaviour", [NO_HANDSHAKE, LATE_HANDSHAKE])
+    def test_released_after_a_half_done_handshake(self, world: World, h: Harness, behaviour: str) -> None:
+        """The name is claimed before the dial: metadata that lands after the timeout is still released."""
+        world.add("a", behaviour=behaviour)
+        result = h.load()
+        calls = world.managers[0].fake.calls
+        assert ("fetch", "agent-a") in calls
+        assert ("remove", "agent-a") in calls
+        assert ("transfer", "agent-a") not in calls
+        assert h.events("handshake")[0]["ok"] is False
+        assert h.outcomes() == [("a", "transfer_fallback")]
+        assert "HandshakeTimeout" in (result.attempts[0].error or "")
+
+    def test_released_in_centralized_mode(self, world: World, h: Harness) -> None:
+        world.add("a", mode="central")
+        result = h.load()
+        assert result.ok and result.path == "rdma"
+        calls = world.managers[0].fake.calls
+        assert ("add", "agent-a") in calls and ("remove", "agent-a") in calls
+        assert not [c for c in calls if c[0] == "invalidate"], "a blob-loaded peer has no listener to tell"
+        assert world.manifest_calls == []
+
+    def test_skip_release_leaves_the_source_connected(self, world: World, h: Harness) -> None:
+        world.add("a")
+        result = h.load(skip_release=True)
+        assert result.ok
+        calls = world.managers[0].fake.calls
+        assert ("remove", "agent-a") not in calls
+        assert not [c for c in calls if c[0] == "invalidate"]
+        assert world.managers[0]._remote_agents == {"agent-a": ("127.0.0.1", 20000)}
+
+
+# ----------------------------------------------------------------------------- health carry-over
+
+
+class TestHealthCarryOver:
+    def test_a_timeout_carries_to_the_next_manager_and_a_success_clears_it(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first, _second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        result = reader.load()
+        m1, m2 = world.managers
+        assert m1.initial_error is None
+        assert m2.initial_error is not None and "timed out" in m2.initial_error
+        assert result.ok
+        assert m2.data_plane_error is None and m2.is_healthy()
+
+    def test_the_error_survives_a_metadata_miss_in_between(self, world: World, h: Harness) -> None:
+        for w in ("a", "b", "c"):
+            world.add(w)
+        reader = h.make()
+        first, second, third = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = DISCONNECT
+        world.by_worker(second).metadata = "not_found"
+        reader.load()
+        m1, m3 = world.managers
+        assert "REMOTE_DISCONNECT" in (m3.initial_error or "")
+        assert m3.is_healthy()
+
+    def test_a_failed_handshake_keeps_the_earlier_error(self, world: World, h: Harness) -> None:
+        for w in ("a", "b", "c"):
+            world.add(w)
+        reader = h.make()
+        first, second, _third = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        world.by_worker(second).behaviour = NO_HANDSHAKE
+        reader.load()
+        m1, m2, m3 = world.managers
+        assert "timed out" in (m2.initial_error or "")
+        assert m3.initial_error == m2.initial_error, "a handshake proves nothing about the data plane"
+
+
+# ----------------------------------------------------------------------------- fallback
+
+
+class TestFallback:
+    def test_no_candidates_falls_back_to_disk(self, world: World, h: Harness, checkpoint: Path) -> None:
+        result = h.load(checkpoint=checkpoint)
+        assert (result.ok, result.path, result.integrity) == (True, "disk", "verified")
+        assert result.source == str(checkpoint) and result.attempts == []
+        assert h.events("fallback")[0]["reason"] == "no source available"
+        assert h.sample("mxref_fallbacks_total", reason="no_source_available") == 1
+        assert h.sample("mxref_loads_total", path="disk", integrity="verified") == 1
+        arena = h.reader.arena
+        assert [arena.raw(i).tobytes() for i in range(len(arena.specs))] == SOURCE_BYTES
+
+    def test_listing_failure_falls_back(self, world: World, h: Harness, checkpoint: Path) -> None:
+        world.add("a")
+        world.list_error = True
+        result = h.load(checkpoint=checkpoint)
+        assert result.ok and result.path == "disk"
+        assert h.sample("mx_p2p_list_sources_total", policy="rendezvous_hash", result="error") == 1
+        assert "UNAVAILABLE" in h.events("candidates")[0]["error"]
+
+    def test_no_checkpoint_configured(self, world: World, h: Harness) -> None:
+        result = h.load()
+        assert not result.ok and result.path == "none"
+        assert "no checkpoint" in (result.error or "")
+        assert h.events("load_failed")[0]["error"] == result.error
+
+    def test_missing_checkpoint(self, world: World, h: Harness, tmp_path: Path) -> None:
+        missing = tmp_path / "nope.safetensors"
+        result = h.load(checkpoint=missing)
+        assert not result.ok and result.path == "none"
+        assert str(missing) in (result.error or "") and "no source available" in (result.error or "")
+
+    def test_garbage_checkpoint(self, world: World, h: Harness, tmp_path: Path) -> None:
+        bad = tmp_path / "bad.safetensors"
+        bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not a safetensors header at all")
+        result = h.load(checkpoint=bad)
+        assert not result.ok and result.path == "none"
+        assert str(bad) in (result.error or "")
+
+    def test_checkpoint_with_flipped_bytes_fails_integrity(self, world: World, h: Harness, tmp_path: Path) -> None:
+        path = tmp_path / "flipped.safetensors"
+        arena = generate(SPEC)
+        save_checkpoint(arena, path, SPEC)
+        raw = bytearray(path.read_bytes())
+        raw[-1] ^= 0xFF  # the last byte belongs to the last tensor's data
+        path.write_bytes(bytes(raw))
+        result = h.load(checkpoint=path)
+        assert not result.ok and result.integrity == "failed"
+        assert "differ from their checksums" in (result.error or "")
+
+    def test_checkpoint_of_another_model(self, world: World, h: Harness, tmp_path: Path) -> None:
+        other = ModelSpec(name="mxref/unit", tensors=2, tensor_bytes=2048, dtype="float16", seed=7)
+        path = tmp_path / "other.safetensors"
+        save_checkpoint(generate(other), path, other)
+        result = h.load(checkpoint=path)
+        assert not result.ok
+        assert "different model" in (result.error or "")
+
+    def test_all_sources_failing_then_a_good_checkpoint(self, world: World, h: Harness, checkpoint: Path) -> None:
+        world.add("a", behaviour=STALL)
+        result = h.load(checkpoint=checkpoint)
+        assert result.ok and result.path == "disk"
+        assert h.sample("mxref_fallbacks_total", reason="no_source_succeeded") == 1
+        assert world.managers[0].shut_down
+
+
+# ----------------------------------------------------------------------------- metrics funnel
+
+
+class TestMetricsFunnel:
+    def test_candidate_stages_and_attempt_results(self, world: World, h: Harness) -> None:
+        world.add("rank1", worker_rank=1)
+        world.add("gpu", accelerator="cuda")
+        world.add("miss", metadata="not_found")
+        world.add("bad", behaviour=DISCONNECT)
+        world.add("good")
+        reader = h.make()
+        fixed = ["miss", "bad", "good"]
+        reader.selector.order = lambda cands, target: sorted(cands, key=lambda c: fixed.index(c.worker_id))  # type: ignore[method-assign]
+        result = reader.load()
+        p = reader.policy
+        for stage, n in (("listed", 5), ("rank_matched", 4), ("accelerator_matched", 3)):
+            assert h.sample("mx_p2p_candidates_count", policy=p, stage=stage) == 1
+            assert h.sample("mx_p2p_candidates_sum", policy=p, stage=stage) == n
+        assert h.outcomes() == [("miss", "metadata_miss"), ("bad", "transfer_retry"), ("good", "success")]
+        for r, n in (("metadata_miss", 1), ("transfer_retry", 1), ("transfer_fallback", 0), ("success", 1)):
+            assert h.attempts(r) == n, r
+        assert result.ok
+        assert h.sample("mx_p2p_source_selections_total", policy=p) == 2  # transfers started
+        assert h.sample("mx_p2p_transfer_seconds_count", policy=p, outcome="success") == 1
+        assert h.sample("mxref_loads_total", path="rdma", integrity="verified") == 1
+        assert h.sample("mxref_bytes_loaded_total", path="rdma") == SPEC.total_bytes
