@@ -28,6 +28,16 @@ EXIT_USAGE = 2  # bad flags or input
 EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now, for listeners that cannot bind port 0 themselves
+    (NIXL's metadata listener). Racy by nature; callers report the port they used."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def die_with_parent() -> None:
     """``preexec_fn`` for children that must not outlive their parent, even if it crashes.
 

@@ -18,7 +18,6 @@ source (``python -m mxref source``, and a reader with ``--serve-after-load``):
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from mxref.events import EventLog
 from mxref.metrics import Metrics
 from mxref.model import Arena, ModelSpec
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager
+from mxref.process import free_port  # noqa: F401  (re-exported: readers and the CLI use it)
 from mxref.v1 import p2p_pb2
 from mxref.worker_server import WorkerManifest, WorkerServicer, endpoint, start_worker_server
 
@@ -70,13 +70,6 @@ def tensor_descriptors(arena: Arena, checksums: list[str], device_id: int = 0) -
         )
         for s, (addr, size), sum_ in zip(arena.specs, arena.regions(), checksums)
     ]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (for listeners that cannot bind port 0 themselves)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class Publisher(threading.Thread):

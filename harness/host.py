@@ -1,0 +1,204 @@
+"""Hosts: where scenario processes run. ``LocalHost`` now; ``netns`` and ``ssh`` come next.
+
+A ``Host`` spawns long-running processes (each in its own session, so signals can
+go to its whole process group and a terminal Ctrl-C never reaches it), runs short
+commands with a deadline, reads files it produced (the runner tails events files
+through ``read``, so a remote host only has to implement it), tells whether a TCP
+port answers, and finds the processes of a run by their ``MXCHAOS_RUN_ID``.
+Every blocking call takes a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from harness import procscan
+from harness.errors import HostError
+
+__all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Proc", "StopResult", "make_host"]
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    rc: int | None  # None: killed at the deadline
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc is None
+
+
+@dataclass(frozen=True)
+class StopResult:
+    rc: int | None
+    escalated: bool  # needed SIGKILL after the grace period
+    seconds: float
+    already_exited: bool = False
+
+
+class Proc(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float) -> int | None: ...
+
+    def signal(self, sig: int, *, group: bool = True) -> bool: ...
+
+    def stop(self, grace: float) -> StopResult: ...
+
+
+class Host(Protocol):
+    name: str
+    address: str  # where its processes' ports are reached from the harness
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Proc: ...
+
+    def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult: ...
+
+    def read(self, path: Path, offset: int, limit: int = 1 << 20) -> bytes: ...
+
+    def port_open(self, port: int, timeout: float = 0.2) -> bool: ...
+
+    def run_processes(self, run_id: str) -> list[procscan.RunProcess]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalProc:
+    """A child in its own session (pgid == pid)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self._popen.wait(timeout=max(timeout, 0.0))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, sig: int, *, group: bool = True) -> bool:
+        """Send ``sig`` to the process (or its group). False when it is gone."""
+        try:
+            if group:
+                os.killpg(self.pid, sig)
+            elif self._popen.returncode is None:
+                os.kill(self.pid, sig)
+            else:
+                return False
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def stop(self, grace: float) -> StopResult:
+        """TERM (+CONT, so a paused process can act on it), wait ``grace``, then KILL. Any
+        member of the group still alive after the leader exits is killed too."""
+        started = time.monotonic()
+        if self._popen.poll() is not None:
+            self.signal(signal.SIGKILL)
+            return StopResult(self._popen.returncode, False, 0.0, already_exited=True)
+        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)
+        rc = self.wait(grace)
+        escalated = False
+        if rc is None:
+            escalated = True
+            self.signal(signal.SIGKILL)
+            rc = self.wait(10.0)
+        self.signal(signal.SIGKILL)  # stragglers in the group; ESRCH when none
+        return StopResult(rc, escalated, time.monotonic() - started)
+
+
+class LocalHost:
+    """Processes on this machine, reached over loopback."""
+
+    kind = "local"
+
+    def __init__(self, name: str = "local") -> None:
+        self.name = name
+        self.address = "127.0.0.1"
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> LocalProc:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab", buffering=0) as log:
+            try:
+                popen = subprocess.Popen(  # noqa: S603 - argv from a validated scenario
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(cwd),
+                    env=dict(env),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise HostError(f"{self.name}: cannot start {argv[0]!r}: {exc}") from exc
+        return LocalProc(popen)
+
+    def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult:
+        started = time.monotonic()
+        try:
+            popen = subprocess.Popen(  # noqa: S603
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(cwd),
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot run {argv[0]!r}: {exc}") from exc
+        try:
+            out, err = popen.communicate(timeout=timeout)
+            rc: int | None = popen.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = popen.communicate(timeout=10)
+            rc = None
+        return ExecResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - started)
+
+    def read(self, path: Path, offset: int, limit: int = 1 << 20) -> bytes:
+        try:
+            with open(path, "rb") as src:
+                src.seek(offset)
+                return src.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def port_open(self, port: int, timeout: float = 0.2) -> bool:
+        try:
+            with socket.create_connection((self.address, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
+        return [p for p in procscan.scan() if p.run_id == run_id]
+
+    def close(self) -> None:
+        return None
+
+
+def make_host(name: str, kind: str) -> Host:
+    if kind == "local":
+        return LocalHost(name)
+    raise HostError(f"host kind {kind!r} is not implemented yet")

@@ -1,0 +1,107 @@
+"""Find processes started by mxchaos runs: every child carries ``MXCHAOS_RUN_ID`` (and the
+harness's pid and start time) in its environment, inherited by anything it spawns.
+
+``scan()`` reads ``/proc/*/environ`` (processes we may not read are skipped);
+``harness_alive`` tells whether the run's harness still exists (pid plus its start
+time, so a reused pid does not count).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "harness_alive", "proc_start_time", "scan"]
+
+ENV_RUN_ID = "MXCHAOS_RUN_ID"
+ENV_PROC = "MXCHAOS_PROC"
+ENV_HARNESS_PID = "MXCHAOS_HARNESS_PID"
+ENV_HARNESS_START = "MXCHAOS_HARNESS_START"
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    pid: int
+    run_id: str
+    proc: str | None
+    harness_pid: int | None
+    harness_start: int | None
+    state: str
+    cmdline: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "run_id": self.run_id, "proc": self.proc, "state": self.state, "cmdline": self.cmdline}
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
+def harness_alive(pid: int | None, start: int | None) -> bool:
+    if pid is None:
+        return False
+    current = proc_start_time(pid)
+    if current is None:
+        return False
+    return start is None or current == start
+
+
+def scan() -> list[RunProcess]:
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == me:
+            continue
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if ENV_RUN_ID.encode() not in raw:
+            continue
+        env = {}
+        for item in raw.split(b"\0"):
+            key, sep, value = item.partition(b"=")
+            if sep and key.startswith(b"MXCHAOS_"):
+                env[key.decode(errors="replace")] = value.decode(errors="replace")
+        run_id = env.get(ENV_RUN_ID)
+        if not run_id:
+            continue
+        state = _state(pid)
+        if state == "Z":
+            continue  # a zombie is already dead; its parent reaps it
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmdline = ""
+        hp = env.get(ENV_HARNESS_PID)
+        hs = env.get(ENV_HARNESS_START)
+        found.append(
+            RunProcess(
+                pid=pid,
+                run_id=run_id,
+                proc=env.get(ENV_PROC),
+                harness_pid=int(hp) if hp and hp.isdigit() else None,
+                harness_start=int(hs) if hs and hs.isdigit() else None,
+                state=state,
+                cmdline=cmdline[:300],
+            )
+        )
+    return found
