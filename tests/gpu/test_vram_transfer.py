@@ -44,10 +44,20 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _profile_env(transport: str) -> dict[str, str]:
+    """This environment without any UCX_* variable, plus the profile's: one run's profile
+    must not leak into the next (UCX reads its variables when an agent is created)."""
+    from mxref import config
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UCX_")}
+    env.update(config.TRANSPORT_PROFILES[transport])
+    return env
+
+
 def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Popen[str], dict]:
     from mxref.process import free_port
 
-    env = dict(os.environ)
+    env = _profile_env(transport)
     proc = subprocess.Popen(
         [sys.executable, str(PEER), "--transport", transport, "--tensors", str(tensors), "--tensor-mib", str(mib),
          "--port", str(free_port())],
@@ -64,10 +74,9 @@ def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Pope
 
 
 def _reader(transport: str, info: dict):  # type: ignore[no-untyped-def]
-    from mxref import config
-
-    for key, value in config.TRANSPORT_PROFILES[transport].items():
-        os.environ[key] = value  # this test process may run several profiles: set, not setdefault
+    env = _profile_env(transport)
+    os.environ.clear()
+    os.environ.update(env)
     from mxref.accelerators import get_backend
     from mxref.model import TensorSpec
     from mxref.nixl_transfer import LocalTensor, NixlTransferManager

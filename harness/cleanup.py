@@ -1,0 +1,98 @@
+"""``mxchaos cleanup``: sweep what crashed runs left behind.
+
+Processes are found by the ``MXCHAOS_RUN_ID`` in their environment (``procscan``), so
+grandchildren are found too. By default only runs whose harness is gone are swept (a
+live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_runs``
+every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
+toxics named after the run), and the run's ledger entry is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import faults as fault_registry
+from harness import procscan
+from harness.runner import ledger_dir
+
+__all__ = ["CleanupReport", "sweep"]
+
+
+@dataclass
+class CleanupReport:
+    killed: list[procscan.RunProcess] = field(default_factory=list)
+    survivors: list[procscan.RunProcess] = field(default_factory=list)
+    skipped_live_runs: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    fault_leftovers: dict[str, list[str]] = field(default_factory=dict)
+    dry_run: bool = False
+
+
+def _ledger() -> dict[str, dict[str, object]]:
+    entries: dict[str, dict[str, object]] = {}
+    folder = ledger_dir()
+    if not folder.is_dir():
+        return entries
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            entries[path.stem] = json.loads(path.read_text())
+    return entries
+
+
+def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = False, wait: float = 5.0) -> CleanupReport:
+    report = CleanupReport(dry_run=dry_run)
+    found = procscan.scan()
+    ledger = _ledger()
+    runs: set[str] = {p.run_id for p in found} | set(ledger)
+    chosen: set[str] = set()
+    for rid in sorted(runs):
+        if run_id is not None and rid != run_id:
+            continue
+        members = [p for p in found if p.run_id == rid]
+        info = ledger.get(rid, {})
+        hp = members[0].harness_pid if members else info.get("harness_pid")
+        hs = members[0].harness_start if members else info.get("harness_start")
+        alive = procscan.harness_alive(hp if isinstance(hp, int) else None, hs if isinstance(hs, int) else None)
+        if alive and run_id is None and not all_runs:
+            report.skipped_live_runs.append(rid)
+            continue
+        chosen.add(rid)
+    report.runs = sorted(chosen)
+    targets = [p for p in found if p.run_id in chosen]
+    if dry_run:
+        report.killed = targets
+        return report
+    for p in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    remaining = targets
+    while remaining and time.monotonic() < deadline:
+        alive_pids = {p.pid for p in procscan.scan() if p.run_id in chosen}
+        remaining = [p for p in targets if p.pid in alive_pids]
+        if remaining:
+            time.sleep(0.05)
+    report.killed = [p for p in targets if p not in remaining]
+    report.survivors = remaining
+    for rid in chosen:
+        for kind, cls in fault_registry.REGISTRY.items():
+            with contextlib.suppress(Exception):
+                removed = cls.sweep(rid)
+                if removed:
+                    report.fault_leftovers.setdefault(kind, []).extend(removed)
+        with contextlib.suppress(OSError):
+            (ledger_dir() / f"{rid}.json").unlink()
+        info = ledger.get(rid) or {}
+        run_dir = info.get("run_dir")
+        if isinstance(run_dir, str) and Path(run_dir).is_dir():
+            with contextlib.suppress(OSError):
+                (Path(run_dir) / "CRASHED").write_text(
+                    f"the harness of this run died; swept {len(targets)} process(es) at {time.ctime()}\n"
+                )
+    return report

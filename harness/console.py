@@ -1,0 +1,104 @@
+"""Terminal output: live progress while a run goes, a verdict table at the end."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import TextIO
+
+from harness.runner import RunResult
+from harness.timeline import Entry
+
+__all__ = ["Progress", "verdict_table"]
+
+_PROCESS_EVENTS = {
+    "status_change": ("status",),
+    "load_done": ("path", "source", "seconds", "integrity"),
+    "fallback": ("reason",),
+    "transfer_timeout": ("index", "seconds"),
+    "transfer_error": ("index", "error"),
+    "load_failed": ("error",),
+    "process_exit": ("rc", "signal", "stopped_by_harness"),
+    "attempt_outcome": ("index", "outcome"),
+}
+
+
+def _use_color(stream: TextIO) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+class Progress:
+    """An observer for ``Runner(observers=[...])``: one line per interesting entry."""
+
+    def __init__(self, stream: TextIO | None = None, scenario: str = "") -> None:
+        self.stream = stream or sys.stdout
+        self.scenario = scenario
+        self.color = _use_color(self.stream)
+        self._lock = threading.Lock()
+
+    def _paint(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def __call__(self, e: Entry) -> None:
+        line = self._line(e)
+        if line is None:
+            return
+        with self._lock:
+            self.stream.write(f"{self._paint(f'{e.t:8.3f}s', '2')} {line}\n")
+            self.stream.flush()
+
+    def _line(self, e: Entry) -> str | None:
+        if e.actor == "harness":
+            if e.f == "step" and e.type == "invoke":
+                return f"step {e.get('step')}: {e.get('text')}"
+            if e.f == "step" and e.type == "fail":
+                return self._paint(f"step {e.get('step')} FAILED: {e.get('error')}", "31")
+            if e.f in ("hang", "await_timeout"):
+                return self._paint(f"{e.f.upper()}: {e.get('reason') or e.get('error')}", "35")
+            if e.f == "prepare" and e.type != "invoke":
+                return f"prepare checkpoint: {e.type} ({e.get('seconds')}s)"
+            if e.f == "leak_scan" and (e.get("processes") or e.get("ports")):
+                return self._paint(f"leaked: {len(e.get('processes'))} process(es), ports {e.get('ports')}", "31")
+            return None
+        if e.actor == "nemesis" and e.type != "invoke":
+            what = "injected" if e.f == "inject" else "healed"
+            text = f"fault {e.get('fault')} ({e.get('kind')} {e.get('target') or ''}) {what}"
+            return self._paint(text if e.type == "ok" else f"{text}: {e.type} {e.get('error', '')}", "33")
+        if e.f == "start" and e.type == "ok":
+            return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"
+        if e.f == "stop" and e.type == "ok":
+            esc = ", escalated to KILL" if e.get("escalated") else ""
+            return f"{e.actor}: stopped (rc {e.get('rc')}{esc})"
+        if e.f in _PROCESS_EVENTS:
+            fields = " ".join(f"{k}={e.get(k)}" for k in _PROCESS_EVENTS[e.f] if e.get(k) is not None)
+            return f"{e.actor}: {e.f} {fields}"
+        return None
+
+
+def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) -> None:
+    out = stream or sys.stdout
+    color = _use_color(out)
+    paint = {"pass": "32", "fail": "31", "unknown": "33", "hang": "35", "error": "31"}
+
+    def p(text: str, key: str) -> str:
+        return f"\033[{paint.get(key, '0')}m{text}\033[0m" if color else text
+
+    for result in results:
+        out.write(f"\n{result.scenario.name}  (seed {result.seed}, {result.seconds:.1f}s)  {result.run_dir}\n")
+        if result.status != "completed":
+            out.write(f"  {result.status}: {result.reason}\n")
+        width = max([len(c.name) for c in result.checks] + [5])
+        for c in result.checks:
+            key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
+            out.write(f"  {p(f'{key.upper():7}', key)} {c.name:{width}}  {c.summary}\n")
+    out.write("\n")
+    name_w = max([len(r.scenario.name) for r in results] + [8])
+    out.write(f"{'scenario':{name_w}}  verdict  checks (pass/fail/unknown)\n")
+    for r in results:
+        n_pass = sum(1 for c in r.checks if c.valid is True)
+        n_fail = sum(1 for c in r.checks if c.valid is False)
+        n_unk = len(r.checks) - n_pass - n_fail
+        out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}\n")
+    out.flush()
