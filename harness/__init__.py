@@ -1,3 +1,58 @@
-"""mxchaos harness: scenario files -> real processes -> faults -> one timeline -> checks -> report."""
+"""mxchaos harness: scenario files -> real processes -> faults -> one timeline -> checks -> report.
+
+Data flows one way::
+
+    scenario.py   YAML -> frozen models, validated completely before any side effect
+    runner.py     the only side-effecting module: hosts, processes, steps, faults, scrapes,
+                  watchdog; heals and tears down in ``finally``
+    timeline.py   one append-only, monotonic-clock record of everything (History: frozen view)
+    checks/       pure functions of the History -> true / false / "unknown"
+    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit, HTML
+
+Extension points are registries: a fault kind is a module in ``harness/faults/``, a check
+kind a module in ``harness/checks/``; a host kind goes behind ``harness.host.Host``.
+Submodules are imported lazily, so ``import harness`` stays cheap for the pytest plugin.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "CheckResult",
+    "Fault",
+    "FaultSpec",
+    "History",
+    "RunResult",
+    "Runner",
+    "Scenario",
+    "ScenarioInvalid",
+    "Timeline",
+    "load_scenario",
+    "write_run_folder",
+]
+
+_WHERE = {
+    "CheckResult": "harness.checks",
+    "Fault": "harness.faults",
+    "FaultSpec": "harness.faults",
+    "History": "harness.timeline",
+    "RunResult": "harness.runner",
+    "Runner": "harness.runner",
+    "Scenario": "harness.scenario",
+    "ScenarioInvalid": "harness.errors",
+    "Timeline": "harness.timeline",
+    "load_scenario": "harness.scenario",
+    "write_run_folder": "harness.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -56,8 +56,8 @@ def harness_alive(pid: int | None, start: int | None) -> bool:
     if pid is None:
         return False
     current = proc_start_time(pid)
-    if current is None:
-        return False
+    if current is None or _state(pid) in ("Z", "X"):
+        return False  # gone, or a zombie nobody reaped yet
     return start is None or current == start
 
 

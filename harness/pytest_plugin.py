@@ -1,3 +1,128 @@
-"""pytest plugin (entry point ``pytest11``): collects scenario files as test items."""
+"""pytest plugin (entry point ``pytest11``): scenario files are test items.
+
+YAML files under the folders named by the ini option ``mxchaos_scenario_dirs``
+(default ``scenarios``, relative to the rootdir) are collected, one item per file,
+named after the scenario. An invalid file is a collection error that names file, line,
+key and rule. A failing item prints the failing checks and the run folder, without a
+traceback. Items are marked ``mxchaos`` (and ``integration`` where the project declares
+that marker, plus the scenario's own ``markers``) and get a ``timeout`` of the run budget plus a margin when pytest-timeout
+is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
+``--mxchaos-seed N``. Works under pytest-xdist: runs share nothing but the output
+folder, and every run folder name is unique.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import ScenarioInvalid
+from harness.scenario import Scenario, load_scenario
+
+TEARDOWN_MARGIN_S = 120
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mxchaos", "mxchaos scenarios")
+    group.addoption("--mxchaos-out", default=None, metavar="DIR", help="run folders (default: <rootdir>/runs)")
+    group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
+    parser.addini(
+        "mxchaos_scenario_dirs",
+        type="args",
+        default=["scenarios"],
+        help="folders (relative to rootdir) whose *.yaml files are collected as mxchaos scenarios",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "mxchaos: an mxchaos scenario file run by the harness")
+
+
+def _scenario_dirs(config: pytest.Config) -> list[Path]:
+    return [(config.rootpath / d).resolve() for d in config.getini("mxchaos_scenario_dirs")]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    resolved = file_path.resolve()
+    if any(resolved.is_relative_to(d) for d in _scenario_dirs(parent.config)):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFailed(Exception):
+    """A scenario ran and did not pass; carries the result for ``repr_failure``."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+        super().__init__(f"{result.scenario.name}: {result.verdict}")
+
+    def render(self) -> str:
+        r = self.result
+        lines = [f"scenario {r.scenario.name}: {r.verdict.upper()} (seed {r.seed})"]
+        if r.status != "completed":
+            step = f" at step {r.failed_step}" if r.failed_step else ""
+            lines.append(f"  {r.status}{step}: {r.reason}")
+        for c in r.checks:
+            if c.valid is True:
+                continue
+            word = "FAIL" if c.valid is False else "UNKNOWN"
+            lines.append(f"  {word:8} {c.name}: {c.summary}")
+        passed = sum(1 for c in r.checks if c.valid is True)
+        lines.append(f"  ({passed}/{len(r.checks)} checks passed)")
+        for name, path in r.stacks.items():
+            lines.append(f"  stacks of {name}: {r.run_dir / path}")
+        lines.append(f"  run folder: {r.run_dir}")
+        lines.append(f"  report:     {r.run_dir / 'report.html'}")
+        return "\n".join(lines)
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"))
+        item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
+        item.add_marker("mxchaos")
+        if any(line.split(":")[0].strip() == "integration" for line in self.config.getini("markers")):
+            item.add_marker("integration")  # only where the project declares it (--strict-markers)
+        for marker in scenario.markers:
+            item.add_marker(getattr(pytest.mark, marker))
+        if self.config.pluginmanager.hasplugin("timeout"):
+            item.add_marker(pytest.mark.timeout(scenario.budgets.run + TEARDOWN_MARGIN_S))
+        yield item
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ScenarioInvalid):
+            return excinfo.value.render()
+        return super().repr_failure(excinfo)
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def runtest(self) -> None:
+        from harness.report import write_run_folder
+        from harness.runner import Runner
+
+        out = self.config.getoption("mxchaos_out") or (self.config.rootpath / "runs")
+        result = Runner(self.scenario, out_dir=out).run()
+        write_run_folder(result)
+        self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
+        self.user_properties.append(("mxchaos_verdict", result.verdict))
+        if result.status == "interrupted":
+            raise KeyboardInterrupt(f"mxchaos run interrupted; healed and torn down: {result.run_dir}")
+        if not result.ok:
+            raise ScenarioFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return excinfo.value.render()
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"mxchaos scenario: {self.name}"

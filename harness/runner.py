@@ -561,6 +561,9 @@ class Runner:
                 reason = self._abort_reason or "aborted"
                 self.timeline.append("info", "harness", "step", {"step": sid, "text": text, "indeterminate": True, "error": reason})
                 raise StepFailed(sid, reason) from None
+            except RunInterrupted:
+                self.timeline.append("info", "harness", "step", {"step": sid, "text": text, "indeterminate": True, "error": "interrupted"})
+                raise
             except StepFailed as exc:
                 self.timeline.append("fail", "harness", "step", {"step": sid, "text": text, "error": exc.reason})
                 if exc.step == "-":
@@ -633,9 +636,8 @@ class Runner:
         for exc in errors:
             if isinstance(exc, RunInterrupted):
                 raise exc
-        if failures:
-            first = min(failures, key=lambda e: e.step)
-            raise StepFailed(first.step, first.reason)
+        if failures:  # the first to fail is the cause; the others were woken by the abort
+            raise StepFailed(failures[0].step, failures[0].reason)
         if errors:
             raise errors[0]
 
@@ -710,6 +712,7 @@ class Runner:
                 if options.selector_seed is None:
                     updates["selector_seed"] = sc.seed
                 argv += options.model_copy(update=updates).argv()
+                argv += ["--result", str(st.log_path.with_suffix(f".result-{st.incarnation + 1}.json"))]
             else:
                 argv += spec.options.argv()
         argv += [self._fill(part, st.log_path.parent) for part in spec.extra_args]
@@ -848,8 +851,9 @@ class Runner:
         self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
         try:
             value = fault.inject(_FaultCtx(self))
-        except _Abort:
-            self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": "aborted"})
+        except (_Abort, RunInterrupted) as exc:
+            reason = "interrupted" if isinstance(exc, RunInterrupted) else "aborted"
+            self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": reason})
             raise
         except FaultError as exc:
             self.timeline.append("fail", "nemesis", "inject", {**base, "error": str(exc)})
@@ -885,6 +889,9 @@ class Runner:
         self.timeline.append("invoke", "nemesis", "heal", base)
         try:
             value = fault.heal(_FaultCtx(self, healing=True)) or {}
+        except RunInterrupted:
+            self.timeline.append("info", "nemesis", "heal", {**base, "indeterminate": True, "error": "interrupted"})
+            raise
         except Exception as exc:  # noqa: BLE001 - keep healing the others
             self.timeline.append("fail", "nemesis", "heal", {**base, "error": f"{type(exc).__name__}: {exc}"})
             raise FaultError(f"healing {name} failed: {exc}") from exc

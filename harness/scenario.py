@@ -119,6 +119,7 @@ class ModelSpec(Strict):
     """The synthetic model every source serves and every reader loads (same flags for all),
     or a safetensors ``file``."""
 
+    name: str | None = None  # --model-name
     tensors: int = Field(8, ge=1, le=1_000_000)
     tensor_mib: float = Field(1.0, gt=0, le=1 << 20)
     dtype: Literal["float32", "float16", "int8", "uint8", "int32", "int64"] = "float16"
@@ -126,9 +127,11 @@ class ModelSpec(Strict):
     file: str | None = None  # relative to the scenario file
 
     def flags(self, seed: int, scenario_dir: Path) -> list[str]:
+        named = ["--model-name", self.name] if self.name else []
         if self.file:
-            return ["--model-file", str((scenario_dir / self.file).resolve())]
+            return [*named, "--model-file", str((scenario_dir / self.file).resolve())]
         return [
+            *named,
             "--tensors",
             str(self.tensors),
             "--tensor-mib",
@@ -191,25 +194,39 @@ class Options(Strict):
 
 class ServerOptions(Options):
     port: int = Field(0, ge=0, le=65535)
+    host: str | None = None  # bind address (mxref's default: 127.0.0.1)
     heartbeat_timeout: Duration | None = None
     reaper_interval: Duration | None = None
     gc_timeout: Duration | None = None
 
 
-class SourceOptions(Options):
-    rank: int = Field(0, ge=0)
-    mode: Literal["p2p", "central"] = "p2p"
-    heartbeat_interval: Duration | None = None
-    agent_name: str | None = None
+class PeerOptions(Options):
+    """Options sources and readers share."""
 
-
-class ReaderOptions(Options):
     rank: int | None = Field(None, ge=0)
+    agent_name: str | None = None  # default: unique per incarnation (mxref)
+    accelerator: Literal["cpu", "cuda"] | None = None
+    device_id: int | None = Field(None, ge=0)
+    advertise_host: str | None = None
+    worker_port: int | None = Field(None, ge=0, le=65535)
+    heartbeat_interval: Duration | None = None
+    serve_seconds: Duration | None = None
+
+
+class SourceOptions(PeerOptions):
+    mode: Literal["p2p", "central"] | None = None
+    nixl_port: int | None = Field(None, ge=0, le=65535)
+    checkpoint: str | None = None  # serve this safetensors file's bytes
+
+
+class ReaderOptions(PeerOptions):
     transfer_timeout: Duration | None = None
+    handshake_timeout: Duration | None = None
     selector: Literal["random", "rendezvous_hash"] | None = None
-    selector_seed: int | None = None  # default: derived from the run's seed
+    selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False
-    skip_release: bool = False
+    skip_release: bool = False  # the simulated pre-fix bug: never disconnect the source
+    mode: Literal["p2p", "central"] | None = None  # serving mode after load
     checkpoint: str | None = None  # default: the checkpoint the runner prepares in the run folder
 
 
@@ -362,6 +379,8 @@ class AwaitMetric(Strict):
 
 
 def _await_kind(value: Any) -> str | None:
+    if isinstance(value, BaseModel):  # serialising
+        return {AwaitEvent: "event", AwaitExit: "exit", AwaitMetric: "metric"}.get(type(value))
     if isinstance(value, Mapping):
         if "metric" in value:
             return "metric"
@@ -388,7 +407,15 @@ class AwaitStep(Strict):
 STEP_KEYS = ("start", "stop", "restart", "await", "sleep", "fault", "heal", "mark", "parallel")
 
 
+def _model_key(value: BaseModel) -> str:
+    """The single field of a step / check wrapper model, by its YAML name."""
+    (name, field), *_ = type(value).model_fields.items()
+    return field.alias or name
+
+
 def _step_key(value: Any) -> str | None:
+    if isinstance(value, BaseModel):  # serialising
+        return _model_key(value)
     if isinstance(value, Mapping):
         for key in value:
             if key in STEP_KEYS:
@@ -465,6 +492,8 @@ CHECK_MODELS = _check_models()
 
 
 def _check_key(value: Any) -> str | None:
+    if isinstance(value, BaseModel):  # serialising
+        return _model_key(value)
     if isinstance(value, Mapping):
         for key in value:
             if key in CHECK_MODELS:
@@ -650,7 +679,15 @@ def parse_scenario(text: str, file: str | Path = "<string>") -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        issues += [_issue_from_pydantic(err, root) for err in exc.errors()]
+        errors = exc.errors()
+        # "should have at least N items after validation" is noise when items themselves failed
+        failed = [tuple(e["loc"]) for e in errors if e["type"] != "too_short"]
+        errors = [
+            e
+            for e in errors
+            if e["type"] != "too_short" or not any(loc[: len(e["loc"])] == tuple(e["loc"]) and len(loc) > len(e["loc"]) for loc in failed)
+        ]
+        issues += [_issue_from_pydantic(err, root) for err in errors]
     if scenario is not None and not issues:
         issues += [_locate(root, issue_loc, message, value, show) for issue_loc, message, value, show in _semantic(scenario)]
     if issues:
@@ -668,8 +705,8 @@ def scenario_json_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://mxchaos/scenario.schema.json",
-        "title": "mxchaos scenario",
         **schema,
+        "title": "mxchaos scenario",
     }
 
 

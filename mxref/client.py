@@ -77,13 +77,22 @@ class MxClient:
         return response
 
     def update_status(
-        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus.ValueType
+        self,
+        mx_source_id: str,
+        worker_id: str,
+        worker_rank: int,
+        status: p2p_pb2.SourceStatus.ValueType,
+        timeout_s: float | None = None,
     ) -> p2p_pb2.UpdateStatusResponse:
-        """Set the worker's status; every call is also a heartbeat (the server stamps ``updated_at``)."""
+        """Set the worker's status; every call is also a heartbeat (the server stamps ``updated_at``).
+
+        ``timeout_s`` overrides the client's deadline for this call (a shutdown's last
+        STALE must not hold a terminating process for the default 30 s).
+        """
         request = p2p_pb2.UpdateStatusRequest(
             mx_source_id=mx_source_id, worker_id=worker_id, worker_rank=worker_rank, status=status
         )
-        response: p2p_pb2.UpdateStatusResponse = self._call("UpdateStatus", request)
+        response: p2p_pb2.UpdateStatusResponse = self._call("UpdateStatus", request, timeout_s)
         return response
 
     def close(self) -> None:
@@ -97,10 +106,10 @@ class MxClient:
     ) -> None:
         self.close()
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         rpc = getattr(self._stub, method)
         try:
-            return rpc(request, timeout=self.timeout_s)
+            return rpc(request, timeout=self.timeout_s if timeout_s is None else _check_timeout(timeout_s))
         except grpc.RpcError as exc:
             code, details = _status(exc)
             name = code.name if code is not None else "UNKNOWN"

@@ -28,7 +28,7 @@ from typing import Any
 from mxref import config
 from mxref.accelerators import compatible, get_backend
 from mxref.client import MxClient, fetch_tensor_manifest
-from mxref.errors import IntegrityError, LoadFailed, MetadataServerError, MxError, TransferTimeout
+from mxref.errors import IntegrityError, LoadFailed, MxError, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import Metrics
 from mxref.model import Arena, TensorSpec, load_checkpoint
@@ -132,7 +132,7 @@ class Reader:
     def _find_sources(self, client: MxClient) -> list[p2p_pb2.SourceInstanceRef]:
         try:
             listed = client.list_sources(identity=self.identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)
-        except MetadataServerError as exc:
+        except Exception as exc:  # as in the seed: any listing failure means "no source"
             logger.warning("listing sources failed, falling through: %s", exc)
             self.metrics.list_sources.labels(self.policy, "error").inc()
             self.events.emit("candidates", listed=0, rank_matched=0, accelerator_matched=0,
@@ -321,6 +321,11 @@ class Reader:
             arena, sums = load_checkpoint(checkpoint)
         except Exception as exc:
             result.error = f"{reason}; checkpoint {checkpoint}: {type(exc).__name__}: {exc}"
+            return
+        if not sums:
+            result.error = (f"{reason}; checkpoint {checkpoint} has no recorded checksums "
+                            "(write it with `python -m mxref prepare`), so it cannot be verified")
+            result.integrity = "failed"
             return
         want = [(s.name, s.shape, s.dtype) for s in self.specs]
         have = [(s.name, s.shape, s.dtype) for s in arena.specs]

@@ -39,6 +39,10 @@ logger = logging.getLogger("mxref.source")
 
 STATUS_NAMES = {v: k.removeprefix("SOURCE_STATUS_") for k, v in p2p_pb2.SourceStatus.items()}
 PUBLISH_BACKOFF_S = (1.0, 2.0)
+# Teardown must finish well inside a typical 30 s termination grace period even when
+# the metadata server does not answer: the last STALE gets this long, and so does
+# the wait for a heartbeat already in flight.
+SHUTDOWN_RPC_TIMEOUT_S = 2.0
 REJECTIONS_BEFORE_REPUBLISH = 2
 
 
@@ -125,16 +129,21 @@ class Publisher(threading.Thread):
                 logger.exception("publisher tick failed")
             self._stop_event.wait(self.interval_s)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def stop(self, timeout_s: float = SHUTDOWN_RPC_TIMEOUT_S) -> None:
         self._stop_event.set()
         if self.is_alive():
             self.join(timeout=timeout_s)
 
-    def mark_stale(self, reason: str) -> bool:
-        with self._lock:
+    def mark_stale(self, reason: str, timeout_s: float = SHUTDOWN_RPC_TIMEOUT_S) -> bool:
+        """Send STALE once, bounded by ``timeout_s`` even if a heartbeat is stuck in flight."""
+        locked = self._lock.acquire(timeout=timeout_s)
+        try:
             if self.mx_source_id is None:
                 return False
-            return self._send(p2p_pb2.SOURCE_STATUS_STALE, reason)
+            return self._send(p2p_pb2.SOURCE_STATUS_STALE, reason, timeout_s)
+        finally:
+            if locked:
+                self._lock.release()
 
     def _publish(self) -> bool:
         for attempt in range(len(PUBLISH_BACKOFF_S) + 1):
@@ -158,11 +167,13 @@ class Publisher(threading.Thread):
             return True
         return False
 
-    def _send(self, status: int, reason: str) -> bool:
+    def _send(self, status: int, reason: str, timeout_s: float | None = None) -> bool:
         assert self.mx_source_id is not None
         name = STATUS_NAMES[status]
         try:
-            resp = self.client.update_status(self.mx_source_id, self.worker_id, self.worker.worker_rank, status)
+            resp = self.client.update_status(
+                self.mx_source_id, self.worker_id, self.worker.worker_rank, status, timeout_s=timeout_s
+            )
         except MetadataServerError as exc:
             self.metrics.heartbeats.labels(name, "error").inc()
             self.events.emit("heartbeat", status=name, ok=False, message=str(exc))
@@ -216,7 +227,9 @@ class SourceService:
         self.events = events
         self.metrics = metrics
         self.worker_id = uuid.uuid4().hex[:8]
-        self.client = MxClient(options.server)
+        # A heartbeat must not outlive its interval by much: a stuck one delays the next.
+        self.client = MxClient(options.server, timeout_s=min(config.DEFAULT_RPC_TIMEOUT_S,
+                                                             max(2.0, options.heartbeat_interval_s)))
         tensors = tensor_descriptors(arena, checksums, manager.device_id)
         md_endpoint = endpoint(options.advertise_host, manager.listen_port or 0)
         self.manifest = WorkerManifest(

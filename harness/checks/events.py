@@ -69,6 +69,7 @@ class CountParams(CheckParams):
 
 @register("count", CountParams)
 def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
+    """Count matching events over the whole run."""
     found = h.select(actor=p.process, f=p.event, where=p.where)
     n = len(found)
     details = {"count": n, "times": [round(e.t, 6) for e in found[:50]]}

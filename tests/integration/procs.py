@@ -135,11 +135,13 @@ class Cluster:
         return proc
 
     def wait_ready(self, proc: Proc, timeout: float = START_TIMEOUT_S) -> Proc:
+        """Until ``proc`` (a source, or a reader serving after its load) has heartbeated READY."""
         published = self.wait_event(proc, "published", timeout=timeout)
         self.wait_event(proc, "status_change", where=lambda e: e["status"] == "READY", timeout=timeout)
-        agent = self.wait_event(proc, "agent_ready", timeout=timeout)
-        proc.info.update(worker_id=published["worker_id"], mx_source_id=published["mx_source_id"],
-                         agent_name=agent["agent_name"])
+        proc.info.update(worker_id=published["worker_id"], mx_source_id=published["mx_source_id"])
+        agent = proc.events("agent_ready")
+        if agent:
+            proc.info["agent_name"] = agent[0]["agent_name"]
         return proc
 
     def start_reader(self, name: str, *args: str, model: tuple[str, ...] = ()) -> Proc:

@@ -326,7 +326,7 @@ def tried(h: Harness) -> list[str]:
     return [e["worker_id"] for e in h.events("attempt_start")]
 
 
-def order_for(h: Harness, world: World) -> list[str]:
+def order_for(h: Harness) -> list[str]:
     """The order the reader's selector put the eligible sources in (read from its event)."""
     return h.events("candidates")[0]["order"]
 
@@ -384,7 +384,7 @@ class TestCandidates:
             world.add(f"w{i}", metadata="not_found")
         result = h.load(checkpoint=checkpoint)
         assert len(world.metadata_calls) == 3
-        assert tried(h) == order_for(h, world)[:3]
+        assert tried(h) == order_for(h)[:3]
         assert [o for _, o in h.outcomes()] == ["metadata_miss"] * 3
         assert result.path == "disk" and result.ok
 

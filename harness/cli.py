@@ -1,0 +1,275 @@
+"""``mxchaos``: run, validate, schema, cleanup, list.
+
+Exit codes: 0 every scenario passed; 1 a check failed or was unknown, a step failed, a
+run hung or errored; 2 invalid input (a scenario file, a path, an option); 130 the
+harness was interrupted (SIGINT/SIGTERM) after healing and tearing down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from harness.errors import ScenarioInvalid
+from harness.scenario import Scenario, load_scenario, scenario_json_schema
+
+__all__ = ["collect_paths", "keyword_matcher", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
+    """Scenario files from files and folders (``**/*.yaml``, ``**/*.yml``), in a stable order."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted({*path.rglob("*.yaml"), *path.rglob("*.yml")})
+            if not found:
+                problems.append(f"{raw}: no scenario files (*.yaml) in this folder")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            problems.append(f"{raw}: no such file or folder")
+    unique: dict[Path, None] = {}
+    for f in files:
+        unique.setdefault(f, None)
+    return list(unique), problems
+
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def keyword_matcher(expr: str) -> Callable[[str], bool]:
+    """pytest-like ``-k``: words (case-insensitive substrings), ``and``, ``or``, ``not``, parentheses."""
+    tokens = _TOKEN.findall(expr)
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError(f"-k {expr!r}: unexpected end of expression")
+        pos += 1
+        return tokens[pos - 1]
+
+    def parse_or() -> Callable[[str], bool]:
+        left = parse_and()
+        while peek() == "or":
+            take()
+            right = parse_and()
+            left = (lambda a, b: lambda s: a(s) or b(s))(left, right)
+        return left
+
+    def parse_and() -> Callable[[str], bool]:
+        left = parse_not()
+        while peek() == "and":
+            take()
+            right = parse_not()
+            left = (lambda a, b: lambda s: a(s) and b(s))(left, right)
+        return left
+
+    def parse_not() -> Callable[[str], bool]:
+        if peek() == "not":
+            take()
+            inner = parse_not()
+            return lambda s: not inner(s)
+        return parse_atom()
+
+    def parse_atom() -> Callable[[str], bool]:
+        token = take()
+        if token == "(":
+            inner = parse_or()
+            if take() != ")":
+                raise ValueError(f"-k {expr!r}: missing ')'")
+            return inner
+        if token in (")", "and", "or"):
+            raise ValueError(f"-k {expr!r}: unexpected {token!r}")
+        word = token.lower()
+        return lambda s: word in s.lower()
+
+    matcher = parse_or()
+    if pos != len(tokens):
+        raise ValueError(f"-k {expr!r}: unexpected {tokens[pos]!r}")
+    return matcher
+
+
+def _load_all(files: Sequence[Path], seed: int | None) -> tuple[list[Scenario], list[ScenarioInvalid]]:
+    scenarios, invalid = [], []
+    for file in files:
+        try:
+            scenarios.append(load_scenario(file, seed=seed))
+        except ScenarioInvalid as exc:
+            invalid.append(exc)
+    return scenarios, invalid
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.console import Progress, verdict_table
+    from harness.report import write_junit, write_run_folder
+    from harness.runner import Runner
+
+    files, problems = collect_paths(args.paths)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems or not files:
+        return EXIT_INVALID
+    scenarios, invalid = _load_all(files, args.seed)
+    for exc in invalid:
+        print(exc.render(), file=sys.stderr)
+    if invalid:
+        print(f"{len(invalid)} invalid scenario file(s); nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+    if args.k:
+        try:
+            match = keyword_matcher(args.k)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_INVALID
+        scenarios = [s for s in scenarios if match(f"{s.name} {s.path.stem if s.path else ''}")]
+        if not scenarios:
+            print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
+            return EXIT_INVALID
+    results = []
+    interrupted = False
+    for sc in scenarios:
+        print(f"=== {sc.name} (seed {sc.seed}) {sc.path or ''}", flush=True)
+        observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
+        result = Runner(sc, out_dir=args.out, observers=observers).run()
+        write_run_folder(result)
+        print(f"--- {sc.name}: {result.verdict.upper()}  {result.run_dir}/report.html", flush=True)
+        results.append(result)
+        if result.status == "interrupted":
+            interrupted = True
+            break
+    verdict_table(results)
+    if args.junit:
+        write_junit(Path(args.junit), results)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    files, problems = collect_paths(args.paths)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    scenarios, invalid = _load_all(files, None)
+    for sc in scenarios:
+        print(f"ok       {sc.path}  ({sc.name}: {len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks)")
+    for exc in invalid:
+        print(exc.render(), file=sys.stderr)
+    return EXIT_INVALID if (invalid or problems or not files) else EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    text = json.dumps(scenario_json_schema(), indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from harness.cleanup import sweep
+
+    report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    verb = "would kill" if report.dry_run else "killed"
+    for p in report.killed:
+        print(f"{verb} pid {p.pid} ({p.proc or '?'}) of run {p.run_id}: {p.cmdline[:100]}")
+    for p in report.survivors:
+        print(f"still alive: pid {p.pid} ({p.proc or '?'}) of run {p.run_id}", file=sys.stderr)
+    for kind, items in report.fault_leftovers.items():
+        for item in items:
+            print(f"removed {kind} leftover: {item}")
+    for rid in report.skipped_live_runs:
+        print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
+    if not report.killed and not report.fault_leftovers:
+        print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
+    return EXIT_FAILED if report.survivors else EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.faults:
+        from harness import faults
+
+        for kind, cls in sorted(faults.REGISTRY.items()):
+            doc = (cls.Spec.__doc__ or "").strip().splitlines()
+            keys = ", ".join(k for k in cls.Spec.model_fields if k != "kind")
+            print(f"{kind:10} {'(healable) ' if cls.healable else ''}{doc[0] if doc else ''}\n{'':10} keys: {keys}")
+        return EXIT_OK
+    if args.checks:
+        from harness import checks
+
+        for kind, definition in sorted(checks.REGISTRY.items()):
+            doc = (definition.params.__doc__ or "").strip().replace("\n", " ")
+            print(f"{kind:15} {' '.join(doc.split())}")
+        return EXIT_OK
+    files, problems = collect_paths(args.paths or ["scenarios"])
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    scenarios, invalid = _load_all(files, None)
+    for sc in scenarios:
+        refs = f"  [{', '.join(sc.references)}]" if sc.references else ""
+        first = sc.description.strip().splitlines()[0] if sc.description.strip() else ""
+        print(f"{sc.name:36} {first}{refs}\n{'':36} {sc.path}")
+    for exc in invalid:
+        print(f"{'INVALID':36} {exc.file} ({len(exc.issues)} problem(s); run `mxchaos validate`)")
+    return EXIT_INVALID if invalid or problems else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mxchaos", description="Scenarios that break NIXL weight transfer on purpose.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
+    run.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
+    run.add_argument("--seed", type=int, help="override every scenario's seed")
+    run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
+    run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
+    run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
+    run.add_argument("-q", "--quiet", action="store_true", help="no live progress, only the verdict table")
+    run.set_defaults(fn=_cmd_run)
+
+    validate = sub.add_parser("validate", help="validate scenario files (exit 2 if any is invalid)")
+    validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.set_defaults(fn=_cmd_validate)
+
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema")
+    schema.add_argument("--out", metavar="FILE")
+    schema.set_defaults(fn=_cmd_schema)
+
+    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by MXCHAOS_RUN_ID)")
+    cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
+    cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
+    cleanup.add_argument("--dry-run", action="store_true")
+    cleanup.set_defaults(fn=_cmd_cleanup)
+
+    lst = sub.add_parser("list", help="list scenarios (default folder: scenarios/), fault kinds or check kinds")
+    lst.add_argument("paths", nargs="*", metavar="PATH")
+    lst.add_argument("--faults", action="store_true")
+    lst.add_argument("--checks", action="store_true")
+    lst.set_defaults(fn=_cmd_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
+        return int(exc.code or 0)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Ports the harness itself must choose (e.g. a toxiproxy API or proxy listener).
+
+Scenario processes never need this: they bind port 0 and report the port in a
+``listening`` event. When the harness has to hand a port to a program that cannot report
+its own, ``lease_port()`` asks the kernel for a free one (bind to port 0) and takes an
+exclusive ``flock`` on ``<state dir>/ports/<port>.lock`` before releasing the socket, so two
+harnesses (pytest-xdist workers, parallel CI jobs) never hand out the same port; the lock is
+held until the lease is released.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["PortLease", "lease_port"]
+
+
+def _lock_dir() -> Path:
+    base = os.environ.get("MXCHAOS_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"mxchaos-{os.getuid()}"
+    )
+    path = Path(base) / "ports"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class PortLease:
+    port: int
+    _fd: int | None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> PortLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lease_port(host: str = "127.0.0.1", attempts: int = 50) -> PortLease:
+    folder = _lock_dir()
+    for _ in range(attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            fd = os.open(folder / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+        return PortLease(port, fd)
+    raise OSError(f"no free port on {host} after {attempts} attempts")

@@ -1,0 +1,85 @@
+"""The pytest plugin in a scratch project: scenario files become items, an invalid file is a
+collection error naming file, line, key and rule, a failing scenario prints its failing
+checks and run folder (no traceback), and ``pytest -n 2`` works."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+
+BODY = """\
+name: {name}
+launcher: ["{{python}}", "{fake}"]
+budgets: {{step: 10s, run: 30s, stop_grace: 2s}}
+processes:
+  server: {{role: server}}
+  source-1: {{role: source}}
+steps:
+  - start: [server, source-1]
+  - await: {{process: source-1, event: heartbeat}}
+checks:
+  - count: {{process: source-1, event: heartbeat, {bound}}}
+"""
+
+
+def project(tmp_path: Path, *, typo: bool) -> Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    scenarios = tmp_path / "scenarios"
+    (scenarios / "sub").mkdir(parents=True)
+    (scenarios / "ok.yaml").write_text(BODY.format(name="ok_scenario", fake=FAKE, bound="min: 1"))
+    (scenarios / "sub" / "bad.yaml").write_text(BODY.format(name="bad_scenario", fake=FAKE, bound="max: 0"))
+    if typo:
+        (scenarios / "typo.yaml").write_text(BODY.format(name="typo", fake=FAKE, bound="min: 1").replace("within", "x").replace("steps:", "step:"))
+    (tmp_path / "other.yaml").write_text("not: a scenario\n")  # outside scenarios/: ignored
+    return tmp_path
+
+
+def pytest_in(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MXCHAOS_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+    )
+
+
+def test_items_failures_and_collection_errors(tmp_path: Path) -> None:
+    root = project(tmp_path, typo=True)
+    out = pytest_in(root, "-rA")
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text  # an error during collection interrupts the session
+    assert "ERROR collecting scenarios/typo.yaml" in text
+    assert f"{root / 'scenarios' / 'typo.yaml'}:7: step: unknown key 'step'; did you mean 'steps'?" in text
+    assert "Traceback" not in text
+
+    out = pytest_in(root, "-rA", "--deselect", "scenarios/typo.yaml", "--continue-on-collection-errors", "--mxchaos-out", str(tmp_path / "out"))
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "PASSED scenarios/ok.yaml::ok_scenario" in text
+    assert "FAILED scenarios/sub/bad.yaml::bad_scenario" in text
+    assert "scenario bad_scenario: FAIL (seed 0)" in text
+    assert "FAIL     count(source-1 heartbeat <= 0): source-1 heartbeat:" in text
+    assert f"run folder: {tmp_path / 'out' / 'bad_scenario'}" in text
+    assert "Traceback" not in text and "runner.py" not in text
+    assert (tmp_path / "out" / "ok_scenario" / "latest" / "report.html").is_file()
+
+
+def test_pytest_xdist_runs_scenarios_in_parallel(tmp_path: Path) -> None:
+    root = project(tmp_path, typo=False)
+    out = pytest_in(root, "-n", "2", "-q", "-m", "mxchaos")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "1 failed, 1 passed" in text
+    runs = sorted(p.parent.parent.name for p in (root / "runs").glob("*/*/verdict.json") if not p.parent.is_symlink())
+    assert runs == ["bad_scenario", "ok_scenario"]

@@ -1,0 +1,188 @@
+"""The harness as a process: SIGTERM mid-run heals every fault and stops every process
+(exit 130); after a SIGKILL of the harness, ``mxchaos cleanup`` leaves no process of the run
+(the issue's "done when"). A validation failure starts nothing (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import procscan
+from harness.cleanup import sweep
+from harness.timeline import History
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+REPO = Path(__file__).resolve().parents[2]
+
+SCENARIO = """\
+name: {name}
+launcher: ["{{python}}", "{fake}"]
+budgets: {{step: 10s, run: 120s, progress: 100s, stop_grace: 2s}}
+processes:
+  server: {{role: server}}
+  source-1: {{role: source, extra_args: {source_args}}}
+steps:
+  - start: [server, source-1]
+  - await: {{process: source-1, event: heartbeat}}
+  - fault: {{kind: pause, target: source-1, name: freeze}}
+  - sleep: 90s
+checks:
+  - nothing_leaked: {{}}
+"""
+
+
+class Harness:
+    """``python -m harness.cli run`` in a child process, its output read line by line."""
+
+    def __init__(self, tmp_path: Path, name: str, source_args: str = "[]") -> None:
+        self.out = tmp_path / "runs"
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(SCENARIO.format(name=name, fake=FAKE, source_args=source_args))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(self.out)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+        self.name = name
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, needle: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.seen.append(line)
+            if needle in line:
+                return
+        raise AssertionError(f"harness never printed {needle!r}; got:\n{''.join(self.seen)}")
+
+    def run_info(self) -> dict[str, object]:
+        (run_json,) = [p for p in self.out.glob(f"{self.name}/*/run.json") if not p.parent.is_symlink()]
+        return json.loads(run_json.read_text())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.pump.join(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def alive(run_id: str) -> list[procscan.RunProcess]:
+    return [p for p in procscan.scan() if p.run_id == run_id]
+
+
+def test_sigterm_of_the_harness_heals_faults_and_stops_everything(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, "sigterm")
+    run_id = None
+    try:
+        harness.wait_for_line("fault freeze (pause source-1) injected")
+        harness.wait_for_line("step 4: sleep")
+        run_id = str(harness.run_info()["run_id"])
+        assert len(alive(run_id)) == 2
+        harness.proc.send_signal(signal.SIGTERM)
+        assert harness.proc.wait(timeout=60) == 130
+        assert alive(run_id) == []
+        folder = Path(str(harness.run_info()["run_dir"]))
+        history = History.from_jsonl(folder / "timeline.jsonl")
+        heal = history.last(actor="nemesis", f="heal", type="ok")
+        assert heal is not None and heal.get("fault") == "freeze" and heal.get("reason") == "teardown"
+        assert heal.get("resumed") is True
+        stop = history.last(actor="source-1", f="stop", type="ok")
+        assert stop is not None and stop.t > heal.t and stop.get("escalated") is False
+        verdict = json.loads((folder / "verdict.json").read_text())
+        assert (verdict["status"], verdict["verdict"], verdict["reason"]) == ("interrupted", "error", "harness got SIGTERM")
+        assert verdict["checks"][0]["valid"] is True  # nothing leaked
+    finally:
+        harness.kill()
+        if run_id:
+            sweep(run_id)
+
+
+def test_cleanup_after_sigkill_of_the_harness_leaves_no_process_of_the_run(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, "crashed", source_args="[--fake-spawn-child]")
+    run_id = None
+    try:
+        harness.wait_for_line("step 4: sleep")
+        run_id = str(harness.run_info()["run_id"])
+        harness.proc.kill()  # SIGKILL: no finally, no teardown
+        harness.proc.wait(timeout=30)
+        time.sleep(0.3)
+        orphans = alive(run_id)
+        assert len(orphans) == 3, orphans  # server, the paused source, and the source's own child
+        assert {p.proc for p in orphans} == {"server", "source-1"}
+        assert all(p.harness_pid == harness.proc.pid for p in orphans)
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.count(f"of run {run_id}") == 3
+        assert alive(run_id) == []
+        assert (Path(str(harness.run_info()["run_dir"])) / "CRASHED").is_file()
+    finally:
+        harness.kill()
+        if run_id:
+            sweep(run_id)
+
+
+def test_cleanup_leaves_runs_whose_harness_is_alive_alone(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, "live")
+    run_id = None
+    try:
+        harness.wait_for_line("step 4: sleep")
+        run_id = str(harness.run_info()["run_id"])
+        report = sweep()
+        assert run_id in report.skipped_live_runs
+        assert len(alive(run_id)) == 2
+        dry = sweep(run_id, dry_run=True)
+        assert {p.pid for p in dry.killed} == {p.pid for p in alive(run_id)}
+    finally:
+        harness.kill()
+        if run_id:
+            sweep(run_id)
+
+
+def test_an_invalid_scenario_starts_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text(SCENARIO.format(name="typo", fake=FAKE, source_args="[]").replace("steps:", "stpes:"))
+    before = {p.pid for p in procscan.scan()}
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert out.returncode == 2
+    assert f"{path}:7: stpes: unknown key 'stpes'; did you mean 'steps'?" in out.stderr
+    assert f"{path}:1: steps: required key is missing" in out.stderr
+    assert not (tmp_path / "runs").exists()
+    assert {p.pid for p in procscan.scan()} <= before

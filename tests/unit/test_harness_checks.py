@@ -1,0 +1,273 @@
+"""Checks are pure functions of a timeline: each is exercised here on hand-built histories,
+including the cases where the verdict must be "unknown" rather than a guess."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness import checks
+from harness.checks import CheckResult, RunFacts, evaluate, merge_valid, register
+from harness.checks.events import CountParams, OrderingParams
+from harness.checks.loads import FellBackParams, IntegrityParams, LoadedParams
+from harness.checks.metrics import MetricCheckParams
+from harness.checks.processes import ExitCodesParams, NothingLeakedParams
+from harness.checks.status import HealthParams, ListedParams
+from harness.timeline import History
+
+ROLES = RunFacts(roles={"server": "server", "source-1": "source", "source-2": "source", "reader-1": "reader"})
+
+
+def run(kind: str, params: dict[str, Any], rows: list[tuple[Any, ...]]) -> checks.NamedResult:
+    definition = checks.REGISTRY[kind]
+    return evaluate(0, kind, definition.params.model_validate(params), History.build(rows), ROLES)
+
+
+BASE = [
+    (0.10, "ok", "source-1", "start", {"incarnation": 1, "pid": 100}),
+    (0.30, "info", "source-1", "agent_ready", {"agent_name": "source-1-ab12"}),
+    (0.31, "info", "source-1", "published", {"worker_id": "w1", "mx_source_id": "m"}),
+    (0.32, "info", "source-1", "status_change", {"status": "READY"}),
+    (1.00, "ok", "reader-1", "start", {"incarnation": 1, "pid": 200}),
+]
+
+
+def test_merge_valid_lets_the_worst_win() -> None:
+    assert merge_valid([]) is True
+    assert merge_valid([True, True]) is True
+    assert merge_valid([True, "unknown"]) == "unknown"
+    assert merge_valid(["unknown", False, True]) is False
+
+
+def test_a_check_that_raises_is_unknown_not_a_crash() -> None:
+    class Params(checks.CheckParams):
+        pass
+
+    @register("_explodes", Params)
+    def explodes(p: Params, h: History, run: RunFacts) -> CheckResult:
+        raise RuntimeError("boom")
+
+    try:
+        result = evaluate(3, "_explodes", Params(), History.build([]), ROLES)
+    finally:
+        del checks.REGISTRY["_explodes"]
+    assert result.valid == "unknown"
+    assert result.summary == "check raised RuntimeError: boom"
+    assert "RuntimeError: boom" in result.details["traceback"]
+    assert result.index == 3
+
+
+def test_loaded_passes_on_a_verified_rdma_load_from_the_named_source() -> None:
+    rows = [*BASE, (2.0, "info", "reader-1", "load_done", {"path": "rdma", "source": "source-1-ab12", "integrity": "verified"})]
+    result = run("loaded", {"reader": "reader-1", "path": "rdma", "source": "source-1", "within": "2s"}, rows)
+    assert result.valid is True, result.summary
+    assert result.summary == "reader-1 loaded over rdma from source-1-ab12 in 1.000s after reader-1 start"
+    assert result.marks == ((2.0, "reader-1 loaded (rdma)"),)
+
+
+@pytest.mark.parametrize(
+    ("load", "params", "summary"),
+    [
+        (
+            {"path": "disk", "source": None, "integrity": True},
+            {},
+            "reader-1: path 'disk', expected 'rdma'",
+        ),
+        (
+            {"path": "rdma", "source": "source-2-x", "worker_id": "w2", "integrity": True},
+            {"source": "source-1"},
+            "reader-1: source 'source-2-x' (worker 'w2') is not source-1",
+        ),
+        (
+            {"path": "rdma", "source": "source-1", "integrity": True},
+            {"within": "500ms"},
+            "reader-1: took 1.000s after reader-1 start, budget 500ms",
+        ),
+        (
+            {"path": "rdma", "source": "source-1", "integrity": False},
+            {},
+            "reader-1: integrity False, expected verified",
+        ),
+    ],
+)
+def test_loaded_fails_with_the_reason(load: dict[str, Any], params: dict[str, Any], summary: str) -> None:
+    rows = [*BASE, (2.0, "info", "reader-1", "load_done", load)]
+    result = run("loaded", {"reader": "reader-1", **params}, rows)
+    assert (result.valid, result.summary) == (False, summary)
+
+
+def test_loaded_without_a_load_reports_the_failure_event() -> None:
+    rows = [*BASE, (2.0, "info", "reader-1", "load_failed", {"error": "no candidates"})]
+    result = run("loaded", {"reader": "reader-1"}, rows)
+    assert (result.valid, result.summary) == (False, "reader-1 reported no load_done after reader-1 start: load_failed 'no candidates'")
+
+
+def test_loaded_is_unknown_when_the_reference_never_happened() -> None:
+    result = run("loaded", {"reader": "reader-1", "from": {"fault": "freeze"}}, BASE)
+    assert (result.valid, result.summary) == ("unknown", "reference point (fault freeze) never happened")
+
+
+FAULT = [
+    (1.5, "invoke", "nemesis", "inject", {"fault": "freeze", "kind": "pause", "target": "source-1"}),
+    (1.6, "ok", "nemesis", "inject", {"fault": "freeze", "healable": True}),
+]
+
+
+def test_fell_back_measures_from_the_reference() -> None:
+    rows = [
+        *BASE,
+        *FAULT,
+        (4.5, "info", "reader-1", "fallback", {"reason": "transfer_timeout"}),
+        (5.0, "info", "reader-1", "load_done", {"path": "disk", "integrity": True}),
+    ]
+    ok = run("fell_back", {"reader": "reader-1", "from": {"fault": "freeze"}, "within": "5s", "not_before": "2s"}, rows)
+    assert (ok.valid, ok.summary) == (True, "reader-1 fell back 3.000s after fault freeze (transfer_timeout)")
+    early = run("fell_back", {"reader": "reader-1", "from": {"fault": "freeze"}, "not_before": "4s"}, rows)
+    assert (early.valid, early.summary) == (False, "reader-1: fell back 3.000s after fault freeze, before 4s")
+    late = run("fell_back", {"reader": "reader-1", "from": {"fault": "freeze"}, "within": "1s"}, rows)
+    assert late.valid is False and "later than 1s" in late.summary
+    reason = run("fell_back", {"reader": "reader-1", "reason": "transfer_error"}, rows)
+    assert reason.summary == "reader-1: reason 'transfer_timeout', expected 'transfer_error'"
+
+
+def test_fell_back_fails_when_the_reader_loaded_over_rdma() -> None:
+    rows = [*BASE, (2.0, "info", "reader-1", "load_done", {"path": "rdma", "integrity": True})]
+    result = run("fell_back", {"reader": "reader-1"}, rows)
+    assert (result.valid, result.summary) == (False, "reader-1 did not fall back after reader-1 start (it loaded over rdma)")
+
+
+def test_integrity_needs_every_load_verified_and_is_unknown_without_loads() -> None:
+    assert run("integrity", {}, BASE).valid == "unknown"
+    good = [*BASE, (2.0, "info", "reader-1", "load_done", {"integrity": {"ok": True}})]
+    assert run("integrity", {}, good).valid is True
+    bad = [*good, (2.5, "info", "reader-2", "integrity", {"ok": False, "bad": ["layer.3"]})]
+    result = run("integrity", {}, bad)
+    assert (result.valid, result.summary) == (False, "reader-2 integrity at 2.500s failed: bad ['layer.3']")
+    assert run("integrity", {"readers": ["reader-1"]}, bad).valid is True
+
+
+STATUS = [
+    *BASE,
+    (2.0, "info", "source-1", "status_change", {"status": "STALE"}),
+    (2.1, "info", "server", "source_status", {"worker_id": "w1", "status": "STALE"}),
+    (3.0, "info", "source-1", "status_change", {"status": "READY"}),
+    (3.4, "info", "server", "source_status", {"worker_id": "w1", "status": "READY"}),
+]
+
+
+def test_health_finds_the_transition_sequence_within_a_budget() -> None:
+    ok = run("health", {"source": "source-1", "sequence": ["READY", "STALE", "READY"], "within": "3s"}, STATUS)
+    assert (ok.valid, ok.summary) == (True, "source-1: READY -> STALE -> READY in 2.680s")
+    slow = run("health", {"source": "source-1", "sequence": ["READY", "STALE", "READY"], "within": "1s"}, STATUS)
+    assert (slow.valid, slow.summary) == (False, "source-1: READY -> STALE -> READY took 2.680s, budget 1s")
+    server = run("health", {"source": "source-1", "sequence": ["STALE", "READY"], "view": "server"}, STATUS)
+    assert (server.valid, server.summary) == (True, "source-1: STALE -> READY in 1.300s")
+    missing = run("health", {"source": "source-1", "sequence": ["STALE", "STALE"]}, STATUS)
+    assert (missing.valid, missing.summary) == (False, "source-1: expected STALE -> STALE, saw READY -> STALE -> READY")
+
+
+def test_listed_reads_the_last_status_at_the_moment() -> None:
+    rows = [*STATUS, (2.05, "info", "harness", "mark", {"mark": "mid"})]
+    during = run("listed", {"at": {"mark": "mid"}, "after": "100ms", "not_ready": ["source-1"], "view": "server"}, rows)
+    assert during.valid is True, during.summary
+    after = run("listed", {"at": {"process": "server", "event": "source_status", "occurrence": "last"}, "ready": ["source-1"], "exact": True}, rows)
+    assert after.valid is True, after.summary
+    wrong = run("listed", {"at": {"mark": "mid"}, "after": "100ms", "ready": ["source-1"]}, rows)
+    assert (wrong.valid, wrong.summary) == (False, "at 2.150s: source-1 is STALE, expected READY")
+    nobody = run("listed", {"at": {"mark": "mid"}, "ready": ["source-2"]}, rows)
+    assert nobody.valid == "unknown"
+
+
+def test_listed_source_view_counts_an_exited_source_as_not_ready() -> None:
+    rows = [*BASE, (2.0, "info", "source-1", "process_exit", {"incarnation": 1, "rc": -9}), (2.5, "info", "harness", "mark", {"mark": "m"})]
+    result = run("listed", {"at": {"mark": "m"}, "not_ready": ["source-1"], "view": "source"}, rows)
+    assert result.valid is True
+    assert result.details["status"]["source-1"] == "EXITED"
+
+
+def scrape(t: float, process: str, samples: list[list[Any]]) -> tuple[Any, ...]:
+    return (t, "info", process, "scrape", {"ok": True, "samples": samples})
+
+
+def test_metric_sums_label_subsets_and_picks_scrapes() -> None:
+    rows = [
+        scrape(1.0, "reader-1", [["mxref_loads_total", {"path": "rdma", "integrity": "ok"}, 0.0]]),
+        scrape(2.0, "reader-1", [
+            ["mxref_loads_total", {"path": "rdma", "integrity": "ok"}, 1.0],
+            ["mxref_loads_total", {"path": "rdma", "integrity": "bad"}, 1.0],
+            ["mxref_loads_total", {"path": "disk", "integrity": "ok"}, 5.0],
+        ]),
+    ]
+    base = {"process": "reader-1", "metric": "mxref_loads_total", "labels": {"path": "rdma"}}
+    assert run("metric", {**base, "op": "==", "value": 2}, rows).valid is True
+    assert run("metric", {**base, "op": "==", "value": 0, "when": "any"}, rows).valid is True
+    failed = run("metric", {**base, "op": ">=", "value": 1, "when": "all"}, rows)
+    assert (failed.valid, failed.summary) == (False, "reader-1: mxref_loads_total >= 1 failed at 1.000s (value 0)")
+    absent = run("metric", {"process": "reader-1", "metric": "nope_total", "value": 0}, rows)
+    assert (absent.valid, absent.summary) == (False, "reader-1: nope_total == 0 failed at 2.000s (value absent)")
+    assert run("metric", {"process": "reader-1", "metric": "nope_total", "value": 0, "default": 0}, rows).valid is True
+    assert run("metric", {**base, "process": "server", "value": 1}, rows).valid == "unknown"
+
+
+def test_exit_codes_use_the_last_incarnation() -> None:
+    rows = [
+        (0.1, "ok", "reader-1", "start", {"incarnation": 1, "pid": 5}),
+        (0.5, "info", "reader-1", "process_exit", {"incarnation": 1, "rc": -9}),
+        (0.6, "ok", "reader-1", "start", {"incarnation": 2, "pid": 6}),
+        (0.9, "info", "reader-1", "process_exit", {"incarnation": 2, "rc": 0}),
+        (0.1, "ok", "source-1", "start", {"incarnation": 1, "pid": 7}),
+        (2.0, "info", "source-1", "process_exit", {"incarnation": 1, "rc": -15, "stopped_by_harness": True}),
+    ]
+    ok = run("exit_codes", {"expect": {"reader-1": 0, "source-1": [0, "TERM"]}}, rows)
+    assert (ok.valid, ok.summary) == (True, "reader-1=0, source-1=-15")
+    by_itself = run("exit_codes", {"expect": {"source-1": "any"}, "by_itself": ["source-1"]}, rows)
+    assert (by_itself.valid, by_itself.summary) == (False, "source-1 was still running when the harness stopped it")
+    wrong = run("exit_codes", {"expect": {"reader-1": "KILL"}}, rows)
+    assert (wrong.valid, wrong.summary) == (False, "reader-1 exited 0, expected -9")
+    never = run("exit_codes", {"expect": {"server": 0}}, rows)
+    assert (never.valid, never.summary) == (False, "server never started")
+    running = run("exit_codes", {"expect": {"source-1": 0}}, rows[:5])
+    assert running.valid == "unknown"
+
+
+def test_ordering_and_count() -> None:
+    rows = [*BASE, *FAULT, (3.0, "info", "reader-1", "load_done", {"path": "disk"})]
+    order = {"events": [{"process": "source-1", "event": "agent_ready"}, {"fault": "freeze"}, {"process": "reader-1", "event": "load_done"}]}
+    assert run("ordering", order, rows).valid is True
+    backwards = {"events": [{"process": "reader-1", "event": "load_done"}, {"fault": "freeze"}]}
+    result = run("ordering", backwards, rows)
+    assert (result.valid, result.summary) == (False, "fault freeze (1.500s) is not after reader-1 load_done (3.000s)")
+    missing = run("ordering", {"events": [{"fault": "freeze"}, {"mark": "never"}]}, rows)
+    assert (missing.valid, missing.summary) == (False, "never happened: mark never")
+    assert run("count", {"process": "reader-1", "event": "fallback", "max": 0}, rows).valid is True
+    too_few = run("count", {"process": "source-1", "event": "heartbeat", "min": 1}, rows)
+    assert (too_few.valid, too_few.summary) == (False, "source-1 heartbeat: 0, expected at least 1")
+    with pytest.raises(ValueError, match="give min, max or both"):
+        CountParams.model_validate({"process": "p", "event": "e"})
+
+
+def test_nothing_leaked_reads_the_leak_scan() -> None:
+    assert run("nothing_leaked", {}, BASE).valid == "unknown"
+    clean = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [], "ports": [], "checked_ports": [1, 2]})]
+    assert run("nothing_leaked", {}, clean).summary == "no process left, 2 reported port(s) closed"
+    dirty = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [{"pid": 9}], "ports": [4444], "checked_ports": [4444]})]
+    result = run("nothing_leaked", {}, dirty)
+    assert (result.valid, result.summary) == (False, "1 process(es) alive: 9; ports still open: 4444")
+
+
+def test_every_registered_check_has_params_and_a_docstring() -> None:
+    expected = {
+        "loaded": LoadedParams,
+        "fell_back": FellBackParams,
+        "integrity": IntegrityParams,
+        "health": HealthParams,
+        "listed": ListedParams,
+        "metric": MetricCheckParams,
+        "exit_codes": ExitCodesParams,
+        "ordering": OrderingParams,
+        "count": CountParams,
+        "nothing_leaked": NothingLeakedParams,
+    }
+    assert {k: v.params for k, v in checks.REGISTRY.items()} == expected
+    assert all(d.doc for d in checks.REGISTRY.values())

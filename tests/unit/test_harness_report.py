@@ -1,0 +1,162 @@
+"""Reports and verdicts from a hand-built result: verdict merge rules, JUnit XML that CI
+parsers accept, a well-formed HTML report with the timeline picture, the run folder and
+its ``latest`` link; plus the CLI's pure parts (-k expressions, exit codes of validate/schema)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.checks import NamedResult
+from harness.report import junit_xml, render_html, timeline_svg, write_run_folder
+from harness.runner import Runner, RunResult
+from harness.scenario import parse_scenario
+from harness.timeline import History
+
+SCENARIO = """\
+name: demo
+description: a reader loads while its source is frozen
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: server
+  - start: source-1
+  - start: reader-1
+checks:
+  - loaded: {reader: reader-1}
+"""
+
+ROWS = [
+    (0.0, "invoke", "harness", "step", {"step": "1", "text": "start server"}),
+    (0.1, "ok", "server", "start", {"incarnation": 1, "pid": 1}),
+    (0.1, "ok", "harness", "step", {"step": "1", "text": "start server"}),
+    (0.2, "ok", "source-1", "start", {"incarnation": 1, "pid": 2}),
+    (0.3, "info", "source-1", "status_change", {"status": "READY"}),
+    (0.5, "ok", "reader-1", "start", {"incarnation": 1, "pid": 3}),
+    (0.6, "invoke", "nemesis", "inject", {"fault": "freeze", "kind": "pause", "target": "source-1"}),
+    (0.6, "ok", "nemesis", "inject", {"fault": "freeze", "healable": True}),
+    (0.7, "info", "reader-1", "transfer_start", {"index": 0}),
+    (1.7, "info", "reader-1", "transfer_timeout", {"index": 0, "seconds": 1.0}),
+    (1.8, "info", "reader-1", "fallback", {"reason": "transfer_timeout"}),
+    (2.0, "info", "reader-1", "load_done", {"path": "disk", "integrity": True}),
+    (2.1, "info", "reader-1", "process_exit", {"incarnation": 1, "rc": 0}),
+    (2.5, "ok", "nemesis", "heal", {"fault": "freeze"}),
+    (2.6, "info", "harness", "mark", {"mark": "<end & co>"}),
+]
+
+
+def make_result(tmp_path: Path, checks: list[NamedResult], status: str = "completed") -> RunResult:
+    sc = parse_scenario(SCENARIO, "demo.yaml")
+    return RunResult(
+        scenario=sc,
+        run_id="demo-1",
+        run_dir=tmp_path / "runs" / "demo" / "stamp-1",
+        status=status,
+        reason="" if status == "completed" else "step 3: reader-1 did not exit in time",
+        verdict=Runner._verdict(status, checks),
+        history=History.build(ROWS),
+        checks=checks,
+        started_at="2026-01-01T00:00:00+00:00",
+        seconds=2.6,
+        seed=7,
+        failed_step=None if status == "completed" else "3",
+    )
+
+
+def named(index: int, valid: object, name: str = "c") -> NamedResult:
+    return NamedResult(index, "loaded", f"{name}{index}", valid, f"summary {index}", {"x": 1}, ((2.0, "mark"),))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "valids", "verdict"),
+    [
+        ("completed", [True, True], "pass"),
+        ("completed", [], "pass"),
+        ("completed", [True, "unknown"], "unknown"),
+        ("completed", [True, "unknown", False], "fail"),
+        ("step_failed", [True], "fail"),
+        ("hang", [True], "hang"),
+        ("error", [True], "error"),
+        ("interrupted", [True], "error"),
+    ],
+)
+def test_verdicts(status: str, valids: list[object], verdict: str) -> None:
+    assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)]) == verdict
+
+
+def test_junit_has_a_case_per_check_plus_the_run(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True), named(1, False), named(2, "unknown")], status="step_failed")
+    root = junit_xml([result])
+    text = ET.tostring(root, encoding="unicode")
+    suite = ET.fromstring(text).find("testsuite")
+    assert suite is not None
+    assert (suite.get("name"), suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("mxchaos.demo", "4", "2", "1")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["run", "c0", "c1", "c2"]
+    assert cases[0].find("failure").get("message") == "step 3: step 3: reader-1 did not exit in time"  # type: ignore[union-attr]
+    assert cases[2].find("failure").get("message") == "summary 1"  # type: ignore[union-attr]
+    assert cases[3].find("error").get("message") == "unknown: summary 2"  # type: ignore[union-attr]
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["seed"] == "7" and props["verdict"] == "fail"
+
+
+def test_html_is_well_formed_and_escapes_everything(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True), named(1, False)])
+    page = render_html(result, {"nixl": "1.5.1", "host": {"hostname": "h"}})
+    assert "<end &amp; co>" not in page and "&lt;end &amp; co&gt;" in page
+    svg = timeline_svg(result.history, ["server", "source-1", "reader-1"], result.checks)
+    root = ET.fromstring(svg)  # the picture is valid XML
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    for lane in ("harness", "nemesis", "server", "source-1", "reader-1", "checks"):
+        assert lane in texts
+    assert "freeze" in texts  # the fault window is labelled
+    titles = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert any(t.startswith("transfer 0: transfer_timeout") for t in titles)
+    assert any("fallback" in t for t in titles)
+
+
+def test_run_folder_has_every_file_and_a_latest_link(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True)])
+    folder = write_run_folder(result)
+    for name in ("scenario.yaml", "scenario.json", "versions.json", "timeline.jsonl", "metrics.jsonl", "verdict.json", "junit.xml", "report.html"):
+        assert (folder / name).is_file(), name
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert (verdict["verdict"], verdict["seed"], verdict["run_id"]) == ("pass", 7, "demo-1")
+    assert verdict["versions"]["python"]
+    assert (folder.parent / "latest").resolve() == folder.resolve()
+    assert len(History.from_jsonl(folder / "timeline.jsonl")) == len(ROWS)
+
+
+def test_keyword_expressions() -> None:
+    match = cli.keyword_matcher("smoke and not (slow or kill)")
+    assert match("smoke_basic")
+    assert not match("smoke_kill")
+    assert not match("other")
+    assert cli.keyword_matcher("KILL")("source_kill_midway")
+    for bad in ("", "and x", "(a", "a b"):
+        with pytest.raises(ValueError):
+            cli.keyword_matcher(bad)
+
+
+def test_validate_and_schema_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(SCENARIO)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SCENARIO.replace("processes:", "procs:"))
+    assert cli.main(["validate", str(good)]) == 0
+    assert cli.main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: procs: unknown key 'procs'" in err
+    assert cli.main(["run", str(bad)]) == 2  # refused before anything starts
+    assert "nothing was run" in capsys.readouterr().err
+    assert cli.main(["validate", str(tmp_path / "nope")]) == 2
+    out = tmp_path / "schema.json"
+    assert cli.main(["schema", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["title"] == "mxchaos scenario"
+    assert cli.main(["bogus"]) == 2
