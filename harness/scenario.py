@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -904,11 +903,16 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
         if within is not None and within > run_budget:
             issues.append((loc, f"{within:g}s is longer than the whole run's budget (budgets.run {run_budget:g}s)", within, True))
 
+    if sc.budgets.step > run_budget:
+        issues.append((("budgets", "step"), f"{sc.budgets.step:g}s is longer than budgets.run ({run_budget:g}s)", None, False))
+
     defined_faults: set[str] = set()
     counter = 0
     for ref in iter_steps(sc.steps):
         step, loc = ref.step, ref.loc
-        if isinstance(step, StartStep):
+        if isinstance(step, SleepStep):
+            need_within((*loc, "sleep"), step.sleep)
+        elif isinstance(step, StartStep):
             for i, name in enumerate(step.start):
                 need_process((*loc, "start", i), name)
         elif isinstance(step, StopStep | RestartStep):
@@ -1008,6 +1012,3 @@ def _start_order(sc: Scenario, steps: Sequence[BaseModel], loc: Loc, started: se
             started.update(block)
     return issues
 
-
-def _python() -> str:
-    return sys.executable

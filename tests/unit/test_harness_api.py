@@ -14,11 +14,13 @@ def test_all_names_resolve() -> None:
 
 
 def test_registries_hold_the_documented_kinds() -> None:
-    assert sorted(faults.REGISTRY) == ["depart", "kill", "pause", "restart", "stop"]
-    assert [k for k, c in sorted(faults.REGISTRY.items()) if c.healable] == ["pause"]
-    assert sorted(checks.REGISTRY) == [
+    """Other modules may register more kinds; these are the harness's own."""
+    assert {"depart", "kill", "pause", "restart", "stop"} <= set(faults.REGISTRY)
+    own = ("depart", "kill", "pause", "restart", "stop")
+    assert [k for k in own if faults.REGISTRY[k].healable] == ["pause"]
+    assert {
         "count", "exit_codes", "fell_back", "health", "integrity", "listed", "loaded", "metric", "nothing_leaked", "ordering",
-    ]
+    } <= set(checks.REGISTRY)
 
 
 def test_fault_specs_must_declare_their_kind_literal() -> None:

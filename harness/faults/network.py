@@ -1,0 +1,96 @@
+"""Network faults on one host: reset the TCP connections between two processes.
+
+``tcp_reset`` kills every established TCP connection between the target's current
+incarnation and the peer's (``ss -K``, which needs CAP_NET_ADMIN and a kernel with
+INET_DIAG_DESTROY): the reader's NIXL data socket, its metadata socket, any gRPC
+channel. Both ends see the connection aborted while both processes stay alive,
+which is what a middlebox or a NIC reset does, and what no signal can do. On NIXL
+1.5.1 with UCX 1.23 over TCP a reset of the data connection mid-READ aborts the
+*source* process (measured; see the scenario ``tcp_reset_mid_read``).
+
+Nothing is left to heal: the connections are gone and the peers reconnect (or not)
+on their own.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any, Literal
+
+from harness.errors import FaultError
+from harness.faults import Fault, FaultContext, FaultSpec, register
+from harness.spec import Name
+
+__all__ = ["TcpReset", "connections_between"]
+
+SS_TIMEOUT_S = 10.0
+_USERS = re.compile(r"pid=(\d+)")
+
+
+def _sockets() -> list[tuple[str, str, set[int]]]:
+    """(local, peer, owning pids) of every established TCP socket on this host."""
+    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
+                         timeout=SS_TIMEOUT_S, check=True).stdout
+    sockets = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        # Recv-Q Send-Q Local Peer [Process]
+        local, peer = fields[2], fields[3]
+        pids = {int(p) for p in _USERS.findall(line)}
+        sockets.append((local, peer, pids))
+    return sockets
+
+
+def connections_between(pid_a: int, pid_b: int) -> list[tuple[str, str]]:
+    """(local, peer) of each connection held by ``pid_a`` whose other end ``pid_b`` holds."""
+    sockets = _sockets()
+    owned_by_b = {local for local, _peer, pids in sockets if pid_b in pids}
+    return [(local, peer) for local, peer, pids in sockets if pid_a in pids and peer in owned_by_b]
+
+
+def _split(endpoint: str) -> tuple[str, str]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), port
+
+
+class TcpResetSpec(FaultSpec):
+    """Reset (``ss -K``) every established TCP connection between ``target`` and ``peer``."""
+
+    kind: Literal["tcp_reset"]
+    target: Name
+    peer: Name
+
+
+@register
+class TcpReset(Fault):
+    kind = "tcp_reset"
+    Spec = TcpResetSpec
+    requires = ("root", "ss")
+
+    def targets(self) -> tuple[str, ...]:
+        spec: TcpResetSpec = self.spec  # type: ignore[assignment]
+        return (spec.target, spec.peer)
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec: TcpResetSpec = self.spec  # type: ignore[assignment]
+        if shutil.which("ss") is None:
+            raise FaultError("tcp_reset needs `ss` (iproute2)")
+        a, b = ctx.proc(spec.target), ctx.proc(spec.peer)
+        if a.pid is None or not a.alive or b.pid is None or not b.alive:
+            raise FaultError(f"tcp_reset: {spec.target} and {spec.peer} must both be running")
+        pairs = connections_between(a.pid, b.pid)
+        if not pairs:
+            raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {spec.peer}")
+        killed = []
+        for local, peer in pairs:
+            (lhost, lport), (phost, pport) = _split(local), _split(peer)
+            cmd = ["ss", "-K", "-tn", "src", f"{lhost}:{lport}", "dst", f"{phost}:{pport}"]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=SS_TIMEOUT_S)
+            if done.returncode != 0:
+                raise FaultError(f"tcp_reset: {' '.join(cmd)} failed: {done.stderr.strip()}")
+            killed.append(f"{local}->{peer}")
+        return {"target": spec.target, "peer": spec.peer, "connections": killed}
