@@ -69,7 +69,7 @@ from harness.scenario import (
     describe_step,
 )
 from harness.scrape import compare, sample_value, scrape
-from harness.spec import Scalar
+from harness.spec import Scalar, SourceOf
 from harness.timeline import Entry, History, Timeline, matches
 
 __all__ = ["RunResult", "Runner", "new_run_id", "ledger_dir", "VERDICTS"]
@@ -992,6 +992,23 @@ class _FaultCtx:
     def proc(self, name: str) -> _ProcView:
         st = self._runner._state(name)
         return _ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive)
+
+    def resolve(self, target: str | SourceOf) -> str:
+        if isinstance(target, str):
+            return target
+        reader = target.source_of
+        timeline = self._runner.timeline
+        attempt = None
+        for e in timeline.entries():
+            if e.actor == reader and e.type == "info" and e.f == "attempt_start":
+                attempt = e
+        if attempt is None:
+            raise FaultError(f"source_of {reader}: {reader} has not started an attempt yet")
+        worker_id = attempt.get("worker_id")
+        for e in reversed(timeline.entries()):
+            if e.type == "info" and e.f == "published" and e.get("worker_id") == worker_id:
+                return str(e.actor)
+        raise FaultError(f"source_of {reader}: no process of this run published worker {worker_id!r}")
 
     def send_signal(self, name: str, sig: int, *, group: bool = True) -> int:
         st = self._runner._state(name)

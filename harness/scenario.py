@@ -37,7 +37,7 @@ from harness.checks.processes import ExitCodes
 from harness.errors import Issue, ScenarioInvalid
 from harness.faults import FaultSpec
 from harness.scrape import Comparison
-from harness.spec import Duration, Name, Ref, Scalar, Strict, custom_error
+from harness.spec import Duration, Name, Ref, Scalar, SourceOf, Strict, custom_error
 from mxref.config import TRANSPORT_PROFILES
 from mxref.events import EVENT_NAMES
 
@@ -631,6 +631,8 @@ def describe_step(step: BaseModel) -> str:
     if isinstance(step, FaultStep):
         spec = step.fault
         target = getattr(spec, "target", None)
+        if isinstance(target, SourceOf):
+            target = f"source_of({target.source_of})"
         extra = f" for {spec.duration:g}s" if spec.duration else ""
         return f"fault {spec.kind}" + (f" {target}" if target else "") + (f" ({spec.name})" if spec.name else "") + extra
     if isinstance(step, AwaitStep):
@@ -938,6 +940,12 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
             fault = fault_registry.make_fault(spec, spec.name or f"{spec.kind}-{counter}")
             for target in fault.targets():
                 need_process((*loc, "fault", "target"), target)
+            spec_target = getattr(spec, "target", None)
+            if isinstance(spec_target, SourceOf) and spec_target.source_of in procs \
+                    and procs[spec_target.source_of].role != "reader":
+                issues.append(((*loc, "fault", "target", "source_of"),
+                               f"source_of names a reader, and {spec_target.source_of!r} is a "
+                               f"{procs[spec_target.source_of].role}", spec_target.source_of, False))
             if spec.duration is not None and not cls.healable:
                 issues.append(
                     ((*loc, "fault", "duration"), f"a {spec.kind} fault has nothing to heal, so it takes no duration", None, False)

@@ -35,6 +35,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = [
     "Duration",
+    "SourceOf",
+    "Target",
     "Name",
     "Ref",
     "Scalar",
@@ -178,3 +180,24 @@ class Ref(Strict):
         what = self.event or "start"
         where = "".join(f" {k}={v}" for k, v in self.where.items())
         return f"{self.process} {what}{where}" + (" (last)" if self.occurrence == "last" else "")
+
+
+class SourceOf(Strict):
+    """A fault target resolved when the fault fires: the source process that ``source_of``
+    (a reader) is attempting right now, i.e. the process whose ``published`` worker id is
+    the one in the reader's latest ``attempt_start``. Scenario authors cannot know in
+    advance which candidate a reader tries first; the field incidents are about that one."""
+
+    source_of: Name
+
+
+Target = Annotated[
+    Name | SourceOf,
+    WithJsonSchema({
+        "anyOf": [
+            {"type": "string", "description": "a process name"},
+            {"type": "object", "properties": {"source_of": {"type": "string"}}, "required": ["source_of"],
+             "additionalProperties": False, "description": "the source a reader is attempting now"},
+        ]
+    }),
+]

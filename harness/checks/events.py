@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pydantic import Field, model_validator
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
-from harness.spec import Name, Ref, Scalar, custom_error
+from harness.spec import Duration, Name, Ref, Scalar, custom_error
 from harness.timeline import History
 
 
@@ -81,3 +81,47 @@ def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
             False, f"{p.process} {p.event}: {n}, expected at most {p.max}", details, ((first.t, f"{p.event} #{p.max + 1}"),)
         )
     return CheckResult(True, f"{p.process} {p.event}: {n}", details)
+
+
+class ElapsedParams(CheckParams):
+    """The time from one point to another lies in ``[not_before, within]``: e.g. from a
+    frozen source to the reader's next attempt, at least the transfer budget and at most the
+    budget plus slack. The timing goal of a scenario, judged on one run's timeline."""
+
+    from_: Ref = Field(alias="from")
+    to: Ref
+    not_before: Duration | None = None
+    within: Duration | None = None
+
+    @model_validator(mode="after")
+    def _window(self) -> ElapsedParams:
+        if self.not_before is None and self.within is None:
+            raise custom_error("window", "give not_before, within or both")
+        if self.not_before is not None and self.within is not None and self.not_before > self.within:
+            raise custom_error("window", f"not_before {self.not_before:g}s is after within {self.within:g}s")
+        return self
+
+    def label(self, kind: str) -> str:
+        lo = "" if self.not_before is None else f"{self.not_before:g}s <= "
+        hi = "" if self.within is None else f" <= {self.within:g}s"
+        return self.name or f"elapsed({lo}{self.from_.describe()} -> {self.to.describe()}{hi})"
+
+
+@register("elapsed", ElapsedParams)
+def elapsed(p: ElapsedParams, h: History, run: RunFacts) -> CheckResult:
+    """``to`` is resolved among the entries at or after ``from``."""
+    start = resolve_ref(p.from_, h)
+    if start is None:
+        return CheckResult(False, f"{p.from_.describe()} never happened")
+    later = History(e for e in h if e.t >= start.t)
+    end = resolve_ref(p.to, later)
+    if end is None:
+        return CheckResult(False, f"{p.to.describe()} never happened after {p.from_.describe()} ({start.t:.3f}s)")
+    delta = end.t - start.t
+    details = {"from": round(start.t, 6), "to": round(end.t, 6), "elapsed": round(delta, 6)}
+    marks = ((start.t, p.from_.describe()), (end.t, p.to.describe()))
+    if p.not_before is not None and delta < p.not_before:
+        return CheckResult(False, f"{delta:.3f}s, earlier than {p.not_before:g}s", details, marks)
+    if p.within is not None and delta > p.within:
+        return CheckResult(False, f"{delta:.3f}s, later than {p.within:g}s", details, marks)
+    return CheckResult(True, f"{delta:.3f}s", details, marks)

@@ -34,7 +34,7 @@ from typing import Annotated, Any, ClassVar, Protocol, Union
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from harness.spec import Duration, Name, Scalar, Strict, custom_error
+from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
 
 __all__ = [
     "REGISTRY",
@@ -104,6 +104,11 @@ class FaultContext(Protocol):
 
     def proc(self, name: str) -> ProcessView: ...
 
+    def resolve(self, target: Target) -> str:
+        """The process name a target means now (``{source_of: reader}``: the source that
+        reader is attempting); FaultError when it cannot be told yet."""
+        ...
+
     def send_signal(self, name: str, sig: int, *, group: bool = True) -> int:
         """Signal the current incarnation of ``name``; returns its pid. FaultError if not running."""
         ...
@@ -143,8 +148,11 @@ class Fault:
         self.name = name
 
     def targets(self) -> tuple[str, ...]:
-        """Scenario process names this fault touches (validated before the run)."""
+        """Scenario process names this fault refers to (validated before the run); for a
+        ``{source_of: reader}`` target, the reader."""
         target = getattr(self.spec, "target", None)
+        if isinstance(target, SourceOf):
+            return (target.source_of,)
         return (target,) if isinstance(target, str) else ()
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from harness.faults import Fault, FaultContext, FaultSpec, Signal, register
-from harness.spec import Duration, Name, Scalar
+from harness.spec import Duration, Name, Scalar, Target
 
 __all__ = ["Depart", "Kill", "Pause", "Restart", "Stop"]
 
@@ -26,7 +26,7 @@ class KillSpec(FaultSpec):
     """Send ``signal`` (default KILL) to the target. Nothing to heal."""
 
     kind: Literal["kill"]
-    target: Name
+    target: Target
     signal: Signal = int(signal.SIGKILL)
     group: bool = True
 
@@ -38,15 +38,16 @@ class Kill(Fault):
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec: KillSpec = self.spec  # type: ignore[assignment]
-        pid = ctx.send_signal(spec.target, spec.signal, group=spec.group)
-        return {"target": spec.target, "pid": pid, "signal": _signame(spec.signal)}
+        target = ctx.resolve(spec.target)
+        pid = ctx.send_signal(target, spec.signal, group=spec.group)
+        return {"target": target, "pid": pid, "signal": _signame(spec.signal)}
 
 
 class PauseSpec(FaultSpec):
     """SIGSTOP the target; heal (or ``duration``) sends SIGCONT to the same pid."""
 
     kind: Literal["pause"]
-    target: Name
+    target: Target
     group: bool = True
 
 
@@ -59,25 +60,27 @@ class Pause(Fault):
     def __init__(self, spec: FaultSpec, name: str) -> None:
         super().__init__(spec, name)
         self._pid: int | None = None
+        self._target: str | None = None
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec: PauseSpec = self.spec  # type: ignore[assignment]
-        self._pid = ctx.send_signal(spec.target, signal.SIGSTOP, group=spec.group)
-        return {"target": spec.target, "pid": self._pid, "signal": "SIGSTOP"}
+        self._target = ctx.resolve(spec.target)
+        self._pid = ctx.send_signal(self._target, signal.SIGSTOP, group=spec.group)
+        return {"target": self._target, "pid": self._pid, "signal": "SIGSTOP"}
 
     def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
         spec: PauseSpec = self.spec  # type: ignore[assignment]
         if self._pid is None:
             return None
         resumed = ctx.signal_pid(self._pid, signal.SIGCONT, group=spec.group)
-        return {"target": spec.target, "pid": self._pid, "signal": "SIGCONT", "resumed": resumed}
+        return {"target": self._target, "pid": self._pid, "signal": "SIGCONT", "resumed": resumed}
 
 
 class StopSpec(FaultSpec):
     """Graceful stop: TERM, wait ``grace``, then KILL (the escalation is recorded)."""
 
     kind: Literal["stop"]
-    target: Name
+    target: Target
     grace: Duration = 5.0
 
 
@@ -88,14 +91,15 @@ class Stop(Fault):
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec: StopSpec = self.spec  # type: ignore[assignment]
-        return {"target": spec.target, **ctx.stop(spec.target, spec.grace)}
+        target = ctx.resolve(spec.target)
+        return {"target": target, **ctx.stop(target, spec.grace)}
 
 
 class RestartSpec(FaultSpec):
     """Stop the target (gracefully, or with ``signal``), wait ``delay``, start a new incarnation."""
 
     kind: Literal["restart"]
-    target: Name
+    target: Target
     grace: Duration = 5.0
     signal: Signal | None = None
     delay: Duration | None = None
@@ -108,14 +112,15 @@ class Restart(Fault):
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec: RestartSpec = self.spec  # type: ignore[assignment]
-        value: dict[str, Any] = {"target": spec.target}
-        if spec.signal is not None and ctx.proc(spec.target).alive:
-            value["pid"] = ctx.send_signal(spec.target, spec.signal)
+        target = ctx.resolve(spec.target)
+        value: dict[str, Any] = {"target": target}
+        if spec.signal is not None and ctx.proc(target).alive:
+            value["pid"] = ctx.send_signal(target, spec.signal)
             value["signal"] = _signame(spec.signal)
-        value["stopped"] = ctx.stop(spec.target, spec.grace)
+        value["stopped"] = ctx.stop(target, spec.grace)
         if spec.delay:
             ctx.sleep(spec.delay)
-        value["started"] = ctx.start(spec.target)
+        value["started"] = ctx.start(target)
         return value
 
 
