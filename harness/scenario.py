@@ -529,6 +529,8 @@ class Scenario(Strict):
     name: Name
     description: str = ""
     references: tuple[str, ...] = ()
+    # a defect of a dependency this scenario documents: failing checks are expected (xfail)
+    known_defect: str | None = None
     seed: int = 0
     transport: str = "ucx-tcp"
     markers: tuple[Name, ...] = ()
@@ -553,6 +555,15 @@ class Scenario(Strict):
                 "transport", f"{value!r} is not a transport profile (known: {', '.join(TRANSPORT_PROFILES)})"
             )
         return value
+
+    @field_validator("known_defect")
+    @classmethod
+    def _defect_text(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise custom_error(
+                "known_defect", "describe the defect: what is broken, where, since which version (or drop the key)"
+            )
+        return value.strip() if value is not None else None
 
     @property
     def path(self) -> Path | None:

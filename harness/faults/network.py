@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, register
-from harness.spec import Name
+from harness.spec import Name, SourceOf, Target
 
 __all__ = ["TcpReset", "connections_between"]
 
@@ -62,7 +62,7 @@ class TcpResetSpec(FaultSpec):
 
     kind: Literal["tcp_reset"]
     target: Name
-    peer: Name
+    peer: Target
 
 
 @register
@@ -73,18 +73,20 @@ class TcpReset(Fault):
 
     def targets(self) -> tuple[str, ...]:
         spec: TcpResetSpec = self.spec  # type: ignore[assignment]
-        return (spec.target, spec.peer)
+        peer = spec.peer.source_of if isinstance(spec.peer, SourceOf) else spec.peer
+        return (spec.target, peer)
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec: TcpResetSpec = self.spec  # type: ignore[assignment]
         if shutil.which("ss") is None:
             raise FaultError("tcp_reset needs `ss` (iproute2)")
-        a, b = ctx.proc(spec.target), ctx.proc(spec.peer)
+        peer = ctx.resolve(spec.peer)
+        a, b = ctx.proc(spec.target), ctx.proc(peer)
         if a.pid is None or not a.alive or b.pid is None or not b.alive:
-            raise FaultError(f"tcp_reset: {spec.target} and {spec.peer} must both be running")
+            raise FaultError(f"tcp_reset: {spec.target} and {peer} must both be running")
         pairs = connections_between(a.pid, b.pid)
         if not pairs:
-            raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {spec.peer}")
+            raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {peer}")
         killed = []
         for local, peer in pairs:
             (lhost, lport), (phost, pport) = _split(local), _split(peer)
@@ -93,4 +95,4 @@ class TcpReset(Fault):
             if done.returncode != 0:
                 raise FaultError(f"tcp_reset: {' '.join(cmd)} failed: {done.stderr.strip()}")
             killed.append(f"{local}->{peer}")
-        return {"target": spec.target, "peer": spec.peer, "connections": killed}
+        return {"target": spec.target, "peer": peer, "connections": killed}
