@@ -1,8 +1,9 @@
-"""``mxchaos``: run, validate, schema, cleanup, list.
+"""``mxchaos``: run, check, validate, schema, cleanup, list.
 
-Exit codes: 0 every scenario passed; 1 a check failed or was unknown, a step failed, a
-run hung or errored; 2 invalid input (a scenario file, a path, an option); 130 the
-harness was interrupted (SIGINT/SIGTERM) after healing and tearing down.
+Exit codes: 0 every scenario passed (or was xfail / xpass: a ``known_defect`` scenario,
+or skip: a capability is missing); 1 a check failed or was unknown, a step failed, a run
+hung or errored; 2 invalid input (a scenario file, a path, a run folder, an option); 130
+the harness was interrupted (SIGINT/SIGTERM) after healing and tearing down.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
         result = Runner(sc, out_dir=args.out, observers=observers).run()
         write_run_folder(result)
-        print(f"--- {sc.name}: {result.verdict.upper()}  {result.run_dir}/report.html", flush=True)
+        extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+        print(f"--- {sc.name}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
         results.append(result)
         if result.status == "interrupted":
             interrupted = True
@@ -155,6 +157,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
         write_junit(Path(args.junit), results)
     if interrupted:
         return EXIT_INTERRUPTED
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Re-judge saved runs with the current checks; write nothing unless ``--write``."""
+    from harness.console import verdict_table
+    from harness.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
+
+    results = []
+    bad = False
+    for raw in args.run_dirs:
+        try:
+            result = load_run(raw)
+        except ScenarioInvalid as exc:
+            print(exc.render(), file=sys.stderr)
+            print(f"{raw}: the saved scenario is not valid for this harness; cannot re-judge it", file=sys.stderr)
+            bad = True
+            continue
+        except RunFolderError as exc:
+            print(exc, file=sys.stderr)
+            bad = True
+            continue
+        previous = saved_verdict(result.run_dir)
+        change = "" if previous in (None, result.verdict) else f" (was {previous.upper()})"
+        print(f"--- {result.scenario.name}: {result.verdict.upper()}{change}  {result.run_dir}", flush=True)
+        if args.write:
+            rewrite_verdict(result, previous)
+            print(f"    rewrote verdict.json, junit.xml, report.html in {result.run_dir}")
+        results.append(result)
+    if results:
+        verdict_table(results)
+    if bad:
+        return EXIT_INVALID
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
@@ -205,7 +240,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for kind, cls in sorted(faults.REGISTRY.items()):
             doc = (cls.Spec.__doc__ or "").strip().splitlines()
             keys = ", ".join(k for k in cls.Spec.model_fields if k != "kind")
-            print(f"{kind:10} {'(healable) ' if cls.healable else ''}{doc[0] if doc else ''}\n{'':10} keys: {keys}")
+            needs = f"; requires: {', '.join(cls.requires)}" if cls.requires else ""
+            print(f"{kind:10} {'(healable) ' if cls.healable else ''}{doc[0] if doc else ''}\n{'':10} keys: {keys}{needs}")
         return EXIT_OK
     if args.checks:
         from harness import checks
@@ -220,6 +256,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     scenarios, invalid = _load_all(files, None)
     for sc in scenarios:
         refs = f"  [{', '.join(sc.references)}]" if sc.references else ""
+        refs += "  (known defect)" if sc.known_defect else ""
         first = sc.description.strip().splitlines()[0] if sc.description.strip() else ""
         print(f"{sc.name:36} {first}{refs}\n{'':36} {sc.path}")
     for exc in invalid:
@@ -239,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
     run.add_argument("-q", "--quiet", action="store_true", help="no live progress, only the verdict table")
     run.set_defaults(fn=_cmd_run)
+
+    check = sub.add_parser(
+        "check", help="re-judge saved runs (timeline.jsonl + scenario.json) with the current checks; exit codes as run"
+    )
+    check.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (or runs/<scenario>: its latest run)"
+    )
+    check.add_argument("--write", action="store_true", help="rewrite verdict.json, junit.xml and report.html")
+    check.set_defaults(fn=_cmd_check)
 
     validate = sub.add_parser("validate", help="validate scenario files (exit 2 if any is invalid)")
     validate.add_argument("paths", nargs="+", metavar="PATH")

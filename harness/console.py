@@ -80,15 +80,30 @@ class Progress:
 def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
     color = _use_color(out)
-    paint = {"pass": "32", "fail": "31", "unknown": "33", "hang": "35", "error": "31"}
+    paint = {
+        "pass": "32",
+        "fail": "31",
+        "unknown": "33",
+        "hang": "35",
+        "error": "31",
+        "xfail": "33",
+        "xpass": "1;36",
+        "skip": "2",
+    }
 
     def p(text: str, key: str) -> str:
         return f"\033[{paint.get(key, '0')}m{text}\033[0m" if color else text
 
     for result in results:
         out.write(f"\n{result.scenario.name}  (seed {result.seed}, {result.seconds:.1f}s)  {result.run_dir}\n")
+        if result.verdict == "skip":
+            out.write(f"  {p('SKIP', 'skip')}: {result.reason}\n")
+            continue
         if result.status != "completed":
             out.write(f"  {result.status}: {result.reason}\n")
+        if result.known_defect:
+            word = {"xfail": "reproduced", "xpass": "NOT reproduced"}.get(result.verdict, "")
+            out.write(f"  known defect{f' ({word})' if word else ''}: {result.known_defect}\n")
         width = max([len(c.name) for c in result.checks] + [5])
         for c in result.checks:
             key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
@@ -100,5 +115,16 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
         n_pass = sum(1 for c in r.checks if c.valid is True)
         n_fail = sum(1 for c in r.checks if c.valid is False)
         n_unk = len(r.checks) - n_pass - n_fail
-        out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}\n")
+        note = {"xfail": "  known defect reproduced (expected)", "xpass": "  known defect did NOT reproduce"}.get(r.verdict, "")
+        if r.verdict == "skip":
+            note = f"  {r.reason}"
+        out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}{note}\n")
+    xpassed = [r for r in results if r.verdict == "xpass"]
+    if xpassed:
+        out.write("\n")
+        for r in xpassed:
+            out.write(
+                p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce: it may be fixed.", "xpass")
+                + f"\n  defect: {r.known_defect}\n  Rerun it; once it stays fixed, remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
+            )
     out.flush()

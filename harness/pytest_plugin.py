@@ -9,6 +9,12 @@ that marker, plus the scenario's own ``markers``) and get a ``timeout`` of the r
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
 ``--mxchaos-seed N``. Works under pytest-xdist: runs share nothing but the output
 folder, and every run folder name is unique.
+
+Verdicts map to outcomes: ``skip`` (a capability the scenario's faults require is
+missing) is ``pytest.skip``; ``xfail`` (a ``known_defect`` scenario whose checks failed)
+is ``pytest.xfail`` with the defect as the reason; ``xpass`` (it passed: the defect did
+not reproduce) is a pass with a note (a report section and the terminal summary), never a
+strict-xfail failure, because the defects documented this way are timing-dependent.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, load_scenario
 
 TEARDOWN_MARGIN_S = 120
+XPASS_PROPERTY = "mxchaos_xpass"
+_NOTES: list[tuple[str, str]] = []  # (nodeid, note) of this session's xpasses, for the summary
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,6 +47,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mxchaos: an mxchaos scenario file run by the harness")
+    _NOTES.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the xpass notes (also from xdist workers: user properties travel with reports)."""
+    if report.when != "call" or not report.passed:
+        return
+    for key, value in report.user_properties:
+        if key == XPASS_PROPERTY:
+            _NOTES.append((report.nodeid, str(value)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _NOTES:
+        return
+    terminalreporter.section("mxchaos: known defects that did not reproduce", sep="=", yellow=True, bold=True)
+    for nodeid, note in _NOTES:
+        terminalreporter.write_line(f"XPASS {nodeid}", yellow=True, bold=True)
+        terminalreporter.write_line(f"  {note}")
 
 
 def _scenario_dirs(config: pytest.Config) -> list[Path]:
@@ -81,6 +108,19 @@ class ScenarioFailed(Exception):
         return "\n".join(lines)
 
 
+def _xfail_reason(result: Any) -> str:
+    """The defect, then what showed it (the failed step or the first failing check) and the folder."""
+    shown = ""
+    if result.status == "step_failed":
+        shown = f"step {result.failed_step}: {result.reason}"
+    else:
+        failing = [c for c in result.checks if c.valid is False]
+        if failing:
+            shown = f"{failing[0].name}: {failing[0].summary}"
+            shown += f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
+    return f"known defect: {result.known_defect} | reproduced: {shown} | run folder: {result.run_dir}"
+
+
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"))
@@ -116,7 +156,19 @@ class ScenarioItem(pytest.Item):
         self.user_properties.append(("mxchaos_verdict", result.verdict))
         if result.status == "interrupted":
             raise KeyboardInterrupt(f"mxchaos run interrupted; healed and torn down: {result.run_dir}")
-        if not result.ok:
+        if result.verdict == "skip":
+            pytest.skip(f"mxchaos: {result.reason}")
+        if result.verdict == "xfail":
+            pytest.xfail(_xfail_reason(result))
+        if result.verdict == "xpass":
+            note = (
+                f"every check passed: the known defect did not reproduce, it may be fixed: {result.known_defect} "
+                f"(run folder: {result.run_dir})"
+            )
+            self.user_properties.append((XPASS_PROPERTY, note))
+            self.add_report_section("call", "mxchaos", f"XPASS {note}")
+            return
+        if result.verdict != "pass":
             raise ScenarioFailed(result)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:

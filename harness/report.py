@@ -9,13 +9,16 @@
     report.html         timeline picture + tables  procs/<name>.log, procs/<name>.events.jsonl
     stacks/             py-spy dumps (hang, await timeouts)
 
-and ``runs/<scenario>/latest`` -> the newest run folder.
+and ``runs/<scenario>/latest`` -> the newest run folder. ``load_run`` reads a folder back
+(``mxchaos check`` re-judges it with the current checks; ``write_verdict_files`` rewrites
+only verdict.json, junit.xml and report.html).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime as dt
 import glob
 import html
 import importlib.metadata
@@ -31,10 +34,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.runner import RunResult, result_to_json
+from harness.errors import HarnessError
+from harness.runner import RunResult, judge, result_to_json, verdict_of
+from harness.scenario import parse_scenario_json
 from harness.timeline import Entry, History
 
-__all__ = ["collect_versions", "junit_xml", "render_html", "write_junit", "write_run_folder"]
+__all__ = [
+    "RunFolderError",
+    "collect_versions",
+    "junit_xml",
+    "load_run",
+    "render_html",
+    "rewrite_verdict",
+    "saved_verdict",
+    "write_junit",
+    "write_run_folder",
+    "write_verdict_files",
+]
 
 
 # ------------------------------------------------------------------------ versions
@@ -130,13 +146,111 @@ def write_run_folder(result: RunResult) -> Path:
             if entry.f == "scrape":
                 row = {"t": round(entry.t, 6), "process": entry.actor, **entry.value}
                 out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    write_verdict_files(result, versions)
+    _link_latest(run_dir)
+    return run_dir
+
+
+def write_verdict_files(result: RunResult, versions: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+    """verdict.json (plus ``extra`` keys), junit.xml and report.html of ``result.run_dir``."""
+    run_dir = result.run_dir
     verdict = result_to_json(result)
     verdict["versions"] = versions
+    verdict.update(extra or {})
     (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
     write_junit(run_dir / "junit.xml", [result])
     (run_dir / "report.html").write_text(render_html(result, versions))
-    _link_latest(run_dir)
-    return run_dir
+
+
+class RunFolderError(HarnessError):
+    """A run folder cannot be read back (missing or unreadable files)."""
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RunFolderError(f"{path}: cannot read it: {exc}") from None
+    return data if isinstance(data, dict) else None
+
+
+def _run_folder(path: Path) -> Path:
+    """``path`` itself, or its ``latest`` run when given a scenario's folder of runs."""
+    if not (path / "timeline.jsonl").is_file() and (path / "latest" / "timeline.jsonl").is_file():
+        return (path / "latest").resolve()
+    return path.resolve()
+
+
+def load_run(path: str | Path) -> RunResult:
+    """Re-judge a saved run: the scenario from ``scenario.json`` (validated by the current
+    harness), the ``timeline.jsonl``, the checks run again, the verdict merged again. How the
+    run went (completed, a step failed, hang ...) is the timeline's ``outcome`` entry (runs
+    recorded before it existed: ``verdict.json``). Raises ``ScenarioInvalid`` when the saved
+    scenario is not valid any more, ``RunFolderError`` when a file is missing."""
+    run_dir = _run_folder(Path(path))
+    for name in ("scenario.json", "timeline.jsonl"):
+        if not (run_dir / name).is_file():
+            raise RunFolderError(f"{run_dir}: no {name} (is this a run folder? it is written when a run ends)")
+    scenario_file = run_dir / "scenario.json"
+    scenario = parse_scenario_json(scenario_file.read_text(encoding="utf-8"), scenario_file)
+    with contextlib.suppress(OSError):
+        scenario._text = (run_dir / "scenario.yaml").read_text(encoding="utf-8")
+    try:
+        history = History.from_jsonl(run_dir / "timeline.jsonl")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunFolderError(f"{run_dir / 'timeline.jsonl'}: cannot read it: {exc}") from None
+    saved = _read_json(run_dir / "verdict.json") or {}
+    info = _read_json(run_dir / "run.json") or {}
+    outcome = history.last(actor="harness", f="outcome")
+    if outcome is not None:
+        status, reason, failed_step = str(outcome.get("status")), str(outcome.get("reason") or ""), outcome.get("failed_step")
+    elif "status" in saved:
+        status, reason, failed_step = str(saved["status"]), str(saved.get("reason") or ""), saved.get("failed_step")
+    else:
+        raise RunFolderError(f"{run_dir}: neither an outcome entry in timeline.jsonl nor a verdict.json says how the run went")
+    skip = history.last(actor="harness", f="skip")
+    checks = [] if status == "skipped" else judge(scenario, history)
+    return RunResult(
+        scenario=scenario,
+        run_id=str(saved.get("run_id") or info.get("run_id") or run_dir.name),
+        run_dir=run_dir,
+        status=status,
+        reason=reason,
+        verdict=verdict_of(status, checks, scenario.known_defect),
+        history=history,
+        checks=checks,
+        started_at=str(saved.get("started_at") or info.get("started") or ""),
+        seconds=float(saved.get("seconds") or history.end),
+        seed=scenario.seed,
+        failed_step=failed_step,
+        stacks=dict(saved.get("stacks") or {}),
+        interrupted_by=saved.get("interrupted_by"),
+        missing_capabilities=list(skip.get("missing") or []) if skip is not None else [],
+    )
+
+
+def saved_verdict(run_dir: Path) -> str | None:
+    """The verdict recorded in a run folder's verdict.json, if any."""
+    with contextlib.suppress(RunFolderError):
+        saved = _read_json(run_dir / "verdict.json")
+        return str(saved["verdict"]) if saved and "verdict" in saved else None
+    return None
+
+
+def rewrite_verdict(result: RunResult, previous: str | None) -> None:
+    """After a re-judge: verdict.json, junit.xml and report.html again, with the versions of
+    what ran (versions.json) and a note of the re-judge; nothing else of the folder changes."""
+    versions = _read_json(result.run_dir / "versions.json") or {}
+    extra = {
+        "rejudged": {
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+            "previous_verdict": previous,
+            "harness_git_commit": _git_commit(),
+        }
+    }
+    write_verdict_files(result, versions, extra)
 
 
 def _link_latest(run_dir: Path) -> None:
@@ -171,21 +285,37 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
             ("verdict", result.verdict),
         ):
             ET.SubElement(props, "property", name=key, value=value)
-        tests = failures = errors = 0
+        if result.known_defect:
+            ET.SubElement(props, "property", name="known_defect", value=result.known_defect)
+        tests = failures = errors = skipped = 0
+        # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
+        expected = result.verdict == "xfail"
+        why_expected = f"xfail: known defect: {result.known_defect}"
         case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
         tests += 1
-        if result.status == "step_failed":
+        if result.verdict == "skip":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"skip: {result.reason}").text = result.reason
+        elif expected:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=why_expected).text = _expected_text(result)
+        elif result.status == "step_failed":
             failures += 1
             ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = result.reason
         elif result.status != "completed":
             errors += 1
             ET.SubElement(case, "error", message=f"{result.status}: {result.reason}").text = result.reason
+        elif result.verdict == "xpass":
+            ET.SubElement(case, "system-out").text = _xpass_note(result)
         for check in result.checks:
             tests += 1
             case = ET.SubElement(
                 suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name=check.name, time=f"{check.seconds:.6f}"
             )
-            if check.valid is False:
+            if check.valid is False and expected:
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+            elif check.valid is False:
                 failures += 1
                 ET.SubElement(case, "failure", message=check.summary).text = json.dumps(dict(check.details), default=str)[:4000]
             elif check.valid != True:  # noqa: E712
@@ -196,8 +326,23 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         suite.set("tests", str(tests))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
-        suite.set("skipped", "0")
+        suite.set("skipped", str(skipped))
     return root
+
+
+def _expected_text(result: RunResult) -> str:
+    lines = [f"known defect: {result.known_defect}", "reproduced:"]
+    if result.status == "step_failed":
+        lines.append(f"  step {result.failed_step}: {result.reason}")
+    lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
+    return "\n".join(lines)
+
+
+def _xpass_note(result: RunResult) -> str:
+    return (
+        "XPASS: every check passed, so the known defect did not reproduce in this run; "
+        f"it may be fixed (or not hit this time): {result.known_defect}"
+    )
 
 
 def write_junit(path: Path, results: Sequence[RunResult]) -> None:
@@ -209,7 +354,16 @@ def write_junit(path: Path, results: Sequence[RunResult]) -> None:
 # ------------------------------------------------------------------------ html
 
 _COLORS = {True: "#1a7f37", False: "#cf222e", "unknown": "#9a6700"}
-_VERDICT_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "unknown": "#9a6700", "hang": "#8250df", "error": "#6e7781"}
+_VERDICT_COLORS = {
+    "pass": "#1a7f37",
+    "fail": "#cf222e",
+    "unknown": "#9a6700",
+    "hang": "#8250df",
+    "error": "#6e7781",
+    "xfail": "#bc4c00",
+    "xpass": "#0969da",
+    "skip": "#6e7781",
+}
 _EVENT_STYLE = {
     "load_done": ("#1a7f37", "load_done"),
     "fallback": ("#bc4c00", "fallback"),
@@ -245,6 +399,16 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
         f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span></h1>",
         f"<p>{_e(sc.description)}</p>" if sc.description else "",
     ]
+    if result.known_defect:
+        note = {
+            "xfail": "The known defect reproduced; the failures below are expected.",
+            "xpass": "<b>Every check passed: the known defect did not reproduce. It may be fixed "
+            "(or was not hit this time); rerun it, and drop <code>known_defect</code> once it stays fixed.</b>",
+        }.get(result.verdict, "")
+        parts.append(
+            f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "
+            f"{_e(result.known_defect)}<br>{note}</p>"
+        )
     if result.reason:
         parts.append(f"<p><b>{_e(result.status)}</b>: {_e(result.reason)}</p>")
     facts = [

@@ -10,9 +10,14 @@
 4. run the steps (sequence, ``parallel`` branches in threads); every wait has a deadline
    and wakes on abort;
 5. ``finally`` (also on SIGINT/SIGTERM, which raise ``RunInterrupted`` in the main
-   thread): heal every active fault, scrape once more, stop every process (TERM, grace,
-   KILL), scan for leaks, sweep whatever of the run is still alive;
-6. freeze the timeline, run the checks, merge the verdict; the caller writes the report.
+   thread): heal every active fault (each heal bounded by ``budgets.heal``; one that fails
+   or overruns is recorded and the next is healed), scrape once more, stop every process
+   (TERM, grace, KILL), scan for leaks, sweep whatever of the run is still alive;
+6. record the outcome, freeze the timeline, run the checks, merge the verdict; the
+   caller writes the report.
+
+Before any of it, the capabilities the scenario's faults require are probed
+(``harness.capabilities``): when one is missing nothing starts and the verdict is ``skip``.
 
 Every child gets ``MXCHAOS_RUN_ID`` (and the harness pid/start time) in its environment
 and its own session, its own log, events file and ephemeral ports (it reports them).
@@ -40,6 +45,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from harness import capabilities
 from harness import checks as check_registry
 from harness import faults as fault_registry
 from harness import procscan
@@ -72,9 +78,12 @@ from harness.scrape import compare, sample_value, scrape
 from harness.spec import Scalar, SourceOf
 from harness.timeline import Entry, History, Timeline, matches
 
-__all__ = ["RunResult", "Runner", "new_run_id", "ledger_dir", "VERDICTS"]
+__all__ = ["OK_VERDICTS", "RunResult", "Runner", "VERDICTS", "judge", "ledger_dir", "new_run_id", "verdict_of"]
 
-VERDICTS = ("pass", "fail", "unknown", "hang", "error")
+# pass | fail | unknown | hang | error, and: xfail / xpass (a known_defect scenario failed /
+# passed), skip (a capability its faults require is missing; nothing ran)
+VERDICTS = ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip")
+OK_VERDICTS = ("pass", "xfail", "xpass", "skip")  # what does not fail `mxchaos run`
 MONITOR_PERIOD = 0.05
 
 
@@ -96,9 +105,9 @@ class RunResult:
     scenario: Scenario
     run_id: str
     run_dir: Path
-    status: str  # completed | step_failed | hang | interrupted | error
+    status: str  # completed | step_failed | hang | interrupted | error | skipped
     reason: str
-    verdict: str  # pass | fail | unknown | hang | error
+    verdict: str  # one of VERDICTS
     history: History
     checks: list[check_registry.NamedResult]
     started_at: str
@@ -107,10 +116,19 @@ class RunResult:
     failed_step: str | None = None
     stacks: dict[str, str] = field(default_factory=dict)
     interrupted_by: int | None = None
+    missing_capabilities: list[str] = field(default_factory=list)  # verdict skip: what is missing
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "pass"
+        """Whether this run lets ``mxchaos run`` exit 0 (pass, xfail, xpass, skip)."""
+        return self.verdict in OK_VERDICTS
+
+    @property
+    def known_defect(self) -> str | None:
+        return self.scenario.known_defect
+
+    def failing_checks(self) -> list[check_registry.NamedResult]:
+        return [c for c in self.checks if c.valid is not True]
 
 
 @dataclass
@@ -145,6 +163,10 @@ class _ProcState:
 
 class _Abort(Exception):
     """Internal: a wait woke because the run is being aborted."""
+
+
+class _HealOverrun(Exception):
+    """Internal: a heal did not return within ``budgets.heal``."""
 
 
 class Runner:
@@ -185,12 +207,16 @@ class Runner:
         self._start_counter = 0
         self._scraping: set[str] = set()
         self._scrape_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="mxchaos-scrape")
+        self._heal_failures: list[str] = []  # "name (kind): why", in the order they happened
 
     # ------------------------------------------------------------------ public
 
     def run(self) -> RunResult:
         started_wall = dt.datetime.now(dt.UTC).isoformat()
         sc = self.scenario
+        lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(sc))
+        if lacking:
+            return self._skipped(started_wall, lacking, why)
         status, reason, failed_step = "completed", "", None
         for observer in self.observers:
             self.timeline.add_listener(observer)
@@ -217,9 +243,14 @@ class Runner:
                     status, reason = "hang", self._abort_reason or "no progress"
             finally:
                 self._teardown()
+        if self._heal_failures:
+            status, reason = self._heal_outcome(status, reason)
+        self.timeline.append(
+            "info", "harness", "outcome", {"status": status, "reason": reason, "failed_step": failed_step}
+        )
         history = self.timeline.snapshot()
         results = self._check(history)
-        verdict = self._verdict(status, results)
+        verdict = self._verdict(status, results, sc.known_defect)
         return RunResult(
             scenario=sc,
             run_id=self.run_id,
@@ -236,6 +267,34 @@ class Runner:
             stacks=dict(self._stacks),
             interrupted_by=self._interrupted,
         )
+
+    def _skipped(self, started_wall: str, lacking: list[str], why: str) -> RunResult:
+        """Nothing starts: a fault of the scenario needs what this machine lacks."""
+        self.timeline.append("info", "harness", "skip", {"missing": lacking, "reason": why})
+        self.timeline.append("info", "harness", "outcome", {"status": "skipped", "reason": why, "failed_step": None})
+        return RunResult(
+            scenario=self.scenario,
+            run_id=self.run_id,
+            run_dir=self.run_dir,
+            status="skipped",
+            reason=why,
+            verdict="skip",
+            history=self.timeline.snapshot(),
+            checks=[],
+            started_at=started_wall,
+            seconds=self.timeline.now(),
+            seed=self.scenario.seed,
+            missing_capabilities=lacking,
+        )
+
+    def _heal_outcome(self, status: str, reason: str) -> tuple[str, str]:
+        """A fault that could not be healed leaves the system in an unknown state: the run is an
+        error (a hang or an interrupt keeps its status; the failed heals join its reason)."""
+        failed = "; ".join(self._heal_failures)
+        what = f"heal failed: {failed}"
+        if status in ("hang", "interrupted"):
+            return status, f"{reason}; {what}" if reason else what
+        return "error", f"{what}; {reason}" if reason else what
 
     # ------------------------------------------------------------------ setup
 
@@ -886,18 +945,51 @@ class Runner:
             self.timeline.append("info", "nemesis", "heal", {"fault": name, "reason": reason, "noop": True})
             return
         base = {"fault": name, "kind": fault.kind, "reason": reason}
+        budget = self.scenario.budgets.heal
         self.timeline.append("invoke", "nemesis", "heal", base)
         try:
-            value = fault.heal(_FaultCtx(self, healing=True)) or {}
+            value = self._bounded_heal(fault, budget) or {}
         except RunInterrupted:
             self.timeline.append("info", "nemesis", "heal", {**base, "indeterminate": True, "error": "interrupted"})
             raise
+        except _HealOverrun:
+            # the heal is still running in its thread: never heal this fault again concurrently
+            error = f"did not return within {budget:g}s (budgets.heal)"
+            with self._lock:
+                self._active.pop(name, None)
+            self.timeline.append("fail", "nemesis", "heal", {**base, "error": error, "timed_out": True})
+            self._heal_failures.append(f"{name} ({fault.kind}) {error}")
+            raise FaultError(f"healing {name} {error}") from None
         except Exception as exc:  # noqa: BLE001 - keep healing the others
-            self.timeline.append("fail", "nemesis", "heal", {**base, "error": f"{type(exc).__name__}: {exc}"})
+            error = f"{type(exc).__name__}: {exc}"
+            self.timeline.append("fail", "nemesis", "heal", {**base, "error": error})
+            self._heal_failures.append(f"{name} ({fault.kind}) raised {error}")
             raise FaultError(f"healing {name} failed: {exc}") from exc
         with self._lock:
             self._active.pop(name, None)
         self.timeline.append("ok", "nemesis", "heal", {**base, **value})
+
+    def _bounded_heal(self, fault: fault_registry.Fault, budget: float) -> dict[str, Any] | None:
+        """``fault.heal`` in its own thread, waited for at most ``budget`` seconds (a heal that
+        blocks, e.g. on an unreachable host, must not hold up the rest of the teardown)."""
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def heal() -> None:
+            try:
+                outcome["value"] = fault.heal(_FaultCtx(self, healing=True))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=heal, name=f"mxchaos-heal-{fault.name}", daemon=True)
+        thread.start()
+        if not done.wait(budget):
+            raise _HealOverrun()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
 
     # ------------------------------------------------------------------ teardown
 
@@ -963,22 +1055,42 @@ class Runner:
     # ------------------------------------------------------------------ judging
 
     def _check(self, history: History) -> list[check_registry.NamedResult]:
-        facts = check_registry.RunFacts(roles=self.scenario.roles())
-        return [
-            check_registry.evaluate(i, kind, params, history, facts)
-            for i, (kind, params) in enumerate(self.scenario.check_entries())
-        ]
+        return judge(self.scenario, history)
 
     @staticmethod
-    def _verdict(status: str, results: Sequence[check_registry.NamedResult]) -> str:
-        if status == "hang":
-            return "hang"
-        if status in ("error", "interrupted"):
-            return "error"
-        merged = check_registry.merge_valid(r.valid for r in results)
-        if status == "step_failed" or merged is False:
-            return "fail"
-        return "unknown" if merged == "unknown" else "pass"
+    def _verdict(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None) -> str:
+        return verdict_of(status, results, known_defect)
+
+
+def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResult]:
+    """Run the scenario's checks over a history (pure; ``mxchaos check`` re-judges with it)."""
+    facts = check_registry.RunFacts(roles=scenario.roles())
+    return [
+        check_registry.evaluate(i, kind, params, history, facts)
+        for i, (kind, params) in enumerate(scenario.check_entries())
+    ]
+
+
+def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None) -> str:
+    """The run's verdict: ``skip`` (nothing ran), ``hang``, ``error`` (a harness error, an
+    interrupt, a failed heal), ``fail`` (a step failed or a check is false), ``unknown``
+    (a check is unknown), else ``pass``. A scenario with a ``known_defect`` turns ``fail``
+    into ``xfail`` (the defect reproduced) and ``pass`` into ``xpass`` (it did not: fixed?);
+    the others stay what they are."""
+    if status == "skipped":
+        return "skip"
+    if status == "hang":
+        return "hang"
+    if status in ("error", "interrupted"):
+        return "error"
+    merged = check_registry.merge_valid(r.valid for r in results)
+    if status == "step_failed" or merged is False:
+        base = "fail"
+    else:
+        base = "unknown" if merged == "unknown" else "pass"
+    if known_defect:
+        return {"fail": "xfail", "pass": "xpass"}.get(base, base)
+    return base
 
 
 class _FaultCtx:
@@ -1071,6 +1183,8 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
         "failed_step": result.failed_step,
         "started_at": result.started_at,
         "seconds": round(result.seconds, 3),
+        "known_defect": result.scenario.known_defect,
+        "missing_capabilities": result.missing_capabilities,
         "checks": [r.to_json() for r in result.checks],
         "stacks": result.stacks,
         "interrupted_by": result.interrupted_by,

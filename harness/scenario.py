@@ -11,6 +11,7 @@ from YAML. The format reference is ``harness/README.md``.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "iter_steps",
     "load_scenario",
     "parse_scenario",
+    "parse_scenario_json",
     "scenario_json_schema",
 ]
 
@@ -684,6 +686,28 @@ def parse_scenario(text: str, file: str | Path = "<string>") -> Scenario:
         problem = getattr(exc, "problem", None) or str(exc)
         line = mark.line + 1 if mark is not None else None
         raise ScenarioInvalid(file_label, [Issue("", f"not valid YAML: {problem}", line)]) from None
+    return _validated(data, root, file, text)
+
+
+def parse_scenario_json(text: str, file: str | Path = "<string>") -> Scenario:
+    """A scenario as the runner saved it (``scenario.json`` of a run folder: the validated
+    model, seed override applied), validated again with the current harness. Values come
+    from JSON; the YAML composer only locates problems (JSON is YAML) for the messages."""
+    file_label = str(file)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ScenarioInvalid(file_label, [Issue("", f"not valid JSON: {exc}")]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = yaml.compose("{}", Loader=yaml.SafeLoader)  # no line numbers then
+    return _validated(data, root, file, text)
+
+
+def _validated(data: Any, root: yaml.Node | None, file: str | Path, text: str) -> Scenario:
+    """Schema, then cross-references; ``ScenarioInvalid`` with every problem located in ``root``."""
+    file_label = str(file)
     if not isinstance(data, dict) or root is None:
         raise ScenarioInvalid(file_label, [Issue("", "a scenario file must be a YAML mapping (name, processes, steps, ...)", 1)])
     issues = _duplicate_keys(root, ())

@@ -75,7 +75,7 @@ def test_a_typo_in_a_key_names_file_line_key_and_the_closest_allowed_key() -> No
     assert lines == [
         "x.yaml:1: processes: required key is missing",
         "x.yaml:2: procesess: unknown key 'procesess'; did you mean 'processes'? (allowed: name, description, "
-        "references, seed, transport, markers, budgets, scrape, hosts, model, launcher, env, processes, steps, checks)",
+        "references, known_defect, seed, transport, markers, budgets, scrape, hosts, model, launcher, env, processes, steps, checks)",
     ]
 
 
