@@ -109,15 +109,10 @@ class ScenarioFailed(Exception):
 
 
 def _xfail_reason(result: Any) -> str:
-    """The defect, then what showed it (the failed step or the first failing check) and the folder."""
-    shown = ""
-    if result.status == "step_failed":
-        shown = f"step {result.failed_step}: {result.reason}"
-    else:
-        failing = [c for c in result.checks if c.valid is False]
-        if failing:
-            shown = f"{failing[0].name}: {failing[0].summary}"
-            shown += f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
+    """The defect, then what showed it (the first failing check) and the run folder."""
+    failing = [c for c in result.checks if c.valid is False]
+    shown = f"{failing[0].name}: {failing[0].summary}" if failing else "?"
+    shown += f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     return f"known defect: {result.known_defect} | reproduced: {shown} | run folder: {result.run_dir}"
 
 

@@ -332,8 +332,6 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
 
 def _expected_text(result: RunResult) -> str:
     lines = [f"known defect: {result.known_defect}", "reproduced:"]
-    if result.status == "step_failed":
-        lines.append(f"  step {result.failed_step}: {result.reason}")
     lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
     return "\n".join(lines)
 

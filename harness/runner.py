@@ -1074,9 +1074,10 @@ def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResu
 def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None) -> str:
     """The run's verdict: ``skip`` (nothing ran), ``hang``, ``error`` (a harness error, an
     interrupt, a failed heal), ``fail`` (a step failed or a check is false), ``unknown``
-    (a check is unknown), else ``pass``. A scenario with a ``known_defect`` turns ``fail``
-    into ``xfail`` (the defect reproduced) and ``pass`` into ``xpass`` (it did not: fixed?);
-    the others stay what they are."""
+    (a check is unknown), else ``pass``. For a scenario with a ``known_defect``, steps that
+    all completed with a false check are ``xfail`` (the defect reproduced) and a pass is
+    ``xpass`` (it did not: fixed?); a failed step stays ``fail``: the scenario did not get
+    to where it judges the defect (a process that did not start is not the defect)."""
     if status == "skipped":
         return "skip"
     if status == "hang":
@@ -1084,13 +1085,13 @@ def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known
     if status in ("error", "interrupted"):
         return "error"
     merged = check_registry.merge_valid(r.valid for r in results)
-    if status == "step_failed" or merged is False:
-        base = "fail"
-    else:
-        base = "unknown" if merged == "unknown" else "pass"
-    if known_defect:
-        return {"fail": "xfail", "pass": "xpass"}.get(base, base)
-    return base
+    if status == "step_failed":
+        return "fail"
+    if merged is False:
+        return "xfail" if known_defect else "fail"
+    if merged == "unknown":
+        return "unknown"
+    return "xpass" if known_defect else "pass"
 
 
 class _FaultCtx:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 from mxref import config
@@ -127,49 +126,57 @@ def model_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def model_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    import numpy as np
+
     from mxref.model import ModelSpec
 
     tensor_bytes = int(args.tensor_mib * (1 << 20))
-    item = {"float32": 4, "float16": 2, "int32": 4, "int64": 8}.get(args.dtype, 1)
-    tensor_bytes -= tensor_bytes % item
+    tensor_bytes -= tensor_bytes % np.dtype(args.dtype).itemsize
     return ModelSpec(name=args.model_name, tensors=args.tensors, tensor_bytes=tensor_bytes, dtype=args.dtype,
                      seed=args.seed)
 
 
+def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-untyped-def]
+    """How this process serves as a source (a source, or a reader after its load)."""
+    from mxref.source import ServeOptions
+
+    return ServeOptions(
+        server=server, worker_rank=args.rank, mode=args.mode, advertise_host=args.advertise_host,
+        worker_port=args.worker_port,
+        heartbeat_interval_s=args.heartbeat_interval
+        or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
+    )
+
+
 def run_source(args: argparse.Namespace) -> int:
+    import uuid
+
     from mxref.accelerators import get_backend
     from mxref.nixl_transfer import NixlTransferManager
-    from mxref.source import (ServeOptions, SourceService, free_port, local_tensors, model_identity,
-                              wait_for_stop)
+    from mxref.process import free_port
+    from mxref.source import SourceService, identity_for, local_tensors, wait_for_stop
 
     with Process(args.name, "source", args.events, args.metrics_port) as proc:
         spec, host_arena = model_from_args(args)
         checksums = host_arena.checksums()
         accel = get_backend(args.accelerator)
         arena = accel.to_device(host_arena, args.device_id)
-        import uuid
-
+        identity = identity_for(spec.name if spec else args.model_name, arena.specs[0].dtype)
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"
         nixl_port = args.nixl_port or free_port(args.advertise_host)
         mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=proc.metrics)
         try:
             mgr.create_agent(nixl_port, progress_thread=False)
         except Exception as exc:
-            proc.emit("load_failed", error=f"NIXL agent: {type(exc).__name__}: {exc}")
+            print(f"mxref source: cannot create the NIXL agent: {type(exc).__name__}: {exc}", file=sys.stderr)
             return proc.finish(EXIT_STARTUP_FAILED)
         mgr.register_tensors(local_tensors(arena, args.device_id))
         mgr.start_progress_pump()
         proc.emit("agent_ready", agent_name=agent_name, listen_port=nixl_port, backend="UCX",
                   mem_type=accel.mem_type, regions=len(arena.specs), bytes=sum(s.nbytes for s in arena.specs))
         proc.emit("listening", what="nixl_listener", port=nixl_port, endpoint=f"{args.advertise_host}:{nixl_port}")
-        options = ServeOptions(
-            server=args.server or config.server_address(), worker_rank=args.rank, mode=args.mode,
-            advertise_host=args.advertise_host, worker_port=args.worker_port,
-            heartbeat_interval_s=args.heartbeat_interval
-            or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
-        )
-        service = SourceService(mgr, arena, checksums, model_identity(spec, arena, args.model_name if spec is None else None),
-                                options, accel.name, proc.events, proc.metrics)
+        options = serve_options(args, args.server or config.server_address())
+        service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, proc.metrics)
         service.start()
         try:
             wait_for_stop(proc.stop, args.serve_seconds)
@@ -181,7 +188,8 @@ def run_source(args: argparse.Namespace) -> int:
 
 def run_reader(args: argparse.Namespace) -> int:
     from mxref.reader import Reader, ReaderOptions
-    from mxref.source import ServeOptions, SourceService, free_port, identity_for, local_tensors, wait_for_stop
+    from mxref.process import free_port
+    from mxref.source import SourceService, identity_for, local_tensors, wait_for_stop
 
     with Process(args.name, "reader", args.events, args.metrics_port) as proc:
         spec = model_spec(args)
@@ -220,12 +228,7 @@ def run_reader(args: argparse.Namespace) -> int:
                 mgr.create_agent(free_port(args.advertise_host), progress_thread=False)
                 mgr.register_tensors(local_tensors(reader.arena, args.device_id))
             mgr.start_progress_pump()
-            serve = ServeOptions(
-                server=options.server, worker_rank=args.rank, mode=args.mode, advertise_host=args.advertise_host,
-                worker_port=args.worker_port,
-                heartbeat_interval_s=args.heartbeat_interval
-                or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
-            )
+            serve = serve_options(args, options.server)
             service = SourceService(mgr, reader.arena, reader.arena.checksums(), identity, serve,
                                     reader.accelerator.name, proc.events, proc.metrics)
             reader.manager = None

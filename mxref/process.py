@@ -8,6 +8,7 @@ the interrupted code holds), and emits ``exit`` with the code on the way out.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import sys
@@ -99,6 +100,8 @@ class Process:
 
     def __enter__(self) -> Process:
         self.signals.__enter__()
+        # `kill -USR1 PID` writes every thread's stack to the log (where py-spy may not attach)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         self.emit("started", argv=sys.argv, version=__version__, env=config.logged_env())
         if self.metrics_port is not None:
             port = self.metrics.serve(self.metrics_port, self.metrics_host)

@@ -23,18 +23,18 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
 from mxref.client import MxClient, fetch_tensor_manifest
-from mxref.errors import IntegrityError, LoadFailed, MxError, TransferTimeout
+from mxref.errors import IntegrityError, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import Metrics
 from mxref.model import Arena, TensorSpec, load_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.selection import Target, get_selector
-from mxref.source import free_port, local_tensors
+from mxref.process import free_port
+from mxref.source import local_tensors
 from mxref.v1 import p2p_pb2
 
 logger = logging.getLogger("mxref.reader")
@@ -368,9 +368,3 @@ class Reader:
             self.manager.shutdown()
             self.manager = None
 
-
-def describe(result: LoadResult) -> dict[str, Any]:
-    return asdict(result)
-
-
-__all__ = ["Reader", "ReaderOptions", "LoadResult", "Attempt", "LoadFailed", "MxError"]

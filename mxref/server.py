@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
-from types import FrameType
 from typing import Any, Protocol
 
 import grpc

@@ -29,9 +29,8 @@ from mxref.client import MxClient
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.metrics import Metrics
-from mxref.model import Arena, ModelSpec
+from mxref.model import Arena
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager
-from mxref.process import free_port  # noqa: F401  (re-exported: readers and the CLI use it)
 from mxref.v1 import p2p_pb2
 from mxref.worker_server import WorkerManifest, WorkerServicer, endpoint, start_worker_server
 
@@ -52,11 +51,6 @@ def identity_for(model_name: str, dtype: str, tp: int = 1) -> p2p_pb2.SourceIden
         backend_framework=p2p_pb2.VLLM, tensor_parallel_size=tp, pipeline_parallel_size=1,
         expert_parallel_size=0, dtype=dtype,
     )
-
-
-def model_identity(spec: ModelSpec | None, arena: Arena, model_name: str | None = None) -> p2p_pb2.SourceIdentity:
-    name = model_name or (spec.name if spec else "mxref/checkpoint")
-    return identity_for(name, spec.dtype if spec else arena.specs[0].dtype)
 
 
 def local_tensors(arena: Arena, device_id: int = 0) -> list[LocalTensor]:

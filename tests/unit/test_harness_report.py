@@ -51,15 +51,19 @@ ROWS = [
 ]
 
 
-def make_result(tmp_path: Path, checks: list[NamedResult], status: str = "completed") -> RunResult:
-    sc = parse_scenario(SCENARIO, "demo.yaml")
+DEFECT = "NIXL 1.5.1: a resumed source aborts <SIGABRT>"
+
+
+def make_result(tmp_path: Path, checks: list[NamedResult], status: str = "completed", known_defect: str | None = None) -> RunResult:
+    text = SCENARIO if known_defect is None else SCENARIO.replace("description:", f"known_defect: {json.dumps(known_defect)}\ndescription:")
+    sc = parse_scenario(text, "demo.yaml")
     return RunResult(
         scenario=sc,
         run_id="demo-1",
         run_dir=tmp_path / "runs" / "demo" / "stamp-1",
         status=status,
         reason="" if status == "completed" else "step 3: reader-1 did not exit in time",
-        verdict=Runner._verdict(status, checks),
+        verdict=Runner._verdict(status, checks, known_defect),
         history=History.build(ROWS),
         checks=checks,
         started_at="2026-01-01T00:00:00+00:00",
@@ -88,6 +92,33 @@ def named(index: int, valid: object, name: str = "c") -> NamedResult:
 )
 def test_verdicts(status: str, valids: list[object], verdict: str) -> None:
     assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)]) == verdict
+
+
+@pytest.mark.parametrize(
+    ("status", "valids", "verdict"),
+    [
+        ("completed", [True, False], "xfail"),  # the defect reproduced
+        ("step_failed", [True], "fail"),  # steps that did not complete never got to the defect
+        ("step_failed", [False], "fail"),
+        ("completed", [True, True], "xpass"),  # it did not: fixed?
+        ("completed", [], "xpass"),
+        ("completed", [True, "unknown"], "unknown"),  # nothing to judge is not expected
+        ("hang", [False], "hang"),  # a hang or a harness error still fails
+        ("error", [False], "error"),
+        ("interrupted", [True], "error"),
+        ("skipped", [], "skip"),
+    ],
+)
+def test_verdicts_of_a_known_defect(status: str, valids: list[object], verdict: str) -> None:
+    assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)], "NIXL x.y aborts") == verdict
+    if verdict in ("xfail", "xpass"):
+        assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)]) == verdict[1:]
+
+
+def test_which_verdicts_fail_a_run() -> None:
+    from harness.runner import OK_VERDICTS, VERDICTS
+
+    assert set(OK_VERDICTS) == {"pass", "xfail", "xpass", "skip"} and set(OK_VERDICTS) < set(VERDICTS)
 
 
 def test_junit_has_a_case_per_check_plus_the_run(tmp_path: Path) -> None:
@@ -160,3 +191,102 @@ def test_validate_and_schema_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli.main(["schema", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["title"] == "mxchaos scenario"
     assert cli.main(["bogus"]) == 2
+
+
+def _suite(result: RunResult) -> ET.Element:
+    suite = ET.fromstring(ET.tostring(junit_xml([result]), encoding="unicode")).find("testsuite")
+    assert suite is not None
+    return suite
+
+
+def test_junit_reports_an_xfail_as_skipped_with_the_defect(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True), named(1, False)], known_defect=DEFECT)
+    assert result.verdict == "xfail"
+    suite = _suite(result)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "0", "0", "2")
+    run, passed, failed = suite.findall("testcase")
+    assert run.find("skipped").get("message") == f"xfail: known defect: {DEFECT}"  # type: ignore[union-attr]
+    assert "c1: summary 1" in (run.find("skipped").text or "")  # type: ignore[union-attr]
+    assert list(passed) == []
+    assert failed.find("skipped").get("message") == "xfail: summary 1"  # type: ignore[union-attr]
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert (props["verdict"], props["known_defect"]) == ("xfail", DEFECT)
+
+
+def test_junit_reports_an_xpass_as_passed_with_a_note(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True)], known_defect=DEFECT)
+    assert result.verdict == "xpass" and result.ok
+    suite = _suite(result)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("2", "0", "0", "0")
+    run = suite.findall("testcase")[0]
+    assert [child.tag for child in run] == ["system-out"]
+    assert (run.find("system-out").text or "").startswith("XPASS: every check passed")  # type: ignore[union-attr]
+
+
+def test_junit_still_fails_a_known_defect_that_hung(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, False)], status="hang", known_defect=DEFECT)
+    assert result.verdict == "hang" and not result.ok
+    suite = _suite(result)
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("1", "1", "0")
+
+
+def test_html_and_verdict_json_show_the_known_defect(tmp_path: Path) -> None:
+    for valids, verdict, words in (([False], "xfail", "reproduced"), ([True], "xpass", "did not reproduce")):
+        result = make_result(tmp_path / verdict, [named(0, v) for v in valids], known_defect=DEFECT)
+        folder = write_run_folder(result)
+        page = (folder / "report.html").read_text()
+        assert f">{verdict.upper()}</span>" in page
+        assert "NIXL 1.5.1: a resumed source aborts &lt;SIGABRT&gt;" in page and words in page
+        saved = json.loads((folder / "verdict.json").read_text())
+        assert (saved["verdict"], saved["known_defect"]) == (verdict, DEFECT)
+
+
+def test_the_verdict_table_names_xfail_xpass_and_skip(tmp_path: Path) -> None:
+    import io
+
+    from harness.console import verdict_table
+
+    xfail = make_result(tmp_path, [named(0, False)], known_defect=DEFECT)
+    xpass = make_result(tmp_path, [named(0, True)], known_defect=DEFECT)
+    skipped = make_result(tmp_path, [], status="skipped")
+    skipped.reason = "this machine lacks root (for cut (tcp_reset))"
+    out = io.StringIO()
+    verdict_table([xfail, xpass, skipped], out)
+    text = out.getvalue()
+    assert "demo      XFAIL    0/1/0  known defect reproduced (expected)" in text
+    assert "demo      XPASS    1/0/0  known defect did NOT reproduce" in text
+    assert "demo      SKIP     0/0/0  this machine lacks root (for cut (tcp_reset))" in text
+    assert f"XPASS demo: every check passed, the known defect did not reproduce: it may be fixed.\n  defect: {DEFECT}" in text
+
+
+def test_junit_reports_a_skip(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [], status="skipped")
+    result.reason = "this machine lacks root (for cut (tcp_reset))"
+    assert result.verdict == "skip" and result.ok
+    suite = _suite(result)
+    assert (suite.get("tests"), suite.get("skipped")) == ("1", "1")
+    assert suite.find("testcase/skipped").get("message") == "skip: this machine lacks root (for cut (tcp_reset))"  # type: ignore[union-attr]
+
+
+def test_a_run_folder_is_judged_again_with_the_current_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import checks
+    from harness.report import load_run
+    from harness.runner import judge
+
+    result = make_result(tmp_path, [])
+    result.checks = judge(result.scenario, result.history)
+    result.verdict = Runner._verdict(result.status, result.checks)
+    folder = write_run_folder(result)
+    # ROWS has no ``outcome`` entry (a run recorded before it existed): verdict.json tells the status
+    again = load_run(folder)
+    assert (again.verdict, again.status, again.run_id, again.seed) == (result.verdict, "completed", "demo-1", result.scenario.seed)
+    assert [c.to_json() | {"seconds": 0} for c in again.checks] == [c.to_json() | {"seconds": 0} for c in result.checks]
+    assert again.scenario.text == result.scenario.text  # scenario.yaml is kept for a rewrite
+
+    def lenient(p, h, run):  # type: ignore[no-untyped-def]
+        return checks.CheckResult(True, "fixed check")
+
+    monkeypatch.setitem(checks.REGISTRY, "loaded", checks.CheckDef("loaded", checks.REGISTRY["loaded"].params, lenient, ""))
+    again = load_run(folder.parent)  # runs/<scenario>: its latest run
+    assert again.run_dir == folder.resolve()
+    assert again.verdict == "pass" and again.checks[0].summary == "fixed check"

@@ -106,7 +106,7 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
     """
     lines = problems(text)
     assert lines == [
-        "x.yaml:2: sed: unknown key 'sed'; did you mean 'seed'? (allowed: name, description, references, seed, "
+        "x.yaml:2: sed: unknown key 'sed'; did you mean 'seed'? (allowed: name, description, references, known_defect, seed, "
         "transport, markers, budgets, scrape, hosts, model, launcher, env, processes, steps, checks)",
         "x.yaml:3: transport: 'ucx-tpc' is not a transport profile (known: "
         + ", ".join(__import__("mxref.config").config.TRANSPORT_PROFILES)
@@ -298,3 +298,34 @@ def test_the_fixture_scenarios_are_valid() -> None:
         sc = load_scenario(path)
         assert sc.path == path.resolve()
         assert sc.text.startswith("#")
+
+
+def test_a_known_defect_is_free_text_and_must_say_something() -> None:
+    sc = parse_scenario(GOOD.replace("name: demo", "name: demo\nknown_defect: >-\n  NIXL 1.5.1 aborts\n  a resumed source"), "x.yaml")
+    assert sc.known_defect == "NIXL 1.5.1 aborts a resumed source"
+    assert parse_scenario(GOOD, "x.yaml").known_defect is None
+    assert problems(GOOD.replace("name: demo", "name: demo\nknown_defect: '  '")) == [
+        "x.yaml:2: known_defect: describe the defect: what is broken, where, since which version (or drop the key) (got '  ')"
+    ]
+    assert "known_defect" in scenario_json_schema()["properties"]
+
+
+def test_a_saved_scenario_json_is_validated_again_with_lines() -> None:
+    from harness.scenario import parse_scenario_json
+
+    sc = parse_scenario(GOOD.replace("name: demo", "name: demo\nknown_defect: it breaks"), "x.yaml").with_seed(9)
+    text = json.dumps(sc.model_dump(mode="json", by_alias=True), indent=2)
+    again = parse_scenario_json(text, "scenario.json")
+    assert again.model_dump(mode="json", by_alias=True) == sc.model_dump(mode="json", by_alias=True)
+    assert (again.seed, again.known_defect) == (9, "it breaks")
+    # a saved scenario that the current harness refuses names the line of scenario.json
+    data = sc.model_dump(mode="json", by_alias=True)
+    data["checks"][0]["loaded"]["path"] = "carrier-pigeon"
+    bad = json.dumps(data, indent=2)
+    line = next(i for i, text_line in enumerate(bad.splitlines(), 1) if "carrier-pigeon" in text_line)
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario_json(bad, "scenario.json")
+    (issue,) = info.value.issues
+    assert (issue.line, issue.path) == (line, "checks[0].loaded.path")
+    with pytest.raises(ScenarioInvalid, match="not valid JSON"):
+        parse_scenario_json("{", "scenario.json")
