@@ -61,7 +61,8 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
         info = json.loads(line)
         api = import_nixl()
         agent = api.nixl_agent(f"raw-rd-{os.getpid()}", api.nixl_agent_config(False, True, free_port(), backends=["UCX"]))
-        dst = np.zeros(info["bytes"] // 8, dtype=np.uint64)
+        dst = np.empty(info["bytes"] // 8, dtype=np.uint64)
+        dst.fill(0)  # fault the pages in now, as mxref's reader does, not during the first READ
         agent.register_memory(np.array([(dst.ctypes.data, dst.nbytes, 0)], dtype=np.uint64), "DRAM")
         deadline = time.monotonic() + timeout_s
         while not agent.check_remote_metadata("raw-src"):
