@@ -64,8 +64,10 @@ class Progress:
             return None
         if e.actor == "nemesis" and e.type != "invoke":
             what = "injected" if e.f == "inject" else "healed"
-            text = f"fault {e.get('fault')} ({e.get('kind')} {e.get('target') or ''}) {what}"
-            return self._paint(text if e.type == "ok" else f"{text}: {e.type} {e.get('error', '')}", "33")
+            text = f"fault {e.get('fault')} ({e.get('kind')} {e.get('target') or ''})"
+            if e.type == "ok":
+                return self._paint(f"{text} {what}", "33")
+            return self._paint(f"{text} {e.f} {e.type.upper()}: {e.get('error', '')}", "31" if e.type == "fail" else "33")
         if e.f == "start" and e.type == "ok":
             return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"
         if e.f == "stop" and e.type == "ok":

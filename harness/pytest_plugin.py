@@ -152,7 +152,11 @@ class ScenarioItem(pytest.Item):
         if result.status == "interrupted":
             raise KeyboardInterrupt(f"mxchaos run interrupted; healed and torn down: {result.run_dir}")
         if result.verdict == "skip":
-            pytest.skip(f"mxchaos: {result.reason}")
+            try:
+                pytest.skip(f"mxchaos: {result.reason}")
+            except pytest.skip.Exception as exc:
+                exc._use_item_location = True  # report the scenario file, not this line (as pytest's own skips)
+                raise
         if result.verdict == "xfail":
             pytest.xfail(_xfail_reason(result))
         if result.verdict == "xpass":

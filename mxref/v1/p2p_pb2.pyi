@@ -155,7 +155,7 @@ class PublishMetadataResponse(_message.Message):
     message: str
     mx_source_id: str
     worker_id: str
-    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, success: bool = ..., message: _Optional[str] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class SourceInstanceRef(_message.Message):
     __slots__ = ("mx_source_id", "worker_id", "model_name", "worker_rank", "accelerator", "updated_at", "status")
@@ -217,7 +217,7 @@ class GetMetadataResponse(_message.Message):
     mx_source_id: str
     worker_id: str
     identity: SourceIdentity
-    def __init__(self, found: _Optional[bool] = ..., worker: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., identity: _Optional[_Union[SourceIdentity, _Mapping]] = ...) -> None: ...
+    def __init__(self, found: bool = ..., worker: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., identity: _Optional[_Union[SourceIdentity, _Mapping]] = ...) -> None: ...
 
 class UpdateStatusRequest(_message.Message):
     __slots__ = ("mx_source_id", "worker_rank", "status", "worker_id")
@@ -237,7 +237,7 @@ class UpdateStatusResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     success: bool
     message: str
-    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    def __init__(self, success: bool = ..., message: _Optional[str] = ...) -> None: ...
 
 class GetTensorManifestRequest(_message.Message):
     __slots__ = ("mx_source_id", "worker_id")

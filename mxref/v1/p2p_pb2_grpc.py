@@ -5,7 +5,7 @@ import warnings
 
 from mxref.v1 import p2p_pb2 as mxref_dot_v1_dot_p2p__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.74.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in mxref/v1/p2p_pb2_grpc.py depends on'
+        + f' but the generated code in mxref/v1/p2p_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class P2pServiceStub:
+class P2pServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -56,7 +56,7 @@ class P2pServiceStub:
                 _registered_method=True)
 
 
-class P2pServiceServicer:
+class P2pServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def PublishMetadata(self, request, context):
@@ -115,7 +115,7 @@ def add_P2pServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class P2pService:
+class P2pService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -227,7 +227,7 @@ class P2pService:
             _registered_method=True)
 
 
-class WorkerServiceStub:
+class WorkerServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -243,7 +243,7 @@ class WorkerServiceStub:
                 _registered_method=True)
 
 
-class WorkerServiceServicer:
+class WorkerServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def GetTensorManifest(self, request, context):
@@ -270,7 +270,7 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class WorkerService:
+class WorkerService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The pytest plugin in a scratch project: scenario files become items, an invalid file is a
 collection error naming file, line, key and rule, a failing scenario prints its failing
-checks and run folder (no traceback), and ``pytest -n 2`` works."""
+checks and run folder (no traceback), ``pytest -n 2`` works, a known defect is xfailed (or
+passes with a note), and a missing capability skips."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def project(tmp_path: Path, *, typo: bool) -> Path:
     return tmp_path
 
 
-def pytest_in(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def pytest_in(path: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MXCHAOS_"))}
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
         cwd=path,
@@ -83,3 +85,29 @@ def test_pytest_xdist_runs_scenarios_in_parallel(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in text
     runs = sorted(p.parent.parent.name for p in (root / "runs").glob("*/*/verdict.json") if not p.parent.is_symlink())
     assert runs == ["bad_scenario", "ok_scenario"]
+
+
+def test_known_defects_xfail_or_pass_with_a_note_and_missing_capabilities_skip(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\nxfail_strict = true\n")
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    defect = "known_defect: 'fake 1.0: heartbeats are lost'\n"
+    (scenarios / "reproduced.yaml").write_text(defect + BODY.format(name="reproduced", fake=FAKE, bound="max: 0"))
+    (scenarios / "fixed.yaml").write_text(defect + BODY.format(name="fixed", fake=FAKE, bound="min: 1"))
+    (scenarios / "needs_root.yaml").write_text(
+        BODY.format(name="needs_root", fake=FAKE, bound="min: 1").replace(
+            "  - await:", "  - fault: {kind: tcp_reset, target: source-1, peer: server, name: cut}\n  - await:"
+        )
+    )
+    out = pytest_in(tmp_path, "-rA", "-W", "error", env_extra={"MXCHAOS_MISSING_CAPABILITIES": "root"})
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "1 passed, 1 skipped, 1 xfailed" in text
+    assert "XFAIL scenarios/reproduced.yaml::reproduced - known defect: fake 1.0: heartbeats are lost | reproduced: count(" in text
+    assert "SKIPPED [1] scenarios/needs_root.yaml:1: mxchaos: this machine lacks root (for cut (tcp_reset))" in text
+    assert "PASSED scenarios/fixed.yaml::fixed" in text
+    assert "mxchaos: known defects that did not reproduce" in text
+    assert "XPASS scenarios/fixed.yaml::fixed" in text
+    assert "the known defect did not reproduce, it may be fixed: fake 1.0: heartbeats are lost" in text
+    assert "warning" not in text.lower()
+    assert not list((tmp_path / "runs").glob("needs_root/*/procs"))  # nothing was started
