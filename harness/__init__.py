@@ -7,7 +7,9 @@ Data flows one way::
                   watchdog; heals and tears down in ``finally``
     timeline.py   one append-only, monotonic-clock record of everything (History: frozen view)
     checks/       pure functions of the History -> true / false / "unknown"
-    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit, HTML
+    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit, HTML;
+                  reads one back to re-judge it (``mxchaos check``)
+    capabilities.py  what this machine lets faults do (root, ss, toxiproxy ...): skip, not fail
 
 Extension points are registries: a fault kind is a module in ``harness/faults/``, a check
 kind a module in ``harness/checks/``; a host kind goes behind ``harness.host.Host``.

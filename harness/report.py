@@ -203,6 +203,8 @@ def load_run(path: str | Path) -> RunResult:
         raise RunFolderError(f"{run_dir / 'timeline.jsonl'}: cannot read it: {exc}") from None
     saved = _read_json(run_dir / "verdict.json") or {}
     info = _read_json(run_dir / "run.json") or {}
+    # the file the run came from (where a user would edit it), not the copy in the folder
+    scenario._path = Path(info["scenario_path"]) if info.get("scenario_path") else None
     outcome = history.last(actor="harness", f="outcome")
     if outcome is not None:
         status, reason, failed_step = str(outcome.get("status")), str(outcome.get("reason") or ""), outcome.get("failed_step")
