@@ -29,7 +29,6 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
-    model_validator,
 )
 
 from harness import checks as check_registry

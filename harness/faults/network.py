@@ -88,11 +88,11 @@ class TcpReset(Fault):
         if not pairs:
             raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {peer}")
         killed = []
-        for local, peer in pairs:
-            (lhost, lport), (phost, pport) = _split(local), _split(peer)
+        for local, remote in pairs:
+            (lhost, lport), (phost, pport) = _split(local), _split(remote)
             cmd = ["ss", "-K", "-tn", "src", f"{lhost}:{lport}", "dst", f"{phost}:{pport}"]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=SS_TIMEOUT_S)
             if done.returncode != 0:
                 raise FaultError(f"tcp_reset: {' '.join(cmd)} failed: {done.stderr.strip()}")
-            killed.append(f"{local}->{peer}")
+            killed.append(f"{local}->{remote}")
         return {"target": spec.target, "peer": peer, "connections": killed}
