@@ -326,7 +326,8 @@ class History(Sequence[Entry]):
                 FaultWindow(
                     name=name,
                     kind=str(start.get("kind", "")),
-                    target=start.get("target"),
+                    # the injection's answer names the resolved target ({source_of: r} -> a process)
+                    target=_target_text((done.get("target") if done is not None else None) or start.get("target")),
                     start=start.t,
                     end=healed.get(name),
                     injected=done is not None,
@@ -379,3 +380,11 @@ class History(Sequence[Entry]):
             value = row[4] if len(row) > 4 else {}  # type: ignore[misc]
             entries.append(Entry(i, float(t), type_, actor, f, dict(value)))
         return cls(entries)
+
+
+def _target_text(target: Any) -> str | None:
+    if target is None or isinstance(target, str):
+        return target
+    if isinstance(target, Mapping) and "source_of" in target:
+        return f"source_of({target['source_of']})"
+    return str(target)
