@@ -88,11 +88,15 @@ def missing(capabilities: Iterable[str]) -> list[str]:
 
 
 def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
-    """Capability -> the faults of ``scenario`` that need it (``name (kind)``), in step order."""
+    """Capability -> what of ``scenario`` needs it: its ``proxies`` (toxiproxy), then its faults
+    (``name (kind)``) in step order."""
     from harness import faults as fault_registry
     from harness.scenario import FaultStep, iter_steps
 
     needs: dict[str, list[str]] = {}
+    proxies = getattr(scenario, "proxies", None)
+    if proxies:  # the runner starts a toxiproxy server for them, faults or not
+        needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]
     counter = 0
     for ref in iter_steps(scenario.steps):  # type: ignore[attr-defined]
         if not isinstance(ref.step, FaultStep):

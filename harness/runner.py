@@ -49,8 +49,10 @@ from harness import capabilities
 from harness import checks as check_registry
 from harness import faults as fault_registry
 from harness import procscan
+from harness import toxiproxy as toxi
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, Proc, make_host
+from harness.ports import PortLease, lease_port
 from harness.scenario import (
     PLACEHOLDERS,
     AwaitEvent,
@@ -161,6 +163,30 @@ class _ProcState:
         return self.proc is not None and not self.exit_recorded
 
 
+@dataclass(frozen=True)
+class _ProxyView:
+    """A created proxy (``harness.faults.ProxyView``)."""
+
+    name: str
+    proxy: str
+    api: str
+    listen: str
+    upstream: str
+
+
+@dataclass
+class _Toxiproxy:
+    """The run's toxiproxy server (when the scenario has ``proxies``) and the proxies made on it."""
+
+    host: Host
+    proc: Proc
+    lease: PortLease  # held while the server runs: no other harness is handed its API port
+    api: toxi.ToxiproxyAPI
+    proxies: dict[str, _ProxyView] = field(default_factory=dict)  # scenario proxy name -> created
+    exit_recorded: bool = False
+    stopping: bool = False
+
+
 class _Abort(Exception):
     """Internal: a wait woke because the run is being aborted."""
 
@@ -208,6 +234,10 @@ class Runner:
         self._scraping: set[str] = set()
         self._scrape_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="mxchaos-scrape")
         self._heal_failures: list[str] = []  # "name (kind): why", in the order they happened
+        self._run_info: dict[str, Any] = {}
+        self._toxiproxy: _Toxiproxy | None = None
+        self._proxy_lock = threading.Lock()  # one creation per proxy, even from parallel branches
+        self._harness_ports: set[int] = set()  # ports of what the harness itself started (leak scan)
 
     # ------------------------------------------------------------------ public
 
@@ -227,6 +257,7 @@ class Runner:
                     self._setup()
                     self.timeline.append("invoke", "harness", "run", {"run_id": self.run_id, "seed": sc.seed})
                     self._prepare()
+                    self._start_toxiproxy()
                     self._start_threads()
                     self._run_steps(sc.steps, "")
                 except StepFailed as exc:
@@ -322,6 +353,13 @@ class Runner:
             "started": dt.datetime.now(dt.UTC).isoformat(),
             "t0_monotonic": self.timeline.t0,
         }
+        self._run_info = info
+        self._write_run_info()
+
+    def _write_run_info(self) -> None:
+        """``run.json`` and the ledger entry ``mxchaos cleanup`` reads (rewritten when the run
+        gains something to sweep, e.g. its toxiproxy API)."""
+        info = self._run_info
         (self.run_dir / "run.json").write_text(json.dumps(info, indent=2))
         with contextlib.suppress(OSError):
             ledger = ledger_dir()

@@ -55,6 +55,7 @@ __all__ = [
     "MetricCondition",
     "ModelSpec",
     "ParallelStep",
+    "ProxySpec",
     "ReaderProcess",
     "RestartStep",
     "Scenario",
@@ -222,6 +223,7 @@ class SourceOptions(PeerOptions):
 class ReaderOptions(PeerOptions):
     transfer_timeout: Duration | None = None
     handshake_timeout: Duration | None = None
+    rpc_timeout: Duration | None = None  # deadline of each metadata-server RPC (mxref: 30s)
     selector: Literal["random", "rendezvous_hash"] | None = None
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False
@@ -248,10 +250,12 @@ class ServerProcess(MxrefProcess):
 
 
 class SourceProcess(MxrefProcess):
-    """``mxref source``: serves the model; ``server`` defaults to the only server."""
+    """``mxref source``: serves the model; ``server`` defaults to the only server (or the
+    upstream of ``server_via``, a proxy it reaches the server through)."""
 
     role: Literal["source"]
     server: Name | None = None
+    server_via: Name | None = None
     options: SourceOptions = SourceOptions()
 
 
@@ -260,6 +264,7 @@ class ReaderProcess(MxrefProcess):
 
     role: Literal["reader"]
     server: Name | None = None
+    server_via: Name | None = None  # reach the server through this proxy
     options: ReaderOptions = ReaderOptions()
 
 
@@ -275,6 +280,15 @@ ProcessSpec = Annotated[
     Field(discriminator="role"),
 ]
 MXREF_ROLES = ("server", "source", "reader")
+
+
+class ProxySpec(Strict):
+    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process). Sources
+    and readers with ``server_via`` reach that server through it; ``toxic`` and
+    ``proxy_down`` faults act on it."""
+
+    upstream: Name
+
 
 # ---------------------------------------------------------------------------- steps
 
@@ -541,6 +555,7 @@ class Scenario(Strict):
     model: ModelSpec = ModelSpec()
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
     env: EnvMap = Field(default_factory=dict)
+    proxies: dict[Name, ProxySpec] = Field(default_factory=dict)
     processes: dict[Name, ProcessSpec] = Field(min_length=1)
     steps: tuple[Step, ...] = Field(min_length=1)
     checks: tuple[CheckEntry, ...] = ()
@@ -593,6 +608,8 @@ class Scenario(Strict):
             return None
         if spec.server:
             return spec.server
+        if spec.server_via is not None and spec.server_via in self.proxies:
+            return self.proxies[spec.server_via].upstream
         servers = [n for n, p in self.processes.items() if p.role == "server"]
         return servers[0] if len(servers) == 1 else None
 
@@ -642,7 +659,7 @@ def describe_step(step: BaseModel) -> str:
         return "heal " + ", ".join(step.heal)
     if isinstance(step, FaultStep):
         spec = step.fault
-        target = getattr(spec, "target", None)
+        target = getattr(spec, "target", None) or getattr(spec, "proxy", None)
         if isinstance(target, SourceOf):
             target = f"source_of({target.source_of})"
         extra = f" for {spec.duration:g}s" if spec.duration else ""
@@ -890,6 +907,20 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             issues.append((loc, f"{event!r} is not an mxref event{hint}", None, False))
 
+    # proxies
+    proxy_names = ", ".join(sc.proxies) or "none defined"
+
+    def need_proxy(loc: Loc, name: str) -> bool:
+        if name in sc.proxies:
+            return True
+        close = difflib.get_close_matches(name, list(sc.proxies), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        issues.append((loc, f"no proxy named {name!r}{hint} (proxies: {proxy_names})", None, False))
+        return False
+
+    for name, proxy in sc.proxies.items():
+        need_process(("proxies", name, "upstream"), proxy.upstream, ("server",), "server process")
+
     # hosts, servers, placeholders
     host_names = list(sc.hosts)
     for name, spec in procs.items():
@@ -902,9 +933,15 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
             servers = [n for n, p in procs.items() if p.role == "server"]
             if spec.server is not None:
                 need_process((*loc, "server"), spec.server, ("server",), "server process")
-            elif not servers:
+            if spec.server_via is not None and need_proxy((*loc, "server_via"), spec.server_via):
+                upstream = sc.proxies[spec.server_via].upstream
+                if spec.server is not None and spec.server != upstream:
+                    issues.append(((*loc, "server_via"), f"proxy {spec.server_via!r} leads to {upstream!r}, "
+                                   f"not to this {spec.role}'s server {spec.server!r}", None, False))
+            named = spec.server is not None or spec.server_via is not None  # the proxy names its server
+            if not named and not servers:
                 issues.append((loc, f"a {spec.role} needs a server process, and the scenario defines none", None, False))
-            elif len(servers) > 1:
+            elif not named and len(servers) > 1:
                 issues.append(((*loc, "server"), f"required: several servers ({', '.join(servers)})", None, False))
         texts: list[str] = list(spec.env.values())
         if isinstance(spec, CommandProcess):
@@ -974,6 +1011,8 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
             fault = fault_registry.make_fault(spec, spec.name or f"{spec.kind}-{counter}")
             for target in fault.targets():
                 need_process((*loc, "fault", "target"), target)
+            for proxy in fault.proxies():
+                need_proxy((*loc, "fault", "proxy"), proxy)
             spec_target = getattr(spec, "target", None)
             if isinstance(spec_target, SourceOf) and spec_target.source_of in procs \
                     and procs[spec_target.source_of].role != "reader":

@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-timeout", type=_seconds, default=None,
                    help="per-candidate READ budget [MX_TRANSFER_TIMEOUT, 300]")
     p.add_argument("--handshake-timeout", type=_seconds, default=config.DEFAULT_HANDSHAKE_TIMEOUT_S)
+    p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
+                   help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
     p.add_argument("--selector-seed", type=int, default=None, help="seed of the random selector")
     p.add_argument("--serve-after-load", action="store_true", help="become a source after loading")
@@ -196,8 +198,8 @@ def run_reader(args: argparse.Namespace) -> int:
         budget = args.transfer_timeout if args.transfer_timeout is not None else config.transfer_timeout_seconds()
         options = ReaderOptions(
             server=args.server or config.server_address(), transfer_timeout_s=budget,
-            handshake_timeout_s=args.handshake_timeout, worker_rank=args.rank, accelerator=args.accelerator,
-            device_id=args.device_id,
+            handshake_timeout_s=args.handshake_timeout, rpc_timeout_s=args.rpc_timeout, worker_rank=args.rank,
+            accelerator=args.accelerator, device_id=args.device_id,
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name,

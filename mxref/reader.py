@@ -46,6 +46,7 @@ class ReaderOptions:
     transfer_timeout_s: float = config.DEFAULT_TRANSFER_TIMEOUT_S
     handshake_timeout_s: float = config.DEFAULT_HANDSHAKE_TIMEOUT_S
     manifest_timeout_s: float = config.DEFAULT_MANIFEST_TIMEOUT_S
+    rpc_timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S  # deadline of each metadata-server RPC
     worker_rank: int = 0
     accelerator: str = "cpu"
     device_id: int = 0
@@ -115,7 +116,7 @@ class Reader:
     def load(self) -> LoadResult:
         start = time.monotonic()
         result = LoadResult(path="none", ok=False)
-        with MxClient(self.options.server) as client:
+        with MxClient(self.options.server, self.options.rpc_timeout_s) as client:
             candidates = self._find_sources(client)
             for index, ref in enumerate(candidates[: config.MAX_SOURCE_RETRIES]):
                 has_next = index + 1 < min(len(candidates), config.MAX_SOURCE_RETRIES)

@@ -20,7 +20,7 @@ The runner records every inject and heal as invoke/ok|fail entries by the actor
 ``nemesis`` (value carries ``fault``: the fault's name, and ``kind``), heals every
 active fault in ``finally`` and on SIGINT/SIGTERM, and calls ``sweep(run_id)`` of
 every kind from ``mxchaos cleanup`` so a crashed run's leftovers (rules, qdiscs,
-toxics named after the run id) can be removed. Faults reach processes and hosts
+proxies named after the run id) can be removed. Faults reach processes, hosts and proxies
 only through ``FaultContext``, never through the runner's internals.
 """
 
@@ -42,6 +42,7 @@ __all__ = [
     "FaultContext",
     "FaultSpec",
     "ProcessView",
+    "ProxyView",
     "Signal",
     "fault_spec_union",
     "make_fault",
@@ -97,6 +98,16 @@ class ProcessView(Protocol):
     def alive(self) -> bool: ...
 
 
+class ProxyView(Protocol):
+    """A proxy of the run's toxiproxy server, as a fault reaches it."""
+
+    name: str  # the scenario's name for it
+    proxy: str  # its name in toxiproxy (``<run id>.<name>``)
+    api: str  # the toxiproxy API, ``http://127.0.0.1:PORT``
+    listen: str  # where clients connect
+    upstream: str  # where it forwards to
+
+
 class FaultContext(Protocol):
     """The runner's side of a fault: the only way a fault touches the world."""
 
@@ -133,6 +144,11 @@ class FaultContext(Protocol):
         """Sleep, but wake (RunInterrupted / StepFailed) if the run is aborted."""
         ...
 
+    def proxy(self, name: str) -> ProxyView:
+        """The scenario proxy ``name`` on the run's toxiproxy server (created now if its
+        upstream server is running but it is not yet); FaultError when there is none."""
+        ...
+
 
 class Fault:
     """One injected fault. Instances hold per-injection state so ``heal`` undoes exactly
@@ -154,6 +170,11 @@ class Fault:
         if isinstance(target, SourceOf):
             return (target.source_of,)
         return (target,) if isinstance(target, str) else ()
+
+    def proxies(self) -> tuple[str, ...]:
+        """Scenario proxy names this fault refers to (validated before the run)."""
+        proxy = getattr(self.spec, "proxy", None)
+        return (proxy,) if isinstance(proxy, str) else ()
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         raise NotImplementedError

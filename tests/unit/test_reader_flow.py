@@ -704,3 +704,38 @@ class TestMetricsFunnel:
         assert h.sample("mx_p2p_transfer_seconds_count", policy=p, outcome="success") == 1
         assert h.sample("mxref_loads_total", path="rdma", integrity="verified") == 1
         assert h.sample("mxref_bytes_loaded_total", path="rdma") == SPEC.total_bytes
+
+
+# ----------------------------------------------------------------------------- metadata-server RPC deadline
+
+
+class TestRpcDeadline:
+    def test_the_reader_gives_its_metadata_client_the_rpc_deadline(
+        self, world: World, h: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        seen: list[tuple[Any, ...]] = []
+
+        def client(address: str, *args: Any, **kwargs: Any) -> FakeClient:
+            seen.append((address, *args, *kwargs.values()))
+            return FakeClient(world)
+
+        monkeypatch.setattr(reader_mod, "MxClient", client)
+        world.add("good")
+        assert h.load(rpc_timeout_s=3.0).ok
+        assert seen == [("127.0.0.1:1", 3.0)]
+
+    def test_the_default_deadline_is_the_configured_one(self) -> None:
+        from mxref import config
+
+        assert ReaderOptions(server="x:1").rpc_timeout_s == config.DEFAULT_RPC_TIMEOUT_S
+
+    def test_the_cli_flag_takes_a_duration_and_defaults_to_the_configured_deadline(self) -> None:
+        from mxref import config
+        from mxref.__main__ import build_parser
+
+        parser = build_parser()
+        assert parser.parse_args(["reader", "--rpc-timeout", "3s"]).rpc_timeout == 3.0
+        assert parser.parse_args(["reader", "--rpc-timeout", "500ms"]).rpc_timeout == 0.5
+        assert parser.parse_args(["reader"]).rpc_timeout == config.DEFAULT_RPC_TIMEOUT_S
+        with pytest.raises(SystemExit):
+            parser.parse_args(["reader", "--rpc-timeout", "0"])
