@@ -427,6 +427,135 @@ class Runner:
         self.timeline.append("ok", "harness", "prepare", value)
         self._checkpoint = path
 
+    # ------------------------------------------------------------------ toxiproxy
+
+    def _start_toxiproxy(self) -> None:
+        """One toxiproxy server for the scenario's ``proxies`` (nothing without them), on
+        loopback: API port leased (``harness.ports``), own session and ``MXCHAOS_RUN_ID`` like
+        every child, log in ``procs/toxiproxy.log``; waits until its API answers (bounded by
+        ``budgets.step``). A server that exits at once (its port taken after all) is retried
+        on a new port."""
+        sc = self.scenario
+        if not sc.proxies:
+            return
+        binary = capabilities.toxiproxy_server()
+        if binary is None:
+            raise HarnessError("the scenario has proxies, and no toxiproxy-server is installed (.venv/bin or PATH)")
+        host = make_host("harness", "local")
+        log_path = self.run_dir / "procs" / "toxiproxy.log"
+        env = self._base_env("toxiproxy")
+        env.setdefault("LOG_LEVEL", "info")
+        deadline = self._step_deadline(None)
+        for attempt in range(1, 4):
+            lease = lease_port(host.address)
+            argv = [binary, "-host", host.address, "-port", str(lease.port)]
+            self.timeline.append("invoke", "harness", "toxiproxy", {"argv": argv, "attempt": attempt})
+            started = time.monotonic()
+            try:
+                proc = host.spawn(argv, env=env, cwd=self.run_dir, log_path=log_path)
+            except HarnessError as exc:
+                lease.release()
+                self.timeline.append("fail", "harness", "toxiproxy", {"error": str(exc)})
+                raise
+            tp = _Toxiproxy(host, proc, lease, toxi.ToxiproxyAPI(f"http://{host.address}:{lease.port}"))
+            self._toxiproxy = tp
+            version, error = self._await_toxiproxy_api(tp, deadline)
+            if version is not None:
+                self._harness_ports.add(lease.port)
+                value = {"pid": proc.pid, "api": tp.api.url, "version": version,
+                         "seconds": round(time.monotonic() - started, 3), "log": "procs/toxiproxy.log"}
+                self.timeline.append("ok", "harness", "toxiproxy", value)
+                self._run_info["toxiproxy"] = {"api": tp.api.url, "pid": proc.pid}
+                self._write_run_info()  # so `mxchaos cleanup` can find its proxies
+                return
+            tp.stopping = True
+            stopped = proc.stop(self.scenario.budgets.stop_grace)
+            lease.release()
+            self._toxiproxy = None
+            self.timeline.append("fail", "harness", "toxiproxy", {"pid": proc.pid, "rc": stopped.rc, "error": error})
+            if not stopped.already_exited or time.monotonic() > deadline:
+                raise HarnessError(f"toxiproxy-server: {error}; see procs/toxiproxy.log")
+        raise HarnessError("toxiproxy-server exited at start 3 times; see procs/toxiproxy.log")
+
+    def _await_toxiproxy_api(self, tp: _Toxiproxy, deadline: float) -> tuple[str | None, str]:
+        """(its version, "") once the API answers; (None, why) when it exits or the deadline passes."""
+        while True:
+            try:
+                return tp.api.version(), ""
+            except toxi.ToxiproxyError as exc:
+                error = str(exc)
+            rc = tp.proc.poll()
+            if rc is not None:
+                return None, f"exited (rc {rc}) before its API answered ({error})"
+            if time.monotonic() > deadline:
+                return None, f"its API did not answer in time (budgets.step): {error}"
+            time.sleep(0.05)
+
+    def _ensure_proxy(self, name: str, deadline: float) -> _ProxyView:
+        """The scenario proxy ``name``, created (listen ``127.0.0.1:0``, the chosen port read
+        back) once its upstream server has reported its gRPC port; waits for that, bounded. A
+        server restarted on another port gets its proxy pointed there."""
+        spec = self.scenario.proxies[name]
+        port = self._endpoint(spec.upstream, "grpc", deadline)
+        upstream = f"{self._state(spec.upstream).host.address}:{port}"
+        with self._proxy_lock:
+            tp = self._toxiproxy
+            if tp is None:
+                raise HarnessError(f"proxy {name}: the run's toxiproxy server is not running")
+            have = tp.proxies.get(name)
+            if have is not None and have.upstream == upstream:
+                return have
+            proxy = toxi.proxy_name(self.run_id, name)
+            base = {"proxy": name, "name": proxy, "upstream": upstream}
+            self.timeline.append("invoke", "harness", "proxy", base)
+            try:
+                if have is None:
+                    info = tp.api.create_proxy(proxy, upstream, listen=f"{tp.host.address}:0")
+                else:
+                    info = tp.api.update_proxy(proxy, upstream=upstream)
+            except toxi.ToxiproxyError as exc:
+                self.timeline.append("fail", "harness", "proxy", {**base, "error": str(exc)})
+                raise HarnessError(f"proxy {name}: {exc}") from None
+            listen = str(info.get("listen", ""))
+            view = _ProxyView(name, proxy, tp.api.url, listen, upstream)
+            tp.proxies[name] = view
+            with contextlib.suppress(ValueError):
+                self._harness_ports.add(int(listen.rpartition(":")[2]))
+            self.timeline.append("ok", "harness", "proxy", {**base, "listen": listen, "updated": have is not None})
+            return view
+
+    def _stop_toxiproxy(self) -> None:
+        """Teardown (after the processes stopped): reset, delete the run's proxies, stop the
+        server (TERM, grace, KILL), release its port. Every API call is bounded."""
+        tp = self._toxiproxy
+        if tp is None:
+            return
+        value: dict[str, Any] = {"pid": tp.proc.pid, "removed": []}
+        if tp.proc.poll() is None:
+            api = toxi.ToxiproxyAPI(tp.api.url, timeout=2.0)
+            try:
+                api.reset()
+                for view in tp.proxies.values():
+                    if api.delete_proxy(view.proxy):
+                        value["removed"].append(view.proxy)
+            except toxi.ToxiproxyError as exc:
+                value["error"] = str(exc)
+        tp.stopping = True
+        result = tp.proc.stop(self.scenario.budgets.stop_grace)
+        tp.lease.release()
+        value.update(rc=result.rc, escalated=result.escalated, already_exited=result.already_exited)
+        self.timeline.append("ok", "harness", "toxiproxy_stop", value)
+
+    def _check_toxiproxy(self) -> None:
+        """Record the toxiproxy server's death if it dies before teardown (its proxies go with it)."""
+        tp = self._toxiproxy
+        if tp is None or tp.exit_recorded or tp.stopping:
+            return
+        rc = tp.proc.poll()
+        if rc is not None:
+            tp.exit_recorded = True
+            self.timeline.append("info", "harness", "toxiproxy_exit", {"pid": tp.proc.pid, "rc": rc})
+
     # ------------------------------------------------------------------ threads
 
     def _start_threads(self) -> None:
@@ -450,6 +579,8 @@ class Runner:
                 self._check_exit(st)
             except Exception:  # noqa: BLE001 - never let the monitor die
                 self.timeline.append("info", "harness", "monitor_error", {"process": st.name, "traceback": traceback.format_exc()})
+        with contextlib.suppress(Exception):
+            self._check_toxiproxy()
 
     def _drain_events(self, st: _ProcState) -> None:
         if st.events_path is None:
@@ -795,8 +926,11 @@ class Runner:
             assert isinstance(spec, SourceProcess | ReaderProcess)
             server = sc.server_of(st.name)
             assert server is not None
-            port = self._endpoint(server, "grpc", deadline)
-            argv += ["--server", f"{self._state(server).host.address}:{port}"]
+            if spec.server_via is not None:  # through the run's proxy (created at the server's start)
+                argv += ["--server", self._ensure_proxy(spec.server_via, deadline).listen]
+            else:
+                port = self._endpoint(server, "grpc", deadline)
+                argv += ["--server", f"{self._state(server).host.address}:{port}"]
             argv += sc.model.flags(sc.seed, sc.directory)
             argv += ["--transport", sc.transport]
             if isinstance(spec, ReaderProcess):
@@ -837,6 +971,9 @@ class Runner:
             st.exit_recorded, st.stopping = False, False
             value = {"incarnation": incarnation, "pid": proc.pid, "argv": argv, "host": st.host.name}
             self.timeline.append("ok", name, "start", value)
+        for proxy, spec in self.scenario.proxies.items():
+            if spec.upstream == name:  # its upstream is known once it listens: create (or re-point) it now
+                self._ensure_proxy(proxy, deadline)
         return value
 
     def stop_process(self, name: str, grace: float, reason: str = "step") -> dict[str, Any]:
@@ -1047,6 +1184,8 @@ class Runner:
         for st in reversed(live):
             with contextlib.suppress(Exception):
                 self.stop_process(st.name, grace, reason="teardown")
+        with contextlib.suppress(Exception):
+            self._stop_toxiproxy()  # after its clients: their last STALE still reaches the server
         self._stop_threads.set()
         for thread in self._threads:
             thread.join(timeout=10)
@@ -1077,6 +1216,11 @@ class Runner:
             for port in sorted(st.all_ports):
                 checked.append(port)
                 if st.host.port_open(port):
+                    ports.append(port)
+        if self._toxiproxy is not None:
+            for port in sorted(self._harness_ports):
+                checked.append(port)
+                if self._toxiproxy.host.port_open(port):
                     ports.append(port)
         self.timeline.append(
             "info",
@@ -1191,6 +1335,23 @@ class _FaultCtx:
 
     def sleep(self, seconds: float) -> None:
         self._runner._sleep(seconds)
+
+    def proxy(self, name: str) -> _ProxyView:
+        runner = self._runner
+        if name not in runner.scenario.proxies:
+            raise FaultError(f"the scenario has no proxy named {name!r}")
+        tp = runner._toxiproxy
+        view = tp.proxies.get(name) if tp is not None else None
+        if view is not None:
+            return view
+        if self._healing:
+            raise FaultError(f"proxy {name} was never created")
+        try:
+            return runner._ensure_proxy(name, runner._step_deadline(None))
+        except StepFailed as exc:
+            raise FaultError(f"proxy {name}: {exc.reason}") from None
+        except HarnessError as exc:
+            raise FaultError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,148 @@
+"""The source's publisher: publish, READY heartbeat gated on data-plane health, demotion.
+
+Pins ModelExpress's publisher contract as mxref implements it: a worker that was READY and
+turns unhealthy sends STALE once (and retries a demotion that failed), comes back READY when
+healthy again (demotion is not terminal), is never demoted if it never went READY, and
+publishes again after two rejected heartbeats (a wiped store).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from mxref import source as source_mod
+from mxref.errors import MetadataServerError
+from mxref.events import EventLog
+from mxref.metrics import Metrics
+from mxref.source import Publisher
+from mxref.v1 import p2p_pb2
+
+READY, STALE = p2p_pb2.SOURCE_STATUS_READY, p2p_pb2.SOURCE_STATUS_STALE
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.publish_errors: list[Exception] = []
+        self.status_errors: list[Exception] = []
+        self.reject_status = 0
+        self.block: threading.Event | None = None
+
+    def publish_metadata(self, identity, worker, worker_id):  # type: ignore[no-untyped-def]
+        self.calls.append(("publish", worker_id))
+        if self.publish_errors:
+            raise self.publish_errors.pop(0)
+        return p2p_pb2.PublishMetadataResponse(success=True, mx_source_id="sid", worker_id=worker_id)
+
+    def update_status(self, mx_source_id, worker_id, worker_rank, status, timeout_s=None):  # type: ignore[no-untyped-def]
+        if self.block is not None:
+            self.block.wait(5)
+        self.calls.append(("status", p2p_pb2.SourceStatus.Name(status)))
+        if self.status_errors:
+            raise self.status_errors.pop(0)
+        if self.reject_status:
+            self.reject_status -= 1
+            return p2p_pb2.UpdateStatusResponse(success=False, message="unknown worker")
+        return p2p_pb2.UpdateStatusResponse(success=True)
+
+
+def unavailable() -> MetadataServerError:
+    return MetadataServerError("down", "UpdateStatus", grpc.StatusCode.UNAVAILABLE)
+
+
+@pytest.fixture
+def health() -> dict[str, bool]:
+    return {"ok": True}
+
+
+@pytest.fixture
+def pub(health: dict[str, bool], monkeypatch: pytest.MonkeyPatch) -> Publisher:
+    monkeypatch.setattr(source_mod, "PUBLISH_BACKOFF_S", (0.0, 0.0))
+    worker = p2p_pb2.WorkerMetadata(worker_rank=0, agent_name="a")
+    return Publisher(FakeClient(), p2p_pb2.SourceIdentity(model_name="m"), worker, "w1", lambda: health["ok"],
+                     interval_s=60, events=EventLog(None, "src", "source"), metrics=Metrics("source"))
+
+
+def statuses(pub: Publisher) -> list[object]:
+    return [c for c in pub.client.calls]  # type: ignore[attr-defined]
+
+
+def test_first_tick_publishes_then_goes_ready(pub: Publisher) -> None:
+    pub.tick()
+    assert statuses(pub) == [("publish", "w1"), ("status", "SOURCE_STATUS_READY")]
+    assert pub.status == READY and pub.mx_source_id == "sid"
+
+
+def test_publish_retries_unavailable_twice_then_gives_up_until_the_next_tick(pub: Publisher) -> None:
+    pub.client.publish_errors = [unavailable(), unavailable(), unavailable()]  # type: ignore[attr-defined]
+    pub.tick()
+    assert [c[0] for c in statuses(pub)] == ["publish"] * 3
+    assert pub.mx_source_id is None
+    pub.tick()
+    assert pub.status == READY
+
+
+def test_unhealthy_after_ready_sends_stale_once(pub: Publisher, health: dict[str, bool]) -> None:
+    pub.tick()
+    health["ok"] = False
+    pub.tick()
+    pub.tick()
+    assert statuses(pub)[-1] == ("status", "SOURCE_STATUS_STALE")
+    assert [c for c in statuses(pub) if c == ("status", "SOURCE_STATUS_STALE")] == [("status", "SOURCE_STATUS_STALE")]
+
+
+def test_a_failed_demotion_is_retried_on_the_next_tick(pub: Publisher, health: dict[str, bool]) -> None:
+    pub.tick()
+    health["ok"] = False
+    pub.client.status_errors = [unavailable()]  # type: ignore[attr-defined]
+    pub.tick()
+    assert pub.status == READY
+    pub.tick()
+    assert pub.status == STALE
+
+
+def test_demotion_is_not_terminal(pub: Publisher, health: dict[str, bool]) -> None:
+    pub.tick()
+    health["ok"] = False
+    pub.tick()
+    health["ok"] = True
+    pub.tick()
+    assert pub.status == READY
+    assert [c[1] for c in statuses(pub)[1:]] == ["SOURCE_STATUS_READY", "SOURCE_STATUS_STALE", "SOURCE_STATUS_READY"]
+
+
+def test_a_worker_that_never_went_ready_is_never_demoted(pub: Publisher, health: dict[str, bool]) -> None:
+    health["ok"] = False
+    pub.tick()
+    pub.tick()
+    assert statuses(pub) == [("publish", "w1")]
+
+
+def test_two_rejected_heartbeats_publish_again(pub: Publisher) -> None:
+    pub.tick()
+    pub.client.reject_status = 2  # type: ignore[attr-defined]
+    pub.tick()
+    assert pub.mx_source_id == "sid"  # one rejection is not enough
+    pub.tick()
+    assert pub.mx_source_id is None
+    pub.tick()
+    assert [c[0] for c in statuses(pub)].count("publish") == 2
+    assert pub.status == READY
+
+
+def test_mark_stale_is_bounded_while_a_heartbeat_is_stuck(pub: Publisher) -> None:
+    pub.tick()
+    gate = threading.Event()
+    pub.client.block = gate  # type: ignore[attr-defined]
+    stuck = threading.Thread(target=pub.tick, daemon=True)
+    stuck.start()
+    time.sleep(0.1)  # the tick now holds the publisher's lock inside update_status
+    t0 = time.monotonic()
+    threading.Timer(0.5, gate.set).start()  # the stuck call returns eventually
+    pub.mark_stale("shutdown", timeout_s=0.2)
+    assert time.monotonic() - t0 < 2.0
+    stuck.join(5)
