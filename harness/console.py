@@ -59,12 +59,23 @@ class Progress:
                 return self._paint(f"{e.f.upper()}: {e.get('reason') or e.get('error')}", "35")
             if e.f == "prepare" and e.type != "invoke":
                 return f"prepare checkpoint: {e.type} ({e.get('seconds')}s)"
+            if e.f == "toxiproxy" and e.type != "invoke":
+                if e.type == "ok":
+                    return f"toxiproxy: started (pid {e.get('pid')}, api {e.get('api')})"
+                return self._paint(f"toxiproxy: FAILED: {e.get('error')}", "31")
+            if e.f == "proxy" and e.type != "invoke":
+                if e.type == "ok":
+                    return f"proxy {e.get('proxy')}: {e.get('listen')} -> {e.get('upstream')}"
+                return self._paint(f"proxy {e.get('proxy')}: FAILED: {e.get('error')}", "31")
+            if e.f == "toxiproxy_exit":
+                return self._paint(f"toxiproxy: exited (rc {e.get('rc')}) before teardown; its proxies are gone", "31")
             if e.f == "leak_scan" and (e.get("processes") or e.get("ports")):
                 return self._paint(f"leaked: {len(e.get('processes'))} process(es), ports {e.get('ports')}", "31")
             return None
         if e.actor == "nemesis" and e.type != "invoke":
             what = "injected" if e.f == "inject" else "healed"
-            text = f"fault {e.get('fault')} ({e.get('kind')} {e.get('target') or ''})"
+            where = e.get("target") or e.get("proxy")
+            text = f"fault {e.get('fault')} ({e.get('kind')}" + (f" {where})" if where else ")")
             if e.type == "ok":
                 return self._paint(f"{text} {what}", "33")
             return self._paint(f"{text} {e.f} {e.type.upper()}: {e.get('error', '')}", "31" if e.type == "fail" else "33")

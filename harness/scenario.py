@@ -224,6 +224,7 @@ class ReaderOptions(PeerOptions):
     transfer_timeout: Duration | None = None
     handshake_timeout: Duration | None = None
     rpc_timeout: Duration | None = None  # deadline of each metadata-server RPC (mxref: 30s)
+    read_chunk_mib: float | None = Field(None, gt=0)  # chunked READ with a stall deadline (mxref: off)
     selector: Literal["random", "rendezvous_hash"] | None = None
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False

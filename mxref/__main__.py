@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-timeout", type=_seconds, default=None,
                    help="per-candidate READ budget [MX_TRANSFER_TIMEOUT, 300]")
     p.add_argument("--handshake-timeout", type=_seconds, default=config.DEFAULT_HANDSHAKE_TIMEOUT_S)
+    p.add_argument("--read-chunk-mib", type=float, default=config.env_float("MXREF_READ_CHUNK_MIB", 0.0) or None,
+                   help="split the READ into chunks of this many MiB (2 in flight) and call a window that "
+                        "completes nothing within W*chunk/100MB/s+0.5s a stall [MXREF_READ_CHUNK_MIB; "
+                        "default: one READ handle, bounded only by the transfer budget]")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -113,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accelerator", default="cpu", choices=["cpu", "cuda"],
                    help="where source and reader keep the tensors (default cpu)")
     p.add_argument("--no-baseline", action="store_true", help="skip the raw NIXL READ comparison")
+    p.add_argument("--compare-chunked-runs", type=int, default=0, metavar="N",
+                   help="also run N single-handle and N chunked loads, interleaved, and compare GB/s")
+    p.add_argument("--chunk-mib", type=float, default=16.0, help="chunk size for --compare-chunked-runs")
     return parser
 
 
@@ -189,6 +196,7 @@ def run_source(args: argparse.Namespace) -> int:
 
 
 def run_reader(args: argparse.Namespace) -> int:
+    from mxref.nixl_transfer import ChunkPolicy
     from mxref.reader import Reader, ReaderOptions
     from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors, wait_for_stop
@@ -203,6 +211,7 @@ def run_reader(args: argparse.Namespace) -> int:
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name,
+            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
         )
         identity = identity_for(spec.name, spec.dtype)
         reader = Reader(options, spec.tensor_specs(), identity, proc.events, proc.metrics)

@@ -65,6 +65,19 @@ class Child:
         return int(self.popen.returncode)
 
 
+def _read_once(workdir: Path, children: list[Child], name: str, addr: str, flags: list[str]) -> dict[str, Any] | None:
+    """Run one reader to completion; its result, or None (with a message) when it printed none."""
+    reader = Child(workdir, name, "reader", "--server", addr, "--transfer-timeout", "30", *flags)
+    children.append(reader)
+    out, _ = reader.popen.communicate(timeout=STARTUP_TIMEOUT_S + 60)
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith('{"result"')]
+    if not lines:
+        print(f"demo: {name} printed no result (exit {reader.popen.returncode}); see {reader.log_path}")
+        return None
+    result: dict[str, Any] = json.loads(lines[-1])["result"]
+    return result
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from mxref.bench import raw_read
 
@@ -83,14 +96,15 @@ def run_demo(args: argparse.Namespace) -> int:
             source = Child(workdir, "source", "source", "--server", addr, "--heartbeat-interval", "1", *model)
             children.append(source)
             source.wait_event("status_change", STARTUP_TIMEOUT_S, status="READY")
-            reader = Child(workdir, "reader", "reader", "--server", addr, "--transfer-timeout", "30", *model)
-            children.append(reader)
-            out, _ = reader.popen.communicate(timeout=STARTUP_TIMEOUT_S + 60)
-            lines = [ln for ln in out.decode().splitlines() if ln.startswith('{"result"')]
-            if not lines:
-                print(f"demo: the reader printed no result (exit {reader.popen.returncode}); see {reader.log_path}")
+            result = _read_once(workdir, children, "reader", addr, model)
+            if result is None:
                 return proc.finish(EXIT_LOAD_FAILED)
-            result = json.loads(lines[-1])["result"]
+            chunked: dict[str, list[float]] = {"single": [], "chunked": []}
+            for i in range(args.compare_chunked_runs):  # interleaved, so drift hits both alike
+                for mode, extra in (("single", []), ("chunked", ["--read-chunk-mib", str(args.chunk_mib)])):
+                    again = _read_once(workdir, children, f"reader-{mode}-{i}", addr, model + extra)
+                    if again is not None:
+                        chunked[mode].append(again["gbps"])
             rates = [] if args.no_baseline else raw_read(total, repeat=4)
             raw = statistics.median(rates[1:]) if rates else 0.0
             if rates:
@@ -111,6 +125,10 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"raw two-process NIXL READ of the same size (host memory): cold {cold:.2f} GB/s, "
                   f"warm median {raw:.2f} GB/s ({', '.join(f'{r:.2f}' for r in rates)})")
             print(f"mxref READ / raw cold READ = {mxref_gbps / cold:.2f}; / raw warm = {mxref_gbps / raw:.2f}")
+        if args.compare_chunked_runs:
+            single, chunk = statistics.median(chunked["single"]), statistics.median(chunked["chunked"])
+            print(f"chunked READ ({args.chunk_mib:g} MiB, 2 in flight) vs one handle, {args.compare_chunked_runs} "
+                  f"interleaved loads each: {chunk:.2f} vs {single:.2f} GB/s median, ratio {chunk / single:.2f}")
         print(f"processes stopped: {codes}; logs and events in {workdir}")
         ok = result["ok"] and result["path"] == "rdma" and result["integrity"] == "verified"
         return proc.finish(EXIT_OK if ok else EXIT_LOAD_FAILED)

@@ -11,6 +11,7 @@ to the next candidate source, a ``LocalError`` propagates, and a
      │    ├── ManifestMismatchError    the source's tensors do not fit ours
      │    ├── HandshakeTimeout     the source's NIXL metadata did not arrive in time (also a TimeoutError)
      │    ├── TransferTimeout      a READ did not finish within its budget (also a TimeoutError)
+     │    │    └── TransferStalled     a chunked READ made no progress within its stall deadline
      │    ├── TransferFailed       a READ ended in an error status (also a RuntimeError)
      │    └── IntegrityError       bytes landed but a checksum differs from the manifest
      ├── MetadataServerError       the metadata server failed or was unreachable
@@ -67,6 +68,10 @@ class HandshakeTimeout(SourceError, TimeoutError):
 
 class TransferTimeout(SourceError, TimeoutError):
     """A transfer from a source did not complete within its budget."""
+
+
+class TransferStalled(TransferTimeout):
+    """A chunked READ completed no chunk within its stall deadline: the source stopped serving."""
 
 
 class TransferFailed(SourceError, RuntimeError):

@@ -27,11 +27,11 @@ from pathlib import Path
 from mxref import config
 from mxref.accelerators import compatible, get_backend
 from mxref.client import MxClient, fetch_tensor_manifest
-from mxref.errors import IntegrityError, TransferTimeout
+from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import Metrics
 from mxref.model import Arena, TensorSpec, load_checkpoint
-from mxref.nixl_transfer import NixlTransferManager
+from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
 from mxref.selection import Target, get_selector
 from mxref.process import free_port
 from mxref.source import local_tensors
@@ -55,6 +55,7 @@ class ReaderOptions:
     checkpoint: Path | None = None
     agent_name: str | None = None
     skip_release: bool = False  # simulates the pre-fix reader that never disconnects its source
+    chunks: ChunkPolicy | None = None  # None: one READ handle per candidate (seed 001)
     name: str = "reader"
 
 
@@ -261,18 +262,21 @@ class Reader:
                              seconds=round(time.perf_counter() - t0, 6), ok=True)
             total = sum(s.nbytes for s in self.specs)
             budget = self.options.transfer_timeout_s
+            chunks = self.options.chunks
             self.events.emit("transfer_start", index=index, agent_name=remote, bytes=total,
-                             tensors=len(source_tensors), timeout_s=budget)
+                             tensors=len(source_tensors), timeout_s=budget,
+                             chunk_bytes=chunks.chunk_bytes if chunks else None,
+                             stall_s=round(chunks.stall_s, 3) if chunks else None)
             t0 = time.perf_counter()
             try:
                 nbytes, _count, _res = mgr.receive_from_source(
-                    worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True
+                    worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks
                 )
             except TransferTimeout as exc:
                 seconds = time.perf_counter() - t0
                 self._phase("receive", t0, "error")
                 self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
-                                 error=str(exc))
+                                 stalled=isinstance(exc, TransferStalled), error=str(exc))
                 raise
             except Exception as exc:
                 self._phase("receive", t0, "error")

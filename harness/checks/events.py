@@ -41,12 +41,14 @@ def ordering(p: OrderingParams, h: History, run: RunFacts) -> CheckResult:
 
 
 class CountParams(CheckParams):
-    """How many ``event`` entries ``process`` emitted (matching ``where``), between ``min``
-    and ``max``; e.g. ``max: 0`` for "never"."""
+    """How many ``event`` entries ``process`` emitted (matching ``where``, and with each
+    ``contains`` field's text containing its substring), between ``min`` and ``max``; e.g.
+    ``max: 0`` for "never"."""
 
     process: Name
     event: str
     where: dict[str, Scalar] = Field(default_factory=dict)
+    contains: dict[str, str] = Field(default_factory=dict)  # e.g. {error: "Connection refused"}
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=0)
 
@@ -70,7 +72,11 @@ class CountParams(CheckParams):
 @register("count", CountParams)
 def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
     """Count matching events over the whole run."""
-    found = h.select(actor=p.process, f=p.event, where=p.where)
+    found = [
+        e
+        for e in h.select(actor=p.process, f=p.event, where=p.where)
+        if all(key in e.value and text in str(e.value[key]) for key, text in p.contains.items())
+    ]
     n = len(found)
     details = {"count": n, "times": [round(e.t, 6) for e in found[:50]]}
     if p.min is not None and n < p.min:

@@ -247,6 +247,21 @@ def test_ordering_and_count() -> None:
         CountParams.model_validate({"process": "p", "event": "e"})
 
 
+def test_count_contains_matches_a_substring_of_a_field() -> None:
+    error = "ListSources to metadata server 127.0.0.1:1 failed: UNAVAILABLE: ... Connection refused"
+    rows = [
+        *BASE,
+        (1.2, "info", "reader-1", "candidates", {"listed": 0, "error": error}),
+        (1.3, "info", "reader-1", "candidates", {"listed": 1}),
+    ]
+    refused = {"process": "reader-1", "event": "candidates", "contains": {"error": "Connection refused"}}
+    assert run("count", {**refused, "min": 1, "max": 1}, rows).valid is True
+    deadline = {**refused, "contains": {"error": "DEADLINE_EXCEEDED"}, "min": 1}
+    assert run("count", deadline, rows).summary == "reader-1 candidates: 0, expected at least 1"
+    both = {**refused, "where": {"listed": 0}, "contains": {"error": "UNAVAILABLE", "listed": "0"}, "min": 1, "max": 1}
+    assert run("count", both, rows).valid is True  # where and contains together; a number is matched as its text
+
+
 def test_nothing_leaked_reads_the_leak_scan() -> None:
     assert run("nothing_leaked", {}, BASE).valid == "unknown"
     clean = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [], "ports": [], "checked_ports": [1, 2]})]

@@ -1,0 +1,134 @@
+"""Chunked READs: a stalled source is detected by a per-window deadline, not the whole budget.
+
+A wedged data plane gives neither a completion nor an error, so with one handle only the
+budget ends the wait. With a window of chunk handles, a window that completes nothing within
+``ChunkPolicy.stall_s`` is a stall: health goes down with a "stalled" error, every in-flight
+handle is released, and ``TransferStalled`` (a ``TransferTimeout``) is raised.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
+from mxref.nixl_transfer import ChunkPolicy, LocalTensor, NixlTransferManager, split_ranges
+
+MIB = 1 << 20
+
+
+class ChunkAgent:
+    """Completes ``complete`` chunk handles, then stays in PROC forever (a frozen source)."""
+
+    def __init__(self, complete: int = 10**9, fail_at: int | None = None) -> None:
+        self.complete = complete
+        self.fail_at = fail_at
+        self.posted: list[int] = []
+        self.released: list[int] = []
+        self.max_inflight = 0
+
+    def get_xfer_descs(self, arr, mem):  # type: ignore[no-untyped-def]
+        return arr
+
+    def initialize_xfer(self, op, local, remote, name):  # type: ignore[no-untyped-def]
+        return len(self.posted)
+
+    def transfer(self, handle):  # type: ignore[no-untyped-def]
+        self.posted.append(handle)
+        inflight = len(self.posted) - len(self.released)
+        self.max_inflight = max(self.max_inflight, inflight)
+        return "PROC"
+
+    def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
+        if self.fail_at is not None and handle == self.fail_at:
+            raise RuntimeError("NIXL_ERR_REMOTE_DISCONNECT")
+        return "DONE" if handle < self.complete else "PROC"
+
+    def release_xfer_handle(self, handle):  # type: ignore[no-untyped-def]
+        self.released.append(handle)
+
+
+def manager(agent: ChunkAgent, tensors: int = 4, size: int = 8 * MIB) -> tuple[NixlTransferManager, list]:
+    mgr = NixlTransferManager("rd", 0)
+    mgr._agent = agent
+    mgr._metadata = b"md"
+    for i in range(tensors):
+        mgr._local_tensors[f"t{i}"] = LocalTensor(f"t{i}", 0x1000_0000 + i * size, size, "float16")
+    remote = [SimpleNamespace(name=f"t{i}", addr=0x9000_0000 + i * size, size=size, device_id=0, dtype="float16")
+              for i in range(tensors)]
+    return mgr, remote
+
+
+def test_split_ranges_covers_every_byte_once_in_bounded_chunks() -> None:
+    pairs = [((0, 10, 0), (100, 10, 0)), ((50, 25, 0), (200, 25, 0))]
+    chunks = split_ranges(pairs, 16)
+    assert all(sum(r[0][1] for r in c) <= 16 for c in chunks)
+    covered = [(lo[0] + k, ro[0] + k) for c in chunks for lo, ro in c for k in range(lo[1])]
+    expected = [(0 + k, 100 + k) for k in range(10)] + [(50 + k, 200 + k) for k in range(25)]
+    assert covered == expected
+
+
+def test_a_chunked_read_completes_with_a_bounded_window() -> None:
+    agent = ChunkAgent()
+    mgr, remote = manager(agent)
+    nbytes, count, result = mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
+    assert (nbytes, count, result) == (32 * MIB, 4, "complete")
+    assert len(agent.posted) == 8 and sorted(agent.released) == list(range(8))
+    assert agent.max_inflight <= 2
+    assert mgr.is_healthy()
+
+
+def test_a_frozen_source_is_a_stall_after_stall_s_not_the_budget() -> None:
+    agent = ChunkAgent(complete=3)  # three chunks land, then the source freezes
+    mgr, remote = manager(agent)
+    policy = ChunkPolicy(chunk_bytes=4 * MIB, window=2, floor_bps=200e6, slack_s=0.1)  # stall_s ~0.14 s
+    t0 = time.monotonic()
+    with pytest.raises(TransferStalled) as err:
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
+    elapsed = time.monotonic() - t0
+    assert policy.stall_s <= elapsed < policy.stall_s + 1.0, elapsed
+    assert isinstance(err.value, TransferTimeout)
+    assert not mgr.is_healthy() and "stalled" in (mgr.data_plane_error or "")
+    assert sorted(agent.released) == sorted(agent.posted), "every in-flight handle is released"
+
+
+def test_the_budget_still_bounds_a_slow_but_moving_read() -> None:
+    class Slow(ChunkAgent):
+        def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
+            time.sleep(0.05)  # each chunk takes 50 ms: progress, but 8 chunks exceed 0.2 s
+            return "DONE"
+
+    agent = Slow()
+    mgr, remote = manager(agent)
+    with pytest.raises(TransferTimeout) as err:
+        mgr.receive_from_source(b"", remote, 0.2, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, window=1))
+    assert not isinstance(err.value, TransferStalled)
+    assert "timed out" in (mgr.data_plane_error or "")
+
+
+def test_a_raised_nixl_error_fails_the_read_and_releases_what_is_in_flight() -> None:
+    agent = ChunkAgent(complete=1, fail_at=1)
+    mgr, remote = manager(agent)
+    with pytest.raises(TransferFailed):
+        mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
+    assert sorted(agent.released) == sorted(agent.posted)
+    assert "REMOTE_DISCONNECT" in (mgr.data_plane_error or "")
+
+
+def test_a_later_success_clears_a_stall() -> None:
+    agent = ChunkAgent(complete=0)
+    mgr, remote = manager(agent)
+    policy = ChunkPolicy(chunk_bytes=4 * MIB, floor_bps=1e9, slack_s=0.05)
+    with pytest.raises(TransferStalled):
+        mgr.receive_from_source(b"", remote, 5.0, "src", chunks=policy)
+    agent.complete = 10**9
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=policy)
+    assert mgr.is_healthy()
+
+
+@pytest.mark.parametrize("bad", [dict(chunk_bytes=0), dict(window=0), dict(floor_bps=0), dict(slack_s=-1)])
+def test_a_nonsensical_policy_is_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        ChunkPolicy(**bad)
