@@ -157,13 +157,25 @@ def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-unt
     )
 
 
+def _serve(service, proc: Process, seconds: float | None) -> None:  # type: ignore[no-untyped-def]
+    """Serve until signalled (or ``seconds``), then the source teardown, whatever happened."""
+    from mxref.source import wait_for_stop
+
+    service.start()
+    try:
+        wait_for_stop(proc.stop, seconds)
+        proc.note_signal()
+    finally:
+        service.close()
+
+
 def run_source(args: argparse.Namespace) -> int:
     import uuid
 
     from mxref.accelerators import get_backend
     from mxref.nixl_transfer import NixlTransferManager
     from mxref.process import free_port
-    from mxref.source import SourceService, identity_for, local_tensors, wait_for_stop
+    from mxref.source import SourceService, identity_for, local_tensors
 
     with Process(args.name, "source", args.events, args.metrics_port) as proc:
         spec, host_arena = model_from_args(args)
@@ -186,12 +198,7 @@ def run_source(args: argparse.Namespace) -> int:
         proc.emit("listening", what="nixl_listener", port=nixl_port, endpoint=f"{args.advertise_host}:{nixl_port}")
         options = serve_options(args, args.server or config.server_address())
         service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, proc.metrics)
-        service.start()
-        try:
-            wait_for_stop(proc.stop, args.serve_seconds)
-            proc.note_signal()
-        finally:
-            service.close()
+        _serve(service, proc, args.serve_seconds)
         return proc.finish(EXIT_OK)
 
 
@@ -199,7 +206,7 @@ def run_reader(args: argparse.Namespace) -> int:
     from mxref.nixl_transfer import ChunkPolicy
     from mxref.reader import Reader, ReaderOptions
     from mxref.process import free_port
-    from mxref.source import SourceService, identity_for, local_tensors, wait_for_stop
+    from mxref.source import SourceService, identity_for, local_tensors
 
     with Process(args.name, "reader", args.events, args.metrics_port) as proc:
         spec = model_spec(args)
@@ -243,12 +250,7 @@ def run_reader(args: argparse.Namespace) -> int:
             service = SourceService(mgr, reader.arena, reader.arena.checksums(), identity, serve,
                                     reader.accelerator.name, proc.events, proc.metrics)
             reader.manager = None
-            service.start()
-            try:
-                wait_for_stop(proc.stop, args.serve_seconds)
-                proc.note_signal()
-            finally:
-                service.close()
+            _serve(service, proc, args.serve_seconds)
         else:
             reader.close()
         return proc.finish(EXIT_OK)

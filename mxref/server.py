@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -47,7 +46,7 @@ from mxref.identity import mx_source_id
 from mxref.metrics import Metrics
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, StopSignals
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
-from mxref.worker_server import bind, endpoint, server_options
+from mxref.worker_server import endpoint, start_grpc_server
 
 logger = logging.getLogger("mxref.server")
 
@@ -492,14 +491,8 @@ def start_metadata_server(servicer: P2pServicer, host: str, port: int) -> tuple[
 
     Raises ``LocalError`` when the address cannot be bound.
     """
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=SERVER_THREADS, thread_name_prefix="mx-server-grpc"),
-        options=server_options(),
-    )
-    p2p_pb2_grpc.add_P2pServiceServicer_to_server(servicer, server)
-    bound = bind(server, host, port, what="metadata server")
-    server.start()
-    return server, bound
+    return start_grpc_server(p2p_pb2_grpc.add_P2pServiceServicer_to_server, servicer, host, port,
+                             threads=SERVER_THREADS, what="metadata server")
 
 
 # --- reaper -------------------------------------------------------------------

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import grpc
 
@@ -194,12 +195,23 @@ def start_worker_server(servicer: WorkerServicer, host: str, port: int) -> tuple
 
     Raises ``LocalError`` when the address cannot be bound.
     """
+    return start_grpc_server(p2p_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, host, port,
+                             threads=WORKER_SERVER_THREADS, what="worker gRPC server")
+
+
+def start_grpc_server(
+    register: Callable[[Any, grpc.Server], None], servicer: Any, host: str, port: int, *, threads: int, what: str
+) -> tuple[grpc.Server, int]:
+    """A started gRPC server for one servicer on ``host:port``; returns (server, bound port).
+
+    ``LocalError`` naming ``what`` and the address when it cannot be bound.
+    """
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=WORKER_SERVER_THREADS, thread_name_prefix="mx-worker-grpc"),
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=what.replace(" ", "-")),
         options=server_options(),
     )
-    p2p_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, server)
-    bound = bind(server, host, port, what="worker gRPC server")
+    register(servicer, server)
+    bound = bind(server, host, port, what=what)
     server.start()
     return server, bound
 
