@@ -64,14 +64,15 @@ def test_a_proxied_scenario_parses_and_its_reader_reaches_the_upstream_server() 
 def test_server_via_names_the_server_even_when_there_are_several() -> None:
     text = GOOD.replace("  server: {role: server}\n", "  server: {role: server}\n  other: {role: server}\n")
     text = text.replace("source-1: {role: source}", "source-1: {role: source, server: other}")
+    text = text.replace("  - start: server\n", "  - start: [server, other]\n")
     assert parse_scenario(text, "x.yaml").server_of("reader-1") == "server"
 
 
-def test_a_scenario_without_proxies_has_none() -> None:
-    sc = parse_scenario(GOOD.replace("proxies:\n  mds: {upstream: server}\n", "").replace(", server_via: mds", "")
-                        .replace("  - fault: {kind: toxic", "  - sleep: 1s\n  #").replace("  - heal: slow\n", "")
-                        .replace("  - fault: {kind: proxy_down, proxy: mds, duration: 2s}\n", ""), "x.yaml")
+def test_a_scenario_without_proxies_has_none_and_needs_no_toxiproxy() -> None:
+    text = "name: plain\nprocesses:\n  server: {role: server}\nsteps:\n  - start: server\n"
+    sc = parse_scenario(text, "x.yaml")
     assert sc.proxies == {}
+    assert scenario_requirements(sc) == {}
 
 
 # ----------------------------------------------------------------------------- cross-references
@@ -95,7 +96,8 @@ def test_a_proxy_upstream_must_be_a_server() -> None:
     ]
     assert problems(GOOD.replace("mds: {upstream: server}", "mds: {upstream: sever}")) == [
         "x.yaml:3: proxies.mds.upstream: no server process named 'sever'; did you mean 'server'? "
-        "(processes: server, source-1, reader-1)"
+        "(processes: server, source-1, reader-1)",
+        "x.yaml:12: steps[3].start: 'reader-1' is started before its server 'sever'",  # as for a typo in `server`
     ]
 
 
@@ -103,6 +105,7 @@ def test_server_via_must_lead_to_the_process_server() -> None:
     text = GOOD.replace("  server: {role: server}\n", "  server: {role: server}\n  other: {role: server}\n")
     text = text.replace("source-1: {role: source}", "source-1: {role: source, server: other}")
     text = text.replace("server_via: mds,", "server_via: mds, server: other,")
+    text = text.replace("  - start: server\n", "  - start: [server, other]\n")
     assert problems(text) == [
         "x.yaml:8: processes.reader-1.server_via: proxy 'mds' leads to 'server', not to this reader's server 'other'"
     ]
@@ -110,7 +113,7 @@ def test_server_via_must_lead_to_the_process_server() -> None:
 
 def test_a_fault_must_name_a_proxy_of_the_scenario() -> None:
     assert problems(GOOD.replace("{kind: proxy_down, proxy: mds", "{kind: proxy_down, proxy: mdx")) == [
-        "x.yaml:17: steps[6].fault.proxy: no proxy named 'mdx'; did you mean 'mds'? (proxies: mds)"
+        "x.yaml:15: steps[6].fault.proxy: no proxy named 'mdx'; did you mean 'mds'? (proxies: mds)"
     ]
 
 
@@ -180,7 +183,7 @@ def test_toxic_type_stream_and_toxicity_are_checked() -> None:
 
 def test_a_toxic_problem_is_located_in_the_file() -> None:
     assert problems(GOOD.replace("attributes: {latency: 1s, jitter: 50}", "attributes: {jitter: 50}")) == [
-        "x.yaml:12: steps[2].fault.attributes: a latency toxic needs 'latency' "
+        "x.yaml:11: steps[2].fault.attributes: a latency toxic needs 'latency' "
         "(attributes: latency [ms, required], jitter [ms])"
     ]
 
