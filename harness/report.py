@@ -547,6 +547,11 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[Any] = (
         )
         out.append(f"<rect x='{x0:.1f}' y='{y['nemesis'] + 8}' width='{max(x1 - x0, 3):.1f}' height='14' fill='#cf222e'/>")
         out.append(f"<text x='{x0 + 2:.1f}' y='{y['nemesis'] + 6}'>{_e(w.name)}</text>")
+        if w.target in y:  # outline the window on the lane of the process it hit
+            out.append(
+                f"<rect x='{x0:.1f}' y='{y[w.target] + 9}' width='{max(x1 - x0, 3):.1f}' height='16' fill='none' "
+                f"stroke='#cf222e' stroke-width='2'><title>{_e(label)}</title></rect>"
+            )
     for name in processes:
         for inc in h.incarnations(name):
             x0, x1 = x(inc.start), x(inc.end if inc.end is not None else end)
