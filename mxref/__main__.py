@@ -34,6 +34,8 @@ def _add_common(p: argparse.ArgumentParser, role: str) -> None:
 
 def _add_nixl_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, default=0, help="/metrics port; 0 picks one (default 0)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address /metrics binds (default 127.0.0.1; e.g. a network namespace's address)")
     p.add_argument("--transport", default=os.environ.get("MXREF_TRANSPORT", "ucx-tcp"),
                    choices=sorted(config.TRANSPORT_PROFILES),
                    help="UCX environment profile, applied before NIXL loads [MXREF_TRANSPORT, ucx-tcp]")
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=_seconds, default=None)
     p.add_argument("--worker-port", type=int, default=0)
     p.add_argument("--mode", choices=["p2p", "central"], default="p2p", help="serving mode after load")
+    p.add_argument("--push-metadata", action="store_true",
+                   help="EXPERIMENTAL: also push this reader's NIXL metadata to the source's listener, so the "
+                        "source holds an endpoint for it with peer error handling (invalidated on release)")
     p.add_argument("--skip-release", action="store_true",
                    help="SIMULATED BUG: never disconnect the source, and exit without NIXL teardown")
     p.add_argument("--result", type=Path, default=None, help="also write the result JSON here")
@@ -177,7 +182,8 @@ def run_source(args: argparse.Namespace) -> int:
     from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors
 
-    with Process(args.name, "source", args.events, args.metrics_port) as proc:
+    with Process(args.name, "source", args.events, args.metrics_port,
+                 metrics_host=args.metrics_host) as proc:
         spec, host_arena = model_from_args(args)
         checksums = host_arena.checksums()
         accel = get_backend(args.accelerator)
@@ -208,7 +214,8 @@ def run_reader(args: argparse.Namespace) -> int:
     from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors
 
-    with Process(args.name, "reader", args.events, args.metrics_port) as proc:
+    with Process(args.name, "reader", args.events, args.metrics_port,
+                 metrics_host=args.metrics_host) as proc:
         spec = model_spec(args)
         budget = args.transfer_timeout if args.transfer_timeout is not None else config.transfer_timeout_seconds()
         options = ReaderOptions(
@@ -217,7 +224,7 @@ def run_reader(args: argparse.Namespace) -> int:
             accelerator=args.accelerator, device_id=args.device_id,
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
-            skip_release=args.skip_release, name=args.name,
+            skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
         )
         identity = identity_for(spec.name, spec.dtype)

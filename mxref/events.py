@@ -40,7 +40,7 @@ EVENT_NAMES: dict[str, str] = {
     "health": "healthy (bool), error",
     "candidates": "listed, rank_matched, accelerator_matched, selector, order [worker_id]",
     "attempt_start": "index, mx_source_id, worker_id",
-    "handshake": "index, mode (p2p|central), agent_name, seconds, ok, error",
+    "handshake": "index, mode (p2p|central), agent_name, seconds, ok, error, pushed (our metadata sent to the source)",
     "transfer_start": "index, agent_name, bytes, tensors, timeout_s, chunk_bytes, stall_s (chunked READ)",
     "transfer_done": "index, bytes, seconds, gbps",
     "transfer_timeout": "index, seconds, budget_s, stalled (chunked READ: no progress within stall_s)",

@@ -293,6 +293,15 @@ class NixlTransferManager:
             self._count_peers()
         return name
 
+    def push_local_metadata(self, name: str, ip: str, port: int) -> None:
+        """Send our metadata to peer ``name``'s listener (NIXLCOMM:LOAD), so the peer holds a
+        NIXL endpoint for us with peer error handling. The peer is then tracked with that
+        endpoint, so removing it also invalidates our record there."""
+        self._require_agent().send_local_metadata(ip, port)
+        with self._lock:
+            if name in self._remote_agents:
+                self._remote_agents[name] = (ip, port)
+
     def remove_remote_agent(self, name: str) -> bool:
         """Disconnect one peer. True when NIXL accepted the removal (again is harmless)."""
         agent = self._agent

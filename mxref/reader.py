@@ -56,6 +56,7 @@ class ReaderOptions:
     agent_name: str | None = None
     skip_release: bool = False  # simulates the pre-fix reader that never disconnects its source
     chunks: ChunkPolicy | None = None  # None: one READ handle per candidate (seed 001)
+    push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
     name: str = "reader"
 
 
@@ -257,9 +258,14 @@ class Reader:
             else:
                 remote = mgr.add_remote_agent(worker.nixl_metadata)
                 mode = "central"
+            pushed = False
+            if self.options.push_metadata and worker.metadata_endpoint:
+                host, port = worker.metadata_endpoint.rsplit(":", 1)
+                mgr.push_local_metadata(remote, host.strip("[]"), int(port))
+                pushed = True
             self._phase("handshake", t0, "ok")
             self.events.emit("handshake", index=index, mode=mode, agent_name=remote,
-                             seconds=round(time.perf_counter() - t0, 6), ok=True)
+                             seconds=round(time.perf_counter() - t0, 6), ok=True, pushed=pushed)
             total = sum(s.nbytes for s in self.specs)
             budget = self.options.transfer_timeout_s
             chunks = self.options.chunks

@@ -563,6 +563,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=0, help="gRPC port; 0 picks a free one (default 0)")
     parser.add_argument("--metrics-port", type=_port, default=0, help="/metrics port; 0 picks one (default 0)")
+    parser.add_argument("--metrics-host", default=None,
+                        help="address /metrics binds (default: the --host address, itself 127.0.0.1 by default)")
     parser.add_argument(
         "--heartbeat-timeout", type=_seconds, default=None, metavar="SECONDS",
         help=f"age at which a live record is stale [MX_HEARTBEAT_TIMEOUT_SECS, {config.DEFAULT_HEARTBEAT_TIMEOUT_S:g}]",
@@ -610,14 +612,15 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             return EXIT_STARTUP_FAILED
         try:
             emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port))
+            metrics_host = getattr(args, "metrics_host", None) or args.host
             try:
-                metrics_port = metrics.serve(args.metrics_port, args.host)
+                metrics_port = metrics.serve(args.metrics_port, metrics_host)
             except OSError as exc:
-                error = f"metrics: cannot bind {endpoint(args.host, args.metrics_port)}: {exc}"
+                error = f"metrics: cannot bind {endpoint(metrics_host, args.metrics_port)}: {exc}"
                 logger.error("%s", error)
                 code = EXIT_STARTUP_FAILED
             else:
-                emit("listening", what="metrics", port=metrics_port, endpoint=endpoint(args.host, metrics_port))
+                emit("listening", what="metrics", port=metrics_port, endpoint=endpoint(metrics_host, metrics_port))
                 reaper.start()
                 signals.wait(RUN_LOOP_TICK_S)
                 if signals.received is not None:

@@ -232,11 +232,13 @@ class SourceService:
         )
         self.servicer = WorkerServicer(self.manifest, metrics=metrics)
         self.grpc_server = None
+        # The NIXL listener's endpoint is published in both modes: central readers ignore it
+        # unless they push their own metadata to the source (``--push-metadata``).
         worker = p2p_pb2.WorkerMetadata(worker_rank=options.worker_rank, agent_name=manager.agent_name,
-                                        accelerator=accelerator, status=p2p_pb2.SOURCE_STATUS_INITIALIZING)
+                                        accelerator=accelerator, status=p2p_pb2.SOURCE_STATUS_INITIALIZING,
+                                        metadata_endpoint=md_endpoint)
         if options.mode == "p2p":
             self.grpc_server, port = start_worker_server(self.servicer, options.advertise_host, options.worker_port)
-            worker.metadata_endpoint = md_endpoint
             worker.worker_grpc_endpoint = endpoint(options.advertise_host, port)
             events.emit("listening", what="worker_grpc", port=port, endpoint=worker.worker_grpc_endpoint)
         elif options.mode == "central":
