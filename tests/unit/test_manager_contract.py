@@ -52,6 +52,9 @@ class ScriptedAgent:
         if self.remove_error is not None:
             raise self.remove_error
 
+    def send_local_metadata(self, ip: str, port: int) -> None:
+        self.log.append(("push", ip, port))
+
     def invalidate_local_metadata(self, ip: str, port: int) -> None:
         self.log.append(("invalidate", ip, port))
         if self.invalidate_error is not None:
@@ -479,3 +482,15 @@ class TestBatchHealth:
         agent.states = ["DONE"]
         assert mgr.await_read_batches(posted, timeout_seconds=1.0) == 20
         assert mgr.is_healthy()
+
+
+def test_a_blob_loaded_peer_we_pushed_to_is_invalidated_on_release() -> None:
+    """Central mode has no endpoint, but a reader that pushed its metadata to the source's
+    listener left a record there: releasing the source must invalidate it too."""
+    agent = ScriptedAgent()
+    mgr = manager(agent)
+    name = mgr.add_remote_agent(b"blob")
+    mgr.push_local_metadata(name, "10.0.0.9", 5555)
+    assert mgr._remote_agents == {name: ("10.0.0.9", 5555)}
+    assert mgr.remove_remote_agent(name) is True
+    assert agent.log[-3:] == [("push", "10.0.0.9", 5555), ("remove", name), ("invalidate", "10.0.0.9", 5555)]
