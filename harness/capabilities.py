@@ -88,12 +88,16 @@ def missing(capabilities: Iterable[str]) -> list[str]:
 
 
 def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
-    """Capability -> what of ``scenario`` needs it: its ``proxies`` (toxiproxy), then its faults
-    (``name (kind)``) in step order."""
+    """Capability -> what of ``scenario`` needs it: its ``netns`` hosts (root, netns), its
+    ``proxies`` (toxiproxy), then its faults (``name (kind)``) in step order."""
     from harness import faults as fault_registry
     from harness.scenario import FaultStep, iter_steps
 
     needs: dict[str, list[str]] = {}
+    netns_hosts = [name for name, spec in getattr(scenario, "hosts", {}).items() if spec.kind == "netns"]
+    if netns_hosts:  # the runner puts each in a network namespace of its own
+        needs["root"] = [f"hosts ({', '.join(netns_hosts)})"]
+        needs["netns"] = [f"hosts ({', '.join(netns_hosts)})"]
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]

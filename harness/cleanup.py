@@ -4,7 +4,9 @@ Processes are found by the ``MXCHAOS_RUN_ID`` in their environment (``procscan``
 grandchildren are found too. By default only runs whose harness is gone are swept (a
 live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_runs``
 every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
-toxics named after the run), and the run's ledger entry is removed.
+toxics named after the run), then the run's network of ``netns`` hosts goes (namespaces, veths,
+bridge: found by the names and link aliases derived from the run id, also for a run whose
+ledger entry is lost), and the run's ledger entry is removed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import procscan
+from harness import netns, procscan
 from harness.runner import ledger_dir
 
 __all__ = ["CleanupReport", "sweep"]
@@ -31,6 +33,7 @@ class CleanupReport:
     skipped_live_runs: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     fault_leftovers: dict[str, list[str]] = field(default_factory=dict)
+    network: dict[str, list[str]] = field(default_factory=dict)  # run id -> namespaces/links deleted (dry run: found)
     dry_run: bool = False
 
 
@@ -50,14 +53,19 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
     found = procscan.scan()
     ledger = _ledger()
     runs: set[str] = {p.run_id for p in found} | set(ledger)
+    network_owners: dict[str, tuple[int | None, int | None]] = {}
+    with contextlib.suppress(Exception):  # no `ip`, no netns: nothing of that kind to find
+        network_owners = netns.leftover_runs()
+        runs |= set(network_owners)
     chosen: set[str] = set()
     for rid in sorted(runs):
         if run_id is not None and rid != run_id:
             continue
         members = [p for p in found if p.run_id == rid]
         info = ledger.get(rid, {})
-        hp = members[0].harness_pid if members else info.get("harness_pid")
-        hs = members[0].harness_start if members else info.get("harness_start")
+        owner = network_owners.get(rid, (None, None))
+        hp = members[0].harness_pid if members else info.get("harness_pid", owner[0])
+        hs = members[0].harness_start if members else info.get("harness_start", owner[1])
         alive = procscan.harness_alive(hp if isinstance(hp, int) else None, hs if isinstance(hs, int) else None)
         if alive and run_id is None and not all_runs:
             report.skipped_live_runs.append(rid)
@@ -67,6 +75,11 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
     targets = [p for p in found if p.run_id in chosen]
     if dry_run:
         report.killed = targets
+        for rid in report.runs:
+            with contextlib.suppress(Exception):
+                left = netns.leftovers(rid)
+                if left:
+                    report.network[rid] = left
         return report
     for p in targets:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -86,6 +99,10 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
                 removed = cls.sweep(rid)
                 if removed:
                     report.fault_leftovers.setdefault(kind, []).extend(removed)
+        with contextlib.suppress(Exception):  # after the faults: their rules live in these namespaces
+            removed = netns.sweep(rid)
+            if removed:
+                report.network[rid] = removed
         with contextlib.suppress(OSError):
             (ledger_dir() / f"{rid}.json").unlink()
         info = ledger.get(rid) or {}

@@ -226,9 +226,12 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     for kind, items in report.fault_leftovers.items():
         for item in items:
             print(f"removed {kind} leftover: {item}")
+    for rid, items in report.network.items():
+        for item in items:
+            print(f"{'would delete' if report.dry_run else 'deleted'} {item} of run {rid}")
     for rid in report.skipped_live_runs:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
-    if not report.killed and not report.fault_leftovers:
+    if not report.killed and not report.fault_leftovers and not report.network:
         print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
     return EXIT_FAILED if report.survivors else EXIT_OK
 

@@ -1,4 +1,5 @@
-"""Hosts: where scenario processes run. ``LocalHost`` now; ``netns`` and ``ssh`` come next.
+"""Hosts: where scenario processes run. ``LocalHost`` here; ``NetnsHost`` (a network namespace
+of the run, ``harness/netns.py``) extends it; ``ssh`` comes next.
 
 A ``Host`` spawns long-running processes (each in its own session, so signals can
 go to its whole process group and a terminal Ctrl-C never reaches it), runs short
@@ -199,6 +200,7 @@ class LocalHost:
 
 
 def make_host(name: str, kind: str) -> Host:
+    """A host that needs nothing built first (netns hosts come from the run's ``netns.Network``)."""
     if kind == "local":
         return LocalHost(name)
-    raise HostError(f"host kind {kind!r} is not implemented yet")
+    raise HostError(f"host kind {kind!r} is not made here (netns: harness.netns.Network) or not implemented yet")

@@ -417,7 +417,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
         ("started", result.started_at),
         ("duration", f"{result.seconds:.3f}s"),
         ("references", ", ".join(sc.references) or "-"),
-        ("transport", sc.transport),
+        ("transport", sc.transport or ("auto: ucx-tcp-any (netns hosts)" if sc.netns_hosts() else "auto: ucx-tcp")),
         ("NIXL", versions.get("nixl")),
         ("UCX", versions.get("ucx")),
         ("torch", versions.get("torch")),

@@ -48,7 +48,7 @@ from pydantic import BaseModel
 from harness import capabilities
 from harness import checks as check_registry
 from harness import faults as fault_registry
-from harness import procscan
+from harness import netns, procscan
 from harness import toxiproxy as toxi
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, Proc, make_host
@@ -238,6 +238,7 @@ class Runner:
         self._toxiproxy: _Toxiproxy | None = None
         self._proxy_lock = threading.Lock()  # one creation per proxy, even from parallel branches
         self._harness_ports: set[int] = set()  # ports of what the harness itself started (leak scan)
+        self.network: netns.Network | None = None  # the namespaces of the netns hosts
 
     # ------------------------------------------------------------------ public
 
@@ -332,17 +333,6 @@ class Runner:
     def _setup(self) -> None:
         sc = self.scenario
         (self.run_dir / "procs").mkdir(parents=True, exist_ok=True)
-        for name, spec in sc.hosts.items():
-            self.hosts[name] = make_host(name, spec.kind)
-        for name, spec in sc.processes.items():
-            has_events = not isinstance(spec, CommandProcess)
-            self.procs[name] = _ProcState(
-                name=name,
-                spec=spec,
-                host=self.hosts[sc.host_of(name)],
-                events_path=(self.run_dir / "procs" / f"{name}.events.jsonl") if has_events else None,
-                log_path=self.run_dir / "procs" / f"{name}.log",
-            )
         info = {
             "run_id": self.run_id,
             "scenario": sc.name,
@@ -354,7 +344,51 @@ class Runner:
             "t0_monotonic": self.timeline.t0,
         }
         self._run_info = info
+        self._write_run_info()  # before the network: a crash while building it is swept by run id
+        netns_hosts = sc.netns_hosts()
+        if netns_hosts:
+            self._create_network(netns_hosts)
+        for name, spec in sc.hosts.items():
+            if spec.kind == "netns":
+                assert self.network is not None
+                self.hosts[name] = self.network.hosts[name]
+            else:
+                self.hosts[name] = make_host(name, spec.kind)
+        for name, spec in sc.processes.items():
+            has_events = not isinstance(spec, CommandProcess)
+            self.procs[name] = _ProcState(
+                name=name,
+                spec=spec,
+                host=self.hosts[sc.host_of(name)],
+                events_path=(self.run_dir / "procs" / f"{name}.events.jsonl") if has_events else None,
+                log_path=self.run_dir / "procs" / f"{name}.log",
+            )
+
+    def _create_network(self, hosts: Sequence[str]) -> None:
+        """The bridge, one namespace per netns host and their veths (``harness/netns.py``);
+        recorded in ``run.json`` and the ledger (``mxchaos cleanup`` also finds it by name)."""
+        self.timeline.append("invoke", "harness", "network", {"hosts": list(hosts)})
+        started = time.monotonic()
+        try:
+            owner = (os.getpid(), procscan.proc_start_time(os.getpid()))
+            self.network = netns.Network.create(self.run_id, hosts, owner=owner)
+        except HarnessError as exc:
+            self.timeline.append("fail", "harness", "network", {"error": str(exc)})
+            raise
+        value = {**self.network.describe(), "seconds": round(time.monotonic() - started, 3)}
+        self.timeline.append("ok", "harness", "network", value)
+        self._run_info["network"] = self.network.describe()
         self._write_run_info()
+
+    def _close_network(self) -> None:
+        """Teardown, after every process stopped and the leak scan: delete it all; what is
+        left (nothing, normally) is recorded for ``nothing_leaked``."""
+        if self.network is None or self.network.closed:
+            return
+        started = time.monotonic()
+        value = self.network.close()
+        value["seconds"] = round(time.monotonic() - started, 3)
+        self.timeline.append("ok" if not value["leftovers"] else "fail", "harness", "network_down", value)
 
     def _write_run_info(self) -> None:
         """``run.json`` and the ledger entry ``mxchaos cleanup`` reads (rewritten when the run
@@ -510,7 +544,9 @@ class Runner:
             self.timeline.append("invoke", "harness", "proxy", base)
             try:
                 if have is None:
-                    info = tp.api.create_proxy(proxy, upstream, listen=f"{tp.host.address}:0")
+                    # netns clients reach the proxy at the bridge's address, not at loopback
+                    listen_host = self.network.bridge_address if self.network is not None else tp.host.address
+                    info = tp.api.create_proxy(proxy, upstream, listen=f"{listen_host}:0")
                 else:
                     info = tp.api.update_proxy(proxy, upstream=upstream)
             except toxi.ToxiproxyError as exc:
@@ -917,11 +953,16 @@ class Runner:
             "--metrics-port",
             "0",
         ]
+        in_netns = isinstance(st.host, netns.NetnsHost)
         if isinstance(spec, ServerProcess):
             options = spec.options
             if options.port == 0 and st.last_grpc_port:
                 options = options.model_copy(update={"port": st.last_grpc_port})  # a restart keeps its address
+            if in_netns and options.host is None:  # bind (and serve /metrics on) the namespace's address
+                options = options.model_copy(update={"host": st.host.address})
             argv += options.argv()
+            if in_netns:
+                argv += ["--metrics-host", st.host.address]
         else:
             assert isinstance(spec, SourceProcess | ReaderProcess)
             server = sc.server_of(st.name)
@@ -932,7 +973,11 @@ class Runner:
                 port = self._endpoint(server, "grpc", deadline)
                 argv += ["--server", f"{self._state(server).host.address}:{port}"]
             argv += sc.model.flags(sc.seed, sc.directory)
-            argv += ["--transport", sc.transport]
+            argv += ["--transport", sc.transport_of(st.name)]
+            if in_netns:  # reachable from the other namespaces and from the harness (scrapes)
+                argv += ["--metrics-host", st.host.address]
+                if spec.options.advertise_host is None:
+                    argv += ["--advertise-host", st.host.address]
             if isinstance(spec, ReaderProcess):
                 options = spec.options
                 updates: dict[str, Any] = {}
@@ -1195,6 +1240,10 @@ class Runner:
         for host in self.hosts.values():
             with contextlib.suppress(Exception):
                 host.close()
+        try:
+            self._close_network()
+        except Exception as exc:  # noqa: BLE001 - recorded; cleanup sweeps it by run id
+            self.timeline.append("fail", "harness", "network_down", {"error": f"{type(exc).__name__}: {exc}"})
         status = "hang" if self._hang else "done"
         self.timeline.append("ok" if not self._hang else "info", "harness", "run", {"status": status})
         with contextlib.suppress(OSError):
@@ -1206,7 +1255,8 @@ class Runner:
         deadline = time.monotonic() + 2.0
         leftovers: list[procscan.RunProcess] = []
         while True:
-            leftovers = [p for host in self.hosts.values() for p in host.run_processes(self.run_id)]
+            found = {p.pid: p for host in self.hosts.values() for p in host.run_processes(self.run_id)}
+            leftovers = list(found.values())
             if not leftovers or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -1286,7 +1336,18 @@ class _FaultCtx:
 
     def proc(self, name: str) -> _ProcView:
         st = self._runner._state(name)
-        return _ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive)
+        return _ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive, st.host.name)
+
+    def locate(self, target: str | SourceOf) -> _HostView:
+        runner = self._runner
+        if isinstance(target, str) and target in runner.hosts:
+            name = target
+        else:
+            name = runner._state(self.resolve(target)).host.name
+        host = runner.hosts[name]
+        if isinstance(host, netns.NetnsHost):
+            return _HostView(name, host.kind, host.address, host.netns, host.link, host.inner_link)
+        return _HostView(name, getattr(host, "kind", "local"), host.address, None, None, None)
 
     def resolve(self, target: str | SourceOf) -> str:
         if isinstance(target, str):
@@ -1361,6 +1422,17 @@ class _ProcView:
     pid: int | None
     incarnation: int
     alive: bool
+    host: str
+
+
+@dataclass(frozen=True)
+class _HostView:
+    name: str
+    kind: str
+    address: str
+    netns: str | None
+    link: str | None
+    inner_link: str | None
 
 
 def _thread_stacks() -> str:

@@ -52,6 +52,7 @@ __all__ = [
     "HealStep",
     "LocalHostSpec",
     "MarkStep",
+    "NetnsHostSpec",
     "MetricCondition",
     "ModelSpec",
     "ParallelStep",
@@ -106,12 +107,23 @@ def _host_shorthand(value: Any) -> Any:
 
 
 class LocalHostSpec(Strict):
-    """Processes run on this machine (``netns`` and ``ssh`` hosts come next)."""
+    """Processes run on this machine, reached over loopback (``ssh`` hosts come next)."""
 
     kind: Literal["local"] = "local"
 
 
-HostSpec = Annotated[LocalHostSpec, BeforeValidator(_host_shorthand)]
+class NetnsHostSpec(Strict):
+    """Processes run in a network namespace of their own that the run creates (root needed),
+    joined to the run's bridge with an address of a private /24; network faults act on it."""
+
+    kind: Literal["netns"]
+
+
+HostSpec = Annotated[
+    Union[LocalHostSpec, NetnsHostSpec],  # noqa: UP007
+    Field(discriminator="kind"),
+    BeforeValidator(_host_shorthand),
+]
 
 # ---------------------------------------------------------------------------- model, budgets
 
@@ -229,6 +241,7 @@ class ReaderOptions(PeerOptions):
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False
     skip_release: bool = False  # the simulated pre-fix bug: never disconnect the source
+    push_metadata: bool = False  # experimental: push the reader's NIXL metadata to the source
     mode: Literal["p2p", "central"] | None = None  # serving mode after load
     checkpoint: str | None = None  # default: the checkpoint the runner prepares in the run folder
 
@@ -548,7 +561,7 @@ class Scenario(Strict):
     # a defect of a dependency this scenario documents: failing checks are expected (xfail)
     known_defect: str | None = None
     seed: int = 0
-    transport: str = "ucx-tcp"
+    transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
     budgets: Budgets = Budgets()
     scrape: ScrapeSpec = ScrapeSpec()
@@ -566,8 +579,8 @@ class Scenario(Strict):
 
     @field_validator("transport")
     @classmethod
-    def _known_transport(cls, value: str) -> str:
-        if value not in TRANSPORT_PROFILES:
+    def _known_transport(cls, value: str | None) -> str | None:
+        if value is not None and value not in TRANSPORT_PROFILES:
             raise custom_error(
                 "transport", f"{value!r} is not a transport profile (known: {', '.join(TRANSPORT_PROFILES)})"
             )
@@ -602,6 +615,16 @@ class Scenario(Strict):
 
     def host_of(self, process: str) -> str:
         return self.processes[process].host or next(iter(self.hosts))
+
+    def netns_hosts(self) -> list[str]:
+        return [name for name, spec in self.hosts.items() if spec.kind == "netns"]
+
+    def transport_of(self, process: str) -> str:
+        """The ``--transport`` of a source/reader: the scenario's, else ``ucx-tcp-any`` on a
+        netns host (TCP on whatever device routes to the peer) and ``ucx-tcp`` (loopback) elsewhere."""
+        if self.transport is not None:
+            return self.transport
+        return "ucx-tcp-any" if self.hosts[self.host_of(process)].kind == "netns" else "ucx-tcp"
 
     def server_of(self, process: str) -> str | None:
         spec = self.processes[process]
@@ -924,6 +947,11 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
 
     # hosts, servers, placeholders
     host_names = list(sc.hosts)
+    kinds = {spec.kind for spec in sc.hosts.values()}
+    if "netns" in kinds and len(kinds) > 1:
+        others = [n for n, h in sc.hosts.items() if h.kind != "netns"]
+        issues.append((("hosts",), f"netns hosts cannot be mixed with other kinds ({', '.join(others)}): a process "
+                       "in a namespace cannot reach one on this machine's loopback", None, False))
     for name, spec in procs.items():
         loc: Loc = ("processes", name)
         if spec.host is not None and spec.host not in sc.hosts:
@@ -1014,6 +1042,8 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
                 need_process((*loc, "fault", "target"), target)
             for proxy in fault.proxies():
                 need_proxy((*loc, "fault", "proxy"), proxy)
+            for key, host_target in fault.host_targets():
+                issues += _host_target(sc, (*loc, "fault", key), host_target, spec.kind, cls.host_kinds)
             spec_target = getattr(spec, "target", None)
             if isinstance(spec_target, SourceOf) and spec_target.source_of in procs \
                     and procs[spec_target.source_of].role != "reader":
@@ -1057,6 +1087,42 @@ def _semantic(sc: Scenario) -> list[SemanticIssue]:
             if ref.mark is not None and ref.mark not in marks:
                 issues.append(((*where, "mark"), f"no mark named {ref.mark!r} (marks: {', '.join(marks) or 'none'})", None, False))
     return issues
+
+
+def _host_target(sc: Scenario, loc: Loc, target: str | SourceOf, kind: str, kinds: Sequence[str]) -> list[SemanticIssue]:
+    """A network fault's host parameter: a host, a process (its host) or ``{source_of: reader}``
+    (the host of whichever source it attempts: every source must then be on a fitting host)."""
+    procs, hosts = sc.processes, sc.hosts
+    wanted = " or ".join(kinds)
+    if isinstance(target, SourceOf):
+        reader = target.source_of
+        if reader not in procs:
+            return [((*loc, "source_of"), f"no process named {reader!r} (processes: {', '.join(procs)})", None, False)]
+        if procs[reader].role != "reader":
+            return [((*loc, "source_of"), f"source_of names a reader, and {reader!r} is a {procs[reader].role}", reader, False)]
+        candidates = [n for n, p in procs.items() if p.role == "source"]
+        off = [n for n in candidates if hosts[sc.host_of(n)].kind not in kinds]
+        if off:
+            return [(loc, f"a {kind} fault acts on {wanted} hosts, and source(s) {', '.join(off)} run on "
+                     f"{' '.join(sorted({hosts[sc.host_of(n)].kind for n in off}))} hosts", None, False)]
+        return []
+    if target in hosts:
+        if target in procs and sc.host_of(target) != target:
+            return [(loc, f"{target!r} is both a host and a process on host {sc.host_of(target)!r}; rename one", None, False)]
+        host = target
+    elif target in procs:
+        host = sc.host_of(target)
+    else:
+        close = difflib.get_close_matches(target, [*hosts, *procs], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return [(loc, f"no host or process named {target!r}{hint} (hosts: {', '.join(hosts)}; processes: "
+                 f"{', '.join(procs)})", None, False)]
+    if host not in hosts:
+        return []  # the process's own host key is reported already
+    if hosts[host].kind not in kinds:
+        return [(loc, f"a {kind} fault acts on {wanted} hosts, and host {host!r} is {hosts[host].kind} "
+                 f"(declare it `{host}: {{kind: netns}}` under hosts)", None, False)]
+    return []
 
 
 def _refs_in(params: BaseModel) -> Iterator[tuple[Loc, Ref]]:

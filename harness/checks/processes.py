@@ -86,7 +86,8 @@ def exit_codes(p: ExitCodesParams, h: History, run: RunFacts) -> CheckResult:
 
 
 class NothingLeakedParams(CheckParams):
-    """After teardown no process of the run is alive and no port a process reported is open."""
+    """After teardown no process of the run is alive, no port a process reported is open and
+    (netns hosts) none of the run's namespaces, veths or bridge is left."""
 
 
 @register("nothing_leaked", NothingLeakedParams)
@@ -98,12 +99,23 @@ def nothing_leaked(p: NothingLeakedParams, h: History, run: RunFacts) -> CheckRe
     procs = list(scan.get("processes", []))
     ports = list(scan.get("ports", []))
     details = {"processes": procs, "ports": ports, "checked_ports": scan.get("checked_ports", [])}
-    if procs or ports:
+    network = h.last(actor="harness", f="network")
+    down = h.last(actor="harness", f="network_down")
+    net_left: list[str] = []
+    if network is not None and network.type == "ok":  # the run made namespaces: all must be gone
+        if down is None:
+            return CheckResult("unknown", "the run's network was never torn down (teardown did not finish)", details)
+        net_left = [str(x) for x in down.get("leftovers", [])] or ([f"error: {down.get('error')}"] if down.get("error") else [])
+        details["network"] = net_left
+    if procs or ports or net_left:
         parts = []
         if procs:
             parts.append(f"{len(procs)} process(es) alive: " + ", ".join(str(x.get("pid")) for x in procs[:5]))
         if ports:
             parts.append("ports still open: " + ", ".join(str(x) for x in ports[:5]))
+        if net_left:
+            parts.append("network left: " + ", ".join(net_left[:5]))
         return CheckResult(False, "; ".join(parts), details)
     checked = len(scan.get("checked_ports", []))
-    return CheckResult(True, f"no process left, {checked} reported port(s) closed", details)
+    extra = ", namespaces and links deleted" if network is not None and network.type == "ok" else ""
+    return CheckResult(True, f"no process left, {checked} reported port(s) closed{extra}", details)

@@ -41,6 +41,7 @@ __all__ = [
     "Fault",
     "FaultContext",
     "FaultSpec",
+    "HostView",
     "ProcessView",
     "ProxyView",
     "Signal",
@@ -93,9 +94,21 @@ class ProcessView(Protocol):
     role: str
     pid: int | None
     incarnation: int
+    host: str  # the scenario host it runs on
 
     @property
     def alive(self) -> bool: ...
+
+
+class HostView(Protocol):
+    """A scenario host, as a network fault reaches it."""
+
+    name: str
+    kind: str  # local | netns
+    address: str  # where its processes are reached
+    netns: str | None  # its network namespace (netns hosts)
+    link: str | None  # the root-namespace end of its veth, a port of the run's bridge (netns hosts)
+    inner_link: str | None  # the namespace end of that veth (netns hosts)
 
 
 class ProxyView(Protocol):
@@ -114,6 +127,11 @@ class FaultContext(Protocol):
     run_id: str
 
     def proc(self, name: str) -> ProcessView: ...
+
+    def locate(self, target: Target) -> HostView:
+        """The host a target means now: a host name, a process name (the host it runs on) or
+        ``{source_of: reader}`` (the host of the source that reader is attempting)."""
+        ...
 
     def resolve(self, target: Target) -> str:
         """The process name a target means now (``{source_of: reader}``: the source that
@@ -170,6 +188,14 @@ class Fault:
         if isinstance(target, SourceOf):
             return (target.source_of,)
         return (target,) if isinstance(target, str) else ()
+
+    def host_targets(self) -> tuple[tuple[str, Target], ...]:
+        """(key, target) of each parameter naming a host: a host name, a process name (its
+        host) or ``{source_of: reader}``. Validated before the run: each must lead to a host of
+        a kind in ``host_kinds``."""
+        return ()
+
+    host_kinds: ClassVar[tuple[str, ...]] = ("netns",)
 
     def proxies(self) -> tuple[str, ...]:
         """Scenario proxy names this fault refers to (validated before the run)."""

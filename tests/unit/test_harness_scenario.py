@@ -60,7 +60,7 @@ def problems(text: str) -> list[str]:
 
 def test_a_minimal_scenario_gets_the_documented_defaults() -> None:
     sc = parse_scenario(GOOD, "x.yaml")
-    assert sc.transport == "ucx-tcp"
+    assert sc.transport is None and sc.transport_of("reader-1") == "ucx-tcp"  # auto: loopback
     assert list(sc.hosts) == ["local"]
     assert sc.budgets.step == 30.0 and sc.budgets.run == 300.0
     assert sc.seed == 0
