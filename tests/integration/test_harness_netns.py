@@ -307,22 +307,25 @@ def test_cleanup_after_a_sigkilled_harness_removes_the_network_and_its_faults(tm
         info = json.loads(next((tmp_path / "runs" / "netns_crash").glob("*/run.json")).read_text())
         run_id = info["run_id"]
         hosts = info["network"]["hosts"]
-        proc.kill()  # SIGKILL: no teardown, no heal
-        proc.wait(30)
+        # what the run holds, checked while its harness lives (no other `mxchaos cleanup` touches it)
         left = netns.leftovers(run_id)
         assert sum(x.startswith("netns ") for x in left) == 2 and any(x.startswith("link mxb") for x in left)
         assert len(chains(hosts["a"]["netns"])) == 5
         assert "tbf 1de:" in subprocess.run(["tc", "qdisc", "show", "dev", hosts["a"]["link"]],
                                             capture_output=True, text=True).stdout
         assert len([p for p in procscan.scan() if p.run_id == run_id]) == 2
-        out = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, capture_output=True,
-                             text=True, timeout=60)
+        proc.kill()  # SIGKILL: no teardown, no heal
+        proc.wait(30)
+        assert netns.leftovers(run_id) != []
+        # --run-id: a global cleanup would also sweep the crashed runs of tests running in parallel
+        # (pytest -n 2); which sweep removed what is test_cleanup_sweeps_a_run_by_its_id's business
+        out = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--run-id", run_id], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert f"iptables chain mxc-{netns.token(run_id)}-" in out.stdout
-        assert f"deleted netns {hosts['a']['netns']} of run {run_id}" in out.stdout
         assert netns.leftovers(run_id) == []
         assert [p for p in procscan.scan() if p.run_id == run_id] == []
         assert run_id not in netns.leftover_runs()
+        assert netns.token(run_id) not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -332,13 +335,20 @@ def test_cleanup_after_a_sigkilled_harness_removes_the_network_and_its_faults(tm
             sweep(run_id)
 
 
-def test_cleanup_leaves_the_network_of_a_live_run_alone(tmp_path: Path) -> None:
+def test_cleanup_leaves_a_live_run_alone_and_sweeps_a_run_by_its_id(tmp_path: Path) -> None:
     run_id = f"pytest-live-{os.getpid()}-{time.monotonic_ns()}"
-    network = netns.Network.create(run_id, ["a"])  # owned by this (live) process, no ledger entry
+    network = netns.Network.create(run_id, ["a", "b"])  # owned by this (live) process, no ledger entry
     try:
+        cut = make_fault(PartitionSpec(kind="partition", target="a", peer="b"), "cut")
+        chain = cut.inject(Ctx(run_id, network))["chain"]  # type: ignore[arg-type,index]
         report = sweep()
-        assert run_id in report.skipped_live_runs and netns.leftovers(run_id) != []
+        assert run_id in report.skipped_live_runs and len(netns.leftovers(run_id)) == 5
         dry = sweep(run_id, dry_run=True)
         assert sorted(dry.network[run_id]) == sorted(netns.leftovers(run_id))
+        swept = sweep(run_id)  # an explicit run id is swept, live or not
+        assert swept.fault_leftovers["partition"] == [f"{network.hosts['a'].netns} iptables chain {chain}"]
+        assert {x for x in swept.network[run_id] if x.startswith("netns ")} == {
+            f"netns {h.netns}" for h in network.hosts.values()}
+        assert f"link {network.names.bridge}" in swept.network[run_id]
     finally:
         assert network.close()["leftovers"] == []

@@ -171,17 +171,22 @@ def test_cleanup_leaves_runs_whose_harness_is_alive_alone(tmp_path: Path) -> Non
 def test_an_invalid_scenario_starts_nothing(tmp_path: Path) -> None:
     path = tmp_path / "typo.yaml"
     path.write_text(SCENARIO.format(name="typo", fake=FAKE, source_args="[]").replace("steps:", "stpes:"))
-    before = {p.pid for p in procscan.scan()}
-    out = subprocess.run(
+    started: list[procscan.RunProcess] = []
+    with subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
         cwd=REPO,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
         env={**os.environ, "NO_COLOR": "1"},
-    )
-    assert out.returncode == 2
-    assert f"{path}:7: stpes: unknown key 'stpes'; did you mean 'steps'?" in out.stderr
-    assert f"{path}:1: steps: required key is missing" in out.stderr
+    ) as cli:
+        deadline = time.monotonic() + 60
+        while cli.poll() is None and time.monotonic() < deadline:  # what this harness starts (not other tests')
+            started += [p for p in procscan.scan() if p.harness_pid == cli.pid]
+            time.sleep(0.02)
+        _stdout, stderr = cli.communicate(timeout=10)
+    assert cli.returncode == 2
+    assert f"{path}:7: stpes: unknown key 'stpes'; did you mean 'steps'?" in stderr
+    assert f"{path}:1: steps: required key is missing" in stderr
     assert not (tmp_path / "runs").exists()
-    assert {p.pid for p in procscan.scan()} <= before
+    assert started == []
