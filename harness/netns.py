@@ -29,13 +29,11 @@ same for a crashed run from the names alone. Every command is bounded (``IP_TIME
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +43,7 @@ from pathlib import Path
 from harness import procscan
 from harness.errors import HostError
 from harness.host import ExecResult, LocalHost, LocalProc
+from harness.ports import try_lock
 
 __all__ = [
     "ALIAS_PREFIX",
@@ -189,11 +188,8 @@ def lease_subnet(run_id: str, pool: ipaddress.IPv4Network = SUBNET_POOL) -> Subn
     for subnet in subnets[start:] + subnets[:start]:
         if any(subnet.overlaps(net) for net in used):
             continue
-        fd = os.open(folder / f"{subnet.network_address}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(folder / f"{subnet.network_address}.lock")
+        if fd is None:
             continue
         os.ftruncate(fd, 0)
         os.write(fd, f"{run_id} {os.getpid()}\n".encode())
@@ -244,13 +240,6 @@ class NetnsHost(LocalHost):
                 if os.stat(f"/proc/{p.pid}/ns/net").st_ino == inode:
                     inside.append(p)
         return inside
-
-    def port_open(self, port: int, timeout: float = 0.2) -> bool:
-        try:
-            with socket.create_connection((self.address, port), timeout=timeout):
-                return True
-        except OSError:
-            return False
 
     def describe(self) -> dict[str, object]:
         return {"kind": self.kind, "netns": self.netns, "address": self.address, "link": self.link,

@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PortLease", "lease_port"]
+__all__ = ["PortLease", "lease_port", "try_lock"]
 
 
 def _lock_dir() -> Path:
@@ -26,6 +26,18 @@ def _lock_dir() -> Path:
     path = Path(base) / "ports"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def try_lock(path: Path) -> int | None:
+    """An exclusive, non-blocking flock on ``path`` (created if needed): the open descriptor
+    (closing it releases the lock, also when the process dies), or None if someone holds it."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @dataclass
@@ -51,11 +63,8 @@ def lease_port(host: str = "127.0.0.1", attempts: int = 50) -> PortLease:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-            fd = os.open(folder / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = try_lock(folder / f"{port}.lock")
+            if fd is None:
                 continue
         return PortLease(port, fd)
     raise OSError(f"no free port on {host} after {attempts} attempts")

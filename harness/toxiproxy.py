@@ -99,13 +99,7 @@ class ToxiproxyAPI:
 
     def delete_proxy(self, name: str) -> bool:
         """True when it existed (False: already gone)."""
-        try:
-            self._call("DELETE", f"/proxies/{_quote(name)}")
-        except ToxiproxyError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return self._delete(f"/proxies/{_quote(name)}")
 
     def toxics(self, proxy: str) -> list[dict[str, Any]]:
         return list(self._call("GET", f"/proxies/{_quote(proxy)}/toxics") or [])
@@ -115,8 +109,12 @@ class ToxiproxyAPI:
 
     def remove_toxic(self, proxy: str, toxic: str) -> bool:
         """True when it existed (False: the toxic, or its proxy, is already gone)."""
+        return self._delete(f"/proxies/{_quote(proxy)}/toxics/{_quote(toxic)}")
+
+    def _delete(self, path: str) -> bool:
+        """DELETE ``path``; False when it was already gone (404), so heals stay idempotent."""
         try:
-            self._call("DELETE", f"/proxies/{_quote(proxy)}/toxics/{_quote(toxic)}")
+            self._call("DELETE", path)
         except ToxiproxyError as exc:
             if exc.status == 404:
                 return False

@@ -42,7 +42,7 @@ def _source(port: int, nbytes: int, seconds: float) -> int:
 def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
     """GB/s of each of ``repeat`` READs of ``nbytes`` from a fresh raw source process."""
     from mxref.nixl_transfer import import_nixl
-    from mxref.process import die_with_parent
+    from mxref.process import die_with_parent, read_json_line
     from mxref.process import free_port
 
     port = free_port()
@@ -53,12 +53,7 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
     )
     try:
         assert src.stdout is not None
-        line = ""
-        while not line.startswith("{"):  # NIXL logs to stdout too
-            line = src.stdout.readline()
-            if not line:
-                raise RuntimeError("raw source exited before reporting its buffer")
-        info = json.loads(line)
+        info = read_json_line(src.stdout, timeout_s, "the raw source")  # NIXL logs to stdout too
         api = import_nixl()
         agent = api.nixl_agent(f"raw-rd-{os.getpid()}", api.nixl_agent_config(False, True, free_port(), backends=["UCX"]))
         dst = np.empty(info["bytes"] // 8, dtype=np.uint64)
@@ -89,7 +84,7 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
         return rates
     finally:
         src.kill()
-        src.wait(timeout=10)
+        src.communicate(timeout=10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import sys
 import threading
@@ -37,6 +38,35 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def read_json_line(stream: Any, deadline_s: float, what: str) -> dict[str, Any]:
+    """The first line starting with ``{`` on a child's output pipe, parsed, within
+    ``deadline_s`` (other lines, e.g. NIXL's own logging, are skipped). Reads the pipe's file
+    descriptor directly (Python's buffering would hide lines from ``select``), so the caller
+    must not read ``stream`` afterwards. TimeoutError at the deadline, RuntimeError when the
+    pipe closes first: a hung child never hangs us."""
+    import json
+    import select
+    import time
+
+    fd = stream.fileno()
+    deadline = time.monotonic() + deadline_s
+    pending = b""
+    while True:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.startswith(b"{"):
+                return dict(json.loads(line))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what} printed no JSON line within {deadline_s:g}s")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError(f"{what} exited before printing its JSON line")
+            pending += chunk
 
 
 def die_with_parent() -> None:

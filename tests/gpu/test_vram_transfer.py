@@ -55,7 +55,7 @@ def _profile_env(transport: str) -> dict[str, str]:
 
 
 def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Popen[str], dict]:
-    from mxref.process import free_port
+    from mxref.process import free_port, read_json_line
 
     env = _profile_env(transport)
     proc = subprocess.Popen(
@@ -64,13 +64,11 @@ def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Pope
         stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,
     )
     assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    line = ""
-    while not line.startswith("{"):
-        line = proc.stdout.readline()
-        assert line or proc.poll() is None, "peer exited before reporting"
-        assert time.monotonic() < deadline, "peer did not report in 120 s"
-    return proc, json.loads(line)
+    try:
+        return proc, read_json_line(proc.stdout, 120, "the VRAM peer")
+    except BaseException:
+        proc.kill()
+        raise
 
 
 def _reader(transport: str, info: dict):  # type: ignore[no-untyped-def]
