@@ -40,7 +40,7 @@ _WHERE = {
     "Fault": "harness.faults",
     "FaultSpec": "harness.faults",
     "History": "harness.timeline",
-    "RunResult": "harness.runner",
+    "RunResult": "harness.verdict",
     "Runner": "harness.runner",
     "Scenario": "harness.scenario",
     "ScenarioInvalid": "harness.errors",

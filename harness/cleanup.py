@@ -12,7 +12,6 @@ ledger entry is lost), and the run's ledger entry is removed.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -20,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import netns, procscan
-from harness.runner import ledger_dir
+from harness import ledger, netns, procscan
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -37,22 +35,13 @@ class CleanupReport:
     dry_run: bool = False
 
 
-def _ledger() -> dict[str, dict[str, object]]:
-    entries: dict[str, dict[str, object]] = {}
-    folder = ledger_dir()
-    if not folder.is_dir():
-        return entries
-    for path in folder.glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            entries[path.stem] = json.loads(path.read_text())
-    return entries
 
 
 def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = False, wait: float = 5.0) -> CleanupReport:
     report = CleanupReport(dry_run=dry_run)
     found = procscan.scan()
-    ledger = _ledger()
-    runs: set[str] = {p.run_id for p in found} | set(ledger)
+    live_entries = ledger.entries()
+    runs: set[str] = {p.run_id for p in found} | set(live_entries)
     network_owners: dict[str, tuple[int | None, int | None]] = {}
     with contextlib.suppress(Exception):  # no `ip`, no netns: nothing of that kind to find
         network_owners = netns.leftover_runs()
@@ -62,7 +51,7 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
         if run_id is not None and rid != run_id:
             continue
         members = [p for p in found if p.run_id == rid]
-        info = ledger.get(rid, {})
+        info = live_entries.get(rid, {})
         owner = network_owners.get(rid, (None, None))
         hp = members[0].harness_pid if members else info.get("harness_pid", owner[0])
         hs = members[0].harness_start if members else info.get("harness_start", owner[1])
@@ -103,9 +92,8 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             removed = netns.sweep(rid)
             if removed:
                 report.network[rid] = removed
-        with contextlib.suppress(OSError):
-            (ledger_dir() / f"{rid}.json").unlink()
-        info = ledger.get(rid) or {}
+        ledger.remove_entry(rid)
+        info = live_entries.get(rid) or {}
         run_dir = info.get("run_dir")
         if isinstance(run_dir, str) and Path(run_dir).is_dir():
             with contextlib.suppress(OSError):

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import TextIO
 
-from harness.runner import RunResult
+from harness.verdict import RunResult
 from harness.timeline import Entry
 
 __all__ = ["Progress", "verdict_table"]

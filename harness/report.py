@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.runner import RunResult, judge, result_to_json, verdict_of
+from harness.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.scenario import parse_scenario_json
 from harness.timeline import Entry, History
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 
-__all__ = ["API_TIMEOUT_S", "ToxiproxyAPI", "ToxiproxyError", "proxy_name", "proxy_prefix", "recorded_api"]
+__all__ = ["API_TIMEOUT_S", "ToxiproxyAPI", "ToxiproxyError", "proxy_name", "proxy_prefix"]
 
 API_TIMEOUT_S = 5.0
 
@@ -126,14 +126,3 @@ class ToxiproxyAPI:
         self._call("POST", "/reset")
 
 
-def recorded_api(run_id: str) -> str | None:
-    """The toxiproxy API URL a run recorded in its ledger entry (None: none, or no entry)."""
-    from harness.runner import ledger_dir  # lazily: the runner imports the fault registry, which imports this
-
-    try:
-        info = json.loads((ledger_dir() / f"{run_id}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    record = info.get("toxiproxy") if isinstance(info, dict) else None
-    url = record.get("api") if isinstance(record, dict) else None
-    return url if isinstance(url, str) else None

@@ -41,7 +41,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, register
 from harness.spec import Name, custom_error, parse_duration
-from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix, recorded_api
+from harness.ledger import recorded_toxiproxy_api
+from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
 
 __all__ = ["TOXIC_ATTRIBUTES", "ProxyDown", "Toxic", "ToxicType"]
 
@@ -151,7 +152,7 @@ class _ProxyFault(Fault):
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
-        url = recorded_api(run_id)
+        url = recorded_toxiproxy_api(run_id)
         if url is None:
             return []
         api = ToxiproxyAPI(url, timeout=2.0)

@@ -12,7 +12,8 @@ import pytest
 
 from harness import procscan
 from harness.report import write_run_folder
-from harness.runner import Runner, RunResult
+from harness.runner import Runner
+from harness.verdict import RunResult
 from harness.scenario import load_scenario
 from harness.timeline import History
 
@@ -56,7 +57,10 @@ def test_fake_smoke_scenario_passes_and_writes_its_folder(tmp_path: Path) -> Non
     history = History.from_jsonl(folder / "timeline.jsonl")
     assert history.first(actor="reader-1", f="load_done") is not None
     assert (folder / "procs" / "reader-1.events.jsonl").stat().st_size > 0
-    assert "checkpoint.safetensors" in " ".join(history.first(actor="reader-1", f="start", type="ok").value["argv"])  # type: ignore[union-attr]
+    argv = history.first(actor="reader-1", f="start", type="ok").value["argv"]  # type: ignore[union-attr]
+    checkpoint = Path(argv[argv.index("--checkpoint") + 1])
+    assert checkpoint.is_file() and folder not in checkpoint.parents, "the checkpoint comes from the cache"
+    assert not list(folder.rglob("*.safetensors")), "no checkpoint is copied into the run folder"
     assert (folder.parent / "latest").resolve() == folder
 
 

@@ -18,7 +18,8 @@ import pytest
 from harness import capabilities, checks, cli, faults, procscan
 from harness.faults import Fault, FaultContext, FaultSpec
 from harness.report import write_run_folder
-from harness.runner import Runner, RunResult
+from harness.runner import Runner
+from harness.verdict import RunResult
 from harness.scenario import FaultStep, Scenario, load_scenario
 from harness.spec import Name
 

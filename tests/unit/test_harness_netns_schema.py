@@ -6,7 +6,6 @@ fault would install, and a skipped run that creates nothing."""
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -159,38 +158,6 @@ def test_a_machine_without_netns_skips_the_run_and_creates_nothing(tmp_path: Pat
     assert "this machine lacks netns (for hosts (ctl, a, r))" in result.reason
     assert created == []
     assert not capabilities.have("netns")
-
-
-# ---------------------------------------------------------------------------- the runner's flags
-
-
-def test_the_runner_binds_and_advertises_the_namespace_address(tmp_path: Path) -> None:
-    sc = parse_scenario(scenario().replace("source-2: {role: source, host: a}",
-                                           "source-2: {role: source, host: a, options: {advertise_host: 10.9.9.9}}"), "x.yaml")
-    runner = Runner(sc, out_dir=tmp_path, install_signal_handlers=False)
-    for index, name in enumerate(sc.hosts):
-        runner.hosts[name] = netns.NetnsHost(name, f"mxc-test-{name}", f"10.213.7.{10 + index}", f"mxvtest-{index}", index)
-    for name in sc.processes:
-        from harness.runner import _ProcState
-
-        runner.procs[name] = _ProcState(name, sc.processes[name], runner.hosts[sc.host_of(name)],
-                                        tmp_path / f"{name}.events", tmp_path / f"{name}.log")
-    runner.procs["server"].ports["grpc"] = 4242
-    deadline = time.monotonic() + 1
-
-    def flags(argv: list[str]) -> dict[str, str]:
-        return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-
-    server = flags(runner._argv(runner.procs["server"], deadline))
-    assert server["--host"] == "10.213.7.10" and server["--metrics-host"] == "10.213.7.10"
-    source = flags(runner._argv(runner.procs["source-1"], deadline))
-    assert source["--server"] == "10.213.7.10:4242"
-    assert source["--advertise-host"] == "10.213.7.11" == source["--metrics-host"]
-    assert source["--transport"] == "ucx-tcp-any"
-    pinned = runner._argv(runner.procs["source-2"], deadline)
-    assert pinned.count("--advertise-host") == 1 and flags(pinned)["--advertise-host"] == "10.9.9.9"
-    reader = flags(runner._argv(runner.procs["reader-1"], deadline))
-    assert reader["--advertise-host"] == "10.213.7.12" and reader["--transport"] == "ucx-tcp-any"
 
 
 # ---------------------------------------------------------------------------- names and rules

@@ -13,9 +13,9 @@ import pytest
 from harness import cli
 from harness.checks import NamedResult
 from harness.report import junit_xml, render_html, timeline_svg, write_run_folder
-from harness.runner import Runner, RunResult
 from harness.scenario import parse_scenario
 from harness.timeline import History
+from harness.verdict import RunResult, verdict_of
 
 SCENARIO = """\
 name: demo
@@ -63,7 +63,7 @@ def make_result(tmp_path: Path, checks: list[NamedResult], status: str = "comple
         run_dir=tmp_path / "runs" / "demo" / "stamp-1",
         status=status,
         reason="" if status == "completed" else "step 3: reader-1 did not exit in time",
-        verdict=Runner._verdict(status, checks, known_defect),
+        verdict=verdict_of(status, checks, known_defect),
         history=History.build(ROWS),
         checks=checks,
         started_at="2026-01-01T00:00:00+00:00",
@@ -91,7 +91,7 @@ def named(index: int, valid: object, name: str = "c") -> NamedResult:
     ],
 )
 def test_verdicts(status: str, valids: list[object], verdict: str) -> None:
-    assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)]) == verdict
+    assert verdict_of(status, [named(i, v) for i, v in enumerate(valids)]) == verdict
 
 
 @pytest.mark.parametrize(
@@ -110,13 +110,13 @@ def test_verdicts(status: str, valids: list[object], verdict: str) -> None:
     ],
 )
 def test_verdicts_of_a_known_defect(status: str, valids: list[object], verdict: str) -> None:
-    assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)], "NIXL x.y aborts") == verdict
+    assert verdict_of(status, [named(i, v) for i, v in enumerate(valids)], "NIXL x.y aborts") == verdict
     if verdict in ("xfail", "xpass"):
-        assert Runner._verdict(status, [named(i, v) for i, v in enumerate(valids)]) == verdict[1:]
+        assert verdict_of(status, [named(i, v) for i, v in enumerate(valids)]) == verdict[1:]
 
 
 def test_which_verdicts_fail_a_run() -> None:
-    from harness.runner import OK_VERDICTS, VERDICTS
+    from harness.verdict import OK_VERDICTS, VERDICTS
 
     assert set(OK_VERDICTS) == {"pass", "xfail", "xpass", "skip"} and set(OK_VERDICTS) < set(VERDICTS)
 
@@ -271,11 +271,11 @@ def test_junit_reports_a_skip(tmp_path: Path) -> None:
 def test_a_run_folder_is_judged_again_with_the_current_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness import checks
     from harness.report import load_run
-    from harness.runner import judge
+    from harness.verdict import judge
 
     result = make_result(tmp_path, [])
     result.checks = judge(result.scenario, result.history)
-    result.verdict = Runner._verdict(result.status, result.checks)
+    result.verdict = verdict_of(result.status, result.checks)
     folder = write_run_folder(result)
     # ROWS has no ``outcome`` entry (a run recorded before it existed): verdict.json tells the status
     again = load_run(folder)

@@ -1,0 +1,117 @@
+"""The disk checkpoint a run's readers fall back to, prepared once and shared between runs.
+
+A synthetic model is deterministic in its flags (tensors, size, dtype, seed, name), so its
+safetensors checkpoint is written once (``mxref prepare``) into a cache keyed by those flags
+and by the generator's own source, and every later run with the same model points its readers
+there: run folders (nightly artifacts) hold no copies of it. The file is written under a
+temporary name and renamed, under a lock, so parallel runs never see half a checkpoint and
+never prepare the same one twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mxref.model
+from harness import launch
+from harness.errors import HarnessError
+from harness.host import Host
+from harness.ports import try_lock
+from harness.scenario import ReaderProcess, Scenario
+from harness.timeline import Timeline
+
+__all__ = ["cache_dir", "cache_key", "needed", "prepare"]
+
+
+def cache_dir() -> Path:
+    """``$MXCHAOS_CACHE_DIR``, else ``$XDG_CACHE_HOME/mxchaos``, else ``~/.cache/mxchaos``."""
+    base = os.environ.get("MXCHAOS_CACHE_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "mxchaos"
+
+
+def cache_key(model_flags: list[str]) -> str:
+    """Names a checkpoint by what determines its bytes: the model flags and the generator."""
+    generator = hashlib.sha256(Path(mxref.model.__file__).read_bytes()).hexdigest()
+    blob = json.dumps({"flags": model_flags, "generator": generator}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Needed:
+    """What the run's readers need: a file the scenario names, or one to prepare (``reader``
+    is whose launcher prepares it)."""
+
+    path: Path | None = None
+    reader: str | None = None
+
+
+def needed(sc: Scenario) -> Needed:
+    readers = [n for n, p in sc.processes.items() if isinstance(p, ReaderProcess)]
+    if not readers:
+        return Needed()
+    if sc.model.file:
+        return Needed(path=(sc.directory / sc.model.file).resolve())
+    if all(isinstance(p, ReaderProcess) and p.options.checkpoint for p in (sc.processes[r] for r in readers)):
+        return Needed()
+    return Needed(reader=readers[0])
+
+
+def prepare(
+    sc: Scenario,
+    *,
+    host: Host,
+    run_dir: Path,
+    env: dict[str, str],
+    timeline: Timeline,
+) -> Path | None:
+    """The checkpoint the run's readers fall back to (None: they name their own), prepared
+    into the cache when it is not there yet (bounded by ``budgets.prepare``)."""
+    need = needed(sc)
+    if need.path is not None or need.reader is None:
+        return need.path
+    folder = cache_dir() / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cache_key(sc.model.flags(sc.seed, sc.directory))}.safetensors"
+    if path.is_file():
+        timeline.append("ok", "harness", "prepare", {"checkpoint": str(path), "cached": True, "seconds": 0.0})
+        return path
+    lock = _lock(folder / f"{path.stem}.lock", time.monotonic() + sc.budgets.prepare)
+    try:
+        if path.is_file():  # another run prepared it while we waited
+            timeline.append("ok", "harness", "prepare", {"checkpoint": str(path), "cached": True, "seconds": 0.0})
+            return path
+        tmp = folder / f".{path.stem}.{os.getpid()}.safetensors"
+        argv = launch.prepare_argv(sc, need.reader, run_dir, tmp)
+        timeline.append("invoke", "harness", "prepare", {"argv": argv})
+        result = host.exec(argv, env=env, cwd=run_dir, timeout=sc.budgets.prepare)
+        (run_dir / "procs" / "prepare.log").write_text(result.stdout + result.stderr)
+        value = {"rc": result.rc, "seconds": round(result.seconds, 3), "checkpoint": str(path), "cached": False}
+        if result.rc != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            timeline.append("fail", "harness", "prepare", value)
+            why = "timed out" if result.timed_out else f"exited {result.rc}"
+            raise HarnessError(f"preparing the checkpoint {why}; see procs/prepare.log")
+        os.replace(tmp, path)
+        timeline.append("ok", "harness", "prepare", value)
+        return path
+    finally:
+        os.close(lock)
+
+
+def _lock(path: Path, deadline: float) -> int:
+    """An exclusive lock on ``path`` (waits, bounded: another run may be preparing)."""
+    while True:
+        fd = try_lock(path)
+        if fd is not None:
+            return fd
+        if time.monotonic() > deadline:
+            raise HarnessError(f"another run held {path} for longer than budgets.prepare")
+        time.sleep(0.1)

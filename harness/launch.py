@@ -1,0 +1,157 @@
+"""Command lines: a pure function from a scenario process to the argv and env it starts with.
+
+This is the mxref command-line contract in one place: which flags each role gets from the
+scenario (model, transport, options, events and metrics), what a process on a netns host binds
+and advertises, how a restarted server keeps its port, where a reader finds its checkpoint and
+writes its result, and what every child carries in its environment (``MXCHAOS_RUN_ID`` and the
+harness's pid/start time, so ``mxchaos cleanup`` can tell whose it is). Nothing here waits or
+starts anything: the runner resolves endpoints first and hands them in.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import procscan
+from harness.scenario import (
+    PLACEHOLDERS,
+    CommandProcess,
+    MxrefProcess,
+    ReaderProcess,
+    Scenario,
+    ServerProcess,
+    SourceProcess,
+)
+
+__all__ = ["HarnessIdentity", "Placement", "base_env", "fill", "launcher", "prepare_argv", "process_argv", "process_env"]
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+
+
+@dataclass(frozen=True)
+class HarnessIdentity:
+    """Who started a process: the run id, and the harness's pid and start time."""
+
+    run_id: str
+    pid: int
+    start: int | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one incarnation of a process runs and what the runner already knows for it."""
+
+    run_dir: Path
+    events_path: Path | None
+    log_path: Path
+    host_address: str
+    in_netns: bool  # bind and advertise the namespace's address, not loopback
+    incarnation: int  # the one about to start
+    server_address: str | None = None  # host:port (or the proxy's listen address) of its server
+    checkpoint: Path | None = None  # the checkpoint the run prepared (readers)
+    last_grpc_port: int | None = None  # a restarted server binds its previous port again
+
+
+def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
+    """Replace the scenario placeholders (``{python}``, ``{run_dir}`` ...) in ``text``."""
+    values = {
+        "python": sys.executable,
+        "run_dir": str(run_dir),
+        "proc_dir": str(proc_dir),
+        "scenario_dir": str(sc.directory),
+        "seed": str(sc.seed),
+    }
+    assert set(values) == set(PLACEHOLDERS), "launch.fill and scenario.PLACEHOLDERS disagree"
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def launcher(sc: Scenario, spec: MxrefProcess, run_dir: Path) -> list[str]:
+    """How mxref is started (``{python} -m mxref`` unless the process or scenario says otherwise)."""
+    return [fill(part, sc, run_dir, run_dir / "procs") for part in (spec.launcher or sc.launcher)]
+
+
+def base_env(environ: Mapping[str, str], who: HarnessIdentity, name: str) -> dict[str, str]:
+    """The environment every child of a run starts from."""
+    env = dict(environ)
+    env.pop(procscan.ENV_RUN_ID, None)
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",
+            procscan.ENV_RUN_ID: who.run_id,
+            procscan.ENV_PROC: name,
+            procscan.ENV_HARNESS_PID: str(who.pid),
+            procscan.ENV_HARNESS_START: str(who.start or ""),
+        }
+    )
+    return env
+
+
+def process_env(sc: Scenario, name: str, base: Mapping[str, str], where: Placement) -> dict[str, str]:
+    """``base`` plus the scenario's and the process's own ``env`` (placeholders filled)."""
+    env = dict(base)
+    for key, value in {**sc.env, **sc.processes[name].env}.items():
+        env[key] = fill(value, sc, where.run_dir, where.log_path.parent)
+    return env
+
+
+def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
+    """The argv of process ``name``'s next incarnation."""
+    spec = sc.processes[name]
+    proc_dir = where.log_path.parent
+    if isinstance(spec, CommandProcess):
+        return [fill(part, sc, where.run_dir, proc_dir) for part in spec.argv]
+    if where.events_path is None:
+        raise ValueError(f"process {name}: an mxref process needs an events file")
+    argv = [*launcher(sc, spec, where.run_dir), spec.role, "--name", name, "--events", str(where.events_path), "--metrics-port", "0"]
+    if isinstance(spec, ServerProcess):
+        options = spec.options
+        if options.port == 0 and where.last_grpc_port:
+            options = options.model_copy(update={"port": where.last_grpc_port})  # a restart keeps its address
+        if where.in_netns and options.host is None:  # bind (and serve /metrics on) the namespace's address
+            options = options.model_copy(update={"host": where.host_address})
+        argv += options.argv()
+        if where.in_netns:
+            argv += ["--metrics-host", where.host_address]
+    else:
+        if where.server_address is None:
+            raise ValueError(f"process {name}: a {spec.role} needs its server's address")
+        argv += ["--server", where.server_address]
+        argv += sc.model.flags(sc.seed, sc.directory)
+        argv += ["--transport", sc.transport_of(name)]
+        if where.in_netns:  # reachable from the other namespaces and from the harness (scrapes)
+            argv += ["--metrics-host", where.host_address]
+            if spec.options.advertise_host is None:
+                argv += ["--advertise-host", where.host_address]
+        if isinstance(spec, ReaderProcess):
+            argv += _reader_options(sc, spec, where)
+            argv += ["--result", str(where.log_path.with_suffix(f".result-{where.incarnation}.json"))]
+        else:
+            assert isinstance(spec, SourceProcess)
+            argv += spec.options.argv()
+    argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
+    return argv
+
+
+def _reader_options(sc: Scenario, spec: ReaderProcess, where: Placement) -> list[str]:
+    options = spec.options
+    updates: dict[str, Any] = {}
+    if options.checkpoint is not None:
+        updates["checkpoint"] = str((sc.directory / options.checkpoint).resolve())
+    elif where.checkpoint is not None:
+        updates["checkpoint"] = str(where.checkpoint)
+    if options.selector_seed is None:
+        updates["selector_seed"] = sc.seed
+    return options.model_copy(update=updates).argv()
+
+
+def prepare_argv(sc: Scenario, reader: str, run_dir: Path, checkpoint: Path) -> list[str]:
+    """``mxref prepare``: write the scenario model's disk checkpoint to ``checkpoint``."""
+    spec = sc.processes[reader]
+    assert isinstance(spec, ReaderProcess)
+    return [*launcher(sc, spec, run_dir), "prepare", "--checkpoint", str(checkpoint), *sc.model.flags(sc.seed, sc.directory)]

@@ -1,0 +1,289 @@
+"""The nemesis: injecting faults, healing them within a bound, and healing all of them.
+
+Every inject and heal is recorded by the actor ``nemesis`` (invoke, then ok / fail, or info
+with ``indeterminate`` when its outcome is unknown). A healable fault stays active until a
+``heal`` step, its ``duration`` (a timer), or teardown heals it; each heal runs in its own
+thread and is waited for at most ``budgets.heal``; a heal that fails or overruns is recorded,
+kept for the run's outcome, and the next fault is healed regardless.
+
+Faults reach the run only through ``RunFaultContext`` (``harness.faults.FaultContext``): the
+process table, the hosts, the run's proxies and its clock, nothing more.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness import faults as fault_registry
+from harness import netns
+from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
+from harness.host import Host
+from harness.processes import ProcessTable, await_event
+from harness.proxies import ProxyView, RunProxies
+from harness.scenario import Scenario
+from harness.spec import Scalar, SourceOf
+from harness.timeline import Timeline
+from harness.waits import Aborted, RunClock
+
+__all__ = ["HostView", "Nemesis", "ProcView", "RunFaultContext"]
+
+
+class _HealOverrun(Exception):
+    """A heal did not return within ``budgets.heal``."""
+
+
+@dataclass(frozen=True)
+class ProcView:
+    """A scenario process as a fault sees it (``harness.faults.ProcessView``)."""
+
+    name: str
+    role: str
+    pid: int | None
+    incarnation: int
+    alive: bool
+    host: str
+
+
+@dataclass(frozen=True)
+class HostView:
+    """A scenario host as a network fault reaches it (``harness.faults.HostView``)."""
+
+    name: str
+    kind: str
+    address: str
+    netns: str | None
+    link: str | None
+    inner_link: str | None
+
+
+class RunFaultContext:
+    """``FaultContext`` over one run: what a fault may do, nothing more."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        table: ProcessTable,
+        hosts: Mapping[str, Host],
+        clock: RunClock,
+        proxies: RunProxies,
+        start: Callable[[str], dict[str, Any]],
+        ensure_proxy: Callable[[str], ProxyView],
+        proxy_names: frozenset[str],
+        healing: bool = False,
+    ) -> None:
+        self.run_id = run_id
+        self._table = table
+        self._hosts = hosts
+        self._clock = clock
+        self._proxies = proxies
+        self._start = start
+        self._ensure_proxy = ensure_proxy
+        self._proxy_names = proxy_names
+        self._healing = healing
+
+    def healing(self) -> RunFaultContext:
+        """The same context for a heal: it never creates a proxy."""
+        return RunFaultContext(
+            run_id=self.run_id, table=self._table, hosts=self._hosts, clock=self._clock, proxies=self._proxies,
+            start=self._start, ensure_proxy=self._ensure_proxy, proxy_names=self._proxy_names, healing=True,
+        )
+
+    def proc(self, name: str) -> ProcView:
+        st = self._table.state(name)
+        return ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive, st.host.name)
+
+    def locate(self, target: str | SourceOf) -> HostView:
+        if isinstance(target, str) and target in self._hosts:
+            name = target
+        else:
+            name = self._table.state(self.resolve(target)).host.name
+        host = self._hosts[name]
+        if isinstance(host, netns.NetnsHost):
+            return HostView(name, host.kind, host.address, host.netns, host.link, host.inner_link)
+        return HostView(name, getattr(host, "kind", "local"), host.address, None, None, None)
+
+    def resolve(self, target: str | SourceOf) -> str:
+        if isinstance(target, str):
+            return target
+        reader = target.source_of
+        entries = self._table.timeline.entries()
+        attempt = None
+        for e in entries:
+            if e.actor == reader and e.type == "info" and e.f == "attempt_start":
+                attempt = e
+        if attempt is None:
+            raise FaultError(f"source_of {reader}: {reader} has not started an attempt yet")
+        worker_id = attempt.get("worker_id")
+        for e in reversed(entries):
+            if e.type == "info" and e.f == "published" and e.get("worker_id") == worker_id:
+                return str(e.actor)
+        raise FaultError(f"source_of {reader}: no process of this run published worker {worker_id!r}")
+
+    def send_signal(self, name: str, sig: int, *, group: bool = True) -> int:
+        return self._table.send_signal(name, sig, group=group)
+
+    def signal_pid(self, pid: int, sig: int, *, group: bool = True) -> bool:
+        return self._table.signal_pid(pid, sig, group=group)
+
+    def stop(self, name: str, grace: float) -> dict[str, Any]:
+        return self._table.stop(name, grace, reason="fault")
+
+    def start(self, name: str) -> dict[str, Any]:
+        return self._start(name)
+
+    def wait_event(self, name: str, event: str, where: Mapping[str, Scalar], within: float) -> dict[str, Any]:
+        entry = await_event(self._table, name, event, where, self._clock.step_deadline(within))
+        if entry is None:
+            raise FaultError(f"{name} did not emit {event} within {within:g}s")
+        return {"t": entry.t, **entry.value}
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def proxy(self, name: str) -> ProxyView:
+        if name not in self._proxy_names:
+            raise FaultError(f"the scenario has no proxy named {name!r}")
+        view = self._proxies.view(name)
+        if view is not None:
+            return view
+        if self._healing:
+            raise FaultError(f"proxy {name} was never created")
+        try:
+            return self._ensure_proxy(name)
+        except StepFailed as exc:
+            raise FaultError(f"proxy {name}: {exc.reason}") from None
+        except HarnessError as exc:
+            raise FaultError(str(exc)) from None
+
+
+class Nemesis:
+    """The run's faults: inject, heal (bounded), heal on a timer, heal everything."""
+
+    def __init__(self, sc: Scenario, timeline: Timeline, ctx: RunFaultContext) -> None:
+        self.timeline = timeline
+        self.heal_budget = sc.budgets.heal
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._active: dict[str, fault_registry.Fault] = {}
+        self._timers: list[threading.Timer] = []
+        self._counter = 0
+        self._closing = False
+        self.heal_failures: list[str] = []  # "name (kind): why", in the order they happened
+
+    def active(self) -> list[str]:
+        with self._lock:
+            return list(self._active)
+
+    def inject(self, spec: fault_registry.FaultSpec) -> None:
+        with self._lock:
+            self._counter += 1
+            name = spec.name or f"{spec.kind}-{self._counter}"
+        fault = fault_registry.make_fault(spec, name)
+        base = {"fault": name, "kind": spec.kind, "target": getattr(spec, "target", None)}
+        healable = type(fault).healable
+        if healable:
+            with self._lock:
+                self._active[name] = fault
+        self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
+        try:
+            value = fault.inject(self.ctx)
+        except (Aborted, RunInterrupted) as exc:
+            reason = "interrupted" if isinstance(exc, RunInterrupted) else "aborted"
+            self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": reason})
+            raise
+        except FaultError as exc:
+            self.timeline.append("fail", "nemesis", "inject", {**base, "error": str(exc)})
+            raise
+        except StepFailed as exc:
+            self.timeline.append("fail", "nemesis", "inject", {**base, "error": exc.reason})
+            raise
+        except Exception as exc:
+            self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": f"{type(exc).__name__}: {exc}"})
+            raise FaultError(f"fault {name} ({spec.kind}) raised {type(exc).__name__}: {exc}") from exc
+        self.timeline.append("ok", "nemesis", "inject", {**base, "healable": healable, **(value or {})})
+        if spec.duration and healable:
+            timer = threading.Timer(spec.duration, self._auto_heal, args=(name,))
+            timer.daemon = True
+            with self._lock:
+                self._timers.append(timer)
+            timer.start()
+
+    def _auto_heal(self, name: str) -> None:
+        if self._closing:
+            return
+        try:
+            self.heal(name, reason="duration")
+        except Exception:  # noqa: BLE001 - recorded inside heal; teardown heals again
+            pass
+
+    def heal(self, name: str, reason: str = "step") -> None:
+        with self._lock:
+            fault = self._active.get(name)
+        if fault is None:
+            self.timeline.append("info", "nemesis", "heal", {"fault": name, "reason": reason, "noop": True})
+            return
+        base = {"fault": name, "kind": fault.kind, "reason": reason}
+        self.timeline.append("invoke", "nemesis", "heal", base)
+        try:
+            value = self._bounded_heal(fault) or {}
+        except RunInterrupted:
+            self.timeline.append("info", "nemesis", "heal", {**base, "indeterminate": True, "error": "interrupted"})
+            raise
+        except _HealOverrun:
+            # the heal is still running in its thread: never heal this fault again concurrently
+            error = f"did not return within {self.heal_budget:g}s (budgets.heal)"
+            with self._lock:
+                self._active.pop(name, None)
+            self.timeline.append("fail", "nemesis", "heal", {**base, "error": error, "timed_out": True})
+            self.heal_failures.append(f"{name} ({fault.kind}) {error}")
+            raise FaultError(f"healing {name} {error}") from None
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.timeline.append("fail", "nemesis", "heal", {**base, "error": error})
+            self.heal_failures.append(f"{name} ({fault.kind}) raised {error}")
+            raise FaultError(f"healing {name} failed: {exc}") from exc
+        with self._lock:
+            self._active.pop(name, None)
+        self.timeline.append("ok", "nemesis", "heal", {**base, **value})
+
+    def _bounded_heal(self, fault: fault_registry.Fault) -> dict[str, Any] | None:
+        """``fault.heal`` in its own thread, waited for at most ``budgets.heal`` (a heal that
+        blocks, e.g. on an unreachable host, must not hold up the rest of the teardown)."""
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+        ctx = self.ctx.healing()
+
+        def heal() -> None:
+            try:
+                outcome["value"] = fault.heal(ctx)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=heal, name=f"mxchaos-heal-{fault.name}", daemon=True)
+        thread.start()
+        if not done.wait(self.heal_budget):
+            raise _HealOverrun()
+        if "error" in outcome:
+            raise outcome["error"]
+        value: dict[str, Any] | None = outcome.get("value")
+        return value
+
+    def heal_all(self) -> None:
+        """Teardown: no more timed heals; heal every active fault, newest first (each bounded;
+        a failure is recorded and the next is healed)."""
+        self._closing = True
+        with self._lock:
+            timers = list(self._timers)
+        for timer in timers:
+            timer.cancel()
+        for name in reversed(self.active()):
+            try:
+                self.heal(name, reason="teardown")
+            except Exception:  # noqa: BLE001 - recorded inside heal; the next is healed regardless
+                pass
