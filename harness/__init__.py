@@ -2,11 +2,14 @@
 
 Data flows one way::
 
-    scenario.py   YAML -> frozen models, validated completely before any side effect
-    runner.py     the only side-effecting module: hosts, processes, steps, faults, scrapes,
-                  watchdog; heals and tears down in ``finally``
+    scenario/     YAML -> frozen models, validated completely before any side effect
+    runner.py     a run's phases in order, signals, the step interpreter; the phases are
+                  modules of their own: launch (argv + env), checkpoint, processes, proxies,
+                  watch (monitor, scraper, watchdog), nemesis (faults), waits (the run clock),
+                  ledger (live runs, for cleanup)
     timeline.py   one append-only, monotonic-clock record of everything (History: frozen view)
     checks/       pure functions of the History -> true / false / "unknown"
+    verdict.py    RunResult, judge, verdict_of: what readers of results depend on
     report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit, HTML;
                   reads one back to re-judge it (``mxchaos check``)
     capabilities.py  what this machine lets faults do (root, ss, toxiproxy ...): skip, not fail
