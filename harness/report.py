@@ -11,7 +11,8 @@
 
 and ``runs/<scenario>/latest`` -> the newest run folder. ``load_run`` reads a folder back
 (``mxchaos check`` re-judges it with the current checks; ``write_verdict_files`` rewrites
-only verdict.json, junit.xml and report.html).
+only verdict.json, junit.xml and report.html). The page itself is ``harness.htmlreport``
+(``render_html`` and ``timeline_svg`` are importable from here too).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import ctypes
 import datetime as dt
 import glob
-import html
 import importlib.metadata
 import json
 import os
@@ -30,14 +30,15 @@ import subprocess
 import sys
 import sysconfig
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.htmlreport import render_html, timeline_svg
 from harness.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.scenario import parse_scenario_json
-from harness.timeline import Entry, History
+from harness.timeline import History
 
 __all__ = [
     "RunFolderError",
@@ -47,6 +48,7 @@ __all__ = [
     "render_html",
     "rewrite_verdict",
     "saved_verdict",
+    "timeline_svg",
     "write_junit",
     "write_run_folder",
     "write_verdict_files",
@@ -75,7 +77,7 @@ def _ucx_version() -> str | None:
     )
     for lib in [*candidates, "libucp.so.0"]:
         try:
-            out = subprocess.run(  # noqa: S603
+            out = subprocess.run(
                 [sys.executable, "-c", code, lib], capture_output=True, text=True, timeout=10, check=False
             )
         except (OSError, subprocess.TimeoutExpired):
@@ -87,7 +89,7 @@ def _ucx_version() -> str | None:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(  # noqa: S603,S607
+        out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
             cwd=Path(__file__).resolve().parent.parent,
             capture_output=True,
@@ -349,259 +351,3 @@ def write_junit(path: Path, results: Sequence[RunResult]) -> None:
     tree = ET.ElementTree(junit_xml(results))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)
-
-
-# ------------------------------------------------------------------------ html
-
-_COLORS = {True: "#1a7f37", False: "#cf222e", "unknown": "#9a6700"}
-_VERDICT_COLORS = {
-    "pass": "#1a7f37",
-    "fail": "#cf222e",
-    "unknown": "#9a6700",
-    "hang": "#8250df",
-    "error": "#6e7781",
-    "xfail": "#bc4c00",
-    "xpass": "#0969da",
-    "skip": "#6e7781",
-}
-_EVENT_STYLE = {
-    "load_done": ("#1a7f37", "load_done"),
-    "fallback": ("#bc4c00", "fallback"),
-    "transfer_timeout": ("#cf222e", "timeout"),
-    "transfer_error": ("#cf222e", "error"),
-    "load_failed": ("#cf222e", "load_failed"),
-    "peer_disconnected": ("#6639ba", "disconnect"),
-    "integrity": ("#0969da", "integrity"),
-}
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _valid_text(valid: Any) -> str:
-    return "PASS" if valid is True else "FAIL" if valid is False else "UNKNOWN"
-
-
-def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> str:
-    h = result.history
-    sc = result.scenario
-    versions = versions or {}
-    color = _VERDICT_COLORS.get(result.verdict, "#6e7781")
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
-        "<style>body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}"
-        "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #d0d7de;padding:4px 8px;"
-        "text-align:left;vertical-align:top}th{background:#f6f8fa}.badge{color:#fff;padding:2px 10px;"
-        "border-radius:10px;font-weight:600}code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap}"
-        "svg text{font:11px system-ui,sans-serif}</style></head><body>",
-        f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span></h1>",
-        f"<p>{_e(sc.description)}</p>" if sc.description else "",
-    ]
-    if result.known_defect:
-        note = {
-            "xfail": "The known defect reproduced; the failures below are expected.",
-            "xpass": "<b>Every check passed: the known defect did not reproduce. It may be fixed "
-            "(or was not hit this time); rerun it, and drop <code>known_defect</code> once it stays fixed.</b>",
-        }.get(result.verdict, "")
-        parts.append(
-            f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "
-            f"{_e(result.known_defect)}<br>{note}</p>"
-        )
-    if result.reason:
-        parts.append(f"<p><b>{_e(result.status)}</b>: {_e(result.reason)}</p>")
-    facts = [
-        ("run id", result.run_id),
-        ("seed", result.seed),
-        ("started", result.started_at),
-        ("duration", f"{result.seconds:.3f}s"),
-        ("references", ", ".join(sc.references) or "-"),
-        ("transport", sc.transport or ("auto: ucx-tcp-any (netns hosts)" if sc.netns_hosts() else "auto: ucx-tcp")),
-        ("NIXL", versions.get("nixl")),
-        ("UCX", versions.get("ucx")),
-        ("torch", versions.get("torch")),
-        ("Python", versions.get("python")),
-        ("host", (versions.get("host") or {}).get("hostname")),
-    ]
-    parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")
-    parts.append("<h2>Checks</h2><table><tr><th>#</th><th>check</th><th>verdict</th><th>summary</th></tr>")
-    for check in result.checks:
-        c = _COLORS.get(check.valid, "#9a6700")  # type: ignore[call-overload]
-        parts.append(
-            f"<tr><td>{check.index + 1}</td><td>{_e(check.name)}</td>"
-            f"<td style='color:{c};font-weight:600'>{_valid_text(check.valid)}</td><td>{_e(check.summary)}</td></tr>"
-        )
-    parts.append("</table>")
-    parts.append("<h2>Timeline</h2>")
-    parts.append(timeline_svg(h, [p for p in sc.processes], result.checks))
-    parts.append(_steps_table(h))
-    parts.append(_faults_table(h))
-    parts.append(_processes_table(h, sc.roles()))
-    if result.stacks:
-        parts.append("<h2>Stacks</h2><ul>")
-        for name, path in result.stacks.items():
-            parts.append(f"<li><a href='{_e(path)}'>{_e(name)}</a></li>")
-        parts.append("</ul>")
-    parts.append("<h2>Files</h2><ul>")
-    for name in ("scenario.yaml", "timeline.jsonl", "metrics.jsonl", "verdict.json", "junit.xml", "versions.json"):
-        parts.append(f"<li><a href='{name}'>{name}</a></li>")
-    parts.append("</ul>")
-    parts.append("<details><summary>All events (without scrapes)</summary><table>")
-    parts.append("<tr><th>t</th><th>actor</th><th>type</th><th>f</th><th>value</th></tr>")
-    for entry in h:
-        if entry.f == "scrape":
-            continue
-        value = json.dumps({k: v for k, v in entry.value.items() if k != "argv"}, default=str)
-        parts.append(
-            f"<tr><td>{entry.t:.3f}</td><td>{_e(entry.actor)}</td><td>{_e(entry.type)}</td>"
-            f"<td>{_e(entry.f)}</td><td><code>{_e(value[:400])}</code></td></tr>"
-        )
-    parts.append("</table></details></body></html>")
-    return "".join(parts)
-
-
-def _steps_table(h: History) -> str:
-    rows = []
-    opened: dict[str, Entry] = {}
-    for entry in h.select(actor="harness", f="step"):
-        sid = str(entry.get("step"))
-        if entry.type == "invoke":
-            opened[sid] = entry
-            continue
-        start = opened.pop(sid, None)
-        took = f"{entry.t - start.t:.3f}s" if start else "?"
-        outcome = entry.type + (" (indeterminate)" if entry.get("indeterminate") else "")
-        rows.append(
-            f"<tr><td>{_e(sid)}</td><td>{_e(entry.get('text'))}</td><td>{start.t if start else 0:.3f}</td>"
-            f"<td>{took}</td><td>{_e(outcome)}</td><td>{_e(entry.get('error', ''))}</td></tr>"
-        )
-    for sid, start in opened.items():
-        rows.append(f"<tr><td>{_e(sid)}</td><td>{_e(start.get('text'))}</td><td>{start.t:.3f}</td><td>-</td><td>not finished</td><td></td></tr>")
-    return (
-        "<h2>Steps</h2><table><tr><th>step</th><th>action</th><th>t</th><th>took</th><th>outcome</th><th>error</th></tr>"
-        + "".join(rows)
-        + "</table>"
-    )
-
-
-def _faults_table(h: History) -> str:
-    windows = h.fault_windows()
-    if not windows:
-        return ""
-    rows = "".join(
-        f"<tr><td>{_e(w.name)}</td><td>{_e(w.kind)}</td><td>{_e(w.target or '')}</td><td>{w.start:.3f}</td>"
-        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{'yes' if w.injected else 'no'}</td></tr>"
-        for w in windows
-    )
-    return (
-        "<h2>Faults</h2><table><tr><th>fault</th><th>kind</th><th>target</th><th>from</th><th>until</th><th>injected</th></tr>"
-        + rows
-        + "</table>"
-    )
-
-
-def _processes_table(h: History, roles: dict[str, str]) -> str:
-    rows = []
-    for name, role in roles.items():
-        incs = h.incarnations(name)
-        desc = "; ".join(
-            f"#{i.incarnation} pid {i.pid}: {i.start:.3f}-{'?' if i.end is None else f'{i.end:.3f}'}s rc {i.rc}"
-            + (" (stopped)" if i.stopped_by_harness else "")
-            for i in incs
-        )
-        links = f"<a href='procs/{_e(name)}.log'>log</a>"
-        if role != "command":
-            links += f" <a href='procs/{_e(name)}.events.jsonl'>events</a>"
-        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(role)}</td><td>{_e(desc or 'never started')}</td><td>{links}</td></tr>")
-    return (
-        "<h2>Processes</h2><table><tr><th>process</th><th>role</th><th>incarnations</th><th>files</th></tr>"
-        + "".join(rows)
-        + "</table>"
-    )
-
-
-def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[Any] = ()) -> str:
-    """A lane per process (plus harness, nemesis and checks); fault windows shaded across
-    all lanes; process lifetimes as bars; transfers as thin bars; outcomes as markers."""
-    lanes = ["harness", "nemesis", *processes, "checks"]
-    left, width, lane_h, top = 110, 900, 34, 24
-    end = max(h.end, 0.001)
-    height = top + lane_h * len(lanes) + 24
-    y = {name: top + i * lane_h for i, name in enumerate(lanes)}
-
-    def x(t: float) -> float:
-        return left + max(0.0, min(t, end)) / end * width
-
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{left + width + 20}' height='{height}'>"]
-    for name in lanes:
-        out.append(f"<text x='4' y='{y[name] + 20}'>{_e(name)}</text>")
-        out.append(f"<line x1='{left}' x2='{left + width}' y1='{y[name] + lane_h}' y2='{y[name] + lane_h}' stroke='#eaeef2'/>")
-    for w in h.fault_windows():
-        x0, x1 = x(w.start), x(w.end if w.end is not None else end)
-        label = f"{w.name} ({w.kind} {w.target or ''})"
-        out.append(
-            f"<rect x='{x0:.1f}' y='{top}' width='{max(x1 - x0, 2):.1f}' height='{lane_h * len(lanes)}' "
-            f"fill='#cf222e' fill-opacity='0.10'><title>{_e(label)}: {w.start:.3f}-"
-            f"{'end' if w.end is None else f'{w.end:.3f}'}s</title></rect>"
-        )
-        out.append(f"<rect x='{x0:.1f}' y='{y['nemesis'] + 8}' width='{max(x1 - x0, 3):.1f}' height='14' fill='#cf222e'/>")
-        out.append(f"<text x='{x0 + 2:.1f}' y='{y['nemesis'] + 6}'>{_e(w.name)}</text>")
-        if w.target in y:  # outline the window on the lane of the process it hit
-            out.append(
-                f"<rect x='{x0:.1f}' y='{y[w.target] + 9}' width='{max(x1 - x0, 3):.1f}' height='16' fill='none' "
-                f"stroke='#cf222e' stroke-width='2'><title>{_e(label)}</title></rect>"
-            )
-    for name in processes:
-        for inc in h.incarnations(name):
-            x0, x1 = x(inc.start), x(inc.end if inc.end is not None else end)
-            out.append(
-                f"<rect x='{x0:.1f}' y='{y[name] + 12}' width='{max(x1 - x0, 2):.1f}' height='10' fill='#afb8c1'>"
-                f"<title>{_e(name)} #{inc.incarnation} pid {inc.pid} rc {inc.rc}</title></rect>"
-            )
-        starts: dict[Any, float] = {}
-        for entry in h.select(actor=name):
-            if entry.f == "transfer_start":
-                starts[entry.get("index")] = entry.t
-            elif entry.f in ("transfer_done", "transfer_timeout", "transfer_error"):
-                t0 = starts.pop(entry.get("index"), None)
-                if t0 is not None:
-                    c = "#1a7f37" if entry.f == "transfer_done" else "#cf222e"
-                    out.append(
-                        f"<rect x='{x(t0):.1f}' y='{y[name] + 24}' width='{max(x(entry.t) - x(t0), 2):.1f}' height='5' "
-                        f"fill='{c}'><title>transfer {entry.get('index')}: {entry.f} after {entry.t - t0:.3f}s</title></rect>"
-                    )
-            if entry.f in _EVENT_STYLE:
-                c, label = _EVENT_STYLE[entry.f]
-                out.append(
-                    f"<circle cx='{x(entry.t):.1f}' cy='{y[name] + 17}' r='4' fill='{c}'>"
-                    f"<title>{entry.t:.3f}s {_e(label)} {_e(json.dumps(dict(entry.value), default=str)[:200])}</title></circle>"
-                )
-            elif entry.f == "status_change":
-                out.append(
-                    f"<text x='{x(entry.t):.1f}' y='{y[name] + 9}' fill='#0969da'>{_e(entry.get('status'))}</text>"
-                )
-            elif entry.f == "process_exit":
-                out.append(
-                    f"<text x='{x(entry.t) - 3:.1f}' y='{y[name] + 22}' fill='#cf222e'>x<title>exit rc {entry.get('rc')}</title></text>"
-                )
-    for entry in h.select(actor="harness", f="step", type="invoke"):
-        out.append(
-            f"<line x1='{x(entry.t):.1f}' x2='{x(entry.t):.1f}' y1='{y['harness'] + 6}' y2='{y['harness'] + 28}' stroke='#57606a'>"
-            f"<title>step {_e(entry.get('step'))}: {_e(entry.get('text'))}</title></line>"
-        )
-    for entry in h.select(actor="harness", f=("mark", "hang", "await_timeout")):
-        label = entry.get("mark") or entry.f
-        out.append(f"<text x='{x(entry.t):.1f}' y='{y['harness'] + 30}' fill='#8250df'>{_e(label)}</text>")
-    for check in checks:
-        c = _COLORS.get(check.valid, "#9a6700")
-        for t, label in check.marks:
-            out.append(
-                f"<circle cx='{x(t):.1f}' cy='{y['checks'] + 17}' r='5' fill='{c}'>"
-                f"<title>{_e(check.name)}: {_e(label)} ({_valid_text(check.valid)})</title></circle>"
-            )
-    for i in range(6):
-        t = end * i / 5
-        out.append(f"<text x='{x(t) - 8:.1f}' y='{height - 6}' fill='#57606a'>{t:.2f}s</text>")
-    out.append("</svg>")
-    return "".join(out)

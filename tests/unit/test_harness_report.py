@@ -5,13 +5,16 @@ its ``latest`` link; plus the CLI's pure parts (-k expressions, exit codes of va
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness import cli
 from harness.checks import NamedResult
+from harness.htmlreport import nice_ticks
 from harness.report import junit_xml, render_html, timeline_svg, write_run_folder
 from harness.scenario import parse_scenario
 from harness.timeline import History
@@ -32,7 +35,9 @@ checks:
   - loaded: {reader: reader-1}
 """
 
-ROWS = [
+Row = tuple[float, str, str, str, dict[str, Any]]
+
+ROWS: list[Row] = [
     (0.0, "invoke", "harness", "step", {"step": "1", "text": "start server"}),
     (0.1, "ok", "server", "start", {"incarnation": 1, "pid": 1}),
     (0.1, "ok", "harness", "step", {"step": "1", "text": "start server"}),
@@ -290,3 +295,150 @@ def test_a_run_folder_is_judged_again_with_the_current_checks(tmp_path: Path, mo
     again = load_run(folder.parent)  # runs/<scenario>: its latest run
     assert again.run_dir == folder.resolve()
     assert again.verdict == "pass" and again.checks[0].summary == "fixed check"
+
+
+# ------------------------------------------------------------------------ the page, as a person reads it
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svg(text: str) -> ET.Element:
+    return ET.fromstring(text)
+
+
+def _of_class(root: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [el for el in root.iter(SVG + tag) if el.get("class") == cls]
+
+
+def _fault_rows(*windows: tuple[str, float, float]) -> list[Row]:
+    rows: list[Row] = []
+    for name, start, end in windows:
+        rows.append((start, "invoke", "nemesis", "inject", {"fault": name, "kind": "pause", "target": "source-1"}))
+        rows.append((start, "ok", "nemesis", "inject", {"fault": name, "healable": True}))
+        rows.append((end, "ok", "nemesis", "heal", {"fault": name}))
+    return sorted(rows, key=lambda r: r[0])
+
+
+def test_overlapping_faults_get_a_row_and_a_readable_label_each() -> None:
+    h = History.build([*ROWS[:5], *_fault_rows(("freeze-1", 0.6, 2.5), ("freeze-2", 0.6, 2.5), ("freeze-3", 0.61, 2.4))])
+    root = _svg(timeline_svg(h, ["server", "source-1", "reader-1"]))
+    bars = _of_class(root, "rect", "fault")
+    labels = {el.text: float(el.get("y", "0")) for el in _of_class(root, "text", "fault-label")}
+    assert len(bars) == 3 and len({b.get("y") for b in bars}) == 3  # three rows, not one bar
+    assert set(labels) == {"freeze-1", "freeze-2", "freeze-3"} and len(set(labels.values())) == 3
+    # one shading for the time any fault is active, not three layers
+    assert len(_of_class(root, "rect", "fault-shade")) == 1
+    # faults one after the other share a row
+    h = History.build([*ROWS[:5], *_fault_rows(("a", 0.1, 0.5), ("b", 1.5, 2.0))])
+    bars = _of_class(_svg(timeline_svg(h, ["server", "source-1", "reader-1"])), "rect", "fault")
+    assert len(bars) == 2 and bars[0].get("y") == bars[1].get("y")
+
+
+def test_coincident_marks_are_kept_apart_and_a_failure_is_not_hidden(tmp_path: Path) -> None:
+    checks = [named(0, True), named(1, False), named(2, "unknown")]  # all marked at t=2.0
+    root = _svg(timeline_svg(History.build(ROWS), ["server", "source-1", "reader-1"], checks))
+    marks = _of_class(root, "g", "check-mark")
+    where = {m.get("data-valid"): (m.find(SVG + "circle").get("cx"), float(m.find(SVG + "circle").get("cy", "0"))) for m in marks}  # type: ignore[union-attr]
+    assert set(where) == {"PASS", "FAIL", "UNKNOWN"}
+    assert len({cy for _, cy in where.values()}) == 3  # stacked, not drawn over each other
+    assert where["FAIL"][1] < where["UNKNOWN"][1] < where["PASS"][1]  # the failure keeps the first row
+    assert len({cx for cx, _ in where.values()}) == 1  # at the same time
+    # load_done at 2.0 and a fallback at the same instant on the reader's lane
+    h = History.build([*ROWS, (2.0, "info", "reader-1", "fallback", {"reason": "x"})])
+    dots = [(float(c.get("cx", "0")), float(c.get("cy", "0"))) for c in _of_class(_svg(timeline_svg(h, ["reader-1"])), "circle", "event")]
+    assert len(dots) == 4 and dots[2][0] == dots[3][0]  # transfer timeout, fallback, then load_done + fallback at 2.0
+    assert len(set(dots)) == len(dots)  # no two dots share a spot
+
+
+def test_the_time_axis_has_round_ticks_in_seconds() -> None:
+    for end, step in ((2.6, 0.5), (16.88, 2), (15.3, 2), (61, 10), (0.3, 0.05), (120, 20)):
+        got, ticks = nice_ticks(end)
+        assert got == pytest.approx(step)
+        assert ticks[0] == 0 and ticks[-1] >= end and ticks[-2] < end
+    root = _svg(timeline_svg(History.build(ROWS), ["server", "source-1", "reader-1"]))  # ends at 2.6s
+    values = [float(t.text or "") for t in _of_class(root, "text", "tick")]
+    assert sorted(set(values)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+    assert [t.text for t in _of_class(root, "text", "unit")] == ["s", "s"]  # top and bottom axis
+
+
+def test_failed_checks_come_first_and_their_reason_is_at_the_top(tmp_path: Path) -> None:
+    result = make_result(tmp_path, [named(0, True), named(1, "unknown"), named(2, False)])
+    page = render_html(result, {})
+    assert re.findall(r"<tr class='(\w+)'><td>(\d+)</td>", page) == [("fail", "3"), ("unknown", "2"), ("pass", "1")]
+    why = page.index("class='why'")
+    assert why < page.index("<h2>Checks") and why < page.index("<svg")
+    assert "#3 c2: summary 2" in page[why : page.index("<h2>Checks")]
+    assert "class='why'" not in render_html(make_result(tmp_path, [named(0, True)]), {})
+
+
+def test_the_legend_names_every_mark_and_colour(tmp_path: Path) -> None:
+    from harness.htmlreport import _EVENT_STYLE
+
+    page = render_html(make_result(tmp_path, [named(0, True)]), {})
+    legend = page[page.index("<ul class='legend'>") :]
+    legend = legend[: legend.index("</ul>")]
+    for text in (
+        "process alive",
+        "process exit",
+        "status change",
+        "transfer, completed",
+        "transfer, timed out or failed",
+        "fault window (nemesis lane",
+        "fault window on the process it hit",
+        "some fault active",
+        "step started",
+        "mark, hang or await timeout",
+        "check #n, PASS",
+        "check #n, FAIL",
+        "check #n, UNKNOWN",
+        *(label for _, label in _EVENT_STYLE.values()),
+    ):
+        assert text in legend, text
+    assert page.index("<svg xmlns='http://www.w3.org/2000/svg' class='timeline'") < page.index("<ul class='legend'>")
+
+
+def _scrape(t: float, process: str, attempts: float, name: str = "mx_p2p_source_attempts_total") -> Row:
+    samples = [
+        [name, {"policy": "p", "result": "transfer_retry"}, attempts],
+        [name, {"policy": "p", "result": "transfer_fallback"}, 1.0],
+        ["mx_p2p_source_attempts_created", {"policy": "p", "result": "transfer_retry"}, 1.7e9],
+        ["mxref_data_plane_healthy", {}, 1.0],
+    ]
+    return (t, "info", process, "scrape", {"ok": True, "port": 1, "samples": samples})
+
+
+def test_a_metric_chart_has_one_series_per_process_on_the_timeline_axis(tmp_path: Path) -> None:
+    from harness.htmlreport import METRIC_CHARTS, MetricChart, metric_charts
+
+    rows = [*ROWS, _scrape(0.8, "reader-1", 0), _scrape(1.8, "reader-1", 2), _scrape(0.9, "source-1", 5, "mx_p2p_source_attempts")]
+    rows.append((1.0, "info", "source-1", "scrape", {"ok": False, "error": "refused"}))
+    h = History.build(sorted(rows, key=lambda r: r[0]))
+    html_ = metric_charts(h, ["server", "source-1", "reader-1"])
+    charts = re.findall(r"<figure class='metric' data-metric='([^']+)'>.*?(<svg [^>]*class='chart'.*?</svg>)</figure>", html_)
+    assert [name for name, _ in charts] == [METRIC_CHARTS[0].names[0], METRIC_CHARTS[1].names[0]]  # only what was scraped
+    root = _svg(charts[0][1])
+    series = {p.get("data-process"): p.get("d", "") for p in _of_class(root, "path", "series")}
+    assert set(series) == {"source-1", "reader-1"}  # with and without _total; server never had it
+    assert series["reader-1"].count("V") == 1  # a step: 1 -> 3 (retries + fallback), _created not summed
+    axis = _svg(timeline_svg(h, ["server", "source-1", "reader-1"]))
+    assert [t.text for t in _of_class(root, "text", "tick")] == [t.text for t in _of_class(axis, "text", "tick")][: len(_of_class(root, "text", "tick"))]
+    # the table is the one place names are chosen
+    renamed = metric_charts(h, ["reader-1"], [MetricChart("healthy", ("mxref_data_plane_healthy_total",), "flag")])
+    assert renamed.count("<figure") == 1
+    page = render_html(make_result(tmp_path, []), {})
+    assert "<h2>Metrics" not in page and "class='metric'" not in page  # nothing scraped: no charts
+
+
+def test_a_skipped_run_and_a_hung_run_still_render(tmp_path: Path) -> None:
+    skipped = make_result(tmp_path, [], status="skipped")
+    skipped.history = History.build([])
+    skipped.reason = "this machine lacks root"
+    page = render_html(skipped, {})
+    assert ">SKIP</span>" in page and "this machine lacks root" in page and "No check was judged" in page
+    _svg(timeline_svg(skipped.history, ["server", "source-1", "reader-1"]))
+    hung = make_result(tmp_path, [named(0, "unknown")], status="hang")
+    hung.history = History.build([r for r in ROWS if r[3] != "process_exit"] + [(3.0, "info", "harness", "hang", {})])
+    page = render_html(hung, {})
+    assert ">HANG</span>" in page and "did not exit in time" in page
+    root = _svg(timeline_svg(hung.history, ["server", "source-1", "reader-1"], hung.checks))
+    assert "hang" in [t.text for t in root.iter(SVG + "text")]

@@ -96,7 +96,7 @@ def test_no_import_circle_in_harness_or_mxref() -> None:
 
 def test_readers_of_results_do_not_import_the_runner() -> None:
     graph = import_graph()
-    for reader in ("harness.report", "harness.console", "harness.verdict", "harness.cleanup", "harness.toxiproxy"):
+    for reader in ("harness.report", "harness.htmlreport", "harness.console", "harness.verdict", "harness.cleanup", "harness.toxiproxy"):
         if reader in graph:
             assert "harness.runner" not in graph[reader], f"{reader} imports the runner"
 
