@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks import NamedResult
-from harness.verdict import RunResult
 from harness.timeline import Entry, History
+from harness.verdict import RunResult
 
 __all__ = ["METRIC_CHARTS", "MetricChart", "metric_charts", "nice_ticks", "render_html", "timeline_svg"]
 

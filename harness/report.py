@@ -36,9 +36,9 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.htmlreport import render_html, timeline_svg
-from harness.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.scenario import parse_scenario_json
 from harness.timeline import History
+from harness.verdict import RunResult, judge, result_to_json, verdict_of
 
 __all__ = [
     "RunFolderError",

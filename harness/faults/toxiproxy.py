@@ -40,8 +40,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, register
-from harness.spec import Name, custom_error, parse_duration
 from harness.ledger import recorded_toxiproxy_api
+from harness.spec import Name, custom_error, parse_duration
 from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
 
 __all__ = ["TOXIC_ATTRIBUTES", "ProxyDown", "Toxic", "ToxicType"]

@@ -89,7 +89,7 @@ def test_the_cycle_finder_finds_a_planted_circle() -> None:
 
 def test_no_import_circle_in_harness_or_mxref() -> None:
     graph = import_graph()
-    assert "harness.runner" in graph and graph["harness.runner"], "the graph was built"
+    assert graph.get("harness.runner"), "the graph was built"
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
