@@ -332,7 +332,7 @@ def _tc(ns: str | None, *args: str) -> tuple[int, str]:
     if ns is not None:
         return _ns(ns, ["tc", *args])
     try:
-        done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=IPT_TIMEOUT_S, check=False)
+        done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=IPT_TIMEOUT_S, check=False)  # noqa: S603, S607
     except subprocess.TimeoutExpired:
         raise FaultError(f"tc {' '.join(args)} did not return within {IPT_TIMEOUT_S:g}s") from None
     return done.returncode, (done.stdout + done.stderr).strip()
