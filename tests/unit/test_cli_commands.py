@@ -1,16 +1,22 @@
 """``mxchaos`` in-process: ``--version``, the exit codes in ``--help``, what ``list`` says this
-machine would skip, and ``validate``'s per-file lines and tally."""
+machine would skip, ``validate``'s per-file lines and tally; the console's process exits and
+the verdict tally."""
 
 from __future__ import annotations
 
+import io
 import platform
 import re
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from harness import capabilities, cli
+from harness.console import Progress, verdict_table
+from harness.timeline import Entry
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
 
@@ -89,3 +95,32 @@ def test_validate_prints_each_file_in_order_then_a_tally(
 
     assert cli.main(["validate", str(good)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 file: 1 valid, 0 invalid"
+
+
+def test_progress_says_exited_once_per_exit() -> None:
+    out = io.StringIO()
+    progress = Progress(out)
+    progress(Entry(0, 1.0, "info", "reader-1", "process_exit", {"rc": 0, "stopped_by_harness": False}))
+    progress(Entry(1, 2.0, "info", "source-1", "process_exit", {"rc": -9, "signal": "SIGKILL", "stopped_by_harness": False}))
+    progress(Entry(2, 3.0, "info", "server", "process_exit", {"rc": 0, "stopped_by_harness": True}))
+    progress(Entry(3, 3.1, "ok", "server", "stop", {"rc": 0}))
+    assert out.getvalue().splitlines() == [
+        "   1.000s reader-1: exited (rc 0)",
+        "   2.000s source-1: exited (signal SIGKILL)",
+        "   3.100s server: stopped (rc 0)",
+    ]
+
+
+def test_the_verdict_table_ends_with_a_tally() -> None:
+    def result(name: str, verdict: str, seconds: float) -> Any:
+        return SimpleNamespace(
+            scenario=SimpleNamespace(name=name, path=None), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
+            status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
+        )
+
+    out = io.StringIO()
+    verdict_table(cast(Any, [result("a", "pass", 1.0), result("b", "fail", 2.0), result("c", "pass", 0.5), result("d", "skip", 0.0)]), out)
+    assert out.getvalue().splitlines()[-1] == "4 scenarios: 2 PASS, 1 FAIL, 1 SKIP in 3.5s"
+    empty = io.StringIO()
+    verdict_table([], empty)
+    assert empty.getvalue() == ""
