@@ -1,26 +1,71 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list.
+"""``mxchaos``: run, check, validate, schema, cleanup, list (and ``--version``).
 
-Exit codes: 0 every scenario passed (or was xfail / xpass: a ``known_defect`` scenario,
-or skip: a capability is missing); 1 a check failed or was unknown, a step failed, a run
-hung or errored; 2 invalid input (a scenario file, a path, a run folder, an option); 130
-the harness was interrupted (SIGINT/SIGTERM) after healing and tearing down.
+Exit codes (``EXIT_CODES``, also the epilog of ``mxchaos --help``): 0 every scenario passed
+(or was xfail / xpass: a ``known_defect`` scenario, or skip: a capability is missing); 1 a
+check failed or was unknown, a step failed, a run hung or errored, ``cleanup`` left a
+survivor; 2 invalid input (a scenario file, a path, a run folder, an option); 130 the
+harness was interrupted (SIGINT/SIGTERM) after healing and tearing down; 141 (128 +
+SIGPIPE) standard output was closed early (``mxchaos list | head -1``), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import platform
 import re
+import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 
 from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
 
-__all__ = ["collect_paths", "keyword_matcher", "main"]
+__all__ = ["EXIT_CODES", "build_parser", "collect_paths", "keyword_matcher", "main", "version_line"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program SIGPIPE ended
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "every scenario passed, or was XFAIL / XPASS (a known defect) or SKIP (a capability is missing); "
+    "validate, list: every file is valid",
+    EXIT_FAILED: "a check failed or was unknown, a step failed, a run hung or errored; cleanup: a process survived",
+    EXIT_INVALID: "invalid input: a scenario file, a path, a run folder, an option",
+    EXIT_INTERRUPTED: "interrupted (SIGINT / SIGTERM), after healing every fault and tearing down",
+    EXIT_BROKEN_PIPE: "standard output was closed early (e.g. piped into head); nothing more is printed",
+}
+
+
+def version_line() -> str:
+    """``mxchaos X, nixl Y, Python Z``: the installed package versions (NIXL's only if importable)."""
+    try:
+        ours = metadata.version("mxchaos")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    if importlib.util.find_spec("nixl") is None:
+        nixl = "nixl not importable"
+    else:
+        try:
+            nixl = f"nixl {metadata.version('nixl')}"
+        except metadata.PackageNotFoundError:
+            nixl = "nixl (version unknown)"
+    return f"mxchaos {ours}, {nixl}, Python {platform.python_version()}"
+
+
+def _shown(path: Path | str | None) -> str:
+    """A path as a person would type it: relative to the working folder when inside it."""
+    if path is None:
+        return ""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
 
 
 def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
@@ -49,7 +94,7 @@ _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 
 def keyword_matcher(expr: str) -> Callable[[str], bool]:
     """pytest-like ``-k``: words (case-insensitive substrings), ``and``, ``or``, ``not``, parentheses."""
-    tokens = _TOKEN.findall(expr)
+    tokens: list[str] = _TOKEN.findall(expr)
     pos = 0
 
     def peek() -> str | None:
@@ -142,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     results = []
     interrupted = False
     for sc in scenarios:
-        print(f"=== {sc.name} (seed {sc.seed}) {sc.path or ''}", flush=True)
+        print(f"=== {sc.name} (seed {sc.seed}) {_shown(sc.path)}", flush=True)
         observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
         result = Runner(sc, out_dir=args.out, observers=observers).run()
         write_run_folder(result)
@@ -194,15 +239,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """Each file in the order given: ``ok`` (stdout) or its problems (stderr); then a tally."""
     files, problems = collect_paths(args.paths)
     for problem in problems:
-        print(problem, file=sys.stderr)
-    scenarios, invalid = _load_all(files, None)
-    for sc in scenarios:
-        print(f"ok       {sc.path}  ({sc.name}: {len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks)")
-    for exc in invalid:
-        print(exc.render(), file=sys.stderr)
-    return EXIT_INVALID if (invalid or problems or not files) else EXIT_OK
+        print(problem, file=sys.stderr, flush=True)
+    n_invalid = 0
+    for file in files:
+        try:
+            sc = load_scenario(file)
+        except ScenarioInvalid as exc:
+            n_invalid += 1
+            print(exc.render(), file=sys.stderr, flush=True)
+            continue
+        counts = f"{len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks"
+        print(f"ok  {_shown(file)}  ({sc.name}: {counts})", flush=True)
+    n_files = len(files)
+    tally = f"{n_files} file{'s' if n_files != 1 else ''}: {n_files - n_invalid} valid, {n_invalid} invalid"
+    if problems:
+        tally += f"; {len(problems)} path problem{'s' if len(problems) != 1 else ''}"
+    bad = bool(n_invalid or problems or not files)
+    print(tally, file=sys.stderr if bad else sys.stdout)
+    return EXIT_INVALID if bad else EXIT_OK
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -250,25 +307,55 @@ def _cmd_list(args: argparse.Namespace) -> int:
         from harness import checks
 
         for kind, definition in sorted(checks.REGISTRY.items()):
-            doc = (definition.params.__doc__ or "").strip().replace("\n", " ")
-            print(f"{kind:15} {' '.join(doc.split())}")
+            text = (definition.params.__doc__ or "").strip()
+            print(f"{kind:15} {' '.join(text.split())}")
         return EXIT_OK
+    from harness.capabilities import describe_missing, scenario_requirements
+
     files, problems = collect_paths(args.paths or ["scenarios"])
     for problem in problems:
         print(problem, file=sys.stderr)
     scenarios, invalid = _load_all(files, None)
+    skipped: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
+    n_skip = 0
     for sc in scenarios:
         refs = f"  [{', '.join(sc.references)}]" if sc.references else ""
         refs += "  (known defect)" if sc.known_defect else ""
         first = sc.description.strip().splitlines()[0] if sc.description.strip() else ""
-        print(f"{sc.name:36} {first}{refs}\n{'':36} {sc.path}")
+        print(f"{sc.name:36} {first}{refs}\n{'':36} {_shown(sc.path)}")
+        lacking, why = describe_missing(scenario_requirements(sc))
+        if lacking:
+            n_skip += 1
+            skipped.update(dict.fromkeys(lacking))
+            print(f"{'':36} would SKIP here: {why}")
     for exc in invalid:
         print(f"{'INVALID':36} {exc.file} ({len(exc.issues)} problem(s); run `mxchaos validate`)")
+    if scenarios:
+        n = len(scenarios)
+        where = f"{n} scenario{'s' if n != 1 else ''}"
+        if n_skip:
+            print(f"\n{where}; {n_skip} would be skipped on this machine (it lacks {', '.join(skipped)})")
+        else:
+            print(f"\n{where}; this machine can run every one")
     return EXIT_INVALID if invalid or problems else EXIT_OK
 
 
+def _epilog() -> str:
+    width = max(len(str(code)) for code in EXIT_CODES)
+    lines = ["exit codes:"]
+    for code, text in EXIT_CODES.items():
+        lines += textwrap.wrap(text, 96, initial_indent=f"  {code:<{width}}  ", subsequent_indent=" " * (width + 4))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mxchaos", description="Scenarios that break NIXL weight transfer on purpose.")
+    parser = argparse.ArgumentParser(
+        prog="mxchaos",
+        description="Scenarios that break NIXL weight transfer on purpose.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
@@ -311,13 +398,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def _quiet_broken_pipe() -> int:
+    """Standard output was closed (``| head``): point it at /dev/null so the interpreter's final
+    flush does not fail again (the recipe of the Python docs, "Note on SIGPIPE")."""
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
-        return int(exc.code or 0)
-    return int(args.fn(args))
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (embedded, captured): nothing to flush
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help / --version
+            return int(exc.code or 0)
+        return int(args.fn(args))
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
 
 
 if __name__ == "__main__":

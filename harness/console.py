@@ -20,7 +20,6 @@ _PROCESS_EVENTS = {
     "transfer_timeout": ("index", "seconds"),
     "transfer_error": ("index", "error"),
     "load_failed": ("error",),
-    "process_exit": ("rc", "signal", "stopped_by_harness"),
     "attempt_outcome": ("index", "outcome"),
 }
 
@@ -81,6 +80,11 @@ class Progress:
             return self._paint(f"{text} {e.f} {e.type.upper()}: {e.get('error', '')}", "31" if e.type == "fail" else "33")
         if e.f == "start" and e.type == "ok":
             return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"
+        if e.f == "process_exit":  # one the harness stopped gets its "stopped" line next
+            if e.get("stopped_by_harness"):
+                return None
+            how = f"signal {e.get('signal')}" if e.get("signal") else f"rc {e.get('rc')}"
+            return f"{e.actor}: exited ({how})"
         if e.f == "stop" and e.type == "ok":
             esc = ", escalated to KILL" if e.get("escalated") else ""
             return f"{e.actor}: stopped (rc {e.get('rc')}{esc})"
@@ -92,6 +96,8 @@ class Progress:
 
 def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
+    if not results:
+        return
     color = _use_color(out)
     paint = {
         "pass": "32",
@@ -132,6 +138,12 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
         if r.verdict == "skip":
             note = f"  {r.reason}"
         out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}{note}\n")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    tally = ", ".join(p(f"{n} {verdict.upper()}", verdict) for verdict, n in counts.items())
+    total = sum(r.seconds for r in results)
+    out.write(f"\n{len(results)} scenario{'s' if len(results) != 1 else ''}: {tally} in {total:.1f}s\n")
     xpassed = [r for r in results if r.verdict == "xpass"]
     if xpassed:
         out.write("\n")

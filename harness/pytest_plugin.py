@@ -2,10 +2,15 @@
 
 YAML files under the folders named by the ini option ``mxchaos_scenario_dirs``
 (default ``scenarios``, relative to the rootdir) are collected, one item per file,
-named after the scenario. An invalid file is a collection error that names file, line,
-key and rule. A failing item prints the failing checks and the run folder, without a
-traceback. Items are marked ``mxchaos`` (and ``integration`` where the project declares
-that marker, plus the scenario's own ``markers``) and get a ``timeout`` of the run budget plus a margin when pytest-timeout
+named after the scenario; so is any YAML file named on the command line
+(``pytest path/to/any.yaml``), wherever it lies. An invalid file is a collection error
+that names file, line, key and rule. A failing item prints the failing checks and the run
+folder, without a traceback. Items are marked ``mxchaos`` (and ``integration`` where the
+project declares that marker), with the scenario's own ``markers``, and with a marker per
+capability its hosts, proxies and faults require (``CAPABILITY_MARKERS``: ``root`` for
+netns hosts and root-only faults, ``toxiproxy`` for proxies), so ``pytest -m "not root"``
+deselects what needs root; the plugin declares those markers where the project does not.
+Items get a ``timeout`` of the run budget plus a margin when pytest-timeout
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
 ``--mxchaos-seed N``. Works under pytest-xdist: runs share nothing but the output
 folder, and every run folder name is unique.
@@ -29,6 +34,12 @@ from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, load_scenario
 
 TEARDOWN_MARGIN_S = 120
+# capability (harness.capabilities) -> the pytest marker an item that requires it carries
+CAPABILITY_MARKERS = {"root": "root", "netns": "root", "toxiproxy": "toxiproxy"}
+_MARKER_HELP = {
+    "root": "needs root (netns hosts, iptables, tc, ss --kill)",
+    "toxiproxy": "needs the toxiproxy server binary",
+}
 XPASS_PROPERTY = "mxchaos_xpass"
 _NOTES: list[tuple[str, str]] = []  # (nodeid, note) of this session's xpasses, for the summary
 
@@ -47,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mxchaos: an mxchaos scenario file run by the harness")
+    declared = _declared_markers(config)
+    for name, text in _MARKER_HELP.items():
+        if name not in declared:
+            config.addinivalue_line("markers", f"{name}: {text}")
     _NOTES.clear()
 
 
@@ -68,6 +83,18 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"  {note}")
 
 
+def _declared_markers(config: pytest.Config) -> set[str]:
+    return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+
+
+def capability_markers(scenario: Scenario) -> list[str]:
+    """The markers of the capabilities ``scenario`` requires (``CAPABILITY_MARKERS``), each once."""
+    from harness.capabilities import scenario_requirements
+
+    found = [CAPABILITY_MARKERS[c] for c in scenario_requirements(scenario) if c in CAPABILITY_MARKERS]
+    return list(dict.fromkeys(found))
+
+
 def _scenario_dirs(config: pytest.Config) -> list[Path]:
     return [(config.rootpath / d).resolve() for d in config.getini("mxchaos_scenario_dirs")]
 
@@ -76,7 +103,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     if file_path.suffix not in (".yaml", ".yml"):
         return None
     resolved = file_path.resolve()
-    if any(resolved.is_relative_to(d) for d in _scenario_dirs(parent.config)):
+    named = parent.session.isinitpath(file_path)  # given on the command line: collected wherever it lies
+    if named or any(resolved.is_relative_to(d) for d in _scenario_dirs(parent.config)):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
@@ -120,11 +148,11 @@ class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"))
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
-        item.add_marker("mxchaos")
-        if any(line.split(":")[0].strip() == "integration" for line in self.config.getini("markers")):
-            item.add_marker("integration")  # only where the project declares it (--strict-markers)
-        for marker in scenario.markers:
-            item.add_marker(getattr(pytest.mark, marker))
+        markers = ["mxchaos"]
+        if "integration" in _declared_markers(self.config):
+            markers.append("integration")  # only where the project declares it (--strict-markers)
+        for marker in dict.fromkeys([*markers, *scenario.markers, *capability_markers(scenario)]):
+            item.add_marker(marker)
         if self.config.pluginmanager.hasplugin("timeout"):
             item.add_marker(pytest.mark.timeout(scenario.budgets.run + TEARDOWN_MARGIN_S))
         yield item

@@ -1,7 +1,8 @@
 """The pytest plugin in a scratch project: scenario files become items, an invalid file is a
 collection error naming file, line, key and rule, a failing scenario prints its failing
 checks and run folder (no traceback), ``pytest -n 2`` works, a known defect is xfailed (or
-passes with a note), and a missing capability skips."""
+passes with a note), a missing capability skips, a file named on the command line runs
+wherever it lies, and required capabilities become ``root`` / ``toxiproxy`` markers."""
 
 from __future__ import annotations
 
@@ -111,3 +112,55 @@ def test_known_defects_xfail_or_pass_with_a_note_and_missing_capabilities_skip(t
     assert "the known defect did not reproduce, it may be fixed: fake 1.0: heartbeats are lost" in text
     assert "warning" not in text.lower()
     assert not list((tmp_path / "runs").glob("needs_root/*/procs"))  # nothing was started
+
+
+def test_a_scenario_file_named_on_the_command_line_runs_wherever_it_lies(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider --strict-markers\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "one.yaml").write_text(BODY.format(name="one_elsewhere", fake=FAKE, bound="min: 1"))
+    (elsewhere / "two.yaml").write_text(BODY.format(name="two_elsewhere", fake=FAKE, bound="min: 1"))
+    out = pytest_in(tmp_path, "-rA", "elsewhere/one.yaml", "--mxchaos-out", str(tmp_path / "out"))
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "PASSED elsewhere/one.yaml::one_elsewhere" in text
+    assert "1 passed" in text and "two_elsewhere" not in text  # only the file named
+    assert (tmp_path / "out" / "one_elsewhere" / "latest" / "verdict.json").is_file()
+    out = pytest_in(tmp_path, "--collect-only", "-q", "elsewhere")  # a folder outside scenarios/: only named files count
+    assert out.returncode == 5 and "no tests collected" in out.stdout, out.stdout + out.stderr
+
+
+def test_capabilities_become_markers_so_m_not_root_deselects(tmp_path: Path) -> None:
+    # no markers declared by the project, --strict-markers: the plugin declares root and toxiproxy
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider --strict-markers\n")
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "plain.yaml").write_text(BODY.format(name="plain", fake=FAKE, bound="min: 1"))
+    (scenarios / "reset.yaml").write_text(
+        BODY.format(name="reset", fake=FAKE, bound="min: 1").replace(
+            "  - await:", "  - fault: {kind: tcp_reset, target: source-1, peer: server, name: cut}\n  - await:"
+        )
+    )
+    (scenarios / "netns.yaml").write_text(
+        BODY.format(name="in_netns", fake=FAKE, bound="min: 1").replace(
+            "processes:\n  server: {role: server}\n  source-1: {role: source}",
+            "hosts:\n  a: {kind: netns}\nprocesses:\n  server: {role: server, host: a}\n  source-1: {role: source, host: a}",
+        )
+    )
+    (scenarios / "proxied.yaml").write_text(
+        BODY.format(name="proxied", fake=FAKE, bound="min: 1").replace(
+            "processes:\n", "proxies:\n  mds: {upstream: server}\nprocesses:\n"
+        )
+    )
+
+    def collected(*args: str) -> set[str]:
+        out = pytest_in(tmp_path, "--collect-only", "-q", *args)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return {line.split("::")[1] for line in out.stdout.splitlines() if "::" in line}
+
+    assert collected() == {"plain", "reset", "in_netns", "proxied"}
+    assert collected("-m", "not root") == {"plain", "proxied"}
+    assert collected("-m", "not toxiproxy") == {"plain", "reset", "in_netns"}
+    assert collected("-m", "root") == {"reset", "in_netns"}
+    out = pytest_in(tmp_path, "--markers")
+    assert "@pytest.mark.root: needs root" in out.stdout and "@pytest.mark.toxiproxy:" in out.stdout

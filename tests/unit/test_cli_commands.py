@@ -1,0 +1,126 @@
+"""``mxchaos`` in-process: ``--version``, the exit codes in ``--help``, what ``list`` says this
+machine would skip, ``validate``'s per-file lines and tally; the console's process exits and
+the verdict tally."""
+
+from __future__ import annotations
+
+import io
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from harness import capabilities, cli
+from harness.console import Progress, verdict_table
+from harness.timeline import Entry
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+
+BODY = """\
+name: {name}
+launcher: ["{{python}}", "{fake}"]
+processes:
+  server: {{role: server}}
+  source-1: {{role: source}}
+steps:
+  - start: [server, source-1]
+{extra}  - await: {{process: source-1, event: heartbeat}}
+"""
+RESET = "  - fault: {kind: tcp_reset, target: source-1, peer: server, name: cut}\n"
+
+
+def write(folder: Path, name: str, extra: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(BODY.format(name=name, fake=FAKE, extra=extra))
+    return path
+
+
+def test_version_names_the_package_nixl_and_python(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"mxchaos {metadata.version('mxchaos')}, nixl {metadata.version('nixl')}, Python {platform.python_version()}\n"
+
+
+def test_help_documents_every_exit_code_the_cli_returns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("exit codes:") :]
+    documented = {int(m) for m in re.findall(r"^  (\d+)  ", section, re.MULTILINE)}
+    returned = {v for k, v in vars(cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert documented == returned == {0, 1, 2, 130, 141}
+    assert re.search(r"^  130  interrupted \(SIGINT / SIGTERM\)", section, re.MULTILINE)
+    assert re.search(r"^  141  standard output was closed early", section, re.MULTILINE)
+
+
+def test_list_says_which_scenarios_this_machine_would_skip_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, "plain")
+    write(tmp_path, "needs_root", RESET)
+    monkeypatch.setenv(capabilities.ENV_MISSING, "root")
+    assert cli.main(["list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    skips = [line.strip() for line in lines if "would SKIP" in line]
+    assert len(skips) == 1 and skips[0].startswith("would SKIP here: this machine lacks root (for cut (tcp_reset))"), out
+    assert lines.index(f"{'':36} {tmp_path / 'needs_root.yaml'}") == lines.index(f"{'':36} {skips[0]}") - 1
+    assert lines[-1] == "2 scenarios; 1 would be skipped on this machine (it lacks root)"
+
+    monkeypatch.setenv(capabilities.ENV_MISSING, "")
+    monkeypatch.setattr(capabilities, "have", lambda capability: True)
+    assert cli.main(["list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "would SKIP" not in out and out.splitlines()[-1] == "2 scenarios; this machine can run every one"
+
+
+def test_validate_prints_each_file_in_order_then_a_tally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write(tmp_path / "s", "good")
+    bad = write(tmp_path / "s", "h_bad")
+    bad.write_text(bad.read_text().replace("steps:", "stpes:"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "s", "missing.yaml"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "ok  s/good.yaml  (good: 2 processes, 2 steps, 0 checks)\n"
+    err = captured.err.splitlines()
+    assert err[0] == "missing.yaml: no such file or folder"
+    assert err[1] == f"{Path('s') / 'h_bad.yaml'}: invalid scenario (2 problems)"
+    assert err[-1] == "2 files: 1 valid, 1 invalid; 1 path problem"
+
+    assert cli.main(["validate", str(good)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 file: 1 valid, 0 invalid"
+
+
+def test_progress_says_exited_once_per_exit() -> None:
+    out = io.StringIO()
+    progress = Progress(out)
+    progress(Entry(0, 1.0, "info", "reader-1", "process_exit", {"rc": 0, "stopped_by_harness": False}))
+    progress(Entry(1, 2.0, "info", "source-1", "process_exit", {"rc": -9, "signal": "SIGKILL", "stopped_by_harness": False}))
+    progress(Entry(2, 3.0, "info", "server", "process_exit", {"rc": 0, "stopped_by_harness": True}))
+    progress(Entry(3, 3.1, "ok", "server", "stop", {"rc": 0}))
+    assert out.getvalue().splitlines() == [
+        "   1.000s reader-1: exited (rc 0)",
+        "   2.000s source-1: exited (signal SIGKILL)",
+        "   3.100s server: stopped (rc 0)",
+    ]
+
+
+def test_the_verdict_table_ends_with_a_tally() -> None:
+    def result(name: str, verdict: str, seconds: float) -> Any:
+        return SimpleNamespace(
+            scenario=SimpleNamespace(name=name, path=None), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
+            status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
+        )
+
+    out = io.StringIO()
+    verdict_table(cast(Any, [result("a", "pass", 1.0), result("b", "fail", 2.0), result("c", "pass", 0.5), result("d", "skip", 0.0)]), out)
+    assert out.getvalue().splitlines()[-1] == "4 scenarios: 2 PASS, 1 FAIL, 1 SKIP in 3.5s"
+    empty = io.StringIO()
+    verdict_table([], empty)
+    assert empty.getvalue() == ""
