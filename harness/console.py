@@ -8,8 +8,8 @@ import threading
 from collections.abc import Sequence
 from typing import TextIO
 
-from harness.verdict import RunResult
 from harness.timeline import Entry
+from harness.verdict import RunResult
 
 __all__ = ["Progress", "verdict_table"]
 
