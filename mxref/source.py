@@ -28,7 +28,7 @@ from mxref import __version__, config
 from mxref.client import MxClient
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import SourceFamilies
 from mxref.model import Arena
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager
 from mxref.v1 import p2p_pb2
@@ -82,7 +82,7 @@ class Publisher(threading.Thread):
         is_healthy: Callable[[], bool],
         interval_s: float,
         events: EventLog,
-        metrics: Metrics,
+        metrics: SourceFamilies,
         on_published: Callable[[str], None] = lambda sid: None,
     ) -> None:
         super().__init__(name=f"mx-publisher-{worker.worker_rank}", daemon=True)
@@ -161,7 +161,7 @@ class Publisher(threading.Thread):
             return True
         return False
 
-    def _send(self, status: int, reason: str, timeout_s: float | None = None) -> bool:
+    def _send(self, status: p2p_pb2.SourceStatus, reason: str, timeout_s: float | None = None) -> bool:
         assert self.mx_source_id is not None
         name = STATUS_NAMES[status]
         try:
@@ -214,7 +214,7 @@ class SourceService:
         options: ServeOptions,
         accelerator: str,
         events: EventLog,
-        metrics: Metrics,
+        metrics: SourceFamilies,
     ) -> None:
         self.manager = manager
         self.options = options
@@ -265,7 +265,7 @@ class SourceService:
             try:
                 detail = action()
                 self.events.emit("shutdown_step", step=step, ok=True, detail=detail)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every teardown step runs; each failure is reported
                 self.events.emit("shutdown_step", step=step, ok=False, detail=str(exc))
         self.manager.shutdown()
         self.client.close()

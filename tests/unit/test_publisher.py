@@ -17,7 +17,7 @@ import pytest
 from mxref import source as source_mod
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import SourceMetrics
 from mxref.source import Publisher
 from mxref.v1 import p2p_pb2
 
@@ -64,7 +64,7 @@ def pub(health: dict[str, bool], monkeypatch: pytest.MonkeyPatch) -> Publisher:
     monkeypatch.setattr(source_mod, "PUBLISH_BACKOFF_S", (0.0, 0.0))
     worker = p2p_pb2.WorkerMetadata(worker_rank=0, agent_name="a")
     return Publisher(FakeClient(), p2p_pb2.SourceIdentity(model_name="m"), worker, "w1", lambda: health["ok"],
-                     interval_s=60, events=EventLog(None, "src", "source"), metrics=Metrics("source"))
+                     interval_s=60, events=EventLog(None, "src", "source"), metrics=SourceMetrics().source)
 
 
 def statuses(pub: Publisher) -> list[object]:

@@ -24,7 +24,7 @@ import pytest
 import mxref.reader as reader_mod
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import ReaderMetrics
 from mxref.model import ModelSpec, generate, save_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.reader import Reader, ReaderOptions
@@ -285,7 +285,7 @@ def checkpoint(tmp_path: Path) -> Path:
 class Harness:
     def __init__(self, tmp_path: Path) -> None:
         self.events_path = tmp_path / "reader.jsonl"
-        self.metrics = Metrics("reader")
+        self.metrics = ReaderMetrics()
         self.reader: Reader | None = None
 
     def make(self, **options: Any) -> Reader:
@@ -703,7 +703,7 @@ class TestMetricsFunnel:
         assert h.sample("mx_p2p_source_selections_total", policy=p) == 2  # transfers started
         assert h.sample("mx_p2p_transfer_seconds_count", policy=p, outcome="success") == 1
         assert h.sample("mxref_loads_total", path="rdma", integrity="verified") == 1
-        assert h.sample("mxref_bytes_loaded_total", path="rdma") == SPEC.total_bytes
+        assert h.sample("mxref_loaded_bytes_total", path="rdma") == SPEC.total_bytes
 
 
 # ----------------------------------------------------------------------------- metadata-server RPC deadline

@@ -26,7 +26,7 @@ from mxref.config import ServerTimers
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.identity import mx_source_id
-from mxref.metrics import Metrics
+from mxref.metrics import ServerMetrics
 from mxref.server import (
     EventJournal,
     P2pServicer,
@@ -62,7 +62,7 @@ class ManualClock:
 class Stack:
     clock: ManualClock
     store: Store
-    metrics: Metrics
+    metrics: ServerMetrics
     events_path: Path
     servicer: P2pServicer
     reaper: Reaper
@@ -106,9 +106,9 @@ def make_stack(tmp_path: Path, store: Store | None = None, clock: ManualClock | 
     events = EventLog(events_path, "server", "server")
     if store is None:  # not `or`: an empty Store is falsy
         store = Store(clock, listener=EventJournal(events))
-    metrics = Metrics("server")
-    servicer = P2pServicer(store, TIMERS, metrics=metrics)
-    reaper = Reaper(store, TIMERS, metrics=metrics)
+    metrics = ServerMetrics()
+    servicer = P2pServicer(store, TIMERS, metrics=metrics.server)
+    reaper = Reaper(store, TIMERS, metrics=metrics.server)
     server, port = start_metadata_server(servicer, "127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
     client = MxClient(address, timeout_s=5)
@@ -131,11 +131,14 @@ def publish(stack: Stack, worker_id: str, *, model: str = "acme/model-a", rank: 
     return response.mx_source_id
 
 
-def scrape(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Serve ``metrics`` on a loopback port and read /metrics over HTTP."""
     port = metrics.serve(0)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        metrics.close()
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
