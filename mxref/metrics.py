@@ -171,6 +171,11 @@ class ProcessMetrics:
         build_info = Gauge("mx_build_info", "mxref build", ["component", "version"], registry=self.registry)
         build_info.labels(component, __version__).set(1)
 
+    def family_names(self) -> frozenset[str]:
+        """The families this registry exposes, named as a scraper parses them (a counter
+        without its ``_total``), whether or not they have samples yet."""
+        return frozenset(family.name for family in self.registry.collect())
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Start the /metrics HTTP endpoint; returns the bound port (``port=0`` picks one)."""
         http, _thread = start_http_server(port, addr=addr, registry=self.registry)
