@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from mxref import __version__, config
 from mxref.client import MxClient
@@ -70,12 +71,25 @@ def tensor_descriptors(arena: Arena, checksums: list[str], device_id: int = 0) -
     ]
 
 
+class ControlPlane(Protocol):
+    """What a ``Publisher`` needs of the metadata server (``MxClient`` is one)."""
+
+    def publish_metadata(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
+    ) -> p2p_pb2.PublishMetadataResponse: ...
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus,
+        timeout_s: float | None = None,
+    ) -> p2p_pb2.UpdateStatusResponse: ...
+
+
 class Publisher(threading.Thread):
     """Publishes one worker and keeps its status honest (see module docstring)."""
 
     def __init__(
         self,
-        client: MxClient,
+        client: ControlPlane,
         identity: p2p_pb2.SourceIdentity,
         worker: p2p_pb2.WorkerMetadata,
         worker_id: str,
