@@ -304,9 +304,10 @@ class History(Sequence[Entry]):
                 injected[name] = entry
                 if not entry.get("healable", False):
                     healed.setdefault(name, entry.t)
-            elif entry.f == "inject" and entry.type in ("fail", "info"):
-                healed.setdefault(name, entry.t)
-            elif entry.f == "heal" and entry.type in ("ok", "info") and name in starts:
+            elif (
+                (entry.f == "inject" and entry.type in ("fail", "info"))  # never took hold
+                or (entry.f == "heal" and entry.type in ("ok", "info") and name in starts)
+            ):
                 healed.setdefault(name, entry.t)
         windows = []
         for name in order:

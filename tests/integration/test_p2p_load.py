@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from procs import Cluster, Proc
@@ -76,7 +77,7 @@ def first_tried(cluster: Cluster, reader: Proc, sources: list[Proc]) -> tuple[Pr
     return victim, other
 
 
-def assert_loaded_from(cluster: Cluster, reader: Proc, source: Proc) -> dict:
+def assert_loaded_from(cluster: Cluster, reader: Proc, source: Proc) -> dict[str, Any]:
     rc = cluster.wait_exit(reader, READER_TIMEOUT_S)
     assert rc == 0, cluster.report()
     result = reader.result()

@@ -389,13 +389,13 @@ class TestReceive:
         assert "at post" in (mgr.data_plane_error or "")
         assert ("release_xfer", "h") in agent.log
 
-    def test_a_raise_at_init_sets_health(self) -> None:
+    def test_a_raise_at_init_sets_health(self, monkeypatch: pytest.MonkeyPatch) -> None:
         agent = ScriptedAgent()
 
-        def init(*a: Any) -> None:
+        def init(op: str, local: Any, remote: Any, name: str) -> str:
             raise RuntimeError("nixlNotFoundError")
 
-        agent.initialize_xfer = init  # type: ignore[method-assign]
+        monkeypatch.setattr(agent, "initialize_xfer", init)
         mgr = self._mgr(agent)
         with pytest.raises(TransferFailed):
             mgr.receive_from_source(b"", self._remote(), 1.0, remote_agent_name="src")

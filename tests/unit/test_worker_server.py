@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
@@ -26,6 +25,7 @@ from mxref.worker_server import (
     WorkerManifest,
     WorkerServicer,
     check_request,
+    start_grpc_server,
     start_worker_server,
 )
 
@@ -172,10 +172,8 @@ class CarelessSource(p2p_pb2_grpc.WorkerServiceServicer):
 @pytest.fixture
 def careless() -> Iterator[tuple[CarelessSource, str]]:
     source = CarelessSource(MANIFEST.published_as(SID).to_response())
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    p2p_pb2_grpc.add_WorkerServiceServicer_to_server(source, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = start_grpc_server(p2p_pb2_grpc.add_WorkerServiceServicer_to_server, source, "127.0.0.1", 0,
+                                     threads=2, what="careless source")
     try:
         yield source, f"127.0.0.1:{port}"
     finally:
