@@ -137,7 +137,7 @@ class LocalHost:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab", buffering=0) as log:
             try:
-                popen = subprocess.Popen(  # noqa: S603 - argv from a validated scenario
+                popen = subprocess.Popen(
                     list(argv),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -154,7 +154,7 @@ class LocalHost:
     def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult:
         started = time.monotonic()
         try:
-            popen = subprocess.Popen(  # noqa: S603
+            popen = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

@@ -103,7 +103,7 @@ def ip(*args: str, check: bool = True, timeout: float = IP_TIMEOUT_S) -> subproc
     """``ip ARGS`` bounded by ``timeout``; HostError on failure when ``check``."""
     argv = [_ip_binary(), *args]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise HostError(f"`{' '.join(argv)}` did not return within {timeout:g}s") from None
     if check and done.returncode != 0:
@@ -115,7 +115,7 @@ def ns_run(ns: str, argv: Sequence[str], *, timeout: float = IP_TIMEOUT_S) -> su
     """Run a short command inside namespace ``ns`` (bounded); never raises on its exit code."""
     full = [_ip_binary(), "netns", "exec", ns, *argv]
     try:
-        return subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
+        return subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise HostError(f"`{' '.join(full)}` did not return within {timeout:g}s") from None
 

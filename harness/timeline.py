@@ -158,13 +158,6 @@ class Timeline:
         with self._cond:
             return self._entries[start:]
 
-    def find(self, predicate: Callable[[Entry], bool], start: int = 0) -> Entry | None:
-        with self._cond:
-            for entry in self._entries[start:]:
-                if predicate(entry):
-                    return entry
-        return None
-
     def wait_for(
         self,
         predicate: Callable[[Entry], bool],
@@ -311,9 +304,10 @@ class History(Sequence[Entry]):
                 injected[name] = entry
                 if not entry.get("healable", False):
                     healed.setdefault(name, entry.t)
-            elif entry.f == "inject" and entry.type in ("fail", "info"):
-                healed.setdefault(name, entry.t)
-            elif entry.f == "heal" and entry.type in ("ok", "info") and name in starts:
+            elif (
+                (entry.f == "inject" and entry.type in ("fail", "info"))  # never took hold
+                or (entry.f == "heal" and entry.type in ("ok", "info") and name in starts)
+            ):
                 healed.setdefault(name, entry.t)
         windows = []
         for name in order:
@@ -377,7 +371,7 @@ class History(Sequence[Entry]):
         entries = []
         for i, row in enumerate(rows):
             t, type_, actor, f = row[0], row[1], row[2], row[3]
-            value = row[4] if len(row) > 4 else {}  # type: ignore[misc]
+            value = row[4] if len(row) > 4 else {}
             entries.append(Entry(i, float(t), type_, actor, f, dict(value)))
         return cls(entries)
 

@@ -178,11 +178,13 @@ def run_source(args: argparse.Namespace) -> int:
     import uuid
 
     from mxref.accelerators import get_backend
+    from mxref.metrics import SourceMetrics
     from mxref.nixl_transfer import NixlTransferManager
     from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors
 
-    with Process(args.name, "source", args.events, args.metrics_port,
+    metrics = SourceMetrics()
+    with Process(args.name, "source", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
         spec, host_arena = model_from_args(args)
         checksums = host_arena.checksums()
@@ -191,10 +193,10 @@ def run_source(args: argparse.Namespace) -> int:
         identity = identity_for(spec.name if spec else args.model_name, arena.specs[0].dtype)
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"
         nixl_port = args.nixl_port or free_port(args.advertise_host)
-        mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=proc.metrics)
+        mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=metrics.nixl)
         try:
             mgr.create_agent(nixl_port, progress_thread=False)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - NIXL raises unrelated types; any failure is a startup failure
             print(f"mxref source: cannot create the NIXL agent: {type(exc).__name__}: {exc}", file=sys.stderr)
             return proc.finish(EXIT_STARTUP_FAILED)
         mgr.register_tensors(local_tensors(arena, args.device_id))
@@ -203,18 +205,20 @@ def run_source(args: argparse.Namespace) -> int:
                   mem_type=accel.mem_type, regions=len(arena.specs), bytes=sum(s.nbytes for s in arena.specs))
         proc.emit("listening", what="nixl_listener", port=nixl_port, endpoint=f"{args.advertise_host}:{nixl_port}")
         options = serve_options(args, args.server or config.server_address())
-        service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, proc.metrics)
+        service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, metrics.source)
         _serve(service, proc, args.serve_seconds)
         return proc.finish(EXIT_OK)
 
 
 def run_reader(args: argparse.Namespace) -> int:
+    from mxref.metrics import ReaderMetrics
     from mxref.nixl_transfer import ChunkPolicy
-    from mxref.reader import Reader, ReaderOptions
     from mxref.process import free_port
+    from mxref.reader import Reader, ReaderOptions
     from mxref.source import SourceService, identity_for, local_tensors
 
-    with Process(args.name, "reader", args.events, args.metrics_port,
+    metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
+    with Process(args.name, "reader", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
         spec = model_spec(args)
         budget = args.transfer_timeout if args.transfer_timeout is not None else config.transfer_timeout_seconds()
@@ -228,7 +232,7 @@ def run_reader(args: argparse.Namespace) -> int:
             chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
         )
         identity = identity_for(spec.name, spec.dtype)
-        reader = Reader(options, spec.tensor_specs(), identity, proc.events, proc.metrics)
+        reader = Reader(options, spec.tensor_specs(), identity, proc.events, metrics)
         result = reader.load()
         line = result.to_json()
         print(line, flush=True)
@@ -242,20 +246,20 @@ def run_reader(args: argparse.Namespace) -> int:
             reader.close()
             print(f"mxref reader: no verified load: {result.error}", file=sys.stderr)
             return proc.finish(EXIT_LOAD_FAILED)
-        if args.serve_after_load and not proc.stop.is_set():
+        if metrics.source is not None and not proc.stop.is_set():  # --serve-after-load
             assert reader.arena is not None
             mgr = reader.manager
             if mgr is None:  # loaded from disk: register the loaded tensors with a new agent
                 from mxref.nixl_transfer import NixlTransferManager
 
                 mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
-                                          events=proc.events, metrics=proc.metrics)
+                                          events=proc.events, metrics=metrics.nixl)
                 mgr.create_agent(free_port(args.advertise_host), progress_thread=False)
                 mgr.register_tensors(local_tensors(reader.arena, args.device_id))
             mgr.start_progress_pump()
             serve = serve_options(args, options.server)
             service = SourceService(mgr, reader.arena, reader.arena.checksums(), identity, serve,
-                                    reader.accelerator.name, proc.events, proc.metrics)
+                                    reader.accelerator.name, proc.events, metrics.source)
             reader.manager = None
             _serve(service, proc, args.serve_seconds)
         else:
@@ -264,9 +268,10 @@ def run_reader(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
+    from mxref.metrics import ProcessMetrics
     from mxref.model import generate, save_checkpoint
 
-    with Process(args.name, "prepare", args.events, None) as proc:
+    with Process(args.name, "prepare", args.events, None, ProcessMetrics("prepare")) as proc:
         spec = model_spec(args)
         arena = generate(spec)
         save_checkpoint(arena, args.checkpoint, spec)

@@ -6,6 +6,7 @@ nothing else, so a CPU-only machine runs the same code paths as a GPU host.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from mxref.model import Arena, TensorSpec
@@ -126,7 +127,7 @@ class CudaBackend:
     mem_type = "VRAM"
 
     def __init__(self) -> None:
-        import torch  # noqa: F401  (fails loudly when torch or CUDA is missing)
+        import torch
 
         if not torch.cuda.is_available():
             raise RuntimeError("accelerator 'cuda' requested but torch.cuda.is_available() is False")
@@ -152,7 +153,7 @@ class CudaBackend:
         return arena
 
 
-BACKENDS = {"cpu": CpuBackend, "cuda": CudaBackend}
+BACKENDS: dict[str, Callable[[], AcceleratorBackend]] = {"cpu": CpuBackend, "cuda": CudaBackend}
 
 
 def get_backend(name: str) -> AcceleratorBackend:

@@ -42,8 +42,7 @@ def _source(port: int, nbytes: int, seconds: float) -> int:
 def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0) -> list[float]:
     """GB/s of each of ``repeat`` READs of ``nbytes`` from a fresh raw source process."""
     from mxref.nixl_transfer import import_nixl
-    from mxref.process import die_with_parent, read_json_line
-    from mxref.process import free_port
+    from mxref.process import die_with_parent, free_port, read_json_line
 
     port = free_port()
     src = subprocess.Popen(

@@ -15,6 +15,7 @@ by a different worker (a reused endpoint) raises its subclass ``WorkerIdMismatch
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +33,11 @@ def _check_timeout(timeout_s: float) -> float:
     return float(timeout_s)
 
 
+# The generated stubs carry no annotations (protoc's grpc plugin writes none); typed here.
+_P2P_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.P2pServiceStub
+_WORKER_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.WorkerServiceStub
+
+
 class MxClient:
     """Client of one metadata server at ``address`` (``host:port``). Close it, or use ``with``."""
 
@@ -39,7 +45,7 @@ class MxClient:
         self.address = address
         self.timeout_s = _check_timeout(timeout_s)
         self._channel = grpc.insecure_channel(address, options=config.grpc_message_options())
-        self._stub = p2p_pb2_grpc.P2pServiceStub(self._channel)
+        self._stub = _P2P_STUB(self._channel)
 
     def publish_metadata(
         self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
@@ -51,7 +57,7 @@ class MxClient:
     def list_sources(
         self,
         identity: p2p_pb2.SourceIdentity | None = None,
-        status_filter: p2p_pb2.SourceStatus.ValueType | None = None,
+        status_filter: p2p_pb2.SourceStatus | None = None,
         worker_rank: int | None = None,
         limit: int = 0,
         *,
@@ -81,7 +87,7 @@ class MxClient:
         mx_source_id: str,
         worker_id: str,
         worker_rank: int,
-        status: p2p_pb2.SourceStatus.ValueType,
+        status: p2p_pb2.SourceStatus,
         timeout_s: float | None = None,
     ) -> p2p_pb2.UpdateStatusResponse:
         """Set the worker's status; every call is also a heartbeat (the server stamps ``updated_at``).
@@ -135,7 +141,7 @@ def fetch_tensor_manifest(
         request.worker_id = worker_id
     where = f"source {mx_source_id}/{worker_id or '*'} at {endpoint}"
     with grpc.insecure_channel(endpoint, options=config.grpc_message_options()) as channel:
-        stub = p2p_pb2_grpc.WorkerServiceStub(channel)
+        stub = _WORKER_STUB(channel)
         try:
             response: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(
                 request, timeout=_check_timeout(timeout_s)

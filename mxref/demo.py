@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mxref.metrics import ProcessMetrics
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, Process, die_with_parent
 
 STARTUP_TIMEOUT_S = 60.0
@@ -87,7 +88,8 @@ def run_demo(args: argparse.Namespace) -> int:
              "--transport", args.transport, "--accelerator", args.accelerator]
     total = int(args.tensors * args.tensor_mib * (1 << 20))
     children: list[Child] = []
-    with Process(args.name, "demo", args.events or str(workdir / "demo.events.jsonl"), None) as proc:
+    with Process(args.name, "demo", args.events or str(workdir / "demo.events.jsonl"), None,
+                 ProcessMetrics("demo")) as proc:
         try:
             server = Child(workdir, "server", "server", "--heartbeat-timeout", "5", "--reaper-interval", "1")
             children.append(server)

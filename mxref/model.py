@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -69,7 +70,7 @@ class ModelSpec:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, doc: dict) -> ModelSpec:
+    def from_dict(cls, doc: dict[str, Any]) -> ModelSpec:
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(doc) - known
         if unknown:
@@ -81,7 +82,7 @@ class ModelSpec:
 
 
 def checksum(buf: np.ndarray) -> str:
-    return xxhash.xxh3_64_hexdigest(memoryview(np.ascontiguousarray(buf).view(np.uint8)))
+    return xxhash.xxh3_64_hexdigest(np.ascontiguousarray(buf).view(np.uint8).data)
 
 
 class Arena:

@@ -44,6 +44,7 @@ from mxref.errors import (
     TransferTimeout,
 )
 from mxref.events import NULL, EventLog
+from mxref.metrics import NixlFamilies
 
 logger = logging.getLogger("mxref.nixl_transfer")
 
@@ -67,11 +68,11 @@ def import_nixl() -> Any:
 
 
 def nixl_version() -> str:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("nixl")
-    except Exception:
+    except PackageNotFoundError:
         return "unknown"
 
 
@@ -165,7 +166,7 @@ class NixlTransferManager:
         accelerator_backend: AcceleratorBackend | None = None,
         *,
         events: EventLog = NULL,
-        metrics: Any = None,
+        metrics: NixlFamilies | None = None,
         initial_error: str | None = None,
     ) -> None:
         """``initial_error`` carries a data-plane failure over from a manager this
@@ -238,7 +239,7 @@ class NixlTransferManager:
                     return
                 try:
                     agent.get_new_notifs()
-                except Exception as exc:  # keep serving; a peer's failure is not ours
+                except Exception as exc:  # noqa: BLE001 - keep serving; a peer's failure is not ours
                     logger.debug("progress pump: %s", exc)
 
         self._pump = threading.Thread(target=pump, name="nixl-progress", daemon=True)
@@ -285,9 +286,8 @@ class NixlTransferManager:
 
     def add_remote_agent(self, metadata: bytes) -> str:
         """Load a peer from its metadata blob (centralized mode); tracked without an endpoint."""
-        name = self._require_agent().add_remote_agent(metadata)
-        if isinstance(name, bytes):
-            name = name.decode()
+        added: str | bytes = self._require_agent().add_remote_agent(metadata)
+        name = added.decode() if isinstance(added, bytes) else added
         with self._lock:
             self._remote_agents[name] = None
             self._count_peers()
@@ -313,7 +313,7 @@ class NixlTransferManager:
         ok = True
         try:
             agent.remove_remote_agent(name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - best-effort release; reported in peer_disconnected
             ok = False
             logger.warning("remove_remote_agent(%s) failed: %s", name, exc)
         invalidated = False
@@ -321,7 +321,7 @@ class NixlTransferManager:
             try:
                 agent.invalidate_local_metadata(endpoint[0], endpoint[1])
                 invalidated = True
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - best-effort release; reported in peer_disconnected
                 logger.warning("invalidate_local_metadata(%s:%s) failed: %s", endpoint[0], endpoint[1], exc)
         self._events.emit("peer_disconnected", agent_name=name, ok=ok, invalidated=invalidated)
         return ok
@@ -398,7 +398,7 @@ class NixlTransferManager:
         finally:
             try:
                 agent.release_xfer_handle(handle)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome
                 logger.warning("release_xfer_handle failed: %s", exc)
         self._accelerator.synchronize()
         total = sum(t.size for t, _ in pairs)
@@ -475,7 +475,7 @@ class NixlTransferManager:
             for handle, _posted in inflight:
                 try:
                     agent.release_xfer_handle(handle)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome
                     logger.warning("release_xfer_handle failed: %s", exc)
         self._clear_failure()
 
@@ -529,7 +529,7 @@ class NixlTransferManager:
             for p in posted:
                 try:
                     agent.release_xfer_handle(p.handle)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome
                     logger.warning("release_xfer_handle failed: %s", exc)
         self._accelerator.synchronize()
         return sum(p.total_bytes for p in posted)
@@ -616,10 +616,7 @@ class NixlTransferManager:
     def shutdown(self) -> None:
         """Disconnect every peer, deregister memory in reverse, then drop the agent. Never raises."""
         if self._atexit_registered:
-            try:
-                atexit.unregister(self.shutdown)
-            except Exception:
-                pass
+            atexit.unregister(self.shutdown)
             self._atexit_registered = False
         self._stop_pump()
         agent = self._agent
@@ -627,12 +624,12 @@ class NixlTransferManager:
             try:
                 count = self.disconnect_remote_agents()
                 self._events.emit("shutdown_step", step="disconnect_peers", ok=True, detail=count)
-            except Exception as exc:  # pragma: no cover - remove_remote_agent already swallows
+            except Exception as exc:  # noqa: BLE001 - shutdown never raises (remove_remote_agent already swallows)
                 logger.warning("disconnecting peers failed: %s", exc)
             for reg in reversed(self._registered_memory):
                 try:
                     agent.deregister_memory(reg)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - shutdown never raises; deregister the rest
                     logger.warning("deregister_memory failed: %s", exc)
             if self._registered_memory:
                 self._events.emit("shutdown_step", step="deregister", ok=True, detail=len(self._registered_memory))

@@ -19,7 +19,7 @@ from typing import Any
 
 from mxref import __version__, config
 from mxref.events import EventLog, log_to_stderr
-from mxref.metrics import Metrics
+from mxref.metrics import ProcessMetrics
 
 logger = logging.getLogger("mxref.process")
 
@@ -111,12 +111,15 @@ class StopSignals:
 
 
 class Process:
+    """One mxref process's lifetime; ``metrics`` is its role's registry (``mxref.metrics``),
+    served while entered when ``metrics_port`` is not None."""
+
     def __init__(self, name: str, role: str, events_path: str | None, metrics_port: int | None,
-                 metrics_host: str = "127.0.0.1") -> None:
+                 metrics: ProcessMetrics, metrics_host: str = "127.0.0.1") -> None:
         self.name = name
         self.role = role
         self.events = EventLog(events_path, name, role)
-        self.metrics = Metrics(role)
+        self.metrics = metrics
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.signals = StopSignals()

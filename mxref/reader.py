@@ -29,11 +29,11 @@ from mxref.accelerators import compatible, get_backend
 from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, TensorSpec, load_checkpoint
 from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
-from mxref.selection import Target, get_selector
 from mxref.process import free_port
+from mxref.selection import Target, get_selector
 from mxref.source import local_tensors
 from mxref.v1 import p2p_pb2
 
@@ -98,7 +98,7 @@ class Reader:
         specs: list[TensorSpec],
         identity: p2p_pb2.SourceIdentity,
         events: EventLog,
-        metrics: Metrics,
+        metrics: ReaderMetrics,
     ) -> None:
         self.options = options
         self.specs = specs
@@ -135,22 +135,22 @@ class Reader:
     def _find_sources(self, client: MxClient) -> list[p2p_pb2.SourceInstanceRef]:
         try:
             listed = client.list_sources(identity=self.identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)
-        except Exception as exc:  # as in the seed: any listing failure means "no source"
+        except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any listing failure means "no source"
             logger.warning("listing sources failed, falling through: %s", exc)
-            self.metrics.list_sources.labels(self.policy, "error").inc()
+            self.metrics.reader.list_sources.labels(self.policy, "error").inc()
             self.events.emit("candidates", listed=0, rank_matched=0, accelerator_matched=0,
                              selector=self.policy, order=[], error=str(exc))
             return []
-        self.metrics.list_sources.labels(self.policy, "ok" if listed else "empty").inc()
+        self.metrics.reader.list_sources.labels(self.policy, "ok" if listed else "empty").inc()
         rank_matched = [r for r in listed if r.worker_rank == self.options.worker_rank]
         eligible = [r for r in rank_matched if compatible(self.accelerator.name, r.accelerator)]
         t0 = time.perf_counter()
         target = Target(self.identity.model_name, self.worker_id, self.options.worker_rank)
         ordered = self.selector.order(eligible, target)
-        self.metrics.selection_seconds.labels(self.policy).observe(time.perf_counter() - t0)
+        self.metrics.reader.selection_seconds.labels(self.policy).observe(time.perf_counter() - t0)
         for stage, n in (("listed", len(listed)), ("rank_matched", len(rank_matched)),
                          ("accelerator_matched", len(eligible))):
-            self.metrics.candidates.labels(self.policy, stage).observe(n)
+            self.metrics.reader.candidates.labels(self.policy, stage).observe(n)
         self.events.emit("candidates", listed=len(listed), rank_matched=len(rank_matched),
                          accelerator_matched=len(eligible), selector=self.policy,
                          order=[r.worker_id for r in ordered])
@@ -163,8 +163,8 @@ class Reader:
         t0 = time.perf_counter()
         try:
             worker = self._fetch_worker_metadata(client, ref)
-        except Exception as exc:
-            self.metrics.metadata_failures.labels(self.policy).inc()
+        except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any metadata failure moves on to the next candidate
+            self.metrics.reader.metadata_failures.labels(self.policy).inc()
             self._phase("metadata", t0, "error")
             return self._outcome(attempt, "metadata_miss", f"{type(exc).__name__}: {exc}")
         self._phase("metadata", t0, "ok")
@@ -173,18 +173,18 @@ class Reader:
         if not compatible(self.accelerator.name, worker.accelerator):
             return self._outcome(attempt, "skipped", f"accelerator {worker.accelerator!r} is not {self.accelerator.name!r}")
         attempt.agent_name = worker.agent_name
-        self.metrics.selections.labels(self.policy).inc()
+        self.metrics.reader.selections.labels(self.policy).inc()
         t_transfer = time.perf_counter()
         try:
             nbytes, seconds = self._load_as_target(worker, attempt.index)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any transfer failure moves on (retry or fallback)
             elapsed = time.perf_counter() - t_transfer
-            self.metrics.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
+            self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
             self._rollback()
             return self._outcome(attempt, "transfer_retry" if has_next else "transfer_fallback",
                                  f"{type(exc).__name__}: {exc}", elapsed)
         elapsed = time.perf_counter() - t_transfer
-        self.metrics.transfer_seconds.labels(self.policy, "success").observe(elapsed)
+        self.metrics.reader.transfer_seconds.labels(self.policy, "success").observe(elapsed)
         result.ok = True
         result.path = "rdma"
         result.source = worker.agent_name
@@ -201,7 +201,7 @@ class Reader:
     def _outcome(self, attempt: Attempt, outcome: str, error: str | None, seconds: float = 0.0) -> bool:
         attempt.outcome, attempt.error, attempt.seconds = outcome, error, round(seconds, 6)
         if outcome != "skipped":
-            self.metrics.attempts.labels(self.policy, outcome).inc()
+            self.metrics.reader.attempts.labels(self.policy, outcome).inc()
         self.events.emit("attempt_outcome", index=attempt.index, worker_id=attempt.worker_id, outcome=outcome,
                          error=error, seconds=attempt.seconds)
         if error:
@@ -234,7 +234,7 @@ class Reader:
         agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
         self.manager = mgr = NixlTransferManager(
             agent_name, self.options.device_id, self.accelerator,
-            events=self.events, metrics=self.metrics, initial_error=self._last_error,
+            events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
         )
         t0 = time.perf_counter()
         mgr.create_agent(free_port(), progress_thread=False)
@@ -323,14 +323,14 @@ class Reader:
     def _fall_back(self, result: LoadResult, reason: str) -> None:
         checkpoint = self.options.checkpoint
         self.events.emit("fallback", reason=reason, checkpoint=str(checkpoint) if checkpoint else None)
-        self.metrics.fallbacks.labels("no_source_available" if reason == "no source available" else "no_source_succeeded").inc()
+        self.metrics.reader.fallbacks.labels("no_source_available" if reason == "no source available" else "no_source_succeeded").inc()
         if checkpoint is None:
             result.error = f"{reason}, and no checkpoint to fall back to"
             return
         t0 = time.perf_counter()
         try:
             arena, sums = load_checkpoint(checkpoint)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint (any cause) is a failed load, reported
             result.error = f"{reason}; checkpoint {checkpoint}: {type(exc).__name__}: {exc}"
             return
         if not sums:
@@ -362,9 +362,9 @@ class Reader:
 
     def _finish(self, result: LoadResult) -> None:
         if result.ok:
-            self.metrics.loads.labels(result.path, result.integrity).inc()
-            self.metrics.load_seconds.labels(result.path).observe(result.seconds)
-            self.metrics.bytes_loaded.labels(result.path).inc(result.bytes)
+            self.metrics.reader.loads.labels(result.path, result.integrity).inc()
+            self.metrics.reader.load_seconds.labels(result.path).observe(result.seconds)
+            self.metrics.reader.loaded_bytes.labels(result.path).inc(result.bytes)
             self.events.emit("load_done", path=result.path, source=result.source, worker_id=result.worker_id,
                              bytes=result.bytes, seconds=round(result.seconds, 6), gbps=round(result.gbps, 3),
                              integrity=result.integrity, attempts=len(result.attempts))
@@ -372,7 +372,7 @@ class Reader:
             self.events.emit("load_failed", error=result.error)
 
     def _phase(self, phase: str, t0: float, outcome: str) -> None:
-        self.metrics.phase_seconds.labels(self.policy, phase, outcome).observe(time.perf_counter() - t0)
+        self.metrics.reader.phase_seconds.labels(self.policy, phase, outcome).observe(time.perf_counter() - t0)
 
     def close(self) -> None:
         if self.manager is not None:

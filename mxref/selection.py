@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,7 +42,10 @@ class RandomSelector:
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
 
-    def order(self, candidates, target):  # type: ignore[no-untyped-def]
+    def order(
+        self, candidates: Sequence[p2p_pb2.SourceInstanceRef], target: Target
+    ) -> list[p2p_pb2.SourceInstanceRef]:
+        del target  # random by design
         ordered = list(candidates)
         self._rng.shuffle(ordered)
         return ordered
@@ -64,11 +67,13 @@ class RendezvousHashSelector:
         )
         return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
-    def order(self, candidates, target):  # type: ignore[no-untyped-def]
+    def order(
+        self, candidates: Sequence[p2p_pb2.SourceInstanceRef], target: Target
+    ) -> list[p2p_pb2.SourceInstanceRef]:
         return sorted(candidates, key=lambda c: self.score(target, c), reverse=True)
 
 
-SELECTORS: dict[str, type] = {"random": RandomSelector, "rendezvous_hash": RendezvousHashSelector}
+SELECTORS: dict[str, Callable[[int | None], Selector]] = {"random": RandomSelector, "rendezvous_hash": RendezvousHashSelector}
 
 
 def get_selector(name: str | None, seed: int | None = None) -> Selector:
@@ -77,4 +82,4 @@ def get_selector(name: str | None, seed: int | None = None) -> Selector:
     if factory is None:
         logger.warning("unknown source selector %r (known: %s); using random", name, ", ".join(SELECTORS))
         factory = RandomSelector
-    return factory(seed)  # type: ignore[no-any-return]
+    return factory(seed)

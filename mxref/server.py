@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import signal
 import sys
@@ -35,25 +36,30 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from mxref import __version__, config
 from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
-from mxref.metrics import Metrics
+from mxref.metrics import ServerFamilies, ServerMetrics
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, StopSignals
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import endpoint, start_grpc_server
 
 logger = logging.getLogger("mxref.server")
 
+RequestT = TypeVar("RequestT")
+ResponseT = TypeVar("ResponseT")
+
 Clock = Callable[[], float]
 """Wall-clock seconds since the epoch (``time.time`` unless a test injects one)."""
 
-SourceStatus = p2p_pb2.SourceStatus.ValueType
+SourceStatus: TypeAlias = p2p_pb2.SourceStatus
+"""A ``SourceStatus`` enum value (protoc's ``.pyi`` types enum values as the enum class)."""
 UNKNOWN = p2p_pb2.SOURCE_STATUS_UNKNOWN
 INITIALIZING = p2p_pb2.SOURCE_STATUS_INITIALIZING
 READY = p2p_pb2.SOURCE_STATUS_READY
@@ -72,7 +78,8 @@ RUN_LOOP_TICK_S = 0.5
 def status_name(status: int) -> str:
     """``READY`` for ``SOURCE_STATUS_READY``; the number itself for a value outside the enum."""
     try:
-        return p2p_pb2.SourceStatus.Name(status).removeprefix("SOURCE_STATUS_")  # type: ignore[arg-type]
+        name: str = p2p_pb2.SourceStatus.Name(status)
+        return name.removeprefix("SOURCE_STATUS_")
     except ValueError:
         return str(status)
 
@@ -377,14 +384,12 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
 class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     """``P2pService`` over a ``Store`` (whose listener reports the changes)."""
 
-    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: Metrics | None = None) -> None:
+    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
         self._store = store
         self._timers = timers
-        self._metrics = metrics if metrics is not None else Metrics("server")
+        self._metrics = metrics if metrics is not None else ServerFamilies(CollectorRegistry())
         for status in ALL_STATUSES:
-            self._metrics.sources.labels(status_name(status)).set_function(
-                lambda status=status: store.count(status)
-            )
+            self._metrics.sources.labels(status_name(status)).set_function(functools.partial(store.count, status))
 
     def PublishMetadata(
         self, request: p2p_pb2.PublishMetadataRequest, context: grpc.ServicerContext
@@ -409,10 +414,10 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def _serve(
         self,
         method: str,
-        handler: Callable[[Any], tuple[Any, Outcome]],
-        request: Any,
+        handler: Callable[[RequestT], tuple[ResponseT, Outcome]],
+        request: RequestT,
         context: grpc.ServicerContext,
-    ) -> Any:
+    ) -> ResponseT:
         """Run one handler: time it, count its outcome, turn an exception into INTERNAL."""
         started = time.perf_counter()
         try:
@@ -421,6 +426,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             logger.exception("%s failed", method)
             self._count(method, Outcome.ERROR, started)
             context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error: {type(exc).__name__}: {exc}")
+            raise  # not reached: abort() raises
         self._count(method, outcome, started)
         return response
 
@@ -458,14 +464,14 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return p2p_pb2.ListSourcesResponse(instances=[r.instance_ref() for r in chosen]), Outcome.OK
 
     def _get(self, request: p2p_pb2.GetMetadataRequest) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
-        ids = {"mx_source_id": request.mx_source_id, "worker_id": request.worker_id}
-        if not request.mx_source_id or not request.worker_id:
-            return p2p_pb2.GetMetadataResponse(found=False, **ids), Outcome.REJECTED
-        record = self._store.get(request.mx_source_id, request.worker_id)
+        sid, wid = request.mx_source_id, request.worker_id
+        if not sid or not wid:
+            return p2p_pb2.GetMetadataResponse(found=False, mx_source_id=sid, worker_id=wid), Outcome.REJECTED
+        record = self._store.get(sid, wid)
         if record is None:
-            return p2p_pb2.GetMetadataResponse(found=False, **ids), Outcome.REJECTED
+            return p2p_pb2.GetMetadataResponse(found=False, mx_source_id=sid, worker_id=wid), Outcome.REJECTED
         response = p2p_pb2.GetMetadataResponse(
-            found=True, worker=record.worker_metadata(), identity=record.identity, **ids
+            found=True, worker=record.worker_metadata(), identity=record.identity, mx_source_id=sid, worker_id=wid
         )
         return response, Outcome.OK
 
@@ -506,7 +512,7 @@ class Reaper:
     and the next one runs as usual. Events come from the store's listener.
     """
 
-    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: Metrics | None = None) -> None:
+    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
         self._store = store
         self._timers = timers
         self._metrics = metrics
@@ -598,10 +604,10 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
 
     timers = config.ServerTimers.resolve(args.heartbeat_timeout, args.reaper_interval, args.gc_timeout)
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
-    metrics = Metrics("server")
+    metrics = ServerMetrics()
     store = Store(listener=EventJournal(events))
-    servicer = P2pServicer(store, timers, metrics=metrics)
-    reaper = Reaper(store, timers, metrics=metrics)
+    servicer = P2pServicer(store, timers, metrics=metrics.server)
+    reaper = Reaper(store, timers, metrics=metrics.server)
     code, error = EXIT_OK, ""
     with StopSignals(stop) as signals:
         try:
@@ -627,6 +633,7 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
                     emit("signal", signum=signals.received, name=signal.Signals(signals.received).name)
         finally:
             reaper.stop()
+            metrics.close()
             stopped = server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S + 3.0)
             emit("shutdown_step", step="stop_server", ok=stopped, detail=f"grace {SHUTDOWN_GRACE_S:g}s")
     emit("exit", code=code, **({"error": error} if error else {}))

@@ -23,12 +23,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from mxref import __version__, config
 from mxref.client import MxClient
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import SourceFamilies
 from mxref.model import Arena
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager
 from mxref.v1 import p2p_pb2
@@ -70,19 +71,32 @@ def tensor_descriptors(arena: Arena, checksums: list[str], device_id: int = 0) -
     ]
 
 
+class ControlPlane(Protocol):
+    """What a ``Publisher`` needs of the metadata server (``MxClient`` is one)."""
+
+    def publish_metadata(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
+    ) -> p2p_pb2.PublishMetadataResponse: ...
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus,
+        timeout_s: float | None = None,
+    ) -> p2p_pb2.UpdateStatusResponse: ...
+
+
 class Publisher(threading.Thread):
     """Publishes one worker and keeps its status honest (see module docstring)."""
 
     def __init__(
         self,
-        client: MxClient,
+        client: ControlPlane,
         identity: p2p_pb2.SourceIdentity,
         worker: p2p_pb2.WorkerMetadata,
         worker_id: str,
         is_healthy: Callable[[], bool],
         interval_s: float,
         events: EventLog,
-        metrics: Metrics,
+        metrics: SourceFamilies,
         on_published: Callable[[str], None] = lambda sid: None,
     ) -> None:
         super().__init__(name=f"mx-publisher-{worker.worker_rank}", daemon=True)
@@ -161,7 +175,7 @@ class Publisher(threading.Thread):
             return True
         return False
 
-    def _send(self, status: int, reason: str, timeout_s: float | None = None) -> bool:
+    def _send(self, status: p2p_pb2.SourceStatus, reason: str, timeout_s: float | None = None) -> bool:
         assert self.mx_source_id is not None
         name = STATUS_NAMES[status]
         try:
@@ -214,7 +228,7 @@ class SourceService:
         options: ServeOptions,
         accelerator: str,
         events: EventLog,
-        metrics: Metrics,
+        metrics: SourceFamilies,
     ) -> None:
         self.manager = manager
         self.options = options
@@ -265,7 +279,7 @@ class SourceService:
             try:
                 detail = action()
                 self.events.emit("shutdown_step", step=step, ok=True, detail=detail)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every teardown step runs; each failure is reported
                 self.events.emit("shutdown_step", step=step, ok=False, detail=str(exc))
         self.manager.shutdown()
         self.client.close()

@@ -31,7 +31,7 @@ import grpc
 
 from mxref import config
 from mxref.errors import LocalError
-from mxref.metrics import Metrics
+from mxref.metrics import SourceFamilies
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 logger = logging.getLogger("mxref.worker_server")
@@ -139,7 +139,7 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
         manifest: WorkerManifest | ManifestProvider,
         *,
         draining: threading.Event | None = None,
-        metrics: Metrics | None = None,
+        metrics: SourceFamilies | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._provider: ManifestProvider = _fixed(manifest) if isinstance(manifest, WorkerManifest) else manifest
@@ -226,7 +226,7 @@ def bind(server: grpc.Server, host: str, port: int, *, what: str) -> int:
     """Add an insecure port; ``LocalError`` naming the address when it cannot be bound."""
     address = endpoint(host, port)
     try:
-        bound = server.add_insecure_port(address)
+        bound: int = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise LocalError(f"{what}: cannot bind {address}: {exc}") from exc
     if bound == 0:

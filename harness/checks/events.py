@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from pydantic import Field, model_validator
@@ -32,7 +33,7 @@ def ordering(p: OrderingParams, h: History, run: RunFacts) -> CheckResult:
     missing = [label for label, t in times if t is None]
     if missing:
         return CheckResult(False, "never happened: " + ", ".join(missing), details)
-    for (a, ta), (b, tb) in zip(times, times[1:], strict=False):
+    for (a, ta), (b, tb) in itertools.pairwise(times):
         assert ta is not None and tb is not None
         if tb < ta or (p.strict and tb == ta):
             return CheckResult(False, f"{b} ({tb:.3f}s) is not after {a} ({ta:.3f}s)", details)

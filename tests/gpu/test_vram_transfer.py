@@ -18,8 +18,12 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # imported at run time only after the UCX environment is set
+    from mxref.nixl_transfer import NixlTransferManager
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines
@@ -54,7 +58,7 @@ def _profile_env(transport: str) -> dict[str, str]:
     return env
 
 
-def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Popen[str], dict]:
+def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     from mxref.process import free_port, read_json_line
 
     env = _profile_env(transport)
@@ -71,7 +75,7 @@ def _start_peer(transport: str, tensors: int, mib: int) -> tuple[subprocess.Pope
         raise
 
 
-def _reader(transport: str, info: dict):  # type: ignore[no-untyped-def]
+def _reader(transport: str, info: dict[str, Any]) -> tuple[NixlTransferManager, Any, list[SimpleNamespace]]:
     env = _profile_env(transport)
     os.environ.clear()
     os.environ.update(env)

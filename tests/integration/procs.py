@@ -79,7 +79,8 @@ class Proc:
         """The reader's ``{"result": ...}`` line from stdout."""
         for line in reversed(self.stdout().splitlines()):
             if line.startswith('{"result"'):
-                return json.loads(line)["result"]
+                result: dict[str, Any] = json.loads(line)["result"]
+                return result
         raise ClusterError(f"{self.name} printed no result line\n--- stdout\n{self.stdout()}\n--- log\n{self.tail()}")
 
     def tail(self, lines: int = 40) -> str:

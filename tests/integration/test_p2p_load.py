@@ -18,11 +18,13 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from procs import Cluster, Proc
 
 from mxref.client import MxClient
+from mxref.metrics import ReaderMetrics, SourceMetrics
 from mxref.model import ModelSpec, generate, save_checkpoint
 from mxref.v1 import p2p_pb2
 
@@ -75,7 +77,7 @@ def first_tried(cluster: Cluster, reader: Proc, sources: list[Proc]) -> tuple[Pr
     return victim, other
 
 
-def assert_loaded_from(cluster: Cluster, reader: Proc, source: Proc) -> dict:
+def assert_loaded_from(cluster: Cluster, reader: Proc, source: Proc) -> dict[str, Any]:
     rc = cluster.wait_exit(reader, READER_TIMEOUT_S)
     assert rc == 0, cluster.report()
     result = reader.result()
@@ -264,6 +266,7 @@ def test_g_metrics_of_a_reader_that_became_a_source(cluster: Cluster) -> None:
     cluster.wait_event(rd1, "load_done", timeout=READER_TIMEOUT_S)
     cluster.wait_ready(rd1)
     families = cluster.scrape(rd1)
+    assert set(families) == ReaderMetrics(serve_after_load=True).family_names()
     s = Cluster.sample
     assert s(families, "mx_p2p_source_attempts_total", result="success") == 1
     assert s(families, "mx_p2p_source_attempts_total", result="transfer_retry") in (None, 0)
@@ -274,6 +277,7 @@ def test_g_metrics_of_a_reader_that_became_a_source(cluster: Cluster) -> None:
     assert rd1.info["worker_id"] in ready_worker_ids(cluster)
 
     src_families = cluster.scrape(src)
+    assert set(src_families) == SourceMetrics().family_names()
     assert s(src_families, "mxref_source_manifest_requests_total", result="ok") == 1
     assert s(src_families, "mxref_registered_bytes") == MODEL_BYTES
     assert (s(src_families, "mxref_source_heartbeats_total", status="READY", result="ok") or 0) >= 1

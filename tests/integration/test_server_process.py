@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mxref.client import MxClient
+from mxref.metrics import ReaderMetrics, ServerMetrics
 from mxref.process import EXIT_STARTUP_FAILED
 from mxref.v1 import p2p_pb2
 
@@ -109,6 +110,19 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_server_metrics_are_the_server_families_only(launch: Callable[..., ServerProcess]) -> None:
+    server = launch("--port", "0", "--metrics-port", "0")
+    port = server.listening("metrics")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    served = {family.name for family in text_string_to_metric_families(text)}
+    assert served == ServerMetrics().family_names()
+    reader_and_source = ReaderMetrics(serve_after_load=True).family_names() - {"mx_build_info"}
+    assert served & reader_and_source == set()
+    assert "mxref_data_plane_healthy" not in served
+    assert not [name for name in served if name.endswith("_created")]
 
 
 def test_reaper_demotes_then_deletes_a_silent_worker_and_sigterm_exits_0(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ class ChunkAgent:
         self.released.append(handle)
 
 
-def manager(agent: ChunkAgent, tensors: int = 4, size: int = 8 * MIB) -> tuple[NixlTransferManager, list]:
+def manager(agent: ChunkAgent, tensors: int = 4, size: int = 8 * MIB) -> tuple[NixlTransferManager, list[Any]]:
     mgr = NixlTransferManager("rd", 0)
     mgr._agent = agent
     mgr._metadata = b"md"
@@ -129,6 +130,6 @@ def test_a_later_success_clears_a_stall() -> None:
 
 
 @pytest.mark.parametrize("bad", [dict(chunk_bytes=0), dict(window=0), dict(floor_bps=0), dict(slack_s=-1)])
-def test_a_nonsensical_policy_is_refused(bad: dict) -> None:
+def test_a_nonsensical_policy_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ChunkPolicy(**bad)

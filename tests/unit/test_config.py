@@ -96,5 +96,5 @@ def test_the_manager_uses_the_configured_budget_when_given_none(monkeypatch: pyt
     with pytest.raises(TimeoutError):
         mgr.await_read_batches([posted], timeout_seconds=None)
     monkeypatch.setenv("MX_TRANSFER_TIMEOUT", "0")
-    assert nt.config.transfer_timeout_seconds() == 300.0
+    assert config.transfer_timeout_seconds() == 300.0
     assert seen == [0.02]

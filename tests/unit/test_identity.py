@@ -24,7 +24,7 @@ def base_identity(**changes: object) -> p2p_pb2.SourceIdentity:
     )
     for name, value in changes.items():
         if name == "extra_parameters":
-            identity.extra_parameters.update(value)  # type: ignore[arg-type]
+            identity.extra_parameters.update(value)
         else:
             setattr(identity, name, value)
     return identity

@@ -17,7 +17,7 @@ import pytest
 import mxref.nixl_transfer as nt
 from mxref.errors import HandshakeTimeout, TransferFailed, TransferTimeout
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import ReaderMetrics
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager, PostedRead
 
 
@@ -166,8 +166,8 @@ class TestPeerTracking:
         assert agent.fetches["src-1"] == 3  # at 0, 1 and 2 s
 
     def test_peer_gauge_follows_the_inventory(self) -> None:
-        metrics = Metrics("reader")
-        mgr = manager(metrics=metrics)
+        metrics = ReaderMetrics()
+        mgr = manager(metrics=metrics.nixl)
         mgr.fetch_remote_and_wait("a", "127.0.0.1", 1, timeout_seconds=1)
         mgr.add_remote_agent(b"x")
         assert metrics.registry.get_sample_value("mxref_nixl_remote_agents") == 2
@@ -355,10 +355,10 @@ class TestHealth:
         assert mgr.is_healthy() and mgr.data_plane_error is None
 
     def test_health_transitions_are_published(self, tmp_path: Path) -> None:
-        metrics = Metrics("reader")
+        metrics = ReaderMetrics()
         path = tmp_path / "ev.jsonl"
         agent = ScriptedAgent(states=[NIXL_DISCONNECT])
-        mgr = manager(agent, metrics=metrics, events=EventLog(path, "rd", "reader"))
+        mgr = manager(agent, metrics=metrics.nixl, events=EventLog(path, "rd", "reader"))
         with pytest.raises(TransferFailed):
             mgr._wait_for_xfer("h", 1.0, "READ")
         assert metrics.registry.get_sample_value("mxref_data_plane_healthy") == 0
@@ -389,13 +389,13 @@ class TestReceive:
         assert "at post" in (mgr.data_plane_error or "")
         assert ("release_xfer", "h") in agent.log
 
-    def test_a_raise_at_init_sets_health(self) -> None:
+    def test_a_raise_at_init_sets_health(self, monkeypatch: pytest.MonkeyPatch) -> None:
         agent = ScriptedAgent()
 
-        def init(*a: Any) -> None:
+        def init(op: str, local: Any, remote: Any, name: str) -> str:
             raise RuntimeError("nixlNotFoundError")
 
-        agent.initialize_xfer = init  # type: ignore[method-assign]
+        monkeypatch.setattr(agent, "initialize_xfer", init)
         mgr = self._mgr(agent)
         with pytest.raises(TransferFailed):
             mgr.receive_from_source(b"", self._remote(), 1.0, remote_agent_name="src")

@@ -29,7 +29,7 @@ def test_a_silent_child_times_out_at_the_deadline() -> None:
     p = child("import time; time.sleep(10)")
     try:
         t0 = time.monotonic()
-        with pytest.raises(TimeoutError, match="no JSON line within 0.3s"):
+        with pytest.raises(TimeoutError, match=r"no JSON line within 0\.3s"):
             read_json_line(p.stdout, 0.3, "child")
         assert time.monotonic() - t0 < 2
     finally:

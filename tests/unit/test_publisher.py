@@ -17,7 +17,7 @@ import pytest
 from mxref import source as source_mod
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
-from mxref.metrics import Metrics
+from mxref.metrics import SourceMetrics
 from mxref.source import Publisher
 from mxref.v1 import p2p_pb2
 
@@ -26,19 +26,24 @@ READY, STALE = p2p_pb2.SOURCE_STATUS_READY, p2p_pb2.SOURCE_STATUS_STALE
 
 class FakeClient:
     def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
+        self.calls: list[tuple[str, str]] = []
         self.publish_errors: list[Exception] = []
         self.status_errors: list[Exception] = []
         self.reject_status = 0
         self.block: threading.Event | None = None
 
-    def publish_metadata(self, identity, worker, worker_id):  # type: ignore[no-untyped-def]
+    def publish_metadata(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
+    ) -> p2p_pb2.PublishMetadataResponse:
         self.calls.append(("publish", worker_id))
         if self.publish_errors:
             raise self.publish_errors.pop(0)
         return p2p_pb2.PublishMetadataResponse(success=True, mx_source_id="sid", worker_id=worker_id)
 
-    def update_status(self, mx_source_id, worker_id, worker_rank, status, timeout_s=None):  # type: ignore[no-untyped-def]
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus,
+        timeout_s: float | None = None,
+    ) -> p2p_pb2.UpdateStatusResponse:
         if self.block is not None:
             self.block.wait(5)
         self.calls.append(("status", p2p_pb2.SourceStatus.Name(status)))
@@ -60,15 +65,21 @@ def health() -> dict[str, bool]:
 
 
 @pytest.fixture
-def pub(health: dict[str, bool], monkeypatch: pytest.MonkeyPatch) -> Publisher:
+def client() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def pub(client: FakeClient, health: dict[str, bool], monkeypatch: pytest.MonkeyPatch) -> Publisher:
     monkeypatch.setattr(source_mod, "PUBLISH_BACKOFF_S", (0.0, 0.0))
     worker = p2p_pb2.WorkerMetadata(worker_rank=0, agent_name="a")
-    return Publisher(FakeClient(), p2p_pb2.SourceIdentity(model_name="m"), worker, "w1", lambda: health["ok"],
-                     interval_s=60, events=EventLog(None, "src", "source"), metrics=Metrics("source"))
+    return Publisher(client, p2p_pb2.SourceIdentity(model_name="m"), worker, "w1", lambda: health["ok"],
+                     interval_s=60, events=EventLog(None, "src", "source"), metrics=SourceMetrics().source)
 
 
-def statuses(pub: Publisher) -> list[object]:
-    return [c for c in pub.client.calls]  # type: ignore[attr-defined]
+def statuses(pub: Publisher) -> list[tuple[str, str]]:
+    assert isinstance(pub.client, FakeClient)
+    return list(pub.client.calls)
 
 
 def test_first_tick_publishes_then_goes_ready(pub: Publisher) -> None:
@@ -77,8 +88,8 @@ def test_first_tick_publishes_then_goes_ready(pub: Publisher) -> None:
     assert pub.status == READY and pub.mx_source_id == "sid"
 
 
-def test_publish_retries_unavailable_twice_then_gives_up_until_the_next_tick(pub: Publisher) -> None:
-    pub.client.publish_errors = [unavailable(), unavailable(), unavailable()]  # type: ignore[attr-defined]
+def test_publish_retries_unavailable_twice_then_gives_up_until_the_next_tick(pub: Publisher, client: FakeClient) -> None:
+    client.publish_errors = [unavailable(), unavailable(), unavailable()]
     pub.tick()
     assert [c[0] for c in statuses(pub)] == ["publish"] * 3
     assert pub.mx_source_id is None
@@ -95,10 +106,10 @@ def test_unhealthy_after_ready_sends_stale_once(pub: Publisher, health: dict[str
     assert [c for c in statuses(pub) if c == ("status", "SOURCE_STATUS_STALE")] == [("status", "SOURCE_STATUS_STALE")]
 
 
-def test_a_failed_demotion_is_retried_on_the_next_tick(pub: Publisher, health: dict[str, bool]) -> None:
+def test_a_failed_demotion_is_retried_on_the_next_tick(pub: Publisher, client: FakeClient, health: dict[str, bool]) -> None:
     pub.tick()
     health["ok"] = False
-    pub.client.status_errors = [unavailable()]  # type: ignore[attr-defined]
+    client.status_errors = [unavailable()]
     pub.tick()
     assert pub.status == READY
     pub.tick()
@@ -122,9 +133,9 @@ def test_a_worker_that_never_went_ready_is_never_demoted(pub: Publisher, health:
     assert statuses(pub) == [("publish", "w1")]
 
 
-def test_two_rejected_heartbeats_publish_again(pub: Publisher) -> None:
+def test_two_rejected_heartbeats_publish_again(pub: Publisher, client: FakeClient) -> None:
     pub.tick()
-    pub.client.reject_status = 2  # type: ignore[attr-defined]
+    client.reject_status = 2
     pub.tick()
     assert pub.mx_source_id == "sid"  # one rejection is not enough
     pub.tick()
@@ -134,10 +145,10 @@ def test_two_rejected_heartbeats_publish_again(pub: Publisher) -> None:
     assert pub.status == READY
 
 
-def test_mark_stale_is_bounded_while_a_heartbeat_is_stuck(pub: Publisher) -> None:
+def test_mark_stale_is_bounded_while_a_heartbeat_is_stuck(pub: Publisher, client: FakeClient) -> None:
     pub.tick()
     gate = threading.Event()
-    pub.client.block = gate  # type: ignore[attr-defined]
+    client.block = gate
     stuck = threading.Thread(target=pub.tick, daemon=True)
     stuck.start()
     time.sleep(0.1)  # the tick now holds the publisher's lock inside update_status

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,11 @@ import pytest
 import mxref.reader as reader_mod
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
-from mxref.metrics import Metrics
-from mxref.model import ModelSpec, generate, save_checkpoint
+from mxref.metrics import ReaderMetrics
+from mxref.model import Arena, ModelSpec, generate, save_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.reader import Reader, ReaderOptions
+from mxref.selection import Target
 from mxref.source import identity_for
 from mxref.v1 import p2p_pb2
 
@@ -285,12 +287,12 @@ def checkpoint(tmp_path: Path) -> Path:
 class Harness:
     def __init__(self, tmp_path: Path) -> None:
         self.events_path = tmp_path / "reader.jsonl"
-        self.metrics = Metrics("reader")
+        self.metrics = ReaderMetrics()
         self.reader: Reader | None = None
 
     def make(self, **options: Any) -> Reader:
-        opts = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05, name="rd",
-                    selector="rendezvous_hash")
+        opts: dict[str, Any] = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05,
+                                    name="rd", selector="rendezvous_hash")
         opts.update(options)
         self.reader = Reader(ReaderOptions(**opts), SPEC.tensor_specs(), identity_for(SPEC.name, SPEC.dtype),
                              EventLog(self.events_path, "rd", "reader"), self.metrics)
@@ -326,9 +328,28 @@ def tried(h: Harness) -> list[str]:
     return [e["worker_id"] for e in h.events("attempt_start")]
 
 
+def loaded_arena(h: Harness) -> Arena:
+    """The arena of the harness's last reader, which must have loaded."""
+    assert h.reader is not None and h.reader.arena is not None
+    return h.reader.arena
+
+
+class FixedOrder:
+    """A selector that tries the candidates in a given order of worker ids."""
+
+    name = "fixed"
+
+    def __init__(self, worker_ids: list[str]) -> None:
+        self.worker_ids = worker_ids
+
+    def order(self, candidates: Sequence[p2p_pb2.SourceInstanceRef], target: Target) -> list[p2p_pb2.SourceInstanceRef]:
+        return sorted(candidates, key=lambda c: self.worker_ids.index(c.worker_id))
+
+
 def order_for(h: Harness) -> list[str]:
     """The order the reader's selector put the eligible sources in (read from its event)."""
-    return h.events("candidates")[0]["order"]
+    order: list[str] = h.events("candidates")[0]["order"]
+    return order
 
 
 # ----------------------------------------------------------------------------- candidates
@@ -345,7 +366,7 @@ class TestCandidates:
         assert h.events("integrity")[-1]["ok"] is True
         assert h.events("load_done")[0]["path"] == "rdma"
         # the bytes really are the source's
-        arena = h.reader.arena
+        arena = loaded_arena(h)
         assert [arena.raw(i).tobytes() for i in range(len(arena.specs))] == SOURCE_BYTES
 
     def test_rank_and_accelerator_filters_run_before_the_selector_and_the_cap(self, world: World, h: Harness) -> None:
@@ -589,11 +610,11 @@ class TestHealthCarryOver:
         for w in ("a", "b", "c"):
             world.add(w)
         reader = h.make()
-        first, second, third = order_for_selector(reader, world)
+        first, second, _third = order_for_selector(reader, world)
         world.by_worker(first).behaviour = DISCONNECT
         world.by_worker(second).metadata = "not_found"
         reader.load()
-        m1, m3 = world.managers
+        _m1, m3 = world.managers
         assert "REMOTE_DISCONNECT" in (m3.initial_error or "")
         assert m3.is_healthy()
 
@@ -605,7 +626,7 @@ class TestHealthCarryOver:
         world.by_worker(first).behaviour = STALL
         world.by_worker(second).behaviour = NO_HANDSHAKE
         reader.load()
-        m1, m2, m3 = world.managers
+        _m1, m2, m3 = world.managers
         assert "timed out" in (m2.initial_error or "")
         assert m3.initial_error == m2.initial_error, "a handshake proves nothing about the data plane"
 
@@ -621,7 +642,7 @@ class TestFallback:
         assert h.events("fallback")[0]["reason"] == "no source available"
         assert h.sample("mxref_fallbacks_total", reason="no_source_available") == 1
         assert h.sample("mxref_loads_total", path="disk", integrity="verified") == 1
-        arena = h.reader.arena
+        arena = loaded_arena(h)
         assert [arena.raw(i).tobytes() for i in range(len(arena.specs))] == SOURCE_BYTES
 
     def test_listing_failure_falls_back(self, world: World, h: Harness, checkpoint: Path) -> None:
@@ -689,8 +710,7 @@ class TestMetricsFunnel:
         world.add("bad", behaviour=DISCONNECT)
         world.add("good")
         reader = h.make()
-        fixed = ["miss", "bad", "good"]
-        reader.selector.order = lambda cands, target: sorted(cands, key=lambda c: fixed.index(c.worker_id))  # type: ignore[method-assign]
+        reader.selector = FixedOrder(["miss", "bad", "good"])
         result = reader.load()
         p = reader.policy
         for stage, n in (("listed", 5), ("rank_matched", 4), ("accelerator_matched", 3)):
@@ -703,7 +723,7 @@ class TestMetricsFunnel:
         assert h.sample("mx_p2p_source_selections_total", policy=p) == 2  # transfers started
         assert h.sample("mx_p2p_transfer_seconds_count", policy=p, outcome="success") == 1
         assert h.sample("mxref_loads_total", path="rdma", integrity="verified") == 1
-        assert h.sample("mxref_bytes_loaded_total", path="rdma") == SPEC.total_bytes
+        assert h.sample("mxref_loaded_bytes_total", path="rdma") == SPEC.total_bytes
 
 
 # ----------------------------------------------------------------------------- metadata-server RPC deadline

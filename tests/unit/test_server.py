@@ -12,10 +12,10 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -26,7 +26,7 @@ from mxref.config import ServerTimers
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.identity import mx_source_id
-from mxref.metrics import Metrics
+from mxref.metrics import ServerMetrics
 from mxref.server import (
     EventJournal,
     P2pServicer,
@@ -41,6 +41,8 @@ from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 T0 = 1_800_000_000.0  # a fixed wall-clock instant, seconds
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)
 READY = p2p_pb2.SOURCE_STATUS_READY
+# The generated stub carries no annotations.
+P2P_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.P2pServiceStub
 STALE = p2p_pb2.SOURCE_STATUS_STALE
 INITIALIZING = p2p_pb2.SOURCE_STATUS_INITIALIZING
 
@@ -62,7 +64,7 @@ class ManualClock:
 class Stack:
     clock: ManualClock
     store: Store
-    metrics: Metrics
+    metrics: ServerMetrics
     events_path: Path
     servicer: P2pServicer
     reaper: Reaper
@@ -72,7 +74,7 @@ class Stack:
     def raw_publish(self, request: p2p_pb2.PublishMetadataRequest) -> p2p_pb2.PublishMetadataResponse:
         """Send a request MxClient's typed signature would not let us build."""
         with grpc.insecure_channel(self.address) as channel:
-            response: p2p_pb2.PublishMetadataResponse = p2p_pb2_grpc.P2pServiceStub(channel).PublishMetadata(
+            response: p2p_pb2.PublishMetadataResponse = P2P_STUB(channel).PublishMetadata(
                 request, timeout=5
             )
         return response
@@ -89,7 +91,12 @@ def identity(model: str = "acme/model-a", tp: int = 1) -> p2p_pb2.SourceIdentity
     )
 
 
-def worker(rank: int = 0, status: int = p2p_pb2.SOURCE_STATUS_UNKNOWN) -> p2p_pb2.WorkerMetadata:
+def out_of_enum(value: int) -> p2p_pb2.SourceStatus:
+    """A status number outside the enum, as a peer may send it (proto3 enums are open)."""
+    return cast("p2p_pb2.SourceStatus", value)
+
+
+def worker(rank: int = 0, status: p2p_pb2.SourceStatus = p2p_pb2.SOURCE_STATUS_UNKNOWN) -> p2p_pb2.WorkerMetadata:
     return p2p_pb2.WorkerMetadata(
         worker_rank=rank,
         status=status,
@@ -106,9 +113,9 @@ def make_stack(tmp_path: Path, store: Store | None = None, clock: ManualClock | 
     events = EventLog(events_path, "server", "server")
     if store is None:  # not `or`: an empty Store is falsy
         store = Store(clock, listener=EventJournal(events))
-    metrics = Metrics("server")
-    servicer = P2pServicer(store, TIMERS, metrics=metrics)
-    reaper = Reaper(store, TIMERS, metrics=metrics)
+    metrics = ServerMetrics()
+    servicer = P2pServicer(store, TIMERS, metrics=metrics.server)
+    reaper = Reaper(store, TIMERS, metrics=metrics.server)
     server, port = start_metadata_server(servicer, "127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
     client = MxClient(address, timeout_s=5)
@@ -125,17 +132,21 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     yield from make_stack(tmp_path)
 
 
-def publish(stack: Stack, worker_id: str, *, model: str = "acme/model-a", rank: int = 0, status: int = 0) -> str:
+def publish(stack: Stack, worker_id: str, *, model: str = "acme/model-a", rank: int = 0,
+            status: p2p_pb2.SourceStatus = p2p_pb2.SOURCE_STATUS_UNKNOWN) -> str:
     response = stack.client.publish_metadata(identity(model), worker(rank, status), worker_id)
     assert response.success, response.message
     return response.mx_source_id
 
 
-def scrape(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Serve ``metrics`` on a loopback port and read /metrics over HTTP."""
     port = metrics.serve(0)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        metrics.close()
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -154,7 +165,7 @@ def scrape(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
         ({"identity": identity(model="  "), "worker": worker(), "worker_id": "w1"}, "identity.model_name is empty"),
         ({"identity": identity(), "worker": worker(), "worker_id": ""}, "worker_id is empty"),
         ({"identity": identity(), "worker_id": "w1"}, "worker is missing"),
-        ({"identity": identity(), "worker": worker(status=7), "worker_id": "w1"}, "worker.status 7 is not a SourceStatus"),
+        ({"identity": identity(), "worker": worker(status=out_of_enum(7)), "worker_id": "w1"}, "worker.status 7 is not a SourceStatus"),
     ],
     ids=["no-identity", "empty-model", "blank-model", "empty-worker-id", "no-worker", "bad-status"],
 )
@@ -325,12 +336,12 @@ def test_get_metadata_returns_stale_records(stack: Stack) -> None:
         (True, "w1", 1, READY, "worker_rank 1 does not match the rank 0"),
         (True, "", 0, READY, "mx_source_id and worker_id are both required"),
         (True, "w1", 0, p2p_pb2.SOURCE_STATUS_UNKNOWN, "status UNKNOWN cannot be reported"),
-        (True, "w1", 0, 9, "status 9 cannot be reported"),
+        (True, "w1", 0, out_of_enum(9), "status 9 cannot be reported"),
     ],
     ids=["unknown-source", "unknown-worker", "wrong-rank", "no-worker-id", "unknown-status", "out-of-enum"],
 )
 def test_update_status_rejections(
-    stack: Stack, sid_known: bool, wid: str, rank: int, status: int, expected: str
+    stack: Stack, sid_known: bool, wid: str, rank: int, status: p2p_pb2.SourceStatus, expected: str
 ) -> None:
     sid = publish(stack, "w1")
     response = stack.client.update_status(sid if sid_known else "0000000000000000", wid, rank, status)

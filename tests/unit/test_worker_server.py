@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
@@ -18,7 +17,7 @@ from mxref import config
 from mxref.client import fetch_tensor_manifest
 from mxref.config import ServerTimers
 from mxref.errors import LocalError, ManifestError, SourceError, WorkerIdMismatch
-from mxref.metrics import Metrics
+from mxref.metrics import SourceMetrics
 from mxref.server import P2pServicer, Store, start_metadata_server
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import (
@@ -26,6 +25,7 @@ from mxref.worker_server import (
     WorkerManifest,
     WorkerServicer,
     check_request,
+    start_grpc_server,
     start_worker_server,
 )
 
@@ -45,13 +45,13 @@ MANIFEST = WorkerManifest(
 
 
 @pytest.fixture
-def metrics() -> Metrics:
-    return Metrics("source")
+def metrics() -> SourceMetrics:
+    return SourceMetrics()
 
 
 @pytest.fixture
-def servicer(metrics: Metrics) -> WorkerServicer:
-    return WorkerServicer(MANIFEST, metrics=metrics)
+def servicer(metrics: SourceMetrics) -> WorkerServicer:
+    return WorkerServicer(MANIFEST, metrics=metrics.source)
 
 
 @pytest.fixture
@@ -69,11 +69,11 @@ def refusal(endpoint: str, sid: str = SID, worker_id: str = "w-new") -> Manifest
     return caught.value
 
 
-def count(metrics: Metrics, result: str) -> float:
+def count(metrics: SourceMetrics, result: str) -> float:
     return metrics.registry.get_sample_value("mxref_source_manifest_requests_total", {"result": result}) or 0.0
 
 
-def test_before_publish_every_request_is_failed_precondition(endpoint: str, metrics: Metrics) -> None:
+def test_before_publish_every_request_is_failed_precondition(endpoint: str, metrics: SourceMetrics) -> None:
     error = refusal(endpoint)
     assert error.code == grpc.StatusCode.FAILED_PRECONDITION
     assert not isinstance(error, WorkerIdMismatch)
@@ -81,7 +81,7 @@ def test_before_publish_every_request_is_failed_precondition(endpoint: str, metr
     assert count(metrics, "not_published") == 1
 
 
-def test_published_worker_serves_its_manifest(endpoint: str, servicer: WorkerServicer, metrics: Metrics) -> None:
+def test_published_worker_serves_its_manifest(endpoint: str, servicer: WorkerServicer, metrics: SourceMetrics) -> None:
     servicer.set_manifest(MANIFEST.published_as(SID))
     response = fetch_tensor_manifest(endpoint, SID, "w-new", timeout_s=5)
     assert [t.name for t in response.tensors] == ["w.0", "w.1"]
@@ -109,7 +109,7 @@ def test_other_source_id_is_failed_precondition(endpoint: str, servicer: WorkerS
     assert "'fedcba9876543210' is not served here" in str(error)
 
 
-def test_reused_endpoint_raises_worker_id_mismatch(endpoint: str, servicer: WorkerServicer, metrics: Metrics) -> None:
+def test_reused_endpoint_raises_worker_id_mismatch(endpoint: str, servicer: WorkerServicer, metrics: SourceMetrics) -> None:
     """The reader listed the old worker; a new process now owns its address (ModelExpress #502)."""
     servicer.set_manifest(MANIFEST.published_as(SID))
     error = refusal(endpoint, worker_id="w-old")
@@ -121,7 +121,7 @@ def test_reused_endpoint_raises_worker_id_mismatch(endpoint: str, servicer: Work
     assert count(metrics, "worker_id_mismatch") == 1
 
 
-def test_draining_is_unavailable(endpoint: str, servicer: WorkerServicer, metrics: Metrics) -> None:
+def test_draining_is_unavailable(endpoint: str, servicer: WorkerServicer, metrics: SourceMetrics) -> None:
     servicer.set_manifest(MANIFEST.published_as(SID))
     servicer.drain()
     assert servicer.is_draining
@@ -143,11 +143,11 @@ def test_a_callable_provider_is_read_on_every_request() -> None:
         server.stop(0).wait(5)
 
 
-def test_a_failing_provider_is_internal_and_counted(metrics: Metrics) -> None:
+def test_a_failing_provider_is_internal_and_counted(metrics: SourceMetrics) -> None:
     def broken() -> WorkerManifest:
         raise RuntimeError("manifest unavailable")
 
-    server, port = start_worker_server(WorkerServicer(broken, metrics=metrics), "127.0.0.1", 0)
+    server, port = start_worker_server(WorkerServicer(broken, metrics=metrics.source), "127.0.0.1", 0)
     try:
         error = refusal(f"127.0.0.1:{port}")
         assert error.code == grpc.StatusCode.INTERNAL
@@ -172,10 +172,8 @@ class CarelessSource(p2p_pb2_grpc.WorkerServiceServicer):
 @pytest.fixture
 def careless() -> Iterator[tuple[CarelessSource, str]]:
     source = CarelessSource(MANIFEST.published_as(SID).to_response())
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    p2p_pb2_grpc.add_WorkerServiceServicer_to_server(source, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, port = start_grpc_server(p2p_pb2_grpc.add_WorkerServiceServicer_to_server, source, "127.0.0.1", 0,
+                                     threads=2, what="careless source")
     try:
         yield source, f"127.0.0.1:{port}"
     finally:
