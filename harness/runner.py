@@ -221,7 +221,7 @@ class Runner:
         self._abort_reason: str | None = None
         self._hang = False
         self._stacks: dict[str, str] = {}
-        self._active: dict[str, fault_registry.Fault] = {}
+        self._active: dict[str, tuple[fault_registry.AnyFault, Any]] = {}  # name -> (fault, its inject's token)
         self._timers: list[threading.Timer] = []
         self._fault_counter = 0
         self._quiet_until = 0.0
@@ -1125,11 +1125,12 @@ class Runner:
         name = spec.name or f"{spec.kind}-{self._fault_counter}"
         fault = fault_registry.make_fault(spec, name)
         base = {"fault": name, "kind": spec.kind, "target": getattr(spec, "target", None)}
-        if type(fault).healable:
-            self._active[name] = fault
         self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
         try:
-            value = fault.inject(_FaultCtx(self))
+            injected = fault.inject(_FaultCtx(self))  # completes, or undoes what it did and raises
+            if type(fault).healable:
+                with self._lock:
+                    self._active[name] = (fault, injected.token)
         except (_Abort, RunInterrupted) as exc:
             reason = "interrupted" if isinstance(exc, RunInterrupted) else "aborted"
             self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": reason})
@@ -1140,10 +1141,10 @@ class Runner:
         except StepFailed as exc:
             self.timeline.append("fail", "nemesis", "inject", {**base, "error": exc.reason})
             raise
-        except Exception as exc:  # noqa: BLE001 - unknown outcome: indeterminate, heal anyway
+        except Exception as exc:  # noqa: BLE001 - a bug of the fault: indeterminate (inject undid what it did)
             self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": f"{type(exc).__name__}: {exc}"})
             raise FaultError(f"fault {name} ({spec.kind}) raised {type(exc).__name__}: {exc}") from exc
-        self.timeline.append("ok", "nemesis", "inject", {**base, "healable": type(fault).healable, **(value or {})})
+        self.timeline.append("ok", "nemesis", "inject", {**base, "healable": type(fault).healable, **injected.record})
         if spec.duration and type(fault).healable:
             timer = threading.Timer(spec.duration, self._auto_heal, args=(name,))
             timer.daemon = True
@@ -1160,15 +1161,16 @@ class Runner:
 
     def _heal(self, name: str, reason: str = "step") -> None:
         with self._lock:
-            fault = self._active.get(name)
-        if fault is None:
+            active = self._active.get(name)
+        if active is None:
             self.timeline.append("info", "nemesis", "heal", {"fault": name, "reason": reason, "noop": True})
             return
+        fault, token = active
         base = {"fault": name, "kind": fault.kind, "reason": reason}
         budget = self.scenario.budgets.heal
         self.timeline.append("invoke", "nemesis", "heal", base)
         try:
-            value = self._bounded_heal(fault, budget) or {}
+            value = self._bounded_heal(fault, token, budget) or {}
         except RunInterrupted:
             self.timeline.append("info", "nemesis", "heal", {**base, "indeterminate": True, "error": "interrupted"})
             raise
@@ -1189,7 +1191,7 @@ class Runner:
             self._active.pop(name, None)
         self.timeline.append("ok", "nemesis", "heal", {**base, **value})
 
-    def _bounded_heal(self, fault: fault_registry.Fault, budget: float) -> dict[str, Any] | None:
+    def _bounded_heal(self, fault: fault_registry.AnyFault, token: Any, budget: float) -> dict[str, Any] | None:
         """``fault.heal`` in its own thread, waited for at most ``budget`` seconds (a heal that
         blocks, e.g. on an unreachable host, must not hold up the rest of the teardown)."""
         outcome: dict[str, Any] = {}
@@ -1197,7 +1199,7 @@ class Runner:
 
         def heal() -> None:
             try:
-                outcome["value"] = fault.heal(_FaultCtx(self, healing=True))
+                outcome["value"] = fault.heal(_FaultCtx(self, healing=True), token)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 outcome["error"] = exc
             finally:
