@@ -92,15 +92,20 @@ class RunFaultContext:
             start=self._start, ensure_proxy=self._ensure_proxy, proxy_names=self._proxy_names, healing=True,
         )
 
+    def _known(self, name: str) -> str:
+        if name not in self._table.states:
+            raise FaultError(f"the scenario has no process named {name!r}")
+        return name
+
     def proc(self, name: str) -> ProcView:
-        st = self._table.state(name)
+        st = self._table.state(self._known(name))
         return ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive, st.host.name)
 
     def locate(self, target: str | SourceOf) -> HostView:
         if isinstance(target, str) and target in self._hosts:
             name = target
         else:
-            name = self._table.state(self.resolve(target)).host.name
+            name = self._table.state(self._known(self.resolve(target))).host.name
         host = self._hosts[name]
         if isinstance(host, netns.NetnsHost):
             return HostView(name, host.kind, host.address, host.netns, host.link, host.inner_link)
@@ -124,19 +129,19 @@ class RunFaultContext:
         raise FaultError(f"source_of {reader}: no process of this run published worker {worker_id!r}")
 
     def send_signal(self, name: str, sig: int, *, group: bool = True) -> int:
-        return self._table.send_signal(name, sig, group=group)
+        return self._table.send_signal(self._known(name), sig, group=group)
 
     def signal_pid(self, pid: int, sig: int, *, group: bool = True) -> bool:
         return self._table.signal_pid(pid, sig, group=group)
 
     def stop(self, name: str, grace: float) -> dict[str, Any]:
-        return self._table.stop(name, grace, reason="fault")
+        return self._table.stop(self._known(name), grace, reason="fault")
 
     def start(self, name: str) -> dict[str, Any]:
-        return self._start(name)
+        return self._start(self._known(name))
 
     def wait_event(self, name: str, event: str, where: Mapping[str, Scalar], within: float) -> dict[str, Any]:
-        entry = await_event(self._table, name, event, where, self._clock.step_deadline(within))
+        entry = await_event(self._table, self._known(name), event, where, self._clock.step_deadline(within))
         if entry is None:
             raise FaultError(f"{name} did not emit {event} within {within:g}s")
         return {"t": entry.t, **entry.value}
@@ -168,7 +173,7 @@ class Nemesis:
         self.heal_budget = sc.budgets.heal
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._active: dict[str, fault_registry.Fault] = {}
+        self._active: dict[str, tuple[fault_registry.AnyFault, Any]] = {}  # name -> (fault, its inject's token)
         self._timers: list[threading.Timer] = []
         self._counter = 0
         self._closing = False
@@ -185,12 +190,12 @@ class Nemesis:
         fault = fault_registry.make_fault(spec, name)
         base = {"fault": name, "kind": spec.kind, "target": getattr(spec, "target", None)}
         healable = type(fault).healable
-        if healable:
-            with self._lock:
-                self._active[name] = fault
         self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
         try:
-            value = fault.inject(self.ctx)
+            injected = fault.inject(self.ctx)  # completes, or undoes what it did and raises
+            if healable:  # the runner defers its signals until this is recorded (Runner._signals_deferred)
+                with self._lock:
+                    self._active[name] = (fault, injected.token)
         except (Aborted, RunInterrupted) as exc:
             reason = "interrupted" if isinstance(exc, RunInterrupted) else "aborted"
             self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": reason})
@@ -201,10 +206,10 @@ class Nemesis:
         except StepFailed as exc:
             self.timeline.append("fail", "nemesis", "inject", {**base, "error": exc.reason})
             raise
-        except Exception as exc:
+        except Exception as exc:  # a bug of the fault: indeterminate (its inject undid what it did)
             self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": f"{type(exc).__name__}: {exc}"})
             raise FaultError(f"fault {name} ({spec.kind}) raised {type(exc).__name__}: {exc}") from exc
-        self.timeline.append("ok", "nemesis", "inject", {**base, "healable": healable, **(value or {})})
+        self.timeline.append("ok", "nemesis", "inject", {**base, "healable": healable, **injected.record})
         if spec.duration and healable:
             timer = threading.Timer(spec.duration, self._auto_heal, args=(name,))
             timer.daemon = True
@@ -222,14 +227,15 @@ class Nemesis:
 
     def heal(self, name: str, reason: str = "step") -> None:
         with self._lock:
-            fault = self._active.get(name)
-        if fault is None:
+            active = self._active.get(name)
+        if active is None:
             self.timeline.append("info", "nemesis", "heal", {"fault": name, "reason": reason, "noop": True})
             return
+        fault, token = active
         base = {"fault": name, "kind": fault.kind, "reason": reason}
         self.timeline.append("invoke", "nemesis", "heal", base)
         try:
-            value = self._bounded_heal(fault) or {}
+            value = self._bounded_heal(fault, token) or {}
         except RunInterrupted:
             self.timeline.append("info", "nemesis", "heal", {**base, "indeterminate": True, "error": "interrupted"})
             raise
@@ -250,7 +256,7 @@ class Nemesis:
             self._active.pop(name, None)
         self.timeline.append("ok", "nemesis", "heal", {**base, **value})
 
-    def _bounded_heal(self, fault: fault_registry.Fault) -> dict[str, Any] | None:
+    def _bounded_heal(self, fault: fault_registry.AnyFault, token: Any) -> dict[str, Any] | None:
         """``fault.heal`` in its own thread, waited for at most ``budgets.heal`` (a heal that
         blocks, e.g. on an unreachable host, must not hold up the rest of the teardown)."""
         outcome: dict[str, Any] = {}
@@ -259,7 +265,7 @@ class Nemesis:
 
         def heal() -> None:
             try:
-                outcome["value"] = fault.heal(ctx)
+                outcome["value"] = fault.heal(ctx, token)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 outcome["error"] = exc
             finally:

@@ -110,6 +110,8 @@ class Runner:
         self._hang = False
         self._tearing_down = False
         self._interrupted: int | None = None
+        self._defer_depth = 0  # > 0: inside _signals_deferred (main thread)
+        self._deferred_signal: int | None = None
         self._steps: dict[type[BaseModel], Callable[[str, Any], StepValue]] = {
             StartStep: self._start_step,
             StopStep: self._stop_step,
@@ -302,6 +304,23 @@ class Runner:
         self.timeline.append("info", "harness", "hang", {"reason": reason, "stacks": stacks})
 
     @contextlib.contextmanager
+    def _signals_deferred(self) -> Iterator[None]:
+        """A section of the main thread that SIGINT/SIGTERM do not cut in two: the signal aborts
+        the run's waits at once (so the section ends soon) and is raised when the section ends.
+        Other threads are never interrupted by a signal, so for them this is a no-op."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._defer_depth += 1
+        try:
+            yield
+        finally:
+            self._defer_depth -= 1
+            signum, self._deferred_signal = self._deferred_signal, None
+            if signum is not None and not self._defer_depth:
+                raise RunInterrupted(signum)
+
+    @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
             yield
@@ -311,7 +330,10 @@ class Runner:
             if self._tearing_down:
                 self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
                 return
-            self.clock.abort()
+            self.clock.abort()  # every wait wakes (Aborted), also inside a deferred section
+            if self._defer_depth:
+                self._deferred_signal = self._deferred_signal or signum
+                return
             raise RunInterrupted(signum)
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -427,7 +449,8 @@ class Runner:
         return None
 
     def _fault_step(self, sid: str, step: FaultStep) -> StepValue:
-        self.nemesis.inject(step.fault)
+        with self._signals_deferred():  # a fault is never injected without being recorded as active
+            self.nemesis.inject(step.fault)
         return None
 
     def _heal_step(self, sid: str, step: HealStep) -> StepValue:

@@ -1,27 +1,42 @@
-"""Faults: a registry keyed by ``kind``, one small class per kind.
+"""Faults: a registry keyed by ``kind``, one small class per kind, typed by its spec.
 
 Adding a fault is adding one module in this package (it is imported automatically)
-that defines a ``FaultSpec`` subclass (its YAML parameters, ``kind: Literal[...]``)
-and a ``Fault`` subclass decorated with ``@register``::
+that defines a ``FaultSpec`` subclass (its YAML parameters, ``kind: Literal[...]``, and the
+scenario names it refers to) and a ``Fault`` subclass decorated with ``@register``::
 
     class PauseSpec(FaultSpec):
         kind: Literal["pause"]
-        target: Name
+        target: Target
+        def process_refs(self) -> tuple[str, ...]:
+            return (process_of(self.target),)
 
     @register
-    class Pause(Fault):
+    class Pause(Fault[PauseSpec, Paused]):
         kind = "pause"
         Spec = PauseSpec
         healable = True
-        def inject(self, ctx): ...   # returns a dict recorded as the completion value
-        def heal(self, ctx): ...     # idempotent; safe when nothing was injected
+        def inject(self, ctx) -> Injected[Paused]: ...   # the token heal gets, and what is recorded
+        def heal(self, ctx, token: Paused) -> dict[str, Any] | None: ...  # idempotent
+
+``inject`` either completes and returns ``Injected(token, record)`` or undoes whatever it did
+and raises (also on a ``BaseException`` such as ``RunInterrupted`` raised by a signal handler
+mid-inject: register each undo on a ``contextlib.ExitStack`` before doing the thing and
+``pop_all()`` once done). ``heal`` undoes exactly what the token says (the pid paused, the
+chain added), never "whatever is there now"; it may be called twice. A fault keeps no
+per-injection state on itself: the runner keeps the token beside the fault.
 
 The runner records every inject and heal as invoke/ok|fail entries by the actor
-``nemesis`` (value carries ``fault``: the fault's name, and ``kind``), heals every
-active fault in ``finally`` and on SIGINT/SIGTERM, and calls ``sweep(run_id)`` of
-every kind from ``mxchaos cleanup`` so a crashed run's leftovers (rules, qdiscs,
-proxies named after the run id) can be removed. Faults reach processes, hosts and proxies
-only through ``FaultContext``, never through the runner's internals.
+``nemesis`` (value carries ``fault``: the fault's name, and ``kind``; an inject's ok value
+is ``Injected.record``), heals every active fault in ``finally`` and on SIGINT/SIGTERM, and
+calls ``sweep(run_id)`` of every kind from ``mxchaos cleanup`` so a crashed run's leftovers
+(rules, qdiscs, proxies named after the run id) can be removed. Faults reach processes, hosts
+and proxies only through ``FaultContext``, never through the runner's internals; network
+faults run their commands through ``harness.faults.commands`` (the seam unit tests stub).
+
+Scenario validation asks the spec what it refers to, before anything runs:
+``process_refs()`` (process names), ``proxy_refs()`` (proxy names), ``host_refs()``
+(``(key, target)`` of each parameter naming a host) and ``host_kinds`` (the host kinds those
+must lead to).
 """
 
 from __future__ import annotations
@@ -29,8 +44,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import signal
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Protocol, Union
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar, Union
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
@@ -38,17 +55,21 @@ from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custo
 
 __all__ = [
     "REGISTRY",
+    "AnyFault",
     "Fault",
     "FaultContext",
     "FaultSpec",
     "HostView",
+    "Injected",
     "ProcessView",
     "ProxyView",
     "Signal",
     "fault_spec_union",
     "make_fault",
     "parse_signal",
+    "process_of",
     "register",
+    "undo_on_failure",
 ]
 
 
@@ -78,55 +99,100 @@ Signal = Annotated[
 ]
 
 
+def process_of(target: Target) -> str:
+    """The scenario process a target refers to: the process itself, or for
+    ``{source_of: reader}`` the reader (the source it means is only known when the fault fires)."""
+    return target.source_of if isinstance(target, SourceOf) else target
+
+
 class FaultSpec(Strict):
     """Keys every fault has. ``name`` lets a later ``heal`` step refer to it; ``duration``
-    heals it automatically (healable kinds only)."""
+    heals it automatically (healable kinds only).
+
+    Each spec declares the scenario names it refers to (validated before the run); the
+    defaults refer to nothing."""
 
     kind: str
     name: Name | None = None
     duration: Duration | None = None
 
+    # host kinds each of ``host_refs`` must lead to
+    host_kinds: ClassVar[tuple[str, ...]] = ()
+
+    def process_refs(self) -> tuple[str, ...]:
+        """Scenario process names this fault refers to (for ``{source_of: reader}``: the reader)."""
+        return ()
+
+    def proxy_refs(self) -> tuple[str, ...]:
+        """Scenario proxy names this fault refers to."""
+        return ()
+
+    def host_refs(self) -> tuple[tuple[str, Target], ...]:
+        """(key, target) of each parameter naming a host: a host name, a process name (its
+        host) or ``{source_of: reader}``; each must lead to a host of a kind in ``host_kinds``."""
+        return ()
+
 
 class ProcessView(Protocol):
-    """What a fault may know about a scenario process (its current incarnation)."""
+    """What a fault may know about a scenario process (its current incarnation). Read-only:
+    a frozen dataclass satisfies it."""
 
-    name: str
-    role: str
-    pid: int | None
-    incarnation: int
-    host: str  # the scenario host it runs on
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...  # None when it is not running
+    @property
+    def incarnation(self) -> int: ...
+    @property
+    def host(self) -> str: ...  # the scenario host it runs on
     @property
     def alive(self) -> bool: ...
 
 
 class HostView(Protocol):
-    """A scenario host, as a network fault reaches it."""
+    """A scenario host, as a network fault reaches it (read-only)."""
 
-    name: str
-    kind: str  # local | netns
-    address: str  # where its processes are reached
-    netns: str | None  # its network namespace (netns hosts)
-    link: str | None  # the root-namespace end of its veth, a port of the run's bridge (netns hosts)
-    inner_link: str | None  # the namespace end of that veth (netns hosts)
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...  # local | netns
+    @property
+    def address(self) -> str: ...  # where its processes are reached
+    @property
+    def netns(self) -> str | None: ...  # its network namespace (netns hosts)
+    @property
+    def link(self) -> str | None: ...  # the root-namespace end of its veth, a port of the run's bridge (netns hosts)
+    @property
+    def inner_link(self) -> str | None: ...  # the namespace end of that veth (netns hosts)
 
 
 class ProxyView(Protocol):
-    """A proxy of the run's toxiproxy server, as a fault reaches it."""
+    """A proxy of the run's toxiproxy server, as a fault reaches it (read-only)."""
 
-    name: str  # the scenario's name for it
-    proxy: str  # its name in toxiproxy (``<run id>.<name>``)
-    api: str  # the toxiproxy API, ``http://127.0.0.1:PORT``
-    listen: str  # where clients connect
-    upstream: str  # where it forwards to
+    @property
+    def name(self) -> str: ...  # the scenario's name for it
+    @property
+    def proxy(self) -> str: ...  # its name in toxiproxy (``<run id>.<name>``)
+    @property
+    def api(self) -> str: ...  # the toxiproxy API, ``http://127.0.0.1:PORT``
+    @property
+    def listen(self) -> str: ...  # where clients connect
+    @property
+    def upstream(self) -> str: ...  # where it forwards to
 
 
 class FaultContext(Protocol):
-    """The runner's side of a fault: the only way a fault touches the world."""
+    """The runner's side of a fault: the only way a fault touches processes, hosts and proxies.
+    A name the scenario does not have is a HarnessError (FaultError) naming it."""
 
-    run_id: str
+    @property
+    def run_id(self) -> str: ...
 
-    def proc(self, name: str) -> ProcessView: ...
+    def proc(self, name: str) -> ProcessView:
+        """The current incarnation of process ``name``."""
+        ...
 
     def locate(self, target: Target) -> HostView:
         """The host a target means now: a host name, a process name (the host it runs on) or
@@ -168,45 +234,40 @@ class FaultContext(Protocol):
         ...
 
 
-class Fault:
-    """One injected fault. Instances hold per-injection state so ``heal`` undoes exactly
-    what ``inject`` did (e.g. resumes the pid it paused, not a later incarnation)."""
+SpecT = TypeVar("SpecT", bound=FaultSpec)
+TokenT = TypeVar("TokenT")
+
+
+@dataclass(frozen=True)
+class Injected(Generic[TokenT]):
+    """What a completed inject hands back: ``token`` goes to ``heal`` (what exactly to undo),
+    ``record`` is recorded as the inject's completion value in the timeline."""
+
+    token: TokenT
+    record: dict[str, Any]
+
+
+class Fault(Generic[SpecT, TokenT]):
+    """One fault of a scenario, of one kind. It holds its spec and name, never per-injection
+    state: ``inject`` returns the token that ``heal`` undoes."""
 
     kind: ClassVar[str]
     Spec: ClassVar[type[FaultSpec]]
     healable: ClassVar[bool] = False  # True: the fault has a window that heal closes
     requires: ClassVar[tuple[str, ...]] = ()  # capabilities (root, tc, iptables, toxiproxy)
 
-    def __init__(self, spec: FaultSpec, name: str) -> None:
+    def __init__(self, spec: SpecT, name: str) -> None:
         self.spec = spec
         self.name = name
 
-    def targets(self) -> tuple[str, ...]:
-        """Scenario process names this fault refers to (validated before the run); for a
-        ``{source_of: reader}`` target, the reader."""
-        target = getattr(self.spec, "target", None)
-        if isinstance(target, SourceOf):
-            return (target.source_of,)
-        return (target,) if isinstance(target, str) else ()
-
-    def host_targets(self) -> tuple[tuple[str, Target], ...]:
-        """(key, target) of each parameter naming a host: a host name, a process name (its
-        host) or ``{source_of: reader}``. Validated before the run: each must lead to a host of
-        a kind in ``host_kinds``."""
-        return ()
-
-    host_kinds: ClassVar[tuple[str, ...]] = ("netns",)
-
-    def proxies(self) -> tuple[str, ...]:
-        """Scenario proxy names this fault refers to (validated before the run)."""
-        proxy = getattr(self.spec, "proxy", None)
-        return (proxy,) if isinstance(proxy, str) else ()
-
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+    def inject(self, ctx: FaultContext) -> Injected[TokenT]:
+        """Do the fault. Completes and returns the token, or undoes whatever it did and raises
+        (FaultError when it could not be done; anything else, e.g. RunInterrupted, passes)."""
         raise NotImplementedError
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        """Undo the fault. Idempotent; a no-op for faults with nothing to undo."""
+    def heal(self, ctx: FaultContext, token: TokenT) -> dict[str, Any] | None:
+        """Undo exactly what the inject that returned ``token`` did. Idempotent; the value is
+        recorded as the heal's completion value. Kinds with nothing to undo keep this no-op."""
         return None
 
     @classmethod
@@ -214,23 +275,68 @@ class Fault:
         """Remove what a crashed run of this kind left behind; returns what it removed."""
         return []
 
+    # Transitional: harness/scenario.py ``_semantic`` still asks the fault; the refs live on
+    # the spec (``spec.process_refs()``, ``proxy_refs()``, ``host_refs()``, ``Spec.host_kinds``).
+    # Remove these four once it asks the spec.
+    host_kinds: ClassVar[tuple[str, ...]] = ()
 
-REGISTRY: dict[str, type[Fault]] = {}
+    def targets(self) -> tuple[str, ...]:
+        return self.spec.process_refs()
+
+    def proxies(self) -> tuple[str, ...]:
+        return self.spec.proxy_refs()
+
+    def host_targets(self) -> tuple[tuple[str, Target], ...]:
+        return self.spec.host_refs()
 
 
-def register(cls: type[Fault]) -> type[Fault]:
+@contextmanager
+def undo_on_failure() -> Iterator[ExitStack]:
+    """For ``inject``: register each undo on the stack *before* doing the thing; when the block
+    raises anything (FaultError, or RunInterrupted from a signal handler) the undos run, last
+    first, and the original exception propagates (an undo that fails too is noted on it). When
+    the block completes they are dropped: the token carries what heal undoes."""
+    undo = ExitStack()
+    try:
+        yield undo
+    except BaseException as exc:
+        try:
+            undo.close()
+        except Exception as failed:  # noqa: BLE001 - the original error is the one to report
+            exc.add_note(f"undoing it failed too: {type(failed).__name__}: {failed}")
+        raise
+
+
+AnyFault = Fault[Any, Any]
+
+REGISTRY: dict[str, type[AnyFault]] = {}
+
+FaultT = TypeVar("FaultT", bound=type[AnyFault])
+
+
+def register(cls: FaultT) -> FaultT:
+    """Add a fault class to ``REGISTRY`` under its ``kind`` (its spec's ``kind`` must be
+    ``Literal[kind]``)."""
     kind = cls.kind
     if kind in REGISTRY and REGISTRY[kind] is not cls:
         raise ValueError(f"fault kind {kind!r} registered twice ({REGISTRY[kind].__name__}, {cls.__name__})")
     annotation = cls.Spec.model_fields["kind"].annotation
     if getattr(annotation, "__args__", None) != (kind,):
         raise ValueError(f"{cls.Spec.__name__}.kind must be Literal[{kind!r}]")
+    cls.host_kinds = cls.Spec.host_kinds  # transitional, see Fault.host_kinds
     REGISTRY[kind] = cls
     return cls
 
 
-def make_fault(spec: FaultSpec, name: str) -> Fault:
-    return REGISTRY[spec.kind](spec, name)
+def make_fault(spec: FaultSpec, name: str) -> AnyFault:
+    """The fault of ``spec``'s kind, named ``name``."""
+    try:
+        cls = REGISTRY[spec.kind]
+    except KeyError:
+        raise ValueError(f"no fault kind {spec.kind!r} (kinds: {', '.join(sorted(REGISTRY))})") from None
+    if not isinstance(spec, cls.Spec):
+        raise TypeError(f"fault {name}: a {spec.kind} fault takes a {cls.Spec.__name__}, not a {type(spec).__name__}")
+    return cls(spec, name)
 
 
 def fault_spec_union() -> Any:

@@ -25,26 +25,43 @@ A host target is a host name, a process name (the host it runs on) or ``{source_
 (the host of the source that reader is attempting when the fault fires). After a crash,
 ``mxchaos cleanup`` first removes the run's chains (``partition``'s ``sweep``), then its network
 sweep deletes the namespaces and veths, and with them every rule, qdisc and link state.
+
+Each inject returns a token naming exactly what it changed (``Chain``: namespace and chain;
+``link_down``: the link; ``Qdiscs``: the devices), which its heal undoes. Every command runs
+through ``harness.faults.commands`` (the seam the unit tests stub).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import subprocess
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from harness import netns
-from harness.errors import FaultError, HostError
-from harness.faults import Fault, FaultContext, FaultSpec, HostView, register
+from harness.errors import FaultError
+from harness.faults import Fault, FaultContext, FaultSpec, HostView, Injected, commands, register, undo_on_failure
 from harness.spec import Duration, SourceOf, Target, custom_error
 
-__all__ = ["LinkDown", "Partition", "Rate", "Reject", "chain_name", "parse_rate"]
+__all__ = [
+    "Chain",
+    "LinkDown",
+    "LinkDownSpec",
+    "Partition",
+    "PartitionSpec",
+    "Qdiscs",
+    "Rate",
+    "RateSpec",
+    "Reject",
+    "RejectSpec",
+    "chain_name",
+    "firewall_hooks",
+    "firewall_rules",
+    "parse_rate",
+]
 
-IPT_TIMEOUT_S = 10.0
 QDISC_HANDLE = "1de:"
 
 
@@ -61,33 +78,23 @@ def _describe(target: Target) -> str:
     return f"source_of({target.source_of})" if isinstance(target, SourceOf) else str(target)
 
 
-def _netns_host(ctx: FaultContext, target: Target, kind: str) -> HostView:
+def _netns_host(ctx: FaultContext, target: Target, kind: str) -> tuple[HostView, str]:
+    """The netns host ``target`` leads to now, and its namespace."""
     host = ctx.locate(target)
     if host.kind != "netns" or not host.netns:
         raise FaultError(f"{kind}: {_describe(target)} is on host {host.name} ({host.kind}); it needs a netns host")
-    return host
-
-
-def _ns(ns: str, argv: list[str]) -> tuple[int, str]:
-    try:
-        done = netns.ns_run(ns, argv, timeout=IPT_TIMEOUT_S)
-    except HostError as exc:
-        raise FaultError(str(exc)) from None
-    return done.returncode, (done.stdout + done.stderr).strip()
+    return host, host.netns
 
 
 def _iptables(ns: str, *args: str, check: bool = True) -> tuple[int, str]:
-    rc, out = _ns(ns, ["iptables", "-w", "5", *args])
+    rc, out = commands.shell.run(ns, ["iptables", "-w", "5", *args])
     if check and rc != 0:
         raise FaultError(f"iptables {' '.join(args)} in {ns} failed (rc {rc}): {out}")
     return rc, out
 
 
 def _ns_exists(ns: str) -> bool:
-    try:
-        return ns in netns.namespaces()
-    except HostError:
-        return False
+    return ns in commands.shell.namespaces()
 
 
 def _remove_chain(ns: str, chain: str) -> bool:
@@ -103,7 +110,12 @@ def _remove_chain(ns: str, chain: str) -> bool:
     return True
 
 
-class _Between(FaultSpec):
+class BetweenSpec(FaultSpec):
+    """The keys of ``partition`` and ``reject``."""
+
+    reject: ClassVar[bool] = False  # answer (reset / ICMP) instead of dropping
+    host_kinds: ClassVar[tuple[str, ...]] = ("netns",)
+
     target: Target  # a host, a process (its host) or {source_of: reader}
     peer: Target
     ports: tuple[int, ...] = Field((), max_length=15)  # only packets to/from these ports (TCP, UDP)
@@ -118,8 +130,11 @@ class _Between(FaultSpec):
                 raise custom_error("port", f"{port} is not a port (1..65535)")
         return value
 
+    def host_refs(self) -> tuple[tuple[str, Target], ...]:
+        return (("target", self.target), ("peer", self.peer))
 
-class PartitionSpec(_Between):
+
+class PartitionSpec(BetweenSpec):
     """Drop the traffic between ``target``'s host and ``peer``'s host (``direction`` both, or
     only ``in`` to / ``out`` of the target's host; only packets to or from ``ports`` when
     given): a blackhole, TCP retransmits into the void."""
@@ -127,96 +142,96 @@ class PartitionSpec(_Between):
     kind: Literal["partition"]
 
 
-class RejectSpec(_Between):
+class RejectSpec(BetweenSpec):
     """Like ``partition``, but a packet is answered: TCP with a reset, anything else with ICMP
     port-unreachable, *to its sender*. A host that only receives (a reader during a READ)
     learns of it when it next sends: put the rules where that host's packets arrive (``target``
     its peer) to reset it at once."""
 
+    reject: ClassVar[bool] = True
     kind: Literal["reject"]
 
 
-class _Firewall(Fault):
+def firewall_hooks(spec: BetweenSpec) -> list[tuple[str, str]]:
+    """(iptables address flag, hook) per direction ``spec`` cuts."""
+    return [(flag, hook) for flag, hook, which in (("-s", "INPUT", "in"), ("-d", "OUTPUT", "out"))
+            if spec.direction in (which, "both")]
+
+
+def _matches(spec: BetweenSpec) -> list[list[str]]:
+    ports = ",".join(str(p) for p in spec.ports)
+    if not ports:
+        return [[]]
+    return [["-p", proto, "-m", "multiport", "--ports", ports] for proto in ("tcp", "udp")]
+
+
+def firewall_rules(spec: BetweenSpec, peer: str) -> list[list[str]]:
+    """The rules of our chain for traffic with address ``peer``."""
+    rules: list[list[str]] = []
+    for flag, _hook in firewall_hooks(spec):
+        for match in _matches(spec):
+            base = [flag, peer, *match]
+            if not spec.reject:
+                rules.append([*base, "-j", "DROP"])
+                continue
+            if "udp" not in base:
+                tcp = base if "tcp" in base else [*base, "-p", "tcp"]
+                # resets pass: those REJECT sends the peer (OUTPUT) and those it hands our
+                # own sockets (they come in through lo with the peer's source address)
+                rules.append([*tcp, "--tcp-flags", "RST", "RST", "-j", "RETURN"])
+                rules.append([*tcp, "-j", "REJECT", "--reject-with", "tcp-reset"])
+            if "tcp" not in base:  # UDP, or everything else
+                rules.append([*base, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
+    return rules
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The iptables chain a partition or reject added (and hooked) in a namespace."""
+
+    netns: str
+    chain: str
+
+
+class _Firewall(Fault[BetweenSpec, Chain]):
     healable = True
     requires = ("root", "netns", "iptables")
-    reject = False
 
-    def targets(self) -> tuple[str, ...]:
-        return ()
-
-    def host_targets(self) -> tuple[tuple[str, Target], ...]:
-        spec: _Between = self.spec  # type: ignore[assignment]
-        return (("target", spec.target), ("peer", spec.peer))
-
-    def _matches(self) -> list[list[str]]:
-        ports = ",".join(str(p) for p in self.spec.ports)  # type: ignore[attr-defined]
-        if not ports:
-            return [[]]
-        return [["-p", proto, "-m", "multiport", "--ports", ports] for proto in ("tcp", "udp")]
-
-    def _hooks(self) -> list[tuple[str, str]]:
-        """(iptables direction flag, hook) per direction this fault cuts."""
-        direction = self.spec.direction  # type: ignore[attr-defined]
-        return [(flag, hook) for flag, hook, which in (("-s", "INPUT", "in"), ("-d", "OUTPUT", "out"))
-                if direction in (which, "both")]
-
-    def _rules(self, peer: str) -> list[list[str]]:
-        rules: list[list[str]] = []
-        for direction, _hook in self._hooks():
-            for match in self._matches():
-                base = [direction, peer, *match]
-                if not self.reject:
-                    rules.append([*base, "-j", "DROP"])
-                    continue
-                if "udp" not in base:
-                    tcp = base if "tcp" in base else [*base, "-p", "tcp"]
-                    # resets pass: those REJECT sends the peer (OUTPUT) and those it hands our
-                    # own sockets (they come in through lo with the peer's source address)
-                    rules.append([*tcp, "--tcp-flags", "RST", "RST", "-j", "RETURN"])
-                    rules.append([*tcp, "-j", "REJECT", "--reject-with", "tcp-reset"])
-                if "tcp" not in base:  # UDP, or everything else
-                    rules.append([*base, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
-        return rules
-
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: _Between = self.spec  # type: ignore[assignment]
-        if shutil.which("iptables") is None:
+    def inject(self, ctx: FaultContext) -> Injected[Chain]:
+        spec = self.spec
+        if not commands.shell.have("iptables"):
             raise FaultError(f"{self.kind} needs iptables")
-        here, there = _netns_host(ctx, spec.target, self.kind), _netns_host(ctx, spec.peer, self.kind)
+        (here, ns), (there, _) = _netns_host(ctx, spec.target, self.kind), _netns_host(ctx, spec.peer, self.kind)
         if here.name == there.name:
             raise FaultError(f"{self.kind}: {_describe(spec.target)} and {_describe(spec.peer)} are both on host {here.name}")
-        assert here.netns is not None
         chain = chain_name(ctx.run_id, self.name)
-        self._applied = (here.netns, chain)
-        _remove_chain(here.netns, chain)  # a leftover of an earlier attempt
-        _iptables(here.netns, "-N", chain)
-        rules = self._rules(there.address)
-        for rule in rules:
-            _iptables(here.netns, "-A", chain, *rule)
-        for _flag, hook in self._hooks():
-            _iptables(here.netns, "-I", hook, "1", "-j", chain)
-        return {"host": here.name, "peer_host": there.name, "between": [here.address, there.address],
-                "netns": here.netns, "chain": chain, "direction": spec.direction,
-                "rules": [" ".join(r) for r in rules], "ports": list(spec.ports)}
+        rules = firewall_rules(spec, there.address)
+        with undo_on_failure() as undo:
+            _remove_chain(ns, chain)  # a leftover of an earlier attempt
+            undo.callback(_remove_chain, ns, chain)
+            _iptables(ns, "-N", chain)
+            for rule in rules:
+                _iptables(ns, "-A", chain, *rule)
+            for _flag, hook in firewall_hooks(spec):
+                _iptables(ns, "-I", hook, "1", "-j", chain)
+        return Injected(Chain(ns, chain), {
+            "host": here.name, "peer_host": there.name, "between": [here.address, there.address],
+            "netns": ns, "chain": chain, "direction": spec.direction,
+            "rules": [" ".join(r) for r in rules], "ports": list(spec.ports)})
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        applied = getattr(self, "_applied", None)
-        if applied is None:
-            return {"noop": True}
-        ns, chain = applied
-        removed = _remove_chain(ns, chain)
-        return {"chain": chain, "removed": removed}
+    def heal(self, ctx: FaultContext, token: Chain) -> dict[str, Any] | None:
+        return {"chain": token.chain, "removed": _remove_chain(token.netns, token.chain)}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
-        if shutil.which("iptables") is None or shutil.which("ip") is None:
+        if not (commands.shell.have("iptables") and commands.shell.have("ip")):
             return []
         prefix = _chain_prefix(run_id)
         removed = []
-        for ns in netns.namespaces():
+        for ns in commands.shell.namespaces():
             if not ns.startswith(netns.names_for(run_id).ns_prefix):
                 continue
-            rc, out = _iptables(ns, "-S", check=False)
+            _rc, out = _iptables(ns, "-S", check=False)
             chains = {line.split()[1] for line in out.splitlines() if line.startswith("-N ") and line.split()[1].startswith(prefix)}
             for chain in sorted(chains):
                 if _remove_chain(ns, chain):
@@ -234,7 +249,6 @@ class Partition(_Firewall):
 class Reject(_Firewall):
     kind = "reject"
     Spec = RejectSpec
-    reject = True
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
@@ -247,41 +261,46 @@ class Reject(_Firewall):
 class LinkDownSpec(FaultSpec):
     """The host's veth goes down at the bridge (a pulled cable): nothing in or out."""
 
+    host_kinds: ClassVar[tuple[str, ...]] = ("netns",)
+
     kind: Literal["link_down"]
     target: Target
 
+    def host_refs(self) -> tuple[tuple[str, Target], ...]:
+        return (("target", self.target),)
+
+
+def _link_up(link: str) -> bool:
+    """Set ``link`` up; False when it is gone (its network was deleted)."""
+    rc, out = commands.shell.run(None, ["ip", "link", "set", "dev", link, "up"])
+    if rc != 0 and "Cannot find device" not in out:
+        raise FaultError(f"ip link set dev {link} up failed (rc {rc}): {out}")
+    return rc == 0
+
 
 @register
-class LinkDown(Fault):
+class LinkDown(Fault[LinkDownSpec, str]):
+    """Token: the bridge-side veth it set down."""
+
     kind = "link_down"
     Spec = LinkDownSpec
     healable = True
     requires = ("root", "netns")
 
-    def targets(self) -> tuple[str, ...]:
-        return ()
-
-    def host_targets(self) -> tuple[tuple[str, Target], ...]:
-        return (("target", self.spec.target),)  # type: ignore[attr-defined]
-
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        host = _netns_host(ctx, self.spec.target, self.kind)  # type: ignore[attr-defined]
-        assert host.link is not None
-        self._link = host.link
-        try:
-            netns.ip("link", "set", "dev", host.link, "down")
-        except HostError as exc:
-            raise FaultError(str(exc)) from None
-        return {"host": host.name, "link": host.link}
-
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        link = getattr(self, "_link", None)
+    def inject(self, ctx: FaultContext) -> Injected[str]:
+        host, _ns = _netns_host(ctx, self.spec.target, self.kind)
+        link = host.link
         if link is None:
-            return {"noop": True}
-        done = netns.ip("link", "set", "dev", link, "up", check=False)
-        if done.returncode != 0 and "Cannot find device" not in done.stderr:
-            raise FaultError(f"ip link set dev {link} up failed: {done.stderr.strip()}")
-        return {"link": link, "up": done.returncode == 0}
+            raise FaultError(f"{self.kind}: host {host.name} has no veth on the run's bridge")
+        with undo_on_failure() as undo:
+            undo.callback(_link_up, link)
+            rc, out = commands.shell.run(None, ["ip", "link", "set", "dev", link, "down"])
+            if rc != 0:
+                raise FaultError(f"ip link set dev {link} down failed (rc {rc}): {out}")
+        return Injected(link, {"host": host.name, "link": link})
+
+    def heal(self, ctx: FaultContext, token: str) -> dict[str, Any] | None:
+        return {"link": token, "up": _link_up(token)}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
@@ -310,6 +329,8 @@ class RateSpec(FaultSpec):
     ``direction`` egress (what the host sends, default), ingress (what it receives) or both;
     ``burst`` bytes (default 20 ms at the rate, at least 16 KiB), ``latency`` the queue bound."""
 
+    host_kinds: ClassVar[tuple[str, ...]] = ("netns",)
+
     kind: Literal["rate"]
     target: Target
     rate: str
@@ -326,16 +347,13 @@ class RateSpec(FaultSpec):
             raise custom_error("rate", str(exc)) from None
         return value.strip().lower()
 
+    def host_refs(self) -> tuple[tuple[str, Target], ...]:
+        return (("target", self.target),)
+
 
 def _tc(ns: str | None, *args: str) -> tuple[int, str]:
     """``tc ARGS`` in namespace ``ns`` (None: the root namespace, for the bridge end of a veth)."""
-    if ns is not None:
-        return _ns(ns, ["tc", *args])
-    try:
-        done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=IPT_TIMEOUT_S, check=False)  # noqa: S603, S607
-    except subprocess.TimeoutExpired:
-        raise FaultError(f"tc {' '.join(args)} did not return within {IPT_TIMEOUT_S:g}s") from None
-    return done.returncode, (done.stdout + done.stderr).strip()
+    return commands.shell.run(ns, ["tc", *args])
 
 
 def _ours(ns: str | None, dev: str) -> bool:
@@ -343,50 +361,63 @@ def _ours(ns: str | None, dev: str) -> bool:
     return rc == 0 and f"qdisc tbf {QDISC_HANDLE}" in out
 
 
+def _remove_qdisc(ns: str | None, dev: str) -> bool:
+    """Delete our qdisc on ``dev``; False when it is not there (or its namespace is gone)."""
+    if ns is not None and not _ns_exists(ns):
+        return False
+    if not _ours(ns, dev):
+        return False
+    rc, out = _tc(ns, "qdisc", "del", "dev", dev, "root", "handle", QDISC_HANDLE)
+    if rc != 0 and _ours(ns, dev):
+        raise FaultError(f"tc qdisc del dev {dev} ({ns or 'bridge side'}) failed (rc {rc}): {out}")
+    return True
+
+
+def _where(ns: str | None, dev: str) -> str:
+    return f"{ns or 'root'}:{dev}"
+
+
+@dataclass(frozen=True)
+class Qdiscs:
+    """The devices a rate fault put our tbf qdisc on: (namespace or None for the root one, device)."""
+
+    devices: tuple[tuple[str | None, str], ...]
+
+
 @register
-class Rate(Fault):
+class Rate(Fault[RateSpec, Qdiscs]):
     kind = "rate"
     Spec = RateSpec
     healable = True
     requires = ("root", "netns", "tc")
 
-    def targets(self) -> tuple[str, ...]:
-        return ()
-
-    def host_targets(self) -> tuple[tuple[str, Target], ...]:
-        return (("target", self.spec.target),)  # type: ignore[attr-defined]
-
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: RateSpec = self.spec  # type: ignore[assignment]
-        host = _netns_host(ctx, spec.target, self.kind)
+    def inject(self, ctx: FaultContext) -> Injected[Qdiscs]:
+        spec = self.spec
+        host, ns = _netns_host(ctx, spec.target, self.kind)
         bits = parse_rate(spec.rate)
         burst = spec.burst or max(16384, int(bits / 8 * 0.02))
         devices: list[tuple[str | None, str]] = []
         if spec.direction in ("egress", "both"):
-            devices.append((host.netns, str(host.inner_link)))
+            if host.inner_link is None:
+                raise FaultError(f"{self.kind}: host {host.name} has no veth in its namespace")
+            devices.append((ns, host.inner_link))
         if spec.direction in ("ingress", "both"):
-            devices.append((None, str(host.link)))
-        self._devices: list[tuple[str | None, str]] = []
-        for ns, dev in devices:
-            rc, out = _tc(ns, "qdisc", "replace", "dev", dev, "root", "handle", QDISC_HANDLE, "tbf",
-                          "rate", spec.rate, "burst", str(burst), "latency", f"{int(spec.latency * 1000)}ms")
-            if rc != 0:
-                raise FaultError(f"tc qdisc replace dev {dev} ({ns or 'bridge side'}) failed: {out}")
-            self._devices.append((ns, dev))
-        return {"host": host.name, "rate": spec.rate, "bits_per_s": bits, "burst": burst,
-                "devices": [f"{ns or 'root'}:{dev}" for ns, dev in self._devices]}
+            if host.link is None:
+                raise FaultError(f"{self.kind}: host {host.name} has no veth on the run's bridge")
+            devices.append((None, host.link))
+        with undo_on_failure() as undo:
+            for dev_ns, dev in devices:
+                undo.callback(_remove_qdisc, dev_ns, dev)
+                rc, out = _tc(dev_ns, "qdisc", "replace", "dev", dev, "root", "handle", QDISC_HANDLE, "tbf",
+                              "rate", spec.rate, "burst", str(burst), "latency", f"{int(spec.latency * 1000)}ms")
+                if rc != 0:
+                    raise FaultError(f"tc qdisc replace dev {dev} ({dev_ns or 'bridge side'}) failed (rc {rc}): {out}")
+        return Injected(Qdiscs(tuple(devices)), {
+            "host": host.name, "rate": spec.rate, "bits_per_s": bits, "burst": burst,
+            "devices": [_where(dev_ns, dev) for dev_ns, dev in devices]})
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        removed = []
-        for ns, dev in getattr(self, "_devices", []):
-            if ns is not None and not _ns_exists(ns):
-                continue
-            if _ours(ns, dev):
-                rc, out = _tc(ns, "qdisc", "del", "dev", dev, "root", "handle", QDISC_HANDLE)
-                if rc != 0 and _ours(ns, dev):
-                    raise FaultError(f"tc qdisc del dev {dev} failed: {out}")
-                removed.append(f"{ns or 'root'}:{dev}")
-        return {"removed": removed}
+    def heal(self, ctx: FaultContext, token: Qdiscs) -> dict[str, Any] | None:
+        return {"removed": [_where(ns, dev) for ns, dev in token.devices if _remove_qdisc(ns, dev)]}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:

@@ -2,20 +2,24 @@
 
 All act on the target's current incarnation through ``FaultContext``; by default
 on its whole process group (each scenario process is started in its own session,
-so helpers it spawned are hit too).
+so helpers it spawned are hit too). Only ``pause`` has something to heal: its token is the
+pid it stopped, so heal resumes that process, not a later incarnation of the target. The
+others are done once done (a killed process stays dead), so their token is None.
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
-from harness.faults import Fault, FaultContext, FaultSpec, Signal, register
+from harness.errors import FaultError
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, Signal, process_of, register
 from harness.spec import Duration, Name, Scalar, Target
 
-__all__ = ["Depart", "Kill", "Pause", "Restart", "Stop"]
+__all__ = ["Depart", "Kill", "Pause", "Paused", "Restart", "Stop"]
 
 
 def _signame(sig: int) -> str:
@@ -30,17 +34,19 @@ class KillSpec(FaultSpec):
     signal: Signal = int(signal.SIGKILL)
     group: bool = True
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (process_of(self.target),)
+
 
 @register
-class Kill(Fault):
+class Kill(Fault[KillSpec, None]):
     kind = "kill"
     Spec = KillSpec
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: KillSpec = self.spec  # type: ignore[assignment]
-        target = ctx.resolve(spec.target)
-        pid = ctx.send_signal(target, spec.signal, group=spec.group)
-        return {"target": target, "pid": pid, "signal": _signame(spec.signal)}
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        target = ctx.resolve(self.spec.target)
+        pid = ctx.send_signal(target, self.spec.signal, group=self.spec.group)
+        return Injected(None, {"target": target, "pid": pid, "signal": _signame(self.spec.signal)})
 
 
 class PauseSpec(FaultSpec):
@@ -50,30 +56,42 @@ class PauseSpec(FaultSpec):
     target: Target
     group: bool = True
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (process_of(self.target),)
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The process a pause stopped: heal resumes this pid (its group when ``group``)."""
+
+    target: str
+    pid: int
+    group: bool
+
 
 @register
-class Pause(Fault):
+class Pause(Fault[PauseSpec, Paused]):
     kind = "pause"
     Spec = PauseSpec
     healable = True
 
-    def __init__(self, spec: FaultSpec, name: str) -> None:
-        super().__init__(spec, name)
-        self._pid: int | None = None
-        self._target: str | None = None
+    def inject(self, ctx: FaultContext) -> Injected[Paused]:
+        group = self.spec.group
+        target = ctx.resolve(self.spec.target)
+        pid = ctx.proc(target).pid  # the incarnation about to be stopped
+        try:
+            stopped = ctx.send_signal(target, signal.SIGSTOP, group=group)
+        except FaultError:
+            raise  # nothing was sent
+        except BaseException:  # interrupted: the SIGSTOP may have landed; resume it
+            if pid is not None:
+                ctx.signal_pid(pid, signal.SIGCONT, group=group)
+            raise
+        return Injected(Paused(target, stopped, group), {"target": target, "pid": stopped, "signal": "SIGSTOP"})
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: PauseSpec = self.spec  # type: ignore[assignment]
-        self._target = ctx.resolve(spec.target)
-        self._pid = ctx.send_signal(self._target, signal.SIGSTOP, group=spec.group)
-        return {"target": self._target, "pid": self._pid, "signal": "SIGSTOP"}
-
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        spec: PauseSpec = self.spec  # type: ignore[assignment]
-        if self._pid is None:
-            return None
-        resumed = ctx.signal_pid(self._pid, signal.SIGCONT, group=spec.group)
-        return {"target": self._target, "pid": self._pid, "signal": "SIGCONT", "resumed": resumed}
+    def heal(self, ctx: FaultContext, token: Paused) -> dict[str, Any] | None:
+        resumed = ctx.signal_pid(token.pid, signal.SIGCONT, group=token.group)
+        return {"target": token.target, "pid": token.pid, "signal": "SIGCONT", "resumed": resumed}
 
 
 class StopSpec(FaultSpec):
@@ -83,16 +101,18 @@ class StopSpec(FaultSpec):
     target: Target
     grace: Duration = 5.0
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (process_of(self.target),)
+
 
 @register
-class Stop(Fault):
+class Stop(Fault[StopSpec, None]):
     kind = "stop"
     Spec = StopSpec
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: StopSpec = self.spec  # type: ignore[assignment]
-        target = ctx.resolve(spec.target)
-        return {"target": target, **ctx.stop(target, spec.grace)}
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        target = ctx.resolve(self.spec.target)
+        return Injected(None, {"target": target, **ctx.stop(target, self.spec.grace)})
 
 
 class RestartSpec(FaultSpec):
@@ -104,14 +124,17 @@ class RestartSpec(FaultSpec):
     signal: Signal | None = None
     delay: Duration | None = None
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (process_of(self.target),)
+
 
 @register
-class Restart(Fault):
+class Restart(Fault[RestartSpec, None]):
     kind = "restart"
     Spec = RestartSpec
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: RestartSpec = self.spec  # type: ignore[assignment]
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        spec = self.spec
         target = ctx.resolve(spec.target)
         value: dict[str, Any] = {"target": target}
         if spec.signal is not None and ctx.proc(target).alive:
@@ -121,7 +144,7 @@ class Restart(Fault):
         if spec.delay:
             ctx.sleep(spec.delay)
         value["started"] = ctx.start(target)
-        return value
+        return Injected(None, value)
 
 
 class DepartSpec(FaultSpec):
@@ -136,22 +159,25 @@ class DepartSpec(FaultSpec):
     within: Duration = 60.0
     signal: Signal = int(signal.SIGKILL)
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (self.target,)
+
 
 @register
-class Depart(Fault):
+class Depart(Fault[DepartSpec, None]):
     kind = "depart"
     Spec = DepartSpec
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: DepartSpec = self.spec  # type: ignore[assignment]
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        spec = self.spec
         seen = ctx.wait_event(spec.target, spec.after, spec.where, spec.within)
         was_alive = ctx.proc(spec.target).alive
         pid = ctx.send_signal(spec.target, spec.signal)
-        return {
+        return Injected(None, {
             "target": spec.target,
             "pid": pid,
             "signal": _signame(spec.signal),
             "after": spec.after,
             "after_t": seen.get("t"),
             "alive_at_kill": was_alive,
-        }
+        })

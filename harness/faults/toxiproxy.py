@@ -34,17 +34,17 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, register
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, register, undo_on_failure
 from harness.ledger import recorded_toxiproxy_api
 from harness.spec import Name, custom_error, parse_duration
 from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
 
-__all__ = ["TOXIC_ATTRIBUTES", "ProxyDown", "Toxic", "ToxicType"]
+__all__ = ["TOXIC_ATTRIBUTES", "AddedToxic", "DisabledProxy", "ProxyDown", "ProxyDownSpec", "Toxic", "ToxicSpec", "ToxicType"]
 
 ToxicType = Literal["latency", "bandwidth", "slow_close", "timeout", "slicer", "limit_data", "reset_peer"]
 
@@ -82,7 +82,7 @@ def _attribute_value(kind: str, name: str, attr: Attribute, value: Any) -> int:
         except ValueError:
             ms = math.nan
         if math.isfinite(ms) and abs(ms - round(ms)) < 1e-6:
-            return int(round(ms))
+            return round(ms)
     elif isinstance(value, int) and value >= 0:
         return value
     elif isinstance(value, float) and value >= 0 and value.is_integer():
@@ -126,6 +126,9 @@ class ToxicSpec(FaultSpec):
             )
         return out
 
+    def proxy_refs(self) -> tuple[str, ...]:
+        return (self.proxy,)
+
 
 class ProxyDownSpec(FaultSpec):
     """Disable ``proxy``: connections through it are refused (open ones cut); heal enables it."""
@@ -133,51 +136,61 @@ class ProxyDownSpec(FaultSpec):
     kind: Literal["proxy_down"]
     proxy: Name
 
+    def proxy_refs(self) -> tuple[str, ...]:
+        return (self.proxy,)
 
-class _ProxyFault(Fault):
-    """A fault on one proxy of the run's toxiproxy server."""
 
-    healable: ClassVar[bool] = True
-    requires: ClassVar[tuple[str, ...]] = ("toxiproxy",)
+@dataclass(frozen=True)
+class AddedToxic:
+    """A toxic a ``toxic`` fault added: heal removes it from that proxy of that server."""
 
-    def __init__(self, spec: FaultSpec, name: str) -> None:
-        super().__init__(spec, name)
-        self._api: ToxiproxyAPI | None = None
-        self._proxy: str | None = None  # its toxiproxy-side name
+    api: str  # the toxiproxy API, http://127.0.0.1:PORT
+    proxy: str  # the scenario's name for the proxy
+    toxiproxy_name: str  # its name in toxiproxy
+    toxic: str
 
-    def _connect(self, ctx: FaultContext) -> tuple[ToxiproxyAPI, str]:
-        view = ctx.proxy(self.spec.proxy)  # type: ignore[attr-defined]
-        self._api, self._proxy = ToxiproxyAPI(view.api), view.proxy
-        return self._api, self._proxy
 
-    @classmethod
-    def sweep(cls, run_id: str) -> list[str]:
-        url = recorded_toxiproxy_api(run_id)
-        if url is None:
-            return []
-        api = ToxiproxyAPI(url, timeout=2.0)
+@dataclass(frozen=True)
+class DisabledProxy:
+    """A proxy a ``proxy_down`` fault disabled: heal enables it again."""
+
+    api: str
+    proxy: str
+    toxiproxy_name: str
+
+
+def _sweep(run_id: str) -> list[str]:
+    """Delete the proxies named after ``run_id`` from its recorded toxiproxy server."""
+    url = recorded_toxiproxy_api(run_id)
+    if url is None:
+        return []
+    api = ToxiproxyAPI(url, timeout=2.0)
+    try:
+        names = [n for n in api.proxies() if n.startswith(proxy_prefix(run_id))]
+    except ToxiproxyError:
+        return []  # its server is gone, and its proxies with it
+    removed = []
+    for name in names:
         try:
-            names = [n for n in api.proxies() if n.startswith(proxy_prefix(run_id))]
+            if api.delete_proxy(name):
+                removed.append(f"toxiproxy proxy {name} at {url}")
         except ToxiproxyError:
-            return []  # its server is gone, and its proxies with it
-        removed = []
-        for name in names:
-            try:
-                if api.delete_proxy(name):
-                    removed.append(f"toxiproxy proxy {name} at {url}")
-            except ToxiproxyError:
-                continue
-        return removed
+            continue
+    return removed
 
 
 @register
-class Toxic(_ProxyFault):
+class Toxic(Fault[ToxicSpec, AddedToxic]):
     kind = "toxic"
     Spec = ToxicSpec
+    healable = True
+    requires = ("toxiproxy",)
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: ToxicSpec = self.spec  # type: ignore[assignment]
-        api, proxy = self._connect(ctx)
+    def inject(self, ctx: FaultContext) -> Injected[AddedToxic]:
+        spec = self.spec
+        view = ctx.proxy(spec.proxy)
+        api = ToxiproxyAPI(view.api)
+        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name)
         body = {
             "name": self.name,
             "type": spec.type,
@@ -185,48 +198,67 @@ class Toxic(_ProxyFault):
             "toxicity": spec.toxicity,
             "attributes": dict(spec.attributes),
         }
-        try:
-            created = api.add_toxic(proxy, body)
-        except ToxiproxyError as exc:
-            raise FaultError(f"toxic {self.name} on proxy {spec.proxy}: {exc}") from None
-        return {
+        with undo_on_failure() as undo:
+            undo.callback(api.remove_toxic, view.proxy, self.name)  # 404-tolerant
+            try:
+                created = api.add_toxic(view.proxy, body)
+            except ToxiproxyError as exc:
+                if exc.status is not None:
+                    undo.pop_all()  # the server answered no: nothing was added (the name may be another's)
+                raise FaultError(f"toxic {self.name} on proxy {spec.proxy}: {exc}") from None
+        return Injected(token, {
             "proxy": spec.proxy,
-            "toxiproxy_name": proxy,
+            "toxiproxy_name": view.proxy,
             "toxic": self.name,
             "type": spec.type,
             "stream": spec.stream,
             "toxicity": spec.toxicity,
             "attributes": created.get("attributes", body["attributes"]),
-        }
+        })
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        if self._api is None or self._proxy is None:
-            return None
-        removed = self._api.remove_toxic(self._proxy, self.name)
-        return {"proxy": self.spec.proxy, "toxic": self.name, "removed": removed}  # type: ignore[attr-defined]
+    def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
+        removed = ToxiproxyAPI(token.api).remove_toxic(token.toxiproxy_name, token.toxic)
+        return {"proxy": token.proxy, "toxic": token.toxic, "removed": removed}
+
+    @classmethod
+    def sweep(cls, run_id: str) -> list[str]:
+        return _sweep(run_id)
+
+
+def _enable(api: str, proxy: str, toxiproxy_name: str) -> dict[str, Any]:
+    try:
+        info = ToxiproxyAPI(api).update_proxy(toxiproxy_name, enabled=True)
+    except ToxiproxyError as exc:
+        if exc.status == 404:
+            return {"proxy": proxy, "gone": True}
+        raise
+    return {"proxy": proxy, "enabled": info.get("enabled"), "listen": info.get("listen")}
 
 
 @register
-class ProxyDown(_ProxyFault):
+class ProxyDown(Fault[ProxyDownSpec, DisabledProxy]):
     kind = "proxy_down"
     Spec = ProxyDownSpec
+    healable = True
+    requires = ("toxiproxy",)
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: ProxyDownSpec = self.spec  # type: ignore[assignment]
-        api, proxy = self._connect(ctx)
-        try:
-            api.update_proxy(proxy, enabled=False)
-        except ToxiproxyError as exc:
-            raise FaultError(f"proxy_down {spec.proxy}: {exc}") from None
-        return {"proxy": spec.proxy, "toxiproxy_name": proxy, "enabled": False}
+    def inject(self, ctx: FaultContext) -> Injected[DisabledProxy]:
+        spec = self.spec
+        view = ctx.proxy(spec.proxy)
+        with undo_on_failure() as undo:
+            undo.callback(_enable, view.api, spec.proxy, view.proxy)
+            try:
+                ToxiproxyAPI(view.api).update_proxy(view.proxy, enabled=False)
+            except ToxiproxyError as exc:
+                if exc.status is not None:
+                    undo.pop_all()  # the server answered no: nothing was changed
+                raise FaultError(f"proxy_down {spec.proxy}: {exc}") from None
+        return Injected(DisabledProxy(view.api, spec.proxy, view.proxy),
+                        {"proxy": spec.proxy, "toxiproxy_name": view.proxy, "enabled": False})
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
-        if self._api is None or self._proxy is None:
-            return None
-        try:
-            info = self._api.update_proxy(self._proxy, enabled=True)
-        except ToxiproxyError as exc:
-            if exc.status == 404:
-                return {"proxy": self.spec.proxy, "gone": True}  # type: ignore[attr-defined]
-            raise
-        return {"proxy": self.spec.proxy, "enabled": info.get("enabled"), "listen": info.get("listen")}  # type: ignore[attr-defined]
+    def heal(self, ctx: FaultContext, token: DisabledProxy) -> dict[str, Any] | None:
+        return _enable(token.api, token.proxy, token.toxiproxy_name)
+
+    @classmethod
+    def sweep(cls, run_id: str) -> list[str]:
+        return []  # the same proxies as toxic: swept there

@@ -145,12 +145,13 @@ def test_partition_blackholes_the_peer_and_heal_restores_it(net: tuple[netns.Net
     network, ctx, _server = net
     a, b = network.hosts["a"], network.hosts["b"]
     fault = make_fault(PartitionSpec(kind="partition", target="b", peer="a"), "cut")
-    value = fault.inject(ctx)  # type: ignore[arg-type]
+    injected = fault.inject(ctx)  # type: ignore[arg-type]
+    value = injected.record
     assert value["host"] == "b" and len(chains(b.netns)) == 5  # -N, 2 rules, 2 jumps
     assert talk(b, a.address, limit=0.7) == "timeout"  # a blackhole: no refusal, no reset
     assert a.port_open(7000)  # only b <-> a is cut
-    assert fault.heal(ctx) == {"chain": value["chain"], "removed": True}  # type: ignore[arg-type]
-    assert fault.heal(ctx)["removed"] is False  # type: ignore[arg-type,index]  # idempotent
+    assert fault.heal(ctx, injected.token) == {"chain": value["chain"], "removed": True}  # type: ignore[arg-type]
+    assert fault.heal(ctx, injected.token) == {"chain": value["chain"], "removed": False}  # type: ignore[arg-type]  # idempotent
     assert chains(b.netns) == []
     assert talk(b, a.address).startswith("ok")
 
@@ -159,17 +160,17 @@ def test_partition_of_other_ports_leaves_this_one_alone(net: tuple[netns.Network
     network, ctx, _server = net
     a, b = network.hosts["a"], network.hosts["b"]
     fault = make_fault(PartitionSpec(kind="partition", target="a", peer="b", ports=[7001]), "other")
-    fault.inject(ctx)  # type: ignore[arg-type]
+    token = fault.inject(ctx).token  # type: ignore[arg-type]
     try:
         assert talk(b, a.address).startswith("ok")
     finally:
-        fault.heal(ctx)  # type: ignore[arg-type]
+        fault.heal(ctx, token)  # type: ignore[arg-type]
     port = make_fault(PartitionSpec(kind="partition", target="a", peer="b", ports=[7000], direction="in"), "this")
-    port.inject(ctx)  # type: ignore[arg-type]
+    token = port.inject(ctx).token  # type: ignore[arg-type]
     try:
         assert talk(b, a.address, limit=0.7) == "timeout"
     finally:
-        port.heal(ctx)  # type: ignore[arg-type]
+        port.heal(ctx, token)  # type: ignore[arg-type]
     assert talk(b, a.address).startswith("ok")
 
 
@@ -177,19 +178,20 @@ def test_reject_answers_with_a_reset_at_once(net: tuple[netns.Network, Ctx, subp
     network, ctx, _server = net
     a, b = network.hosts["a"], network.hosts["b"]
     fault = make_fault(RejectSpec(kind="reject", target="a", peer="b"), "rst")
-    fault.inject(ctx)  # type: ignore[arg-type]
+    token = fault.inject(ctx).token  # type: ignore[arg-type]
     started = time.monotonic()
     assert talk(b, a.address, limit=5) == "refused"  # the SYN got a RST: ECONNREFUSED
     assert time.monotonic() - started < 4
-    fault.heal(ctx)  # type: ignore[arg-type]
+    fault.heal(ctx, token)  # type: ignore[arg-type]
     assert chains(a.netns) == []
     assert talk(b, a.address).startswith("ok")
     port = make_fault(RejectSpec(kind="reject", target="a", peer="b", ports=[7000]), "port")
-    assert len(port.inject(ctx)["rules"]) == 6  # type: ignore[arg-type,index]  # TCP: RST passes, reset; UDP: refused
+    injected = port.inject(ctx)  # type: ignore[arg-type]
+    assert len(injected.record["rules"]) == 6  # TCP: RST passes, reset; UDP: refused
     try:
         assert talk(b, a.address, limit=5) == "refused"
     finally:
-        port.heal(ctx)  # type: ignore[arg-type]
+        port.heal(ctx, injected.token)  # type: ignore[arg-type]
     assert talk(b, a.address).startswith("ok")
 
 
@@ -197,11 +199,12 @@ def test_link_down_cuts_the_host_off_and_up_restores_it(net: tuple[netns.Network
     network, ctx, _server = net
     a, b = network.hosts["a"], network.hosts["b"]
     fault = make_fault(LinkDownSpec(kind="link_down", target="a"), "down")
-    assert fault.inject(ctx) == {"host": "a", "link": a.link}  # type: ignore[arg-type]
+    injected = fault.inject(ctx)  # type: ignore[arg-type]
+    assert injected.record == {"host": "a", "link": a.link}
     assert talk(b, a.address, limit=0.7) == "timeout"
     assert not a.port_open(7000, timeout=0.3)  # from the harness too
-    fault.heal(ctx)  # type: ignore[arg-type]
-    fault.heal(ctx)  # type: ignore[arg-type]
+    fault.heal(ctx, injected.token)  # type: ignore[arg-type]
+    fault.heal(ctx, injected.token)  # type: ignore[arg-type]
     assert talk(b, a.address, limit=3).startswith("ok")
 
 
@@ -210,22 +213,23 @@ def test_rate_slows_the_host_and_heal_removes_our_qdisc(net: tuple[netns.Network
     a, b = network.hosts["a"], network.hosts["b"]
     size = 1 << 20  # 1 MiB
     fault = make_fault(RateSpec(kind="rate", target="a", rate="8mbit"), "slow")  # a's egress: 1 MB/s
-    value = fault.inject(ctx)  # type: ignore[arg-type]
-    assert value["devices"] == [f"{a.netns}:mx0"]
+    injected = fault.inject(ctx)  # type: ignore[arg-type]
+    assert injected.record["devices"] == [f"{a.netns}:mx0"]
     slow = talk(b, a.address, want=size, limit=10).split()
     assert slow[0] == "ok" and int(slow[2]) == size and float(slow[1]) > 0.6, slow
     assert "tbf 1de:" in netns.ns_run(a.netns, ["tc", "qdisc", "show", "dev", "mx0"]).stdout
-    assert fault.heal(ctx) == {"removed": [f"{a.netns}:mx0"]}  # type: ignore[arg-type]
+    assert fault.heal(ctx, injected.token) == {"removed": [f"{a.netns}:mx0"]}  # type: ignore[arg-type]
     assert "tbf" not in netns.ns_run(a.netns, ["tc", "qdisc", "show", "dev", "mx0"]).stdout
     fast = talk(b, a.address, want=size, limit=10).split()
     assert fast[0] == "ok" and float(fast[1]) < 0.5, fast
     ingress = make_fault(RateSpec(kind="rate", target="b", rate="8mbit", direction="ingress"), "in")
-    assert ingress.inject(ctx)["devices"] == [f"root:{b.link}"]  # type: ignore[arg-type,index]
+    injected = ingress.inject(ctx)  # type: ignore[arg-type]
+    assert injected.record["devices"] == [f"root:{b.link}"]
     try:
         slow = talk(b, a.address, want=size, limit=10).split()
         assert slow[0] == "ok" and float(slow[1]) > 0.6, slow
     finally:
-        ingress.heal(ctx)  # type: ignore[arg-type]
+        ingress.heal(ctx, injected.token)  # type: ignore[arg-type]
     assert "tbf" not in subprocess.run(["tc", "qdisc", "show", "dev", b.link], capture_output=True, text=True).stdout
 
 
@@ -340,7 +344,7 @@ def test_cleanup_leaves_a_live_run_alone_and_sweeps_a_run_by_its_id(tmp_path: Pa
     network = netns.Network.create(run_id, ["a", "b"])  # owned by this (live) process, no ledger entry
     try:
         cut = make_fault(PartitionSpec(kind="partition", target="a", peer="b"), "cut")
-        chain = cut.inject(Ctx(run_id, network))["chain"]  # type: ignore[arg-type,index]
+        chain = cut.inject(Ctx(run_id, network)).record["chain"]  # type: ignore[arg-type]
         report = sweep()
         assert run_id in report.skipped_live_runs and len(netns.leftovers(run_id)) == 5
         dry = sweep(run_id, dry_run=True)

@@ -226,25 +226,25 @@ def test_toxic_and_proxy_down_heal_idempotently(standalone: ToxiproxyAPI) -> Non
         {"kind": "toxic", "proxy": "mds", "type": "timeout", "stream": "upstream", "toxicity": 0.5, "attributes": {"timeout": 0}}
     )
     toxic = REGISTRY["toxic"](spec, "hold")
-    assert toxic.heal(ctx) is None  # nothing injected: nothing to undo
-    value = toxic.inject(ctx)  # type: ignore[arg-type]
+    injected = toxic.inject(ctx)  # type: ignore[arg-type]
+    value = injected.record
     assert value["attributes"] == {"timeout": 0} and value["toxiproxy_name"] == "run-x.mds"
     (on,) = standalone.toxics("run-x.mds")
     assert (on["name"], on["type"], on["stream"], on["toxicity"]) == ("hold", "timeout", "upstream", 0.5)
-    assert toxic.heal(ctx) == {"proxy": "mds", "toxic": "hold", "removed": True}  # type: ignore[arg-type]
-    assert toxic.heal(ctx) == {"proxy": "mds", "toxic": "hold", "removed": False}  # type: ignore[arg-type]
+    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": True}  # type: ignore[arg-type]
+    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": False}  # type: ignore[arg-type]
     assert standalone.toxics("run-x.mds") == []
 
     down = REGISTRY["proxy_down"](REGISTRY["proxy_down"].Spec.model_validate({"kind": "proxy_down", "proxy": "mds"}), "down")
-    down.inject(ctx)  # type: ignore[arg-type]
+    token = down.inject(ctx).token  # type: ignore[arg-type]
     port = int(str(created["listen"]).rpartition(":")[2])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     for _ in range(2):
-        assert down.heal(ctx) == {"proxy": "mds", "enabled": True, "listen": created["listen"]}  # type: ignore[arg-type]
+        assert down.heal(ctx, token) == {"proxy": "mds", "enabled": True, "listen": created["listen"]}  # type: ignore[arg-type]
     socket.create_connection(("127.0.0.1", port), timeout=2).close()  # listening again, same port
     standalone.delete_proxy("run-x.mds")
-    assert down.heal(ctx) == {"proxy": "mds", "gone": True}  # type: ignore[arg-type]
+    assert down.heal(ctx, token) == {"proxy": "mds", "gone": True}  # type: ignore[arg-type]
 
 
 def test_sweep_deletes_only_the_proxies_of_its_run(

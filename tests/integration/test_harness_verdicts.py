@@ -16,7 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from harness import capabilities, checks, cli, faults, procscan
-from harness.faults import Fault, FaultContext, FaultSpec
+from harness.faults import Fault, FaultContext, FaultSpec, Injected
 from harness.report import write_run_folder
 from harness.runner import Runner
 from harness.verdict import RunResult
@@ -59,15 +59,15 @@ class StuckHealSpec(FaultSpec):
     target: Name
 
 
-class StuckHeal(Fault):
+class StuckHeal(Fault[StuckHealSpec, None]):
     kind = "stuck_heal"
     Spec = StuckHealSpec
     healable = True
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"target": self.spec.target}  # type: ignore[attr-defined]
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        return Injected(None, {"target": self.spec.target})
 
-    def heal(self, ctx: FaultContext) -> dict[str, Any] | None:
+    def heal(self, ctx: FaultContext, token: None) -> dict[str, Any] | None:
         RELEASE.wait(30)
         return {"released": True}
 
@@ -79,12 +79,12 @@ class NeedsToolSpec(FaultSpec):
     target: Name
 
 
-class NeedsTool(Fault):
+class NeedsTool(Fault[NeedsToolSpec, None]):
     kind = "needs_tool"
     Spec = NeedsToolSpec
     requires = ("root", "mxchaos-no-such-tool")
 
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+    def inject(self, ctx: FaultContext) -> Injected[None]:
         raise AssertionError("a fault whose capability is missing must never be injected")
 
 

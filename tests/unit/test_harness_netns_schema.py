@@ -13,8 +13,7 @@ import pytest
 from harness import capabilities, netns
 from harness.capabilities import ENV_MISSING, scenario_requirements
 from harness.errors import ScenarioInvalid
-from harness.faults import make_fault
-from harness.faults.netns import PartitionSpec, RateSpec, RejectSpec, chain_name, parse_rate
+from harness.faults.netns import RateSpec, chain_name, parse_rate
 from harness.runner import Runner
 from harness.scenario import NetnsHostSpec, parse_scenario
 
@@ -178,47 +177,10 @@ def test_link_aliases_name_the_run_and_its_harness() -> None:
     assert netns._parse_alias("docker bridge") is None
 
 
-def test_partition_rules_cut_both_ways_or_one_and_only_the_given_ports() -> None:
-    both = make_fault(PartitionSpec(kind="partition", target="r", peer="a"), "cut")
-    assert both._rules("10.0.0.2") == [["-s", "10.0.0.2", "-j", "DROP"], ["-d", "10.0.0.2", "-j", "DROP"]]
-    assert [hook for _f, hook in both._hooks()] == ["INPUT", "OUTPUT"]
-    one = make_fault(PartitionSpec(kind="partition", target="r", peer="a", direction="out", ports=[80, 443]), "x")
-    assert [hook for _f, hook in one._hooks()] == ["OUTPUT"]
-    assert one._rules("10.0.0.2") == [
-        ["-d", "10.0.0.2", "-p", "tcp", "-m", "multiport", "--ports", "80,443", "-j", "DROP"],
-        ["-d", "10.0.0.2", "-p", "udp", "-m", "multiport", "--ports", "80,443", "-j", "DROP"],
-    ]
-
-
-def test_reject_resets_tcp_lets_resets_pass_and_refuses_the_rest() -> None:
-    rules = make_fault(RejectSpec(kind="reject", target="r", peer="a", direction="in"), "rst")._rules("10.0.0.2")
-    assert rules == [
-        ["-s", "10.0.0.2", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "RETURN"],
-        ["-s", "10.0.0.2", "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
-        ["-s", "10.0.0.2", "-j", "REJECT", "--reject-with", "icmp-port-unreachable"],
-    ]
-
-
-def test_reject_of_given_ports_resets_tcp_and_refuses_udp() -> None:
-    spec = RejectSpec(kind="reject", target="r", peer="a", ports=[53], direction="out")
-    ports = ["-m", "multiport", "--ports", "53"]
-    assert make_fault(spec, "p")._rules("10.0.0.2") == [
-        ["-d", "10.0.0.2", "-p", "tcp", *ports, "--tcp-flags", "RST", "RST", "-j", "RETURN"],
-        ["-d", "10.0.0.2", "-p", "tcp", *ports, "-j", "REJECT", "--reject-with", "tcp-reset"],
-        ["-d", "10.0.0.2", "-p", "udp", *ports, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"],
-    ]
-
-
 @pytest.mark.parametrize(("text", "bits"), [("10mbit", 1e7), ("500kbit", 5e5), ("2mbps", 1.6e7), ("1Gbit", 1e9)])
 def test_rates_use_tc_units(text: str, bits: float) -> None:
     assert parse_rate(text) == bits
     assert RateSpec(kind="rate", target="a", rate=text).rate == text.lower()
-
-
-def test_a_heal_before_any_inject_is_a_noop() -> None:
-    for spec in (PartitionSpec(kind="partition", target="r", peer="a"), RateSpec(kind="rate", target="a", rate="1mbit")):
-        fault = make_fault(spec, "f")
-        assert fault.heal(None) in ({"noop": True}, {"removed": []})  # type: ignore[arg-type]
 
 
 def test_subnets_are_leased_exclusively_and_skip_what_the_machine_uses(monkeypatch: pytest.MonkeyPatch) -> None:

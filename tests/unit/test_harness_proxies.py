@@ -55,7 +55,7 @@ def test_a_proxied_scenario_parses_and_its_reader_reaches_the_upstream_server() 
     assert isinstance(reader, ReaderProcess) and reader.server_via == "mds"
     assert sc.server_of("reader-1") == "server"  # the proxy names its server
     assert sc.server_of("source-1") == "server"
-    assert ["--rpc-timeout", "3"] == [a for a in reader.options.argv() if a in ("--rpc-timeout", "3")]
+    assert [a for a in reader.options.argv() if a in ("--rpc-timeout", "3")] == ["--rpc-timeout", "3"]
     fault = next(s for s in sc.steps if isinstance(s, FaultStep))
     assert fault.fault.attributes == {"latency": 1000, "jitter": 50}  # type: ignore[union-attr]
     assert describe_step(fault) == "fault toxic mds (slow)"
@@ -195,9 +195,9 @@ def test_the_proxy_faults_heal_and_need_toxiproxy() -> None:
     for kind in ("toxic", "proxy_down"):
         cls = REGISTRY[kind]
         assert cls.healable and cls.requires == ("toxiproxy",)
-        assert cls(cls.Spec.model_validate({"kind": kind, "proxy": "p", "type": "timeout",
-                                            "attributes": {"timeout": 0}} if kind == "toxic" else
-                                           {"kind": kind, "proxy": "p"}), "f").proxies() == ("p",)
+        assert cls.Spec.model_validate({"kind": kind, "proxy": "p", "type": "timeout",
+                                        "attributes": {"timeout": 0}} if kind == "toxic" else
+                                       {"kind": kind, "proxy": "p"}).proxy_refs() == ("p",)
 
 
 def test_proxies_alone_require_toxiproxy() -> None:

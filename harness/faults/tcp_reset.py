@@ -9,30 +9,29 @@ which is what a middlebox or a NIC reset does, and what no signal can do. On NIX
 *source* process (measured; see the scenario ``tcp_reset_mid_read``).
 
 Nothing is left to heal: the connections are gone and the peers reconnect (or not)
-on their own.
+on their own. ``ss`` runs through ``harness.faults.commands`` (the seam unit tests stub).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-from typing import Any, Literal
+from typing import Literal
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, register
-from harness.spec import Name, SourceOf, Target
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, process_of, register
+from harness.spec import Name, Target
 
-__all__ = ["TcpReset", "connections_between"]
+__all__ = ["TcpReset", "TcpResetSpec", "connections_between"]
 
-SS_TIMEOUT_S = 10.0
 _USERS = re.compile(r"pid=(\d+)")
 
 
 def _sockets() -> list[tuple[str, str, set[int]]]:
     """(local, peer, owning pids) of every established TCP socket on this host."""
-    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
-                         timeout=SS_TIMEOUT_S, check=True).stdout
+    argv = ["ss", "-tnpH", "state", "established"]
+    rc, out = commands.shell.run(None, argv)
+    if rc != 0:
+        raise FaultError(f"tcp_reset: {' '.join(argv)} failed (rc {rc}): {out}")
     sockets = []
     for line in out.splitlines():
         fields = line.split()
@@ -64,21 +63,19 @@ class TcpResetSpec(FaultSpec):
     target: Name
     peer: Target
 
+    def process_refs(self) -> tuple[str, ...]:
+        return (self.target, process_of(self.peer))
+
 
 @register
-class TcpReset(Fault):
+class TcpReset(Fault[TcpResetSpec, None]):
     kind = "tcp_reset"
     Spec = TcpResetSpec
     requires = ("root", "ss")
 
-    def targets(self) -> tuple[str, ...]:
-        spec: TcpResetSpec = self.spec  # type: ignore[assignment]
-        peer = spec.peer.source_of if isinstance(spec.peer, SourceOf) else spec.peer
-        return (spec.target, peer)
-
-    def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        spec: TcpResetSpec = self.spec  # type: ignore[assignment]
-        if shutil.which("ss") is None:
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        spec = self.spec
+        if not commands.shell.have("ss"):
             raise FaultError("tcp_reset needs `ss` (iproute2)")
         peer = ctx.resolve(spec.peer)
         a, b = ctx.proc(spec.target), ctx.proc(peer)
@@ -91,8 +88,8 @@ class TcpReset(Fault):
         for local, remote in pairs:
             (lhost, lport), (phost, pport) = _split(local), _split(remote)
             cmd = ["ss", "-K", "-tn", "src", f"{lhost}:{lport}", "dst", f"{phost}:{pport}"]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=SS_TIMEOUT_S)
-            if done.returncode != 0:
-                raise FaultError(f"tcp_reset: {' '.join(cmd)} failed: {done.stderr.strip()}")
+            rc, out = commands.shell.run(None, cmd)
+            if rc != 0:
+                raise FaultError(f"tcp_reset: {' '.join(cmd)} failed (rc {rc}): {out}")
             killed.append(f"{local}->{remote}")
-        return {"target": spec.target, "peer": peer, "connections": killed}
+        return Injected(None, {"target": spec.target, "peer": peer, "connections": killed})

@@ -1,0 +1,84 @@
+"""``tcp_reset`` over the fake context and a fake shell: which connections it finds in ``ss``
+output, the exact ``ss -K`` it issues for each, and what it refuses to do."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures.fault_context import FakeContext, FakeShell, install_shell
+
+from harness.errors import FaultError
+from harness.faults import make_fault
+from harness.faults.tcp_reset import TcpResetSpec
+from harness.spec import SourceOf
+
+
+@pytest.fixture
+def ctx() -> FakeContext:
+    ctx = FakeContext()
+    ctx.add_process("source-1")  # pid 4242
+    ctx.add_process("reader-1", role="reader")  # pid 4243
+    ctx.add_process("server", role="server")  # pid 4244
+    ctx.sources["reader-1"] = "source-1"
+    return ctx
+
+
+SS = """\
+0 0 127.0.0.1:40001 127.0.0.1:50001 users:(("python",pid=4243,fd=7))
+0 0 127.0.0.1:50001 127.0.0.1:40001 users:(("python",pid=4242,fd=9))
+0 0 [::1]:40002 [::1]:50002 users:(("python",pid=4243,fd=8))
+0 0 [::1]:50002 [::1]:40002 users:(("python",pid=4242,fd=10))
+0 0 127.0.0.1:40003 127.0.0.1:60000 users:(("python",pid=4243,fd=11))
+0 0 127.0.0.1:60000 127.0.0.1:40003 users:(("python",pid=4244,fd=3))
+short line
+"""
+
+
+@pytest.fixture
+def shell(monkeypatch: pytest.MonkeyPatch) -> FakeShell:
+    return install_shell(monkeypatch, FakeShell(sockets=SS))
+
+
+def test_tcp_reset_kills_each_connection_between_the_two_and_no_other(ctx: FakeContext, shell: FakeShell) -> None:
+    fault = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer=SourceOf(source_of="reader-1")), "rst")
+    injected = fault.inject(ctx)
+    assert injected.token is None
+    assert injected.record == {"target": "reader-1", "peer": "source-1",
+                               "connections": ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]}
+    assert shell.commands == [
+        (None, ("ss", "-tnpH", "state", "established")),
+        (None, ("ss", "-K", "-tn", "src", "127.0.0.1:40001", "dst", "127.0.0.1:50001")),
+        (None, ("ss", "-K", "-tn", "src", "::1:40002", "dst", "::1:50002")),
+    ]
+    assert fault.heal(ctx, None) is None  # nothing to heal
+
+
+def test_tcp_reset_without_a_connection_between_them_fails(ctx: FakeContext, shell: FakeShell) -> None:
+    with pytest.raises(FaultError, match="no established TCP connection between source-1 and server"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="source-1", peer="server"), "rst").inject(ctx)
+    assert [argv[1] for _ns, argv in shell.commands] == ["-tnpH"]
+
+
+def test_tcp_reset_needs_both_running(ctx: FakeContext, shell: FakeShell) -> None:
+    ctx.add_process("gone", alive=False)
+    with pytest.raises(FaultError, match="reader-1 and gone must both be running"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="gone"), "rst").inject(ctx)
+    assert shell.commands == []
+
+
+def test_tcp_reset_reports_a_failed_ss(ctx: FakeContext, shell: FakeShell) -> None:
+    shell.fail("ss", "-K", rc=1, out="SOCK_DESTROY answers: Operation not supported")
+    with pytest.raises(FaultError, match=r"ss -K -tn src 127.0.0.1:40001 .* failed \(rc 1\): SOCK_DESTROY"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
+
+
+def test_tcp_reset_without_ss_runs_nothing(ctx: FakeContext, shell: FakeShell) -> None:
+    shell.programs.discard("ss")
+    with pytest.raises(FaultError, match="needs `ss`"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
+    assert shell.commands == []
+
+
+def test_tcp_reset_refers_to_both_processes() -> None:
+    spec = TcpResetSpec(kind="tcp_reset", target="reader-1", peer=SourceOf(source_of="reader-2"))
+    assert spec.process_refs() == ("reader-1", "reader-2")
+    assert spec.host_refs() == () and spec.proxy_refs() == ()

@@ -1,0 +1,128 @@
+"""``toxic`` and ``proxy_down`` over the fake context and a fake toxiproxy server: the exact
+API calls, the token heal undoes (on the server and proxy the inject used), heal twice, an
+inject that fails or is interrupted midway, and a proxy the scenario does not have."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
+
+from harness.errors import FaultError, RunInterrupted
+from harness.faults import REGISTRY, make_fault
+from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec
+from harness.toxiproxy import ToxiproxyError
+
+API = "http://127.0.0.1:8474"
+PROXY = "run-fake.mds"
+
+
+@pytest.fixture
+def ctx() -> FakeContext:
+    ctx = FakeContext("run-fake")
+    ctx.add_proxy("mds", API)
+    return ctx
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> FakeToxiproxy:
+    server = install_toxiproxy(monkeypatch, FakeToxiproxy(API))
+    server.add(PROXY)
+    return server
+
+
+def latency() -> ToxicSpec:
+    return ToxicSpec.model_validate({"kind": "toxic", "proxy": "mds", "type": "latency", "stream": "upstream",
+                                     "toxicity": 0.5, "attributes": {"latency": "1s", "jitter": 50}})
+
+
+def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    fault = make_fault(latency(), "slow")
+    injected = fault.inject(ctx)
+    body = {"name": "slow", "type": "latency", "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
+    assert server.calls == [("add_toxic", PROXY, body)]
+    assert ctx.recorded("proxy") == [("mds",)]
+    assert injected.token == AddedToxic(API, "mds", PROXY, "slow")
+    assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "toxic": "slow", "type": "latency",
+                               "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
+    server.proxies[PROXY]["toxics"]["other"] = {"name": "other"}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": True}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": False}
+    assert list(server.proxies[PROXY]["toxics"]) == ["other"]
+    assert ctx.recorded("proxy") == [("mds",)]  # heal needs no proxy from the context
+
+
+def test_a_toxic_the_server_refuses_removes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    server.proxies[PROXY]["toxics"]["slow"] = {"name": "slow", "type": "timeout"}  # someone else's, same name
+    with pytest.raises(FaultError, match=r"toxic slow on proxy mds: .*HTTP 409"):
+        make_fault(latency(), "slow").inject(ctx)
+    assert server.proxies[PROXY]["toxics"] == {"slow": {"name": "slow", "type": "timeout"}}
+
+
+def test_a_toxic_whose_answer_never_came_is_removed(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    server.fail("add_toxic", ToxiproxyError("POST: toxiproxy did not answer: timed out"), after=True)
+    with pytest.raises(FaultError, match="did not answer"):
+        make_fault(latency(), "slow").inject(ctx)
+    assert server.proxies[PROXY]["toxics"] == {}
+    assert server.calls[-1] == ("remove_toxic", PROXY, "slow")
+
+
+def test_a_toxic_interrupted_mid_inject_is_removed(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    server.fail("add_toxic", RunInterrupted(2), after=True)
+    with pytest.raises(RunInterrupted):
+        make_fault(latency(), "slow").inject(ctx)
+    assert server.proxies[PROXY]["toxics"] == {}
+
+
+def test_proxy_down_disables_and_heal_enables_the_same_proxy(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    fault = make_fault(ProxyDownSpec(kind="proxy_down", proxy="mds"), "down")
+    injected = fault.inject(ctx)
+    assert server.calls == [("update_proxy", PROXY, {"enabled": False})]
+    assert injected.token == DisabledProxy(API, "mds", PROXY)
+    assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "enabled": False}
+    assert server.proxies[PROXY]["enabled"] is False
+    for _ in range(2):
+        assert fault.heal(ctx, injected.token) == {"proxy": "mds", "enabled": True, "listen": "127.0.0.1:20001"}
+    del server.proxies[PROXY]
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "gone": True}
+
+
+def test_proxy_down_interrupted_mid_inject_enables_it_again(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    server.fail("update_proxy", RunInterrupted(15), after=True)
+    with pytest.raises(RunInterrupted):
+        make_fault(ProxyDownSpec(kind="proxy_down", proxy="mds"), "down").inject(ctx)
+    assert server.proxies[PROXY]["enabled"] is True
+
+
+def test_proxy_down_of_a_proxy_the_server_lacks_changes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:
+    del server.proxies[PROXY]
+    with pytest.raises(FaultError, match=r"proxy_down mds: .*HTTP 404"):
+        make_fault(ProxyDownSpec(kind="proxy_down", proxy="mds"), "down").inject(ctx)
+    assert server.calls == [("update_proxy", PROXY, {"enabled": False})]
+
+
+@pytest.mark.parametrize("spec", [ToxicSpec.model_validate({"kind": "toxic", "proxy": "nope", "type": "timeout",
+                                                             "attributes": {"timeout": 0}}),
+                                  ProxyDownSpec(kind="proxy_down", proxy="nope")])
+def test_a_proxy_the_scenario_lacks_is_reported(ctx: FakeContext, server: FakeToxiproxy, spec: ToxicSpec) -> None:
+    with pytest.raises(FaultError, match="no proxy named 'nope'"):
+        make_fault(spec, "f").inject(ctx)
+    assert server.calls == []
+
+
+def test_proxy_specs_declare_their_proxy() -> None:
+    assert latency().proxy_refs() == ("mds",)
+    assert ProxyDownSpec(kind="proxy_down", proxy="mds").proxy_refs() == ("mds",)
+    assert latency().process_refs() == () and latency().host_refs() == ()
+
+
+def test_sweep_deletes_the_runs_proxies_from_its_recorded_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.faults.toxiproxy as toxiproxy_faults
+
+    server = install_toxiproxy(monkeypatch, FakeToxiproxy(API))
+    for name in ("run-a.mds", "run-a.other", "run-ab.mds"):
+        server.add(name)
+    monkeypatch.setattr(toxiproxy_faults, "recorded_api", lambda run_id: API if run_id == "run-a" else None)
+    assert sorted(REGISTRY["toxic"].sweep("run-a")) == [f"toxiproxy proxy run-a.mds at {API}", f"toxiproxy proxy run-a.other at {API}"]
+    assert list(server.proxies) == ["run-ab.mds"]
+    assert REGISTRY["toxic"].sweep("run-b") == []  # no server recorded
+    assert REGISTRY["proxy_down"].sweep("run-a") == []
