@@ -46,7 +46,6 @@ class EventSpec:
     """One event: ``fields`` maps each field it carries to its allowed values (``None``: any value)."""
 
     fields: Mapping[str, tuple[str, ...] | None]
-    doc: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)  # field -> a note for the table
 
     def describe(self) -> str:
@@ -57,10 +56,10 @@ class EventSpec:
         return ", ".join(parts)
 
 
-def _ev(*names: str, doc: str = "", notes: Mapping[str, str] | None = None, **enums: tuple[str, ...]) -> EventSpec:
+def _ev(*names: str, notes: Mapping[str, str] | None = None, **enums: tuple[str, ...]) -> EventSpec:
     fields: dict[str, tuple[str, ...] | None] = {name: None for name in names}
     fields.update(enums)
-    return EventSpec(fields, doc, dict(notes or {}))
+    return EventSpec(fields, dict(notes or {}))
 
 
 # Fields of every record that a harness ``where`` may also test (the runner keeps these and

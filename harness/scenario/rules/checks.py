@@ -39,6 +39,10 @@ def check_checks(cx: Context) -> None:
         base: Loc = ("checks", i, kind)
         for key, name, roles in params.process_refs():
             cx.need_process((*base, *_key_loc(key)), name, roles)
+        process, event = getattr(params, "process", None), getattr(params, "event", None)
+        if isinstance(process, str) and isinstance(event, str) and process in cx.sc.processes:
+            where = getattr(params, "where", None)
+            cx.need_event((*base, "event"), process, event, where if isinstance(where, dict) else None, (*base, "where"))
         for key_loc, ref in _refs_in(params):
             where = (*base, *key_loc)
             known = ref.process is not None and cx.need_process((*where, "process"), ref.process)

@@ -86,7 +86,7 @@ class Context:
             if allowed and value not in allowed:
                 hint = next((f"; did you mean {a!r}?" for a in allowed if str(value).lower() == a.lower()), "")
                 hint = hint or did_you_mean(str(value), allowed)
-                self.add(here, f"not a value {event}.{key} takes{hint} (one of: {', '.join(allowed)})", value, True)
+                self.add(here, f"not one of the values {event}.{key} takes ({', '.join(allowed)}){hint}", value, True)
 
     def need_within(self, loc: Loc, seconds: float | None) -> None:
         if "budgets" in self.broken:
