@@ -16,8 +16,11 @@ Schema (every line)::
      "pid": 1234,
      ...event fields...}
 
-The event names and their fields are listed in ``EVENT_NAMES``; README.md has
-the same table for readers of the files.
+``EVENTS`` is the machine-readable schema: per event, its fields and, for a field
+with a fixed set of values (a status, an outcome), those values. The harness
+validates scenario ``where:`` clauses against it; a unit test keeps it in step with
+the ``emit`` calls. ``EVENT_NAMES`` is the same as one line per event (README.md has
+the same table for readers of the files).
 """
 
 from __future__ import annotations
@@ -27,40 +30,84 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-# name -> the fields it carries (documentation and a guard against typos)
-EVENT_NAMES: dict[str, str] = {
-    "started": "argv, version, nixl_version, transport, env (UCX_* / MX_*)",
-    "listening": "what (grpc|metrics|worker_grpc|nixl_listener), port, endpoint",
-    "agent_ready": "agent_name, listen_port, backend, mem_type, regions, bytes",
-    "published": "mx_source_id, worker_id, mode (p2p|central)",
-    "status_change": "status (READY|STALE|...), previous, reason",
-    "heartbeat": "status, ok, message",
-    "health": "healthy (bool), error",
-    "candidates": "listed, rank_matched, accelerator_matched, selector, order [worker_id]",
-    "attempt_start": "index, mx_source_id, worker_id",
-    "handshake": "index, mode (p2p|central), agent_name, seconds, ok, error, pushed (our metadata sent to the source)",
-    "transfer_start": "index, agent_name, bytes, tensors, timeout_s, chunk_bytes, stall_s (chunked READ)",
-    "transfer_done": "index, bytes, seconds, gbps",
-    "transfer_timeout": "index, seconds, budget_s, stalled (chunked READ: no progress within stall_s)",
-    "transfer_error": "index, seconds, error",
-    "attempt_outcome": "index, worker_id, outcome (success|metadata_miss|transfer_retry|transfer_fallback|skipped), error",
-    "peer_disconnected": "agent_name, ok, invalidated",
-    "integrity": "ok, tensors, bad [names]",
-    "fallback": "reason, checkpoint",
-    "load_done": "path (rdma|disk), source, worker_id, bytes, seconds, gbps, integrity",
-    "load_failed": "error",
-    "signal": "signum, name",
-    "shutdown_step": "step (mark_stale|stop_heartbeat|stop_worker_server|disconnect_peers|invalidate|deregister|drop_agent|stop_server), ok, detail",
-    "exit": "code",
+__all__ = ["COMMON_FIELDS", "EVENTS", "EVENT_NAMES", "NULL", "EventLog", "EventSpec", "SOURCE_STATUSES", "log_to_stderr"]
+
+# the metadata server's SourceStatus enum, without its SOURCE_STATUS_ prefix
+SOURCE_STATUSES = ("UNKNOWN", "INITIALIZING", "READY", "STALE")
+MODES = ("p2p", "central")
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """One event: ``fields`` maps each field it carries to its allowed values (``None``: any value)."""
+
+    fields: Mapping[str, tuple[str, ...] | None]
+    extra: Mapping[str, str] = field(default_factory=dict)  # field -> a note for the table
+
+    def describe(self) -> str:
+        parts = []
+        for name, allowed in self.fields.items():
+            note = f" ({'|'.join(allowed)})" if allowed else (f" ({self.extra[name]})" if name in self.extra else "")
+            parts.append(name + note)
+        return ", ".join(parts)
+
+
+def _ev(*names: str, notes: Mapping[str, str] | None = None, **enums: tuple[str, ...]) -> EventSpec:
+    fields: dict[str, tuple[str, ...] | None] = {name: None for name in names}
+    fields.update(enums)
+    return EventSpec(fields, dict(notes or {}))
+
+
+# Fields of every record that a harness ``where`` may also test (the runner keeps these and
+# adds ``incarnation``; event, ts, mono, proc and role are not event fields).
+COMMON_FIELDS = ("pid", "incarnation")
+
+EVENTS: dict[str, EventSpec] = {
+    "started": _ev("argv", "version", "env", "timers", notes={"env": "UCX_* / MX_*", "timers": "server"}),
+    "listening": _ev("port", "endpoint", what=("grpc", "metrics", "worker_grpc", "nixl_listener")),
+    "agent_ready": _ev("agent_name", "listen_port", "backend", "mem_type", "regions", "bytes"),
+    "published": _ev("mx_source_id", "worker_id", mode=MODES),
+    "status_change": _ev("reason", status=SOURCE_STATUSES, previous=SOURCE_STATUSES),
+    "heartbeat": _ev("ok", "message", status=SOURCE_STATUSES),
+    "health": _ev("healthy", "error", notes={"healthy": "bool"}),
+    "candidates": _ev("listed", "rank_matched", "accelerator_matched", "selector", "order", "error",
+                      notes={"order": "[worker_id]", "error": "listing failed"}),
+    "attempt_start": _ev("index", "mx_source_id", "worker_id"),
+    "handshake": _ev("index", "agent_name", "seconds", "ok", "error", "pushed", mode=MODES,
+                     notes={"pushed": "our metadata sent to the source"}),
+    "transfer_start": _ev("index", "agent_name", "bytes", "tensors", "timeout_s", "chunk_bytes", "stall_s",
+                          notes={"stall_s": "chunked READ"}),
+    "transfer_done": _ev("index", "bytes", "seconds", "gbps"),
+    "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "error",
+                            notes={"stalled": "chunked READ: no progress within stall_s"}),
+    "transfer_error": _ev("index", "seconds", "error"),
+    "attempt_outcome": _ev("index", "worker_id", "error", "seconds",
+                           outcome=("success", "metadata_miss", "transfer_retry", "transfer_fallback", "skipped")),
+    "peer_disconnected": _ev("agent_name", "ok", "invalidated"),
+    "integrity": _ev("ok", "tensors", "bad", notes={"bad": "[names]"}),
+    "fallback": _ev("reason", "checkpoint"),
+    "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts",
+                     path=("rdma", "disk")),
+    "load_failed": _ev("error"),
+    "signal": _ev("signum", "name"),
+    "shutdown_step": _ev("ok", "detail", step=("mark_stale", "stop_heartbeat", "stop_worker_server",
+                                                "disconnect_peers", "deregister", "drop_agent", "stop_server")),
+    "exit": _ev("code", "error", "simulated"),
     # metadata server
-    "source_published": "mx_source_id, worker_id, worker_rank, status",
-    "source_status": "mx_source_id, worker_id, status, previous, by (rpc|reaper)",
-    "source_deleted": "mx_source_id, worker_id, by (reaper)",
+    "source_published": _ev("mx_source_id", "worker_id", "worker_rank", status=SOURCE_STATUSES),
+    "source_status": _ev("mx_source_id", "worker_id", status=SOURCE_STATUSES, previous=SOURCE_STATUSES,
+                         by=("rpc", "reaper")),
+    "source_deleted": _ev("mx_source_id", "worker_id", by=("reaper",)),
     # demo
-    "raw_read": "bytes, seconds, gbps",
+    "raw_read": _ev("bytes", "seconds", "gbps"),
 }
+
+# name -> the fields it carries, one line (documentation; the names guard against typos)
+EVENT_NAMES: dict[str, str] = {name: spec.describe() for name, spec in EVENTS.items()}
 
 
 class EventLog:

@@ -113,10 +113,10 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
         + ")",
         "x.yaml:4: budgets.step: a duration must be a positive finite number of seconds or a string like 500ms, "
         "2s, 1.5m, 1h (got '0s')",
-        "x.yaml:6: processes.server.role: 'sever' is not a known role (known: 'server', 'source', 'reader', 'command')",
+        "x.yaml:6: processes.server.role: 'sever' is not a known role; did you mean 'server'? (known: 'server', 'source', 'reader', 'command')",
         "x.yaml:8: steps[0]: no action key in step (got 'strat'); did you mean 'start'? (actions: start, stop, "
         "restart, await, sleep, fault, heal, mark, parallel)",
-        f"x.yaml:9: steps[1].fault.kind: 'pauze' is not a known kind (known: {FAULT_KINDS})",
+        f"x.yaml:9: steps[1].fault.kind: 'pauze' is not a known kind; did you mean 'pause'? (known: {FAULT_KINDS})",
         "x.yaml:10: steps[2].sleep: a duration must be a positive finite number of seconds or a string like 500ms, "
         "2s, 1.5m, 1h (got 'forever')",
         f"x.yaml:12: checks[0]: 'loadd' is not a check; did you mean 'loaded'? (known: {CHECK_KINDS})",

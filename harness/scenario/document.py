@@ -1,0 +1,187 @@
+"""The whole scenario file as one model: ``Scenario`` (and its ``checks`` entries, one
+model per registered check kind).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Union
+
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, field_validator
+
+from harness import checks as check_registry
+from harness.scenario.models import (
+    Broken,
+    Budgets,
+    EnvMap,
+    HostSpec,
+    LocalHostSpec,
+    ModelSpec,
+    ProcessSpec,
+    ProxySpec,
+    ReaderProcess,
+    ScrapeSpec,
+    SourceProcess,
+)
+from harness.scenario.steps import Step, model_key
+from harness.spec import Name, Strict, custom_error
+from mxref.config import TRANSPORT_PROFILES
+
+__all__ = ["CHECK_MODELS", "CheckEntry", "Scenario"]
+
+
+def _check_models() -> dict[str, type[BaseModel]]:
+    models: dict[str, type[BaseModel]] = {}
+    for kind in sorted(check_registry.REGISTRY):
+        definition = check_registry.REGISTRY[kind]
+        model: type[BaseModel] = create_model(  # type: ignore[call-overload]  # fields by keyword from a dict
+            f"{''.join(p.title() for p in kind.split('_'))}Check",
+            __base__=Strict,
+            __doc__=definition.doc or None,
+            **{kind: (definition.params, ...)},
+        )
+        models[kind] = model
+    return models
+
+
+CHECK_MODELS = _check_models()
+
+
+def _check_key(value: Any) -> str | None:
+    if isinstance(value, BaseModel):  # serialising
+        return f"<{model_key(value)}>"
+    if isinstance(value, Mapping):
+        for key in value:
+            if key in CHECK_MODELS:
+                return f"<{key}>"
+    return None
+
+
+def _check_entry_shape(value: Any) -> Any:
+    known = ", ".join(CHECK_MODELS)
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise custom_error("check", f"a check is a mapping with exactly one key, the check kind ({known})")
+    (key,) = value
+    if key not in CHECK_MODELS:
+        close = difflib.get_close_matches(str(key), list(CHECK_MODELS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise custom_error("check", f"{key!r} is not a check{hint} (known: {known})", key=str(key))
+    if value[key] is None:  # ``- integrity:`` with no parameters
+        return {key: {}}
+    return value
+
+
+if TYPE_CHECKING:
+    CheckEntry = BaseModel
+else:
+    CheckEntry = Annotated[
+        Union[tuple(Annotated[model, Tag(f"<{kind}>")] for kind, model in CHECK_MODELS.items())],  # noqa: UP007
+        Discriminator(_check_key),
+        BeforeValidator(_check_entry_shape),
+    ]
+
+
+def _default_hosts() -> dict[str, HostSpec]:
+    return {"local": LocalHostSpec()}
+
+
+
+class Scenario(Strict):
+    """One scenario file."""
+
+    name: Name
+    description: str = ""
+    references: tuple[str, ...] = ()
+    # a defect of a dependency this scenario documents: failing checks are expected (xfail)
+    known_defect: str | None = None
+    seed: int = 0
+    transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
+    markers: tuple[Name, ...] = ()
+    budgets: Budgets = Budgets()
+    scrape: ScrapeSpec = ScrapeSpec()
+    hosts: dict[Name, HostSpec] = Field(default_factory=_default_hosts, min_length=1)
+    model: ModelSpec = ModelSpec()
+    launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
+    env: EnvMap = Field(default_factory=dict)
+    proxies: dict[Name, ProxySpec] = Field(default_factory=dict)
+    processes: dict[Name, ProcessSpec] = Field(min_length=1)
+    steps: tuple[Step, ...] = Field(min_length=1)
+    checks: tuple[CheckEntry, ...] = ()
+
+    _path: Path | None = PrivateAttr(None)
+    _text: str = PrivateAttr("")
+
+    @field_validator("transport")
+    @classmethod
+    def _known_transport(cls, value: str | None) -> str | None:
+        if value is not None and value not in TRANSPORT_PROFILES:
+            raise custom_error(
+                "transport", f"{value!r} is not a transport profile (known: {', '.join(TRANSPORT_PROFILES)})"
+            )
+        return value
+
+    @field_validator("known_defect")
+    @classmethod
+    def _defect_text(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise custom_error(
+                "known_defect", "describe the defect: what is broken, where, since which version (or drop the key)"
+            )
+        return value.strip() if value is not None else None
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def directory(self) -> Path:
+        return self._path.parent if self._path else Path.cwd()
+
+    def role(self, process: str) -> str:
+        return self.processes[process].role
+
+    def roles(self) -> dict[str, str]:
+        return {name: spec.role for name, spec in self.processes.items()}
+
+    def host_of(self, process: str) -> str:
+        return self.processes[process].host or next(iter(self.hosts))
+
+    def netns_hosts(self) -> list[str]:
+        return [name for name, spec in self.hosts.items() if spec.kind == "netns"]
+
+    def transport_of(self, process: str) -> str:
+        """The ``--transport`` of a source/reader: the scenario's, else ``ucx-tcp-any`` on a
+        netns host (TCP on whatever device routes to the peer) and ``ucx-tcp`` (loopback) elsewhere."""
+        if self.transport is not None:
+            return self.transport
+        return "ucx-tcp-any" if self.hosts[self.host_of(process)].kind == "netns" else "ucx-tcp"
+
+    def server_of(self, process: str) -> str | None:
+        spec = self.processes[process]
+        if not isinstance(spec, SourceProcess | ReaderProcess):
+            return None
+        if spec.server:
+            return spec.server
+        if spec.server_via is not None and spec.server_via in self.proxies:
+            return self.proxies[spec.server_via].upstream
+        servers = [n for n, p in self.processes.items() if p.role == "server"]
+        return servers[0] if len(servers) == 1 else None
+
+    def check_entries(self) -> list[tuple[str, check_registry.CheckParams]]:
+        out = []
+        for entry in self.checks:
+            if isinstance(entry, Broken):
+                continue
+            (kind,) = type(entry).model_fields
+            out.append((kind, getattr(entry, kind)))
+        return out
+
+    def with_seed(self, seed: int) -> Scenario:
+        return self.model_copy(update={"seed": seed})
+

@@ -1,0 +1,277 @@
+"""Scenario models of everything but steps and checks: hosts, the model, budgets, scrapes,
+process options, processes and proxies (and the placeholders their strings may hold).
+
+Leaf of the ``harness.scenario`` package: the step models (``steps.py``) and the whole
+``Scenario`` (``document.py``) are built from these.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from harness.spec import Duration, Name, Strict
+
+__all__ = [
+    "PLACEHOLDERS",
+    "PLACEHOLDER_RE",
+    "Broken",
+    "Budgets",
+    "CommandProcess",
+    "EnvMap",
+    "HostSpec",
+    "LocalHostSpec",
+    "ModelSpec",
+    "MxrefProcess",
+    "NameList",
+    "NetnsHostSpec",
+    "ProcessSpec",
+    "ProxySpec",
+    "ReaderProcess",
+    "ScrapeSpec",
+    "ServerProcess",
+    "SourceProcess",
+]
+
+# Placeholders allowed in launcher / argv / extra_args / env values, filled by the runner.
+PLACEHOLDERS: dict[str, str] = {
+    "python": "the harness's Python interpreter (sys.executable)",
+    "run_dir": "this run's folder",
+    "proc_dir": "the folder holding this process's log and events",
+    "scenario_dir": "the folder of the scenario file",
+    "seed": "the run's seed",
+}
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _env_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+NameList = Annotated[tuple[Name, ...], BeforeValidator(_one_or_many), Field(min_length=1)]
+EnvMap = dict[str, Annotated[str, BeforeValidator(_env_value)]]
+
+# ---------------------------------------------------------------------------- hosts
+
+
+def _host_shorthand(value: Any) -> Any:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+class LocalHostSpec(Strict):
+    """Processes run on this machine, reached over loopback (``ssh`` hosts come next)."""
+
+    kind: Literal["local"] = "local"
+
+
+class NetnsHostSpec(Strict):
+    """Processes run in a network namespace of their own that the run creates (root needed),
+    joined to the run's bridge with an address of a private /24; network faults act on it."""
+
+    kind: Literal["netns"]
+
+
+HostSpec = Annotated[
+    Union[LocalHostSpec, NetnsHostSpec],  # noqa: UP007
+    Field(discriminator="kind"),
+    BeforeValidator(_host_shorthand),
+]
+
+# ---------------------------------------------------------------------------- model, budgets
+
+
+class ModelSpec(Strict):
+    """The synthetic model every source serves and every reader loads (same flags for all),
+    or a safetensors ``file``."""
+
+    name: str | None = None  # --model-name
+    tensors: int = Field(8, ge=1, le=1_000_000)
+    tensor_mib: float = Field(1.0, gt=0, le=1 << 20)
+    dtype: Literal["float32", "float16", "int8", "uint8", "int32", "int64"] = "float16"
+    seed: int | None = None  # default: the scenario's seed
+    file: str | None = None  # relative to the scenario file
+
+    def flags(self, seed: int, scenario_dir: Path) -> list[str]:
+        named = ["--model-name", self.name] if self.name else []
+        if self.file:
+            return [*named, "--model-file", str((scenario_dir / self.file).resolve())]
+        return [
+            *named,
+            "--tensors",
+            str(self.tensors),
+            "--tensor-mib",
+            f"{self.tensor_mib:g}",
+            "--dtype",
+            self.dtype,
+            "--seed",
+            str(self.seed if self.seed is not None else seed),
+        ]
+
+
+class Budgets(Strict):
+    """Every wait is bounded. ``step``: default ``within`` of awaits and bound of start/stop
+    waits; ``run``: the whole run; ``stop_grace``: TERM -> KILL; ``heal``: per heal;
+    ``progress``: the watchdog declares HANG after this long without a new event;
+    ``prepare``: writing the disk checkpoint."""
+
+    step: Duration = 30.0
+    run: Duration = 300.0
+    stop_grace: Duration = 5.0
+    heal: Duration = 10.0
+    progress: Duration = 60.0
+    prepare: Duration = 120.0
+
+
+class ScrapeSpec(Strict):
+    """Periodic ``/metrics`` scrapes of every process that reported a metrics port."""
+
+    enabled: bool = True
+    interval: Duration = 1.0
+    timeout: Duration = 1.0
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _flag_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class Options(Strict):
+    """Role options, each passed as ``--key-name value`` (booleans as bare flags when true)."""
+
+    def argv(self) -> list[str]:
+        out: list[str] = []
+        for key in type(self).model_fields:
+            value = getattr(self, key)
+            if value is None or value is False:
+                continue
+            if value is True:
+                out.append(_flag(key))
+            else:
+                out += [_flag(key), _flag_value(value)]
+        return out
+
+
+class ServerOptions(Options):
+    port: int = Field(0, ge=0, le=65535)
+    host: str | None = None  # bind address (mxref's default: 127.0.0.1)
+    heartbeat_timeout: Duration | None = None
+    reaper_interval: Duration | None = None
+    gc_timeout: Duration | None = None
+
+
+class PeerOptions(Options):
+    """Options sources and readers share."""
+
+    rank: int | None = Field(None, ge=0)
+    agent_name: str | None = None  # default: unique per incarnation (mxref)
+    accelerator: Literal["cpu", "cuda"] | None = None
+    device_id: int | None = Field(None, ge=0)
+    advertise_host: str | None = None
+    worker_port: int | None = Field(None, ge=0, le=65535)
+    heartbeat_interval: Duration | None = None
+    serve_seconds: Duration | None = None
+
+
+class SourceOptions(PeerOptions):
+    mode: Literal["p2p", "central"] | None = None
+    nixl_port: int | None = Field(None, ge=0, le=65535)
+    checkpoint: str | None = None  # serve this safetensors file's bytes
+
+
+class ReaderOptions(PeerOptions):
+    transfer_timeout: Duration | None = None
+    handshake_timeout: Duration | None = None
+    rpc_timeout: Duration | None = None  # deadline of each metadata-server RPC (mxref: 30s)
+    read_chunk_mib: float | None = Field(None, gt=0)  # chunked READ with a stall deadline (mxref: off)
+    selector: Literal["random", "rendezvous_hash"] | None = None
+    selector_seed: int | None = None  # default: the run's seed
+    serve_after_load: bool = False
+    skip_release: bool = False  # the simulated pre-fix bug: never disconnect the source
+    push_metadata: bool = False  # experimental: push the reader's NIXL metadata to the source
+    mode: Literal["p2p", "central"] | None = None  # serving mode after load
+    checkpoint: str | None = None  # default: the checkpoint the runner prepares in the run folder
+
+
+class ProcessBase(Strict):
+    host: Name | None = None  # default: the only host
+    env: EnvMap = Field(default_factory=dict)
+
+
+class MxrefProcess(ProcessBase):
+    launcher: tuple[str, ...] | None = Field(None, min_length=1)  # default: the scenario's
+    extra_args: tuple[str, ...] = ()
+
+
+class ServerProcess(MxrefProcess):
+    """``mxref server``: the metadata server (port 0: it picks one and reports it)."""
+
+    role: Literal["server"]
+    options: ServerOptions = ServerOptions()
+
+
+class SourceProcess(MxrefProcess):
+    """``mxref source``: serves the model; ``server`` defaults to the only server (or the
+    upstream of ``server_via``, a proxy it reaches the server through)."""
+
+    role: Literal["source"]
+    server: Name | None = None
+    server_via: Name | None = None
+    options: SourceOptions = SourceOptions()
+
+
+class ReaderProcess(MxrefProcess):
+    """``mxref reader``: loads the model (rdma, else disk fallback) and exits (0: verified)."""
+
+    role: Literal["reader"]
+    server: Name | None = None
+    server_via: Name | None = None  # reach the server through this proxy
+    options: ReaderOptions = ReaderOptions()
+
+
+class CommandProcess(ProcessBase):
+    """Any other program (``argv``), e.g. a proxy; it writes no events."""
+
+    role: Literal["command"]
+    argv: tuple[str, ...] = Field(min_length=1)
+
+
+ProcessSpec = Annotated[
+    Union[ServerProcess, SourceProcess, ReaderProcess, CommandProcess],  # noqa: UP007
+    Field(discriminator="role"),
+]
+
+
+class ProxySpec(Strict):
+    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process). Sources
+    and readers with ``server_via`` reach that server through it; ``toxic`` and
+    ``proxy_down`` faults act on it."""
+
+    upstream: Name
+
+
+
+
+class Broken(BaseModel):
+    """Stands for an entry (a step, a check) that failed schema validation, so that the
+    cross-reference rules can run on the rest of the file with every other entry at its own
+    index. Never part of a valid scenario."""
+
+    model_config = ConfigDict(frozen=True)
+    raw: Any = None

@@ -1,0 +1,72 @@
+"""Cross-reference rules of the processes, hosts and proxies sections: hosts exist and
+do not mix kinds, sources and readers have a server (directly or through a proxy), a proxy
+leads to a server, placeholders are known."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.scenario.models import PLACEHOLDER_RE, PLACEHOLDERS, CommandProcess, MxrefProcess, ReaderProcess, SourceProcess
+from harness.scenario.rules.context import Context
+from harness.scenario.steps import Loc
+
+__all__ = ["check_processes", "unknown_placeholders"]
+
+
+def unknown_placeholders(texts: Sequence[str]) -> list[str]:
+    return [m.group(0) for text in texts for m in PLACEHOLDER_RE.finditer(text) if m.group(1) not in PLACEHOLDERS]
+
+
+def _known_placeholders() -> str:
+    return ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+
+
+def check_processes(cx: Context) -> None:
+    sc = cx.sc
+    procs = sc.processes
+    for name, proxy in sc.proxies.items():
+        cx.need_process(("proxies", name, "upstream"), proxy.upstream, ("server",), "server process")
+
+    host_names = list(sc.hosts)
+    kinds = {spec.kind for spec in sc.hosts.values()}
+    if "netns" in kinds and len(kinds) > 1:
+        others = [n for n, h in sc.hosts.items() if h.kind != "netns"]
+        cx.add(("hosts",), f"netns hosts cannot be mixed with other kinds ({', '.join(others)}): a process "
+               "in a namespace cannot reach one on this machine's loopback")
+    servers = [n for n, p in procs.items() if p.role == "server"]
+    for name, spec in procs.items():
+        loc: Loc = ("processes", name)
+        if spec.host is not None and spec.host not in sc.hosts and not cx.unknown("hosts", spec.host):
+            cx.add((*loc, "host"), f"no host named {spec.host!r} (hosts: {', '.join(host_names)})")
+        if spec.host is None and len(host_names) > 1:
+            cx.add((*loc, "host"), f"required when the scenario has several hosts ({', '.join(host_names)})")
+        if isinstance(spec, SourceProcess | ReaderProcess):
+            _check_server(cx, loc, spec, servers)
+        texts: list[str] = list(spec.env.values())
+        if isinstance(spec, CommandProcess):
+            texts += list(spec.argv)
+        elif isinstance(spec, MxrefProcess):
+            texts += list(spec.launcher or ()) + list(spec.extra_args)
+        for bad in unknown_placeholders(texts):
+            cx.add(loc, f"unknown placeholder {bad} (known: {_known_placeholders()})")
+    if "launcher" not in cx.broken and "env" not in cx.broken:
+        for bad in unknown_placeholders([*sc.launcher, *sc.env.values()]):
+            cx.add(("launcher",), f"unknown placeholder {bad} (known: {_known_placeholders()})")
+
+
+def _check_server(cx: Context, loc: Loc, spec: SourceProcess | ReaderProcess, servers: list[str]) -> None:
+    sc = cx.sc
+    if spec.server is not None:
+        cx.need_process((*loc, "server"), spec.server, ("server",), "server process")
+    if spec.server_via is not None and cx.need_proxy((*loc, "server_via"), spec.server_via):
+        upstream = sc.proxies[spec.server_via].upstream
+        if spec.server is not None and spec.server != upstream:
+            cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to {upstream!r}, "
+                   f"not to this {spec.role}'s server {spec.server!r}")
+    named = spec.server is not None or spec.server_via is not None  # the proxy names its server
+    if named or cx.broken_names.get("processes") or "processes" in cx.broken:
+        return  # a server may be among the processes that did not validate
+    if not servers:
+        cx.add(loc, f"a {spec.role} needs a server process, and the scenario defines none")
+    elif len(servers) > 1:
+        cx.add((*loc, "server"), f"required: several servers ({', '.join(servers)})")
