@@ -10,7 +10,6 @@ starts anything: the runner resolves endpoints first and hands them in.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from harness import procscan
 from harness.scenario import (
+    PLACEHOLDER_RE,
     PLACEHOLDERS,
     CommandProcess,
     MxrefProcess,
@@ -29,8 +29,6 @@ from harness.scenario import (
 )
 
 __all__ = ["HarnessIdentity", "Placement", "base_env", "fill", "launcher", "prepare_argv", "process_argv", "process_env"]
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
         "seed": str(sc.seed),
     }
     assert set(values) == set(PLACEHOLDERS), "launch.fill and scenario.PLACEHOLDERS disagree"
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+    return PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), text)
 
 
 def launcher(sc: Scenario, spec: MxrefProcess, run_dir: Path) -> list[str]:

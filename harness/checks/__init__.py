@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from harness.spec import Name, Ref, Strict
+from harness.spec import Ref, Strict
 from harness.timeline import Entry, History
 
 __all__ = [
@@ -224,9 +224,6 @@ def truthy_integrity(value: Any) -> bool | None:
     if isinstance(value, str) and value.lower() in ("bad", "failed", "false", "fail", "mismatch"):
         return False
     return None
-
-
-ProcessName = Name
 
 
 def _discover() -> None:

@@ -275,20 +275,6 @@ class Fault(Generic[SpecT, TokenT]):
         """Remove what a crashed run of this kind left behind; returns what it removed."""
         return []
 
-    # Transitional: harness/scenario.py ``_semantic`` still asks the fault; the refs live on
-    # the spec (``spec.process_refs()``, ``proxy_refs()``, ``host_refs()``, ``Spec.host_kinds``).
-    # Remove these four once it asks the spec.
-    host_kinds: ClassVar[tuple[str, ...]] = ()
-
-    def targets(self) -> tuple[str, ...]:
-        return self.spec.process_refs()
-
-    def proxies(self) -> tuple[str, ...]:
-        return self.spec.proxy_refs()
-
-    def host_targets(self) -> tuple[tuple[str, Target], ...]:
-        return self.spec.host_refs()
-
 
 @contextmanager
 def undo_on_failure() -> Iterator[ExitStack]:
@@ -323,7 +309,6 @@ def register(cls: FaultT) -> FaultT:
     annotation = cls.Spec.model_fields["kind"].annotation
     if getattr(annotation, "__args__", None) != (kind,):
         raise ValueError(f"{cls.Spec.__name__}.kind must be Literal[{kind!r}]")
-    cls.host_kinds = cls.Spec.host_kinds  # transitional, see Fault.host_kinds
     REGISTRY[kind] = cls
     return cls
 

@@ -55,9 +55,6 @@ from harness.scenario.steps import (
     step,
 )
 
-# the runner's old name for PLACEHOLDER_RE; drop it once runner.py imports PLACEHOLDER_RE
-_PLACEHOLDER_RE = PLACEHOLDER_RE
-
 __all__ = [
     "CHECK_MODELS",
     "MAX_BYTES",

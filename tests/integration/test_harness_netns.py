@@ -103,7 +103,7 @@ def net() -> Iterator[tuple[netns.Network, Ctx, subprocess.Popen[bytes]]]:
     run_id = f"pytest-netns-{os.getpid()}-{time.monotonic_ns()}"
     network = netns.Network.create(run_id, ["a", "b"])
     a = network.hosts["a"]
-    server = subprocess.Popen([*a._wrap([sys.executable, "-c", SERVER, a.address, "7000"])], start_new_session=True)  # noqa: S603
+    server = subprocess.Popen([*a._wrap([sys.executable, "-c", SERVER, a.address, "7000"])], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not a.port_open(7000) and time.monotonic() < deadline:
@@ -295,12 +295,19 @@ def test_cleanup_after_a_sigkilled_harness_removes_the_network_and_its_faults(tm
 """
     path = tmp_path / "crash.yaml"
     path.write_text(SCENARIO.format(name="netns_crash", fake=FAKE, steps=steps))
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     run_id = None
     try:
         deadline = time.monotonic() + 60

@@ -13,9 +13,9 @@ import pytest
 from harness import procscan
 from harness.report import write_run_folder
 from harness.runner import Runner
-from harness.verdict import RunResult
 from harness.scenario import load_scenario
 from harness.timeline import History
+from harness.verdict import RunResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

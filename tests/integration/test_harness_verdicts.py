@@ -19,9 +19,9 @@ from harness import capabilities, checks, cli, faults, procscan
 from harness.faults import Fault, FaultContext, FaultSpec, Injected
 from harness.report import write_run_folder
 from harness.runner import Runner
-from harness.verdict import RunResult
 from harness.scenario import FaultStep, Scenario, load_scenario
 from harness.spec import Name
+from harness.verdict import RunResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

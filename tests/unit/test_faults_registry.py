@@ -83,10 +83,10 @@ def test_a_failing_undo_does_not_hide_the_error() -> None:
     assert raised.value.__notes__ == ["undoing it failed too: OSError: undo broke"]
 
 
-def test_the_transitional_fault_methods_ask_the_spec() -> None:
-    fault = make_fault(KillSpec(kind="kill", target="a"), "k")
-    assert fault.targets() == ("a",) and fault.proxies() == () and fault.host_targets() == ()
-    assert REGISTRY["partition"].host_kinds == ("netns",) and REGISTRY["kill"].host_kinds == ()
+def test_references_are_declared_on_the_spec() -> None:
+    spec = KillSpec(kind="kill", target="a")
+    assert spec.process_refs() == ("a",) and spec.proxy_refs() == () and spec.host_refs() == ()
+    assert REGISTRY["partition"].Spec.host_kinds == ("netns",) and REGISTRY["kill"].Spec.host_kinds == ()
 
 
 def test_every_fault_kind_has_unit_tests() -> None:

@@ -121,7 +121,7 @@ def test_sweep_deletes_the_runs_proxies_from_its_recorded_server(monkeypatch: py
     server = install_toxiproxy(monkeypatch, FakeToxiproxy(API))
     for name in ("run-a.mds", "run-a.other", "run-ab.mds"):
         server.add(name)
-    monkeypatch.setattr(toxiproxy_faults, "recorded_api", lambda run_id: API if run_id == "run-a" else None)
+    monkeypatch.setattr(toxiproxy_faults, "recorded_toxiproxy_api", lambda run_id: API if run_id == "run-a" else None)
     assert sorted(REGISTRY["toxic"].sweep("run-a")) == [f"toxiproxy proxy run-a.mds at {API}", f"toxiproxy proxy run-a.other at {API}"]
     assert list(server.proxies) == ["run-ab.mds"]
     assert REGISTRY["toxic"].sweep("run-b") == []  # no server recorded

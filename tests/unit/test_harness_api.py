@@ -31,7 +31,7 @@ def test_fault_specs_must_declare_their_kind_literal() -> None:
     class WrongSpec(faults.FaultSpec):
         kind: Literal["other"]
 
-    class Wrong(faults.Fault):
+    class Wrong(faults.Fault[WrongSpec, None]):
         kind = "wrong"
         Spec = WrongSpec
 

@@ -15,7 +15,7 @@ from harness.capabilities import ENV_MISSING, scenario_requirements
 from harness.errors import ScenarioInvalid
 from harness.faults.netns import RateSpec, chain_name, parse_rate
 from harness.runner import Runner
-from harness.scenario import NetnsHostSpec, parse_scenario
+from harness.scenario import FaultStep, NetnsHostSpec, parse_scenario
 
 BASE = """\
 name: net
@@ -77,7 +77,7 @@ def test_network_faults_take_hosts_processes_or_source_of() -> None:
         - fault: {kind: link_down, target: a, name: down}
         - fault: {kind: rate, target: {source_of: reader-1}, rate: 10mbit, direction: both}
         """), "x.yaml")
-    faults = [step.fault for step in sc.steps[1:]]
+    faults = [step.fault for step in sc.steps[1:] if isinstance(step, FaultStep)]
     assert [f.kind for f in faults] == ["partition", "reject", "link_down", "rate"]
     assert faults[1].ports == (5000, 6000) and faults[1].direction == "in"
     assert faults[3].rate == "10mbit" and faults[3].latency == 0.2

@@ -57,7 +57,7 @@ def test_a_proxied_scenario_parses_and_its_reader_reaches_the_upstream_server() 
     assert sc.server_of("source-1") == "server"
     assert [a for a in reader.options.argv() if a in ("--rpc-timeout", "3")] == ["--rpc-timeout", "3"]
     fault = next(s for s in sc.steps if isinstance(s, FaultStep))
-    assert fault.fault.attributes == {"latency": 1000, "jitter": 50}  # type: ignore[union-attr]
+    assert isinstance(fault.fault, ToxicSpec) and fault.fault.attributes == {"latency": 1000, "jitter": 50}
     assert describe_step(fault) == "fault toxic mds (slow)"
 
 

@@ -12,6 +12,7 @@ import pytest
 from harness.checks import REGISTRY as CHECK_REGISTRY
 from harness.errors import ScenarioInvalid
 from harness.faults import REGISTRY
+from harness.faults.process import KillSpec
 from harness.scenario import (
     AwaitEvent,
     AwaitExit,
@@ -144,7 +145,7 @@ def test_signals_are_names_or_numbers() -> None:
     assert line.startswith("x.yaml:10: steps[3].fault.signal: 'FOO' is not a signal name or number")
     ok = parse_scenario(text.replace("FOO", "SIGTERM"), "x.yaml")
     fault = next(r.step for r in iter_steps(ok.steps) if isinstance(r.step, FaultStep)).fault
-    assert fault.signal == 15  # type: ignore[union-attr]
+    assert isinstance(fault, KillSpec) and fault.signal == 15
 
 
 def test_duplicate_keys_are_refused_instead_of_silently_overwritten() -> None:

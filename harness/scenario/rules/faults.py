@@ -32,8 +32,7 @@ class FaultRefs:
 def fault_refs(spec: FaultSpec) -> FaultRefs:
     """The one place that asks the fault registry what a spec references."""
     cls = fault_registry.REGISTRY[spec.kind]
-    fault = fault_registry.make_fault(spec, spec.name or spec.kind)
-    return FaultRefs(fault.targets(), fault.proxies(), fault.host_targets(), cls.host_kinds, cls.healable)
+    return FaultRefs(spec.process_refs(), spec.proxy_refs(), spec.host_refs(), spec.host_kinds, cls.healable)
 
 
 def check_faults(cx: Context) -> None:
