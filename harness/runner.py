@@ -226,6 +226,7 @@ class Runner:
         self._fault_counter = 0
         self._quiet_until = 0.0
         self._interrupted: int | None = None
+        self._signalled: int | None = None  # set by the signal handler, before it raises RunInterrupted
         self._tearing_down = False
         self._checkpoint: Path | None = None
         self._threads: list[threading.Thread] = []
@@ -271,10 +272,18 @@ class Runner:
                 except Exception as exc:  # noqa: BLE001 - a harness bug still heals and reports
                     status, reason = "error", f"{type(exc).__name__}: {exc}"
                     self.timeline.append("info", "harness", "error", {"traceback": traceback.format_exc()})
-                if self._hang:
-                    status, reason = "hang", self._abort_reason or "no progress"
+            except RunInterrupted:
+                pass  # the signal landed in one of the handlers above: it is decided below
             finally:
+                self._tearing_down = True  # first, before any call: from here a signal is only recorded
                 self._teardown()
+        if self._signalled is not None and status != "interrupted":
+            # the handler's RunInterrupted was swallowed where it landed (e.g. a timeline listener's
+            # ``except Exception``) or landed after the handlers above: the signal decides the outcome
+            status, reason, failed_step = "interrupted", f"harness got {signal.Signals(self._signalled).name}", None
+            self._interrupted = self._signalled
+        if self._hang:
+            status, reason = "hang", self._abort_reason or "no progress"
         if self._heal_failures:
             status, reason = self._heal_outcome(status, reason)
         self.timeline.append(
@@ -782,6 +791,7 @@ class Runner:
             if self._tearing_down:
                 self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
                 return
+            self._signalled = self._signalled or signum
             self._abort.set()
             raise RunInterrupted(signum)
 
@@ -798,23 +808,31 @@ class Runner:
         budget = within if within is not None else self.scenario.budgets.step
         return min(time.monotonic() + budget, self._deadline)
 
+    def _aborted(self) -> Exception:
+        """What a wait woken by the abort raises: the run's signal when it got one (the
+        handler's own raise may have landed in, and been swallowed by, e.g. a timeline
+        listener's ``except Exception``), else ``_Abort``."""
+        return RunInterrupted(self._signalled) if self._signalled is not None else _Abort()
+
     def _wait(self, predicate: Callable[[Entry], bool], deadline: float, start: int = 0, count: int = 1) -> Entry | None:
         entry = self.timeline.wait_for(predicate, deadline, start=start, abort=self._abort, count=count)
         if entry is None and self._abort.is_set():
-            raise _Abort()
+            raise self._aborted()
         return entry
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         self._quiet_until = max(self._quiet_until, end)
         if self._abort.wait(max(0.0, min(end, self._deadline + 1) - time.monotonic())):
-            raise _Abort()
+            raise self._aborted()
 
     # ------------------------------------------------------------------ steps
 
     def _run_steps(self, steps: Sequence[BaseModel], prefix: str) -> None:
         for i, step in enumerate(steps):
             sid = f"{prefix}{i + 1}"
+            if self._signalled is not None:
+                raise RunInterrupted(self._signalled)
             if self._abort.is_set():
                 raise StepFailed(sid, self._abort_reason or "aborted")
             text = describe_step(step)
@@ -1081,7 +1099,7 @@ class Runner:
                     sid, arg.on_timeout, f"{cond.process}: {cond.metric} {cond.op} {cond.value:g} not met in time (last {shown})", cond.process
                 )
             if self._abort.wait(arg.every):
-                raise _Abort()
+                raise self._aborted()
 
     def _await_event(
         self,
