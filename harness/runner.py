@@ -111,7 +111,6 @@ class Runner:
         self._tearing_down = False
         self._interrupted: int | None = None
         self._defer_depth = 0  # > 0: inside _signals_deferred (main thread)
-        self._deferred_signal: int | None = None
         self._steps: dict[type[BaseModel], Callable[[str, Any], StepValue]] = {
             StartStep: self._start_step,
             StopStep: self._stop_step,
@@ -155,10 +154,17 @@ class Runner:
                 except Exception as exc:  # noqa: BLE001 - a harness bug still heals and reports
                     status, reason = "error", f"{type(exc).__name__}: {exc}"
                     self.timeline.append("info", "harness", "error", {"traceback": traceback.format_exc()})
-                if self._hang:
-                    status, reason = "hang", self.clock.reason or "no progress"
+            except RunInterrupted:
+                pass  # raised inside one of the handlers above: decided below
             finally:
+                self._tearing_down = True  # first: a signal from here on is ignored, not raised
                 self._teardown()
+        signum = self.clock.signalled
+        if signum is not None and status != "interrupted":  # its exception was swallowed on the way
+            status, reason, failed_step = "interrupted", f"harness got {signal.Signals(signum).name}", None
+            self._interrupted = signum
+        if self._hang:
+            status, reason = "hang", self.clock.reason or "no progress"
         if self.nemesis.heal_failures:
             status, reason = _heal_outcome(status, reason, self.nemesis.heal_failures)
         self.timeline.append("info", "harness", "outcome", {"status": status, "reason": reason, "failed_step": failed_step})
@@ -316,9 +322,8 @@ class Runner:
             yield
         finally:
             self._defer_depth -= 1
-            signum, self._deferred_signal = self._deferred_signal, None
-            if signum is not None and not self._defer_depth:
-                raise RunInterrupted(signum)
+            if not self._defer_depth and self.clock.signalled is not None:
+                raise RunInterrupted(self.clock.signalled)
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -330,9 +335,8 @@ class Runner:
             if self._tearing_down:
                 self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
                 return
-            self.clock.abort()  # every wait wakes (Aborted), also inside a deferred section
+            self.clock.interrupt(signum)  # recorded first; every wait wakes, also in a deferred section
             if self._defer_depth:
-                self._deferred_signal = self._deferred_signal or signum
                 return
             raise RunInterrupted(signum)
 
@@ -401,6 +405,8 @@ class Runner:
     def _run_steps(self, steps: Sequence[BaseModel], prefix: str) -> None:
         for i, step in enumerate(steps):
             sid = f"{prefix}{i + 1}"
+            if self.clock.signalled is not None:
+                raise RunInterrupted(self.clock.signalled)
             if self.clock.aborted:
                 raise StepFailed(sid, self.clock.reason or "aborted")
             text = describe_step(step)

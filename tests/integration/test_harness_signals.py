@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -18,7 +19,9 @@ import pytest
 
 from harness import procscan
 from harness.cleanup import sweep
-from harness.timeline import History
+from harness.runner import Runner
+from harness.scenario import load_scenario
+from harness.timeline import Entry, History
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -85,6 +88,27 @@ class Harness:
         (run_json,) = [p for p in self.out.glob(f"{self.name}/*/run.json") if not p.parent.is_symlink()]
         return json.loads(run_json.read_text())
 
+    def explain(self) -> str:
+        """What a failure message needs: the harness's exit code, the tail of its output
+        (stdout and stderr), and, from its run folder, the outcome and the signal entries."""
+        self.pump.join(timeout=5)
+        while True:
+            try:
+                self.seen.append(self.lines.get_nowait())
+            except queue.Empty:
+                break
+        parts = [f"harness rc={self.proc.poll()}; output tail:", "".join(self.seen[-40:])]
+        for timeline in self.out.glob(f"{self.name}/*/timeline.jsonl"):
+            if timeline.parent.is_symlink():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                history = History.from_jsonl(timeline)
+                wanted = [e for e in history if e.actor == "harness" and e.f in ("outcome", "signal_ignored", "error", "hang")]
+                wanted += [e for e in history if e.f == "process_exit" or e.type == "fail"]
+                parts.append(f"{timeline}:")
+                parts += [f"  {e.describe()} {dict(e.value)}" for e in sorted(wanted, key=lambda e: e.index)]
+        return "\n".join(parts)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -107,7 +131,8 @@ def test_sigterm_of_the_harness_heals_faults_and_stops_everything(tmp_path: Path
         run_id = str(harness.run_info()["run_id"])
         assert len(alive(run_id)) == 2
         harness.proc.send_signal(signal.SIGTERM)
-        assert harness.proc.wait(timeout=60) == 130
+        rc = harness.proc.wait(timeout=60)
+        assert rc == 130, harness.explain()
         assert alive(run_id) == []
         folder = Path(str(harness.run_info()["run_dir"]))
         history = History.from_jsonl(folder / "timeline.jsonl")
@@ -123,6 +148,34 @@ def test_sigterm_of_the_harness_heals_faults_and_stops_everything(tmp_path: Path
         harness.kill()
         if run_id:
             sweep(run_id)
+
+
+def test_a_signal_handled_inside_a_timeline_listener_still_interrupts_the_run(tmp_path: Path) -> None:
+    """The race behind the flaky test above, made deterministic: the SIGTERM arrives while the
+    main thread is still inside the console listener that printed "step 4: sleep" (what the
+    test waits for), so the handler's RunInterrupted is raised in ``Timeline.append``'s listener
+    loop, whose ``except Exception`` used to swallow it: the run ended ``step_failed: aborted``
+    (exit 1) instead of ``interrupted`` (exit 130)."""
+    # the Runner installs its handlers on the main thread only; elsewhere this SIGTERM would end pytest
+    assert threading.current_thread() is threading.main_thread()
+    path = tmp_path / "listener.yaml"
+    path.write_text(SCENARIO.format(name="listener", fake=FAKE, source_args="[]"))
+
+    def observer(e: Entry) -> None:
+        if (e.actor, e.f, e.type, e.get("step")) == ("harness", "step", "invoke", "4"):
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, before this listener returns
+
+    runner = Runner(load_scenario(path), out_dir=tmp_path / "runs", observers=[observer])
+    try:
+        result = runner.run()
+        assert (result.status, result.reason, result.interrupted_by) == ("interrupted", "harness got SIGTERM", signal.SIGTERM)
+        assert alive(runner.run_id) == []
+        heal = result.history.last(actor="nemesis", f="heal", type="ok")
+        assert heal is not None and heal.get("reason") == "teardown" and heal.get("resumed") is True
+        step = result.history.last(actor="harness", f="step")
+        assert step is not None and (step.get("step"), step.get("error")) == ("4", "interrupted")
+    finally:
+        sweep(runner.run_id)
 
 
 def test_cleanup_after_sigkill_of_the_harness_leaves_no_process_of_the_run(tmp_path: Path) -> None:
