@@ -86,7 +86,8 @@ class Harness:
 
     def run_info(self) -> dict[str, object]:
         (run_json,) = [p for p in self.out.glob(f"{self.name}/*/run.json") if not p.parent.is_symlink()]
-        return json.loads(run_json.read_text())
+        info: dict[str, object] = json.loads(run_json.read_text())
+        return info
 
     def explain(self) -> str:
         """What a failure message needs: the harness's exit code, the tail of its output

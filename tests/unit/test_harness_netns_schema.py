@@ -13,7 +13,7 @@ import pytest
 from harness import capabilities, netns
 from harness.capabilities import ENV_MISSING, scenario_requirements
 from harness.errors import ScenarioInvalid
-from harness.faults.netns import RateSpec, chain_name, parse_rate
+from harness.faults.netns import RateSpec, RejectSpec, chain_name, parse_rate
 from harness.runner import Runner
 from harness.scenario import FaultStep, NetnsHostSpec, parse_scenario
 
@@ -79,8 +79,9 @@ def test_network_faults_take_hosts_processes_or_source_of() -> None:
         """), "x.yaml")
     faults = [step.fault for step in sc.steps[1:] if isinstance(step, FaultStep)]
     assert [f.kind for f in faults] == ["partition", "reject", "link_down", "rate"]
-    assert faults[1].ports == (5000, 6000) and faults[1].direction == "in"
-    assert faults[3].rate == "10mbit" and faults[3].latency == 0.2
+    reject, rate = faults[1], faults[3]
+    assert isinstance(reject, RejectSpec) and reject.ports == (5000, 6000) and reject.direction == "in"
+    assert isinstance(rate, RateSpec) and rate.rate == "10mbit" and rate.latency == 0.2
 
 
 @pytest.mark.parametrize(
