@@ -123,6 +123,12 @@ class Runner:
             ParallelStep: self._parallel_step,
         }
 
+    @property
+    def handled_steps(self) -> frozenset[type[BaseModel]]:
+        """The step models the interpreter has a handler for (every registered step kind:
+        ``tests/unit/test_harness_structure.py`` holds it to ``harness.scenario.STEPS``)."""
+        return frozenset(self._steps)
+
     # ------------------------------------------------------------------ phases
 
     def run(self) -> RunResult:

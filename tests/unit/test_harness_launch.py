@@ -174,3 +174,4 @@ def test_no_checkpoint_is_prepared_when_readers_name_theirs_or_there_is_no_reade
     no_reader = load(NETNS.replace("  reader-1: {role: reader, host: r}\n", "").replace(", reader-1]", "]"))
     assert checkpoint.needed(no_reader) == checkpoint.Needed()
     assert checkpoint.needed(load(LOCAL)).reader == "reader-1"
+

@@ -1,5 +1,6 @@
 """The shape of the house: no import circle among the modules of ``harness`` and ``mxref``,
-and no harness module grown past what one reader can hold (~700 lines)."""
+no harness module grown past what one reader can hold (~700 lines), and a step kind that is
+registered once is interpreted by the runner."""
 
 from __future__ import annotations
 
@@ -108,3 +109,12 @@ def test_no_harness_module_is_over_700_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"split these (over {MAX_LINES} lines): {long}"
+
+
+def test_the_runner_interprets_every_registered_step_kind(tmp_path: Path) -> None:
+    from harness.runner import Runner
+    from harness.scenario import STEPS, parse_scenario
+
+    sc = parse_scenario("name: s\nprocesses: {server: {role: server}}\nsteps: [{start: server}]\n", "s.yaml")
+    runner = Runner(sc, out_dir=tmp_path, install_signal_handlers=False)
+    assert runner.handled_steps == frozenset(STEPS.values()), "a step kind without a handler (or a stale handler)"
