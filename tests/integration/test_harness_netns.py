@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from harness import netns, procscan
 from harness.cleanup import sweep
 from harness.faults import make_fault
 from harness.faults.netns import LinkDownSpec, PartitionSpec, RateSpec, RejectSpec
+from harness.nemesis import HostView
 from harness.report import write_run_folder
 from harness.runner import Runner
 from harness.scenario import load_scenario
@@ -75,16 +75,6 @@ except ConnectionRefusedError: print("refused")
 except ConnectionResetError: print("reset")
 except OSError as e: print("error", e)
 """
-
-
-@dataclass(frozen=True)
-class HostView:
-    name: str
-    kind: str
-    address: str
-    netns: str | None
-    link: str | None
-    inner_link: str | None
 
 
 class Ctx:
