@@ -1,6 +1,7 @@
 """``python -m mxref server|source|reader|prepare|demo``.
 
-Exit codes: 0 ok; 1 the reader produced no verified load; 2 bad flags or input;
+Exit codes: 0 ok; 1 the reader produced no verified load; 2 bad flags or input (TLS/token
+files included);
 3 could not start (bind, NIXL missing). Every process writes its events to
 ``--events`` (see ``mxref.events``) and serves /metrics on ``--metrics-port``
 (0 picks a port; the ``listening`` event reports it).
@@ -46,6 +47,13 @@ def _add_nixl_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-name", default=None,
                    help="exact NIXL agent name (default: NAME-<worker id>, unique per incarnation)")
     p.add_argument("--advertise-host", default="127.0.0.1", help="address peers use to reach this process")
+    g = p.add_argument_group("control-plane security (default: plaintext, no token)")
+    g.add_argument("--tls-ca", default=None, metavar="PEM",
+                   help="dial the metadata server and sources' WorkerService over TLS, verified against this CA")
+    g.add_argument("--tls-cert", default=None, metavar="PEM", help="serve this process's WorkerService over TLS")
+    g.add_argument("--tls-key", default=None, metavar="PEM", help="the --tls-cert certificate's private key")
+    g.add_argument("--token-file", default=None, metavar="PATH",
+                   help="send (and, serving, require) 'authorization: Bearer <this file's token>' (needs TLS)")
 
 
 def _add_model(p: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
@@ -279,6 +287,24 @@ def run_prepare(args: argparse.Namespace) -> int:
         return proc.finish(EXIT_OK)
 
 
+def install_credentials(args: argparse.Namespace) -> bool:
+    """The process's control-plane credentials from the TLS/token flags (``mxref.security``);
+    false, with the reason on stderr, when they cannot be used."""
+    from mxref import security
+
+    try:
+        client = security.ClientCredentials.from_files(args.tls_ca, args.token_file)
+        # the WorkerService requires the token only when it serves TLS (a token never travels in plaintext)
+        server = security.ServerCredentials.from_files(
+            args.tls_cert, args.tls_key, args.token_file if args.tls_cert else None
+        )
+    except security.SecurityError as exc:
+        print(f"mxref {args.role}: {exc}", file=sys.stderr)
+        return False
+    security.install(client, server)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -289,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         from mxref.server import run_server
 
         return run_server(args)
+    if args.role in ("source", "reader") and not install_credentials(args):
+        return EXIT_USAGE
     if args.role == "source":
         return run_source(args)
     if args.role == "reader":

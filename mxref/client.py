@@ -10,6 +10,10 @@ UNAVAILABLE / DEADLINE_EXCEEDED). Negative answers (``success=false``,
 (5 s by default). Anything but a manifest for exactly the requested source and
 worker is the source's fault and raises ``ManifestError``; a manifest answered
 by a different worker (a reused endpoint) raises its subclass ``WorkerIdMismatch``.
+
+Both dial with ``mxref.security`` credentials: the ones given, else the process's
+(``security.install``), which are plaintext unless the process was started with TLS flags.
+A server that refuses the token answers UNAUTHENTICATED (not retryable).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from mxref import config
+from mxref import config, security
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import REASON_METADATA_KEY, RejectReason
@@ -41,10 +45,17 @@ _WORKER_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.WorkerServiceStub
 class MxClient:
     """Client of one metadata server at ``address`` (``host:port``). Close it, or use ``with``."""
 
-    def __init__(self, address: str, timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S,
+        *,
+        credentials: security.ClientCredentials | None = None,
+    ) -> None:
         self.address = address
         self.timeout_s = _check_timeout(timeout_s)
-        self._channel = grpc.insecure_channel(address, options=config.grpc_message_options())
+        creds = credentials if credentials is not None else security.client_default()
+        self._channel = creds.channel(address, config.grpc_message_options())
         self._stub = _P2P_STUB(self._channel)
 
     def publish_metadata(
@@ -129,6 +140,8 @@ def fetch_tensor_manifest(
     mx_source_id: str,
     worker_id: str,
     timeout_s: float = config.DEFAULT_MANIFEST_TIMEOUT_S,
+    *,
+    credentials: security.ClientCredentials | None = None,
 ) -> p2p_pb2.GetTensorManifestResponse:
     """The manifest of source ``mx_source_id`` / worker ``worker_id`` served at ``endpoint``.
 
@@ -140,7 +153,8 @@ def fetch_tensor_manifest(
     if worker_id:
         request.worker_id = worker_id
     where = f"source {mx_source_id}/{worker_id or '*'} at {endpoint}"
-    with grpc.insecure_channel(endpoint, options=config.grpc_message_options()) as channel:
+    creds = credentials if credentials is not None else security.client_default()
+    with creds.channel(endpoint, config.grpc_message_options()) as channel:
         stub = _WORKER_STUB(channel)
         try:
             response: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(

@@ -102,6 +102,7 @@ EVENTS: dict[str, EventSpec] = {
     "source_status": _ev("mx_source_id", "worker_id", status=SOURCE_STATUSES, previous=SOURCE_STATUSES,
                          by=("rpc", "reaper")),
     "source_deleted": _ev("mx_source_id", "worker_id", by=("reaper",)),
+    "unauthenticated": _ev("method", "peer", reason=("missing_token", "wrong_token")),
     # demo
     "raw_read": _ev("bytes", "seconds", "gbps"),
 }

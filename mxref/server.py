@@ -41,12 +41,12 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 import grpc
 from prometheus_client import CollectorRegistry
 
-from mxref import __version__, config
+from mxref import __version__, config, security
 from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
-from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, StopSignals
+from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import endpoint, start_grpc_server
 
@@ -492,13 +492,34 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
 
 
-def start_metadata_server(servicer: P2pServicer, host: str, port: int) -> tuple[grpc.Server, int]:
+def start_metadata_server(
+    servicer: P2pServicer,
+    host: str,
+    port: int,
+    *,
+    credentials: security.ServerCredentials | None = None,
+    on_refused: Callable[[security.Refusal], None] | None = None,
+) -> tuple[grpc.Server, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one); returns (server, bound port).
 
+    ``credentials`` (default plaintext): TLS and the bearer-token check (``mxref.security``);
+    ``on_refused`` hears of every call refused as unauthenticated.
     Raises ``LocalError`` when the address cannot be bound.
     """
     return start_grpc_server(p2p_pb2_grpc.add_P2pServiceServicer_to_server, servicer, host, port,
-                             threads=SERVER_THREADS, what="metadata server")
+                             threads=SERVER_THREADS, what="metadata server", credentials=credentials,
+                             on_refused=on_refused)
+
+
+def refusal_reporter(emit: Callable[..., None], metrics: ServerFamilies) -> Callable[[security.Refusal], None]:
+    """Counts a refused call as ``mxref_server_rpcs_total{result="unauthenticated"}`` and
+    emits an ``unauthenticated`` event naming the method, the peer and the reason."""
+
+    def report(refusal: security.Refusal) -> None:
+        metrics.rpcs.labels(refusal.short_method, "unauthenticated").inc()
+        emit("unauthenticated", method=refusal.short_method, peer=refusal.peer, reason=refusal.reason.value)
+
+    return report
 
 
 # --- reaper -------------------------------------------------------------------
@@ -583,13 +604,24 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
         "--gc-timeout", type=_seconds, default=None, metavar="SECONDS",
         help=f"age at which a STALE record is deleted [MX_GC_TIMEOUT_SECS, {config.DEFAULT_GC_TIMEOUT_S:g}]",
     )
+    add_tls_server_args(parser)
+
+
+def add_tls_server_args(parser: argparse.ArgumentParser) -> None:
+    """``--tls-cert``/``--tls-key``/``--token-file``: a server's credentials (default: plaintext)."""
+    g = parser.add_argument_group("control-plane security (default: plaintext, no token)")
+    g.add_argument("--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate (chain)")
+    g.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's private key")
+    g.add_argument("--token-file", default=None, metavar="PATH",
+                   help="refuse calls without 'authorization: Bearer <this file's token>' (needs TLS)")
 
 
 def run_server(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Run the metadata server until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
 
     ``args`` carries ``name``, ``events`` and the flags of ``add_server_args``.
-    Exit codes (``mxref.process``): 0 after a clean stop, 3 when an address cannot be bound.
+    Exit codes (``mxref.process``): 0 after a clean stop, 2 when the credentials cannot be used,
+    3 when an address cannot be bound.
     """
     events = EventLog(args.events, args.name, "server")
     try:
@@ -604,6 +636,14 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
 
     timers = config.ServerTimers.resolve(args.heartbeat_timeout, args.reaper_interval, args.gc_timeout)
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
+    try:
+        credentials = security.ServerCredentials.from_files(
+            getattr(args, "tls_cert", None), getattr(args, "tls_key", None), getattr(args, "token_file", None)
+        )
+    except security.SecurityError as exc:
+        logger.error("%s", exc)
+        emit("exit", code=EXIT_USAGE, error=str(exc))
+        return EXIT_USAGE
     metrics = ServerMetrics()
     store = Store(listener=EventJournal(events))
     servicer = P2pServicer(store, timers, metrics=metrics.server)
@@ -611,7 +651,8 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     code, error = EXIT_OK, ""
     with StopSignals(stop) as signals:
         try:
-            server, port = start_metadata_server(servicer, args.host, args.port)
+            server, port = start_metadata_server(servicer, args.host, args.port, credentials=credentials,
+                                                 on_refused=refusal_reporter(emit, metrics.server))
         except LocalError as exc:
             logger.error("%s", exc)
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))

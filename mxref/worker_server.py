@@ -14,6 +14,10 @@ Every refusal carries its reason in the trailing metadata key
 ``REASON_METADATA_KEY``, so a client can tell a reused endpoint (a new worker
 behind an old address) from other refusals without parsing messages. The answer
 always echoes this worker's ``mx_source_id`` and ``worker_id``.
+
+With credentials (``mxref.security``: the process's unless given) the service listens on TLS
+and refuses a call without the bearer token with UNAUTHENTICATED before any rule above,
+counted as ``mxref_source_manifest_requests_total{result="unauthenticated"}``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from mxref import config
+from mxref import config, security
 from mxref.errors import LocalError
 from mxref.metrics import SourceFamilies
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
@@ -190,28 +194,50 @@ def _fixed(manifest: WorkerManifest) -> ManifestProvider:
     return lambda: manifest
 
 
-def start_worker_server(servicer: WorkerServicer, host: str, port: int) -> tuple[grpc.Server, int]:
+def start_worker_server(
+    servicer: WorkerServicer, host: str, port: int, *, credentials: security.ServerCredentials | None = None
+) -> tuple[grpc.Server, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one) with 4 threads; returns (server, port).
 
+    ``credentials``: the process's (``security.server_default()``) unless given.
     Raises ``LocalError`` when the address cannot be bound.
     """
+    creds = credentials if credentials is not None else security.server_default()
+
+    def refused(refusal: security.Refusal) -> None:
+        logger.warning("refused %s from %s: %s", refusal.method, refusal.peer, refusal.reason.value)
+        servicer._count("unauthenticated")
+
     return start_grpc_server(p2p_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, host, port,
-                             threads=WORKER_SERVER_THREADS, what="worker gRPC server")
+                             threads=WORKER_SERVER_THREADS, what="worker gRPC server", credentials=creds,
+                             on_refused=refused)
 
 
 def start_grpc_server(
-    register: Callable[[Any, grpc.Server], None], servicer: Any, host: str, port: int, *, threads: int, what: str
+    register: Callable[[Any, grpc.Server], None],
+    servicer: Any,
+    host: str,
+    port: int,
+    *,
+    threads: int,
+    what: str,
+    credentials: security.ServerCredentials | None = None,
+    on_refused: Callable[[security.Refusal], None] | None = None,
 ) -> tuple[grpc.Server, int]:
     """A started gRPC server for one servicer on ``host:port``; returns (server, bound port).
 
+    ``credentials`` (default: plaintext, no token) decide TLS and the token check;
+    ``on_refused`` hears of every call the token check refuses.
     ``LocalError`` naming ``what`` and the address when it cannot be bound.
     """
+    creds = credentials if credentials is not None else security.ServerCredentials()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=what.replace(" ", "-")),
         options=server_options(),
+        interceptors=creds.interceptors(on_refused),
     )
     register(servicer, server)
-    bound = bind(server, host, port, what=what)
+    bound = bind(server, host, port, what=what, credentials=creds.grpc_credentials())
     server.start()
     return server, bound
 
@@ -222,11 +248,17 @@ def server_options() -> list[tuple[str, int]]:
     return [*config.grpc_message_options(), ("grpc.so_reuseport", 0)]
 
 
-def bind(server: grpc.Server, host: str, port: int, *, what: str) -> int:
-    """Add an insecure port; ``LocalError`` naming the address when it cannot be bound."""
+def bind(
+    server: grpc.Server, host: str, port: int, *, what: str, credentials: grpc.ServerCredentials | None = None
+) -> int:
+    """Add a port (TLS with ``credentials``, else plaintext); ``LocalError`` naming the address
+    when it cannot be bound."""
     address = endpoint(host, port)
     try:
-        bound: int = server.add_insecure_port(address)
+        if credentials is None:
+            bound: int = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise LocalError(f"{what}: cannot bind {address}: {exc}") from exc
     if bound == 0:
