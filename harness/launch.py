@@ -3,8 +3,9 @@
 This is the mxref command-line contract in one place: which flags each role gets from the
 scenario (model, transport, options, events and metrics), what a process on a netns host binds
 and advertises, how a restarted server keeps its port, where a reader finds its checkpoint and
-writes its result, and what every child carries in its environment (``MXCHAOS_RUN_ID`` and the
-harness's pid/start time, so ``mxchaos cleanup`` can tell whose it is). Nothing here waits or
+writes its result, which of the run's credentials (``harness.pki``) it gets as
+``--tls-*``/``--token-file`` flags, and what every child carries in its environment
+(``MXCHAOS_RUN_ID`` and the harness's pid/start time, so ``mxchaos cleanup`` can tell whose it is). Nothing here waits or
 starts anything: the runner resolves endpoints first and hands them in.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import procscan
+from harness.pki import RunCredentials
 from harness.scenario import (
     PLACEHOLDER_RE,
     PLACEHOLDERS,
@@ -28,7 +30,17 @@ from harness.scenario import (
     SourceProcess,
 )
 
-__all__ = ["HarnessIdentity", "Placement", "base_env", "fill", "launcher", "prepare_argv", "process_argv", "process_env"]
+__all__ = [
+    "HarnessIdentity",
+    "Placement",
+    "base_env",
+    "credential_flags",
+    "fill",
+    "launcher",
+    "prepare_argv",
+    "process_argv",
+    "process_env",
+]
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class Placement:
     server_address: str | None = None  # host:port (or the proxy's listen address) of its server
     checkpoint: Path | None = None  # the checkpoint the run prepared (readers)
     last_grpc_port: int | None = None  # a restarted server binds its previous port again
+    credentials: RunCredentials | None = None  # the run's CA, certificate and token (security on)
 
 
 def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
@@ -116,6 +129,7 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         argv += options.argv()
         if where.in_netns:
             argv += ["--metrics-host", where.host_address]
+        argv += credential_flags(spec, where.credentials)
     else:
         if where.server_address is None:
             raise ValueError(f"process {name}: a {spec.role} needs its server's address")
@@ -132,8 +146,36 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         else:
             assert isinstance(spec, SourceProcess)
             argv += spec.options.argv()
+        argv += credential_flags(spec, where.credentials)
     argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
     return argv
+
+
+def credential_flags(spec: MxrefProcess, creds: RunCredentials | None) -> list[str]:
+    """The ``--tls-*``/``--token-file`` flags of one mxref process (paths, never the token).
+
+    A server gets the certificate, key and token; a source or reader with ``credentials: run``
+    the CA (to verify servers), the certificate and key (its WorkerService) and the token; a
+    rogue only what its ``credentials`` says (``harness.scenario.Credentials``).
+    """
+    if creds is None or not creds.tls:
+        return []
+    assert creds.ca_cert is not None and creds.server_cert is not None and creds.server_key is not None
+    serving = ["--tls-cert", str(creds.server_cert), "--tls-key", str(creds.server_key)]
+    token = ["--token-file", str(creds.token)] if creds.token is not None else []
+    if isinstance(spec, ServerProcess):
+        return [*serving, *token]
+    assert isinstance(spec, SourceProcess | ReaderProcess)
+    ca = ["--tls-ca", str(creds.ca_cert)]
+    if spec.credentials == "run":
+        return [*ca, *serving, *token]
+    if spec.credentials == "no_token":
+        return ca
+    if spec.credentials == "wrong_token":
+        if creds.wrong_token is None:
+            return ca  # the run has no token, so there is none to get wrong
+        return [*ca, "--token-file", str(creds.wrong_token)]
+    return []  # "none": plaintext
 
 
 def _reader_options(sc: Scenario, spec: ReaderProcess, where: Placement) -> list[str]:

@@ -5,7 +5,8 @@
 1. **skip** when a capability the scenario needs is missing (``harness.capabilities``):
    nothing starts, the verdict is ``skip``;
 2. **setup**: the run folder, ``run.json`` and the ledger entry (``harness.ledger``), the
-   network of netns hosts (``harness.netns``), the hosts and the process table
+   network of netns hosts (``harness.netns``), the run's throwaway CA, certificate and token
+   when the scenario asks for ``security`` (``harness.pki``), the hosts and the process table
    (``harness.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.checkpoint``, cached between runs);
 4. **proxies**: the run's toxiproxy server when the scenario has proxies (``harness.proxies``);
@@ -39,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, launch, ledger, netns, procscan
+from harness import capabilities, checkpoint, launch, ledger, netns, pki, procscan
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.nemesis import Nemesis, RunFaultContext
@@ -106,6 +107,7 @@ class Runner:
         )
         self.nemesis = Nemesis(scenario, self.timeline, self._fault_context())
         self._checkpoint: Path | None = None
+        self._credentials: pki.RunCredentials | None = None
         self._run_info: dict[str, Any] = {}
         self._hang = False
         self._tearing_down = False
@@ -229,6 +231,8 @@ class Runner:
         netns_hosts = sc.netns_hosts()
         if netns_hosts:
             self._create_network(netns_hosts)
+        if sc.security.tls:
+            self._make_credentials()
         for name, spec in sc.hosts.items():
             if spec.kind == "netns":
                 assert self.network is not None
@@ -258,6 +262,20 @@ class Runner:
         self.timeline.append("ok", "harness", "network", value)
         self._run_info["network"] = self.network.describe()
         self._write_run_info()
+
+    def _make_credentials(self) -> None:
+        """The run's CA, server certificate (SAN: loopback, every netns host, the bridge) and
+        token, under ``<run_dir>/pki`` (``harness.pki``)."""
+        sc = self.scenario
+        addresses: list[str] = []
+        if self.network is not None:
+            addresses = [host.address for host in self.network.hosts.values()]
+            if self.network.bridge_address:
+                addresses.append(self.network.bridge_address)
+        self._credentials = pki.generate(self.run_dir, tls=sc.security.tls, token=sc.security.token, addresses=addresses)
+        value = {"dir": str(self._credentials.directory), "tls": sc.security.tls, "token": sc.security.token,
+                 "addresses": addresses}
+        self.timeline.append("ok", "harness", "credentials", value)
 
     def _close_network(self) -> None:
         """After every process stopped and the leak scan: delete it all; what is left
@@ -380,6 +398,7 @@ class Runner:
             server_address=self._server_address(name, deadline),
             checkpoint=self._checkpoint,
             last_grpc_port=st.last_grpc_port,
+            credentials=self._credentials,
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)

@@ -23,6 +23,7 @@ from harness.scenario.models import (
     ProxySpec,
     ReaderProcess,
     ScrapeSpec,
+    SecuritySpec,
     SourceProcess,
 )
 from harness.scenario.steps import Step, model_key
@@ -105,6 +106,7 @@ class Scenario(Strict):
     model: ModelSpec = ModelSpec()
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
     env: EnvMap = Field(default_factory=dict)
+    security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     proxies: dict[Name, ProxySpec] = Field(default_factory=dict)
     processes: dict[Name, ProcessSpec] = Field(min_length=1)
     steps: tuple[Step, ...] = Field(min_length=1)

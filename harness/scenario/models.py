@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from harness.spec import Duration, Name, Strict
+from harness.spec import Duration, Name, Strict, custom_error
 
 __all__ = [
     "PLACEHOLDERS",
@@ -31,7 +31,9 @@ __all__ = [
     "ProcessSpec",
     "ProxySpec",
     "ReaderProcess",
+    "Credentials",
     "ScrapeSpec",
+    "SecuritySpec",
     "ServerProcess",
     "SourceProcess",
 ]
@@ -141,6 +143,28 @@ class ScrapeSpec(Strict):
     timeout: Duration = 1.0
 
 
+class SecuritySpec(Strict):
+    """The control plane's credentials (``harness.pki`` writes them per run): ``tls`` gives
+    every mxref server a certificate of a throwaway CA and every client that CA; ``token``
+    (needs ``tls``) a bearer token every server requires. Off: plaintext, as mxref defaults."""
+
+    tls: bool = False
+    token: bool = False
+
+    @model_validator(mode="after")
+    def _token_needs_tls(self) -> SecuritySpec:
+        if self.token and not self.tls:
+            raise custom_error("security", "token: true needs tls: true (a bearer token never travels in plaintext)")
+        return self
+
+
+Credentials = Literal["run", "no_token", "wrong_token", "none"]
+"""What a source or reader is given of the run's credentials: ``run`` all of them; the others
+make it a rogue: ``no_token`` / ``wrong_token`` get the CA (public) and no token or a wrong
+one, ``none`` nothing (plaintext). A rogue never gets the servers' certificate and key, so its
+own WorkerService is plaintext."""
+
+
 # ---------------------------------------------------------------------------- processes
 
 
@@ -234,6 +258,7 @@ class SourceProcess(MxrefProcess):
     server: Name | None = None
     server_via: Name | None = None
     options: SourceOptions = SourceOptions()
+    credentials: Credentials = "run"
 
 
 class ReaderProcess(MxrefProcess):
@@ -243,6 +268,7 @@ class ReaderProcess(MxrefProcess):
     server: Name | None = None
     server_via: Name | None = None  # reach the server through this proxy
     options: ReaderOptions = ReaderOptions()
+    credentials: Credentials = "run"
 
 
 class CommandProcess(ProcessBase):

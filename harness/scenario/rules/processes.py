@@ -42,6 +42,9 @@ def check_processes(cx: Context) -> None:
             cx.add((*loc, "host"), f"required when the scenario has several hosts ({', '.join(host_names)})")
         if isinstance(spec, SourceProcess | ReaderProcess):
             _check_server(cx, loc, spec, servers)
+            if spec.credentials != "run" and not sc.security.tls and "security" not in cx.broken:
+                cx.add((*loc, "credentials"), f"{spec.credentials!r} withholds credentials the run does not have: "
+                       "set security: {tls: true, token: true}")
         texts: list[str] = list(spec.env.values())
         if isinstance(spec, CommandProcess):
             texts += list(spec.argv)
