@@ -51,7 +51,7 @@ def test_two_runs_get_two_cas(tmp_path: Path) -> None:
 
 
 def test_a_token_without_tls_is_refused_and_nothing_is_overwritten(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="needs security.tls"):
+    with pytest.raises(ValueError, match=r"needs security\.tls"):
         pki.generate(tmp_path, tls=False, token=True)
     pki.generate(tmp_path, tls=True, token=False)
     with pytest.raises(FileExistsError):
