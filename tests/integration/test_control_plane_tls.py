@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from procs import Cluster
 
 from harness import pki
 from mxref.client import MxClient
@@ -21,7 +22,6 @@ from mxref.errors import MetadataServerError
 from mxref.process import EXIT_USAGE
 from mxref.security import ClientCredentials
 from mxref.v1 import p2p_pb2
-from tests.integration.procs import Cluster
 
 pytestmark = pytest.mark.integration
 
