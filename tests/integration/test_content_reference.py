@@ -267,3 +267,25 @@ def test_debug_hooks_corrupt_and_restore_a_serving_source(cluster: Cluster) -> N
     assert rd2.result()["integrity"] == "verified"
     assert_holds(rd2, SUMS, DIGEST)
     assert src.returncode is None
+
+
+def test_a_reader_turned_source_publishes_the_reference_and_reports_what_it_holds(cluster: Cluster) -> None:
+    src = cluster.start_source("src", model=MODEL)
+    rd = cluster.start_reader("rd", *reader_args("--serve-after-load", "--heartbeat-interval", "0.5",
+                                                 "--debug-hooks"), model=MODEL)
+    cluster.wait_ready(rd)
+    assert rd.info["mx_source_id"] == src.info["mx_source_id"], "it claims the content it verified"
+    assert [e["digest"] for e in rd.events("memory_digest")] == [DIGEST, DIGEST]  # loaded, settled
+    cluster.signal(rd, signal.SIGUSR2)
+    event = cluster.wait_event(rd, "debug_corrupt", timeout=10)
+    assert (event["corrupted"], event["tensors"]) == (True, TENSORS)
+    cluster.signal(rd, signal.SIGTERM)
+    assert cluster.wait_exit(rd, 15) == 0, cluster.report()
+    (last,) = rd.events("memory_digest", where=lambda e: e["when"] == "exit")
+    # what it holds at exit, not what it was told: every tensor's byte 0 flipped
+    flipped = {}
+    for i, name in enumerate(SUMS):
+        data = bytearray(np.random.Generator(np.random.PCG64([0, i])).bytes(TENSOR_BYTES))
+        data[0] ^= 0xFF
+        flipped[name] = xxhash.xxh3_64_hexdigest(bytes(data))
+    assert last["checksums"] == flipped and last["digest"] != DIGEST
