@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +22,13 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import xxhash
 
 import mxref.reader as reader_mod
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.model import Arena, ModelSpec, generate, save_checkpoint
+from mxref.model import Arena, ModelSpec, Reference, generate, save_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.reader import Reader, ReaderOptions
 from mxref.selection import Target
@@ -54,7 +56,11 @@ def _source_bytes() -> list[bytes]:
 
 
 SOURCE_BYTES = _source_bytes()
+OTHER_SPEC = ModelSpec(name=SPEC.name, tensors=SPEC.tensors, tensor_bytes=SPEC.tensor_bytes, dtype=SPEC.dtype, seed=8)
+OTHER_BYTES = [generate(OTHER_SPEC).raw(i).tobytes() for i in range(SPEC.tensors)]  # wrong bytes, same layout
+OTHER_SUMS = [xxhash.xxh3_64_hexdigest(b) for b in OTHER_BYTES]
 SOURCE_SUMS = generate(SPEC).checksums()
+REFERENCE = Reference.from_spec(SPEC)  # the reader's own: what it was told the model is
 
 
 @dataclass
@@ -69,6 +75,8 @@ class FakeSource:
     manifest: str = "ok"  # ok | refused | worker_mismatch
     mode: str = "p2p"  # p2p | central
     index: int = 0
+    served: list[bytes] | None = None  # the bytes it holds (default: the reference's)
+    manifest_sums: list[str] | None = None  # the checksums it publishes (default: the reference's)
 
     def ref(self) -> p2p_pb2.SourceInstanceRef:
         return p2p_pb2.SourceInstanceRef(mx_source_id=SID, worker_id=self.worker_id, model_name=SPEC.name,
@@ -78,7 +86,8 @@ class FakeSource:
     def descriptors(self) -> list[p2p_pb2.TensorDescriptor]:
         return [
             p2p_pb2.TensorDescriptor(name=s.name, addr=REMOTE_BASE + (self.index << 24) + i * 4096, size=s.nbytes,
-                                     device_id=0, dtype=s.dtype, checksum=SOURCE_SUMS[i], shape=list(s.shape))
+                                     device_id=0, dtype=s.dtype, shape=list(s.shape),
+                                     checksum=(SOURCE_SUMS if self.manifest_sums is None else self.manifest_sums)[i])
             for i, s in enumerate(SPEC.tensor_specs())
         ]
 
@@ -230,7 +239,7 @@ class FakeAgent:
             raise RuntimeError("nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT")
         by_addr = {d.addr: i for i, d in enumerate(src.descriptors())}
         for (laddr, size, _), (raddr, _rsize, _) in zip(local.tolist(), remote.tolist()):
-            data = SOURCE_BYTES[by_addr[raddr]]
+            data = (SOURCE_BYTES if src.served is None else src.served)[by_addr[raddr]]
             if src.behaviour == CORRUPT:
                 data = bytes(len(data))
             ctypes.memmove(laddr, data, size)
@@ -294,7 +303,7 @@ class Harness:
         opts: dict[str, Any] = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05,
                                     name="rd", selector="rendezvous_hash")
         opts.update(options)
-        self.reader = Reader(ReaderOptions(**opts), SPEC.tensor_specs(), identity_for(SPEC.name, SPEC.dtype),
+        self.reader = Reader(ReaderOptions(**opts), REFERENCE, identity_for(SPEC.name, SPEC.dtype, revision=REFERENCE.digest),
                              EventLog(self.events_path, "rd", "reader"), self.metrics)
         return self.reader
 
@@ -529,8 +538,9 @@ class TestTransferFailures:
         first, second = order_for_selector(reader, world)
         world.by_worker(first).behaviour = CORRUPT
         result = reader.load()
-        assert h.outcomes() == [(first, "transfer_retry"), (second, "success")]
+        assert h.outcomes() == [(first, "integrity_mismatch"), (second, "success")]
         assert "IntegrityError" in (result.attempts[0].error or "")
+        assert h.sample("mxref_reference_mismatches_total", stage="read") == 1
         assert [e["ok"] for e in h.events("integrity")] == [False, True]
         assert result.ok and result.integrity == "verified"
         assert world.managers[0].shut_down
@@ -681,7 +691,7 @@ class TestFallback:
         path.write_bytes(bytes(raw))
         result = h.load(checkpoint=path)
         assert not result.ok and result.integrity == "failed"
-        assert "differ from their checksums" in (result.error or "")
+        assert "differ from the reference" in (result.error or "")
 
     def test_checkpoint_of_another_model(self, world: World, h: Harness, tmp_path: Path) -> None:
         other = ModelSpec(name="mxref/unit", tensors=2, tensor_bytes=2048, dtype="float16", seed=7)
@@ -759,3 +769,123 @@ class TestRpcDeadline:
         assert parser.parse_args(["reader"]).rpc_timeout == config.DEFAULT_RPC_TIMEOUT_S
         with pytest.raises(SystemExit):
             parser.parse_args(["reader", "--rpc-timeout", "0"])
+
+
+# ----------------------------------------------------------------------------- the content reference
+
+
+class TestReference:
+    """The reader checks everything against its own reference, never against what a source or
+    a checkpoint says about itself."""
+
+    def test_a_manifest_that_disagrees_is_skipped_and_never_read(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        liar, honest = order_for_selector(reader, world)
+        # wrong bytes under the same identity, and an honest manifest of them
+        world.by_worker(liar).served, world.by_worker(liar).manifest_sums = OTHER_BYTES, OTHER_SUMS
+        result = reader.load()
+        assert h.outcomes() == [(liar, "reference_mismatch"), (honest, "success")]
+        error = result.attempts[0].error or ""
+        assert "manifest disagrees with the reference" in error and REFERENCE.digest in error
+        assert f"{SPEC.tensors} of {SPEC.tensors} tensors" in error
+        # never read from: no manager, no handshake, no READ for it
+        assert ("fetch", world.by_worker(liar).agent_name) not in world.agent_calls()
+        assert [e["index"] for e in h.events("transfer_start")] == [1]
+        assert len(world.managers) == 1
+        assert h.sample("mxref_reference_mismatches_total", stage="manifest") == 1
+        assert h.attempts("reference_mismatch") == 1
+        assert (result.ok, result.worker_id, result.integrity) == (True, honest, "verified")
+
+    def test_one_differing_checksum_is_enough_to_skip(self, world: World, h: Harness) -> None:
+        sums = list(SOURCE_SUMS)
+        sums[1] = OTHER_SUMS[1]
+        world.add("a", manifest_sums=sums)
+        result = h.load()
+        assert h.outcomes() == [("a", "reference_mismatch")]
+        assert "['model.layers.1.weight']" in (result.attempts[0].error or "")
+        assert not result.ok and result.integrity == "unverified"
+
+    def test_a_lying_manifest_is_read_then_refused_on_the_bytes(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        liar, honest = order_for_selector(reader, world)
+        world.by_worker(liar).served = OTHER_BYTES  # publishes the reference's checksums, holds other bytes
+        result = reader.load()
+        assert h.outcomes() == [(liar, "integrity_mismatch"), (honest, "success")]
+        assert h.sample("mxref_reference_mismatches_total", stage="read") == 1
+        assert [e["ok"] for e in h.events("integrity")] == [False, True]
+        assert result.ok and result.integrity == "verified"
+        arena = loaded_arena(h)
+        assert [arena.raw(i).tobytes() for i in range(len(arena.specs))] == SOURCE_BYTES
+
+    def test_wrong_bytes_from_the_only_source_are_never_verified(self, world: World, h: Harness) -> None:
+        world.add("a", served=OTHER_BYTES)
+        result = h.load()
+        assert h.outcomes() == [("a", "integrity_mismatch")]
+        assert not result.ok and result.integrity != "verified" and result.path == "none"
+        assert not h.events("load_done") and not h.events("memory_digest")
+
+    def test_an_empty_checksum_claims_nothing_and_the_bytes_decide(self, world: World, h: Harness) -> None:
+        world.add("a", manifest_sums=[""] * SPEC.tensors)
+        world.add("b", manifest_sums=[""] * SPEC.tensors)
+        reader = h.make()
+        liar, honest = order_for_selector(reader, world)
+        world.by_worker(liar).served = OTHER_BYTES
+        result = reader.load()
+        assert h.outcomes() == [(liar, "integrity_mismatch"), (honest, "success")]
+        assert result.ok and result.worker_id == honest and result.integrity == "verified"
+
+    def test_the_fallback_checks_the_reference_not_what_the_checkpoint_records(
+        self, world: World, h: Harness, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "other.safetensors"
+        save_checkpoint(generate(OTHER_SPEC), path, OTHER_SPEC)  # consistent with itself, not our model
+        result = h.load(checkpoint=path)
+        assert not result.ok and result.integrity == "failed"
+        assert "differ from the reference" in (result.error or "")
+        assert h.sample("mxref_reference_mismatches_total", stage="disk") == 1
+        assert not h.events("load_done") and not h.events("memory_digest")
+
+    def test_a_checkpoint_recording_the_reference_over_other_bytes_fails(
+        self, world: World, h: Harness, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "tampered.safetensors"
+        save_checkpoint(generate(OTHER_SPEC), path, SPEC, reference=REFERENCE)
+        result = h.load(checkpoint=path)
+        assert not result.ok and result.integrity == "failed"
+        assert f"{SPEC.tensors} of {SPEC.tensors} tensors differ from the reference" in (result.error or "")
+
+    def test_memory_digest_after_a_load_is_what_the_memory_holds(self, world: World, h: Harness) -> None:
+        world.add("a")
+        reader = h.make()
+        assert reader.load().ok
+        (loaded,) = h.events("memory_digest")
+        want = {s.name: xxhash.xxh3_64_hexdigest(b) for s, b in zip(SPEC.tensor_specs(), SOURCE_BYTES)}
+        assert loaded["when"] == "loaded" and loaded["checksums"] == want
+        assert loaded["digest"] == REFERENCE.digest
+        # it re-hashes: a byte changed in memory shows in the next report
+        loaded_arena(h).raw(2)[0] ^= 0xFF
+        assert reader.settle(0.01, threading.Event()) is not None
+        settled = h.events("memory_digest")[-1]
+        assert settled["when"] == "settled" and settled["digest"] != REFERENCE.digest
+        assert [n for n in want if settled["checksums"][n] != want[n]] == ["model.layers.2.weight"]
+
+    def test_settle_is_disabled_by_zero_and_cut_short_by_stop(self, world: World, h: Harness) -> None:
+        world.add("a")
+        reader = h.make()
+        reader.load()
+        stop = threading.Event()
+        assert reader.settle(0, stop) is None
+        stop.set()
+        assert reader.settle(5.0, stop) is None
+        assert [e["when"] for e in h.events("memory_digest")] == ["loaded"]
+        assert reader.report_memory("exit") is not None
+
+    def test_the_disk_path_reports_its_memory_too(self, world: World, h: Harness, checkpoint: Path) -> None:
+        result = h.load(checkpoint=checkpoint)
+        assert result.path == "disk" and result.integrity == "verified"
+        (loaded,) = h.events("memory_digest")
+        assert loaded["when"] == "loaded" and loaded["digest"] == REFERENCE.digest
