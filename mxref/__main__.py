@@ -1,9 +1,17 @@
 """``python -m mxref server|source|reader|prepare|demo``.
 
-Exit codes: 0 ok; 1 the reader produced no verified load; 2 bad flags or input;
-3 could not start (bind, NIXL missing). Every process writes its events to
-``--events`` (see ``mxref.events``) and serves /metrics on ``--metrics-port``
-(0 picks a port; the ``listening`` event reports it).
+Exit codes: 0 ok; 1 the reader produced no verified load; 2 bad flags or input
+(including a model file whose tensors differ from the checksums recorded in it, and
+a model whose digest is not ``--expect-digest``); 3 could not start (bind, NIXL
+missing). Every process writes its events to ``--events`` (see ``mxref.events``) and
+serves /metrics on ``--metrics-port`` (0 picks a port; the ``listening`` event reports it).
+
+The content reference (``mxref.model.Reference``) of a source, reader or prepare comes
+from its model flags, in this order: ``--model-file F`` gives the reference recorded in
+F's ``__metadata__`` (written by ``prepare``), or, when F records none, the hashes of
+F's tensors; otherwise the synthetic spec (``--tensors`` ...) is the reference. A
+reader never takes it from a peer or from its fallback ``--checkpoint``.
+``--expect-digest`` pins it: a process whose reference has another digest exits 2.
 """
 
 from __future__ import annotations
@@ -13,10 +21,18 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mxref import config
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
+
+if TYPE_CHECKING:
+    from mxref.debug_hooks import CorruptionToggle
+    from mxref.metrics import ReaderMetrics
+    from mxref.model import Arena, ModelSpec, Reference
+    from mxref.reader import Reader
 
 
 def _seconds(text: str) -> float:
@@ -55,9 +71,19 @@ def _add_model(p: argparse.ArgumentParser, checkpoint_required: bool = False) ->
     g.add_argument("--tensor-mib", type=float, default=4.0, help="MiB per tensor (default 4)")
     g.add_argument("--dtype", default="float16")
     g.add_argument("--seed", type=int, default=0, help="seed of the synthetic bytes")
-    g.add_argument("--model-file", type=Path, default=None, help="serve this safetensors file instead")
+    g.add_argument("--model-file", type=Path, default=None,
+                   help="this safetensors file is the model (a source serves its tensors, verified first "
+                        "against the checksums recorded in it; a reader expects its content)")
+    g.add_argument("--expect-digest", default=None, metavar="DIGEST",
+                   help="the whole-model digest (sha256:<64 hex>) the model must have; exit 2 otherwise")
     p.add_argument("--checkpoint", type=Path, default=None, required=checkpoint_required,
                    help="safetensors checkpoint (reader: disk fallback; prepare: output)")
+
+
+def _add_debug_hooks(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug-hooks", action="store_true",
+                   help="DEBUG HOOK (tests only): SIGUSR2 toggles corruption of the registered memory (byte 0 "
+                        "of every tensor XOR 0xFF; a second SIGUSR2 restores it) and emits debug_corrupt")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=_seconds, default=None,
                    help="[MX_HEARTBEAT_INTERVAL_SECS, 30]")
     p.add_argument("--serve-seconds", type=_seconds, default=None, help="exit after this long (default: until signalled)")
+    _add_debug_hooks(p)
+    p.add_argument("--data-seed", type=int, default=None, metavar="N",
+                   help="DEBUG HOOK (tests only): hold the generator's bytes for seed N while publishing the "
+                        "identity and reference digest of the model given (wrong bytes under the same identity); "
+                        "the manifest publishes the checksums of the bytes held")
+    p.add_argument("--lie-manifest", action="store_true",
+                   help="DEBUG HOOK (tests only): with --data-seed, publish the reference's checksums instead "
+                        "of those of the bytes held")
 
     p = sub.add_parser("reader", help="load the model from a READY source, else from the checkpoint")
     _add_common(p, "reader")
@@ -107,10 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-release", action="store_true",
                    help="SIMULATED BUG: never disconnect the source, and exit without NIXL teardown")
     p.add_argument("--result", type=Path, default=None, help="also write the result JSON here")
+    p.add_argument("--settle-s", type=_seconds, default=0.5, metavar="SECONDS",
+                   help="after a load, wait this long and re-hash the memory (memory_digest when=settled); "
+                        "0 disables (default 0.5)")
+    _add_debug_hooks(p)
 
     p = sub.add_parser("prepare", help="write the safetensors checkpoint of a synthetic model")
     _add_common(p, "prepare")
     _add_model(p, checkpoint_required=True)
+    p.add_argument("--data-seed", type=int, default=None, metavar="N",
+                   help="DEBUG HOOK (tests only): write the bytes of seed N but record the reference of the "
+                        "model given (a tampered checkpoint)")
 
     p = sub.add_parser("demo", help="server + source + reader on this machine over UCX-over-TCP")
     _add_common(p, "demo")
@@ -128,18 +169,74 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def model_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """(spec or None, arena) from the model flags."""
-    from mxref.model import generate, load_checkpoint
-
-    if getattr(args, "model_file", None):
-        arena, _sums = load_checkpoint(args.model_file)
-        return None, arena
-    spec = model_spec(args)
-    return spec, generate(spec)
+class BadInput(Exception):
+    """Bad flags or input: the message names the flag or file; the process exits 2."""
 
 
-def model_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _pin(reference: Reference, args: argparse.Namespace) -> Reference:
+    """``reference``, when ``--expect-digest`` (if given) is its digest; BadInput otherwise."""
+    from mxref.model import check_digest_syntax
+
+    if not getattr(args, "expect_digest", None):
+        return reference
+    try:
+        want = check_digest_syntax(args.expect_digest, "--expect-digest")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if reference.digest != want:
+        what = f"--model-file {args.model_file}" if args.model_file else "the model flags"
+        raise BadInput(f"--expect-digest {want}: {what} give {reference.digest} ({reference.origin})")
+    return reference
+
+
+def model_reference(args: argparse.Namespace) -> Reference:
+    """The reference a reader holds its load to (module docstring: precedence). Reads only
+    the header of a model file that records its reference."""
+    from mxref.model import Reference
+
+    try:
+        if args.model_file:
+            ref = Reference.recorded(args.model_file) or Reference.from_file(args.model_file)
+        else:
+            ref = Reference.from_spec(model_spec(args))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"model: {exc}") from None
+    return _pin(ref, args)
+
+
+def model_from_args(args: argparse.Namespace, emit: Callable[..., Any]) -> tuple[Reference, Arena]:
+    """A source's (reference, host arena) from the model flags. A model file is checked against
+    the reference recorded in it (``content_check``) and refused (BadInput) when it differs."""
+    from mxref.model import Reference, generate, load_checkpoint
+
+    if args.model_file:
+        path = args.model_file
+        try:
+            arena = load_checkpoint(path)
+            recorded = Reference.recorded(path)
+        except (OSError, ValueError) as exc:
+            emit("content_check", path=str(path), ok=False, tensors=0, bad=[], error=str(exc))
+            raise BadInput(f"--model-file {path}: {exc}") from None
+        held = Reference.from_arena(arena, "hashed")
+        if recorded is None:
+            emit("content_check", path=str(path), ok=None, tensors=len(arena.specs), bad=[],
+                 error="no recorded reference: serving the hashes of its tensors")
+            return _pin(held, args), arena
+        bad = recorded.mismatches(held.checksums)
+        emit("content_check", path=str(path), ok=not bad, tensors=len(arena.specs), bad=bad[:20], error=None)
+        if bad:
+            raise BadInput(f"--model-file {path}: {len(bad)} of {len(arena.specs)} tensors differ from the "
+                           f"checksums recorded in it ({recorded.digest}): {bad[:5]}; refusing to serve it")
+        return _pin(recorded, args), arena
+    try:
+        spec = model_spec(args)
+    except ValueError as exc:
+        raise BadInput(f"model: {exc}") from None
+    arena = generate(spec)
+    return _pin(Reference.from_arena(arena, "spec"), args), arena
+
+
+def model_spec(args: argparse.Namespace) -> ModelSpec:
     import numpy as np
 
     from mxref.model import ModelSpec
@@ -162,8 +259,10 @@ def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-unt
     )
 
 
-def _serve(service, proc: Process, seconds: float | None) -> None:  # type: ignore[no-untyped-def]
-    """Serve until signalled (or ``seconds``), then the source teardown, whatever happened."""
+def _serve(service, proc: Process, seconds: float | None,  # type: ignore[no-untyped-def]
+           before_close: Callable[[], object] = lambda: None) -> None:
+    """Serve until signalled (or ``seconds``), then ``before_close`` and the source teardown,
+    whatever happened."""
     from mxref.source import wait_for_stop
 
     service.start()
@@ -171,7 +270,19 @@ def _serve(service, proc: Process, seconds: float | None) -> None:  # type: igno
         wait_for_stop(proc.stop, seconds)
         proc.note_signal()
     finally:
-        service.close()
+        try:
+            before_close()
+        finally:
+            service.close()
+
+
+def _debug_hooks(args: argparse.Namespace, proc: Process, arena: Any = None) -> CorruptionToggle | None:
+    """The SIGUSR2 corruption toggle when ``--debug-hooks`` is given (mxref.debug_hooks)."""
+    if not args.debug_hooks:
+        return None
+    from mxref.debug_hooks import CorruptionToggle
+
+    return CorruptionToggle(proc.emit, arena).install()
 
 
 def run_source(args: argparse.Namespace) -> int:
@@ -179,6 +290,7 @@ def run_source(args: argparse.Namespace) -> int:
 
     from mxref.accelerators import get_backend
     from mxref.metrics import SourceMetrics
+    from mxref.model import Reference, fill_from_seed
     from mxref.nixl_transfer import NixlTransferManager
     from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors
@@ -186,11 +298,23 @@ def run_source(args: argparse.Namespace) -> int:
     metrics = SourceMetrics()
     with Process(args.name, "source", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
-        spec, host_arena = model_from_args(args)
-        checksums = host_arena.checksums()
+        try:
+            if args.lie_manifest and args.data_seed is None:
+                raise BadInput("--lie-manifest needs --data-seed (an honest source's checksums are the reference's)")
+            reference, host_arena = model_from_args(args, proc.emit)
+        except BadInput as exc:
+            print(f"mxref source: {exc}", file=sys.stderr)
+            return proc.finish(EXIT_USAGE)
+        if args.data_seed is not None:
+            fill_from_seed(host_arena, args.data_seed)
+        held = Reference.from_arena(host_arena, reference.origin)
+        lie = args.lie_manifest
+        checksums = [(reference if lie else held).checksums[t.name] for t in reference.tensors]
+        proc.emit("reference", digest=reference.digest, origin=reference.origin, tensors=len(reference.tensors),
+                  pinned=bool(args.expect_digest), held_digest=held.digest, manifest="reference" if lie else "held")
         accel = get_backend(args.accelerator)
         arena = accel.to_device(host_arena, args.device_id)
-        identity = identity_for(spec.name if spec else args.model_name, arena.specs[0].dtype)
+        identity = identity_for(args.model_name, arena.specs[0].dtype, revision=reference.digest)
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"
         nixl_port = args.nixl_port or free_port(args.advertise_host)
         mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=metrics.nixl)
@@ -206,21 +330,32 @@ def run_source(args: argparse.Namespace) -> int:
         proc.emit("listening", what="nixl_listener", port=nixl_port, endpoint=f"{args.advertise_host}:{nixl_port}")
         options = serve_options(args, args.server or config.server_address())
         service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, metrics.source)
-        _serve(service, proc, args.serve_seconds)
+        hooks = _debug_hooks(args, proc, arena)
+        try:
+            _serve(service, proc, args.serve_seconds)
+        finally:
+            if hooks is not None:
+                hooks.close()
         return proc.finish(EXIT_OK)
 
 
 def run_reader(args: argparse.Namespace) -> int:
     from mxref.metrics import ReaderMetrics
     from mxref.nixl_transfer import ChunkPolicy
-    from mxref.process import free_port
     from mxref.reader import Reader, ReaderOptions
-    from mxref.source import SourceService, identity_for, local_tensors
+    from mxref.source import identity_for
 
     metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
     with Process(args.name, "reader", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
-        spec = model_spec(args)
+        try:
+            reference = model_reference(args)
+        except BadInput as exc:
+            print(f"mxref reader: {exc}", file=sys.stderr)
+            return proc.finish(EXIT_USAGE)
+        proc.emit("reference", digest=reference.digest, origin=reference.origin, tensors=len(reference.tensors),
+                  pinned=bool(args.expect_digest))
+        hooks = _debug_hooks(args, proc)
         budget = args.transfer_timeout if args.transfer_timeout is not None else config.transfer_timeout_seconds()
         options = ReaderOptions(
             server=args.server or config.server_address(), transfer_timeout_s=budget,
@@ -231,51 +366,85 @@ def run_reader(args: argparse.Namespace) -> int:
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
         )
-        identity = identity_for(spec.name, spec.dtype)
-        reader = Reader(options, spec.tensor_specs(), identity, proc.events, metrics)
-        result = reader.load()
-        line = result.to_json()
-        print(line, flush=True)
-        if args.result:
-            args.result.write_text(line + "\n")
-        if args.skip_release:
-            # The pre-fix reader: gone without a word to its source (no remove, no invalidate).
-            proc.emit("exit", code=EXIT_OK if result.ok else EXIT_LOAD_FAILED, simulated="skip_release")
-            os._exit(EXIT_OK if result.ok else EXIT_LOAD_FAILED)
-        if not result.ok:
-            reader.close()
-            print(f"mxref reader: no verified load: {result.error}", file=sys.stderr)
-            return proc.finish(EXIT_LOAD_FAILED)
-        if metrics.source is not None and not proc.stop.is_set():  # --serve-after-load
-            assert reader.arena is not None
-            mgr = reader.manager
-            if mgr is None:  # loaded from disk: register the loaded tensors with a new agent
-                from mxref.nixl_transfer import NixlTransferManager
+        identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
+        reader = Reader(options, reference, identity, proc.events, metrics)
+        try:
+            return _read(args, proc, metrics, reader, hooks)
+        finally:
+            if hooks is not None:
+                hooks.close()
 
-                mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
-                                          events=proc.events, metrics=metrics.nixl)
-                mgr.create_agent(free_port(args.advertise_host), progress_thread=False)
-                mgr.register_tensors(local_tensors(reader.arena, args.device_id))
-            mgr.start_progress_pump()
-            serve = serve_options(args, options.server)
-            service = SourceService(mgr, reader.arena, reader.arena.checksums(), identity, serve,
-                                    reader.accelerator.name, proc.events, metrics.source)
-            reader.manager = None
-            _serve(service, proc, args.serve_seconds)
-        else:
-            reader.close()
-        return proc.finish(EXIT_OK)
+
+def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,
+          hooks: CorruptionToggle | None) -> int:
+    """The reader after its setup: load, report, settle, then exit or serve."""
+    from mxref.process import free_port
+    from mxref.source import SourceService, local_tensors
+
+    options = reader.options
+    identity = reader.identity
+    result = reader.load()
+    line = result.to_json()
+    print(line, flush=True)
+    if args.result:
+        args.result.write_text(line + "\n")
+    if result.ok and hooks is not None:
+        hooks.set_arena(reader.arena)
+    if result.ok:
+        reader.settle(args.settle_s, proc.stop)
+    if args.skip_release:
+        reader.report_memory("exit")
+        # The pre-fix reader: gone without a word to its source (no remove, no invalidate).
+        proc.emit("exit", code=EXIT_OK if result.ok else EXIT_LOAD_FAILED, simulated="skip_release")
+        os._exit(EXIT_OK if result.ok else EXIT_LOAD_FAILED)
+    if not result.ok:
+        reader.close()
+        print(f"mxref reader: no verified load: {result.error}", file=sys.stderr)
+        return proc.finish(EXIT_LOAD_FAILED)
+    reference = reader.reference
+    if metrics.source is not None and not proc.stop.is_set():  # --serve-after-load
+        assert reader.arena is not None
+        mgr = reader.manager
+        if mgr is None:  # loaded from disk: register the loaded tensors with a new agent
+            from mxref.nixl_transfer import NixlTransferManager
+
+            mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
+                                      events=proc.events, metrics=metrics.nixl)
+            mgr.create_agent(free_port(args.advertise_host), progress_thread=False)
+            mgr.register_tensors(local_tensors(reader.arena, args.device_id))
+        mgr.start_progress_pump()
+        serve = serve_options(args, options.server)
+        # it publishes the reference it verified its load against, not whatever its memory holds now
+        checksums = [reference.checksums[t.name] for t in reference.tensors]
+        service = SourceService(mgr, reader.arena, checksums, identity, serve,
+                                reader.accelerator.name, proc.events, metrics.source)
+        reader.manager = None
+        _serve(service, proc, args.serve_seconds, before_close=lambda: reader.report_memory("exit"))
+    else:
+        reader.report_memory("exit")
+        reader.close()
+    return proc.finish(EXIT_OK)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     from mxref.metrics import ProcessMetrics
-    from mxref.model import generate, save_checkpoint
+    from mxref.model import Reference, fill_from_seed, generate, save_checkpoint
 
     with Process(args.name, "prepare", args.events, None, ProcessMetrics("prepare")) as proc:
-        spec = model_spec(args)
-        arena = generate(spec)
-        save_checkpoint(arena, args.checkpoint, spec)
-        print(json.dumps({"checkpoint": str(args.checkpoint), "bytes": spec.total_bytes, "tensors": spec.tensors}))
+        try:
+            if args.model_file:
+                raise BadInput("prepare writes a synthetic model: --model-file is not for prepare")
+            spec = model_spec(args)
+            arena = generate(spec)
+            reference = _pin(Reference.from_arena(arena, "spec"), args)
+        except (BadInput, ValueError) as exc:
+            print(f"mxref prepare: {exc}", file=sys.stderr)
+            return proc.finish(EXIT_USAGE)
+        if args.data_seed is not None:
+            fill_from_seed(arena, args.data_seed)  # the debug hook: other bytes, the spec's reference
+        save_checkpoint(arena, args.checkpoint, spec, reference=reference)
+        print(json.dumps({"checkpoint": str(args.checkpoint), "bytes": spec.total_bytes, "tensors": spec.tensors,
+                          "digest": reference.digest}))
         return proc.finish(EXIT_OK)
 
 

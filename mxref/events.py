@@ -86,9 +86,24 @@ EVENTS: dict[str, EventSpec] = {
                             notes={"stalled": "chunked READ: no progress within stall_s"}),
     "transfer_error": _ev("index", "seconds", "error"),
     "attempt_outcome": _ev("index", "worker_id", "error", "seconds",
-                           outcome=("success", "metadata_miss", "transfer_retry", "transfer_fallback", "skipped")),
+                           outcome=("success", "metadata_miss", "reference_mismatch", "transfer_retry",
+                                    "transfer_fallback", "integrity_mismatch", "skipped"),
+                           notes={"outcome": "reference_mismatch: manifest disagrees with the reference, "
+                                             "never read; integrity_mismatch: the bytes READ are not the reference's"}),
     "peer_disconnected": _ev("agent_name", "ok", "invalidated"),
-    "integrity": _ev("ok", "tensors", "bad", notes={"bad": "[names]"}),
+    "integrity": _ev("ok", "tensors", "bad", notes={"bad": "[names] differing from the reference"}),
+    # the content reference this process holds a model to (source, reader; see mxref.model.Reference)
+    "reference": _ev("digest", "tensors", "pinned", "held_digest", "manifest",
+                     origin=("spec", "recorded", "hashed"),
+                     notes={"pinned": "--expect-digest given", "held_digest": "source: what it holds",
+                            "manifest": "source: held | reference (checksums it publishes)"}),
+    # a source checking the file it serves against the checksums recorded in it
+    "content_check": _ev("path", "ok", "tensors", "bad", "error", notes={"bad": "[names]"}),
+    # reader: what its memory holds (re-hashed), after the load, after --settle-s, before release
+    "memory_digest": _ev("digest", "checksums", when=("loaded", "settled", "exit"),
+                         notes={"checksums": "{name: xxh3-64 hex}"}),
+    # --debug-hooks: SIGUSR2 toggled the corruption of the registered memory
+    "debug_corrupt": _ev("corrupted", "tensors", notes={"corrupted": "bool"}),
     "fallback": _ev("reason", "checkpoint"),
     "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts",
                      path=("rdma", "disk")),

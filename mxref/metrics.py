@@ -8,7 +8,7 @@ group              families
 ``ServerFamilies``  the metadata server's records, RPCs and reaper (``mxref_server_*``)
 ``SourceFamilies``  a source's status, heartbeats and manifest requests (``mxref_source_*``)
 ``NixlFamilies``    a NIXL manager's data plane, in any process that holds one
-``ReaderFamilies``  the reader funnel and whole-load results
+``ReaderFamilies``  the reader funnel, whole-load results and content-reference mismatches
 =================  =====================================================================
 
 A process owns one ``CollectorRegistry`` holding ``mx_build_info`` and only the groups of
@@ -154,6 +154,12 @@ class ReaderFamilies:
         )
         self.loaded_bytes = Counter("mxref_loaded_bytes_total", "Bytes loaded", ["path"], registry=r)
         self.fallbacks = Counter("mxref_fallbacks_total", "Disk fallbacks", ["reason"], registry=r)
+        self.reference_mismatches = Counter(
+            "mxref_reference_mismatches_total",
+            "Content that disagreed with the reader's reference, by where it was caught: manifest (a "
+            "source skipped before any READ), read (bytes READ), disk (the fallback checkpoint)",
+            ["stage"], registry=r,
+        )
 
 
 class ProcessMetrics:

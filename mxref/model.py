@@ -1,15 +1,26 @@
-"""Model weights for sources, readers and the disk checkpoint.
+"""Model weights for sources, readers and the disk checkpoint, and their content reference.
 
 A ``ModelSpec`` describes a synthetic model (tensor count, sizes, dtype, seed);
 its bytes are deterministic, so any process can regenerate or verify them. A
 source may instead serve a safetensors file. Checksums are xxh3-64 per tensor.
 Tensors live in one contiguous host ``Arena`` (page aligned) so registration and
 freeing are single operations, with one NIXL descriptor per tensor.
+
+A ``Reference`` is what a model's content must be, known without asking the peer
+that serves it: per-tensor checksums and a whole-model ``digest`` (``sha256:`` +
+SHA-256 hex of the canonical JSON list ``[[name, dtype, [shape...], checksum], ...]``
+in tensor order, no whitespace). It comes from a ``ModelSpec`` (the generator is the
+definition), from the ``__metadata__`` that ``save_checkpoint`` records in a
+safetensors file (``mxref_checksums``, ``mxref_digest``), or from hashing a file's
+tensors. The digest travels in the source identity's ``revision``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +30,13 @@ import xxhash
 
 ALIGN = 4096
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
+# safetensors' dtype names for ours
+SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "I8": "int8", "U8": "uint8", "I32": "int32",
+                      "I64": "int64"}
+DIGEST_PREFIX = "sha256:"
+META_CHECKSUMS = "mxref_checksums"  # JSON {name: xxh3-64 hex}, in tensor order
+META_DIGEST = "mxref_digest"
+META_SPEC = "mxref_model_spec"
 
 
 @dataclass(frozen=True)
@@ -133,41 +151,174 @@ class Arena:
         self._raw = self.buffer
 
 
+def _seeded_bytes(seed: int, index: int, nbytes: int) -> np.ndarray:
+    rng = np.random.Generator(np.random.PCG64([seed, index]))
+    return np.frombuffer(rng.bytes(nbytes), dtype=np.uint8)
+
+
 def generate(spec: ModelSpec) -> Arena:
     """Deterministic contents: tensor i comes from PCG64(seed, i)."""
     arena = Arena(spec.tensor_specs())
-    for i, t in enumerate(arena.specs):
-        rng = np.random.Generator(np.random.PCG64([spec.seed, i]))
-        arena.raw(i)[:] = np.frombuffer(rng.bytes(t.nbytes), dtype=np.uint8)
+    fill_from_seed(arena, spec.seed)
     return arena
 
 
+def fill_from_seed(arena: Arena, seed: int) -> None:
+    """Overwrite every tensor with the generator's bytes for ``seed`` (tensor i: PCG64(seed, i))."""
+    for i, t in enumerate(arena.specs):
+        arena.raw(i)[:] = _seeded_bytes(seed, i, t.nbytes)
+
+
 def expected_checksums(spec: ModelSpec) -> dict[str, str]:
-    arena = generate(spec)
-    sums = dict(zip((t.name for t in arena.specs), arena.checksums()))
-    arena.release()
-    return sums
+    return dict(Reference.from_spec(spec).checksums)
 
 
-def save_checkpoint(arena: Arena, path: Path, spec: ModelSpec | None = None) -> None:
-    """Write the arena's tensors as one safetensors file (the disk-fallback checkpoint)."""
+# ----------------------------------------------------------------------------- the content reference
+
+
+def model_digest(entries: Iterable[tuple[TensorSpec, str]]) -> str:
+    """``sha256:`` + SHA-256 hex of ``[[name, dtype, [shape...], checksum], ...]`` (canonical JSON)."""
+    doc = [[t.name, t.dtype, [int(d) for d in t.shape], sum_] for t, sum_ in entries]
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+    return DIGEST_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_digest_syntax(digest: str, what: str) -> str:
+    """``digest`` lowercased when it is ``sha256:`` + 64 hex digits; ValueError naming ``what`` otherwise."""
+    value = digest.strip().lower()
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+        raise ValueError(f"{what}: {digest!r} is not a model digest (sha256: followed by 64 hex digits)")
+    return value
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a model's content must be: ``checksums`` (name -> xxh3-64 hex, tensor order) and
+    the whole-model ``digest`` over ``tensors`` and those checksums (module docstring).
+    ``origin`` says where it came from: ``spec`` | ``recorded`` | ``hashed`` | ``memory``."""
+
+    tensors: tuple[TensorSpec, ...]
+    checksums: dict[str, str]
+    digest: str
+    origin: str = "spec"
+
+    @classmethod
+    def of(cls, tensors: Iterable[TensorSpec], checksums: Iterable[str], origin: str) -> Reference:
+        specs = tuple(tensors)
+        sums = list(checksums)
+        if len(sums) != len(specs):
+            raise ValueError(f"{len(specs)} tensors but {len(sums)} checksums")
+        names = [t.name for t in specs]
+        if len(set(names)) != len(names):
+            raise ValueError("tensor names repeat")
+        return cls(specs, dict(zip(names, sums)), model_digest(zip(specs, sums)), origin)
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> Reference:
+        """The reference of a synthetic model: its generator's bytes, hashed one tensor at a time."""
+        specs = spec.tensor_specs()
+        return cls.of(specs, (checksum(_seeded_bytes(spec.seed, i, t.nbytes)) for i, t in enumerate(specs)), "spec")
+
+    @classmethod
+    def from_arena(cls, arena: Any, origin: str = "memory") -> Reference:
+        """The reference of what ``arena`` holds now (its memory re-hashed; any arena type)."""
+        return cls.of(arena.specs, arena.checksums(), origin)
+
+    @classmethod
+    def from_file(cls, path: Path) -> Reference:
+        """The reference of a safetensors file by hashing its tensors (whatever it records)."""
+        arena = load_checkpoint(path)
+        try:
+            return cls.from_arena(arena, "hashed")
+        finally:
+            arena.release()
+
+    @classmethod
+    def recorded(cls, path: Path) -> Reference | None:
+        """The reference ``save_checkpoint`` recorded in ``path``'s ``__metadata__``, read without
+        its tensor data; ``None`` when it records none. ValueError (naming the file and the key)
+        when the record is malformed or disagrees with the file's own tensor list or digest."""
+        meta, tensors = read_header(path)
+        if META_CHECKSUMS not in meta and META_DIGEST not in meta:
+            return None
+        for key in (META_CHECKSUMS, META_DIGEST):
+            if key not in meta:
+                raise ValueError(f"{path}: __metadata__ has no {key!r} (recorded with the other one; both or neither)")
+        try:
+            sums = json.loads(meta[META_CHECKSUMS])
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: __metadata__ {META_CHECKSUMS!r} is not JSON: {exc}") from None
+        if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+            raise ValueError(f"{path}: __metadata__ {META_CHECKSUMS!r} must map tensor names to hex strings")
+        if sorted(sums) != sorted(t.name for t in tensors):
+            raise ValueError(f"{path}: __metadata__ {META_CHECKSUMS!r} names other tensors than the file holds")
+        ref = cls.of(tensors, (sums[t.name] for t in tensors), "recorded")
+        digest = check_digest_syntax(meta[META_DIGEST], f"{path}: __metadata__ {META_DIGEST!r}")
+        if digest != ref.digest:
+            raise ValueError(f"{path}: __metadata__ {META_DIGEST!r} is {digest}, but the recorded checksums "
+                             f"and tensors give {ref.digest}")
+        return ref
+
+    def metadata(self) -> dict[str, str]:
+        """The safetensors ``__metadata__`` entries recording this reference."""
+        return {META_CHECKSUMS: json.dumps(self.checksums), META_DIGEST: self.digest}
+
+    def layout_mismatch(self, tensors: Iterable[TensorSpec]) -> str | None:
+        """Why ``tensors`` (names, dtypes, shapes, in order) are not this reference's, or None."""
+        have = [(t.name, t.dtype, tuple(t.shape)) for t in tensors]
+        want = [(t.name, t.dtype, tuple(t.shape)) for t in self.tensors]
+        if have == want:
+            return None
+        if len(have) != len(want):
+            return f"{len(have)} tensors, the reference has {len(want)}"
+        first = next(i for i, (h, w) in enumerate(zip(have, want)) if h != w)
+        return f"tensor {first} is {have[first]}, the reference says {want[first]}"
+
+    def mismatches(self, checksums: Mapping[str, str]) -> list[str]:
+        """Names of this reference's tensors whose checksum in ``checksums`` differs or is missing."""
+        return [name for name, want in self.checksums.items() if checksums.get(name) != want]
+
+
+def save_checkpoint(arena: Arena, path: Path, spec: ModelSpec | None = None,
+                    reference: Reference | None = None) -> Reference:
+    """Write the arena's tensors as one safetensors file (the disk-fallback checkpoint), recording
+    ``reference`` (default: the arena's own content) in its ``__metadata__``; returns it."""
     from safetensors.numpy import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"mxref_checksums": json.dumps(dict(zip((t.name for t in arena.specs), arena.checksums())))}
+    ref = reference if reference is not None else Reference.from_arena(arena, "spec" if spec else "hashed")
+    meta = ref.metadata()
     if spec is not None:
-        meta["mxref_model_spec"] = spec.to_json()
+        meta[META_SPEC] = spec.to_json()
     tmp = path.with_suffix(path.suffix + ".tmp")
     save_file({name: np.ascontiguousarray(t) for name, t in arena.tensors().items()}, str(tmp), metadata=meta)
     tmp.replace(path)
+    return ref
 
 
-def load_checkpoint(path: Path) -> tuple[Arena, dict[str, str]]:
-    """Read a safetensors file into a fresh arena. Returns the arena and its recorded checksums."""
+def read_header(path: Path) -> tuple[dict[str, str], list[TensorSpec]]:
+    """A safetensors file's ``__metadata__`` and tensor list (tensor order), without its data."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as f:
-        meta = f.metadata() or {}
+        meta = dict(f.metadata() or {})
+        tensors = []
+        for name in sorted(f.keys(), key=_natural_key):
+            part = f.get_slice(name)
+            dtype = SAFETENSORS_DTYPES.get(part.get_dtype())
+            if dtype is None:
+                raise ValueError(f"{path}: tensor {name!r} has dtype {part.get_dtype()} "
+                                 f"(supported: {', '.join(SAFETENSORS_DTYPES)})")
+            tensors.append(TensorSpec(name=name, shape=tuple(int(d) for d in part.get_shape()), dtype=dtype))
+    return meta, tensors
+
+
+def load_checkpoint(path: Path) -> Arena:
+    """Read a safetensors file into a fresh arena (tensor order). Its recorded reference, if
+    any, is ``Reference.recorded(path)``; nothing here is verified."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
         names = list(f.keys())
         arrays = {n: f.get_tensor(n) for n in names}
     order = sorted(names, key=_natural_key)
@@ -175,11 +326,8 @@ def load_checkpoint(path: Path) -> tuple[Arena, dict[str, str]]:
     arena = Arena(specs)
     for i, n in enumerate(order):
         arena.view(i)[...] = arrays[n]
-    sums = json.loads(meta.get("mxref_checksums", "{}"))
-    return arena, sums
+    return arena
 
 
 def _natural_key(name: str) -> list[object]:
-    import re
-
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

@@ -1,24 +1,37 @@
 """A reader ("target"): the load flow of seed 001, ending in one result.
 
+The reader holds a ``Reference`` (``mxref.model``) that its operator gave it (its model
+spec or model file, optionally pinned by ``--expect-digest``); nothing a peer or a file
+says replaces it. Its digest is our identity's ``revision``, so only sources claiming
+the same content are listed.
+
 1. List READY sources for our identity; keep our rank, then compatible
    accelerators; order with the selector; try at most ``MAX_SOURCE_RETRIES``.
    A metadata miss costs a candidate.
 2. Per candidate: GetMetadata; in P2P mode prefetch the manifest from the
-   source's WorkerService with a worker-id check (a reused endpoint is a miss);
-   then a fresh target (memory + NIXL agent), the handshake (P2P listener fetch
-   or centralized blob), one bounded READ of every tensor, and the release of
-   the source in ``finally``; then the integrity check of every tensor against
-   the checksums the source published.
+   source's WorkerService with a worker-id check (a reused endpoint is a miss).
+   A manifest that disagrees with the reference (a tensor's name, dtype, size,
+   shape or checksum; an empty checksum claims nothing) is ``reference_mismatch``:
+   the source is never read from. Then a fresh target (memory + NIXL agent), the
+   handshake (P2P listener fetch or centralized blob), one bounded READ of every
+   tensor, and the release of the source in ``finally``; then every tensor's bytes
+   are checked against the reference: a difference is ``integrity_mismatch``.
 3. A failed candidate is rolled back (agent shut down, target memory dropped:
    a resumed source's late replies must not land in memory we reuse) and the
    next one is tried. When none succeeds: the safetensors checkpoint on disk,
-   verified against its recorded checksums.
+   its tensors hashed and checked against the reference (not against what the
+   file records).
+
+After a load, ``memory_digest`` events report what the reader's memory holds (it is
+re-hashed each time): ``loaded`` at once, ``settled`` after a settle window,
+``exit`` before the memory is released.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -30,7 +43,7 @@ from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.model import Arena, TensorSpec, load_checkpoint
+from mxref.model import Arena, Reference, load_checkpoint
 from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
 from mxref.process import free_port
 from mxref.selection import Target, get_selector
@@ -95,13 +108,14 @@ class Reader:
     def __init__(
         self,
         options: ReaderOptions,
-        specs: list[TensorSpec],
+        reference: Reference,
         identity: p2p_pb2.SourceIdentity,
         events: EventLog,
         metrics: ReaderMetrics,
     ) -> None:
         self.options = options
-        self.specs = specs
+        self.reference = reference
+        self.specs = list(reference.tensors)
         self.identity = identity
         self.events = events
         self.metrics = metrics
@@ -130,7 +144,23 @@ class Reader:
             self._fall_back(result, "no source succeeded" if candidates else "no source available")
         result.seconds = time.monotonic() - start
         self._finish(result)
+        if result.ok:
+            self.report_memory("loaded")
         return result
+
+    def report_memory(self, when: str) -> Reference | None:
+        """Emit ``memory_digest`` for what our memory holds now (re-hashed); None when we hold nothing."""
+        if self.arena is None:
+            return None
+        held = Reference.from_arena(self.arena)
+        self.events.emit("memory_digest", when=when, digest=held.digest, checksums=held.checksums)
+        return held
+
+    def settle(self, seconds: float, stop: threading.Event) -> Reference | None:
+        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it."""
+        if seconds <= 0 or stop.wait(seconds):
+            return None
+        return self.report_memory("settled")
 
     def _find_sources(self, client: MxClient) -> list[p2p_pb2.SourceInstanceRef]:
         try:
@@ -173,10 +203,20 @@ class Reader:
         if not compatible(self.accelerator.name, worker.accelerator):
             return self._outcome(attempt, "skipped", f"accelerator {worker.accelerator!r} is not {self.accelerator.name!r}")
         attempt.agent_name = worker.agent_name
+        disagreement = self._manifest_disagreement(list(worker.tensor_source.tensors or worker.tensors))
+        if disagreement is not None:
+            self.metrics.reader.reference_mismatches.labels("manifest").inc()
+            return self._outcome(attempt, "reference_mismatch", disagreement)
         self.metrics.reader.selections.labels(self.policy).inc()
         t_transfer = time.perf_counter()
         try:
             nbytes, seconds = self._load_as_target(worker, attempt.index)
+        except IntegrityError as exc:  # the READ completed, but with bytes that are not the reference's
+            elapsed = time.perf_counter() - t_transfer
+            self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
+            self.metrics.reader.reference_mismatches.labels("read").inc()
+            self._rollback()
+            return self._outcome(attempt, "integrity_mismatch", f"{type(exc).__name__}: {exc}", elapsed)
         except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any transfer failure moves on (retry or fallback)
             elapsed = time.perf_counter() - t_transfer
             self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
@@ -207,6 +247,25 @@ class Reader:
         if error:
             logger.warning("source attempt %d (%s): %s: %s", attempt.index, attempt.worker_id, outcome, error)
         return outcome == "success"
+
+    def _manifest_disagreement(self, tensors: list[p2p_pb2.TensorDescriptor]) -> str | None:
+        """Why a source's manifest is not our reference's model, or None. An empty checksum
+        claims nothing (the bytes are still checked after the READ)."""
+        by_name = {t.name: t for t in tensors}
+        bad: list[str] = []
+        for spec in self.specs:
+            d = by_name.get(spec.name)
+            if (d is None or d.size != spec.nbytes or (d.dtype and d.dtype != spec.dtype)
+                    or (d.shape and tuple(d.shape) != tuple(spec.shape))
+                    or (d.checksum and d.checksum != self.reference.checksums[spec.name])):
+                bad.append(spec.name)
+        extra = sorted(set(by_name) - {s.name for s in self.specs})
+        if not bad and not extra:
+            return None
+        parts = [f"{len(bad)} of {len(self.specs)} tensors differ from or are missing in it: {bad[:5]}"] if bad else []
+        if extra:
+            parts.append(f"it has {len(extra)} tensors the reference lacks: {extra[:5]}")
+        return f"manifest disagrees with the reference {self.reference.digest}: " + "; ".join(parts)
 
     def _fetch_worker_metadata(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef) -> p2p_pb2.WorkerMetadata | None:
         resp = client.get_metadata(ref.mx_source_id, ref.worker_id)
@@ -299,17 +358,18 @@ class Reader:
                 mgr.remove_remote_agent(remote)
                 self._phase("release", t0, "ok")
         t0 = time.perf_counter()
-        expected = {t.name: t.checksum for t in source_tensors}
-        self._verify(self.arena, expected)
+        self._verify(self.arena)
         self._phase("finalize", t0, "ok")
         return nbytes, seconds
 
-    def _verify(self, arena: Arena, expected: dict[str, str]) -> None:
-        bad = [s.name for i, s in enumerate(arena.specs)
-               if not expected.get(s.name) or arena.checksum(i) != expected[s.name]]
+    def _verify(self, arena: Arena) -> None:
+        """Every tensor's bytes against the reference (never against what a source or file claims)."""
+        held = dict(zip((s.name for s in arena.specs), arena.checksums()))
+        bad = self.reference.mismatches(held)
         self.events.emit("integrity", ok=not bad, tensors=len(arena.specs), bad=bad[:20])
         if bad:
-            raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from their checksums: {bad[:5]}")
+            raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from the reference "
+                                 f"{self.reference.digest}: {bad[:5]}")
 
     def _rollback(self) -> None:
         if self.manager is not None:
@@ -329,24 +389,22 @@ class Reader:
             return
         t0 = time.perf_counter()
         try:
-            arena, sums = load_checkpoint(checkpoint)
+            arena = load_checkpoint(checkpoint)
         except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint (any cause) is a failed load, reported
             result.error = f"{reason}; checkpoint {checkpoint}: {type(exc).__name__}: {exc}"
             return
-        if not sums:
-            result.error = (f"{reason}; checkpoint {checkpoint} has no recorded checksums "
-                            "(write it with `python -m mxref prepare`), so it cannot be verified")
-            result.integrity = "failed"
-            return
-        want = [(s.name, s.shape, s.dtype) for s in self.specs]
-        have = [(s.name, s.shape, s.dtype) for s in arena.specs]
-        if want != have:
-            result.error = f"{reason}; checkpoint {checkpoint} holds a different model than this reader's"
+        layout = self.reference.layout_mismatch(arena.specs)
+        if layout is not None:
+            arena.release()
+            self.metrics.reader.reference_mismatches.labels("disk").inc()
+            result.error = f"{reason}; checkpoint {checkpoint} holds a different model than this reader's: {layout}"
             result.integrity = "failed"
             return
         try:
-            self._verify(arena, sums)
+            self._verify(arena)
         except IntegrityError as exc:
+            arena.release()
+            self.metrics.reader.reference_mismatches.labels("disk").inc()
             result.error = f"{reason}; checkpoint {checkpoint}: {exc}"
             result.integrity = "failed"
             return

@@ -46,11 +46,14 @@ SHUTDOWN_RPC_TIMEOUT_S = 2.0
 REJECTIONS_BEFORE_REPUBLISH = 2
 
 
-def identity_for(model_name: str, dtype: str, tp: int = 1) -> p2p_pb2.SourceIdentity:
+def identity_for(model_name: str, dtype: str, tp: int = 1, revision: str = "") -> p2p_pb2.SourceIdentity:
+    """The identity a source publishes and a reader lists by. ``revision`` carries the model's
+    content reference digest (``mxref.model.Reference.digest``), so a reader only matches
+    sources that claim the content it expects."""
     return p2p_pb2.SourceIdentity(
         mx_version=__version__, mx_source_type=p2p_pb2.WEIGHTS, model_name=model_name,
         backend_framework=p2p_pb2.VLLM, tensor_parallel_size=tp, pipeline_parallel_size=1,
-        expert_parallel_size=0, dtype=dtype,
+        expert_parallel_size=0, dtype=dtype, revision=revision,
     )
 
 

@@ -35,7 +35,7 @@ SOURCE = {"mxref_source_status", "mxref_source_heartbeats", "mxref_source_manife
 READER = {"mx_p2p_list_sources", "mx_p2p_candidates", "mx_p2p_source_selection_seconds",
           "mx_p2p_source_selections", "mx_p2p_source_attempts", "mx_p2p_metadata_lookup_failures",
           "mx_p2p_transfer_seconds", "mx_p2p_source_attempt_phase_seconds", "mxref_loads", "mxref_load_seconds",
-          "mxref_loaded_bytes", "mxref_fallbacks"}
+          "mxref_loaded_bytes", "mxref_fallbacks", "mxref_reference_mismatches"}
 
 UNITS = {"seconds", "bytes"}
 NON_BASE_UNITS = {"ms", "milliseconds", "minutes", "hours", "kb", "mb", "mib", "gb", "gib", "gbps"}

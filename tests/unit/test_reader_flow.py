@@ -26,7 +26,7 @@ import mxref.reader as reader_mod
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.model import Arena, ModelSpec, generate, save_checkpoint
+from mxref.model import Arena, ModelSpec, Reference, generate, save_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.reader import Reader, ReaderOptions
 from mxref.selection import Target
@@ -55,6 +55,7 @@ def _source_bytes() -> list[bytes]:
 
 SOURCE_BYTES = _source_bytes()
 SOURCE_SUMS = generate(SPEC).checksums()
+REFERENCE = Reference.from_spec(SPEC)  # the reader's own: what it was told the model is
 
 
 @dataclass
@@ -294,7 +295,7 @@ class Harness:
         opts: dict[str, Any] = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05,
                                     name="rd", selector="rendezvous_hash")
         opts.update(options)
-        self.reader = Reader(ReaderOptions(**opts), SPEC.tensor_specs(), identity_for(SPEC.name, SPEC.dtype),
+        self.reader = Reader(ReaderOptions(**opts), REFERENCE, identity_for(SPEC.name, SPEC.dtype, revision=REFERENCE.digest),
                              EventLog(self.events_path, "rd", "reader"), self.metrics)
         return self.reader
 
@@ -529,8 +530,9 @@ class TestTransferFailures:
         first, second = order_for_selector(reader, world)
         world.by_worker(first).behaviour = CORRUPT
         result = reader.load()
-        assert h.outcomes() == [(first, "transfer_retry"), (second, "success")]
+        assert h.outcomes() == [(first, "integrity_mismatch"), (second, "success")]
         assert "IntegrityError" in (result.attempts[0].error or "")
+        assert h.sample("mxref_reference_mismatches_total", stage="read") == 1
         assert [e["ok"] for e in h.events("integrity")] == [False, True]
         assert result.ok and result.integrity == "verified"
         assert world.managers[0].shut_down
@@ -681,7 +683,7 @@ class TestFallback:
         path.write_bytes(bytes(raw))
         result = h.load(checkpoint=path)
         assert not result.ok and result.integrity == "failed"
-        assert "differ from their checksums" in (result.error or "")
+        assert "differ from the reference" in (result.error or "")
 
     def test_checkpoint_of_another_model(self, world: World, h: Harness, tmp_path: Path) -> None:
         other = ModelSpec(name="mxref/unit", tensors=2, tensor_bytes=2048, dtype="float16", seed=7)
