@@ -68,10 +68,11 @@ class ExpectedModel:
 
 
 def digest_of(tensors: tuple[ExpectedTensor, ...]) -> str:
-    """Whole-model digest: sha256 of the canonical JSON of ``[name, dtype, [shape], checksum]``
-    per tensor, in the order given."""
+    """Whole-model digest: ``sha256:`` + SHA-256 hex of the canonical JSON (no whitespace) of
+    ``[name, dtype, [shape], checksum]`` per tensor, in the order given (the format readers
+    report in ``memory_digest``; computed here, from the harness's own checksums)."""
     rows = [[t.name, t.dtype, list(t.shape), t.checksum] for t in tensors]
-    return hashlib.sha256(json.dumps(rows, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
 
 
 def _xxh(data: bytes | memoryview) -> str:

@@ -25,7 +25,8 @@ JUDGED_WHEN = ("settled", "exit")  # besides the last one, every memory_digest o
 class IntegrityParams(CheckParams):
     """What every reader (of ``readers``, default all) holds is the scenario's model as the
     harness computes it: the checksums of its ``memory_digest`` events (its last one, and each
-    ``settled`` / ``exit`` one) match, and every ``load_done`` is verified. A reader that loaded
+    ``settled`` / ``exit`` one) match (and so does their digest, when they report one), and
+    every ``load_done`` is verified. A reader that loaded
     but reported no ``memory_digest`` after it is "unknown". ``require_load``: no load at all is
     "unknown" (false: fine, e.g. when the only checkpoint is tampered and nothing may load)."""
 
@@ -72,6 +73,7 @@ def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
         return CheckResult("unknown", "no expected content to judge against (no scenario model in the run facts)")
     expected = run.expected()
     want = expected.checksums()
+    want_digest = expected.digest()
     bad: list[str] = []
     unknown: list[str] = []
     held: list[str] = []
@@ -103,6 +105,9 @@ def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
             if not sums and not loads:
                 continue  # it holds nothing, and claimed nothing
             diff = differing(want, sums)
+            reported = digest.get("digest")
+            if not diff and reported is not None and str(reported).lower() != want_digest:
+                diff = [f"digest {reported} (the model's: {want_digest}; dtype or shape differ)"]
             info.setdefault("differ", {})[f"{when}@{digest.t:.3f}"] = diff
             if not diff:
                 held.append(f"{reader} ({when})")
@@ -120,7 +125,7 @@ def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
             )
             marks.append((digest.t, f"{reader} wrong bytes"))
     details = {
-        "expected": {"origin": expected.origin, "tensors": len(want), "digest": expected.digest()},
+        "expected": {"origin": expected.origin, "tensors": len(want), "digest": want_digest},
         "readers": per_reader,
         "bad": bad,
         "unknown": unknown,

@@ -53,7 +53,7 @@ def test_the_digest_is_sha256_of_canonical_json_rows() -> None:
     import hashlib
 
     blob = b'[["a","float16",[2,3],"00ff"]]'
-    assert content.digest_of(tensors) == hashlib.sha256(blob).hexdigest()
+    assert content.digest_of(tensors) == "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
 def test_lazy_expected_computes_once(monkeypatch: pytest.MonkeyPatch) -> None:

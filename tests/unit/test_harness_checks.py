@@ -154,8 +154,10 @@ def judge_integrity(params: dict[str, Any], rows: list[tuple[Any, ...]]) -> chec
     return evaluate(0, "integrity", IntegrityParams.model_validate(params), History.build(rows), JUDGED)
 
 
-def digest(t: float, when: str, sums: dict[str, str], reader: str = "reader-1") -> tuple[Any, ...]:
-    return (t, "info", reader, "memory_digest", {"when": when, "digest": "whatever-it-says", "checksums": sums})
+def digest(t: float, when: str, sums: dict[str, str], reader: str = "reader-1", claims: str | None = None) -> tuple[Any, ...]:
+    # a reader's digest field says the model is what it should be unless told otherwise
+    value = {"when": when, "digest": claims or MODEL.digest(), "checksums": sums}
+    return (t, "info", reader, "memory_digest", value)
 
 
 VERIFIED = (2.0, "info", "reader-1", "load_done", {"path": "rdma", "source": "source-1", "integrity": "verified"})
@@ -189,6 +191,13 @@ def test_integrity_never_takes_the_readers_digest_or_claims_for_the_truth() -> N
     result = judge_integrity({}, rows)
     assert result.valid is False
     assert "model.layers.1.weight (missing), model.layers.9.weight (not in the model)" in result.summary
+
+
+def test_integrity_catches_a_digest_over_other_dtypes_or_shapes_with_the_same_checksums() -> None:
+    other = ExpectedModel("x", tuple(ExpectedTensor(t.name, "int8", (8,), t.checksum) for t in MODEL.tensors))
+    result = judge_integrity({}, [*BASE, VERIFIED, digest(2.1, "loaded", HONEST, claims=other.digest())])
+    assert result.valid is False
+    assert f"digest {other.digest()} (the model's: {MODEL.digest()}; dtype or shape differ)" in result.summary
 
 
 def test_integrity_judges_the_last_digest_and_each_settled_or_exit_one() -> None:
