@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, launch, ledger, netns, pki, procscan
+from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.nemesis import Nemesis, RunFaultContext
@@ -396,7 +396,7 @@ class Runner:
             in_netns=isinstance(st.host, netns.NetnsHost),
             incarnation=st.incarnation + 1,
             server_address=self._server_address(name, deadline),
-            checkpoint=self._checkpoint,
+            checkpoint=content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline),
             last_grpc_port=st.last_grpc_port,
             credentials=self._credentials,
         )

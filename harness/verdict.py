@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness import checks as check_registry
+from harness import content
 from harness.scenario import Scenario
 from harness.timeline import History
 
@@ -57,7 +58,7 @@ class RunResult:
 
 def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResult]:
     """Run the scenario's checks over a history (pure; ``mxchaos check`` re-judges with it)."""
-    facts = check_registry.RunFacts(roles=scenario.roles())
+    facts = check_registry.RunFacts(roles=scenario.roles(), expected=content.lazy_expected(scenario))
     return [
         check_registry.evaluate(i, kind, params, history, facts)
         for i, (kind, params) in enumerate(scenario.check_entries())

@@ -25,12 +25,15 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from harness.spec import Ref, Strict
 from harness.timeline import Entry, History
+
+if TYPE_CHECKING:
+    from harness.content import ExpectedModel
 
 __all__ = [
     "REGISTRY",
@@ -99,9 +102,12 @@ class NamedResult:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What a check may know besides the timeline: process roles (from the scenario)."""
+    """What a check may know besides the timeline: process roles (from the scenario), and
+    the model's expected content as the harness computes it (``expected()``: computed on the
+    first call, once; None when the caller has no scenario model to compute it from)."""
 
     roles: Mapping[str, str] = field(default_factory=dict)  # process name -> role
+    expected: Callable[[], ExpectedModel] | None = None
 
     def processes(self, role: str) -> list[str]:
         return [name for name, r in self.roles.items() if r == role]

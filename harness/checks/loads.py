@@ -1,4 +1,4 @@
-"""Load outcomes: ``loaded``, ``fell_back``, ``integrity``."""
+"""Load outcomes: ``loaded``, ``fell_back`` (``integrity``, what readers hold, is ``integrity.py``)."""
 
 from __future__ import annotations
 
@@ -126,35 +126,3 @@ def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
     if problems:
         return CheckResult(False, f"{p.reader}: " + "; ".join(problems), details, marks)
     return CheckResult(True, f"{p.reader} fell back {elapsed:.3f}s after {ref_text} ({fb.get('reason')})", details, marks)
-
-
-class IntegrityParams(CheckParams):
-    """Every load (of ``readers``, default all) was verified, and no integrity event failed."""
-
-    readers: tuple[Name, ...] | None = None
-
-    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
-        for i, reader in enumerate(self.readers or ()):
-            yield f"readers[{i}]", reader, None
-
-
-@register("integrity", IntegrityParams)
-def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
-    """All load_done events carry a verified integrity; all integrity events are ok."""
-    wanted = set(p.readers) if p.readers else None
-    loads = [e for e in h.select(f="load_done") if wanted is None or e.actor in wanted]
-    checks = [e for e in h.select(f="integrity") if wanted is None or e.actor in wanted]
-    if not loads and not checks:
-        return CheckResult("unknown", "no load happened, nothing to verify")
-    bad = [
-        f"{e.actor} load_done at {e.t:.3f}s: integrity {e.get('integrity')!r}"
-        for e in loads
-        if truthy_integrity(e.get("integrity")) is not True
-    ]
-    bad += [
-        f"{e.actor} integrity at {e.t:.3f}s failed: bad {e.get('bad')!r}" for e in checks if e.get("ok") is not True
-    ]
-    details = {"loads": len(loads), "integrity_events": len(checks), "bad": bad}
-    if bad:
-        return CheckResult(False, "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""), details)
-    return CheckResult(True, f"{len(loads)} load(s) verified", details)

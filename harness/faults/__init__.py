@@ -35,8 +35,9 @@ faults run their commands through ``harness.faults.commands`` (the seam unit tes
 
 Scenario validation asks the spec what it refers to, before anything runs:
 ``process_refs()`` (process names), ``proxy_refs()`` (proxy names), ``host_refs()``
-(``(key, target)`` of each parameter naming a host) and ``host_kinds`` (the host kinds those
-must lead to).
+(``(key, target)`` of each parameter naming a host), ``host_kinds`` (the host kinds those
+must lead to) and ``process_issues(processes)`` (what the named processes must be, e.g. started
+with debug hooks).
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ class FaultSpec(Strict):
     def host_refs(self) -> tuple[tuple[str, Target], ...]:
         """(key, target) of each parameter naming a host: a host name, a process name (its
         host) or ``{source_of: reader}``; each must lead to a host of a kind in ``host_kinds``."""
+        return ()
+
+    def process_issues(self, processes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """(key, message) for each rule of this kind that the scenario's processes (name ->
+        process spec) break, e.g. a ``corrupt`` target started without debug hooks."""
         return ()
 
 

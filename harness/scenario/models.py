@@ -36,6 +36,7 @@ __all__ = [
     "SecuritySpec",
     "ServerProcess",
     "SourceProcess",
+    "TamperCheckpoint",
 ]
 
 # Placeholders allowed in launcher / argv / extra_args / env values, filled by the runner.
@@ -217,6 +218,8 @@ class SourceOptions(PeerOptions):
     mode: Literal["p2p", "central"] | None = None
     nixl_port: int | None = Field(None, ge=0, le=65535)
     checkpoint: str | None = None  # serve this safetensors file's bytes
+    data_seed: int | None = None  # serve the bytes of this seed under the model's identity (a lying source)
+    debug_hooks: bool = False  # SIGUSR2 toggles corruption of its registered memory (the `corrupt` fault)
 
 
 class ReaderOptions(PeerOptions):
@@ -231,6 +234,7 @@ class ReaderOptions(PeerOptions):
     push_metadata: bool = False  # experimental: push the reader's NIXL metadata to the source
     mode: Literal["p2p", "central"] | None = None  # serving mode after load
     checkpoint: str | None = None  # default: the checkpoint the runner prepares in the run folder
+    settle_s: Duration | None = None  # after a load, wait this long and report what memory holds again
 
 
 class ProcessBase(Strict):
@@ -261,6 +265,19 @@ class SourceProcess(MxrefProcess):
     credentials: Credentials = "run"
 
 
+class TamperCheckpoint(Strict):
+    """The reader falls back to a tampered copy of the run's checkpoint, written into the run
+    folder when it starts: byte ``byte`` of tensor ``tensor`` (index in name order) XORed with
+    ``xor``. ``consistent``: the copy's recorded checksums are recomputed to match the tampered
+    bytes (a checkpoint that lies consistently: only an independent reference catches it);
+    false keeps the honest recorded checksums."""
+
+    tensor: int = Field(0, ge=0)
+    byte: int = Field(0, ge=0)
+    xor: int = Field(0xFF, ge=1, le=0xFF)
+    consistent: bool = True
+
+
 class ReaderProcess(MxrefProcess):
     """``mxref reader``: loads the model (rdma, else disk fallback) and exits (0: verified)."""
 
@@ -269,6 +286,17 @@ class ReaderProcess(MxrefProcess):
     server_via: Name | None = None  # reach the server through this proxy
     options: ReaderOptions = ReaderOptions()
     credentials: Credentials = "run"
+    tamper_checkpoint: TamperCheckpoint | None = None
+
+    @model_validator(mode="after")
+    def _one_checkpoint(self) -> ReaderProcess:
+        if self.tamper_checkpoint is not None and self.options.checkpoint is not None:
+            raise custom_error(
+                "tamper_checkpoint",
+                "tamper_checkpoint tampers a copy of the run's prepared checkpoint (or model file), "
+                "so it cannot be combined with options.checkpoint"
+            )
+        return self
 
 
 class CommandProcess(ProcessBase):

@@ -10,10 +10,12 @@ import pytest
 from harness import checks
 from harness.checks import CheckResult, RunFacts, evaluate, merge_valid, register
 from harness.checks.events import CountParams, OrderingParams
-from harness.checks.loads import FellBackParams, IntegrityParams, LoadedParams
+from harness.checks.integrity import IntegrityParams
+from harness.checks.loads import FellBackParams, LoadedParams
 from harness.checks.metrics import MetricCheckParams
 from harness.checks.processes import ExitCodesParams, NothingLeakedParams
 from harness.checks.status import HealthParams, ListedParams
+from harness.content import ExpectedModel, ExpectedTensor
 from harness.timeline import History
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "source-2": "source", "reader-1": "reader"})
@@ -137,14 +139,109 @@ def test_fell_back_fails_when_the_reader_loaded_over_rdma() -> None:
     assert (result.valid, result.summary) == (False, "reader-1 did not fall back after reader-1 start (it loaded over rdma)")
 
 
-def test_integrity_needs_every_load_verified_and_is_unknown_without_loads() -> None:
-    assert run("integrity", {}, BASE).valid == "unknown"
-    good = [*BASE, (2.0, "info", "reader-1", "load_done", {"integrity": {"ok": True}})]
-    assert run("integrity", {}, good).valid is True
-    bad = [*good, (2.5, "info", "reader-2", "integrity", {"ok": False, "bad": ["layer.3"]})]
-    result = run("integrity", {}, bad)
-    assert (result.valid, result.summary) == (False, "reader-2 integrity at 2.500s failed: bad ['layer.3']")
-    assert run("integrity", {"readers": ["reader-1"]}, bad).valid is True
+MODEL = ExpectedModel(
+    "generator: test",
+    (
+        ExpectedTensor("model.layers.0.weight", "float16", (4,), "aaaa000000000001"),
+        ExpectedTensor("model.layers.1.weight", "float16", (4,), "aaaa000000000002"),
+    ),
+)
+HONEST = {t.name: t.checksum for t in MODEL.tensors}
+JUDGED = RunFacts(roles=ROLES.roles, expected=lambda: MODEL)
+
+
+def judge_integrity(params: dict[str, Any], rows: list[tuple[Any, ...]]) -> checks.NamedResult:
+    return evaluate(0, "integrity", IntegrityParams.model_validate(params), History.build(rows), JUDGED)
+
+
+def digest(t: float, when: str, sums: dict[str, str], reader: str = "reader-1", claims: str | None = None) -> tuple[Any, ...]:
+    # a reader's digest field says the model is what it should be unless told otherwise
+    value = {"when": when, "digest": claims or MODEL.digest(), "checksums": sums}
+    return (t, "info", reader, "memory_digest", value)
+
+
+VERIFIED = (2.0, "info", "reader-1", "load_done", {"path": "rdma", "source": "source-1", "integrity": "verified"})
+
+
+def test_integrity_passes_when_the_memory_checksums_match_the_harness_model() -> None:
+    rows = [*BASE, VERIFIED, digest(2.01, "loaded", HONEST), digest(3.0, "settled", HONEST), digest(3.5, "exit", HONEST)]
+    result = judge_integrity({}, rows)
+    assert result.valid is True, result.summary
+    assert result.summary == (
+        "2 memory digest(s) match the model as the harness computes it (generator: test): reader-1 (settled), reader-1 (exit)"
+    )
+
+
+def test_integrity_fails_loudly_when_a_reader_claims_verified_but_holds_one_wrong_tensor() -> None:
+    wrong = {**HONEST, "model.layers.1.weight": "0123456789abcdef"}
+    rows = [*BASE, VERIFIED, digest(2.01, "loaded", HONEST), digest(3.0, "settled", wrong), digest(3.5, "exit", HONEST)]
+    result = judge_integrity({}, rows)
+    assert result.valid is False
+    assert result.summary == (
+        "reader-1 holds wrong bytes (settled, 3.000s): 1 of 2 tensors differ from the model: model.layers.1.weight; "
+        "it CLAIMED VERIFIED (load_done at 2.000s, path 'rdma')"
+    )
+    assert result.marks == ((3.0, "reader-1 wrong bytes"),)
+
+
+def test_integrity_never_takes_the_readers_digest_or_claims_for_the_truth() -> None:
+    # the reader's own digest field and its integrity events say all is well: the checksums decide
+    wrong = {"model.layers.0.weight": "aaaa000000000001", "model.layers.9.weight": "aaaa000000000002"}
+    rows = [*BASE, (1.9, "info", "reader-1", "integrity", {"ok": True}), VERIFIED, digest(2.1, "loaded", wrong)]
+    result = judge_integrity({}, rows)
+    assert result.valid is False
+    assert "model.layers.1.weight (missing), model.layers.9.weight (not in the model)" in result.summary
+
+
+def test_integrity_catches_a_digest_over_other_dtypes_or_shapes_with_the_same_checksums() -> None:
+    other = ExpectedModel("x", tuple(ExpectedTensor(t.name, "int8", (8,), t.checksum) for t in MODEL.tensors))
+    result = judge_integrity({}, [*BASE, VERIFIED, digest(2.1, "loaded", HONEST, claims=other.digest())])
+    assert result.valid is False
+    assert f"digest {other.digest()} (the model's: {MODEL.digest()}; dtype or shape differ)" in result.summary
+
+
+def test_integrity_judges_the_last_digest_and_each_settled_or_exit_one() -> None:
+    wrong = {**HONEST, "model.layers.0.weight": "ffff"}
+    # an earlier "loaded" digest that is not the last is not judged ...
+    assert judge_integrity({}, [*BASE, VERIFIED, digest(2.0, "loaded", wrong), digest(3.0, "exit", HONEST)]).valid is True
+    # ... the last one always is
+    assert judge_integrity({}, [*BASE, VERIFIED, digest(2.0, "loaded", wrong)]).valid is False
+
+
+def test_integrity_is_unknown_for_a_reader_that_loaded_without_a_memory_digest() -> None:
+    result = judge_integrity({}, [*BASE, VERIFIED])
+    assert result.valid == "unknown"
+    assert result.summary == (
+        "reader-1 loaded (load_done at 2.000s) but reported no memory_digest after it, "
+        "so what it holds cannot be checked independently"
+    )
+
+
+def test_integrity_fails_an_unverified_load_and_accepts_a_rejected_attempt() -> None:
+    rejected = (1.5, "info", "reader-1", "integrity", {"ok": False, "bad": ["model.layers.0.weight"]})
+    assert judge_integrity({}, [*BASE, rejected, VERIFIED, digest(2.1, "loaded", HONEST)]).valid is True
+    unverified = (2.0, "info", "reader-1", "load_done", {"path": "disk", "integrity": "failed"})
+    result = judge_integrity({}, [*BASE, unverified, digest(2.1, "loaded", HONEST)])
+    assert (result.valid, result.summary) == (False, "reader-1 load_done at 2.000s: integrity 'failed', not verified")
+
+
+def test_integrity_without_loads_is_unknown_unless_no_load_is_the_expected_outcome() -> None:
+    failed = (2.0, "info", "reader-1", "load_failed", {"error": "checkpoint tampered"})
+    assert judge_integrity({}, [*BASE, failed]).summary == "no reader loaded, nothing to verify"
+    assert judge_integrity({}, [*BASE, failed]).valid == "unknown"
+    result = judge_integrity({"require_load": False}, [*BASE, failed, digest(2.1, "exit", {})])
+    assert (result.valid, result.summary) == (True, "no reader loaded, so none holds wrong bytes")
+    # without the harness's model there is nothing to judge against
+    loaded: list[tuple[Any, ...]] = [*BASE, VERIFIED]
+    no_model = evaluate(0, "integrity", IntegrityParams(), History.build(loaded), ROLES)
+    assert no_model.valid == "unknown"
+
+
+def test_integrity_of_named_readers_only() -> None:
+    wrong = {**HONEST, "model.layers.0.weight": "ffff"}
+    rows = [*BASE, VERIFIED, digest(2.1, "loaded", HONEST), digest(2.2, "loaded", wrong, reader="reader-2")]
+    assert judge_integrity({}, rows).valid is False  # reader-2 is not in the roles but reported a digest
+    assert judge_integrity({"readers": ["reader-1"]}, rows).valid is True
 
 
 STATUS = [

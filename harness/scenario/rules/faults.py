@@ -49,6 +49,8 @@ def check_faults(cx: Context) -> None:
                 cx.need_process((*loc, "fault", "target"), name)
             for proxy in refs.proxies:
                 cx.need_proxy((*loc, "fault", "proxy"), proxy)
+            for key, message in spec.process_issues(procs):
+                cx.add((*loc, "fault", key), message)
             for key, host_target in refs.hosts:
                 _host_target(cx, (*loc, "fault", key), host_target, spec.kind, refs.host_kinds)
             target = getattr(spec, "target", None)

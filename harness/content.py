@@ -1,0 +1,203 @@
+"""Expected content: what the scenario's model holds, as the harness computes it itself.
+
+The ``integrity`` check's oracle. It never takes a peer's word: no checksum from an mxref
+event, manifest or checkpoint metadata is used. A synthetic model is rebuilt from the
+scenario's own model flags (parsed by mxref's command line, so the harness means exactly the
+model its processes were started with) with the generator's definition (tensor ``i`` is
+``PCG64([seed, i])`` bytes: a unit test holds this to ``mxref.model.generate``); a model
+``file`` is read with the ``safetensors`` library. Each tensor is hashed here with
+``xxhash`` (xxh3-64), one tensor at a time, so a large model never sits in memory whole.
+
+Also here: the tampered checkpoint copy a reader with ``tamper_checkpoint`` falls back to
+(``reader_checkpoint``, called by the runner when it starts that reader).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xxhash
+
+from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from harness.scenario import Scenario
+    from harness.scenario.models import TamperCheckpoint
+    from harness.timeline import Timeline
+
+__all__ = [
+    "ExpectedModel",
+    "ExpectedTensor",
+    "digest_of",
+    "expected_model",
+    "lazy_expected",
+    "reader_checkpoint",
+    "tamper_copy",
+    "tensor_bytes",
+]
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    checksum: str  # xxh3-64 hex of its bytes, computed by the harness
+
+
+@dataclass(frozen=True)
+class ExpectedModel:
+    """The model as the harness computed it; ``origin`` says from what."""
+
+    origin: str
+    tensors: tuple[ExpectedTensor, ...]
+
+    def checksums(self) -> dict[str, str]:
+        return {t.name: t.checksum for t in self.tensors}
+
+    def digest(self) -> str:
+        return digest_of(self.tensors)
+
+
+def digest_of(tensors: tuple[ExpectedTensor, ...]) -> str:
+    """Whole-model digest: ``sha256:`` + SHA-256 hex of the canonical JSON (no whitespace) of
+    ``[name, dtype, [shape], checksum]`` per tensor, in the order given (the format readers
+    report in ``memory_digest``; computed here, from the harness's own checksums)."""
+    rows = [[t.name, t.dtype, list(t.shape), t.checksum] for t in tensors]
+    return "sha256:" + hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def _xxh(data: bytes | memoryview) -> str:
+    return xxhash.xxh3_64_hexdigest(data)
+
+
+def tensor_bytes(seed: int, index: int, nbytes: int) -> bytes:
+    """The bytes of tensor ``index`` of a synthetic model of ``seed`` (the generator's definition)."""
+    return np.random.Generator(np.random.PCG64([seed, index])).bytes(nbytes)
+
+
+def _from_generator(flags: list[str]) -> ExpectedModel:
+    from mxref.__main__ import build_parser, model_spec
+
+    args = build_parser().parse_args(["prepare", "--checkpoint", "-", *flags])
+    spec = model_spec(args)
+    tensors = tuple(
+        ExpectedTensor(t.name, t.dtype, tuple(t.shape), _xxh(tensor_bytes(spec.seed, i, t.nbytes)))
+        for i, t in enumerate(spec.tensor_specs())
+    )
+    origin = f"generator: {spec.tensors} x {spec.tensor_bytes} B {spec.dtype}, seed {spec.seed}"
+    return ExpectedModel(origin, tensors)
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def _from_file(path: Path) -> ExpectedModel:
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise HarnessError(f"model.file {path}: no such file, so the expected content cannot be computed")
+    tensors = []
+    with safe_open(str(path), framework="numpy") as f:
+        for name in sorted(f.keys(), key=_natural):
+            array = np.ascontiguousarray(f.get_tensor(name))
+            tensors.append(ExpectedTensor(name, str(array.dtype), tuple(array.shape), _xxh(array.view(np.uint8).data)))
+            del array
+    return ExpectedModel(f"file: {path}", tuple(tensors))
+
+
+def expected_model(sc: Scenario) -> ExpectedModel:
+    """The scenario's model as the harness computes it (tensor by tensor)."""
+    if sc.model.file:
+        return _from_file((sc.directory / sc.model.file).resolve())
+    return _from_generator(sc.model.flags(sc.seed, sc.directory))
+
+
+def lazy_expected(sc: Scenario) -> Callable[[], ExpectedModel]:
+    """``expected_model(sc)``, computed on the first call only (a run without an ``integrity``
+    check never computes it)."""
+    return functools.cache(lambda: expected_model(sc))
+
+
+# ---------------------------------------------------------------------------- tampering
+
+
+def _tensors_in(path: Path) -> Iterator[tuple[str, Any]]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        for name in sorted(f.keys(), key=_natural):
+            yield name, f.get_tensor(name)
+
+
+def tamper_copy(src: Path, dst: Path, tamper: TamperCheckpoint, metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Write a copy of checkpoint ``src`` to ``dst`` with one byte XORed; returns what it did.
+    ``tamper.consistent``: the copy's recorded checksums (``mxref_checksums``) match its
+    tampered bytes; else they stay the ones ``src`` recorded."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(src), framework="numpy") as f:
+        meta = dict(f.metadata() or {})
+    if metadata:
+        meta.update(metadata)
+    arrays = dict(_tensors_in(src))
+    names = list(arrays)
+    if tamper.tensor >= len(names):
+        raise HarnessError(
+            f"tamper_checkpoint.tensor: {tamper.tensor} is not a tensor index of {src} "
+            f"(it holds {len(names)} tensors: 0..{len(names) - 1})"
+        )
+    name = names[tamper.tensor]
+    raw = np.ascontiguousarray(arrays[name]).copy()
+    view = raw.reshape(-1).view(np.uint8)
+    if tamper.byte >= view.size:
+        raise HarnessError(
+            f"tamper_checkpoint.byte: {tamper.byte} is past the end of tensor {name!r} of {src} ({view.size} bytes)"
+        )
+    before = _xxh(view.data)
+    view[tamper.byte] ^= tamper.xor
+    arrays[name] = raw
+    if tamper.consistent:
+        meta["mxref_checksums"] = json.dumps(
+            {n: _xxh(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data) for n, a in arrays.items()}
+        )
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    save_file(arrays, str(tmp), metadata=meta)
+    tmp.replace(dst)
+    return {
+        "checkpoint": str(dst),
+        "from": str(src),
+        "tensor": name,
+        "byte": tamper.byte,
+        "xor": tamper.xor,
+        "consistent": tamper.consistent,
+        "checksum_before": before,
+        "checksum_after": _xxh(view.data),
+    }
+
+
+def reader_checkpoint(sc: Scenario, name: str, prepared: Path | None, run_dir: Path, timeline: Timeline) -> Path | None:
+    """The checkpoint reader ``name`` is started with: ``prepared``, or for a reader with
+    ``tamper_checkpoint`` a tampered copy of it in the run folder (written once, recorded as
+    the harness's ``tamper_checkpoint`` entry)."""
+    from harness.scenario import ReaderProcess
+
+    spec = sc.processes[name]
+    if not isinstance(spec, ReaderProcess) or spec.tamper_checkpoint is None or prepared is None:
+        return prepared
+    dst = run_dir / "checkpoints" / f"{name}.tampered.safetensors"
+    if not dst.is_file():
+        record = tamper_copy(prepared, dst, spec.tamper_checkpoint)
+        timeline.append("info", "harness", "tamper_checkpoint", {"reader": name, **record})
+    return dst

@@ -1,0 +1,135 @@
+"""The corrupt fault over the fake context: SIGUSR2 to the source process alone, a bounded
+wait for its confirmation, heal toggling back the pid it corrupted (not a later incarnation),
+an unconfirmed toggle undone, an interrupted inject undone, and the scenario rule that its
+target must be a source started with debug hooks."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from fixtures.fault_context import FakeContext
+
+from harness.errors import FaultError, RunInterrupted, ScenarioInvalid
+from harness.faults import make_fault
+from harness.faults.corrupt import Corrupted, CorruptSpec
+from harness.scenario import parse_scenario
+from harness.spec import SourceOf
+
+
+@pytest.fixture
+def ctx() -> FakeContext:
+    ctx = FakeContext()
+    ctx.add_process("source-1")
+    ctx.add_process("reader-1", role="reader")
+    ctx.sources["reader-1"] = "source-1"
+    return ctx
+
+
+def test_corrupt_toggles_with_sigusr2_and_waits_for_the_sources_confirmation(ctx: FakeContext) -> None:
+    pid = ctx.procs["source-1"].pid
+    assert pid is not None
+    ctx.events[("source-1", "debug_corrupt")] = {"t": 3.5, "corrupted": True, "tensors": 8}
+    fault = make_fault(CorruptSpec(kind="corrupt", target="source-1", confirm="2s"), "rot")
+    injected = fault.inject(ctx)
+    assert injected.token == Corrupted("source-1", pid)
+    assert injected.record == {"target": "source-1", "pid": pid, "signal": "SIGUSR2", "tensors": 8, "confirmed_t": 3.5}
+    assert ctx.recorded("signal") == [("source-1", pid, "SIGUSR2", False)]  # the process only, not its group
+    assert ctx.recorded("wait") == [("source-1", "debug_corrupt", {"corrupted": True}, 2.0)]
+    assert ctx.procs["source-1"].alive  # SIGUSR2 is a toggle, not an end
+
+
+def test_heal_toggles_back_the_pid_it_corrupted_and_waits_for_the_restore(ctx: FakeContext) -> None:
+    ctx.events[("source-1", "debug_corrupt")] = {"corrupted": True, "tensors": 8}
+    fault = make_fault(CorruptSpec(kind="corrupt", target="source-1"), "rot")
+    token = fault.inject(ctx).token
+    ctx.events[("source-1", "debug_corrupt")] = {"corrupted": False, "tensors": 8}
+    assert fault.heal(ctx, token) == {"target": "source-1", "pid": token.pid, "restored": True, "tensors": 8}
+    assert ctx.recorded("signal_pid") == [(token.pid, "SIGUSR2", False, True)]
+    assert ctx.recorded("wait")[-1] == ("source-1", "debug_corrupt", {"corrupted": False}, 10.0)
+
+
+def test_heal_of_a_source_gone_since_restores_nothing_and_never_signals_a_later_incarnation(ctx: FakeContext) -> None:
+    ctx.events[("source-1", "debug_corrupt")] = {"corrupted": True, "tensors": 8}
+    fault = make_fault(CorruptSpec(kind="corrupt", target="source-1"), "rot")
+    token = fault.inject(ctx).token
+    ctx.stop("source-1", 1.0)
+    ctx.start("source-1")
+    assert fault.heal(ctx, token) == {"target": "source-1", "pid": token.pid, "gone": True}
+    assert ctx.recorded("signal_pid") == [(token.pid, "SIGUSR2", False, False)]
+    assert len(ctx.recorded("wait")) == 1  # no wait for a restore that cannot come
+
+
+def test_heal_without_confirmation_is_a_fault_error_naming_the_source(ctx: FakeContext) -> None:
+    ctx.events[("source-1", "debug_corrupt")] = {"corrupted": True, "tensors": 8}
+    fault = make_fault(CorruptSpec(kind="corrupt", target="source-1", confirm="1s"), "rot")
+    token = fault.inject(ctx).token
+    del ctx.events[("source-1", "debug_corrupt")]
+    with pytest.raises(FaultError, match=rf"source-1 \(pid {token.pid}\) did not confirm its memory restored"):
+        fault.heal(ctx, token)
+
+
+def test_an_unconfirmed_corruption_is_toggled_back_before_the_error(ctx: FakeContext) -> None:
+    pid = ctx.procs["source-1"].pid
+    fault = make_fault(CorruptSpec(kind="corrupt", target="source-1", confirm="1s"), "rot")
+    with pytest.raises(FaultError, match="source-1 did not emit debug_corrupt within 1s"):
+        fault.inject(ctx)
+    assert ctx.recorded("signal") == [("source-1", pid, "SIGUSR2", False)]
+    assert ctx.recorded("signal_pid") == [(pid, "SIGUSR2", False, True)]  # toggled back
+
+
+def test_an_interrupt_after_the_toggle_landed_toggles_it_back(ctx: FakeContext) -> None:
+    pid = ctx.procs["source-1"].pid
+    ctx.fail("send_signal", RunInterrupted(15), after=True)
+    with pytest.raises(RunInterrupted):
+        make_fault(CorruptSpec(kind="corrupt", target="source-1"), "rot").inject(ctx)
+    assert ctx.recorded("signal_pid") == [(pid, "SIGUSR2", False, True)]
+
+
+def test_a_toggle_that_was_never_sent_is_not_undone(ctx: FakeContext) -> None:
+    ctx.add_process("gone", alive=False)
+    with pytest.raises(FaultError, match="gone is not running"):
+        make_fault(CorruptSpec(kind="corrupt", target="gone"), "rot").inject(ctx)
+    assert ctx.recorded("signal_pid") == []  # an undo here would corrupt what it meant to spare
+
+
+def test_corrupt_of_source_of_hits_the_source_the_reader_attempts(ctx: FakeContext) -> None:
+    ctx.events[("source-1", "debug_corrupt")] = {"corrupted": True, "tensors": 8}
+    fault = make_fault(CorruptSpec(kind="corrupt", target=SourceOf(source_of="reader-1")), "rot")
+    assert fault.inject(ctx).record["target"] == "source-1"
+    assert fault.spec.process_refs() == ("reader-1",)
+
+
+SCENARIO = """\
+name: demo
+processes:
+  server: {role: server}
+  source-1: {role: source, options: {debug_hooks: true}}
+  source-2: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: [server, source-1, source-2, reader-1]
+  - fault: FAULT
+"""
+
+
+def problems(fault: str) -> list[str]:
+    text = SCENARIO.replace("FAULT", fault)
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario(textwrap.dedent(text), "x.yaml")
+    return [issue.render("x.yaml") for issue in info.value.issues]
+
+
+def test_a_target_without_debug_hooks_is_a_validation_error_naming_key_and_rule() -> None:
+    parse_scenario(SCENARIO.replace("FAULT", "{kind: corrupt, target: source-1, duration: 2s}"), "x.yaml")
+    assert problems("{kind: corrupt, target: source-2}") == [
+        "x.yaml:9: steps[1].fault.target: a corrupt fault toggles a source's memory through its debug hooks, "
+        "and 'source-2' is not started with `options: {debug_hooks: true}`"
+    ]
+    assert problems("{kind: corrupt, target: reader-1}") == [
+        "x.yaml:9: steps[1].fault.target: a corrupt fault corrupts a source's memory, and 'reader-1' is a reader"
+    ]
+    assert problems("{kind: corrupt, target: {source_of: reader-1}}") == [
+        "x.yaml:9: steps[1].fault.target: a corrupt fault on {source_of: reader-1} may hit any source, so every "
+        "source needs `options: {debug_hooks: true}`, and source-2 has not"
+    ]
