@@ -7,6 +7,9 @@ that selects a device runs on a CPU-only machine.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -31,3 +34,14 @@ class MockAcceleratorBackend:
 @pytest.fixture
 def mock_accelerator_backend_cls() -> type[MockAcceleratorBackend]:
     return MockAcceleratorBackend
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Undo what a test left in ``os.environ``: code run in-process (e.g. ``mxref`` main, which
+    applies a UCX transport profile) must not leak into the processes later tests start."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
