@@ -4,7 +4,8 @@
 
 1. **skip** when a capability the scenario needs is missing (``harness.capabilities``):
    nothing starts, the verdict is ``skip``;
-2. **setup**: the run folder, ``run.json`` and the ledger entry (``harness.ledger``), the
+2. **setup**: the run folder, ``scenario.json``, ``timeline.jsonl`` (written as entries come),
+   ``run.json`` and the ledger entry (``harness.ledger``), the
    network of netns hosts (``harness.netns``), the hosts and the process table
    (``harness.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.checkpoint``, cached between runs);
@@ -45,6 +46,7 @@ from harness.host import Host, make_host
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
+from harness.report import write_scenario_files
 from harness.scenario import (
     AwaitEvent,
     AwaitExit,
@@ -174,6 +176,7 @@ class Runner:
         if self.nemesis.heal_failures:
             status, reason = _heal_outcome(status, reason, self.nemesis.heal_failures)
         self.timeline.append("info", "harness", "outcome", {"status": status, "reason": reason, "failed_step": failed_step})
+        self.timeline.close_sink()
         history = self.timeline.snapshot()
         results = judge(sc, history)
         return RunResult(
@@ -215,6 +218,10 @@ class Runner:
     def _setup(self) -> None:
         sc = self.scenario
         (self.run_dir / "procs").mkdir(parents=True, exist_ok=True)
+        # what a crash of the harness must not lose, from now on: the scenario `mxchaos check`
+        # re-judges with, and every entry as it is recorded
+        write_scenario_files(self.run_dir, sc)
+        self.timeline.open_sink(self.run_dir / "timeline.jsonl")
         self._run_info = {
             "run_id": self.run_id,
             "scenario": sc.name,
