@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import timeline as timeline_module
 from harness.timeline import Entry, History, Timeline, matches
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +227,7 @@ def test_each_entry_is_one_write_of_one_whole_line(tmp_path: Path, monkeypatch: 
         writes.append(bytes(data))
         return real_write(fd, data)
 
-    monkeypatch.setattr(timeline_module.os, "write", recording_write)
+    monkeypatch.setattr(os, "write", recording_write)
     tl = Timeline()
     tl.open_sink(tmp_path / "timeline.jsonl")
     big = {"ok": True, "samples": [["mxref_bytes_loaded", {"proc": f"r{i}"}, float(i)] for i in range(2000)]}
@@ -270,7 +269,7 @@ def test_a_failing_write_closes_the_sink_and_recording_goes_on(tmp_path: Path, m
     def full(fd: int, data: bytes | memoryview) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(timeline_module.os, "write", full)
+    monkeypatch.setattr(os, "write", full)
     entry = tl.append("info", "harness", "second")
     assert entry.index == 1 and len(tl) == 2
     assert tl.sink_path is None and tl.sink_error is not None and "No space left" in tl.sink_error
