@@ -218,10 +218,13 @@ class Runner:
     def _setup(self) -> None:
         sc = self.scenario
         (self.run_dir / "procs").mkdir(parents=True, exist_ok=True)
-        # what a crash of the harness must not lose, from now on: the scenario `mxchaos check`
-        # re-judges with, and every entry as it is recorded
-        write_scenario_files(self.run_dir, sc)
+        # what a crash of the harness must not lose, from now on: every entry as it is recorded,
+        # and the scenario `mxchaos check` re-judges with (written again with the report)
         self.timeline.open_sink(self.run_dir / "timeline.jsonl")
+        try:
+            write_scenario_files(self.run_dir, sc)
+        except Exception as exc:  # noqa: BLE001 - only a crashed run misses them; never fails a run
+            self.timeline.append("info", "harness", "scenario_files", {"error": f"{type(exc).__name__}: {exc}"})
         self._run_info = {
             "run_id": self.run_id,
             "scenario": sc.name,
