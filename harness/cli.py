@@ -206,7 +206,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Re-judge saved runs with the current checks; write nothing unless ``--write``."""
+    """Re-judge saved runs with the current checks; write nothing unless ``--write``. The folder
+    of a harness that died mid-run is judged on what its timeline recorded: CRASHED, an error."""
     from harness.console import verdict_table
     from harness.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
 
@@ -226,7 +227,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             continue
         previous = saved_verdict(result.run_dir)
         change = "" if previous in (None, result.verdict) else f" (was {previous.upper()})"
-        print(f"--- {result.scenario.name}: {result.verdict.upper()}{change}  {result.run_dir}", flush=True)
+        crashed = " (CRASHED)" if result.status == "crashed" else ""
+        print(f"--- {result.scenario.name}: {result.verdict.upper()}{crashed}{change}  {result.run_dir}", flush=True)
         if args.write:
             rewrite_verdict(result, previous)
             print(f"    rewrote verdict.json, junit.xml, report.html in {result.run_dir}")
@@ -368,7 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=_cmd_run)
 
     check = sub.add_parser(
-        "check", help="re-judge saved runs (timeline.jsonl + scenario.json) with the current checks; exit codes as run"
+        "check",
+        help="re-judge saved runs (timeline.jsonl + scenario.json) with the current checks, also the folder "
+        "of a crashed harness (status crashed: an error); exit codes as run",
     )
     check.add_argument(
         "run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (or runs/<scenario>: its latest run)"

@@ -578,11 +578,12 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
     color = _VERDICT_COLORS.get(result.verdict, _GREY)
     processes = list(sc.processes)
     passed = sum(1 for c in result.checks if c.valid is True)
+    crashed = f" <span class='badge' style='background:{_RED}'>CRASHED</span>" if result.status == "crashed" else ""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span></h1>",
+        f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span>{crashed}</h1>",
         f"<p>{_e(sc.description)}</p>" if sc.description else "",
     ]
     if result.known_defect:

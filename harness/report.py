@@ -9,10 +9,16 @@
     report.html         timeline picture + tables  procs/<name>.log, procs/<name>.events.jsonl
     stacks/             py-spy dumps (hang, await timeouts)
 
-and ``runs/<scenario>/latest`` -> the newest run folder. ``load_run`` reads a folder back
-(``mxchaos check`` re-judges it with the current checks; ``write_verdict_files`` rewrites
-only verdict.json, junit.xml and report.html). The page itself is ``harness.htmlreport``
-(``render_html`` and ``timeline_svg`` are importable from here too).
+and ``runs/<scenario>/latest`` -> the newest run folder. What a crash must not lose is
+there from the start: ``run.json``, ``scenario.yaml`` and ``scenario.json``
+(``write_scenario_files``) are written when the folder is made, and ``timeline.jsonl`` grows
+line by line as the run goes (``Timeline.open_sink``); ``write_run_folder`` keeps that file
+when it holds the whole history (else it rewrites it atomically). ``load_run`` reads a folder
+back (``mxchaos check`` re-judges it with the current checks; ``write_verdict_files`` rewrites
+only verdict.json, junit.xml and report.html); a folder whose harness died (no ``outcome``
+entry, no verdict.json: SIGKILL, OOM) is judged on what it recorded up to then, with status
+``crashed``. The page itself is ``harness.htmlreport`` (``render_html`` and ``timeline_svg``
+are importable from here too).
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import procscan
 from harness.errors import HarnessError
 from harness.htmlreport import render_html, timeline_svg
-from harness.scenario import parse_scenario_json
+from harness.scenario import Scenario, parse_scenario_json
 from harness.timeline import History
 from harness.verdict import RunResult, judge, result_to_json, verdict_of
 
@@ -51,6 +58,7 @@ __all__ = [
     "timeline_svg",
     "write_junit",
     "write_run_folder",
+    "write_scenario_files",
     "write_verdict_files",
 ]
 
@@ -133,16 +141,40 @@ def collect_versions() -> dict[str, Any]:
 # ------------------------------------------------------------------------ folder
 
 
-def write_run_folder(result: RunResult) -> Path:
-    """Write every report file into ``result.run_dir``; returns the folder."""
-    run_dir = result.run_dir
+def write_scenario_files(run_dir: Path, scenario: Scenario) -> None:
+    """``scenario.yaml`` (the file as given) and ``scenario.json`` (the validated model, what
+    ``mxchaos check`` re-judges with); the runner writes them when the run folder is made."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    sc = result.scenario
-    (run_dir / "scenario.yaml").write_text(sc.text or "")
-    (run_dir / "scenario.json").write_text(json.dumps(sc.model_dump(mode="json", by_alias=True), indent=2))
+    (run_dir / "scenario.yaml").write_text(scenario.text or "")
+    (run_dir / "scenario.json").write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True), indent=2))
+
+
+def _holds_entries(path: Path, count: int) -> bool:
+    """Whether ``path`` is a whole timeline file of ``count`` lines (the runner's live file
+    when nothing was lost on the way), counted without parsing it."""
+    try:
+        with open(path, "rb") as src:
+            lines = 0
+            last = b"\n"
+            while chunk := src.read(1 << 20):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return False
+    return lines == count and last == b"\n"
+
+
+def write_run_folder(result: RunResult) -> Path:
+    """Write every report file into ``result.run_dir``; returns the folder. The timeline the
+    run wrote as it went is kept when it holds every entry of ``result.history``; otherwise
+    (no live file, a write failed, entries after its sink closed) it is rewritten atomically."""
+    run_dir = result.run_dir
+    write_scenario_files(run_dir, result.scenario)
     versions = collect_versions()
     (run_dir / "versions.json").write_text(json.dumps(versions, indent=2))
-    result.history.to_jsonl(run_dir / "timeline.jsonl")
+    timeline_file = run_dir / "timeline.jsonl"
+    if not _holds_entries(timeline_file, len(result.history)):
+        result.history.to_jsonl(timeline_file)
     with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as out:
         for entry in result.history:
             if entry.f == "scrape":
@@ -185,16 +217,47 @@ def _run_folder(path: Path) -> Path:
     return path.resolve()
 
 
+def _crash_reason(run_dir: Path, history: History) -> str:
+    """What a folder without an outcome says about its end: the harness died, and when."""
+    timeline_file = run_dir / "timeline.jsonl"
+    parts = ["the harness died before the run ended (its timeline has no outcome entry)"]
+    last = history[-1] if len(history) else None
+    when = ""
+    with contextlib.suppress(OSError):
+        mtime = dt.datetime.fromtimestamp(timeline_file.stat().st_mtime, dt.UTC)
+        when = f", written at {mtime.isoformat(timespec='milliseconds')}"
+    if last is not None:
+        parts.append(f"its last entry is at {last.t:.3f}s ({last.actor} {last.type} {last.f}){when}")
+    else:
+        parts.append(f"it recorded no entry{when}")
+    if history.torn_lines:
+        parts.append(f"a torn last line of timeline.jsonl was dropped ({history.torn_lines})")
+    with contextlib.suppress(OSError):
+        marker = (run_dir / "CRASHED").read_text(encoding="utf-8").strip().splitlines()
+        if marker:
+            parts.append(f"mxchaos cleanup: {marker[0]}")
+    return "; ".join(parts)
+
+
+def _refuse_live(run_dir: Path, info: dict[str, Any]) -> None:
+    """A folder without an outcome whose harness is still running is a run in progress, not a crash."""
+    pid, start = info.get("harness_pid"), info.get("harness_start")
+    if isinstance(pid, int) and procscan.harness_alive(pid, start if isinstance(start, int) else None):
+        raise RunFolderError(f"{run_dir}: this run is still going (its harness, pid {pid}, is alive); check it when it ends")
+
+
 def load_run(path: str | Path) -> RunResult:
     """Re-judge a saved run: the scenario from ``scenario.json`` (validated by the current
     harness), the ``timeline.jsonl``, the checks run again, the verdict merged again. How the
     run went (completed, a step failed, hang ...) is the timeline's ``outcome`` entry (runs
-    recorded before it existed: ``verdict.json``). Raises ``ScenarioInvalid`` when the saved
-    scenario is not valid any more, ``RunFolderError`` when a file is missing."""
+    recorded before it existed: ``verdict.json``); with neither, the harness died mid-run:
+    status ``crashed`` (verdict ``error``), judged on what the timeline holds (a torn last
+    line dropped). Raises ``ScenarioInvalid`` when the saved scenario is not valid any more,
+    ``RunFolderError`` when a file is missing or its harness is still running."""
     run_dir = _run_folder(Path(path))
     for name in ("scenario.json", "timeline.jsonl"):
         if not (run_dir / name).is_file():
-            raise RunFolderError(f"{run_dir}: no {name} (is this a run folder? it is written when a run ends)")
+            raise RunFolderError(f"{run_dir}: no {name} (is this a run folder? it is written when a run starts)")
     scenario_file = run_dir / "scenario.json"
     scenario = parse_scenario_json(scenario_file.read_text(encoding="utf-8"), scenario_file)
     with contextlib.suppress(OSError):
@@ -210,10 +273,11 @@ def load_run(path: str | Path) -> RunResult:
     outcome = history.last(actor="harness", f="outcome")
     if outcome is not None:
         status, reason, failed_step = str(outcome.get("status")), str(outcome.get("reason") or ""), outcome.get("failed_step")
-    elif "status" in saved:
+    elif "status" in saved and saved["status"] != "crashed":  # a crash is judged again from the files
         status, reason, failed_step = str(saved["status"]), str(saved.get("reason") or ""), saved.get("failed_step")
     else:
-        raise RunFolderError(f"{run_dir}: neither an outcome entry in timeline.jsonl nor a verdict.json says how the run went")
+        _refuse_live(run_dir, info)
+        status, reason, failed_step = "crashed", _crash_reason(run_dir, history), None
     skip = history.last(actor="harness", f="skip")
     checks = [] if status == "skipped" else judge(scenario, history)
     return RunResult(

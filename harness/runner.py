@@ -4,9 +4,10 @@
 
 1. **skip** when a capability the scenario needs is missing (``harness.capabilities``):
    nothing starts, the verdict is ``skip``;
-2. **setup**: the run folder, ``run.json`` and the ledger entry (``harness.ledger``), the
-   network of netns hosts (``harness.netns``), the run's throwaway CA, certificate and token
-   when the scenario asks for ``security`` (``harness.pki``), the hosts and the process table
+2. **setup**: the run folder, ``scenario.json``, ``timeline.jsonl`` (written as entries come),
+   ``run.json`` and the ledger entry (``harness.ledger``), the network of netns hosts
+   (``harness.netns``), the run's throwaway CA, certificate and token when the scenario asks for
+   ``security`` (``harness.pki``), the hosts and the process table
    (``harness.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.checkpoint``, cached between runs);
 4. **proxies**: the run's toxiproxy server when the scenario has proxies (``harness.proxies``);
@@ -46,6 +47,7 @@ from harness.host import Host, make_host
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
+from harness.report import write_scenario_files
 from harness.scenario import (
     AwaitEvent,
     AwaitExit,
@@ -176,6 +178,7 @@ class Runner:
         if self.nemesis.heal_failures:
             status, reason = _heal_outcome(status, reason, self.nemesis.heal_failures)
         self.timeline.append("info", "harness", "outcome", {"status": status, "reason": reason, "failed_step": failed_step})
+        self.timeline.close_sink()
         history = self.timeline.snapshot()
         results = judge(sc, history)
         return RunResult(
@@ -217,6 +220,13 @@ class Runner:
     def _setup(self) -> None:
         sc = self.scenario
         (self.run_dir / "procs").mkdir(parents=True, exist_ok=True)
+        # what a crash of the harness must not lose, from now on: every entry as it is recorded,
+        # and the scenario `mxchaos check` re-judges with (written again with the report)
+        self.timeline.open_sink(self.run_dir / "timeline.jsonl")
+        try:
+            write_scenario_files(self.run_dir, sc)
+        except Exception as exc:  # noqa: BLE001 - only a crashed run misses them; never fails a run
+            self.timeline.append("info", "harness", "scenario_files", {"error": f"{type(exc).__name__}: {exc}"})
         self._run_info = {
             "run_id": self.run_id,
             "scenario": sc.name,

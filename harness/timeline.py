@@ -20,14 +20,30 @@ Entries are Jepsen-style operations::
 ``Timeline`` is the live, append-only, thread-safe recorder (dense ``index`` in
 append order; waiters block on it). ``History`` is its frozen view for checks and
 reports: sorted by ``t`` (ties keep append order) and re-indexed densely.
+
+**The file, as it happens.** ``Timeline.open_sink(path)`` (the runner calls it as soon as
+the run folder exists) writes every entry recorded so far, then each new one, to
+``<run>/timeline.jsonl``: one JSON line per entry, written with a single ``write(2)`` on an
+``O_APPEND`` descriptor under the timeline's lock, so lines from many threads never
+interleave and the file's line order is the ``index`` order. Nothing is buffered in the
+harness, so a harness that crashes or is SIGKILLed loses no entry it had recorded: what
+the kernel has reaches the disk. There is deliberately no ``fsync`` per line (scrapes
+are big and frequent; a power cut may lose the tail, a crash of the harness does not).
+A failed write (disk full) closes the sink and is kept in ``sink_error``; recording in
+memory goes on, and the run folder's writer rewrites the file at the end. ``t`` is
+rounded to the microsecond when recorded, so the file read back is the same history.
+``History.from_jsonl`` drops a torn last line (a crash in the middle of a write) and
+counts it (``History.torn_lines``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,16 +119,90 @@ def matches(entry: Entry, where: Mapping[str, Any] | None) -> bool:
     return True
 
 
+def _encode_value(value: Mapping[str, Any]) -> str:
+    """An entry's value as JSON (what cannot be encoded is recorded as its ``repr``)."""
+    try:
+        return json.dumps(value, default=str, separators=(",", ":"))
+    except (TypeError, ValueError):  # a circular value, a non-string key
+        return json.dumps({"unencodable": repr(value)}, separators=(",", ":"))
+
+
+def _entry_line(entry: Entry, value: str) -> bytes:
+    """``entry.to_json()`` as one line, its value already encoded (outside the lock)."""
+    return (
+        f'{{"index":{entry.index},"t":{json.dumps(round(entry.t, 6))},"type":{json.dumps(entry.type)},'
+        f'"actor":{json.dumps(entry.actor)},"f":{json.dumps(entry.f)},"value":{value}}}\n'
+    ).encode()
+
+
+class _FileSink:
+    """An ``O_APPEND`` descriptor written one whole line per ``write(2)``; closed at the latest
+    when it is garbage collected."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.fd = fd
+        self._close = weakref.finalize(self, os.close, fd)
+
+    def write(self, line: bytes) -> None:
+        view = memoryview(line)
+        while view:  # a regular file takes it all at once; a short write (disk full) goes on
+            view = view[os.write(self.fd, view) :]
+
+    def close(self) -> None:
+        self._close()
+
+
 class Timeline:
-    """Append-only, thread-safe; ``t`` measured from ``t0`` on the monotonic clock."""
+    """Append-only, thread-safe; ``t`` measured from ``t0`` on the monotonic clock; with a
+    sink open, every entry is also appended to a file as it is recorded."""
 
     def __init__(self, t0: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.t0 = clock() if t0 is None else t0
         self._entries: list[Entry] = []
-        self._cond = threading.Condition(threading.Lock())
+        # reentrant: a signal handler of the main thread may record an entry while that thread
+        # is inside append (a plain lock would deadlock the harness there)
+        self._cond = threading.Condition(threading.RLock())
         self._listeners: list[Callable[[Entry], None]] = []
+        self._sink: _FileSink | None = None
+        self.sink_error: str | None = None  # why the sink closed early, if it did
         self.last_progress = self.t0
+
+    def open_sink(self, path: str | Path) -> None:
+        """Append every entry to ``path`` (created or truncated) from now on, those recorded so
+        far first; one ``write(2)`` per line, no fsync (see the module docstring)."""
+        with self._cond:
+            if self._sink is not None:
+                self._sink.close()
+            self._sink = _FileSink(Path(path))
+            self.sink_error = None
+            for entry in self._entries:
+                self._write(entry, _encode_value(entry.value))
+
+    def close_sink(self) -> None:
+        """Stop writing to the file (entries still go on being recorded in memory)."""
+        with self._cond:
+            if self._sink is not None:
+                self._sink.close()
+                self._sink = None
+
+    @property
+    def sink_path(self) -> Path | None:
+        sink = self._sink
+        return sink.path if sink is not None else None
+
+    def _write(self, entry: Entry, value: str) -> None:
+        """Under the lock: the entry's line to the sink; a failure closes the sink, never raises."""
+        if self._sink is None:
+            return
+        try:
+            self._sink.write(_entry_line(entry, value))
+        except OSError as exc:
+            self.sink_error = f"{self._sink.path}: entry {entry.index}: {exc}"
+            self._sink.close()
+            self._sink = None
 
     def now(self) -> float:
         return self._clock() - self.t0
@@ -137,11 +227,16 @@ class Timeline:
         when = self.now() if t is None else t
         if not math.isfinite(when):
             raise ValueError(f"entry time {when!r} is not finite")
+        when = round(when, 6)  # what the file keeps: the history read back is the same
+        data = dict(value or {})
+        encoded = _encode_value(data) if self._sink is not None else None  # big scrapes: outside the lock
         with self._cond:
-            entry = Entry(len(self._entries), when, type, actor, f, dict(value or {}))
+            entry = Entry(len(self._entries), when, type, actor, f, data)
             self._entries.append(entry)
             if f not in _NOT_PROGRESS:
                 self.last_progress = self._clock()
+            if self._sink is not None:
+                self._write(entry, encoded if encoded is not None else _encode_value(data))
             self._cond.notify_all()
         for listener in self._listeners:
             try:
@@ -221,11 +316,12 @@ class Incarnation:
 class History(Sequence[Entry]):
     """Immutable, time-ordered view of a timeline: what checks and reports read."""
 
-    def __init__(self, entries: Iterable[Entry]) -> None:
+    def __init__(self, entries: Iterable[Entry], *, torn_lines: int = 0) -> None:
         ordered = sorted(entries, key=lambda e: (e.t, e.index))
         self._entries: tuple[Entry, ...] = tuple(
             Entry(i, e.t, e.type, e.actor, e.f, e.value) for i, e in enumerate(ordered)
         )
+        self.torn_lines = torn_lines  # read from a file: a torn last line dropped (a crash mid-write)
 
     @overload
     def __getitem__(self, index: int) -> Entry: ...
@@ -352,18 +448,39 @@ class History(Sequence[Entry]):
         return [e for e in self._entries if e.actor == process and e.f == "scrape" and e.get("ok")]
 
     def to_jsonl(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as out:
-            for entry in self._entries:
-                out.write(json.dumps(entry.to_json(), default=str, separators=(",", ":")) + "\n")
+        """Write the file whole, atomically (a temporary file renamed over ``path``): a reader
+        sees the old file or the new one, never a part."""
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as out:
+                for entry in self._entries:
+                    out.write(_entry_line(entry, _encode_value(entry.value)))
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> History:
+        """Read a timeline file back. A last line that is not a whole entry (the harness died in
+        the middle of writing it) is dropped and counted in ``torn_lines``; a bad line before the
+        last one is damage, not a crash: ``ValueError`` naming the line."""
+        with open(path, "rb") as src:
+            lines = src.read().split(b"\n")
+        # a whole file ends with a newline: its last piece is empty; anything else there is torn
         entries = []
-        with open(path, encoding="utf-8") as src:
-            for line in src:
-                if line.strip():
-                    entries.append(Entry.from_json(json.loads(line)))
-        return cls(entries)
+        torn = 0
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                entries.append(Entry.from_json(json.loads(raw)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                if number == len(lines):
+                    torn += 1
+                    continue
+                raise ValueError(f"{path}:{number}: not a timeline entry: {exc}") from None
+        return cls(entries, torn_lines=torn)
 
     @classmethod
     def build(cls, rows: Iterable[tuple[float, str, str, str] | tuple[float, str, str, str, Mapping[str, Any]]]) -> History:

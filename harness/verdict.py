@@ -18,14 +18,17 @@ from harness import content
 from harness.scenario import Scenario
 from harness.timeline import History
 
-__all__ = ["OK_VERDICTS", "VERDICTS", "RunResult", "RunStatus", "judge", "result_to_json", "verdict_of"]
+__all__ = ["OK_VERDICTS", "RUN_STATUSES", "VERDICTS", "RunResult", "RunStatus", "judge", "result_to_json", "verdict_of"]
 
 # pass | fail | unknown | hang | error, and: xfail / xpass (a known_defect scenario failed /
 # passed), skip (a capability its faults require is missing; nothing ran)
 VERDICTS = ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip")
 OK_VERDICTS = ("pass", "xfail", "xpass", "skip")  # what does not fail `mxchaos run`
 
-RunStatus = Literal["completed", "step_failed", "hang", "interrupted", "error", "skipped"]
+RunStatus = Literal["completed", "step_failed", "hang", "interrupted", "error", "skipped", "crashed"]
+# how a run went; ``crashed``: the harness died mid-run (SIGKILL, OOM): only ``mxchaos check``
+# of its folder gives it, judging what the timeline recorded up to then
+RUN_STATUSES: tuple[str, ...] = ("completed", "step_failed", "hang", "interrupted", "error", "skipped", "crashed")
 
 
 @dataclass
@@ -67,7 +70,7 @@ def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResu
 
 def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None) -> str:
     """The run's verdict: ``skip`` (nothing ran), ``hang``, ``error`` (a harness error, an
-    interrupt, a failed heal), ``fail`` (a step failed or a check is false), ``unknown``
+    interrupt, a failed heal, a crash of the harness), ``fail`` (a step failed or a check is false), ``unknown``
     (a check is unknown), else ``pass``. For a scenario with a ``known_defect``, steps that
     all completed with a false check are ``xfail`` (the defect reproduced) and a pass is
     ``xpass`` (it did not: fixed?); a failed step stays ``fail``: the scenario did not get
@@ -76,7 +79,7 @@ def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known
         return "skip"
     if status == "hang":
         return "hang"
-    if status in ("error", "interrupted"):
+    if status in ("error", "interrupted", "crashed"):
         return "error"
     merged = check_registry.merge_valid(r.valid for r in results)
     if status == "step_failed":

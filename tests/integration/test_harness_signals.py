@@ -1,6 +1,7 @@
 """The harness as a process: SIGTERM mid-run heals every fault and stops every process
 (exit 130); after a SIGKILL of the harness, ``mxchaos cleanup`` leaves no process of the run
-(the issue's "done when"). A validation failure starts nothing (exit 2)."""
+(the issue's "done when") and ``mxchaos check`` judges what its timeline recorded up to the
+kill (status crashed). A validation failure starts nothing (exit 2)."""
 
 from __future__ import annotations
 
@@ -199,6 +200,50 @@ def test_cleanup_after_sigkill_of_the_harness_leaves_no_process_of_the_run(tmp_p
         assert out.stdout.count(f"of run {run_id}") == 3
         assert alive(run_id) == []
         assert (Path(str(harness.run_info()["run_dir"])) / "CRASHED").is_file()
+    finally:
+        harness.kill()
+        if run_id:
+            sweep(run_id)
+
+
+def test_the_folder_of_a_sigkilled_harness_is_judged_as_crashed(tmp_path: Path) -> None:
+    """Killed mid-run (a fault injected, a sleep step under way): the timeline written as it
+    went holds everything up to the kill; after ``cleanup --run-id`` (this run only: other
+    tests run beside), ``check --write`` judges it: verdict ERROR, status crashed."""
+    harness = Harness(tmp_path, "killed")
+    run_id = None
+    try:
+        harness.wait_for_line("fault freeze (pause source-1) injected")
+        harness.wait_for_line("step 4: sleep")
+        info = harness.run_info()
+        run_id, folder = str(info["run_id"]), Path(str(info["run_dir"]))
+        harness.proc.kill()  # SIGKILL: no finally, no teardown, no report
+        harness.proc.wait(timeout=30)
+        assert not (folder / "verdict.json").exists()
+        cleanup = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "cleanup", "--run-id", run_id],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+        assert alive(run_id) == [] and (folder / "CRASHED").is_file()
+        history = History.from_jsonl(folder / "timeline.jsonl")  # what the harness wrote as it went
+        inject = history.last(actor="nemesis", f="inject", type="ok")
+        assert inject is not None and inject.get("fault") == "freeze"
+        sleep = history.last(actor="harness", f="step", type="invoke")
+        assert sleep is not None and sleep.get("step") == "4"
+        assert history.last(actor="harness", f="outcome") is None
+        check = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "check", str(folder), "--write"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+        )
+        assert check.returncode == 1, check.stdout + check.stderr
+        assert f"--- {harness.name}: ERROR (CRASHED)" in check.stdout
+        verdict = json.loads((folder / "verdict.json").read_text())
+        assert (verdict["status"], verdict["verdict"]) == ("crashed", "error")
+        assert verdict["reason"].startswith("the harness died before the run ended")
+        assert "its last entry is at" in verdict["reason"] and "mxchaos cleanup: the harness of this run died" in verdict["reason"]
+        assert [c["name"] for c in verdict["checks"]] == ["nothing_leaked"]  # judged on what was seen
+        assert ">CRASHED</span>" in (folder / "report.html").read_text()
     finally:
         harness.kill()
         if run_id:

@@ -5,20 +5,24 @@ its ``latest`` link; plus the CLI's pure parts (-k expressions, exit codes of va
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from harness import cli
 from harness.checks import NamedResult
 from harness.htmlreport import nice_ticks
-from harness.report import junit_xml, render_html, timeline_svg, write_run_folder
+from harness.procscan import proc_start_time
+from harness.report import RunFolderError, junit_xml, load_run, render_html, timeline_svg, write_run_folder, write_scenario_files
 from harness.scenario import parse_scenario
-from harness.timeline import History
-from harness.verdict import RunResult, verdict_of
+from harness.timeline import History, Timeline
+from harness.verdict import RUN_STATUSES, RunResult, RunStatus, verdict_of
 
 SCENARIO = """\
 name: demo
@@ -93,6 +97,7 @@ def named(index: int, valid: object, name: str = "c") -> NamedResult:
         ("hang", [True], "hang"),
         ("error", [True], "error"),
         ("interrupted", [True], "error"),
+        ("crashed", [True], "error"),
     ],
 )
 def test_verdicts(status: str, valids: list[object], verdict: str) -> None:
@@ -442,3 +447,96 @@ def test_a_skipped_run_and_a_hung_run_still_render(tmp_path: Path) -> None:
     assert ">HANG</span>" in page and "did not exit in time" in page
     root = _svg(timeline_svg(hung.history, ["server", "source-1", "reader-1"], hung.checks))
     assert "hang" in [t.text for t in root.iter(SVG + "text")]
+
+
+# ------------------------------------------------------------------------ a run folder that outlives its harness
+
+
+def _live_folder(tmp_path: Path, rows: list[Row], *, close: bool = True) -> tuple[Path, Timeline]:
+    """What the runner leaves at start: scenario files, run.json, and the timeline file
+    written entry by entry."""
+    sc = parse_scenario(SCENARIO, "demo.yaml")
+    folder = tmp_path / "runs" / "demo" / "stamp-1"
+    write_scenario_files(folder, sc)
+    (folder / "run.json").write_text(json.dumps({"run_id": "demo-1", "started": "2026-01-01T00:00:00+00:00"}))
+    tl = Timeline(clock=lambda: 0.0)
+    tl.open_sink(folder / "timeline.jsonl")
+    for t, type_, actor, f, value in rows:
+        tl.append(type_, actor, f, value, t=t)
+    if close:
+        tl.close_sink()
+    return folder, tl
+
+
+def test_the_run_folder_keeps_the_timeline_the_run_wrote_as_it_went(tmp_path: Path) -> None:
+    folder, tl = _live_folder(tmp_path, [*ROWS, (2.7, "info", "harness", "outcome", {"status": "completed"})])
+    before = (folder / "timeline.jsonl").stat()
+    result = make_result(tmp_path, [])
+    result.history = tl.snapshot()
+    write_run_folder(result)
+    after = (folder / "timeline.jsonl").stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
+    # entries it lacks (recorded after its sink closed, a failed write): rewritten whole, atomically
+    tl.append("info", "harness", "late", t=2.8)
+    result.history = tl.snapshot()
+    write_run_folder(result)
+    again = History.from_jsonl(folder / "timeline.jsonl")
+    assert [e.to_json() for e in again] == [e.to_json() for e in result.history]
+    assert (folder / "timeline.jsonl").stat().st_ino != before.st_ino
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_folder_whose_harness_died_is_judged_as_crashed(tmp_path: Path) -> None:
+    rows = [r for r in ROWS if r[0] <= 1.8]  # killed mid-run: no exit, no heal, no outcome
+    folder, _tl = _live_folder(tmp_path, rows, close=False)
+    with open(folder / "timeline.jsonl", "ab") as out:
+        out.write(b'{"index":99,"t":1.9,"type":"info","act')  # torn by the kill
+    (folder / "CRASHED").write_text("the harness of this run died; swept 3 process(es) at Thu Jan  1 00:00:09 2026\n")
+    result = load_run(folder)
+    assert (result.status, result.verdict, result.run_id, result.ok) == ("crashed", "error", "demo-1", False)
+    assert result.reason.startswith("the harness died before the run ended (its timeline has no outcome entry)")
+    assert "its last entry is at 1.800s (reader-1 info fallback), written at 20" in result.reason
+    assert "a torn last line of timeline.jsonl was dropped (1)" in result.reason
+    assert "mxchaos cleanup: the harness of this run died; swept 3 process(es)" in result.reason
+    assert result.history.torn_lines == 1 and len(result.history) == len(rows)
+    assert [c.name for c in result.checks] and result.checks[0].valid is False  # judged: loaded? not by then
+    assert result.seconds == 1.8 and result.started_at == "2026-01-01T00:00:00+00:00"
+    page = render_html(result, {})
+    assert ">ERROR</span>" in page and ">CRASHED</span>" in page and "<b>crashed</b>: the harness died" in page
+    run_case = junit_xml([result]).find("testsuite/testcase")
+    assert run_case is not None and (run_case.find("error").get("message") or "").startswith("crashed: the harness died")  # type: ignore[union-attr]
+
+
+def test_a_folder_without_an_outcome_whose_harness_lives_is_not_a_crash(tmp_path: Path) -> None:
+    folder, _tl = _live_folder(tmp_path, ROWS[:3])
+    info = {"run_id": "demo-1", "harness_pid": os.getpid(), "harness_start": proc_start_time(os.getpid())}
+    (folder / "run.json").write_text(json.dumps(info))
+    with pytest.raises(RunFolderError, match=r"still going \(its harness, pid \d+, is alive\)"):
+        load_run(folder)
+    info["harness_start"] = -1  # that pid now is another process: the harness is gone
+    (folder / "run.json").write_text(json.dumps(info))
+    assert load_run(folder).status == "crashed"
+
+
+def test_check_write_judges_a_crashed_folder_and_writes_its_verdict_files(tmp_path: Path) -> None:
+    folder, _tl = _live_folder(tmp_path, [r for r in ROWS if r[0] <= 1.8])
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "check", str(folder), "--write"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "NO_COLOR": "1"},
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"--- demo: ERROR (CRASHED)  {folder}" in out.stdout
+    assert "  crashed: the harness died before the run ended" in out.stdout
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert (verdict["status"], verdict["verdict"]) == ("crashed", "error")
+    assert verdict["reason"].startswith("the harness died") and verdict["checks"]
+    assert ">CRASHED</span>" in (folder / "report.html").read_text()
+    assert 'errors="1"' in (folder / "junit.xml").read_text()
+    (folder / "CRASHED").write_text("swept later\n")
+    again = load_run(folder)  # its own verdict.json does not stand in for an outcome: judged again
+    assert (again.status, again.reason) == ("crashed", verdict["reason"] + "; mxchaos cleanup: swept later")
+
+
+def test_the_statuses_listed_are_the_statuses_typed() -> None:
+    assert get_args(RunStatus) == RUN_STATUSES and "crashed" in RUN_STATUSES

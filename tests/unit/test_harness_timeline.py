@@ -1,8 +1,17 @@
 """The timeline: dense indices, one clock, thread-safe appends, waits with deadlines, the
-frozen History view (time order), fault windows, incarnations and JSONL round trips."""
+frozen History view (time order), fault windows, incarnations and JSONL round trips; its
+file sink (a line per entry as it is recorded, one write each, kept by a SIGKILL) and a
+torn last line read back."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -10,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness.timeline import Entry, History, Timeline, matches
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeClock:
@@ -177,3 +188,161 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     h.to_jsonl(path)
     again = History.from_jsonl(path)
     assert [e.to_json() for e in again] == [e.to_json() for e in h]
+    assert not [p for p in tmp_path.iterdir() if p.name != "timeline.jsonl"]  # written via a temporary file, renamed
+
+
+# ------------------------------------------------------------------------ the file sink
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_sink_has_every_entry_on_disk_as_soon_as_it_is_recorded(tmp_path: Path) -> None:
+    clock = FakeClock(100.0)
+    tl = Timeline(clock=clock)
+    tl.append("invoke", "harness", "run", {"seed": 1})  # before the folder existed: written on open
+    path = tmp_path / "timeline.jsonl"
+    tl.open_sink(path)
+    assert tl.sink_path == path
+    assert [line["f"] for line in _lines(path)] == ["run"]
+    clock.now = 101.25
+    tl.append("info", "reader-1", "load_done", {"path": "rdma"}, t=0.5)
+    # on disk before the timeline is closed or frozen: nothing is buffered in the harness
+    assert _lines(path)[-1] == {"index": 1, "t": 0.5, "type": "info", "actor": "reader-1", "f": "load_done", "value": {"path": "rdma"}}
+    tl.append("ok", "harness", "run", {"status": "done"})
+    tl.close_sink()
+    tl.append("info", "harness", "late")  # after the close: in memory only
+    assert len(_lines(path)) == 3 and len(tl) == 4
+    again = History.from_jsonl(path)
+    assert [e.to_json() for e in again] == [e.to_json() for e in History(tl.entries()[:3])]
+    assert again.torn_lines == 0
+
+
+def test_each_entry_is_one_write_of_one_whole_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def recording_write(fd: int, data: bytes | memoryview) -> int:
+        writes.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    tl = Timeline()
+    tl.open_sink(tmp_path / "timeline.jsonl")
+    big = {"ok": True, "samples": [["mxref_bytes_loaded", {"proc": f"r{i}"}, float(i)] for i in range(2000)]}
+    tl.append("info", "reader-1", "scrape", big)
+    tl.append("info", "harness", "mark", {"mark": "x"})
+    assert len(writes) == 2
+    assert all(w.endswith(b"\n") and w.count(b"\n") == 1 for w in writes)
+    assert json.loads(writes[0])["value"] == big
+
+
+def test_lines_from_many_threads_never_interleave(tmp_path: Path) -> None:
+    tl = Timeline()
+    path = tmp_path / "timeline.jsonl"
+    tl.open_sink(path)
+    payload = "x" * 5000  # lines of several KiB: a torn or interleaved write would show
+
+    def writer(n: int) -> None:
+        for i in range(100):
+            tl.append("info", f"w{n}", "scrape" if i % 2 else "tick", {"i": i, "pad": payload})
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    tl.close_sink()
+    lines = _lines(path)
+    assert [line["index"] for line in lines] == list(range(400))  # file order is index order
+    assert sorted((line["actor"], line["value"]["i"]) for line in lines) == sorted(  # type: ignore[index]
+        (f"w{n}", i) for n in range(4) for i in range(100)
+    )
+
+
+def test_a_failing_write_closes_the_sink_and_recording_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tl = Timeline()
+    tl.open_sink(tmp_path / "timeline.jsonl")
+    tl.append("info", "harness", "first")
+
+    def full(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    entry = tl.append("info", "harness", "second")
+    assert entry.index == 1 and len(tl) == 2
+    assert tl.sink_path is None and tl.sink_error is not None and "No space left" in tl.sink_error
+    monkeypatch.undo()
+    tl.append("info", "harness", "third")  # no sink any more: no error
+    assert [line["f"] for line in _lines(tmp_path / "timeline.jsonl")] == ["first"]
+
+
+def test_an_unencodable_value_is_recorded_as_its_repr(tmp_path: Path) -> None:
+    tl = Timeline()
+    tl.open_sink(tmp_path / "timeline.jsonl")
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    tl.append("info", "harness", "odd", {"loop": loop, "path": tmp_path})
+    tl.append("info", "harness", "after")
+    lines = _lines(tmp_path / "timeline.jsonl")
+    assert [line["f"] for line in lines] == ["odd", "after"]
+    assert "unencodable" in lines[0]["value"]  # type: ignore[operator]
+
+
+def test_what_was_recorded_before_a_sigkill_is_in_the_file(tmp_path: Path) -> None:
+    """A real process records 50 entries through the sink and SIGKILLs itself: no close, no
+    flush, no atexit; every entry is in the file."""
+    path = tmp_path / "timeline.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from harness.timeline import Timeline
+        tl = Timeline()
+        tl.open_sink({str(path)!r})
+        for i in range(50):
+            tl.append("info", "harness", "tick", {{"i": i, "pad": "x" * 3000}})
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL
+    history = History.from_jsonl(path)
+    assert [e.get("i") for e in history] == list(range(50)) and history.torn_lines == 0
+
+
+def test_a_torn_last_line_is_dropped_and_counted(tmp_path: Path) -> None:
+    tl = Timeline(clock=FakeClock(0.0))
+    path = tmp_path / "timeline.jsonl"
+    tl.open_sink(path)
+    for i in range(3):
+        tl.append("info", "p", "tick", {"i": i}, t=float(i))
+    tl.close_sink()
+    whole = path.read_bytes()
+    last = whole.splitlines(keepends=True)[-1]
+    for cut in (1, len(last) // 2, len(last) - 2):  # the harness died in the middle of the third write
+        path.write_bytes(whole[: len(whole) - len(last) + cut])
+        history = History.from_jsonl(path)
+        assert ([e.get("i") for e in history], history.torn_lines) == ([0, 1], 1), cut
+    path.write_bytes(whole[: len(whole) - 1])  # only the newline is missing: the entry is whole
+    assert len(History.from_jsonl(path)) == 3
+    path.write_bytes(whole + "{\"index\":3,\"t\":3.0,\"value\":{\"s\":\"\u00e9".encode()[:-1])  # torn inside a UTF-8 character
+    assert History.from_jsonl(path).torn_lines == 1
+
+
+def test_a_bad_line_before_the_last_is_damage_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "timeline.jsonl"
+    good = json.dumps(Entry(0, 0.0, "info", "p", "x").to_json())
+    path.write_text(f"{good}\n{{not json\n{good}\n")
+    with pytest.raises(ValueError, match=r"timeline.jsonl:2: not a timeline entry"):
+        History.from_jsonl(path)
+
+
+def test_times_are_kept_to_the_microsecond_so_the_file_reads_back_the_same(tmp_path: Path) -> None:
+    clock = FakeClock(0.0)
+    tl = Timeline(clock=clock)
+    path = tmp_path / "timeline.jsonl"
+    tl.open_sink(path)
+    tl.append("info", "b", "x", t=1.0000004)
+    tl.append("info", "a", "x", t=1.0000001)  # apart in memory by less than the file keeps
+    assert [e.actor for e in tl.snapshot()] == [e.actor for e in History.from_jsonl(path)]
