@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import os
 import shutil
 import sys
@@ -41,31 +42,48 @@ from harness.waits import RunClock
 __all__ = ["MONITOR_PERIOD", "EventsWatch", "Scraper", "Stacks", "Watchers"]
 
 MONITOR_PERIOD = 0.05
+STOP_CHECK = 0.05  # the monitor notices ``stop`` within this, whatever MONITOR_PERIOD is
 WAKE_MODES = ("inotify", "poll")
 
 
 class EventsWatch:
-    """Which events files grew: inotify on their folders (one watch per folder; writes to
-    other files there, e.g. the logs, wake it but are filtered out)."""
+    """Which events files grew: inotify on each of them (``MODIFY``), and on their folders
+    (``CREATE``) to watch a file as soon as its process creates it. Other files there (the
+    processes' logs) never wake it."""
 
     def __init__(self, files: dict[Path, str]) -> None:
-        self._names = {path.name: name for path, name in files.items()}
+        self._files = dict(files)
+        self._by_name = {path.name: path for path in files}  # in its folder -> the file
+        self._by_wd: dict[int, str] = {}  # a file's watch -> its process
         self._inotify = inotify_simple.INotify()
         try:
             for folder in {path.parent for path in files}:
                 folder.mkdir(parents=True, exist_ok=True)
-                self._inotify.add_watch(folder, inotify_simple.flags.MODIFY)
+                self._inotify.add_watch(folder, inotify_simple.flags.CREATE)
+            for path in files:  # after the folders: a file created in between is seen either way
+                if path.exists():
+                    self._watch(path)
         except BaseException:
             self._inotify.close()
             raise
 
+    def _watch(self, path: Path) -> None:
+        wd = self._inotify.add_watch(path, inotify_simple.flags.MODIFY)
+        self._by_wd[int(wd)] = self._files[path]
+
     def wait(self, timeout: float) -> set[str]:
-        """The processes whose events file grew, waiting at most ``timeout`` seconds for one."""
+        """The processes whose events file grew (or appeared), waiting at most ``timeout``
+        seconds for one."""
         grown: set[str] = set()
-        for event in self._inotify.read(timeout=max(0, round(timeout * 1000))):
-            name = self._names.get(event.name)
-            if name is not None:
-                grown.add(name)
+        for event in self._inotify.read(timeout=max(0, math.ceil(timeout * 1000))):  # never a busy 0 ms wait
+            if event.name:  # in a watched folder: a file was created
+                path = self._by_name.get(event.name)
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self._watch(path)
+                    grown.add(self._files[path])
+            elif event.wd in self._by_wd:
+                grown.add(self._by_wd[event.wd])
         return grown
 
     def close(self) -> None:
@@ -218,7 +236,7 @@ class Watchers:
                 if watch is None:
                     self._stop.wait(max(0.0, next_poll - time.monotonic()))
                     continue
-                grown = watch.wait(next_poll - time.monotonic())
+                grown = watch.wait(min(next_poll - time.monotonic(), STOP_CHECK))
                 if grown:
                     self.table.drain(grown)
             self.poll()
