@@ -5,16 +5,19 @@ during the inject; a failure of the inject's own is never taken for a skip."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from fixtures.fault_context import FakeContext
 
+from harness.console import Progress
 from harness.errors import FaultError, ScenarioInvalid
 from harness.faults import FaultSpec, gone
 from harness.faults.process import DepartSpec, KillSpec, PauseSpec
 from harness.nemesis import Nemesis
 from harness.scenario import parse_scenario
 from harness.spec import SourceOf
-from harness.timeline import Timeline
+from harness.timeline import Entry, Timeline
 
 SCENARIO = """\
 name: t
@@ -159,3 +162,10 @@ def test_a_running_target_is_injected_as_before(ctx: FakeContext) -> None:
     nem.heal_all()
     assert [e.type for e in timeline.entries() if e.f == "heal"] == ["invoke", "ok"]
     assert ctx.paused == set()
+
+
+def test_the_console_says_a_fault_was_skipped_and_why() -> None:
+    out = io.StringIO()
+    skipped = {"fault": "again", "kind": "pause", "target": "source-1", "skipped": "source-1 was never started"}
+    Progress(out)(Entry(0, 1.25, "info", "nemesis", "inject", skipped))
+    assert out.getvalue() == "   1.250s fault again (pause source-1) skipped: source-1 was never started\n"
