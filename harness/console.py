@@ -77,6 +77,8 @@ class Progress:
             text = f"fault {e.get('fault')} ({e.get('kind')}" + (f" {where})" if where else ")")
             if e.type == "ok":
                 return self._paint(f"{text} {what}", "33")
+            if e.get("skipped"):  # its target was gone and its if_gone is skip
+                return self._paint(f"{text} skipped: {e.get('skipped')}", "33")
             return self._paint(f"{text} {e.f} {e.type.upper()}: {e.get('error', '')}", "31" if e.type == "fail" else "33")
         if e.f == "start" and e.type == "ok":
             return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"

@@ -1,7 +1,12 @@
 """The nemesis: injecting faults, healing them within a bound, and healing all of them.
 
 Every inject and heal is recorded by the actor ``nemesis`` (invoke, then ok / fail, or info
-with ``indeterminate`` when its outcome is unknown). A healable fault stays active until a
+with ``indeterminate`` when its outcome is unknown, or info with ``skipped`` when the fault's
+target was gone and its ``if_gone`` is ``skip``). Before injecting, the nemesis checks that the
+targets a fault needs running (``FaultSpec.running_refs``) are: one that is not (it exited, or
+was never started) fails the step naming it and how and when it ended, or (``if_gone: skip``)
+skips the fault, nothing to heal. A target that ends during the inject, so the inject fails,
+has the same outcome. A healable fault stays active until a
 ``heal`` step, its ``duration`` (a timer), or teardown heals it; each heal runs in its own
 thread and is waited for at most ``budgets.heal``; a heal that fails or overruns is recorded,
 kept for the run's outcome, and the next fault is healed regardless.
@@ -15,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from harness import faults as fault_registry
 from harness import netns
@@ -28,7 +33,7 @@ from harness.spec import Scalar, SourceOf
 from harness.timeline import Timeline
 from harness.waits import Aborted, RunClock
 
-__all__ = ["HostView", "Nemesis", "ProcView", "RunFaultContext"]
+__all__ = ["HostView", "Nemesis", "NemesisContext", "ProcView", "RunFaultContext"]
 
 
 class _HealOverrun(Exception):
@@ -45,6 +50,7 @@ class ProcView:
     incarnation: int
     alive: bool
     host: str
+    ended: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,15 @@ class HostView:
     netns: str | None
     link: str | None
     inner_link: str | None
+
+
+class NemesisContext(fault_registry.FaultContext, Protocol):
+    """What the nemesis needs: a ``FaultContext``, and the same for heals (``RunFaultContext``;
+    unit tests give a fake)."""
+
+    def healing(self) -> fault_registry.FaultContext:
+        """The context a heal runs with (it never creates a proxy)."""
+        ...
 
 
 class RunFaultContext:
@@ -98,8 +113,8 @@ class RunFaultContext:
         return name
 
     def proc(self, name: str) -> ProcView:
-        st = self._table.state(self._known(name))
-        return ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive, st.host.name)
+        st = self._table.refresh(self._known(name))  # an exit the monitor has not seen yet counts
+        return ProcView(st.name, st.role, st.pid if st.alive else None, st.incarnation, st.alive, st.host.name, st.ended)
 
     def locate(self, target: str | SourceOf) -> HostView:
         if isinstance(target, str) and target in self._hosts:
@@ -168,7 +183,7 @@ class RunFaultContext:
 class Nemesis:
     """The run's faults: inject, heal (bounded), heal on a timer, heal everything."""
 
-    def __init__(self, sc: Scenario, timeline: Timeline, ctx: RunFaultContext) -> None:
+    def __init__(self, sc: Scenario, timeline: Timeline, ctx: NemesisContext) -> None:
         self.timeline = timeline
         self.heal_budget = sc.budgets.heal
         self.ctx = ctx
@@ -183,7 +198,9 @@ class Nemesis:
         with self._lock:
             return list(self._active)
 
-    def inject(self, spec: fault_registry.FaultSpec) -> None:
+    def inject(self, spec: fault_registry.FaultSpec) -> str | None:
+        """Inject ``spec`` (recorded); None once injected, or why it was skipped (a target is
+        gone and ``if_gone`` is ``skip``). FaultError / StepFailed when it failed."""
         with self._lock:
             self._counter += 1
             name = spec.name or f"{spec.kind}-{self._counter}"
@@ -192,7 +209,19 @@ class Nemesis:
         healable = type(fault).healable
         self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
         try:
-            injected = fault.inject(self.ctx)  # completes, or undoes what it did and raises
+            why = fault_registry.gone(spec, self.ctx)
+            if why is None:
+                try:
+                    injected = fault.inject(self.ctx)  # completes, or undoes what it did and raises
+                except FaultError:
+                    why = self._gone_during(spec)
+                    if why is None:
+                        raise
+            if why is not None:
+                if spec.if_gone == "skip":
+                    self.timeline.append("info", "nemesis", "inject", {**base, "skipped": why})
+                    return why
+                raise FaultError(f"fault {name} ({spec.kind}): {why} (if_gone: fail)")
             if healable:  # the runner defers its signals until this is recorded (Runner._signals_deferred)
                 with self._lock:
                     self._active[name] = (fault, injected.token)
@@ -216,6 +245,16 @@ class Nemesis:
             with self._lock:
                 self._timers.append(timer)
             timer.start()
+        return None
+
+    def _gone_during(self, spec: fault_registry.FaultSpec) -> str | None:
+        """After an inject failed: why, if a target it needs is gone now (it ended during the
+        inject; the inject undid what it did), else None (the failure is the inject's own)."""
+        try:
+            why = fault_registry.gone(spec, self.ctx)
+        except FaultError:
+            return None
+        return None if why is None else f"{why}, during the inject"
 
     def _auto_heal(self, name: str) -> None:
         if self._closing:

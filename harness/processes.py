@@ -2,7 +2,8 @@
 
 ``ProcessTable`` spawns and stops processes on their hosts and records both; tails each
 process's events file into the timeline (tagging lines with the incarnation that wrote them);
-learns the ports each incarnation reports (``listening`` events); records exits; answers
+learns the ports each incarnation reports (``listening`` events); records exits (and how and
+when each incarnation ended, for a fault whose target is gone); answers
 "which port does X listen on" (waiting, bounded); signals processes for faults; and scans for
 anything of the run that outlived its stop. It builds no command lines (``harness.launch``)
 and runs no threads of its own (``harness.watch`` polls it).
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import FaultError, HarnessError, StepFailed
-from harness.host import Host, Proc
+from harness.host import Host, LocalHost, Proc
 from harness.scenario import CommandProcess, Scenario
 from harness.spec import Scalar
 from harness.timeline import Entry, Timeline, matches
@@ -54,10 +55,24 @@ class ProcState:
     started_order: int = 0
     all_ports: set[int] = field(default_factory=set)
     pids: dict[int, int] = field(default_factory=dict)  # pid -> incarnation
+    last_exit: dict[str, Any] | None = None  # the latest process_exit value, with its t
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and not self.exit_recorded
+
+    @property
+    def ended(self) -> str | None:
+        """How the current incarnation ended (``exited (rc -9, SIGKILL) at 3.21s``, ``was never
+        started``); None while it runs."""
+        if self.alive:
+            return None
+        if self.proc is None or self.last_exit is None:
+            return "was never started"
+        rc, sig = self.last_exit.get("rc"), self.last_exit.get("signal")
+        how = f"rc {rc}, {sig}" if sig else f"rc {rc}"
+        by = ", stopped by the harness" if self.last_exit.get("stopped_by_harness") else ""
+        return f"exited ({how}{by}) at {self.last_exit['t']:.3f}s"
 
 
 class ProcessTable:
@@ -137,14 +152,24 @@ class ProcessTable:
     # ------------------------------------------------------------------ signals (faults)
 
     def send_signal(self, name: str, sig: int, *, group: bool = True) -> int:
-        """Signal the current incarnation of ``name``; its pid. FaultError when it is not running."""
+        """Signal the current incarnation of ``name``; its pid. FaultError naming how and when
+        it ended when it is not running (an exit the monitor has not seen yet included)."""
         st = self.state(name)
         with self.lock:
+            self._check_exit(st)
             if not st.alive or st.proc is None or st.pid is None:
-                raise FaultError(f"{name} is not running")
+                raise FaultError(f"{name} is not running: it {st.ended}")
             if not st.proc.signal(sig, group=group):
-                raise FaultError(f"{name} (pid {st.pid}) is gone")
+                self._check_exit(st)
+                raise FaultError(f"{name} (pid {st.pid}) is gone" + (f": it {st.ended}" if st.ended else ""))
             return st.pid
+
+    def refresh(self, name: str) -> ProcState:
+        """``name``'s state with its exit recorded now if it has ended (not at the next poll)."""
+        st = self.state(name)
+        with self.lock:
+            self._check_exit(st)
+        return st
 
     def signal_pid(self, pid: int, sig: int, *, group: bool = True) -> bool:
         """Signal ``pid`` only while it is still a live process of this run."""
@@ -166,6 +191,23 @@ class ProcessTable:
                 self._check_exit(st)
             except Exception:  # noqa: BLE001 - never let the monitor die; recorded
                 self.timeline.append("info", "harness", "monitor_error", {"process": st.name, "traceback": traceback.format_exc()})
+
+    def drain(self, names: Iterable[str]) -> None:
+        """Drain the events files of ``names`` only (the monitor, woken by their growth)."""
+        for name in names:
+            st = self.states.get(name)
+            if st is None:
+                continue
+            try:
+                self._drain_events(st)
+            except Exception:  # noqa: BLE001 - never let the monitor die; recorded
+                self.timeline.append("info", "harness", "monitor_error", {"process": st.name, "traceback": traceback.format_exc()})
+
+    def local_events_files(self) -> dict[Path, str]:
+        """Events file -> process, for the processes whose host writes them on this machine's
+        file system (the monitor watches those for growth; any other is only polled)."""
+        with self.lock:
+            return {st.events_path: st.name for st in self.states.values() if st.events_path is not None and isinstance(st.host, LocalHost)}
 
     def _drain_events(self, st: ProcState) -> None:
         if st.events_path is None:
@@ -222,7 +264,8 @@ class ProcessTable:
                     value["signal"] = signal.Signals(-rc).name
             st.exit_recorded = True
             st.ports = {}
-            self.timeline.append("info", st.name, "process_exit", value)
+            entry = self.timeline.append("info", st.name, "process_exit", value)
+            st.last_exit = {**value, "t": entry.t}
 
     # ------------------------------------------------------------------ endpoints
 

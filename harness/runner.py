@@ -491,8 +491,8 @@ class Runner:
 
     def _fault_step(self, sid: str, step: FaultStep) -> StepValue:
         with self._signals_deferred():  # a fault is never injected without being recorded as active
-            self.nemesis.inject(step.fault)
-        return None
+            skipped = self.nemesis.inject(step.fault)
+        return {"skipped": skipped} if skipped is not None else None
 
     def _heal_step(self, sid: str, step: HealStep) -> StepValue:
         for name in self.nemesis.active() if "all" in step.heal else list(step.heal):

@@ -2,8 +2,11 @@
 
 Three daemon threads, started after setup and stopped in teardown:
 
-- the **monitor** polls the process table every 50 ms (events into the timeline, exits
-  recorded) and notices a dead toxiproxy server;
+- the **monitor** drains an events file as soon as it grows (inotify on the folders of the
+  events files this machine holds, so an ``await`` and the fault after it see an event within
+  a millisecond or so, not up to a poll period late) and, every 50 ms, polls the whole process
+  table (every events file, exits recorded) and notices a dead toxiproxy server. Without
+  inotify (``wake = "poll"``, or it cannot be had) it only polls;
 - the **scraper** scrapes every live process's ``/metrics`` each ``scrape.interval``,
   concurrently, so one frozen process does not delay the others;
 - the **watchdog** declares HANG when the run passes ``budgets.run`` or nothing progresses for
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import os
 import shutil
 import sys
@@ -26,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import inotify_simple
+
 from harness.processes import ProcessTable, ProcState
 from harness.proxies import RunProxies
 from harness.scenario import Budgets, ScrapeSpec
@@ -33,9 +39,55 @@ from harness.scrape import scrape
 from harness.timeline import Entry, Timeline
 from harness.waits import RunClock
 
-__all__ = ["MONITOR_PERIOD", "Scraper", "Stacks", "Watchers"]
+__all__ = ["MONITOR_PERIOD", "EventsWatch", "Scraper", "Stacks", "Watchers"]
 
 MONITOR_PERIOD = 0.05
+STOP_CHECK = 0.05  # the monitor notices ``stop`` within this, whatever MONITOR_PERIOD is
+WAKE_MODES = ("inotify", "poll")
+
+
+class EventsWatch:
+    """Which events files grew: inotify on each of them (``MODIFY``), and on their folders
+    (``CREATE``) to watch a file as soon as its process creates it. Other files there (the
+    processes' logs) never wake it."""
+
+    def __init__(self, files: dict[Path, str]) -> None:
+        self._files = dict(files)
+        self._by_name = {path.name: path for path in files}  # in its folder -> the file
+        self._by_wd: dict[int, str] = {}  # a file's watch -> its process
+        self._inotify = inotify_simple.INotify()
+        try:
+            for folder in {path.parent for path in files}:
+                folder.mkdir(parents=True, exist_ok=True)
+                self._inotify.add_watch(folder, inotify_simple.flags.CREATE)
+            for path in files:  # after the folders: a file created in between is seen either way
+                if path.exists():
+                    self._watch(path)
+        except BaseException:
+            self._inotify.close()
+            raise
+
+    def _watch(self, path: Path) -> None:
+        wd = self._inotify.add_watch(path, inotify_simple.flags.MODIFY)
+        self._by_wd[int(wd)] = self._files[path]
+
+    def wait(self, timeout: float) -> set[str]:
+        """The processes whose events file grew (or appeared), waiting at most ``timeout``
+        seconds for one."""
+        grown: set[str] = set()
+        for event in self._inotify.read(timeout=max(0, math.ceil(timeout * 1000))):  # never a busy 0 ms wait
+            if event.name:  # in a watched folder: a file was created
+                path = self._by_name.get(event.name)
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self._watch(path)
+                    grown.add(self._files[path])
+            elif event.wd in self._by_wd:
+                grown.add(self._by_wd[event.wd])
+        return grown
+
+    def close(self) -> None:
+        self._inotify.close()
 
 
 class Stacks:
@@ -141,6 +193,9 @@ class Watchers:
         self.scraper = scraper
         self.budgets = budgets
         self.on_hang = on_hang
+        self.wake = "inotify"  # or "poll" (tests/bench/event_latency.py compares them)
+        self.monitor_cpu = 0.0  # CPU seconds the monitor thread used so far
+        self.monitor_wakes = 0  # how often it woke (a poll, or events files that grew)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -167,10 +222,42 @@ class Watchers:
         self.scraper.close()
 
     def _monitor(self) -> None:
-        while not self._stop.is_set():
+        started = time.thread_time()
+        watch = self._events_watch()
+        try:
+            next_poll = 0.0
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_poll:
+                    self.poll()
+                    next_poll = now + MONITOR_PERIOD
+                self.monitor_wakes += 1
+                self.monitor_cpu = time.thread_time() - started
+                if watch is None:
+                    self._stop.wait(max(0.0, next_poll - time.monotonic()))
+                    continue
+                grown = watch.wait(min(next_poll - time.monotonic(), STOP_CHECK))
+                if grown:
+                    self.table.drain(grown)
             self.poll()
-            self._stop.wait(MONITOR_PERIOD)
-        self.poll()
+        finally:
+            if watch is not None:
+                watch.close()
+            self.monitor_cpu = time.thread_time() - started
+
+    def _events_watch(self) -> EventsWatch | None:
+        """inotify on the run's local events files, unless ``wake`` is ``poll`` or inotify
+        cannot be had here (then the monitor only polls; recorded)."""
+        if self.wake not in WAKE_MODES:
+            raise ValueError(f"wake is one of {', '.join(WAKE_MODES)}, not {self.wake!r}")
+        files = self.table.local_events_files()
+        if self.wake == "poll" or not files:
+            return None
+        try:
+            return EventsWatch(files)
+        except OSError as exc:
+            self.timeline.append("info", "harness", "monitor_polls", {"error": f"{type(exc).__name__}: {exc}"})
+            return None
 
     def _scrape_loop(self) -> None:
         if not self.scraper.spec.enabled:

@@ -38,6 +38,12 @@ Scenario validation asks the spec what it refers to, before anything runs:
 (``(key, target)`` of each parameter naming a host), ``host_kinds`` (the host kinds those
 must lead to) and ``process_issues(processes)`` (what the named processes must be, e.g. started
 with debug hooks).
+
+A fault that acts on a running process declares it in ``running_refs()``. When one of those
+is not running as the fault fires (``gone``: it exited, or was never started), the nemesis
+does not inject: the common key ``if_gone`` says what that is, ``fail`` (the default: the
+step fails, naming the target and how and when it ended) or ``skip`` (recorded as skipped,
+nothing to heal, the run goes on). A target that ends during the inject is the same outcome.
 """
 
 from __future__ import annotations
@@ -48,9 +54,9 @@ import signal
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar, Union
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
 
@@ -66,6 +72,7 @@ __all__ = [
     "ProxyView",
     "Signal",
     "fault_spec_union",
+    "gone",
     "make_fault",
     "parse_signal",
     "process_of",
@@ -108,7 +115,9 @@ def process_of(target: Target) -> str:
 
 class FaultSpec(Strict):
     """Keys every fault has. ``name`` lets a later ``heal`` step refer to it; ``duration``
-    heals it automatically (healable kinds only).
+    heals it automatically (healable kinds only); ``if_gone`` (kinds with ``running_refs``
+    only): what a target that is not running when the fault fires means, ``fail`` the step
+    or ``skip`` the fault.
 
     Each spec declares the scenario names it refers to (validated before the run); the
     defaults refer to nothing."""
@@ -116,12 +125,26 @@ class FaultSpec(Strict):
     kind: str
     name: Name | None = None
     duration: Duration | None = None
+    if_gone: Literal["fail", "skip"] = "fail"
 
     # host kinds each of ``host_refs`` must lead to
     host_kinds: ClassVar[tuple[str, ...]] = ()
 
+    @model_validator(mode="after")
+    def _if_gone_applies(self) -> FaultSpec:
+        if "if_gone" in self.model_fields_set and not self.running_refs():
+            raise custom_error(
+                "if_gone", f"if_gone: a {self.kind} fault does not need a running process, so if_gone does not apply"
+            )
+        return self
+
     def process_refs(self) -> tuple[str, ...]:
         """Scenario process names this fault refers to (for ``{source_of: reader}``: the reader)."""
+        return ()
+
+    def running_refs(self) -> tuple[Target, ...]:
+        """The targets that must be running when the fault fires (``{source_of: reader}``: the
+        source it resolves to then); one that is not is handled by ``if_gone``."""
         return ()
 
     def proxy_refs(self) -> tuple[str, ...]:
@@ -155,6 +178,8 @@ class ProcessView(Protocol):
     def host(self) -> str: ...  # the scenario host it runs on
     @property
     def alive(self) -> bool: ...
+    @property
+    def ended(self) -> str | None: ...  # while not running: "was never started", "exited (rc -9, SIGKILL) at 3.21s"
 
 
 class HostView(Protocol):
@@ -238,6 +263,18 @@ class FaultContext(Protocol):
         """The scenario proxy ``name`` on the run's toxiproxy server (created now if its
         upstream server is running but it is not yet); FaultError when there is none."""
         ...
+
+
+def gone(spec: FaultSpec, ctx: FaultContext) -> str | None:
+    """Why ``spec`` cannot fire now: the first of its ``running_refs`` that is not running, and
+    how it ended (``source-1 exited (rc -9, SIGKILL) at 3.21s``); None when every one runs.
+    FaultError when a target cannot be resolved (``{source_of: reader}`` before an attempt)."""
+    for target in spec.running_refs():
+        name = ctx.resolve(target)
+        view = ctx.proc(name)
+        if not view.alive:
+            return f"{name} {view.ended or 'is not running'}"
+    return None
 
 
 SpecT = TypeVar("SpecT", bound=FaultSpec)

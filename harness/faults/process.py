@@ -5,6 +5,10 @@ on its whole process group (each scenario process is started in its own session,
 so helpers it spawned are hit too). Only ``pause`` has something to heal: its token is the
 pid it stopped, so heal resumes that process, not a later incarnation of the target. The
 others are done once done (a killed process stays dead), so their token is None.
+
+``kill``, ``pause`` and ``depart`` need their target running (``running_refs``: a target that
+is gone is the nemesis's ``if_gone`` outcome); ``stop`` of a process already gone records
+``already_exited``, and ``restart`` of one starts it again.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class KillSpec(FaultSpec):
     def process_refs(self) -> tuple[str, ...]:
         return (process_of(self.target),)
 
+    def running_refs(self) -> tuple[Target, ...]:
+        return (self.target,)
+
 
 @register
 class Kill(Fault[KillSpec, None]):
@@ -58,6 +65,9 @@ class PauseSpec(FaultSpec):
 
     def process_refs(self) -> tuple[str, ...]:
         return (process_of(self.target),)
+
+    def running_refs(self) -> tuple[Target, ...]:
+        return (self.target,)
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,9 @@ class DepartSpec(FaultSpec):
     signal: Signal = int(signal.SIGKILL)
 
     def process_refs(self) -> tuple[str, ...]:
+        return (self.target,)
+
+    def running_refs(self) -> tuple[Target, ...]:
         return (self.target,)
 
 

@@ -66,6 +66,9 @@ class TcpResetSpec(FaultSpec):
     def process_refs(self) -> tuple[str, ...]:
         return (self.target, process_of(self.peer))
 
+    def running_refs(self) -> tuple[Target, ...]:
+        return (self.target, self.peer)
+
 
 @register
 class TcpReset(Fault[TcpResetSpec, None]):
