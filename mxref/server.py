@@ -7,11 +7,17 @@ Three parts, each usable alone:
   stamps ``updated_at`` in unix ms, and applies the reaper's decisions atomically.
   It reports every change to a ``StoreListener`` *under its lock*, so the
   ``source_*`` events (``EventJournal``) appear in the order the changes happened.
-- ``P2pServicer``: the ``P2pService`` RPCs. A bad request gets a negative answer
-  with a message naming the field and the rule (``success=false``,
-  ``found=false``), never a gRPC error; an unexpected exception becomes INTERNAL
+- ``P2pServicer``: the ``P2pService`` RPCs, trusting no client. Before a request
+  touches the store it must pass the client's write rate (a token bucket per
+  connection; RESOURCE_EXHAUSTED) and the limits of ``config.ServerLimits``
+  checked on the wire (``mxref.request_limits``: sizes, counts, uint32 ranges seen
+  before protobuf truncates them, enum numbers; INVALID_ARGUMENT); the message
+  names the field, its size and the limit, and ``mxref_server_rejected_requests_total``
+  counts it. A request within the limits but wrong by ModelExpress's rules gets a
+  negative answer with a message naming the field and the rule (``success=false``,
+  ``found=false``), as ModelExpress does; an unexpected exception becomes INTERNAL
   with a message. Every call is counted as ``ok`` (did what was asked),
-  ``rejected`` (a negative answer) or ``error``.
+  ``rejected`` (refused or a negative answer) or ``error``.
 - ``Reaper``: a thread that every scan interval marks READY/INITIALIZING
   records STALE once older than the heartbeat timeout and deletes STALE records
   older than the GC timeout (ages always count from the last publish, status
@@ -386,7 +392,11 @@ class Outcome(StrEnum):
 
 
 def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
-    """Every reason to refuse this publish (empty: acceptable)."""
+    """Every reason to answer this publish ``success=false`` (empty: acceptable).
+
+    These are ModelExpress's negative answers; a request breaking a limit (sizes, ranges,
+    enum numbers) never gets here: ``RequestChecker`` refuses it with a gRPC error first.
+    """
     problems = []
     if not request.HasField("identity"):
         problems.append("identity is missing; a source must say what it holds")
@@ -396,8 +406,6 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
         problems.append("worker_id is empty; each worker process needs its own id")
     if not request.HasField("worker"):
         problems.append("worker is missing; a source must publish its WorkerMetadata")
-    elif request.worker.status != UNKNOWN and request.worker.status not in REPORTABLE_STATUSES:
-        problems.append(f"worker.status {request.worker.status} is not a SourceStatus")
     return problems
 
 
