@@ -80,6 +80,10 @@ REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
 """Statuses a worker may set; UNKNOWN is only what an unset field reads as."""
 
 SERVER_THREADS = 16
+RATE_LIMIT_DELAY_S = 0.25
+"""How long a rate-limited write waits before its RESOURCE_EXHAUSTED (``P2pServicer._hold_back``)."""
+HELD_BACK_CALLS = SERVER_THREADS // 2
+"""Handler threads that may wait out a rate-limited write at once; the others serve everyone."""
 SHUTDOWN_GRACE_S = 2.0
 RUN_LOOP_TICK_S = 0.5
 
@@ -456,6 +460,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         metrics: ServerFamilies | None = None,
         limits: config.ServerLimits | None = None,
         rate_clock: Callable[[], float] = time.monotonic,
+        rate_limit_delay_s: float = RATE_LIMIT_DELAY_S,
     ) -> None:
         self._store = store
         self._timers = timers
@@ -463,6 +468,8 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self._metrics = metrics if metrics is not None else ServerFamilies(CollectorRegistry())
         self._checker = RequestChecker(self.limits)
         self._writes = ClientBuckets(self.limits.publish_rate_per_s, self.limits.publish_burst, clock=rate_clock)
+        self._rate_limit_delay_s = rate_limit_delay_s
+        self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
         self._handlers: dict[str, Callable[[Any], tuple[Any, Outcome]]] = {
             "PublishMetadata": self._publish,
             "ListSources": self._list,
@@ -517,6 +524,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         rpc = RPCS[method]
         if rpc.writes and not self._writes.take(client_key(context)):
             limits = self.limits
+            self._hold_back()
             self._refuse(method, Violation(
                 RejectReason.RATE_LIMITED, "rate",
                 f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
@@ -536,6 +544,21 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             raise  # not reached: abort() raises
         self._count(method, outcome, started)
         return response
+
+    def _hold_back(self) -> None:
+        """Delay a rate-limited answer by ``rate_limit_delay_s`` while a hold slot is free.
+
+        Refusing at once would let a flooding connection cycle its streams as fast as the
+        server can refuse (each refusal still costs the server's Python, and the GIL that
+        other clients need); held back, it gets at most ``MAX_STREAMS_PER_CONNECTION``
+        refusals per delay. At most ``HELD_BACK_CALLS`` threads wait here, so floods on
+        many connections cannot take the whole pool: beyond it a refusal is immediate.
+        """
+        if self._held_back.acquire(blocking=False):
+            try:
+                time.sleep(self._rate_limit_delay_s)
+            finally:
+                self._held_back.release()
 
     def _refuse(self, method: str, violation: Violation, context: grpc.ServicerContext, started: float) -> NoReturn:
         """Count the refusal and abort the call with its code."""
