@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.flood:
         print(json.dumps(run_flood(args.flood, args.flood_seconds, args.concurrency, args.tensors)), flush=True)
         return 0
-    servers = [("default limits", ())]
+    servers: list[tuple[str, tuple[str, ...]]] = [("default limits", ())]
     if not args.no_unlimited:
         servers.append(("unlimited write rate", ("--publish-rate", "1e9", "--publish-burst", "1000000000")))
     results = []
