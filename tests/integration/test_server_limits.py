@@ -22,6 +22,7 @@ import grpc
 import pytest
 from procs import Cluster, Proc
 
+from mxref.server import RATE_LIMIT_DELAY_S
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -160,6 +161,7 @@ def test_a_publish_flood_is_rate_limited_while_another_client_is_served(
 
     flooder = threading.Thread(target=flood, name="flood")
     served = 0
+    started = time.monotonic()
     with own_channel(address) as channel:
         stub = P2P_STUB(channel)
         flooder.start()
@@ -171,8 +173,12 @@ def test_a_publish_flood_is_rate_limited_while_another_client_is_served(
             stop.set()
             flooder.join(FLOOD_SECONDS + CALL_TIMEOUT_S + 5)
     assert not flooder.is_alive()
+    elapsed = time.monotonic() - started
     assert served > 0
     assert codes["RESOURCE_EXHAUSTED"] > 0, dict(codes)
     # The burst, then about the rate: never the thousands a free flood gets through.
     assert codes["OK"] <= PUBLISH_BURST + PUBLISH_RATE * (FLOOD_SECONDS + 2), dict(codes)
     assert rejected(cluster, proc, "rate_limited") == codes["RESOURCE_EXHAUSTED"]
+    # Each refusal is held back RATE_LIMIT_DELAY_S, so the flood cannot cycle its streams through
+    # refusals as fast as the server can answer (thousands a second when refused at once).
+    assert codes["RESOURCE_EXHAUSTED"] <= FLOOD_IN_FLIGHT * (elapsed / RATE_LIMIT_DELAY_S + 1), dict(codes)
