@@ -245,3 +245,73 @@ def logged_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a ``started`` event records: ``MX_*``, ``MXREF_*``, ``MODEL_EXPRESS_*``, ``UCX_*``."""
     env = os.environ if env is None else env
     return {k: v for k, v in sorted(env.items()) if k.startswith(LOGGED_ENV_PREFIXES)}
+
+
+# --- metadata server limits ---------------------------------------------------
+# The server trusts no peer: every request is checked against these before it
+# touches the store. ``ServerLimits`` holds the ones an operator may change (each
+# has a ``server`` flag); the others are fixed here. README "Server limits" lists all.
+
+DEFAULT_SERVER_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""gRPC ``max_receive_message_length`` of the metadata server (a larger message never
+reaches a handler: gRPC answers RESOURCE_EXHAUSTED itself)."""
+DEFAULT_MAX_BLOB_BYTES = 4 * 1024 * 1024
+"""``worker.nixl_metadata``, the only bytes field: a NIXL agent blob is tens of KB to a few MB."""
+DEFAULT_MAX_NAME_BYTES = 256
+"""Names: ``model_name``, ``worker_id``, ``agent_name``, ``mx_source_id``, ``model_name_filter``."""
+MAX_STRING_BYTES = 1024
+"""Every other string (endpoints, versions, dtypes, tensor names, checksums, pod fields)."""
+DEFAULT_MAX_TENSORS = 65536
+"""Tensor descriptors in one list (``worker.tensors``, ``worker.tensor_source.tensors``); the
+server checks their number, not each one (a reader checks them against its own model)."""
+MAX_EXTRA_PARAMETERS = 64
+"""Entries of ``identity.extra_parameters``."""
+MAX_REPEATED = 1024
+"""Any other repeated field of a request (none exists today; a guard for new ones)."""
+DEFAULT_MAX_WORKER_RANK = 65535
+"""The highest ``worker_rank`` (and ``worker_rank_filter``) accepted."""
+DEFAULT_PUBLISH_RATE_PER_S = 20.0
+"""Per client (one gRPC connection): PublishMetadata + UpdateStatus calls refilled per second.
+A source heartbeats every 0.5-30 s and publishes once per (re)start."""
+DEFAULT_PUBLISH_BURST = 100
+"""Per client: writes allowed back to back before the rate applies."""
+DEFAULT_MAX_RECORDS = 100_000
+"""Worker records the store holds; a publish of a new key beyond it is RESOURCE_EXHAUSTED."""
+MAX_STREAMS_PER_CONNECTION = 8
+"""HTTP/2 concurrent streams one connection may hold (``grpc.max_concurrent_streams``): one
+client occupies at most this many of the server's handler threads; more calls queue at the client."""
+MAX_TRACKED_CLIENTS = 10_000
+"""Rate-limit buckets kept; beyond it, buckets that have refilled (idle clients) are dropped."""
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The metadata server's operator-tunable limits (see the constants above)."""
+
+    max_message_bytes: int = DEFAULT_SERVER_MAX_MESSAGE_BYTES
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES
+    max_name_bytes: int = DEFAULT_MAX_NAME_BYTES
+    max_tensors: int = DEFAULT_MAX_TENSORS
+    max_worker_rank: int = DEFAULT_MAX_WORKER_RANK
+    publish_rate_per_s: float = DEFAULT_PUBLISH_RATE_PER_S
+    publish_burst: int = DEFAULT_PUBLISH_BURST
+    max_records: int = DEFAULT_MAX_RECORDS
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "max_blob_bytes", "max_name_bytes", "max_tensors", "publish_burst",
+                     "max_records"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ServerLimits.{name}={value!r}: must be an integer >= 1")
+        if isinstance(self.max_worker_rank, bool) or not isinstance(self.max_worker_rank, int) or not (
+            0 <= self.max_worker_rank <= 0xFFFFFFFF
+        ):
+            raise ValueError(f"ServerLimits.max_worker_rank={self.max_worker_rank!r}: must be in 0..{0xFFFFFFFF}")
+        rate = self.publish_rate_per_s
+        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+            raise ValueError(f"ServerLimits.publish_rate_per_s={rate!r}: must be a finite number > 0")
+        if self.max_blob_bytes >= self.max_message_bytes:
+            raise ValueError(
+                f"ServerLimits.max_blob_bytes={self.max_blob_bytes} must be below "
+                f"max_message_bytes={self.max_message_bytes} (the blob travels inside a message)"
+            )

@@ -67,7 +67,7 @@ MODELEXPRESS_FAMILIES = frozenset({
 
 
 class ServerFamilies:
-    """The metadata server: its records by status, RPCs served and reaper transitions."""
+    """The metadata server: its records by status, RPCs served, requests refused and reaper transitions."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -78,6 +78,11 @@ class ServerFamilies:
         )
         self.reaper_actions = Counter(
             "mxref_server_reaper_actions_total", "Reaper transitions", ["action"], registry=r
+        )
+        self.rejected_requests = Counter(
+            "mxref_server_rejected_requests_total",
+            "Requests refused for breaking a limit or a rule (reason: mxref.request_limits.RejectReason)",
+            ["method", "reason"], registry=r,
         )
 
 

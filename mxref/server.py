@@ -7,11 +7,17 @@ Three parts, each usable alone:
   stamps ``updated_at`` in unix ms, and applies the reaper's decisions atomically.
   It reports every change to a ``StoreListener`` *under its lock*, so the
   ``source_*`` events (``EventJournal``) appear in the order the changes happened.
-- ``P2pServicer``: the ``P2pService`` RPCs. A bad request gets a negative answer
-  with a message naming the field and the rule (``success=false``,
-  ``found=false``), never a gRPC error; an unexpected exception becomes INTERNAL
+- ``P2pServicer``: the ``P2pService`` RPCs, trusting no client. Before a request
+  touches the store it must pass the client's write rate (a token bucket per
+  connection; RESOURCE_EXHAUSTED) and the limits of ``config.ServerLimits``
+  checked on the wire (``mxref.request_limits``: sizes, counts, uint32 ranges seen
+  before protobuf truncates them, enum numbers; INVALID_ARGUMENT); the message
+  names the field, its size and the limit, and ``mxref_server_rejected_requests_total``
+  counts it. A request within the limits but wrong by ModelExpress's rules gets a
+  negative answer with a message naming the field and the rule (``success=false``,
+  ``found=false``), as ModelExpress does; an unexpected exception becomes INTERNAL
   with a message. Every call is counted as ``ok`` (did what was asked),
-  ``rejected`` (a negative answer) or ``error``.
+  ``rejected`` (refused or a negative answer) or ``error``.
 - ``Reaper``: a thread that every scan interval marks READY/INITIALIZING
   records STALE once older than the heartbeat timeout and deletes STALE records
   older than the GC timeout (ages always count from the last publish, status
@@ -29,6 +35,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import signal
 import sys
 import threading
@@ -36,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -47,8 +54,9 @@ from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
+from mxref.request_limits import ClientBuckets, RejectReason, RequestChecker, Violation
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
-from mxref.worker_server import endpoint, start_grpc_server
+from mxref.worker_server import REASON_METADATA_KEY, endpoint, start_grpc_server
 
 logger = logging.getLogger("mxref.server")
 
@@ -71,6 +79,10 @@ REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
 """Statuses a worker may set; UNKNOWN is only what an unset field reads as."""
 
 SERVER_THREADS = 16
+RATE_LIMIT_DELAY_S = 0.25
+"""How long a rate-limited write waits before its RESOURCE_EXHAUSTED (``P2pServicer._hold_back``)."""
+HELD_BACK_CALLS = SERVER_THREADS // 2
+"""Handler threads that may wait out a rate-limited write at once; the others serve everyone."""
 SHUTDOWN_GRACE_S = 2.0
 RUN_LOOP_TICK_S = 0.5
 
@@ -134,6 +146,10 @@ class StatusChange:
 
 class UpdateRejected(Exception):
     """The store refused a status update; the message says why (unknown worker, wrong rank)."""
+
+
+class StoreFull(Exception):
+    """The store holds ``max_records`` records and was asked to add one more."""
 
 
 class ReapAction(StrEnum):
@@ -204,9 +220,12 @@ class _Silent:
 class Store:
     """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic."""
 
-    def __init__(self, clock: Clock = time.time, listener: StoreListener | None = None) -> None:
+    def __init__(
+        self, clock: Clock = time.time, listener: StoreListener | None = None, *, max_records: int | None = None
+    ) -> None:
         self._clock = clock
         self._listener: StoreListener = listener if listener is not None else _Silent()
+        self._max_records = max_records
         self._lock = threading.Lock()
         self._records: dict[tuple[str, str], SourceRecord] = {}
 
@@ -220,14 +239,24 @@ class Store:
         worker_id: str,
         status: SourceStatus,
     ) -> SourceRecord:
-        """Store (or replace) the worker's record, stamped now; returns it."""
+        """Store (or replace) the worker's record, stamped now; returns it.
+
+        ``StoreFull`` when it would add a record beyond ``max_records`` (a replacement always fits).
+        """
         stored_identity = p2p_pb2.SourceIdentity()
         stored_identity.CopyFrom(identity)
         stored_worker = p2p_pb2.WorkerMetadata()
         stored_worker.CopyFrom(worker)
+        source_id = mx_source_id(identity)
         with self._lock:
+            if (
+                self._max_records is not None
+                and len(self._records) >= self._max_records
+                and (source_id, worker_id) not in self._records
+            ):
+                raise StoreFull(f"the store holds {len(self._records)} records, its limit (--max-records)")
             record = SourceRecord(
-                mx_source_id=mx_source_id(identity),
+                mx_source_id=source_id,
                 worker_id=worker_id,
                 identity=stored_identity,
                 worker=stored_worker,
@@ -366,7 +395,11 @@ class Outcome(StrEnum):
 
 
 def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
-    """Every reason to refuse this publish (empty: acceptable)."""
+    """Every reason to answer this publish ``success=false`` (empty: acceptable).
+
+    These are ModelExpress's negative answers; a request breaking a limit (sizes, ranges,
+    enum numbers) never gets here: ``RequestChecker`` refuses it with a gRPC error first.
+    """
     problems = []
     if not request.HasField("identity"):
         problems.append("identity is missing; a source must say what it holds")
@@ -376,52 +409,133 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
         problems.append("worker_id is empty; each worker process needs its own id")
     if not request.HasField("worker"):
         problems.append("worker is missing; a source must publish its WorkerMetadata")
-    elif request.worker.status != UNKNOWN and request.worker.status not in REPORTABLE_STATUSES:
-        problems.append(f"worker.status {request.worker.status} is not a SourceStatus")
     return problems
 
 
-class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
-    """``P2pService`` over a ``Store`` (whose listener reports the changes)."""
+@dataclass(frozen=True)
+class _Rpc:
+    """One ``P2pService`` method as the servicer serves it from raw bytes."""
 
-    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
+    request: type[Any]  # a generated message class (protobuf ships no type stubs)
+    response: type[Any]
+    writes: bool  # counted against the client's write rate
+
+
+SERVICE_NAME = "mxref.v1.P2pService"
+RPCS: dict[str, _Rpc] = {
+    "PublishMetadata": _Rpc(p2p_pb2.PublishMetadataRequest, p2p_pb2.PublishMetadataResponse, writes=True),
+    "ListSources": _Rpc(p2p_pb2.ListSourcesRequest, p2p_pb2.ListSourcesResponse, writes=False),
+    "GetMetadata": _Rpc(p2p_pb2.GetMetadataRequest, p2p_pb2.GetMetadataResponse, writes=False),
+    "UpdateStatus": _Rpc(p2p_pb2.UpdateStatusRequest, p2p_pb2.UpdateStatusResponse, writes=True),
+}
+
+
+def client_key(context: grpc.ServicerContext) -> str:
+    """The rate-limit key of a caller: its connection (``ipv4:10.0.0.7:51234``).
+
+    Not the address alone: every source of one host, or behind one proxy, would share a
+    bucket. Not the ``worker_id``: the client chooses it, so a flood could rotate it for
+    free, while a new connection costs the flooder a TCP and HTTP/2 handshake.
+    """
+    peer: str = context.peer()
+    return peer
+
+
+class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
+    """``P2pService`` over a ``Store`` (whose listener reports the changes).
+
+    Served from raw bytes (``generic_handler``), so that a write over the client's rate
+    is refused before it is parsed, and a request is checked against ``limits`` on the
+    wire (``RequestChecker``) before any of it is believed. A refusal is a gRPC error
+    (``Violation.code``) naming the field, its size and the limit, and is counted in
+    ``mxref_server_rejected_requests_total{method,reason}``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        timers: config.ServerTimers,
+        *,
+        metrics: ServerFamilies | None = None,
+        limits: config.ServerLimits | None = None,
+        rate_clock: Callable[[], float] = time.monotonic,
+        rate_limit_delay_s: float = RATE_LIMIT_DELAY_S,
+    ) -> None:
         self._store = store
         self._timers = timers
+        self.limits = limits if limits is not None else config.ServerLimits()
         self._metrics = metrics if metrics is not None else ServerFamilies(CollectorRegistry())
+        self._checker = RequestChecker(self.limits)
+        self._writes = ClientBuckets(self.limits.publish_rate_per_s, self.limits.publish_burst, clock=rate_clock)
+        self._rate_limit_delay_s = rate_limit_delay_s
+        self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
+        self._handlers: dict[str, Callable[[Any], tuple[Any, Outcome]]] = {
+            "PublishMetadata": self._publish,
+            "ListSources": self._list,
+            "GetMetadata": self._get,
+            "UpdateStatus": self._update,
+        }
         for status in ALL_STATUSES:
             self._metrics.sources.labels(status_name(status)).set_function(functools.partial(store.count, status))
 
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """The handler to register: every method takes the request's raw bytes."""
+        handlers = {
+            name: grpc.unary_unary_rpc_method_handler(
+                functools.partial(self._serve, name),
+                request_deserializer=None,  # raw bytes: checked on the wire, parsed by _serve
+                response_serializer=rpc.response.SerializeToString,
+            )
+            for name, rpc in RPCS.items()
+        }
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+    # The generated base class's entry points, for a server that registers this servicer with
+    # ``add_P2pServiceServicer_to_server``: the same checks, from the re-serialized request.
     def PublishMetadata(
         self, request: p2p_pb2.PublishMetadataRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.PublishMetadataResponse:
-        return self._serve("PublishMetadata", self._publish, request, context)
+        response: p2p_pb2.PublishMetadataResponse = self._serve("PublishMetadata", request.SerializeToString(), context)
+        return response
 
     def ListSources(
         self, request: p2p_pb2.ListSourcesRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.ListSourcesResponse:
-        return self._serve("ListSources", self._list, request, context)
+        response: p2p_pb2.ListSourcesResponse = self._serve("ListSources", request.SerializeToString(), context)
+        return response
 
     def GetMetadata(
         self, request: p2p_pb2.GetMetadataRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.GetMetadataResponse:
-        return self._serve("GetMetadata", self._get, request, context)
+        response: p2p_pb2.GetMetadataResponse = self._serve("GetMetadata", request.SerializeToString(), context)
+        return response
 
     def UpdateStatus(
         self, request: p2p_pb2.UpdateStatusRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.UpdateStatusResponse:
-        return self._serve("UpdateStatus", self._update, request, context)
+        response: p2p_pb2.UpdateStatusResponse = self._serve("UpdateStatus", request.SerializeToString(), context)
+        return response
 
-    def _serve(
-        self,
-        method: str,
-        handler: Callable[[RequestT], tuple[ResponseT, Outcome]],
-        request: RequestT,
-        context: grpc.ServicerContext,
-    ) -> ResponseT:
-        """Run one handler: time it, count its outcome, turn an exception into INTERNAL."""
+    def _serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
+        """Serve one call: the write rate first (cheapest), then the wire checks, then the handler;
+        time it, count its outcome, turn a refusal into its gRPC code and an exception into INTERNAL."""
         started = time.perf_counter()
+        rpc = RPCS[method]
+        if rpc.writes and not self._writes.take(client_key(context)):
+            limits = self.limits
+            self._hold_back()
+            self._refuse(method, Violation(
+                RejectReason.RATE_LIMITED, "rate",
+                f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
+                "per client (--publish-rate, --publish-burst); PublishMetadata and UpdateStatus count",
+            ), context, started)
+        request = self._checker.parse(rpc.request, raw)
+        if isinstance(request, Violation):
+            self._refuse(method, request, context, started)
         try:
-            response, outcome = handler(request)
+            response, outcome = self._handlers[method](request)
+        except StoreFull as exc:
+            self._refuse(method, Violation(RejectReason.STORE_FULL, "store", str(exc)), context, started)
         except Exception as exc:
             logger.exception("%s failed", method)
             self._count(method, Outcome.ERROR, started)
@@ -430,6 +544,29 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self._count(method, outcome, started)
         return response
 
+    def _hold_back(self) -> None:
+        """Delay a rate-limited answer by ``rate_limit_delay_s`` while a hold slot is free.
+
+        Refusing at once would let a flooding connection cycle its streams as fast as the
+        server can refuse (each refusal still costs the server's Python, and the GIL that
+        other clients need); held back, it gets at most ``MAX_STREAMS_PER_CONNECTION``
+        refusals per delay. At most ``HELD_BACK_CALLS`` threads wait here, so floods on
+        many connections cannot take the whole pool: beyond it a refusal is immediate.
+        """
+        if self._held_back.acquire(blocking=False):
+            try:
+                time.sleep(self._rate_limit_delay_s)
+            finally:
+                self._held_back.release()
+
+    def _refuse(self, method: str, violation: Violation, context: grpc.ServicerContext, started: float) -> NoReturn:
+        """Count the refusal and abort the call with its code."""
+        self._metrics.rejected_requests.labels(method, violation.reason.value).inc()
+        self._count(method, Outcome.REJECTED, started)
+        context.set_trailing_metadata(((REASON_METADATA_KEY, violation.reason.value),))
+        context.abort(violation.code, f"{method}: {violation.message}")
+        raise AssertionError("context.abort() returned")  # not reached: abort() raises
+
     def _count(self, method: str, outcome: Outcome, started: float) -> None:
         self._metrics.rpcs.labels(method, outcome.value).inc()
         self._metrics.rpc_seconds.labels(method).observe(time.perf_counter() - started)
@@ -437,6 +574,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def _publish(self, request: p2p_pb2.PublishMetadataRequest) -> tuple[p2p_pb2.PublishMetadataResponse, Outcome]:
         problems = publish_problems(request)
         if problems:
+            self._metrics.rejected_requests.labels("PublishMetadata", RejectReason.INVALID.value).inc()
             message = "publish rejected: " + "; ".join(problems)
             return p2p_pb2.PublishMetadataResponse(success=False, message=message, worker_id=request.worker_id), (
                 Outcome.REJECTED
@@ -492,6 +630,18 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
 
 
+def metadata_server_options(limits: config.ServerLimits) -> list[tuple[str, int]]:
+    """The metadata server's gRPC options: its receive limit, one connection's concurrent
+    streams (a flooding client holds at most that many handler threads), no SO_REUSEPORT
+    (a second process must not silently share a port still in use)."""
+    return [
+        ("grpc.max_receive_message_length", limits.max_message_bytes),
+        ("grpc.max_send_message_length", config.MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_concurrent_streams", config.MAX_STREAMS_PER_CONNECTION),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
 def start_metadata_server(
     servicer: P2pServicer,
     host: str,
@@ -506,9 +656,9 @@ def start_metadata_server(
     ``on_refused`` hears of every call refused as unauthenticated.
     Raises ``LocalError`` when the address cannot be bound.
     """
-    return start_grpc_server(p2p_pb2_grpc.add_P2pServiceServicer_to_server, servicer, host, port,
+    return start_grpc_server(lambda s, srv: srv.add_generic_rpc_handlers((s.generic_handler(),)), servicer, host, port,
                              threads=SERVER_THREADS, what="metadata server", credentials=credentials,
-                             on_refused=on_refused)
+                             on_refused=on_refused, options=metadata_server_options(servicer.limits))
 
 
 def refusal_reporter(emit: Callable[..., None], metrics: ServerFamilies) -> Callable[[security.Refusal], None]:
@@ -575,6 +725,36 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..{0xFFFFFFFF} (a uint32)")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -605,6 +785,39 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
         help=f"age at which a STALE record is deleted [MX_GC_TIMEOUT_SECS, {config.DEFAULT_GC_TIMEOUT_S:g}]",
     )
     add_tls_server_args(parser)
+    limits = parser.add_argument_group("limits (README: Server limits)")
+    default = config.ServerLimits()
+    limits.add_argument("--max-message-bytes", type=_positive_int, default=default.max_message_bytes, metavar="N",
+                        help=f"largest request gRPC accepts (default {default.max_message_bytes})")
+    limits.add_argument("--max-blob-bytes", type=_positive_int, default=default.max_blob_bytes, metavar="N",
+                        help=f"largest worker.nixl_metadata (default {default.max_blob_bytes})")
+    limits.add_argument("--max-name-bytes", type=_positive_int, default=default.max_name_bytes, metavar="N",
+                        help=f"longest model/worker/agent name or source id, UTF-8 (default {default.max_name_bytes})")
+    limits.add_argument("--max-tensors", type=_positive_int, default=default.max_tensors, metavar="N",
+                        help=f"most tensor descriptors in one list (default {default.max_tensors})")
+    limits.add_argument("--max-worker-rank", type=_rank, default=default.max_worker_rank, metavar="N",
+                        help=f"highest worker_rank accepted (default {default.max_worker_rank})")
+    limits.add_argument("--publish-rate", type=_rate, default=default.publish_rate_per_s, metavar="PER_S",
+                        help="PublishMetadata + UpdateStatus calls per second per client connection "
+                             f"(default {default.publish_rate_per_s:g})")
+    limits.add_argument("--publish-burst", type=_positive_int, default=default.publish_burst, metavar="N",
+                        help=f"writes a client may send back to back (default {default.publish_burst})")
+    limits.add_argument("--max-records", type=_positive_int, default=default.max_records, metavar="N",
+                        help=f"worker records the store holds (default {default.max_records})")
+
+
+def server_limits(args: argparse.Namespace) -> config.ServerLimits:
+    """The ``ServerLimits`` of the parsed flags; ``ValueError`` naming an inconsistent pair."""
+    return config.ServerLimits(
+        max_message_bytes=args.max_message_bytes,
+        max_blob_bytes=args.max_blob_bytes,
+        max_name_bytes=args.max_name_bytes,
+        max_tensors=args.max_tensors,
+        max_worker_rank=args.max_worker_rank,
+        publish_rate_per_s=args.publish_rate,
+        publish_burst=args.publish_burst,
+        max_records=args.max_records,
+    )
 
 
 def add_tls_server_args(parser: argparse.ArgumentParser) -> None:
@@ -635,6 +848,12 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
         log_to_stderr(events.emit(event, **fields))
 
     timers = config.ServerTimers.resolve(args.heartbeat_timeout, args.reaper_interval, args.gc_timeout)
+    try:
+        limits = server_limits(args)
+    except ValueError as exc:  # an inconsistent pair of limit flags
+        logger.error("%s", exc)
+        emit("exit", code=EXIT_USAGE, error=str(exc))
+        return EXIT_USAGE
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
     try:
         credentials = security.ServerCredentials.from_files(
@@ -644,9 +863,10 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
         logger.error("%s", exc)
         emit("exit", code=EXIT_USAGE, error=str(exc))
         return EXIT_USAGE
+    logger.info("limits: %s", dataclasses.asdict(limits))
     metrics = ServerMetrics()
-    store = Store(listener=EventJournal(events))
-    servicer = P2pServicer(store, timers, metrics=metrics.server)
+    store = Store(listener=EventJournal(events), max_records=limits.max_records)
+    servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits)
     reaper = Reaper(store, timers, metrics=metrics.server)
     code, error = EXIT_OK, ""
     with StopSignals(stop) as signals:

@@ -223,17 +223,19 @@ def start_grpc_server(
     what: str,
     credentials: security.ServerCredentials | None = None,
     on_refused: Callable[[security.Refusal], None] | None = None,
+    options: list[tuple[str, int]] | None = None,
 ) -> tuple[grpc.Server, int]:
     """A started gRPC server for one servicer on ``host:port``; returns (server, bound port).
 
     ``credentials`` (default: plaintext, no token) decide TLS and the token check;
-    ``on_refused`` hears of every call the token check refuses.
+    ``on_refused`` hears of every call the token check refuses; ``options``: gRPC server
+    options (default ``server_options()``).
     ``LocalError`` naming ``what`` and the address when it cannot be bound.
     """
     creds = credentials if credentials is not None else security.ServerCredentials()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=what.replace(" ", "-")),
-        options=server_options(),
+        options=options if options is not None else server_options(),
         interceptors=creds.interceptors(on_refused),
     )
     register(servicer, server)
