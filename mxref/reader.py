@@ -143,9 +143,9 @@ class Reader:
         if not result.ok:
             self._fall_back(result, "no source succeeded" if candidates else "no source available")
         result.seconds = time.monotonic() - start
+        if result.ok:  # what it holds is reported before it says it loaded: a reader that departs
+            self.report_memory("loaded")  # right after load_done has still told what it held
         self._finish(result)
-        if result.ok:
-            self.report_memory("loaded")
         return result
 
     def report_memory(self, when: str) -> Reference | None:

@@ -27,7 +27,7 @@ class IntegrityParams(CheckParams):
     harness computes it: the checksums of its ``memory_digest`` events (its last one, and each
     ``settled`` / ``exit`` one) match (and so does their digest, when they report one), and
     every ``load_done`` is verified. A reader that loaded
-    but reported no ``memory_digest`` after it is "unknown". ``require_load``: no load at all is
+    but reported no ``memory_digest`` in that incarnation is "unknown". ``require_load``: no load at all is
     "unknown" (false: fine, e.g. when the only checkpoint is tampered and nothing may load)."""
 
     readers: tuple[Name, ...] | None = None
@@ -91,9 +91,9 @@ def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
         for load in loads:
             if truthy_integrity(load.get("integrity")) is not True:
                 bad.append(f"{reader} load_done at {load.t:.3f}s: integrity {load.get('integrity')!r}, not verified")
-        if loads and not any(d.t >= loads[-1].t for d in digests):
+        if loads and not any(d.get("incarnation") == loads[-1].get("incarnation") for d in digests):
             unknown.append(
-                f"{reader} loaded (load_done at {loads[-1].t:.3f}s) but reported no memory_digest after it, "
+                f"{reader} loaded (load_done at {loads[-1].t:.3f}s) but reported no memory_digest for that load, "
                 "so what it holds cannot be checked independently"
             )
         for digest in _judged(digests):
@@ -112,7 +112,7 @@ def integrity(p: IntegrityParams, h: History, run: RunFacts) -> CheckResult:
             if not diff:
                 held.append(f"{reader} ({when})")
                 continue
-            claimed = [c for c in claims if c.t <= digest.t]
+            claimed = [c for c in claims if c.get("incarnation") == digest.get("incarnation")]
             claim = (
                 f"; it CLAIMED VERIFIED (load_done at {claimed[-1].t:.3f}s, path {claimed[-1].get('path')!r})"
                 if claimed

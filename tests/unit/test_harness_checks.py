@@ -212,9 +212,19 @@ def test_integrity_is_unknown_for_a_reader_that_loaded_without_a_memory_digest()
     result = judge_integrity({}, [*BASE, VERIFIED])
     assert result.valid == "unknown"
     assert result.summary == (
-        "reader-1 loaded (load_done at 2.000s) but reported no memory_digest after it, "
+        "reader-1 loaded (load_done at 2.000s) but reported no memory_digest for that load, "
         "so what it holds cannot be checked independently"
     )
+
+
+def test_the_digest_a_reader_reports_just_before_load_done_counts_for_that_load() -> None:
+    """mxref reports what it holds before it says it loaded (a reader that departs right after
+    load_done has still told); a digest of another incarnation does not count."""
+    before = (1.9, "info", "reader-1", "memory_digest", {"when": "loaded", "digest": MODEL.digest(), "checksums": HONEST, "incarnation": 1})
+    load = (2.0, "info", "reader-1", "load_done", {"path": "rdma", "source": "source-1", "integrity": "verified", "incarnation": 1})
+    assert judge_integrity({}, [*BASE, before, load]).valid is True
+    stale = (1.9, "info", "reader-1", "memory_digest", {"when": "loaded", "digest": MODEL.digest(), "checksums": HONEST, "incarnation": 0})
+    assert judge_integrity({}, [*BASE, stale, load]).valid == "unknown"
 
 
 def test_integrity_fails_an_unverified_load_and_accepts_a_rejected_attempt() -> None:
