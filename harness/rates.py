@@ -108,7 +108,7 @@ def parse_rate(text: str) -> Rate:
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
     """P(X <= k) for X ~ Binomial(n, p)."""
-    return math.fsum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+    return math.fsum(math.comb(n, i) * math.pow(p, i) * math.pow(1 - p, n - i) for i in range(k + 1))
 
 
 def upper_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
@@ -119,7 +119,7 @@ def upper_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
         return 1.0
     alpha = 1.0 - confidence
     if k == 0:
-        return 1.0 - alpha ** (1.0 / n)
+        return 1.0 - math.pow(alpha, 1.0 / n)
     lo, hi = k / n, 1.0  # the cdf falls as p grows; the bound lies above the point estimate
     for _ in range(200):
         mid = (lo + hi) / 2
