@@ -47,9 +47,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.verdict import RunResult
+if TYPE_CHECKING:
+    from harness.verdict import RunResult
 
 __all__ = [
     "CELLS",
