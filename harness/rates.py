@@ -214,7 +214,7 @@ def cell_of(scenario: str, runs: Sequence[RunRecord], known_defect: bool = False
         if k == n:
             return Cell(scenario, "PASS", rate, tuple(runs), note=f"passed {rate}")
         if k > 0:
-            return Cell(scenario, "FLAKY", rate, tuple(runs), note=f"passed {rate}: only {n}/{n} passes")
+            return Cell(scenario, "FLAKY", rate, tuple(runs), note=f"passed in {k} of {n} runs; a plain scenario passes only at {n}/{n}")
         return Cell(scenario, _worst(verdicts), rate, tuple(runs), note=f"passed {rate}")
     k = verdicts.count("xfail")
     rate = Rate(k, n)
