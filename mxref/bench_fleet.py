@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
     parser.add_argument("--reaper-interval", type=float, default=1.0)
-    parser.add_argument("--heartbeat-timeout", type=float, default=30.0)
-    parser.add_argument("--gc-timeout", type=float, default=60.0)
+    parser.add_argument("--heartbeat-timeout", type=float, default=120.0)
+    parser.add_argument("--gc-timeout", type=float, default=240.0)
     parser.add_argument("--label", default="", help="a name for this run in the JSON (before/after)")
     args = parser.parse_args(argv)
 
