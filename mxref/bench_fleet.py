@@ -129,7 +129,7 @@ class Lister:
 
     def run(self, calls: int, stop: threading.Event | None = None) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {name: [] for name in self._requests}
-        for i in range(calls):
+        for _ in range(calls):
             if stop is not None and stop.is_set():
                 break
             for name, request in self._requests.items():

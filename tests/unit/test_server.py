@@ -37,6 +37,7 @@ from mxref.server import (
     EventJournal,
     P2pServicer,
     Reaper,
+    SourceQuery,
     SourceRecord,
     Store,
     build_parser,
@@ -292,6 +293,9 @@ class FailingStore(Store):
     """A backend that fails on reads, to pin how the server reports it."""
 
     def snapshot(self) -> list[SourceRecord]:
+        raise RuntimeError("backend down")
+
+    def candidates(self, query: SourceQuery) -> list[SourceRecord]:
         raise RuntimeError("backend down")
 
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
