@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import heapq
 import logging
 import math
 import operator
@@ -540,8 +541,13 @@ class SourceQuery:
             chosen = [r for r in chosen if r.identity.model_name == self.model_name]
         if self.worker_rank is not None:
             chosen = [r for r in chosen if r.worker.worker_rank == self.worker_rank]
-        if self.status == READY:
-            chosen = [r for r in chosen if is_fresh(r, now_ms, heartbeat_timeout_s)]
+        if self.status == READY:  # is_fresh, inline (it runs once per candidate)
+            timeout_ms = heartbeat_timeout_s * 1000
+            chosen = [r for r in chosen if r.updated_at_ms > 0 and now_ms - r.updated_at_ms <= timeout_ms]
+        if 0 < self.limit < len(chosen) // 4:
+            # The newest ``limit`` all have a stamp >= the limit-th newest stamp: sort only those.
+            floor = heapq.nlargest(self.limit, map(_STAMP_ORDER, chosen))[-1]
+            chosen = [r for r in chosen if r.updated_at_ms >= floor]
         chosen.sort(key=_NAME_ORDER)
         chosen.sort(key=_STAMP_ORDER, reverse=True)  # stable: equal stamps keep the name order
         return chosen[: self.limit] if self.limit > 0 else chosen
