@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import heapq
 import logging
 import math
 import operator
@@ -532,22 +531,26 @@ class SourceQuery:
         The same answer as filtering with ``matches`` and sorting by ``(-updated_at_ms,
         mx_source_id, worker_id)``; each filter that is set is one pass, the order two stable sorts.
         """
-        chosen = [r for r in records if r.updated_at_ms >= self.min_updated_at_ms]
-        if self.mx_source_id is not None:
-            chosen = [r for r in chosen if r.mx_source_id == self.mx_source_id]
-        if self.status is not None:
-            chosen = [r for r in chosen if r.status == self.status]
-        if self.model_name is not None:
-            chosen = [r for r in chosen if r.identity.model_name == self.model_name]
-        if self.worker_rank is not None:
-            chosen = [r for r in chosen if r.worker.worker_rank == self.worker_rank]
-        if self.status == READY:  # is_fresh, inline (it runs once per candidate)
+        floor_ms, sid, status, model, rank = (
+            self.min_updated_at_ms, self.mx_source_id, self.status, self.model_name, self.worker_rank
+        )
+        chosen = [r for r in records if r.updated_at_ms >= floor_ms]
+        if sid is not None:
+            chosen = [r for r in chosen if r.mx_source_id == sid]
+        if status is not None:
+            chosen = [r for r in chosen if r.status == status]
+        if model is not None:
+            chosen = [r for r in chosen if r.identity.model_name == model]
+        if rank is not None:
+            chosen = [r for r in chosen if r.worker.worker_rank == rank]
+        if status == READY:  # is_fresh, inline (it runs once per candidate)
             timeout_ms = heartbeat_timeout_s * 1000
             chosen = [r for r in chosen if r.updated_at_ms > 0 and now_ms - r.updated_at_ms <= timeout_ms]
         if 0 < self.limit < len(chosen) // 4:
-            # The newest ``limit`` all have a stamp >= the limit-th newest stamp: sort only those.
-            floor = heapq.nlargest(self.limit, map(_STAMP_ORDER, chosen))[-1]
-            chosen = [r for r in chosen if r.updated_at_ms >= floor]
+            # The newest ``limit`` all have a stamp >= the limit-th newest stamp: sort only those
+            # (the stamps sort fast: a bucket is mostly in stamp order already).
+            newest = sorted(map(_STAMP_ORDER, chosen))[-self.limit]
+            chosen = [r for r in chosen if r.updated_at_ms >= newest]
         chosen.sort(key=_NAME_ORDER)
         chosen.sort(key=_STAMP_ORDER, reverse=True)  # stable: equal stamps keep the name order
         return chosen[: self.limit] if self.limit > 0 else chosen
