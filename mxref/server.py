@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import logging
 import math
+import operator
 import signal
 import sys
 import threading
@@ -217,8 +218,60 @@ class _Silent:
         pass
 
 
+Key: TypeAlias = tuple[str, str]
+
+REAP_BATCH = 1024
+"""Most reaper actions applied under one hold of the store's lock (``Store.reap``)."""
+
+
+class _AgeOrder:
+    """Keys with their last stamp, oldest first: a stamp moves its key to the end (O(1)).
+
+    The order holds while stamps arrive in time order. A stamp older than the newest one
+    (the wall clock stepped back, or a record the reaper marks STALE joins the STALE order
+    with its old stamp) marks the order unsorted; ``oldest`` sorts it again first (O(n log n),
+    only then).
+    """
+
+    def __init__(self) -> None:
+        self._stamps: dict[Key, int] = {}
+        self._sorted = True
+
+    def touch(self, key: Key, stamp_ms: int) -> None:
+        stamps = self._stamps
+        stamps.pop(key, None)
+        if self._sorted and stamps and stamps[next(reversed(stamps))] > stamp_ms:
+            self._sorted = False
+        stamps[key] = stamp_ms
+
+    def discard(self, key: Key) -> None:
+        self._stamps.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._stamps)
+
+    def oldest(self, older: Callable[[int], bool], most: int) -> list[Key]:
+        """Up to ``most`` keys, oldest first, whose stamp satisfies ``older`` (a threshold test)."""
+        if not self._sorted:
+            self._stamps = dict(sorted(self._stamps.items(), key=lambda item: item[1]))
+            self._sorted = True
+        found: list[Key] = []
+        for key, stamp in self._stamps.items():
+            if not older(stamp) or len(found) >= most:
+                break
+            found.append(key)
+        return found
+
+
 class Store:
-    """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic."""
+    """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic.
+
+    Indexed so that a fleet costs nothing it does not ask for: records by source id, by
+    (source id, status) and by status (``candidates``: a query reads only its bucket;
+    ``count``: O(1)); live (INITIALIZING/READY) and STALE records each in the order of their
+    last stamp (``reap``: reads only the records old enough to act on, in batches of
+    ``REAP_BATCH`` per hold of the lock). A heartbeat is O(1).
+    """
 
     def __init__(
         self, clock: Clock = time.time, listener: StoreListener | None = None, *, max_records: int | None = None
@@ -227,10 +280,48 @@ class Store:
         self._listener: StoreListener = listener if listener is not None else _Silent()
         self._max_records = max_records
         self._lock = threading.Lock()
-        self._records: dict[tuple[str, str], SourceRecord] = {}
+        self._records: dict[Key, SourceRecord] = {}
+        self._by_source: dict[str, dict[str, SourceRecord]] = {}
+        self._by_source_status: dict[tuple[str, int], dict[str, SourceRecord]] = {}
+        self._by_status: dict[int, dict[Key, SourceRecord]] = {}
+        self._live_age = _AgeOrder()
+        self._stale_age = _AgeOrder()
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    # -- indexes (the lock held) --
+
+    def _put(self, record: SourceRecord, previous: SourceRecord | None) -> None:
+        if previous is not None:
+            self._unindex(previous)
+        sid, wid, status = record.mx_source_id, record.worker_id, int(record.status)
+        key = (sid, wid)
+        self._records[key] = record
+        self._by_source.setdefault(sid, {})[wid] = record
+        self._by_source_status.setdefault((sid, status), {})[wid] = record
+        self._by_status.setdefault(status, {})[key] = record
+        if record.status in LIVE_STATUSES:
+            self._live_age.touch(key, record.updated_at_ms)
+        elif record.status == STALE:
+            self._stale_age.touch(key, record.updated_at_ms)
+
+    def _unindex(self, record: SourceRecord) -> None:
+        sid, wid, status = record.mx_source_id, record.worker_id, int(record.status)
+        key = (sid, wid)
+        _discard(self._by_source, sid, wid)
+        _discard(self._by_source_status, (sid, status), wid)
+        _discard(self._by_status, status, key)
+        if record.status in LIVE_STATUSES:
+            self._live_age.discard(key)
+        elif record.status == STALE:
+            self._stale_age.discard(key)
+
+    def _drop(self, record: SourceRecord) -> None:
+        self._unindex(record)
+        del self._records[record.key]
+
+    # -- the API --
 
     def publish(
         self,
@@ -249,11 +340,8 @@ class Store:
         stored_worker.CopyFrom(worker)
         source_id = mx_source_id(identity)
         with self._lock:
-            if (
-                self._max_records is not None
-                and len(self._records) >= self._max_records
-                and (source_id, worker_id) not in self._records
-            ):
+            previous = self._records.get((source_id, worker_id))
+            if self._max_records is not None and len(self._records) >= self._max_records and previous is None:
                 raise StoreFull(f"the store holds {len(self._records)} records, its limit (--max-records)")
             record = SourceRecord(
                 mx_source_id=source_id,
@@ -263,7 +351,7 @@ class Store:
                 status=status,
                 updated_at_ms=self.now_ms(),
             )
-            self._records[record.key] = record
+            self._put(record, previous)
             self._listener.published(record)
         return record
 
@@ -285,7 +373,7 @@ class Store:
                     f"worker {worker_id!r} published"
                 )
             updated = dataclasses.replace(record, status=status, updated_at_ms=self.now_ms())
-            self._records[record.key] = updated
+            self._put(updated, record)
             if updated.status != record.status:
                 self._listener.status_changed(updated, record.status, by="rpc")
         return StatusChange(updated, record.status)
@@ -294,32 +382,97 @@ class Store:
         with self._lock:
             return list(self._records.values())
 
+    def candidates(self, query: SourceQuery) -> list[SourceRecord]:
+        """The records ``query`` may match: its index bucket (source id and/or status), else all.
+
+        A superset of the answer, never a subset: ``query.select`` still applies every filter.
+        """
+        with self._lock:
+            if query.mx_source_id is not None and query.status is not None:
+                bucket = self._by_source_status.get((query.mx_source_id, int(query.status)), {})
+                return list(bucket.values())
+            if query.mx_source_id is not None:
+                return list(self._by_source.get(query.mx_source_id, {}).values())
+            if query.status is not None:
+                return list(self._by_status.get(int(query.status), {}).values())
+            return list(self._records.values())
+
     def count(self, status: SourceStatus) -> int:
         with self._lock:
-            return sum(1 for r in self._records.values() if r.status == status)
+            return len(self._by_status.get(int(status), ()))
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
 
+    def _mark_stale(self, record: SourceRecord, by: str) -> SourceRecord:
+        stale = dataclasses.replace(record, status=STALE)
+        self._put(stale, record)
+        self._listener.status_changed(stale, record.status, by=by)
+        return stale
+
     def sweep(self, decide: Callable[[SourceRecord, int], ReapAction | None]) -> list[Reaped]:
-        """Apply ``decide(record, now_ms)`` to every record under one lock (the reaper's changes)."""
+        """Apply ``decide(record, now_ms)`` to every record under one lock (O(n); ``reap`` is the
+        indexed way to apply the reaper's rules)."""
         done: list[Reaped] = []
         with self._lock:
             now_ms = self.now_ms()
-            for key, record in list(self._records.items()):
+            for record in list(self._records.values()):
                 action = decide(record, now_ms)
                 if action is ReapAction.MARK_STALE:
-                    stale = dataclasses.replace(record, status=STALE)
-                    self._records[key] = stale
-                    self._listener.status_changed(stale, record.status, by="reaper")
+                    self._mark_stale(record, by="reaper")
                 elif action is ReapAction.DELETE:
-                    del self._records[key]
+                    self._drop(record)
                     self._listener.deleted(record, by="reaper")
                 else:
                     continue
                 done.append(Reaped(action, record))
         return done
+
+    def reap(self, timers: config.ServerTimers, batch: int = REAP_BATCH) -> list[Reaped]:
+        """What ``sweep(reap_action)`` does, reading only the records old enough to act on.
+
+        Deletions first, then demotions, so that a record demoted now is not also deleted now
+        (as in one pass over every record); at most ``batch`` actions per hold of the lock, so
+        a mass expiry does not stall the RPCs. Every action is decided on the record as it is
+        when the action is applied (``reap_action`` at the sweep's ``now``).
+        """
+        done: list[Reaped] = []
+        with self._lock:
+            now_ms = self.now_ms()
+        gc_ms, heartbeat_ms = timers.gc_timeout_s * 1000, timers.heartbeat_timeout_s * 1000
+        for order, limit_ms in ((self._stale_age, gc_ms), (self._live_age, heartbeat_ms)):
+            while True:
+                with self._lock:
+                    keys = order.oldest(_older_than(now_ms, limit_ms), batch)
+                    for key in keys:
+                        record = self._records[key]
+                        action = reap_action(record, now_ms, timers)
+                        if action is ReapAction.MARK_STALE:
+                            self._mark_stale(record, by="reaper")
+                        elif action is ReapAction.DELETE:
+                            self._drop(record)
+                            self._listener.deleted(record, by="reaper")
+                        else:  # not reached: the orders hold exactly the live and the STALE records
+                            raise AssertionError(f"reap: no action for {key} in the age order")
+                        done.append(Reaped(action, record))
+                if len(keys) < batch:
+                    break
+        return done
+
+
+def _older_than(now_ms: int, limit_ms: float) -> Callable[[int], bool]:
+    """The reaper's test of a stamp: older than ``limit_ms`` at ``now_ms`` (as ``reap_action`` reckons)."""
+    return lambda stamp: now_ms - stamp > limit_ms
+
+
+def _discard(index: dict[Any, dict[Any, SourceRecord]], bucket: Any, key: Any) -> None:
+    """Remove ``key`` from ``index[bucket]``, and the bucket once empty (memory stays bounded)."""
+    entries = index.get(bucket)
+    if entries is not None:
+        entries.pop(key, None)
+        if not entries:
+            del index[bucket]
 
 
 # --- liveness rules (pure) ----------------------------------------------------
@@ -373,14 +526,38 @@ class SourceQuery:
         )
 
     def select(self, records: Iterable[SourceRecord], now_ms: int, heartbeat_timeout_s: float) -> list[SourceRecord]:
-        """Matching records, READY ones only while fresh, newest first, at most ``limit``."""
-        chosen = [
-            r
-            for r in records
-            if self.matches(r) and (self.status != READY or is_fresh(r, now_ms, heartbeat_timeout_s))
-        ]
-        chosen.sort(key=lambda r: (-r.updated_at_ms, r.mx_source_id, r.worker_id))
+        """Matching records, READY ones only while fresh, newest first, at most ``limit``.
+
+        The same answer as filtering with ``matches`` and sorting by ``(-updated_at_ms,
+        mx_source_id, worker_id)``; each filter that is set is one pass, the order two stable sorts.
+        """
+        floor_ms, sid, status, model, rank = (
+            self.min_updated_at_ms, self.mx_source_id, self.status, self.model_name, self.worker_rank
+        )
+        chosen = [r for r in records if r.updated_at_ms >= floor_ms]
+        if sid is not None:
+            chosen = [r for r in chosen if r.mx_source_id == sid]
+        if status is not None:
+            chosen = [r for r in chosen if r.status == status]
+        if model is not None:
+            chosen = [r for r in chosen if r.identity.model_name == model]
+        if rank is not None:
+            chosen = [r for r in chosen if r.worker.worker_rank == rank]
+        if status == READY:  # is_fresh, inline (it runs once per candidate)
+            timeout_ms = heartbeat_timeout_s * 1000
+            chosen = [r for r in chosen if r.updated_at_ms > 0 and now_ms - r.updated_at_ms <= timeout_ms]
+        if 0 < self.limit < len(chosen) // 4:
+            # The newest ``limit`` all have a stamp >= the limit-th newest stamp: sort only those
+            # (the stamps sort fast: a bucket is mostly in stamp order already).
+            newest = sorted(map(_STAMP_ORDER, chosen))[-self.limit]
+            chosen = [r for r in chosen if r.updated_at_ms >= newest]
+        chosen.sort(key=_NAME_ORDER)
+        chosen.sort(key=_STAMP_ORDER, reverse=True)  # stable: equal stamps keep the name order
         return chosen[: self.limit] if self.limit > 0 else chosen
+
+
+_NAME_ORDER = operator.attrgetter("mx_source_id", "worker_id")
+_STAMP_ORDER = operator.attrgetter("updated_at_ms")
 
 
 # --- RPCs ---------------------------------------------------------------------
@@ -592,7 +769,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse, Outcome]:
         query = SourceQuery.from_request(request)
         try:
-            records = self._store.snapshot()
+            records = self._store.candidates(query)
             now_ms = self._store.now_ms()
         except Exception:
             # As in ModelExpress: a backend failure reads as "no sources", not an RPC error.
@@ -691,7 +868,7 @@ class Reaper:
         self._thread = threading.Thread(target=self._run, name="mx-reaper", daemon=True)
 
     def scan_once(self) -> list[Reaped]:
-        done = self._store.sweep(lambda record, now_ms: reap_action(record, now_ms, self._timers))
+        done = self._store.reap(self._timers)
         if self._metrics is not None:
             for item in done:
                 self._metrics.reaper_actions.labels(item.action.value).inc()

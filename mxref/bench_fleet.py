@@ -1,0 +1,310 @@
+"""The metadata server holding a fleet: ListSources latency and heartbeat throughput at 10k sources x 8 ranks.
+
+``python -m mxref.bench_fleet`` runs, in this process, a ``Store`` + ``P2pServicer`` served
+over real gRPC on loopback, with its ``Reaper`` thread scanning every ``--reaper-interval``
+seconds. The write rate limit is raised (``ServerLimits(publish_rate_per_s=1e9,
+publish_burst=10**9)``) so that heartbeats are not refused, and ``max_records`` is sized to
+the fleet. It then:
+
+1. populates the store directly (``Store.publish``, no RPC: 80k publishes over gRPC would
+   take minutes on a small machine and are not what is measured) with ``--sources`` x
+   ``--ranks`` READY workers spread over ``--identities`` identities, plus two silent groups
+   that the reaper acts on during the run: ``--silent`` READY workers whose last heartbeat is
+   just short of the heartbeat timeout (marked STALE a few seconds in) and ``--silent`` STALE
+   workers just short of the GC timeout (deleted a few seconds in);
+2. measures sequential ListSources latency (one client, its own connection) for one
+   identity with ``status_filter=READY``, in three shapes: the whole identity, one rank of
+   it (``worker_rank_filter``), the newest ``--limit`` (``limit``); idle first;
+3. for ``--seconds``, sends UpdateStatus heartbeats (READY, round robin over the fleet's
+   workers) from ``--clients`` connections with ``--window`` calls in flight each, while the
+   ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
+   0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
+
+It prints a table and one JSON line. The goals (issue item 5): ListSources p99 <= 10 ms at
+10k x 8, heartbeats from 10k sources per second sustained with bounded RSS, all while the
+reaper runs. All loops are bounded by counts or ``--seconds``; every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from mxref import config
+from mxref.server import READY, STALE, P2pServicer, Reaper, Store, start_metadata_server
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+
+CALL_TIMEOUT_S = 10.0
+RSS_SAMPLE_S = 0.5
+_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.P2pServiceStub
+
+
+def own_channel(address: str) -> grpc.Channel:
+    """A channel with its own connection (channels of one process otherwise share one)."""
+    return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1),
+                                                   ("grpc.max_receive_message_length", 64 << 20)])
+
+
+def rss_mib() -> float:
+    """This process's resident set, MiB (``VmRSS``)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fleet_identity(i: int) -> p2p_pb2.SourceIdentity:
+    return p2p_pb2.SourceIdentity(mx_version="0.1.0", model_name=f"fleet/model-{i}", backend_framework=p2p_pb2.VLLM,
+                                  tensor_parallel_size=8, dtype="bfloat16")
+
+
+def fleet_worker(source: int, rank: int) -> p2p_pb2.WorkerMetadata:
+    worker = p2p_pb2.WorkerMetadata(worker_rank=rank, agent_name=f"agent-{source}-{rank}",
+                                    metadata_endpoint=f"10.0.{source % 250}.{rank}:5555",
+                                    worker_grpc_endpoint=f"10.0.{source % 250}.{rank}:6555", accelerator="cuda")
+    worker.tensor_source.tensors.extend(
+        p2p_pb2.TensorDescriptor(name=f"layer.{t}.weight", size=1 << 20, dtype="bfloat16", shape=[512, 1024])
+        for t in range(4)
+    )
+    return worker
+
+
+class ShiftedClock:
+    """``time.time`` plus an offset the population step sets (to backdate the silent groups)."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset_s
+
+
+def populate(store: Store, clock: ShiftedClock, args: argparse.Namespace,
+             timers: config.ServerTimers) -> list[tuple[str, str, int]]:
+    """Publish the fleet; returns the live workers as (mx_source_id, worker_id, rank)."""
+    live: list[tuple[str, str, int]] = []
+    identities = [fleet_identity(i) for i in range(args.identities)]
+    for source in range(args.sources):
+        ident = identities[source % args.identities]
+        for rank in range(args.ranks):
+            wid = f"src-{source}-r{rank}"
+            record = store.publish(ident, fleet_worker(source, rank), wid, READY)
+            live.append((record.mx_source_id, wid, rank))
+    clock.offset_s = -(timers.heartbeat_timeout_s - 3.0)  # marked STALE ~3 s into the run
+    for i in range(args.silent):
+        store.publish(identities[i % args.identities], fleet_worker(i, 0), f"silent-{i}", READY)
+    clock.offset_s = -(timers.gc_timeout_s - 5.0)  # deleted ~5 s into the run
+    for i in range(args.silent):
+        store.publish(identities[i % args.identities], fleet_worker(i, 0), f"gone-{i}", STALE)
+    clock.offset_s = 0.0
+    return live
+
+
+def quantiles_ms(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {"n": len(values), "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"n": len(values), "p50_ms": round(q[49] * 1000, 3), "p99_ms": round(q[98] * 1000, 3),
+            "max_ms": round(max(values) * 1000, 3)}
+
+
+class Lister:
+    """Sequential ListSources calls in the given shapes, round robin, until stopped or ``calls`` done."""
+
+    def __init__(self, address: str, requests: dict[str, p2p_pb2.ListSourcesRequest]) -> None:
+        self._channel = own_channel(address)
+        self._stub = _STUB(self._channel)
+        self._requests = requests
+        self.sizes: dict[str, int] = {}
+
+    def run(self, calls: int, stop: threading.Event | None = None) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {name: [] for name in self._requests}
+        for _ in range(calls):
+            if stop is not None and stop.is_set():
+                break
+            for name, request in self._requests.items():
+                started = time.perf_counter()
+                response = self._stub.ListSources(request, timeout=CALL_TIMEOUT_S)
+                out[name].append(time.perf_counter() - started)
+                self.sizes[name] = len(response.instances)
+        return out
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+                   stop: threading.Event) -> dict[str, Any]:
+    """UpdateStatus from ``--clients`` connections, ``--window`` in flight each, until ``stop``;
+    counts and the achieved rate."""
+    lock = threading.Lock()
+    counts: dict[str, int] = {"ok": 0, "rejected": 0}
+    next_index = [0]
+
+    def take() -> tuple[str, str, int]:
+        with lock:
+            i = next_index[0]
+            next_index[0] = i + 1
+        return live[i % len(live)]
+
+    def client() -> None:
+        with own_channel(address) as channel:
+            stub = _STUB(channel)
+            slots = threading.Semaphore(args.window)
+
+            def done(future: grpc.Future) -> None:
+                exc = future.exception()
+                if exc is None:
+                    key = "ok" if future.result().success else "rejected"
+                else:
+                    code = exc.code() if isinstance(exc, grpc.Call) else None
+                    key = code.name if code is not None else type(exc).__name__
+                    if key not in counts and isinstance(exc, grpc.Call):
+                        print(f"heartbeat {key}: {exc.details()}", file=sys.stderr)
+                with lock:
+                    counts[key] = counts.get(key, 0) + 1
+                slots.release()
+
+            while not stop.is_set():
+                if not slots.acquire(timeout=0.5):
+                    continue
+                sid, wid, rank = take()
+                request = p2p_pb2.UpdateStatusRequest(mx_source_id=sid, worker_id=wid, worker_rank=rank, status=READY)
+                stub.UpdateStatus.future(request, timeout=CALL_TIMEOUT_S).add_done_callback(done)
+            for _ in range(args.window):  # the calls in flight finish (each has a deadline)
+                slots.acquire(timeout=CALL_TIMEOUT_S + 1)
+
+    threads = [threading.Thread(target=client, name=f"hb-{i}") for i in range(args.clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    stop.wait(args.seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(CALL_TIMEOUT_S + 5)
+    elapsed = time.perf_counter() - started
+    return {**counts, "seconds": round(elapsed, 2), "per_s": round(counts["ok"] / elapsed, 1)}
+
+
+def store_heartbeat_rate(store: Store, live: list[tuple[str, str, int]], seconds: float) -> float:
+    """``Store.update_status`` calls per second from one thread, no RPC (the store's own cost)."""
+    n = 0
+    deadline = time.perf_counter() + seconds
+    started = time.perf_counter()
+    while time.perf_counter() < deadline:
+        for sid, wid, rank in live[n % len(live): n % len(live) + 1000]:
+            store.update_status(sid, wid, rank, READY)
+            n += 1
+    return n / (time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mxref.bench_fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--sources", type=int, default=10_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--identities", type=int, default=16, help="identities the sources spread over")
+    parser.add_argument("--silent", type=int, default=2000, help="workers in each silent group (reaped mid-run)")
+    parser.add_argument("--limit", type=int, default=16, help="the limit of the 'newest' list shape")
+    parser.add_argument("--idle-calls", type=int, default=200, help="ListSources rounds while idle")
+    parser.add_argument("--seconds", type=float, default=15.0, help="length of the heartbeat phase")
+    parser.add_argument("--clients", type=int, default=4, help="heartbeat connections")
+    parser.add_argument("--window", type=int, default=6,
+                        help="heartbeats in flight per connection (the server allows 8 streams per connection)")
+    parser.add_argument("--reaper-interval", type=float, default=1.0)
+    parser.add_argument("--heartbeat-timeout", type=float, default=120.0)
+    parser.add_argument("--gc-timeout", type=float, default=240.0)
+    parser.add_argument("--label", default="", help="a name for this run in the JSON (before/after)")
+    args = parser.parse_args(argv)
+
+    timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
+                                 reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
+    limits = config.ServerLimits(publish_rate_per_s=1e9, publish_burst=10**9,
+                                 max_records=args.sources * args.ranks + 2 * args.silent + 1)
+    clock = ShiftedClock()
+    store = Store(clock, max_records=limits.max_records)
+    rss_start = rss_mib()
+    t = time.perf_counter()
+    live = populate(store, clock, args, timers)
+    populate_s = time.perf_counter() - t
+    rss_populated = rss_mib()
+    servicer = P2pServicer(store, timers, limits=limits)
+    server, port = start_metadata_server(servicer, "127.0.0.1", 0)
+    address = f"127.0.0.1:{port}"
+    reaper = Reaper(store, timers)
+    ident = fleet_identity(0)
+    shapes = {
+        "identity": p2p_pb2.ListSourcesRequest(identity=ident, status_filter=READY),
+        "identity+rank": p2p_pb2.ListSourcesRequest(identity=ident, status_filter=READY, worker_rank_filter=3),
+        f"identity+limit{args.limit}": p2p_pb2.ListSourcesRequest(identity=ident, status_filter=READY,
+                                                                  limit=args.limit),
+    }
+    lister = Lister(address, shapes)
+    try:
+        lister.run(10)  # warm up
+        reaper.start()
+        idle = lister.run(args.idle_calls)
+        stop = threading.Event()
+        loaded: dict[str, list[float]] = {}
+        rss: list[float] = []
+
+        def list_under_load() -> None:
+            loaded.update(lister.run(10**9, stop))
+
+        def sample_rss() -> None:
+            while not stop.wait(RSS_SAMPLE_S):
+                rss.append(rss_mib())
+
+        side = [threading.Thread(target=list_under_load), threading.Thread(target=sample_rss)]
+        for thread in side:
+            thread.start()
+        heartbeats = heartbeat_load(address, live, args, stop)
+        for thread in side:
+            thread.join(CALL_TIMEOUT_S + 5)
+        reaped = {"stale": store.count(STALE), "records": len(store)}
+        store_rate = store_heartbeat_rate(store, live, 2.0)
+    finally:
+        lister.close()
+        assert reaper.stop(10)
+        server.stop(1).wait(5)
+    result: dict[str, Any] = {
+        "label": args.label, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
+        "list_sizes": lister.sizes,
+        "list_idle": {name: quantiles_ms(v) for name, v in idle.items()},
+        "list_under_heartbeats": {name: quantiles_ms(v) for name, v in loaded.items()},
+        "heartbeats_grpc": heartbeats,
+        "heartbeats_store_only_per_s": round(store_rate),
+        "rss_mib": {"start": round(rss_start), "populated": round(rss_populated),
+                    "during_min": round(min(rss)) if rss else None, "during_max": round(max(rss)) if rss else None},
+        "after_run": reaped,
+    }
+    print(f"fleet: {result['records']} workers over {args.identities} identities, reaper every "
+          f"{args.reaper_interval:g}s; cpus={result['cpus']} load={result['load_avg_1m']}")
+    print(f"{'ListSources shape':<22}{'refs':>7}{'idle p50':>10}{'idle p99':>10}{'load p50':>10}{'load p99':>10}"
+          f"{'load n':>8}")
+    for name in shapes:
+        i, lo = result["list_idle"][name], result["list_under_heartbeats"].get(name, quantiles_ms([]))
+        print(f"{name:<22}{lister.sizes.get(name, 0):>7}{i['p50_ms']:>10}{i['p99_ms']:>10}{lo['p50_ms']:>10}"
+              f"{lo['p99_ms']:>10}{lo['n']:>8}")
+    print(f"heartbeats over gRPC: {heartbeats['per_s']}/s sustained for {heartbeats['seconds']}s "
+          f"({', '.join(f'{k} {v}' for k, v in heartbeats.items() if k not in ('seconds', 'per_s'))}); "
+          f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s")
+    print(f"RSS MiB: start {result['rss_mib']['start']}, populated {result['rss_mib']['populated']}, "
+          f"during heartbeats {result['rss_mib']['during_min']}..{result['rss_mib']['during_max']}; "
+          f"after the run: {reaped}")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
