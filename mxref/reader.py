@@ -30,7 +30,8 @@ until the reader exits, so the allocator cannot hand its pages to the next
 attempt. Every attempt reads into a fresh registration of freshly allocated
 memory that overlaps no parked region (``target_region`` says which, and
 ``region_parked`` which region was set aside). A completed load is hashed again
-after a settle window (``memory_digest`` ``settled``).
+after a settle window in which the agent keeps making progress (``memory_digest``
+``settled``).
 
 After a load, ``memory_digest`` events report what the reader's memory holds (it is
 re-hashed each time): ``loaded`` at once, ``settled`` after a settle window,
@@ -172,8 +173,16 @@ class Reader:
         return held
 
     def settle(self, seconds: float, stop: threading.Event) -> Reference | None:
-        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it."""
-        if seconds <= 0 or stop.wait(seconds):
+        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it.
+
+        Our agent keeps making progress meanwhile (it has no progress thread: only a READ's
+        polling drives it), so a late reply still queued for it lands inside the window and
+        the ``settled`` digest sees it, instead of landing unseen once something polls again."""
+        if seconds <= 0:
+            return None
+        if self.manager is not None:
+            self.manager.start_progress_pump()
+        if stop.wait(seconds):
             return None
         return self.report_memory("settled")
 
