@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "source holds an endpoint for it with peer error handling (invalidated on release)")
     p.add_argument("--skip-release", action="store_true",
                    help="SIMULATED BUG: never disconnect the source, and exit without NIXL teardown")
+    p.add_argument("--simulate-unguarded-retry", action="store_true",
+                   help="SIMULATED BUG: after a failed READ, read the next candidate with the same NIXL agent, "
+                        "registration and memory (no late-write guard)")
     p.add_argument("--result", type=Path, default=None, help="also write the result JSON here")
     p.add_argument("--settle-s", type=_seconds, default=0.5, metavar="SECONDS",
                    help="after a load, wait this long and re-hash the memory (memory_digest when=settled); "
@@ -371,6 +374,7 @@ def run_reader(args: argparse.Namespace) -> int:
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
+            unguarded_retry=args.simulate_unguarded_retry,
             chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)

@@ -85,6 +85,10 @@ EVENTS: dict[str, EventSpec] = {
     "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "error",
                             notes={"stalled": "chunked READ: no progress within stall_s"}),
     "transfer_error": _ev("index", "seconds", "error"),
+    # reader, the late-write guard: which memory an attempt reads into (fresh: newly allocated and
+    # registered with a fresh agent; parked: regions set aside), and a stalled attempt's memory set aside
+    "target_region": _ev("index", "agent_name", "addr", "bytes", "fresh", "parked"),
+    "region_parked": _ev("index", "addr", "bytes", "parked"),
     "attempt_outcome": _ev("index", "worker_id", "error", "seconds",
                            outcome=("success", "metadata_miss", "reference_mismatch", "transfer_retry",
                                     "transfer_fallback", "integrity_mismatch", "skipped"),

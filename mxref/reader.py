@@ -16,11 +16,22 @@ the same content are listed.
    handshake (P2P listener fetch or centralized blob), one bounded READ of every
    tensor, and the release of the source in ``finally``; then every tensor's bytes
    are checked against the reference: a difference is ``integrity_mismatch``.
-3. A failed candidate is rolled back (agent shut down, target memory dropped:
-   a resumed source's late replies must not land in memory we reuse) and the
-   next one is tried. When none succeeds: the safetensors checkpoint on disk,
-   its tensors hashed and checked against the reference (not against what the
-   file records).
+3. A failed candidate is rolled back and the next one is tried. When none
+   succeeds: the safetensors checkpoint on disk, its tensors hashed and checked
+   against the reference (not against what the file records).
+
+The late-write guard (notes/nixl-perf.md: ``release_xfer_handle`` does not cancel
+a GET on the wire; a stalled source that resumes writes its late replies into the
+ranges it was asked for, 89 of 89 bare-NIXL trials). A rollback shuts the
+attempt's NIXL agent down (its registrations and endpoints go with it) and, when a
+READ was posted and did not complete (a stall, a timeout, a transfer error: the
+peer may still answer), *parks* the attempt's memory: it stays allocated, unused,
+until the reader exits, so the allocator cannot hand its pages to the next
+attempt. Every attempt reads into a fresh registration of freshly allocated
+memory that overlaps no parked region (``target_region`` says which, and
+``region_parked`` which region was set aside). A completed load is hashed again
+after a settle window in which the agent keeps making progress (``memory_digest``
+``settled``).
 
 After a load, ``memory_digest`` events report what the reader's memory holds (it is
 re-hashed each time): ``loaded`` at once, ``settled`` after a settle window,
@@ -68,6 +79,9 @@ class ReaderOptions:
     checkpoint: Path | None = None
     agent_name: str | None = None
     skip_release: bool = False  # simulates the pre-fix reader that never disconnects its source
+    # simulates the unguarded reader: after a failed READ the next candidate is read with the same
+    # agent, registration and memory (a stalled source's late replies land in the verified load)
+    unguarded_retry: bool = False
     chunks: ChunkPolicy | None = None  # None: one READ handle per candidate (seed 001)
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
     name: str = "reader"
@@ -127,6 +141,8 @@ class Reader:
         self.manager: NixlTransferManager | None = None
         self.arena: Arena | None = None
         self._last_error: str | None = None
+        self._parked: list[Arena] = []  # memory a stalled READ may still write: held until close()
+        self._read_posted = False  # the current attempt posted a READ (its peer may answer late)
 
     # ------------------------------------------------------------------ flow
     def load(self) -> LoadResult:
@@ -157,8 +173,16 @@ class Reader:
         return held
 
     def settle(self, seconds: float, stop: threading.Event) -> Reference | None:
-        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it."""
-        if seconds <= 0 or stop.wait(seconds):
+        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it.
+
+        Our agent keeps making progress meanwhile (it has no progress thread: only a READ's
+        polling drives it), so a late reply still queued for it lands inside the window and
+        the ``settled`` digest sees it, instead of landing unseen once something polls again."""
+        if seconds <= 0:
+            return None
+        if self.manager is not None:
+            self.manager.start_progress_pump()
+        if stop.wait(seconds):
             return None
         return self.report_memory("settled")
 
@@ -215,12 +239,12 @@ class Reader:
             elapsed = time.perf_counter() - t_transfer
             self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
             self.metrics.reader.reference_mismatches.labels("read").inc()
-            self._rollback()
+            self._rollback(attempt.index)
             return self._outcome(attempt, "integrity_mismatch", f"{type(exc).__name__}: {exc}", elapsed)
         except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any transfer failure moves on (retry or fallback)
             elapsed = time.perf_counter() - t_transfer
             self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
-            self._rollback()
+            self._rollback(attempt.index)
             return self._outcome(attempt, "transfer_retry" if has_next else "transfer_fallback",
                                  f"{type(exc).__name__}: {exc}", elapsed)
         elapsed = time.perf_counter() - t_transfer
@@ -286,19 +310,29 @@ class Reader:
 
     def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int) -> tuple[int, float]:
         """Prepare a fresh target, handshake, READ, release, verify. Returns (bytes, READ seconds)."""
-        t0 = time.perf_counter()
-        self.arena = self.accelerator.allocate(self.specs, self.options.device_id)
-        self.arena.fill(0)
-        self._phase("prepare", t0, "ok")
-        agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
-        self.manager = mgr = NixlTransferManager(
-            agent_name, self.options.device_id, self.accelerator,
-            events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
-        )
-        t0 = time.perf_counter()
-        mgr.create_agent(free_port(), progress_thread=False)
-        mgr.register_tensors(local_tensors(self.arena, self.options.device_id))
-        self._phase("register", t0, "ok")
+        self._read_posted = False
+        if self.options.unguarded_retry and self.manager is not None and self.arena is not None:
+            mgr, arena = self.manager, self.arena  # SIMULATED BUG: the failed attempt's agent and memory
+            arena.fill(0)
+            self._emit_region(index, mgr.agent_name, arena, fresh=False)
+        else:
+            t0 = time.perf_counter()
+            self.arena = arena = self.accelerator.allocate(self.specs, self.options.device_id)
+            arena.fill(0)
+            self._phase("prepare", t0, "ok")
+            clash = self._overlaps_parked(arena)
+            if clash is not None:  # cannot happen while parked regions stay allocated; never read into one
+                raise RuntimeError(f"fresh target memory {clash} overlaps a region a stalled READ may still write")
+            agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
+            self.manager = mgr = NixlTransferManager(
+                agent_name, self.options.device_id, self.accelerator,
+                events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
+            )
+            t0 = time.perf_counter()
+            mgr.create_agent(free_port(), progress_thread=False)
+            mgr.register_tensors(local_tensors(arena, self.options.device_id))
+            self._phase("register", t0, "ok")
+            self._emit_region(index, agent_name, arena, fresh=True)
         source_tensors = list(worker.tensor_source.tensors or worker.tensors)
         remote: str | None = None
         try:
@@ -333,6 +367,7 @@ class Reader:
                              chunk_bytes=chunks.chunk_bytes if chunks else None,
                              stall_s=round(chunks.stall_s, 3) if chunks else None)
             t0 = time.perf_counter()
+            self._read_posted = True
             try:
                 nbytes, _count, _res = mgr.receive_from_source(
                     worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks
@@ -358,9 +393,24 @@ class Reader:
                 mgr.remove_remote_agent(remote)
                 self._phase("release", t0, "ok")
         t0 = time.perf_counter()
-        self._verify(self.arena)
+        self._read_posted = False  # completed: every GET was answered, nothing is left to land
+        self._verify(arena)
         self._phase("finalize", t0, "ok")
         return nbytes, seconds
+
+    def _emit_region(self, index: int, agent_name: str, arena: Arena, fresh: bool) -> None:
+        """Which memory (and agent) attempt ``index`` reads into: the late-write guard made visible."""
+        lo, hi = _span(arena)
+        self.events.emit("target_region", index=index, agent_name=agent_name, addr=hex(lo), bytes=hi - lo,
+                         fresh=fresh, parked=len(self._parked))
+
+    def _overlaps_parked(self, arena: Arena) -> str | None:
+        lo, hi = _span(arena)
+        for parked in self._parked:
+            plo, phi = _span(parked)
+            if lo < phi and plo < hi:
+                return f"[{lo:#x}, {hi:#x}) overlaps parked [{plo:#x}, {phi:#x})"
+        return None
 
     def _verify(self, arena: Arena) -> None:
         """Every tensor's bytes against the reference (never against what a source or file claims)."""
@@ -371,14 +421,24 @@ class Reader:
             raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from the reference "
                                  f"{self.reference.digest}: {bad[:5]}")
 
-    def _rollback(self) -> None:
+    def _rollback(self, index: int) -> None:
+        """Undo a failed attempt: shut its agent down; park its memory when a READ into it was
+        posted and not completed (the peer may still answer), else release it."""
+        if self.options.unguarded_retry and self._read_posted:
+            return  # SIMULATED BUG: the next attempt reuses this agent, registration and memory
         if self.manager is not None:
             self._last_error = self.manager.data_plane_error
             self.manager.shutdown()
             self.manager = None
         if self.arena is not None:
-            self.arena.release()
+            if self._read_posted:
+                lo, hi = _span(self.arena)
+                self._parked.append(self.arena)
+                self.events.emit("region_parked", index=index, addr=hex(lo), bytes=hi - lo, parked=len(self._parked))
+            else:
+                self.arena.release()
             self.arena = None
+        self._read_posted = False
 
     def _fall_back(self, result: LoadResult, reason: str) -> None:
         checkpoint = self.options.checkpoint
@@ -436,4 +496,13 @@ class Reader:
         if self.manager is not None:
             self.manager.shutdown()
             self.manager = None
+        for parked in self._parked:  # the process is leaving: no later attempt can be handed this memory
+            parked.release()
+        self._parked = []
+
+
+def _span(arena: Arena) -> tuple[int, int]:
+    """The address range [lo, hi) an arena's registered regions cover."""
+    regions = arena.regions()
+    return min(a for a, _ in regions), max(a + n for a, n in regions)
 

@@ -889,3 +889,102 @@ class TestReference:
         assert result.path == "disk" and result.integrity == "verified"
         (loaded,) = h.events("memory_digest")
         assert loaded["when"] == "loaded" and loaded["digest"] == REFERENCE.digest
+
+
+# ----------------------------------------------------------------------------- late-write guard
+
+
+def late_replies(world: World, stalled: str) -> int:
+    """What a resumed stalled source does (notes/nixl-perf.md): it answers every GET it was sent,
+    writing its bytes (here: another seed's, so they show) into the local ranges of the READ
+    that stalled, released or not. Returns how many ranges it wrote."""
+    written = 0
+    for manager in world.managers:
+        for name, local, _remote in manager.fake.handles.values():
+            if name != world.by_worker(stalled).agent_name:
+                continue
+            for i, (laddr, size, _) in enumerate(local.tolist()):
+                ctypes.memmove(laddr, OTHER_BYTES[i], size)
+                written += 1
+    return written
+
+
+class TestLateWriteGuard:
+    def _stall_then_load(self, world: World, h: Harness, **options: Any) -> tuple[Reader, str]:
+        world.add("a")
+        world.add("b")
+        reader = h.make(**options)
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        result = reader.load()
+        assert result.ok and result.worker_id == second and result.integrity == "verified"
+        return reader, first
+
+    def test_after_a_stall_the_next_attempt_reads_into_fresh_memory_and_the_stalled_region_is_parked(
+        self, world: World, h: Harness
+    ) -> None:
+        reader, _first = self._stall_then_load(world, h)
+        regions = h.events("target_region")
+        assert [(r["index"], r["fresh"], r["parked"]) for r in regions] == [(0, True, 0), (1, True, 1)]
+        assert regions[0]["addr"] != regions[1]["addr"]
+        assert regions[0]["agent_name"] != regions[1]["agent_name"]  # a fresh agent
+        (parked,) = h.events("region_parked")
+        assert (parked["index"], parked["addr"], parked["bytes"]) == (0, regions[0]["addr"], regions[0]["bytes"])
+        # the stalled attempt's agent was shut down before the next one was created
+        assert world.managers[0].shut_down and not world.managers[1].shut_down
+        assert reader.manager is world.managers[1]
+
+    def test_late_replies_of_the_stalled_source_do_not_touch_the_verified_load(self, world: World, h: Harness) -> None:
+        reader, first = self._stall_then_load(world, h)
+        assert late_replies(world, first) == SPEC.tensors
+        held = reader.settle(0.01, threading.Event())
+        assert held is not None and held.digest == REFERENCE.digest
+        reader.close()
+
+    def test_without_the_guard_the_late_replies_overwrite_the_verified_load(self, world: World, h: Harness) -> None:
+        """The simulated unguarded reader: the test above can fail."""
+        reader, first = self._stall_then_load(world, h, unguarded_retry=True)
+        regions = h.events("target_region")
+        assert [(r["index"], r["fresh"]) for r in regions] == [(0, True), (1, False)]
+        assert regions[0]["addr"] == regions[1]["addr"] and not h.events("region_parked")
+        assert len(world.managers) == 1 and not world.managers[0].shut_down
+        late_replies(world, first)
+        held = reader.settle(0.01, threading.Event())
+        assert held is not None and held.digest != REFERENCE.digest
+        reader.close()
+
+    def test_a_failure_before_any_read_was_posted_releases_the_memory(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        first, _second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = NO_HANDSHAKE
+        assert reader.load().ok
+        assert [o for _, o in h.outcomes()] == ["transfer_retry", "success"]
+        assert not h.events("region_parked")
+        assert [r["parked"] for r in h.events("target_region")] == [0, 0]
+
+    def test_a_completed_read_with_wrong_bytes_is_not_parked(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make()
+        world.by_worker(order_for_selector(reader, world)[0]).behaviour = CORRUPT
+        assert reader.load().ok
+        assert [o for _, o in h.outcomes()] == ["integrity_mismatch", "success"]
+        assert not h.events("region_parked")
+
+    def test_parked_memory_is_held_until_close(self, world: World, h: Harness) -> None:
+        reader, _first = self._stall_then_load(world, h)
+        parked = list(reader._parked)
+        assert len(parked) == 1 and parked[0].buffer.nbytes > 0
+        reader.close()
+        assert reader._parked == [] and parked[0].buffer.nbytes == 0
+
+    def test_the_settle_window_drives_the_agents_progress(self, world: World, h: Harness) -> None:
+        world.add("a")
+        reader = h.make()
+        assert reader.load().ok
+        assert reader.manager is not None and reader.manager._pump is None
+        assert reader.settle(0.01, threading.Event()) is not None
+        assert reader.manager._pump is not None and reader.manager._pump.is_alive()
+        reader.close()
