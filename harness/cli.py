@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix (and ``--version``).
 
 Exit codes (``EXIT_CODES``, also the epilog of ``mxchaos --help``): 0 every scenario passed
 (or was xfail / xpass: a ``known_defect`` scenario, or skip: a capability is missing); 1 a
@@ -399,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--faults", action="store_true")
     lst.add_argument("--checks", action="store_true")
     lst.set_defaults(fn=_cmd_list)
+
+    from harness.matrix.command import add_parser as add_matrix_parser
+
+    add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
     return parser
 
 
