@@ -1,8 +1,13 @@
 """``mxchaos``: run, check, validate, schema, cleanup, list, matrix (and ``--version``).
 
+``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
+rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
+(``--summary FILE``, default ``<out>/summary.json``).
+
 Exit codes (``EXIT_CODES``, also the epilog of ``mxchaos --help``): 0 every scenario passed
-(or was xfail / xpass: a ``known_defect`` scenario, or skip: a capability is missing); 1 a
-check failed or was unknown, a step failed, a run hung or errored, ``cleanup`` left a
+(or was xfail / xpass: a ``known_defect`` scenario, or skip: a capability is missing; with
+``--repeat``: no cell is FAIL, FLAKY, HANG, ERROR or UNKNOWN); 1 a
+check failed or was unknown, a step failed, a run hung or errored, a scenario was FLAKY, ``cleanup`` left a
 survivor; 2 invalid input (a scenario file, a path, a run folder, an option); 130 the
 harness was interrupted (SIGINT/SIGTERM) after healing and tearing down; 141 (128 +
 SIGPIPE) standard output was closed early (``mxchaos list | head -1``), quietly.
@@ -34,7 +39,8 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program SI
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "every scenario passed, or was XFAIL / XPASS (a known defect) or SKIP (a capability is missing); "
     "validate, list: every file is valid",
-    EXIT_FAILED: "a check failed or was unknown, a step failed, a run hung or errored; cleanup: a process survived",
+    EXIT_FAILED: "a check failed or was unknown, a step failed, a run hung or errored, a scenario was FLAKY "
+    "(--repeat: passed in some runs only); cleanup: a process survived",
     EXIT_INVALID: "invalid input: a scenario file, a path, a run folder, an option",
     EXIT_INTERRUPTED: "interrupted (SIGINT / SIGTERM), after healing every fault and tearing down",
     EXIT_BROKEN_PIPE: "standard output was closed early (e.g. piped into head); nothing more is printed",
@@ -159,10 +165,16 @@ def _load_all(files: Sequence[Path], seed: int | None) -> tuple[list[Scenario], 
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from harness.console import Progress, verdict_table
-    from harness.report import write_junit, write_run_folder
+    """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
+    one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run."""
+    from harness.console import Progress, rate_table, verdict_table
+    from harness.rates import Rate, RunRecord, cell_of, write_summary
+    from harness.report import annotate_repeat, write_junit, write_junit_cells, write_run_folder
     from harness.runner import Runner
 
+    if args.repeat < 1:
+        print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
     files, problems = collect_paths(args.paths)
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -184,25 +196,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not scenarios:
             print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
             return EXIT_INVALID
+    repeat = args.repeat
+    summary = Path(args.summary) if args.summary else Path(args.out) / "summary.json"
     results = []
+    cells = {}
     interrupted = False
     for sc in scenarios:
-        print(f"=== {sc.name} (seed {sc.seed}) {_shown(sc.path)}", flush=True)
-        observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
-        result = Runner(sc, out_dir=args.out, observers=observers).run()
-        write_run_folder(result)
-        extra = f"  ({result.reason})" if result.verdict == "skip" else ""
-        print(f"--- {sc.name}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
-        results.append(result)
-        if result.status == "interrupted":
-            interrupted = True
+        runs = []
+        for index in range(repeat):
+            run_sc = sc.with_seed(sc.seed + index)
+            of = f" run {index + 1}/{repeat}" if repeat > 1 else ""
+            print(f"=== {sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}", flush=True)
+            observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
+            result = Runner(run_sc, out_dir=args.out, observers=observers).run()
+            write_run_folder(result)
+            extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+            print(f"--- {sc.name}{of}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
+            results.append(result)
+            runs.append(result)
+            if result.status == "interrupted":
+                interrupted = True
+                break
+            if result.verdict == "skip":  # a missing capability stays missing: one skip says it
+                break
+        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+        cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
+        cells[sc.name] = cell
+        if repeat > 1:
+            for index, r in enumerate(runs, 1):
+                annotate_repeat(r.run_dir, index, repeat, cell)
+        if interrupted:
             break
-    verdict_table(results)
+    if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
+        rate_table(list(cells.values()), repeat)
+    else:
+        verdict_table(results)
+    write_summary(summary, cells, repeat)
+    print(f"summary: {_shown(summary)}")
     if args.junit:
-        write_junit(Path(args.junit), results)
+        if repeat > 1:
+            write_junit_cells(Path(args.junit), list(cells.values()))
+        else:
+            write_junit(Path(args.junit), results)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+    return EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -367,6 +405,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
     run.add_argument("-q", "--quiet", action="store_true", help="no live progress, only the verdict table")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every scenario N times (seeds seed..seed+N-1) and judge its rate: PASS only at N/N, "
+        "FLAKY (fails the run) when it passes sometimes; a known defect REPRODUCED at >= 1, FIXED? only at "
+        "0/N when the 95%% upper bound is below its defect_rate (default: 1)",
+    )
+    run.add_argument(
+        "--summary", metavar="FILE", help="where the run-level summary goes (default: <out>/summary.json)"
+    )
     run.set_defaults(fn=_cmd_run)
 
     check = sub.add_parser(

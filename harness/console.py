@@ -1,4 +1,5 @@
-"""Terminal output: live progress while a run goes, a verdict table at the end."""
+"""Terminal output: live progress while a run goes, a verdict table at the end (and, for
+``mxchaos run --repeat N``, the rate table: one cell per scenario, ``harness.rates``)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,28 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from harness.timeline import Entry
 from harness.verdict import RunResult
 
-__all__ = ["Progress", "verdict_table"]
+if TYPE_CHECKING:
+    from harness.rates import Cell
+
+__all__ = ["Progress", "rate_table", "verdict_table"]
+
+_CELL_PAINT = {
+    "PASS": "32",
+    "FLAKY": "1;31",
+    "FAIL": "31",
+    "UNKNOWN": "33",
+    "HANG": "35",
+    "ERROR": "31",
+    "SKIP": "2",
+    "REPRODUCED": "33",
+    "FIXED?": "1;36",
+    "NOT_REPRODUCED": "36",
+}
 
 _PROCESS_EVENTS = {
     "status_change": ("status",),
@@ -154,4 +171,38 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
                 p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce: it may be fixed.", "xpass")
                 + f"\n  defect: {r.known_defect}\n  Rerun it; once it stays fixed, remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
             )
+    out.flush()
+
+
+def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None) -> None:
+    """One row per scenario: its cell, rate k/n, the bound and measured rate of a known defect,
+    and under a cell that fails the run (or a defect's cell) the runs that went wrong."""
+    out = stream or sys.stdout
+    if not cells:
+        return
+    color = _use_color(out)
+
+    def p(text: str, key: str) -> str:
+        return f"\033[{_CELL_PAINT.get(key, '0')}m{text}\033[0m" if color else text
+
+    name_w = max([len(c.scenario) for c in cells] + [8])
+    cell_w = max(len(c) for c in _CELL_PAINT)
+    out.write(f"\n{'scenario':{name_w}}  {'cell':{cell_w}}  rate    (--repeat {repeat}; bound: one-sided 95% Clopper-Pearson)\n")
+    for c in cells:
+        what = "passed" if not c.known_defect else "defect showed"
+        extra = f"  bound {c.bound:.3f}" if c.bound is not None else ""
+        extra += f", measured {c.measured} ({c.measured.value:.3f})" if c.measured is not None else ""
+        out.write(f"{c.scenario:{name_w}}  {p(f'{c.name:{cell_w}}', c.name)}  {c.rate!s:6}  {what}{extra}\n")
+        if c.name not in ("PASS", "REPRODUCED", "SKIP"):
+            out.write(f"{'':{name_w}}  {c.note}\n")
+        if c.fails_run:
+            for r in c.failing_runs:
+                out.write(f"{'':{name_w}}    {r.verdict.upper():7} seed {r.seed}  {r.run_dir}\n")
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.name] = counts.get(c.name, 0) + 1
+    tally = ", ".join(p(f"{n} {name}", name) for name, n in counts.items())
+    failing = sum(1 for c in cells if c.fails_run)
+    verdict = f"{failing} fail the run" if failing else "none fails the run"
+    out.write(f"\n{len(cells)} scenario{'s' if len(cells) != 1 else ''} x {repeat}: {tally}; {verdict}\n")
     out.flush()

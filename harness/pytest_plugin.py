@@ -12,7 +12,11 @@ netns hosts and root-only faults, ``toxiproxy`` for proxies), so ``pytest -m "no
 deselects what needs root; the plugin declares those markers where the project does not.
 Items get a ``timeout`` of the run budget plus a margin when pytest-timeout
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
-``--mxchaos-seed N``. Works under pytest-xdist: runs share nothing but the output
+``--mxchaos-seed N``, ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
+seeds seed..seed+N-1, and judge the runs as one cell by ``harness.rates``: a plain scenario
+passes only at N/N, FLAKY and the other cells that fail the run fail the item with the rate
+and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass with a note;
+the item's timeout grows N-fold). Works under pytest-xdist: runs share nothing but the output
 folder, and every run folder name is unique.
 
 Verdicts map to outcomes: ``skip`` (a capability the scenario's faults require is
@@ -48,6 +52,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mxchaos", "mxchaos scenarios")
     group.addoption("--mxchaos-out", default=None, metavar="DIR", help="run folders (default: <rootdir>/runs)")
     group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
+    group.addoption(
+        "--mxchaos-repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each scenario N times (seeds seed..seed+N-1) and judge its rate (harness.rates)",
+    )
     parser.addini(
         "mxchaos_scenario_dirs",
         type="args",
@@ -136,6 +147,26 @@ class ScenarioFailed(Exception):
         return "\n".join(lines)
 
 
+class CellFailed(Exception):
+    """A repeated scenario's cell fails the run (FLAKY, FAIL, HANG, ERROR, UNKNOWN)."""
+
+    def __init__(self, cell: Any, failing: list[Any]) -> None:
+        self.cell = cell
+        self.failing = failing
+        super().__init__(f"{cell.scenario}: {cell.name} {cell.rate}")
+
+    def render(self) -> str:
+        c = self.cell
+        what = "defect showed" if c.known_defect else "passed"
+        lines = [f"scenario {c.scenario}: {c.name} ({what} {c.rate}): {c.note}"]
+        for r in self.failing:
+            lines.append(f"  run with seed {r.seed}: {r.verdict.upper()}  {r.run_dir}")
+            lines += [f"    {'FAIL' if k.valid is False else 'UNKNOWN':8} {k.name}: {k.summary}" for k in r.checks if k.valid is not True]
+            if r.status != "completed":
+                lines.append(f"    {r.status}: {r.reason}")
+        return "\n".join(lines)
+
+
 def _xfail_reason(result: Any) -> str:
     """The defect, then what showed it (the first failing check) and the run folder."""
     failing = [c for c in result.checks if c.valid is False]
@@ -154,7 +185,8 @@ class ScenarioFile(pytest.File):
         for marker in dict.fromkeys([*markers, *scenario.markers, *capability_markers(scenario)]):
             item.add_marker(marker)
         if self.config.pluginmanager.hasplugin("timeout"):
-            item.add_marker(pytest.mark.timeout(scenario.budgets.run + TEARDOWN_MARGIN_S))
+            repeat = max(1, self.config.getoption("mxchaos_repeat"))
+            item.add_marker(pytest.mark.timeout(repeat * (scenario.budgets.run + TEARDOWN_MARGIN_S)))
         yield item
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
@@ -173,6 +205,12 @@ class ScenarioItem(pytest.Item):
         from harness.runner import Runner
 
         out = self.config.getoption("mxchaos_out") or (self.config.rootpath / "runs")
+        repeat = self.config.getoption("mxchaos_repeat")
+        if repeat < 1:
+            raise pytest.UsageError(f"--mxchaos-repeat {repeat}: give a number of runs >= 1")
+        if repeat > 1:
+            self._run_repeated(out, repeat)
+            return
         result = Runner(self.scenario, out_dir=out).run()
         write_run_folder(result)
         self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
@@ -198,8 +236,46 @@ class ScenarioItem(pytest.Item):
         if result.verdict != "pass":
             raise ScenarioFailed(result)
 
+    def _run_repeated(self, out: Path | str, repeat: int) -> None:
+        """N runs, one cell, one outcome (the rule of ``harness.rates``)."""
+        from harness.rates import Rate, RunRecord, cell_of
+        from harness.report import annotate_repeat, write_run_folder
+        from harness.runner import Runner
+
+        sc = self.scenario
+        results = []
+        for index in range(repeat):
+            result = Runner(sc.with_seed(sc.seed + index), out_dir=out).run()
+            write_run_folder(result)
+            results.append(result)
+            self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
+            if result.status == "interrupted":
+                raise KeyboardInterrupt(f"mxchaos run interrupted; healed and torn down: {result.run_dir}")
+            if result.verdict == "skip":
+                break
+        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+        cell = cell_of(sc.name, [RunRecord.of(r) for r in results], bool(sc.known_defect), measured)
+        for index, r in enumerate(results, 1):
+            annotate_repeat(r.run_dir, index, repeat, cell)
+        self.user_properties.append(("mxchaos_cell", cell.name))
+        self.user_properties.append(("mxchaos_rate", str(cell.rate)))
+        if cell.name == "SKIP":
+            try:
+                pytest.skip(f"mxchaos: {results[-1].reason}")
+            except pytest.skip.Exception as exc:
+                exc._use_item_location = True
+                raise
+        if cell.name == "REPRODUCED":
+            pytest.xfail(f"known defect: {sc.known_defect} | reproduced in {cell.rate} runs (measured {cell.measured})")
+        if cell.fails_run:
+            raise CellFailed(cell, [r for r in results if r.verdict not in ("pass", "xfail", "xpass", "skip")])
+        if cell.name != "PASS":  # FIXED? / NOT_REPRODUCED: a known defect that did not show
+            note = f"{cell.name} {cell.rate}: {cell.note} ({sc.known_defect})"
+            self.user_properties.append((XPASS_PROPERTY, note))
+            self.add_report_section("call", "mxchaos", note)
+
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, ScenarioFailed):
+        if isinstance(excinfo.value, ScenarioFailed | CellFailed):
             return excinfo.value.render()
         return super().repr_failure(excinfo)
 

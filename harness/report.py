@@ -19,6 +19,12 @@ only verdict.json, junit.xml and report.html); a folder whose harness died (no `
 entry, no verdict.json: SIGKILL, OOM) is judged on what it recorded up to then, with status
 ``crashed``. The page itself is ``harness.htmlreport`` (``render_html`` and ``timeline_svg``
 are importable from here too).
+
+Repeated runs (``mxchaos run --repeat N``, ``harness.rates``): each run keeps its own folder;
+once the scenario's N runs are judged, ``annotate_repeat`` adds to each run's verdict.json
+``repeat: {index, of, cell, rate: {k, n}, bound, measured}`` (index 1-based; a re-judge by
+``mxchaos check --write`` keeps it), and ``write_junit_cells`` writes one JUnit testcase per
+scenario with its cell (the failing runs in the message).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import sysconfig
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import procscan
 from harness.errors import HarnessError
@@ -47,9 +53,14 @@ from harness.scenario import Scenario, parse_scenario_json
 from harness.timeline import History
 from harness.verdict import RunResult, judge, result_to_json, verdict_of
 
+if TYPE_CHECKING:
+    from harness.rates import Cell
+
 __all__ = [
     "RunFolderError",
+    "annotate_repeat",
     "collect_versions",
+    "junit_cells_xml",
     "junit_xml",
     "load_run",
     "render_html",
@@ -57,6 +68,7 @@ __all__ = [
     "saved_verdict",
     "timeline_svg",
     "write_junit",
+    "write_junit_cells",
     "write_run_folder",
     "write_scenario_files",
     "write_verdict_files",
@@ -318,7 +330,30 @@ def rewrite_verdict(result: RunResult, previous: str | None) -> None:
             "harness_git_commit": _git_commit(),
         }
     }
+    saved = _read_json(result.run_dir / "verdict.json") or {}
+    if "repeat" in saved:  # a run of a repeated scenario keeps its place among the N
+        extra["repeat"] = saved["repeat"]
     write_verdict_files(result, versions, extra)
+
+
+def annotate_repeat(run_dir: Path, index: int, of: int, cell: Cell) -> None:
+    """Add ``repeat: {index, of, cell, rate, bound, measured}`` to a run's verdict.json (atomically)."""
+    path = Path(run_dir) / "verdict.json"
+    saved = _read_json(path)
+    if saved is None:
+        return
+    judged = cell.to_json()
+    saved["repeat"] = {
+        "index": index,
+        "of": of,
+        "cell": judged["cell"],
+        "rate": judged["rate"],
+        "bound": judged["bound"],
+        "measured": judged["measured"],
+    }
+    tmp = path.with_name(f".verdict.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(saved, indent=2, default=str))
+    os.replace(tmp, path)
 
 
 def _link_latest(run_dir: Path) -> None:
@@ -413,5 +448,49 @@ def _xpass_note(result: RunResult) -> str:
 
 def write_junit(path: Path, results: Sequence[RunResult]) -> None:
     tree = ET.ElementTree(junit_xml(results))
+    ET.indent(tree)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _cell_message(cell: Cell) -> str:
+    bound = f"; {cell.bound:.3f} upper bound (95%, one-sided)" if cell.bound is not None else ""
+    measured = f"; measured {cell.measured}" if cell.measured is not None else ""
+    return f"{cell.name} {cell.rate}{bound}{measured}: {cell.note}"
+
+
+def junit_cells_xml(cells: Sequence[Cell]) -> ET.Element:
+    """One testsuite ``mxchaos.repeat``, one testcase per scenario: its cell and rate; a cell
+    that fails the run is a failure (FAIL, FLAKY, UNKNOWN) or an error (HANG, ERROR) naming
+    its failing runs; REPRODUCED and SKIP are skipped; FIXED? and NOT_REPRODUCED pass with a note."""
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name="mxchaos.repeat")
+    counts = {"failures": 0, "errors": 0, "skipped": 0}
+    for cell in cells:
+        seconds = sum(r.seconds for r in cell.runs)
+        case = ET.SubElement(suite, "testcase", classname="mxchaos.repeat", name=cell.scenario, time=f"{seconds:.3f}")
+        props = ET.SubElement(case, "properties")
+        for key, value in (("cell", cell.name), ("rate", str(cell.rate)), ("bound", cell.bound), ("measured", cell.measured)):
+            if value is not None:
+                ET.SubElement(props, "property", name=key, value=value if isinstance(value, str) else str(value))
+        runs = "\n".join(f"run {i}: {r.verdict.upper()} (seed {r.seed}, {r.seconds:.1f}s) {r.run_dir}" for i, r in enumerate(cell.runs, 1))
+        message = _cell_message(cell)
+        if cell.fails_run:
+            failing = ", ".join(f"{r.verdict.upper()} {r.run_dir}" for r in cell.failing_runs)
+            tag = "error" if cell.name in ("HANG", "ERROR") else "failure"
+            counts["errors" if tag == "error" else "failures"] += 1
+            ET.SubElement(case, tag, message=f"{message}; failing runs: {failing}").text = runs
+        elif cell.name in ("REPRODUCED", "SKIP"):
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=message).text = runs
+        else:
+            ET.SubElement(case, "system-out").text = f"{message}\n{runs}"
+    suite.set("tests", str(len(cells)))
+    for key, n in counts.items():
+        suite.set(key, str(n))
+    return root
+
+
+def write_junit_cells(path: Path, cells: Sequence[Cell]) -> None:
+    tree = ET.ElementTree(junit_cells_xml(cells))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)

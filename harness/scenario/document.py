@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, field_validator
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
 from harness import checks as check_registry
 from harness.scenario.models import (
@@ -97,6 +97,9 @@ class Scenario(Strict):
     references: tuple[str, ...] = ()
     # a defect of a dependency this scenario documents: failing checks are expected (xfail)
     known_defect: str | None = None
+    # the rate the defect was measured at, k/n ("4/6": it showed in 4 of 6 runs); `--repeat N`
+    # calls the defect "FIXED?" only when 0 of N puts the confidence bound below it (harness.rates)
+    defect_rate: str | None = None
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
@@ -132,6 +135,30 @@ class Scenario(Strict):
                 "known_defect", "describe the defect: what is broken, where, since which version (or drop the key)"
             )
         return value.strip() if value is not None else None
+
+    @field_validator("defect_rate", mode="before")
+    @classmethod
+    def _defect_rate(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if "known_defect" in info.data and info.data["known_defect"] is None:
+            raise custom_error("defect_rate", "defect_rate is the measured rate of a known_defect: state known_defect too")
+        if not isinstance(value, str):
+            raise custom_error("defect_rate", "write the measured rate as k/n, e.g. 4/6 (the defect showed in 4 of 6 runs)")
+        from harness.rates import parse_rate
+
+        try:
+            return str(parse_rate(value))
+        except ValueError as exc:
+            raise custom_error("defect_rate", str(exc)) from None
+
+    @property
+    def measured_rate(self) -> tuple[int, int] | None:
+        """``defect_rate`` as (k, n), or None when the scenario states none."""
+        if self.defect_rate is None:
+            return None
+        k, n = self.defect_rate.split("/")
+        return int(k), int(n)
 
     @property
     def path(self) -> Path | None:

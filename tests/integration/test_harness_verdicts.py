@@ -6,6 +6,9 @@ re-judging a saved run folder."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import threading
 import warnings
@@ -337,3 +340,67 @@ def test_mxchaos_check_re_judges_a_saved_run_and_writes_only_when_asked(
 
     assert cli.main(["check", str(tmp_path)]) == 2
     assert "no scenario.json" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- repeats and rates
+
+COIN = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "coin_flaky.yaml"
+
+
+def test_a_scenario_that_passes_sometimes_is_flaky_and_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir, junit, summary = tmp_path / "runs", tmp_path / "junit.xml", tmp_path / "s" / "summary.json"
+    code = cli.main(["run", str(COIN), "--repeat", "3", "--out", str(out_dir), "-q", "--junit", str(junit), "--summary", str(summary)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    cell = json.loads(summary.read_text())["scenarios"]["coin_flaky"]
+    assert (cell["cell"], cell["rate"], cell["bound"], cell["measured"]) == ("FLAKY", {"k": 2, "n": 3}, None, None)
+    assert [(r["verdict"], r["seed"]) for r in cell["runs"]] == [("pass", 0), ("fail", 1), ("pass", 2)]
+    failing = cell["runs"][1]["run_dir"]
+    assert "coin_flaky  FLAKY           2/3     passed" in out
+    assert f"FAIL    seed 1  {failing}" in out
+    for index, run in enumerate(cell["runs"], 1):  # each run is a full run with its own folder
+        saved = json.loads((Path(run["run_dir"]) / "verdict.json").read_text())
+        assert (saved["seed"], saved["verdict"]) == (run["seed"], run["verdict"])
+        assert saved["repeat"] == {"index": index, "of": 3, "cell": "FLAKY", "rate": {"k": 2, "n": 3}, "bound": None, "measured": None}
+    text = junit.read_text()
+    assert text.count("<testcase ") == 1
+    assert f'message="FLAKY 2/3: passed in 2 of 3 runs; a plain scenario passes only at 3/3; failing runs: FAIL {failing}"' in text
+
+
+def test_a_known_defect_is_reproduced_or_not_by_its_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = COIN.read_text().replace("name: coin_flaky", "name: coin_defect\nknown_defect: the coin lands odd\ndefect_rate: 2/3")
+    reproduced = tmp_path / "coin_defect.yaml"
+    reproduced.write_text(body)
+    code = cli.main(["run", str(reproduced), "--repeat", "2", "--out", str(tmp_path / "runs"), "-q"])
+    assert code == 0, capsys.readouterr().out
+    cell = json.loads((tmp_path / "runs" / "summary.json").read_text())["scenarios"]["coin_defect"]
+    assert (cell["cell"], cell["rate"], cell["measured"]) == ("REPRODUCED", {"k": 1, "n": 2}, {"k": 2, "n": 3})
+    assert cell["bound"] == pytest.approx(0.974679, abs=1e-6)
+    # on even seeds only (seed 0, 2, 4 ... stepping by the run index: seed 0 once) the defect does not show
+    assert cli.main(["run", str(reproduced), "--repeat", "1", "--out", str(tmp_path / "once"), "-q"]) == 0
+    once = json.loads((tmp_path / "once" / "summary.json").read_text())["scenarios"]["coin_defect"]
+    assert (once["cell"], once["rate"], once["bound"]) == ("NOT_REPRODUCED", {"k": 0, "n": 1}, 0.95)
+    assert "N too small" not in capsys.readouterr().out  # at --repeat 1 the per-run table is shown
+
+
+def test_pytest_repeat_judges_a_scenario_item_by_its_rate(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "coin_flaky.yaml").write_text(COIN.read_text())
+    steady = COIN.read_text().replace("name: coin_flaky", "name: coin_steady").replace("% 2", "% 1")
+    (folder / "coin_steady.yaml").write_text(steady)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MXCHAOS_"))}
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", *args], cwd=tmp_path, capture_output=True, text=True, timeout=100, env=env
+        )
+
+    repeated = pytest_run("--mxchaos-repeat", "3")
+    assert repeated.returncode == 1, repeated.stdout
+    assert "1 failed, 1 passed" in repeated.stdout
+    assert "scenario coin_flaky: FLAKY (passed 2/3): passed in 2 of 3 runs" in repeated.stdout
+    assert "  run with seed 1: FAIL  " in repeated.stdout
+    once = pytest_run("-k", "coin_flaky")  # one run, seed 0: it passes
+    assert once.returncode == 0, once.stdout

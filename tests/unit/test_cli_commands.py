@@ -15,7 +15,8 @@ from typing import Any, cast
 import pytest
 
 from harness import capabilities, cli
-from harness.console import Progress, verdict_table
+from harness.console import Progress, rate_table, verdict_table
+from harness.rates import Rate, RunRecord, cell_of
 from harness.timeline import Entry
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
@@ -124,3 +125,38 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
     empty = io.StringIO()
     verdict_table([], empty)
     assert empty.getvalue() == ""
+
+
+def test_the_rate_table_shows_each_cell_its_rate_bound_and_failing_runs() -> None:
+    def recs(*verdicts: str) -> list[RunRecord]:
+        return [RunRecord(v, f"runs/x/{i}", 5 + i, 1.0) for i, v in enumerate(verdicts)]
+
+    cells = [
+        cell_of("steady", recs("pass", "pass", "pass")),
+        cell_of("coin", recs("pass", "fail", "pass")),
+        cell_of("defect", recs("xpass", "xpass"), known_defect=True, measured=Rate(4, 6)),
+    ]
+    out = io.StringIO()
+    rate_table(cells, 3, out)
+    lines = out.getvalue().splitlines()
+    assert "steady    PASS            3/3     passed" in lines
+    assert "coin      FLAKY           2/3     passed" in lines
+    assert "            FAIL    seed 6  runs/x/1" in lines
+    assert "defect    NOT_REPRODUCED  0/2     defect showed  bound 0.776, measured 4/6 (0.667)" in lines
+    assert any("N too small to call it fixed: bound 0.776 >= measured 4/6 (0.667); needs N >= 3" in line for line in lines)
+    assert lines[-1] == "3 scenarios x 3: 1 PASS, 1 FLAKY, 1 NOT_REPRODUCED; 1 fail the run"
+
+
+def test_run_refuses_a_repeat_below_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "a")
+    assert cli.main(["run", str(path), "--repeat", "0", "--out", str(tmp_path / "runs")]) == 2
+    assert "--repeat 0: give a number of runs >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_help_states_the_repeat_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run every scenario N times (seeds seed..seed+N-1)" in out
+    assert "FLAKY (fails the run)" in out and "FIXED? only at 0/N when the 95% upper bound is below its defect_rate" in out
+    assert "--summary FILE" in out
