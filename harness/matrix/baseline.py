@@ -42,7 +42,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def _rank(verdict: str) -> int:
-    return SEVERITY.index(verdict) if verdict in SEVERITY else -1
+    return SEVERITY.index(verdict.lower()) if verdict.lower() in SEVERITY else -1
 
 
 def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FAILING",
     "SEVERITY",
     "Column",
     "cell_verdict",
@@ -35,9 +36,13 @@ __all__ = [
     "run_timings",
 ]
 
-# worst first: a cell whose runs disagree shows the worst verdict, and its rate says how often
-SEVERITY = ("error", "hang", "fail", "unknown", "xfail", "xpass", "pass", "skip")
+# worst first: a cell whose runs disagree shows the worst verdict, and its rate says how often.
+# Run verdicts (lower case) and the cells of ``mxchaos run --repeat`` (``harness.rates``: PASS,
+# FLAKY, REPRODUCED, FIXED?, ...; kept as given, compared lower-cased) in one order.
+SEVERITY = ("error", "hang", "fail", "flaky", "unknown", "none", "xfail", "reproduced", "not_reproduced",
+            "xpass", "fixed?", "pass", "skip", "unavailable")
 BAD = ("error", "hang", "fail", "unknown", "xfail")  # what counts as a failure in a cell's failure rate
+FAILING = ("error", "hang", "fail", "flaky", "unknown", "none")  # cells that make `mxchaos matrix` exit 1
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def columns_for(versions: Sequence[str], axes: Sequence[tuple[str, list[str]]]) 
 
 def cell_verdict(verdicts: Iterable[str]) -> str:
     """The worst verdict among the runs (``SEVERITY``); ``none`` when there is no run."""
-    seen = set(verdicts)
+    seen = {v.lower() for v in verdicts}
     for v in SEVERITY:
         if v in seen:
             return v

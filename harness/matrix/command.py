@@ -4,10 +4,10 @@
 [--baseline OLD/matrix.json] SCENARIOS...`` validates the scenario files with this harness,
 then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per scenario, a
 column per NIXL version x env value), the headlines and the baseline changes. Exit 0: the
-matrix was written and every cell ran to an accepted verdict (pass, xfail, xpass, skip) with
-no regression against the baseline (a version that cannot be installed is a column that says
-why, not a failure); 1: a cell failed, hung, errored, did not run or regressed; 2: invalid input. Heavy imports happen when it runs, not when
-the parser is built.
+matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
+or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
+why, not a failure); 1: a cell is failing or regressed; 2: invalid input. Heavy imports happen
+when it runs, not when the parser is built.
 """
 
 from __future__ import annotations
@@ -78,11 +78,10 @@ def format_table(matrix: dict[str, Any]) -> str:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.cli import collect_paths
     from harness.errors import ScenarioInvalid
-    from harness.matrix.cells import columns_for, parse_env_axis
+    from harness.matrix.cells import FAILING, columns_for, parse_env_axis
     from harness.matrix.defects import defect_info
     from harness.matrix.run import MatrixSpec, run_matrix
     from harness.scenario import load_scenario
-    from harness.verdict import OK_VERDICTS
 
     versions = [v.strip() for v in args.nixl.split(",") if v.strip()]
     if not versions or len(set(versions)) != len(versions):
@@ -138,7 +137,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             print(f"  {mark} {c.get('scenario') or ''} @ {c['column']}: {c['text']}")
     print(f"wrote {spec.out / 'matrix.json'} and {spec.out / 'matrix.html'}")
     bad_cell = any(
-        cell.get("verdict") not in (*OK_VERDICTS, "unavailable") for row in matrix["cells"].values() for cell in row.values()
+        str(cell.get("verdict")).lower() in FAILING for row in matrix["cells"].values() for cell in row.values()
     )
     regressed = any(c.get("regression") for c in changes or [])
     return EXIT_FAILED if bad_cell or regressed else EXIT_OK

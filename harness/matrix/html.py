@@ -19,6 +19,7 @@ __all__ = ["render_matrix"]
 COLOURS = {
     "pass": "#c8f0c8", "xpass": "#fff1a8", "xfail": "#e3d7f5", "skip": "#e6e6e6", "unknown": "#ffd9a8",
     "fail": "#f5b5b5", "hang": "#f5a0a0", "error": "#f08c8c", "unavailable": "#d0d0d0", "none": "#ffffff",
+    "flaky": "#f7c98b", "reproduced": "#e3d7f5", "not_reproduced": "#fff7cc", "fixed?": "#fff1a8",
 }
 
 CSS = """
@@ -71,7 +72,7 @@ def _cell(cell: Mapping[str, Any]) -> str:
     ]
     if links:
         parts.append(f'<div class="small">runs {" ".join(links)}</div>')
-    colour = COLOURS.get(verdict, "#ffffff")
+    colour = COLOURS.get(verdict.lower(), "#ffffff")
     return f'<td style="background:{colour}"{" class=unexp" if unexpected else ""}>{"".join(parts)}</td>'
 
 
