@@ -53,7 +53,7 @@ def _cell(cell: Mapping[str, Any]) -> str:
         parts.append(f'<div class="small">failed {fails["k"]}/{fails["n"]} ({_e(tally)})</div>')
     rate = cell.get("rate")
     if isinstance(rate, Mapping) and "k" in rate:
-        bound = f" bound {cell['bound']:g}" if isinstance(cell.get("bound"), int | float) else ""
+        bound = f" bound {cell['bound']:.3g}" if isinstance(cell.get("bound"), int | float) else ""
         parts.append(f'<div class="small">rate {rate["k"]}/{rate["n"]}{bound}</div>')
     timings = [
         ("run", _num(cell.get("seconds"), "s")), ("detect", _num(cell.get("detection_s"), "s")),
