@@ -41,6 +41,8 @@ def add_parser(sub: Any) -> None:
                    help="a timing change beyond PCT%% is reported against the baseline (default 20)")
     p.add_argument("--timeout-per-run", type=float, default=300.0, metavar="S",
                    help="each column's runs are bounded by S seconds per run (default 300)")
+    p.add_argument("--rebuild-envs", action="store_true",
+                   help="rebuild every version's env, also one that failed before with the same inputs")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the mxchaos source installed into each env (default: this checkout)")
@@ -124,6 +126,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         scenarios=files, names=names, defects={n: d for n, f in zip(names, files) if (d := defect_info(f))},
         columns=columns_for(versions, axes), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
+        rebuild_envs=args.rebuild_envs,
     )
     matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
     print(format_table(matrix))

@@ -9,7 +9,8 @@ dependencies (editable, so the env runs the repository's current code), then
 ``pyproject.toml``, the repository path, the interpreter, this recipe); an env whose stamp
 matches is reused as is. A version that cannot be installed or imported is not an exception:
 ``EnvResult.error`` says why (the last line of pip's or Python's error), and the matrix shows
-that column as unavailable. Builds of one env are serialised by a lock file.
+that column as unavailable; the failure is remembered with the inputs' hash (not retried until
+they change, or ``rebuild``: ``mxchaos matrix --rebuild-envs``). Builds of one env are serialised by a lock file.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = ["EnvResult", "cache_dir", "ensure_env", "env_dir", "error_line", "inp
 
 RECIPE = "mxchaos-matrix-env/1"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-matrix-stamp"
+FAILED = ".mxchaos-matrix-failed"  # the inputs' hash and why: a failed build is not retried unless rebuild
 PIP_TIMEOUT_S = 900.0
 
 Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
@@ -107,14 +109,21 @@ def ensure_env(
     root: Path | None = None,
     run: Runner = _run,
     log: Callable[[str], None] = lambda _msg: None,
+    rebuild: bool = False,
 ) -> EnvResult:
-    """The env for ``version``: reused when its stamp matches the inputs, else (re)built."""
+    """The env for ``version``: reused when its stamp matches the inputs, else (re)built. A build
+    that failed with the same inputs is not tried again (its reason is returned) unless ``rebuild``."""
     path = env_dir(version, root)
     want = inputs_hash(version, repo)
-    stamp = path / STAMP
+    stamp, failed = path / STAMP, path.parent / f"nixl-{version}{FAILED}"
     with _locked(path.parent / f".nixl-{version}.lock"):
-        if stamp.is_file() and stamp.read_text().strip() == want and (path / "bin" / "python").exists():
+        if not rebuild and stamp.is_file() and stamp.read_text().strip() == want and (path / "bin" / "python").exists():
             return EnvResult(version, path, cached=True)
+        if not rebuild and failed.is_file():
+            seen, _, why = failed.read_text().partition("\n")
+            if seen == want:
+                return EnvResult(version, path, error=why.strip(), cached=True)
+        failed.unlink(missing_ok=True)
         if path.exists():
             shutil.rmtree(path)
         log(f"building env for NIXL {version} in {path}")
@@ -131,6 +140,7 @@ def ensure_env(
             if done.returncode != 0:
                 why = error_line(f"{done.stdout}\n{done.stderr}")
                 log(f"NIXL {version}: {what} step failed: {why}")
+                failed.write_text(f"{want}\n{what}: {why}\n")
                 return EnvResult(version, path, error=f"{what}: {why}")
         toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
         if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():

@@ -47,6 +47,7 @@ class MatrixSpec:
     raw_read: bool = True
     baseline: dict[str, Any] | None = None
     drop: float = 0.2
+    rebuild_envs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,7 +176,7 @@ def run_matrix(
     from harness.matrix.html import render_matrix
 
     spec.out.mkdir(parents=True, exist_ok=True)
-    make = ensure or (lambda v: ensure_env(v, spec.repo, log=log))
+    make = ensure or (lambda v: ensure_env(v, spec.repo, log=log, rebuild=spec.rebuild_envs))
     envs: dict[str, EnvResult] = {}
     for version in dict.fromkeys(c.nixl for c in spec.columns):
         envs[version] = make(version)

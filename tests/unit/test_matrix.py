@@ -100,6 +100,11 @@ def test_a_version_that_cannot_be_installed_is_an_error_not_an_exception(tmp_pat
     assert not env.ok
     assert env.error == "nixl: ERROR: No matching distribution found for nixl-cu12==9.9.9"
     assert not any("-e" in c for c in pip.calls)  # stopped at the failing step
+    n = len(pip.calls)
+    again = ensure_env("9.9.9", _repo(tmp_path), root=tmp_path / "cache", run=pip)
+    assert again.error == env.error and again.cached and len(pip.calls) == n  # remembered, not retried
+    ensure_env("9.9.9", _repo(tmp_path), root=tmp_path / "cache", run=pip, rebuild=True)
+    assert len(pip.calls) == 2 * n
     assert error_line("a\n\nlast words\n") == "last words"
 
 
