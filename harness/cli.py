@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -449,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--faults", action="store_true")
     lst.add_argument("--checks", action="store_true")
     lst.set_defaults(fn=_cmd_list)
+
+    from harness.matrix.command import add_parser as add_matrix_parser
+
+    add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
     return parser
 
 

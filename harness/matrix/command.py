@@ -1,0 +1,146 @@
+"""The ``mxchaos matrix`` sub-command: its options and what it prints.
+
+``mxchaos matrix --nixl 1.3.2,1.4.1,1.5.1 [--env KEY=v1,v2 ...] [--repeat N] [--out DIR]
+[--baseline OLD/matrix.json] SCENARIOS...`` validates the scenario files with this harness,
+then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per scenario, a
+column per NIXL version x env value), the headlines and the baseline changes. Exit 0: the
+matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
+or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
+why, not a failure); 1: a cell is failing or regressed; 2: invalid input. Heavy imports happen
+when it runs, not when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "cmd_matrix", "format_table"]
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``matrix`` on ``mxchaos``'s sub-parsers."""
+    p = sub.add_parser(
+        "matrix",
+        help="run scenarios against several NIXL versions (one cached venv each) and env axes; "
+        "write matrix.json and matrix.html",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
+    p.add_argument("--nixl", required=True, metavar="V1,V2", help="NIXL versions, comma-separated (e.g. 1.3.2,1.4.1,1.5.1)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=v1,v2",
+                   help="an environment axis: every column runs once per value (repeatable)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per cell (default 1)")
+    p.add_argument("--out", default="matrix", metavar="DIR", help="output folder (default: matrix)")
+    p.add_argument("--baseline", metavar="OLD/matrix.json", help="an earlier matrix.json to compare with")
+    p.add_argument("--drop", type=float, default=20.0, metavar="PCT",
+                   help="a timing change beyond PCT%% is reported against the baseline (default 20)")
+    p.add_argument("--timeout-per-run", type=float, default=300.0, metavar="S",
+                   help="each column's runs are bounded by S seconds per run (default 300)")
+    p.add_argument("--rebuild-envs", action="store_true",
+                   help="rebuild every version's env, also one that failed before with the same inputs")
+    p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
+    p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
+                   help="the mxchaos source installed into each env (default: this checkout)")
+    p.set_defaults(fn=cmd_matrix)
+
+
+def format_table(matrix: dict[str, Any]) -> str:
+    """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
+    cols = matrix["columns"]
+    header = ["scenario", *[c["id"] for c in cols]]
+    rows = [header, ["(loaded)", *[
+        (f"nixl {','.join(c.get('loaded_nixl') or ['?'])} ucx {','.join(c.get('loaded_ucx') or ['?'])}"
+         if c.get("available") else "unavailable") for c in cols]]]
+    for sc in matrix["scenarios"]:
+        row = [sc["name"]]
+        for c in cols:
+            cell = matrix["cells"][sc["name"]].get(c["id"], {})
+            text = str(cell.get("verdict", "none")).upper()
+            f = cell.get("failures") or {}
+            if f.get("n"):
+                text += f" {f['k']}/{f['n']} failed"
+            if isinstance(cell.get("read_gbps"), int | float):
+                text += f" {cell['read_gbps']:g}GB/s"
+            if isinstance(cell.get("read_ratio"), int | float):
+                text += f" (x{cell['read_ratio']:g} raw)"
+            d = cell.get("defect")
+            if d:
+                text += f" [defect {'expected' if d['expected'] else 'unlisted'}, {d['observed']}]"
+            row.append(text)
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from harness.cli import collect_paths
+    from harness.errors import ScenarioInvalid
+    from harness.matrix.cells import FAILING, columns_for, parse_env_axis
+    from harness.matrix.defects import defect_info
+    from harness.matrix.run import MatrixSpec, run_matrix
+    from harness.scenario import load_scenario
+
+    versions = [v.strip() for v in args.nixl.split(",") if v.strip()]
+    if not versions or len(set(versions)) != len(versions):
+        print(f"--nixl {args.nixl!r}: give distinct versions, comma-separated", file=sys.stderr)
+        return EXIT_INVALID
+    if args.repeat < 1:
+        print("--repeat must be at least 1", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        axes = [parse_env_axis(text) for text in args.env]
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    if len({k for k, _ in axes}) != len(axes):
+        print("--env: each variable may be one axis only", file=sys.stderr)
+        return EXIT_INVALID
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = json.loads(Path(args.baseline).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"--baseline {args.baseline}: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+        if not isinstance(baseline, dict) or "cells" not in baseline:
+            print(f"--baseline {args.baseline}: not a matrix.json (no cells)", file=sys.stderr)
+            return EXIT_INVALID
+    files, problems = collect_paths(args.paths)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems or not files:
+        return EXIT_INVALID
+    names = []
+    for f in files:
+        try:
+            names.append(load_scenario(f).name)
+        except ScenarioInvalid as exc:
+            print(exc.render(), file=sys.stderr)
+            return EXIT_INVALID
+    spec = MatrixSpec(
+        scenarios=files, names=names, defects={n: d for n, f in zip(names, files) if (d := defect_info(f))},
+        columns=columns_for(versions, axes), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
+        timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
+        rebuild_envs=args.rebuild_envs,
+    )
+    matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+    print(format_table(matrix))
+    for h in matrix["headlines"]:
+        print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
+    changes = matrix.get("baseline_changes")
+    if changes is not None:
+        print(f"{len(changes)} change(s) against {args.baseline}")
+        for c in changes:
+            mark = "REGRESSION" if c.get("regression") else "change"
+            print(f"  {mark} {c.get('scenario') or ''} @ {c['column']}: {c['text']}")
+    print(f"wrote {spec.out / 'matrix.json'} and {spec.out / 'matrix.html'}")
+    bad_cell = any(
+        str(cell.get("verdict")).lower() in FAILING for row in matrix["cells"].values() for cell in row.values()
+    )
+    regressed = any(c.get("regression") for c in changes or [])
+    return EXIT_FAILED if bad_cell or regressed else EXIT_OK

@@ -1,0 +1,65 @@
+"""A known defect per NIXL version: expected vs observed in each column of the matrix.
+
+A scenario's ``known_defect`` (its text) may name the NIXL versions it was measured on in
+an optional top-level list ``defect_versions: ["1.5.1", "1.4"]`` (an entry matches that
+version and, without a third part, every ``1.4.x``). Until the scenario schema has that key,
+the matrix reads it from the YAML text itself (``defect_info``). Without the list the defect
+is expected on every version (what ``known_defect`` means to ``mxchaos run``).
+
+Per column: ``expected`` (the version is listed), ``observed``: ``reproduced`` (a run ended
+``xfail``: a check was false), ``not reproduced`` (every run that got far enough ended
+``xpass``), ``inconclusive`` (no run got to the checks: error, hang, failed step, skip). A
+*headline* is a column where they disagree: a defect expected and not reproduced (fixed in
+that release?) or reproduced where it is not listed (brought back, or never measured there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["defect_info", "defect_status", "version_matches"]
+
+
+def defect_info(path: Path) -> dict[str, Any] | None:
+    """``{"text": str, "versions": [..] | None}`` of a scenario file, None if it has no defect."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(doc, dict) or not doc.get("known_defect"):
+        return None
+    versions = doc.get("defect_versions")
+    if isinstance(versions, list | tuple):
+        listed: list[str] | None = [str(v).strip() for v in versions if str(v).strip()]
+    else:
+        listed = None
+    return {"text": " ".join(str(doc["known_defect"]).split()), "versions": listed}
+
+
+def version_matches(version: str, listed: Sequence[str]) -> bool:
+    """``1.5.1`` matches ``1.5.1`` and ``1.5`` (a prefix at a dot), not ``1.5.10`` for ``1.5.1``."""
+    return any(version == v or version.startswith(v + ".") for v in listed)
+
+
+def defect_status(defect: Mapping[str, Any], nixl: str, verdicts: Mapping[str, int]) -> dict[str, Any]:
+    """Expected vs observed for one cell; ``headline`` is a sentence when they disagree."""
+    listed = defect.get("versions")
+    expected = True if listed is None else version_matches(nixl, listed)
+    xfail, xpass = verdicts.get("xfail", 0), verdicts.get("xpass", 0)
+    n = sum(verdicts.values())
+    if xfail:
+        observed = "reproduced"
+    elif xpass:
+        observed = "not reproduced"
+    else:
+        observed = "inconclusive"
+    headline = None
+    if expected and observed == "not reproduced":
+        headline = f"expected on NIXL {nixl}, not reproduced in {xpass} of {n} runs: fixed in this release?"
+    elif not expected and observed == "reproduced":
+        headline = f"not listed for NIXL {nixl}, but reproduced in {xfail} of {n} runs: brought back (or never measured here)"
+    return {"expected": expected, "observed": observed, "reproduced": {"k": xfail, "n": n}, "headline": headline}

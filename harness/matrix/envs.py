@@ -1,0 +1,149 @@
+"""One isolated virtual environment per NIXL version, cached between matrix runs.
+
+``ensure_env(version, repo)`` builds ``<cache>/envs/nixl-<V>`` (``$MXCHAOS_CACHE_DIR``,
+default ``~/.cache/mxchaos``) with ``venv`` + ``pip``, the way ``.ci/bootstrap`` builds the
+project's own ``.venv``: NIXL first (``nixl-cu12==V nixl==V`` with ``--no-deps``: its wheels
+require torch, which a CPU machine does not need), then this repository with its own
+dependencies (editable, so the env runs the repository's current code), then
+``python -c 'import nixl._api'``. A stamp file holds the hash of the inputs (the version,
+``pyproject.toml``, the repository path, the interpreter, this recipe); an env whose stamp
+matches is reused as is. A version that cannot be installed or imported is not an exception:
+``EnvResult.error`` says why (the last line of pip's or Python's error), and the matrix shows
+that column as unavailable; the failure is remembered with the inputs' hash (not retried until
+they change, or ``rebuild``: ``mxchaos matrix --rebuild-envs``). Builds of one env are serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["EnvResult", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash"]
+
+RECIPE = "mxchaos-matrix-env/1"  # bump when the build steps change: every cached env is rebuilt
+STAMP = ".mxchaos-matrix-stamp"
+FAILED = ".mxchaos-matrix-failed"  # the inputs' hash and why: a failed build is not retried unless rebuild
+PIP_TIMEOUT_S = 900.0
+
+Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    """An environment for one NIXL version: ``python`` when usable, else ``error`` says why."""
+
+    version: str
+    path: Path
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def mxchaos(self) -> Path:
+        return self.path / "bin" / "mxchaos"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MXCHAOS_CACHE_DIR") or Path.home() / ".cache" / "mxchaos")
+
+
+def env_dir(version: str, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / "envs" / f"nixl-{version}"
+
+
+def inputs_hash(version: str, repo: Path, python: str = sys.executable) -> str:
+    """What an env is built from; a change in any of these rebuilds it."""
+    h = hashlib.sha256()
+    for part in (RECIPE, version, str(repo.resolve()), python, (repo / "pyproject.toml").read_text()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def error_line(text: str) -> str:
+    """The line that says why: pip's last ``ERROR:`` line, else the last non-empty line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout:g}s: {' '.join(argv[:6])}")
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 127, "", f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_env(
+    version: str,
+    repo: Path,
+    *,
+    root: Path | None = None,
+    run: Runner = _run,
+    log: Callable[[str], None] = lambda _msg: None,
+    rebuild: bool = False,
+) -> EnvResult:
+    """The env for ``version``: reused when its stamp matches the inputs, else (re)built. A build
+    that failed with the same inputs is not tried again (its reason is returned) unless ``rebuild``."""
+    path = env_dir(version, root)
+    want = inputs_hash(version, repo)
+    stamp, failed = path / STAMP, path.parent / f"nixl-{version}{FAILED}"
+    with _locked(path.parent / f".nixl-{version}.lock"):
+        if not rebuild and stamp.is_file() and stamp.read_text().strip() == want and (path / "bin" / "python").exists():
+            return EnvResult(version, path, cached=True)
+        if not rebuild and failed.is_file():
+            seen, _, why = failed.read_text().partition("\n")
+            if seen == want:
+                return EnvResult(version, path, error=why.strip(), cached=True)
+        failed.unlink(missing_ok=True)
+        if path.exists():
+            shutil.rmtree(path)
+        log(f"building env for NIXL {version} in {path}")
+        py = str(path / "bin" / "python")
+        pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        steps: list[tuple[str, list[str]]] = [
+            ("venv", [sys.executable, "-m", "venv", str(path)]),
+            ("nixl", [*pip, "--no-deps", f"nixl-cu12=={version}", f"nixl=={version}"]),
+            ("project", [*pip, "-e", str(repo.resolve())]),
+            ("import", [py, "-c", "import nixl._api"]),
+        ]
+        for what, argv in steps:
+            done = run(argv, PIP_TIMEOUT_S)
+            if done.returncode != 0:
+                why = error_line(f"{done.stdout}\n{done.stderr}")
+                log(f"NIXL {version}: {what} step failed: {why}")
+                failed.write_text(f"{want}\n{what}: {why}\n")
+                return EnvResult(version, path, error=f"{what}: {why}")
+        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
+        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
+            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
+        stamp.write_text(want + "\n")
+        return EnvResult(version, path)

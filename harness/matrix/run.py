@@ -1,0 +1,192 @@
+"""Run the matrix: build (or reuse) each version's env, run every column, write the results.
+
+For each column (``cells.Column``: a NIXL version x one value of each env axis) the env's own
+``mxchaos run --repeat N --out OUT/<column id> -q SCENARIOS`` runs with the axis values set
+in its environment, bounded by ``timeout_per_run`` x runs (+ a margin). An env whose
+``mxchaos run`` has no ``--repeat`` is run N times instead (the folders are then read without
+a ``summary.json``). Before the scenarios, ``python -m mxref.bench`` measures a raw NIXL READ
+in the same env and environment (``raw_read_gbps``: the denominator of ``read_ratio``). A
+version whose env cannot be built is a column with ``error`` and no runs. Then
+``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
+``--baseline`` diff (``harness.matrix.baseline``) when one is given.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.matrix.baseline import diff_matrices
+from harness.matrix.cells import Column, read_column
+from harness.matrix.defects import defect_status
+from harness.matrix.envs import EnvResult, ensure_env, error_line
+
+__all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
+
+SCHEMA_VERSION = 1
+RAW_READ_BYTES = 64 << 20
+RAW_READ_TIMEOUT_S = 120.0
+
+
+@dataclass
+class MatrixSpec:
+    scenarios: list[Path]  # scenario files
+    names: list[str]  # their scenario names, same order
+    defects: dict[str, dict[str, Any]]  # name -> defect_info
+    columns: list[Column]
+    repeat: int = 1
+    out: Path = Path("matrix")
+    repo: Path = Path(".")
+    timeout_per_run: float = 300.0
+    raw_read: bool = True
+    baseline: dict[str, Any] | None = None
+    drop: float = 0.2
+    rebuild_envs: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# (argv, env overrides, timeout) -> (returncode, stdout + stderr)
+Execute = Callable[[Sequence[str], Mapping[str, str], float], tuple[int, str]]
+
+
+def default_execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+    """Run a child with ``env`` added to ours; its output is returned (and also kept in the column's log)."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                              env={**os.environ, **env})
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, f"{out}\n(timed out after {timeout:g}s)"
+    except OSError as exc:
+        return 127, f"{type(exc).__name__}: {exc}"
+    return done.returncode, done.stdout + done.stderr
+
+
+def _raw_read(env: EnvResult, column: Column, execute: Execute) -> tuple[float | None, str | None]:
+    argv = [str(env.python), "-m", "mxref.bench", "--bytes", str(RAW_READ_BYTES), "--repeat", "3"]
+    rc, out = execute(argv, column.env_dict(), RAW_READ_TIMEOUT_S)
+    for line in reversed(out.splitlines()):
+        if line.startswith('{"raw_read"'):
+            try:
+                return float(json.loads(line)["raw_read"]["median_gbps"]), None
+            except (ValueError, KeyError, TypeError):
+                break
+    return None, f"raw READ failed (rc {rc}): {error_line(out)}"
+
+
+def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    out_dir = spec.out / column.id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "rc": None}
+    if spec.raw_read:
+        info["raw_read_gbps"], info["raw_read_error"] = _raw_read(env, column, execute)
+        log(f"[{column.id}] raw READ: {info['raw_read_gbps'] or info['raw_read_error']} GB/s")
+    rc_help, help_text = execute([str(env.mxchaos), "run", "--help"], {}, 60.0)
+    paths = [str(p.resolve()) for p in spec.scenarios]
+    runs = spec.repeat * len(paths)
+    budget = spec.timeout_per_run * runs + 120.0
+    logs = []
+    if rc_help == 0 and "--repeat" in help_text:
+        argv = [str(env.mxchaos), "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *paths]
+        log(f"[{column.id}] {' '.join(argv[1:4])} ... ({runs} runs, at most {budget:g}s)")
+        rc, text = execute(argv, column.env_dict(), budget)
+        info["rc"] = rc
+        logs.append(text)
+    else:  # an env whose mxchaos has no --repeat: N plain runs into the same folder
+        for i in range(spec.repeat):
+            argv = [str(env.mxchaos), "run", "--out", str(out_dir.resolve()), "-q", *paths]
+            log(f"[{column.id}] run {i + 1}/{spec.repeat} (no --repeat in this env; at most {budget / spec.repeat:g}s)")
+            rc, text = execute(argv, column.env_dict(), budget / spec.repeat)
+            info["rc"] = rc if info["rc"] in (None, 0, 1) else info["rc"]
+            logs.append(text)
+    (out_dir / "mxchaos-run.log").write_text("\n".join(logs))
+    if info["rc"] not in (0, 1):  # 0/1: the runs ran (pass / something failed); else say what the tool said
+        info["run_error"] = f"mxchaos run exited {info['rc']}: {error_line(logs[-1] if logs else '')}"
+    return info
+
+
+def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """``matrix.json``'s content from the column folders already under ``spec.out``."""
+    columns: list[dict[str, Any]] = []
+    cells: dict[str, dict[str, Any]] = {name: {} for name in spec.names}
+    headlines: list[dict[str, Any]] = []
+    for column in spec.columns:
+        env = envs[column.nixl]
+        info = dict(infos.get(column.id, {}))
+        col: dict[str, Any] = {"id": column.id, "label": column.label, "nixl": column.nixl, "env": column.env_dict(),
+                               "available": env.ok, "error": env.error, "env_path": str(env.path),
+                               "out_dir": column.id, **info}
+        if not env.ok:
+            for name in spec.names:
+                cells[name][column.id] = {"verdict": "unavailable", "error": env.error, "runs": [], "verdicts": {},
+                                          "failures": {"k": 0, "n": 0}}
+            col.update(loaded_nixl=[], loaded_ucx=[])
+            columns.append(col)
+            continue
+        read = read_column(spec.out / column.id, spec.names, info.get("raw_read_gbps"))
+        col.update(loaded_nixl=read.nixl, loaded_ucx=read.ucx)
+        for name in spec.names:
+            cell = read.cells[name]
+            if cell["verdict"] == "none" and info.get("run_error"):
+                cell["error"] = info["run_error"]
+            for run in cell["runs"]:  # links relative to matrix.json
+                rd = Path(str(run.get("run_dir", "")))
+                if rd.is_absolute():
+                    try:
+                        run["link"] = str(rd.resolve().relative_to(spec.out.resolve()))
+                    except ValueError:
+                        run["link"] = str(rd)
+            defect = spec.defects.get(name)
+            if defect:
+                cell["defect"] = defect_status(defect, column.nixl, cell["verdicts"])
+                if cell["defect"]["headline"]:
+                    headlines.append({"scenario": name, "column": column.id, "text": cell["defect"]["headline"]})
+            cells[name][column.id] = cell
+        columns.append(col)
+    matrix: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "repeat": spec.repeat,
+        "scenarios": [{"name": n, "path": str(p), "defect": spec.defects.get(n)} for n, p in zip(spec.names, spec.scenarios)],
+        "columns": columns,
+        "cells": cells,
+        "headlines": headlines,
+        **spec.extra,
+    }
+    if spec.baseline is not None:
+        matrix["baseline_changes"] = diff_matrices(spec.baseline, matrix, spec.drop)
+    return matrix
+
+
+def run_matrix(
+    spec: MatrixSpec,
+    *,
+    ensure: Callable[[str], EnvResult] | None = None,
+    execute: Execute = default_execute,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix."""
+    from harness.matrix.html import render_matrix
+
+    spec.out.mkdir(parents=True, exist_ok=True)
+    make = ensure or (lambda v: ensure_env(v, spec.repo, log=log, rebuild=spec.rebuild_envs))
+    envs: dict[str, EnvResult] = {}
+    for version in dict.fromkeys(c.nixl for c in spec.columns):
+        envs[version] = make(version)
+        log(f"NIXL {version}: " + ("env ready" + (" (cached)" if envs[version].cached else "") if envs[version].ok
+                                   else f"unavailable: {envs[version].error}"))
+    infos: dict[str, dict[str, Any]] = {}
+    for column in spec.columns:
+        if envs[column.nixl].ok:
+            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log)
+    matrix = build_matrix(spec, envs, infos)
+    (spec.out / "matrix.json").write_text(json.dumps(matrix, indent=2) + "\n")
+    (spec.out / "matrix.html").write_text(render_matrix(matrix))
+    return matrix

@@ -1,0 +1,364 @@
+"""``mxchaos matrix`` logic with fakes: columns and env axes, the env cache, reading a column
+folder (summary.json or bare run folders), known defects per version, the baseline diff, and
+a whole matrix (json + html) from a fake executor that writes what ``mxchaos run --repeat``
+would. Nothing here installs a package or starts NIXL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cli import main
+from harness.matrix.baseline import diff_matrices, wilson
+from harness.matrix.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
+from harness.matrix.defects import defect_info, defect_status, version_matches
+from harness.matrix.envs import EnvResult, ensure_env, error_line
+from harness.matrix.run import MatrixSpec, run_matrix
+
+# ------------------------------------------------------------------ columns
+
+
+def test_columns_are_versions_times_every_env_combination() -> None:
+    axes = [parse_env_axis("UCX_RNDV_PIPELINE_ERROR_HANDLING=y,n"), parse_env_axis("A=1")]
+    cols = columns_for(["1.4.1", "1.5.1"], axes)
+    assert [c.id for c in cols] == [
+        "nixl-1.4.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=y+A=1",
+        "nixl-1.4.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=n+A=1",
+        "nixl-1.5.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=y+A=1",
+        "nixl-1.5.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=n+A=1",
+    ]
+    assert cols[1].env_dict() == {"UCX_RNDV_PIPELINE_ERROR_HANDLING": "n", "A": "1"}
+    assert [c.id for c in columns_for(["1.3.2"], [])] == ["nixl-1.3.2"]
+
+
+@pytest.mark.parametrize("text", ["NOEQUALS", "1BAD=y", "K=", "K=y,,n", "K=y,y"])
+def test_a_malformed_env_axis_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--env"):
+        parse_env_axis(text)
+
+
+def test_the_cell_verdict_is_the_worst_run() -> None:
+    assert cell_verdict(["pass", "fail", "pass"]) == "fail"
+    assert cell_verdict(["xpass", "xfail"]) == "xfail"
+    assert cell_verdict(["skip", "pass"]) == "pass"
+    assert cell_verdict([]) == "none"
+
+
+# ------------------------------------------------------------------ envs
+
+
+class FakePip:
+    """Records the steps; ``venv`` makes ``bin/python``; ``fail`` names a step that fails."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            (Path(argv[3]) / "bin").mkdir(parents=True)
+            (Path(argv[3]) / "bin" / "python").write_text("")
+        if self.fail and any(self.fail in a for a in argv):
+            return subprocess.CompletedProcess(argv, 1, "", "Looking in indexes\nERROR: Could not find a version\n"
+                                               "ERROR: No matching distribution found for nixl-cu12==9.9.9\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def _repo(tmp_path: Path, deps: str = "numpy") -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "pyproject.toml").write_text(f"[project]\nname='x'\ndependencies=['{deps}']\n")
+    return repo
+
+
+def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path) -> None:
+    repo, root = _repo(tmp_path), tmp_path / "cache"
+    pip = FakePip()
+    first = ensure_env("1.5.1", repo, root=root, run=pip)
+    assert first.ok and not first.cached and first.path == root / "envs" / "nixl-1.5.1"
+    installs = [" ".join(c) for c in pip.calls]
+    assert any("--no-deps nixl-cu12==1.5.1 nixl==1.5.1" in c for c in installs)
+    assert any(c.endswith(f"-e {repo.resolve()}") for c in installs)
+    assert pip.calls[-1][-2:] == ["-c", "import nixl._api"]
+    n = len(pip.calls)
+    again = ensure_env("1.5.1", repo, root=root, run=pip)
+    assert again.ok and again.cached and len(pip.calls) == n
+    _repo(tmp_path, deps="numpy>=2")  # the project's dependencies changed: rebuild
+    third = ensure_env("1.5.1", repo, root=root, run=pip)
+    assert third.ok and not third.cached and len(pip.calls) == 2 * n
+
+
+def test_a_version_that_cannot_be_installed_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    pip = FakePip(fail="nixl-cu12==9.9.9")
+    env = ensure_env("9.9.9", _repo(tmp_path), root=tmp_path / "cache", run=pip)
+    assert not env.ok
+    assert env.error == "nixl: ERROR: No matching distribution found for nixl-cu12==9.9.9"
+    assert not any("-e" in c for c in pip.calls)  # stopped at the failing step
+    n = len(pip.calls)
+    again = ensure_env("9.9.9", _repo(tmp_path), root=tmp_path / "cache", run=pip)
+    assert again.error == env.error and again.cached and len(pip.calls) == n  # remembered, not retried
+    ensure_env("9.9.9", _repo(tmp_path), root=tmp_path / "cache", run=pip, rebuild=True)
+    assert len(pip.calls) == 2 * n
+    assert error_line("a\n\nlast words\n") == "last words"
+
+
+# ------------------------------------------------------------------ reading a column
+
+
+def _timeline(gbps: Sequence[float], fault_t: float | None = None) -> str:
+    entries: list[dict[str, Any]] = []
+    if fault_t is not None:
+        entries.append({"t": fault_t, "type": "invoke", "actor": "nemesis", "f": "inject", "value": {}})
+        entries.append({"t": fault_t + 0.04, "type": "info", "actor": "reader-1", "f": "transfer_error", "value": {}})
+        entries.append({"t": fault_t + 0.2, "type": "info", "actor": "reader-1", "f": "fallback", "value": {}})
+    entries += [{"t": 20.0 + i, "type": "info", "actor": "reader-1", "f": "transfer_done", "value": {"gbps": g}}
+                for i, g in enumerate(gbps)]
+    if fault_t is not None:
+        entries.append({"t": 30.0, "type": "info", "actor": "reader-1", "f": "load_done", "value": {}})
+    return "\n".join(json.dumps(e) for e in entries) + "\n"
+
+
+def write_run(folder: Path, scenario: str, verdict: str, *, nixl: str = "1.5.1", ucx: str = "1.23.0",
+              gbps: Sequence[float] = (1.0,), fault_t: float | None = None, seconds: float = 5.0) -> dict[str, Any]:
+    """A run folder as ``mxchaos run`` leaves it (the files the matrix reads)."""
+    folder.mkdir(parents=True)
+    (folder / "verdict.json").write_text(json.dumps({"scenario": scenario, "verdict": verdict, "seed": 1,
+                                                     "seconds": seconds}))
+    (folder / "versions.json").write_text(json.dumps({"nixl": f"{nixl} (nixl)", "ucx": f"{ucx} (libucp.so.0)"}))
+    (folder / "timeline.jsonl").write_text(_timeline(gbps, fault_t))
+    return {"verdict": verdict, "run_dir": str(folder), "seed": 1, "seconds": seconds}
+
+
+def test_timings_come_from_the_timeline(tmp_path: Path) -> None:
+    write_run(tmp_path / "r", "s", "pass", gbps=(1.0, 3.0), fault_t=10.0)
+    t = run_timings(tmp_path / "r")
+    assert t == {"detection_s": 0.04, "recovery_s": 20.0, "fallback_s": 0.2, "gbps": [1.0, 3.0]}
+
+
+def test_a_column_is_read_from_summary_json(tmp_path: Path) -> None:
+    runs = [write_run(tmp_path / "a" / str(i), "a", v, gbps=(g,), seconds=s)
+            for i, (v, g, s) in enumerate([("pass", 2.0, 4.0), ("fail", 4.0, 6.0), ("pass", 3.0, 5.0)])]
+    summary = {"repeat": 3, "scenarios": {"a": {"cell": "fail", "rate": {"k": 2, "n": 3}, "bound": 0.5,
+                                                "measured": None, "runs": runs}}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    col = read_column(tmp_path, ["a", "missing"], raw_gbps=6.0)
+    a = col.cells["a"]
+    assert a["verdict"] == "fail" and a["rate"] == {"k": 2, "n": 3} and a["bound"] == 0.5
+    assert a["failures"] == {"k": 1, "n": 3} and a["verdicts"] == {"fail": 1, "pass": 2}
+    assert a["seconds"] == 5.0 and a["read_gbps"] == 3.0 and a["read_ratio"] == 0.5
+    assert a["nixl"] == ["1.5.1"] and a["ucx"] == ["1.23.0"]
+    assert col.cells["missing"]["verdict"] == "none" and col.cells["missing"]["failures"] == {"k": 0, "n": 0}
+    assert col.nixl == ["1.5.1"] and col.ucx == ["1.23.0"]
+
+
+def test_without_summary_json_the_run_folders_are_read(tmp_path: Path) -> None:
+    write_run(tmp_path / "a" / "20260101T000000-1", "a", "xfail", nixl="1.4.1", ucx="1.22.0")
+    write_run(tmp_path / "a" / "20260101T000001-2", "a", "xpass", nixl="1.4.1", ucx="1.22.0")
+    (tmp_path / "a" / "latest").symlink_to(tmp_path / "a" / "20260101T000001-2")
+    cell = read_column(tmp_path, ["a"]).cells["a"]
+    assert cell["verdict"] == "xfail" and cell["verdicts"] == {"xfail": 1, "xpass": 1} and len(cell["runs"]) == 2
+    assert cell["rate"] is None and cell["read_ratio"] is None and cell["ucx"] == ["1.22.0"]
+
+
+# ------------------------------------------------------------------ known defects per version
+
+
+def test_defect_versions_are_read_from_the_scenario_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nknown_defect: >-\n  aborts the\n  source\ndefect_versions: [1.5.1, '1.4']\n")
+    assert defect_info(f) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"]}
+    f.write_text("name: s\nknown_defect: aborts\n")
+    assert defect_info(f) == {"text": "aborts", "versions": None}
+    f.write_text("name: s\n")
+    assert defect_info(f) is None
+
+
+def test_version_matching_is_exact_or_a_prefix_at_a_dot() -> None:
+    assert version_matches("1.4.1", ["1.4"]) and version_matches("1.5.1", ["1.5.1"])
+    assert not version_matches("1.5.10", ["1.5.1"]) and not version_matches("1.3.2", ["1.4", "1.5.1"])
+
+
+def test_expected_vs_observed_and_the_headlines() -> None:
+    listed = {"text": "t", "versions": ["1.5.1"]}
+    fixed = defect_status(listed, "1.5.1", {"xpass": 3})
+    assert fixed["expected"] and fixed["observed"] == "not reproduced" and "fixed" in fixed["headline"]
+    back = defect_status(listed, "1.4.1", {"xfail": 1, "xpass": 2})
+    assert not back["expected"] and back["observed"] == "reproduced" and "brought back" in back["headline"]
+    assert back["reproduced"] == {"k": 1, "n": 3}
+    assert defect_status(listed, "1.5.1", {"xfail": 2})["headline"] is None
+    assert defect_status(listed, "1.4.1", {"xpass": 2})["headline"] is None
+    assert defect_status(listed, "1.5.1", {"error": 2})["observed"] == "inconclusive"
+    everywhere = {"text": "t", "versions": None}
+    assert defect_status(everywhere, "1.3.2", {"xfail": 1})["expected"] is True
+
+
+# ------------------------------------------------------------------ baseline
+
+
+def _m(cells: dict[str, dict[str, Any]], cols: Sequence[str] = ("nixl-1.5.1",)) -> dict[str, Any]:
+    return {"columns": [{"id": c} for c in cols], "cells": cells}
+
+
+def test_wilson_interval() -> None:
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and 0.27 < hi < 0.28
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_the_baseline_diff_reports_flips_rate_moves_and_timings() -> None:
+    old = _m({
+        "flip": {"nixl-1.5.1": {"verdict": "pass", "failures": {"k": 0, "n": 2}}},
+        "rate": {"nixl-1.5.1": {"verdict": "fail", "failures": {"k": 0, "n": 10}}},
+        "noisy": {"nixl-1.5.1": {"verdict": "fail", "failures": {"k": 0, "n": 2}}},
+        "slow": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 2.0, "recovery_s": 2.0, "seconds": 10.0}},
+        "same": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 2.0, "failures": {"k": 1, "n": 4}}},
+    })
+    new = _m({
+        "flip": {"nixl-1.5.1": {"verdict": "fail", "failures": {"k": 1, "n": 2}}},
+        "rate": {"nixl-1.5.1": {"verdict": "fail", "failures": {"k": 6, "n": 10}}},
+        "noisy": {"nixl-1.5.1": {"verdict": "fail", "failures": {"k": 2, "n": 2}}},
+        "slow": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.5, "recovery_s": 3.0, "seconds": 10.4}},
+        "same": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.9, "failures": {"k": 2, "n": 4}}},
+        "new_row": {"nixl-1.5.1": {"verdict": "pass"}},
+    }, cols=("nixl-1.5.1", "nixl-1.6.0"))
+    changes = diff_matrices(old, new, drop=0.2)
+    got = {(c["scenario"], c["kind"], c.get("metric")) for c in changes}
+    assert got == {
+        ("flip", "verdict", None),
+        ("rate", "rate", None),
+        ("slow", "timing", "read_gbps"),
+        ("slow", "timing", "recovery_s"),
+        (None, "column", None),
+    }
+    assert all(c["regression"] for c in changes if c["kind"] != "column")
+    better = diff_matrices(new, old)
+    flips = [c for c in better if c["kind"] == "verdict"]
+    assert flips and not flips[0]["regression"]
+
+
+def test_the_cells_of_repeat_runs_are_ranked_too() -> None:
+    old = _m({"s": {"nixl-1.5.1": {"verdict": "PASS"}}, "d": {"nixl-1.5.1": {"verdict": "REPRODUCED"}}})
+    new = _m({"s": {"nixl-1.5.1": {"verdict": "FLAKY"}}, "d": {"nixl-1.5.1": {"verdict": "FIXED?"}}})
+    flips = {c["scenario"]: c["regression"] for c in diff_matrices(old, new)}
+    assert flips == {"s": True, "d": False}
+    assert cell_verdict(["PASS", "FLAKY"]) == "flaky"
+
+
+def test_the_ratio_is_compared_when_both_cells_have_one() -> None:
+    old = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.9}}})
+    new = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.5}}})
+    (change,) = diff_matrices(old, new)
+    assert change["metric"] == "read_ratio" and change["old"] == 0.9
+
+
+# ------------------------------------------------------------------ a whole matrix
+
+
+class FakeExecute:
+    """What the env's tools would do: the raw bench prints its JSON line; ``run --repeat``
+    writes run folders and summary.json with the verdicts given per (column env, scenario)."""
+
+    def __init__(self, verdicts: Mapping[tuple[str, str], Sequence[str]], nixl_of: Mapping[str, str]) -> None:
+        self.verdicts, self.nixl_of = verdicts, nixl_of
+        self.calls: list[tuple[list[str], dict[str, str], float]] = []
+
+    def __call__(self, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+        argv = list(argv)
+        self.calls.append((argv, dict(env), timeout))
+        if "mxref.bench" in argv:
+            return 0, 'nixl log line\n{"raw_read": {"bytes": 1, "gbps": [2.0], "median_gbps": 2.0}}\n'
+        if argv[1:] == ["run", "--help"]:
+            return 0, "usage: mxchaos run [--repeat N]"
+        out = Path(argv[argv.index("--out") + 1])
+        n = int(argv[argv.index("--repeat") + 1])
+        nixl = self.nixl_of[argv[0]]
+        ab = env.get("AB", "")
+        scenarios: dict[str, Any] = {}
+        for path in argv[argv.index("-q") + 1:]:
+            name = Path(path).stem
+            runs = [write_run(out / name / f"run{i}", name, v, nixl=nixl, gbps=(1.0,))
+                    for i, v in enumerate(self.verdicts[(ab, name)][:n])]
+            verdicts = [r["verdict"] for r in runs]  # the cells of harness.rates, as summary.json gives them
+            cell = ("REPRODUCED" if "xfail" in verdicts else "NOT_REPRODUCED") if name == "reset" else "PASS"
+            scenarios[name] = {"cell": cell, "rate": {"k": 0, "n": n},
+                               "bound": None, "measured": None, "runs": runs}
+        (out / "summary.json").write_text(json.dumps({"repeat": n, "scenarios": scenarios}))
+        return 0, "ok"
+
+
+def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
+    scen = tmp_path / "scen"
+    scen.mkdir()
+    smoke, defect = scen / "smoke.yaml", scen / "reset.yaml"
+    envs = {v: EnvResult(v, tmp_path / f"env-{v}") for v in ("1.4.1", "1.5.1")}
+    envs["1.5.2"] = EnvResult("1.5.2", tmp_path / "env-1.5.2", error="nixl: ERROR: No matching distribution found")
+    fake = FakeExecute(
+        {("y", "smoke"): ["pass", "pass"], ("n", "smoke"): ["pass", "pass"],
+         ("y", "reset"): ["xpass", "xpass"], ("n", "reset"): ["xfail", "xpass"]},
+        {str(e.mxchaos): v for v, e in envs.items()},
+    )
+    spec = MatrixSpec(
+        scenarios=[smoke, defect], names=["smoke", "reset"],
+        defects={"reset": {"text": "aborts the source", "versions": ["1.5.1"]}},
+        columns=columns_for(["1.4.1", "1.5.1", "1.5.2"], [("AB", ["y", "n"])]), repeat=2, out=tmp_path / "out",
+    )
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
+    assert json.loads((tmp_path / "out" / "matrix.json").read_text()) == matrix
+    ids = [c["id"] for c in matrix["columns"]]
+    assert ids == [f"nixl-{v}+AB={ab}" for v in ("1.4.1", "1.5.1", "1.5.2") for ab in ("y", "n")]
+    cols = {c["id"]: c for c in matrix["columns"]}
+    assert cols["nixl-1.5.1+AB=n"]["loaded_nixl"] == ["1.5.1"] and cols["nixl-1.5.1+AB=n"]["raw_read_gbps"] == 2.0
+    assert not cols["nixl-1.5.2+AB=y"]["available"]
+    gone = matrix["cells"]["smoke"]["nixl-1.5.2+AB=y"]
+    assert gone["verdict"] == "unavailable" and "No matching distribution" in gone["error"]
+    cell = matrix["cells"]["reset"]["nixl-1.5.1+AB=n"]
+    assert cell["verdict"] == "REPRODUCED" and cell["read_ratio"] == 0.5 and cell["runs"][0]["link"].startswith("nixl-1.5.1+AB=n/")
+    heads = {(h["scenario"], h["column"]) for h in matrix["headlines"]}
+    # expected on 1.5.1, not reproduced with AB=y; reproduced on 1.4.1 with AB=n where it is not listed
+    assert heads == {("reset", "nixl-1.5.1+AB=y"), ("reset", "nixl-1.4.1+AB=n")}
+    run_calls = [c for c in fake.calls if c[0][1:3] == ["run", "--repeat"]]
+    assert len(run_calls) == 4 and {c[1]["AB"] for c in run_calls} == {"y", "n"}
+    page = (tmp_path / "out" / "matrix.html").read_text()
+    assert "fixed in this release?" in page and "brought back" in page
+    assert "unavailable: nixl: ERROR: No matching distribution found" in page
+    assert 'href="nixl-1.5.1+AB=n/reset/run0/report.html"' in page
+
+    # the same matrix again, with the first as its baseline: nothing changed
+    spec.baseline, spec.out = matrix, tmp_path / "out2"
+    assert run_matrix(spec, ensure=lambda v: envs[v], execute=fake)["baseline_changes"] == []
+
+
+def test_without_repeat_support_the_env_runs_n_times(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+
+    def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+        calls.append(list(argv))
+        if argv[1:] == ["run", "--help"]:
+            return 0, "usage: mxchaos run [--seed SEED]"
+        out = Path(argv[argv.index("--out") + 1])
+        write_run(out / "smoke" / f"run{len(calls)}", "smoke", "pass")
+        return 0, ""
+
+    env = EnvResult("1.5.1", tmp_path / "env")
+    spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
+                      columns=[Column("1.5.1")], repeat=3, out=tmp_path / "out", raw_read=False)
+    matrix = run_matrix(spec, ensure=lambda v: env, execute=execute)
+    assert sum(1 for c in calls if "--out" in c) == 3
+    assert matrix["cells"]["smoke"]["nixl-1.5.1"]["verdicts"] == {"pass": 3}
+
+
+@pytest.mark.parametrize("argv", [
+    ["matrix", "--nixl", "1.5.1", "--env", "BAD", "scenarios/smoke.yaml"],
+    ["matrix", "--nixl", "1.5.1,1.5.1", "scenarios/smoke.yaml"],
+    ["matrix", "--nixl", "1.5.1", "--repeat", "0", "scenarios/smoke.yaml"],
+    ["matrix", "--nixl", "1.5.1", "no/such/file.yaml"],
+])
+def test_invalid_matrix_options_exit_2_before_building_anything(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err
