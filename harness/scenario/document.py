@@ -5,6 +5,7 @@ model per registered check kind).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Union
@@ -100,6 +101,9 @@ class Scenario(Strict):
     # the rate the defect was measured at, k/n ("4/6": it showed in 4 of 6 runs); `--repeat N`
     # calls the defect "FIXED?" only when 0 of N puts the confidence bound below it (harness.rates)
     defect_rate: str | None = None
+    # the NIXL versions the defect was measured on ("1.5.1", or "1.4" for any 1.4.x); the release
+    # matrix expects it there and headlines a version where it did not show (harness.matrix)
+    defect_versions: tuple[str, ...] = ()
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
@@ -151,6 +155,20 @@ class Scenario(Strict):
             return str(parse_rate(value))
         except ValueError as exc:
             raise custom_error("defect_rate", str(exc)) from None
+
+    @field_validator("defect_versions", mode="before")
+    @classmethod
+    def _defect_versions(cls, value: Any, info: ValidationInfo) -> Any:
+        if not value:
+            return ()
+        if "known_defect" in info.data and info.data["known_defect"] is None:
+            raise custom_error("defect_versions", "defect_versions are where a known_defect was measured: state known_defect too")
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(
+            isinstance(v, str) and re.fullmatch(r"\d+(\.\d+){1,2}", v.strip()) for v in items
+        ):
+            raise custom_error("defect_versions", "list NIXL versions as strings, e.g. [\"1.5.1\", \"1.4\"] (1.4: any 1.4.x)")
+        return tuple(v.strip() for v in items)
 
     @property
     def measured_rate(self) -> tuple[int, int] | None:

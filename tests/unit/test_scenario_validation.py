@@ -168,3 +168,16 @@ def test_step_registry_describes_and_walks_parallel_blocks() -> None:
         ("2.2.1", "heal all"),
     ]
     assert refs[3].loc == ("steps", 1, "parallel", 0, 1)
+
+
+def test_defect_versions_name_where_a_known_defect_was_measured() -> None:
+    base = "name: dv\nprocesses: {server: {role: server}}\nsteps: [{start: server}]\n"
+    ok = parse_scenario(base + 'known_defect: it breaks\ndefect_versions: ["1.5.1", "1.4"]\n', "dv.yaml")
+    assert ok.defect_versions == ("1.5.1", "1.4")
+    for bad, rule in (
+        ('defect_versions: ["1.5.1"]\n', "state known_defect too"),
+        ("known_defect: it breaks\ndefect_versions: [1.5]\n", "list NIXL versions as strings"),
+        ('known_defect: it breaks\ndefect_versions: ["latest"]\n', "list NIXL versions as strings"),
+    ):
+        with pytest.raises(ScenarioInvalid, match=rule):
+            parse_scenario(base + bad, "dv.yaml")
