@@ -168,8 +168,9 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
         out.write("\n")
         for r in xpassed:
             out.write(
-                p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce: it may be fixed.", "xpass")
-                + f"\n  defect: {r.known_defect}\n  Rerun it; once it stays fixed, remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
+                p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce in this run.", "xpass")
+                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `mxchaos run --repeat N` calls it FIXED? only when its "
+                f"confidence bound falls below the measured rate; then remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
             )
     out.flush()
 

@@ -589,8 +589,8 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
     if result.known_defect:
         note = {
             "xfail": "The known defect reproduced; the failures below are expected.",
-            "xpass": "<b>Every check passed: the known defect did not reproduce. It may be fixed "
-            "(or was not hit this time); rerun it, and drop <code>known_defect</code> once it stays fixed.</b>",
+            "xpass": "<b>Every check passed: the known defect did not reproduce in this run. One run cannot call it "
+            "fixed: <code>mxchaos run --repeat N</code> does, once its confidence bound falls below the measured rate.</b>",
         }.get(result.verdict, "")
         parts.append(
             f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "

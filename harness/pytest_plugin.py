@@ -227,7 +227,8 @@ class ScenarioItem(pytest.Item):
             pytest.xfail(_xfail_reason(result))
         if result.verdict == "xpass":
             note = (
-                f"every check passed: the known defect did not reproduce, it may be fixed: {result.known_defect} "
+                f"every check passed: the known defect did not reproduce in this run (one run cannot call it fixed; "
+                f"--mxchaos-repeat N can): {result.known_defect} "
                 f"(run folder: {result.run_dir})"
             )
             self.user_properties.append((XPASS_PROPERTY, note))

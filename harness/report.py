@@ -441,8 +441,8 @@ def _expected_text(result: RunResult) -> str:
 
 def _xpass_note(result: RunResult) -> str:
     return (
-        "XPASS: every check passed, so the known defect did not reproduce in this run; "
-        f"it may be fixed (or not hit this time): {result.known_defect}"
+        "XPASS: every check passed, so the known defect did not reproduce in this run; one run cannot "
+        f"call it fixed (`mxchaos run --repeat N` can): {result.known_defect}"
     )
 
 
