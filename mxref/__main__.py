@@ -302,7 +302,6 @@ def run_source(args: argparse.Namespace) -> int:
     from mxref.metrics import SourceMetrics
     from mxref.model import Reference, fill_from_seed
     from mxref.nixl_transfer import NixlTransferManager
-    from mxref.process import free_port
     from mxref.source import SourceService, identity_for, local_tensors
 
     metrics = SourceMetrics()
@@ -326,10 +325,13 @@ def run_source(args: argparse.Namespace) -> int:
         arena = accel.to_device(host_arena, args.device_id)
         identity = identity_for(args.model_name, arena.specs[0].dtype, revision=reference.digest)
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"
-        nixl_port = args.nixl_port or free_port(args.advertise_host)
         mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=metrics.nixl)
         try:
-            mgr.create_agent(nixl_port, progress_thread=False)
+            if args.nixl_port:  # pinned by the operator: no second choice
+                mgr.create_agent(args.nixl_port, progress_thread=False)
+                nixl_port = int(args.nixl_port)
+            else:
+                nixl_port = mgr.create_agent_on_free_port(args.advertise_host, progress_thread=False)
         except Exception as exc:  # noqa: BLE001 - NIXL raises unrelated types; any failure is a startup failure
             print(f"mxref source: cannot create the NIXL agent: {type(exc).__name__}: {exc}", file=sys.stderr)
             return proc.finish(EXIT_STARTUP_FAILED)
@@ -389,7 +391,6 @@ def run_reader(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,
           hooks: CorruptionToggle | None) -> int:
     """The reader after its setup: load, report, settle, then exit or serve."""
-    from mxref.process import free_port
     from mxref.source import SourceService, local_tensors
 
     options = reader.options
@@ -421,7 +422,7 @@ def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reade
 
             mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
                                       events=proc.events, metrics=metrics.nixl)
-            mgr.create_agent(free_port(args.advertise_host), progress_thread=False)
+            mgr.create_agent_on_free_port(args.advertise_host, progress_thread=False)
             mgr.register_tensors(local_tensors(reader.arena, args.device_id))
         mgr.start_progress_pump()
         serve = serve_options(args, options.server)

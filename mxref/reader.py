@@ -56,7 +56,6 @@ from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, Reference, load_checkpoint
 from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
-from mxref.process import free_port
 from mxref.selection import Target, get_selector
 from mxref.source import local_tensors
 from mxref.v1 import p2p_pb2
@@ -329,7 +328,7 @@ class Reader:
                 events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
             )
             t0 = time.perf_counter()
-            mgr.create_agent(free_port(), progress_thread=False)
+            mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False)
             mgr.register_tensors(local_tensors(arena, self.options.device_id))
             self._phase("register", t0, "ok")
             self._emit_region(index, agent_name, arena, fresh=True)

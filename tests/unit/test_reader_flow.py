@@ -280,7 +280,6 @@ def world(monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setattr(reader_mod, "MxClient", lambda address, *a, **kw: FakeClient(w))
     monkeypatch.setattr(reader_mod, "fetch_tensor_manifest", make_fetch_manifest(w))
     monkeypatch.setattr(reader_mod, "NixlTransferManager", manager_cls)
-    monkeypatch.setattr(reader_mod, "free_port", lambda *a: 40000)
     return w
 
 

@@ -1,0 +1,38 @@
+"""The NIXL metadata listener's port: chosen free, then bound by NIXL (it cannot bind port 0).
+Another process can take the port in between; the agent is then created on another port, a
+bounded number of times (a parallel test run once lost a source to "Address already in use")."""
+
+from __future__ import annotations
+
+import pytest
+
+from mxref.nixl_transfer import NixlTransferManager
+
+
+class FlakyBind(NixlTransferManager):
+    """A manager whose agent creation fails (as a taken port does) the first ``failures`` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__("flaky", 0)
+        self.failures = failures
+        self.tried: list[int] = []
+
+    def create_agent(self, listen_port: int, progress_thread: bool) -> None:
+        self.tried.append(listen_port)
+        if len(self.tried) <= self.failures:
+            raise RuntimeError(f"listener on {listen_port}: Address already in use")
+        self._listen_port = listen_port
+
+
+def test_a_port_taken_between_choosing_and_binding_is_retried_on_another() -> None:
+    mgr = FlakyBind(failures=1)
+    port = mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False)
+    assert len(mgr.tried) == 2 and port == mgr.tried[-1] == mgr.listen_port
+    assert all(0 < p < 65536 for p in mgr.tried)
+
+
+def test_the_retries_are_bounded_and_the_last_error_is_raised() -> None:
+    mgr = FlakyBind(failures=10)
+    with pytest.raises(RuntimeError, match="Address already in use"):
+        mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False, attempts=3)
+    assert len(mgr.tried) == 3
