@@ -6,6 +6,11 @@ and by the generator's own source, and every later run with the same model point
 there: run folders (nightly artifacts) hold no copies of it. The file is written under a
 temporary name and renamed, under a lock, so parallel runs never see half a checkpoint and
 never prepare the same one twice.
+
+The cache is bounded: after a new checkpoint is written, the least recently used ones are
+deleted until the cache fits ``$MXCHAOS_CACHE_MAX_BYTES`` (default 4 GiB). A checkpoint is
+touched on every use, and one used within the last hour is never deleted, so a run's readers
+never lose the file they may fall back to.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mxref.model
 from harness import launch
@@ -25,7 +31,10 @@ from harness.ports import try_lock
 from harness.scenario import ReaderProcess, Scenario
 from harness.timeline import Timeline
 
-__all__ = ["cache_dir", "cache_key", "needed", "prepare"]
+__all__ = ["DEFAULT_CACHE_MAX_BYTES", "MIN_IDLE_S", "cache_dir", "cache_key", "cache_max_bytes", "evict", "needed", "prepare"]
+
+DEFAULT_CACHE_MAX_BYTES = 4 << 30
+MIN_IDLE_S = 3600.0  # a checkpoint used this recently may still be read by a run: never evicted
 
 
 def cache_dir() -> Path:
@@ -35,6 +44,52 @@ def cache_dir() -> Path:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "mxchaos"
+
+
+def cache_max_bytes() -> int:
+    """``$MXCHAOS_CACHE_MAX_BYTES`` (a positive integer), else 4 GiB; HarnessError naming it when invalid."""
+    raw = os.environ.get("MXCHAOS_CACHE_MAX_BYTES")
+    if raw is None:
+        return DEFAULT_CACHE_MAX_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise HarnessError(f"MXCHAOS_CACHE_MAX_BYTES: {raw!r} is not a positive number of bytes")
+    return value
+
+
+def evict(folder: Path, keep: Path, budget: int, now: float | None = None) -> list[str]:
+    """Delete the least recently used checkpoints in ``folder`` (never ``keep``, never one used
+    within ``MIN_IDLE_S``, never one another run holds the lock of) until the rest fit ``budget``
+    bytes; the names of what it deleted."""
+    now = time.time() if now is None else now
+    found = []
+    for path in folder.glob("*.safetensors"):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        found.append((info.st_mtime, info.st_size, path))
+    total = sum(size for _, size, _ in found)
+    removed: list[str] = []
+    for mtime, size, path in sorted(found):  # oldest use first
+        if total <= budget:
+            break
+        if path == keep or now - mtime < MIN_IDLE_S:
+            continue
+        lock = try_lock(folder / f"{path.stem}.lock")
+        if lock is None:
+            continue  # another run is preparing or using it
+        try:
+            path.unlink(missing_ok=True)
+            (folder / f"{path.stem}.lock").unlink(missing_ok=True)
+        finally:
+            os.close(lock)
+        total -= size
+        removed.append(path.name)
+    return removed
 
 
 def cache_key(model_flags: list[str]) -> str:
@@ -81,8 +136,10 @@ def prepare(
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{cache_key(sc.model.flags(sc.seed, sc.directory))}.safetensors"
     if path.is_file():
+        os.utime(path)  # used now: the eviction keeps it
         timeline.append("ok", "harness", "prepare", {"checkpoint": str(path), "cached": True, "seconds": 0.0})
         return path
+    budget = cache_max_bytes()  # a bad setting is an error before any work
     lock = _lock(folder / f"{path.stem}.lock", time.monotonic() + sc.budgets.prepare)
     try:
         if path.is_file():  # another run prepared it while we waited
@@ -93,13 +150,14 @@ def prepare(
         timeline.append("invoke", "harness", "prepare", {"argv": argv})
         result = host.exec(argv, env=env, cwd=run_dir, timeout=sc.budgets.prepare)
         (run_dir / "procs" / "prepare.log").write_text(result.stdout + result.stderr)
-        value = {"rc": result.rc, "seconds": round(result.seconds, 3), "checkpoint": str(path), "cached": False}
+        value: dict[str, Any] = {"rc": result.rc, "seconds": round(result.seconds, 3), "checkpoint": str(path), "cached": False}
         if result.rc != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
             timeline.append("fail", "harness", "prepare", value)
             why = "timed out" if result.timed_out else f"exited {result.rc}"
             raise HarnessError(f"preparing the checkpoint {why}; see procs/prepare.log")
         os.replace(tmp, path)
+        value["evicted"] = evict(folder, path, budget)
         timeline.append("ok", "harness", "prepare", value)
         return path
     finally:

@@ -175,3 +175,32 @@ def test_no_checkpoint_is_prepared_when_readers_name_theirs_or_there_is_no_reade
     assert checkpoint.needed(no_reader) == checkpoint.Needed()
     assert checkpoint.needed(load(LOCAL)).reader == "reader-1"
 
+
+
+def test_the_cache_evicts_the_least_recently_used_checkpoints_over_its_budget(tmp_path: Path) -> None:
+    import os
+    import time
+
+    now = time.time()
+    files = {}
+    for name, age_h in (("old", 30), ("older", 40), ("recent", 0.5), ("kept", 50)):
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (now - age_h * 3600, now - age_h * 3600))
+        files[name] = path
+    removed = checkpoint.evict(tmp_path, files["kept"], budget=250, now=now)
+    # 400 bytes over a 250 budget: the oldest not kept goes first ("older"), then "old";
+    # "recent" was used within the hour and "kept" is the one just prepared
+    assert removed == ["older.safetensors", "old.safetensors"]
+    assert sorted(p.name for p in tmp_path.glob("*.safetensors")) == ["kept.safetensors", "recent.safetensors"]
+    assert checkpoint.evict(tmp_path, files["kept"], budget=250, now=now) == []  # within budget (or too recent)
+
+
+def test_a_bad_cache_budget_is_an_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import HarnessError
+
+    monkeypatch.setenv("MXCHAOS_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(HarnessError, match="MXCHAOS_CACHE_MAX_BYTES: 'lots' is not a positive number of bytes"):
+        checkpoint.cache_max_bytes()
+    monkeypatch.setenv("MXCHAOS_CACHE_MAX_BYTES", "1000")
+    assert checkpoint.cache_max_bytes() == 1000
