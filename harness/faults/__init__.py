@@ -132,7 +132,9 @@ class FaultSpec(Strict):
 
     @model_validator(mode="after")
     def _if_gone_applies(self) -> FaultSpec:
-        if "if_gone" in self.model_fields_set and not self.running_refs():
+        # only ``skip`` means something to refuse: the default (``fail``) is what a saved
+        # scenario.json spells out for every fault, and it must load back (mxchaos check)
+        if self.if_gone != "fail" and not self.running_refs():
             raise custom_error(
                 "if_gone", f"if_gone: a {self.kind} fault does not need a running process, so if_gone does not apply"
             )

@@ -88,7 +88,7 @@ def test_if_gone_defaults_to_fail_and_takes_skip() -> None:
     [
         ("{kind: kill, target: source-1, if_gone: maybe}", "Input should be 'fail' or 'skip' (got 'maybe')"),
         ("{kind: stop, target: source-1, if_gone: skip}", "if_gone: a stop fault does not need a running process"),
-        ("{kind: restart, target: source-1, if_gone: fail}", "if_gone: a restart fault does not need a running process"),
+        ("{kind: restart, target: source-1, if_gone: skip}", "if_gone: a restart fault does not need a running process"),
     ],
 )
 def test_if_gone_is_validated_and_only_where_a_fault_needs_a_running_target(fault: str, problem: str) -> None:

@@ -1,0 +1,24 @@
+"""Every shipped scenario survives the round trip a run folder makes: the validated model is
+saved as ``scenario.json`` and ``mxchaos check`` loads it back to re-judge the run. (A default
+spelled out in the JSON, e.g. a fault's ``if_gone: fail``, once made every run of a scenario
+with a network or proxy fault impossible to re-judge.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.report import write_scenario_files
+from harness.scenario import load_scenario, parse_scenario_json
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml")) + sorted((ROOT / "tests" / "fixtures" / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_saved_scenario_loads_back_as_the_same_model(path: Path, tmp_path: Path) -> None:
+    scenario = load_scenario(path)
+    write_scenario_files(tmp_path, scenario)
+    again = parse_scenario_json((tmp_path / "scenario.json").read_text(), tmp_path / "scenario.json")
+    assert again.model_dump(mode="json", by_alias=True) == scenario.model_dump(mode="json", by_alias=True)
