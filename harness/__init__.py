@@ -10,7 +10,7 @@ Data flows one way::
     timeline.py   one append-only, monotonic-clock record of everything (History: frozen view)
     checks/       pure functions of the History -> true / false / "unknown"
     verdict.py    RunResult, judge, verdict_of: what readers of results depend on
-    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit (htmlreport.py: the page);
+    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit (htmlreport/: the page);
                   reads one back to re-judge it (``mxchaos check``)
     capabilities.py  what this machine lets faults do (root, ss, toxiproxy ...): skip, not fail
 

@@ -377,7 +377,7 @@ def test_failed_checks_come_first_and_their_reason_is_at_the_top(tmp_path: Path)
 
 
 def test_the_legend_names_every_mark_and_colour(tmp_path: Path) -> None:
-    from harness.htmlreport import _EVENT_STYLE
+    from harness.htmlreport.style import _EVENT_STYLE
 
     page = render_html(make_result(tmp_path, [named(0, True)]), {})
     legend = page[page.index("<ul class='legend'>") :]

@@ -1,0 +1,25 @@
+"""The HTML report of one run (``report.html``): one self-contained page for a person.
+
+Top to bottom: the verdict badge and why; the checks, failed first; the timeline (a lane
+per process plus harness, nemesis and checks, on a time axis in seconds with round ticks,
+and a legend for every mark and colour); step charts of the scraped metrics that matter,
+on the same time axis; then steps, faults, processes, files and every event. Plain
+HTML, CSS and inline SVG written here; no JavaScript. ``harness.report`` writes the file.
+
+The package, each module depending only on those above it:
+
+    style.py      colours and what they stand for, shared geometry, escaping, check order, CSS
+    axis.py       ``nice_ticks``, the time axis, rows for overlapping spans
+    timeline.py   ``timeline_svg`` (the lanes) and ``legend_html``
+    charts.py     ``MetricChart``, ``METRIC_CHARTS`` (which metrics are charted), ``metric_charts``
+    page.py       ``render_html``: the whole page and its tables
+"""
+
+from __future__ import annotations
+
+from harness.htmlreport.axis import nice_ticks
+from harness.htmlreport.charts import METRIC_CHARTS, MetricChart, metric_charts
+from harness.htmlreport.page import render_html
+from harness.htmlreport.timeline import timeline_svg
+
+__all__ = ["METRIC_CHARTS", "MetricChart", "metric_charts", "nice_ticks", "render_html", "timeline_svg"]

@@ -1,0 +1,181 @@
+"""The whole HTML page of one run (``render_html``) and its tables.
+
+Top to bottom: the verdict badge and why; the checks, failed first; the timeline and its
+legend; the metric charts; then run facts, steps, faults, processes, stacks, files and
+every event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from harness.checks import NamedResult
+from harness.htmlreport.charts import metric_charts
+from harness.htmlreport.style import _AMBER, _CHECK_COLORS, _CSS, _GREY, _RED, _VERDICT_COLORS, _by_severity, _e, _valid_text
+from harness.htmlreport.timeline import legend_html, timeline_svg
+from harness.timeline import Entry, History
+from harness.verdict import RunResult
+
+
+def _check_rows(checks: Sequence[NamedResult]) -> str:
+    rows = []
+    for check in _by_severity(checks):
+        c = _CHECK_COLORS.get(check.valid, _AMBER)
+        cls = {True: "pass", False: "fail"}.get(check.valid, "unknown") if isinstance(check.valid, bool) else "unknown"
+        details = ""
+        if check.valid is not True and check.details:
+            details = (
+                "<details><summary>details</summary><pre>"
+                + _e(json.dumps(dict(check.details), default=str, indent=1)[:4000])
+                + "</pre></details>"
+            )
+        rows.append(
+            f"<tr class='{cls}'><td>{check.index + 1}</td><td>{_e(check.name)}</td>"
+            f"<td style='color:{c};font-weight:600'>{_valid_text(check.valid)}</td><td>{_e(check.summary)}{details}</td></tr>"
+        )
+    return "".join(rows)
+
+
+def _why(result: RunResult) -> str:
+    """Right under the badge: what went wrong, so no one has to scroll for it."""
+    bad = [c for c in _by_severity(result.checks) if c.valid is not True]
+    items = []
+    if result.reason:
+        items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
+    for c in bad:
+        items.append(f"<li><b>{_valid_text(c.valid)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
+    if not items:
+        return ""
+    head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
+    return f"<div class='why'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+
+
+def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> str:
+    """The whole page of one run, self-contained."""
+    h = result.history
+    sc = result.scenario
+    versions = versions or {}
+    color = _VERDICT_COLORS.get(result.verdict, _GREY)
+    processes = list(sc.processes)
+    passed = sum(1 for c in result.checks if c.valid is True)
+    crashed = f" <span class='badge' style='background:{_RED}'>CRASHED</span>" if result.status == "crashed" else ""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span>{crashed}</h1>",
+        f"<p>{_e(sc.description)}</p>" if sc.description else "",
+    ]
+    if result.known_defect:
+        note = {
+            "xfail": "The known defect reproduced; the failures below are expected.",
+            "xpass": "<b>Every check passed: the known defect did not reproduce in this run. One run cannot call it "
+            "fixed: <code>mxchaos run --repeat N</code> does, once its confidence bound falls below the measured rate.</b>",
+        }.get(result.verdict, "")
+        parts.append(
+            f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "
+            f"{_e(result.known_defect)}<br>{note}</p>"
+        )
+    parts.append(_why(result))
+    parts.append(f"<h2>Checks <small>({passed}/{len(result.checks)} passed)</small></h2>")
+    if result.checks:
+        parts.append("<table class='checks'><tr><th>#</th><th>check</th><th>verdict</th><th>summary</th></tr>")
+        parts.append(_check_rows(result.checks) + "</table>")
+    else:
+        parts.append("<p class='note'>No check was judged.</p>")
+    facts = [
+        ("run id", result.run_id),
+        ("seed", result.seed),
+        ("started", result.started_at),
+        ("duration", f"{result.seconds:.3f}s"),
+        ("references", ", ".join(sc.references) or "-"),
+        ("transport", sc.transport or ("auto: ucx-tcp-any (netns hosts)" if sc.netns_hosts() else "auto: ucx-tcp")),
+        ("NIXL", versions.get("nixl")),
+        ("UCX", versions.get("ucx")),
+        ("torch", versions.get("torch")),
+        ("Python", versions.get("python")),
+        ("host", (versions.get("host") or {}).get("hostname")),
+    ]
+    parts.append("<h2>Timeline <small>(time in seconds since the run started)</small></h2>")
+    parts.append(timeline_svg(h, processes, result.checks))
+    parts.append(legend_html())
+    parts.append(metric_charts(h, processes))
+    parts.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")
+    parts.append(_steps_table(h))
+    parts.append(_faults_table(h))
+    parts.append(_processes_table(h, sc.roles()))
+    if result.stacks:
+        parts.append("<h2>Stacks</h2><ul>")
+        for name, path in result.stacks.items():
+            parts.append(f"<li><a href='{_e(path)}'>{_e(name)}</a></li>")
+        parts.append("</ul>")
+    parts.append("<h2>Files</h2><ul>")
+    for name in ("scenario.yaml", "timeline.jsonl", "metrics.jsonl", "verdict.json", "junit.xml", "versions.json"):
+        parts.append(f"<li><a href='{name}'>{name}</a></li>")
+    parts.append("</ul>")
+    parts.append("<details><summary>All events (without scrapes)</summary><table>")
+    parts.append("<tr><th>t</th><th>actor</th><th>type</th><th>f</th><th>value</th></tr>")
+    for entry in h:
+        if entry.f == "scrape":
+            continue
+        value = json.dumps({k: v for k, v in entry.value.items() if k != "argv"}, default=str)
+        parts.append(
+            f"<tr><td>{entry.t:.3f}</td><td>{_e(entry.actor)}</td><td>{_e(entry.type)}</td>"
+            f"<td>{_e(entry.f)}</td><td><code>{_e(value[:400])}</code></td></tr>"
+        )
+    parts.append("</table></details></body></html>")
+    return "".join(parts)
+
+
+def _table(title: str, head: Sequence[str], rows: Iterable[str]) -> str:
+    return f"<h2>{_e(title)}</h2><table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def _steps_table(h: History) -> str:
+    rows = []
+    opened: dict[str, Entry] = {}
+    for entry in h.select(actor="harness", f="step"):
+        sid = str(entry.get("step"))
+        if entry.type == "invoke":
+            opened[sid] = entry
+            continue
+        start = opened.pop(sid, None)
+        took = f"{entry.t - start.t:.3f}s" if start else "?"
+        outcome = entry.type + (" (indeterminate)" if entry.get("indeterminate") else "")
+        rows.append(
+            f"<tr><td>{_e(sid)}</td><td>{_e(entry.get('text'))}</td><td>{start.t if start else 0:.3f}</td>"
+            f"<td>{took}</td><td>{_e(outcome)}</td><td>{_e(entry.get('error', ''))}</td></tr>"
+        )
+    for sid, start in opened.items():
+        rows.append(f"<tr><td>{_e(sid)}</td><td>{_e(start.get('text'))}</td><td>{start.t:.3f}</td><td>-</td><td>not finished</td><td></td></tr>")
+    return _table("Steps", ("step", "action", "t (s)", "took", "outcome", "error"), rows)
+
+
+def _faults_table(h: History) -> str:
+    windows = h.fault_windows()
+    if not windows:
+        return ""
+    rows = (
+        f"<tr><td>{_e(w.name)}</td><td>{_e(w.kind)}</td><td>{_e(w.target or '')}</td><td>{w.start:.3f}</td>"
+        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{'yes' if w.injected else 'no'}</td></tr>"
+        for w in windows
+    )
+    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "injected"), rows)
+
+
+def _processes_table(h: History, roles: dict[str, str]) -> str:
+    rows = []
+    for name, role in roles.items():
+        incs = h.incarnations(name)
+        desc = "; ".join(
+            f"#{i.incarnation} pid {i.pid}: {i.start:.3f}-{'?' if i.end is None else f'{i.end:.3f}'}s rc {i.rc}"
+            + (" (stopped)" if i.stopped_by_harness else "")
+            for i in incs
+        )
+        links = f"<a href='procs/{_e(name)}.log'>log</a>"
+        if role != "command":
+            links += f" <a href='procs/{_e(name)}.events.jsonl'>events</a>"
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(role)}</td><td>{_e(desc or 'never started')}</td><td>{links}</td></tr>")
+    return _table("Processes", ("process", "role", "incarnations", "files"), rows)
