@@ -31,7 +31,7 @@ from pathlib import Path
 from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
 
-__all__ = ["EXIT_CODES", "build_parser", "collect_paths", "keyword_matcher", "main", "version_line"]
+__all__ = ["EXIT_CODES", "build_parser", "collect_paths", "files_to_run", "keyword_matcher", "main", "version_line"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program SIGPIPE ended
@@ -93,6 +93,15 @@ def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
     for f in files:
         unique.setdefault(f, None)
     return list(unique), problems
+
+
+def files_to_run(paths: Sequence[str]) -> list[Path] | None:
+    """``collect_paths`` for a command that runs the files: each problem goes to stderr, and
+    None (exit 2) when there is one, or no file at all."""
+    files, problems = collect_paths(paths)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return files if files and not problems else None
 
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
@@ -175,10 +184,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
         return EXIT_INVALID
-    files, problems = collect_paths(args.paths)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems or not files:
+    files = files_to_run(args.paths)
+    if files is None:
         return EXIT_INVALID
     scenarios, invalid = _load_all(files, args.seed)
     for exc in invalid:

@@ -78,7 +78,7 @@ def format_table(matrix: dict[str, Any]) -> str:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.cli import collect_paths
+    from harness.cli import files_to_run
     from harness.errors import ScenarioInvalid
     from harness.matrix.cells import FAILING, columns_for, parse_env_axis
     from harness.matrix.defects import defect_info
@@ -110,10 +110,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if not isinstance(baseline, dict) or "cells" not in baseline:
             print(f"--baseline {args.baseline}: not a matrix.json (no cells)", file=sys.stderr)
             return EXIT_INVALID
-    files, problems = collect_paths(args.paths)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems or not files:
+    files = files_to_run(args.paths)
+    if files is None:
         return EXIT_INVALID
     names = []
     for f in files:

@@ -19,11 +19,7 @@ from harness.spec import SourceOf
 
 @pytest.fixture
 def ctx() -> FakeContext:
-    ctx = FakeContext()
-    ctx.add_process("source-1")
-    ctx.add_process("reader-1", role="reader")
-    ctx.sources["reader-1"] = "source-1"
-    return ctx
+    return FakeContext.source_and_reader()
 
 
 def test_corrupt_toggles_with_sigusr2_and_waits_for_the_sources_confirmation(ctx: FakeContext) -> None:

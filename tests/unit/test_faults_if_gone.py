@@ -33,11 +33,7 @@ steps:
 
 @pytest.fixture
 def ctx() -> FakeContext:
-    ctx = FakeContext()
-    ctx.add_process("source-1")
-    ctx.add_process("reader-1", role="reader")
-    ctx.sources["reader-1"] = "source-1"
-    return ctx
+    return FakeContext.source_and_reader()
 
 
 def nemesis(ctx: FakeContext) -> tuple[Nemesis, Timeline]:

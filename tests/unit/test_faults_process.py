@@ -15,11 +15,7 @@ from harness.spec import SourceOf
 
 @pytest.fixture
 def ctx() -> FakeContext:
-    ctx = FakeContext()
-    ctx.add_process("source-1")
-    ctx.add_process("reader-1", role="reader")
-    ctx.sources["reader-1"] = "source-1"
-    return ctx
+    return FakeContext.source_and_reader()
 
 
 def test_kill_sends_its_signal_to_the_current_pid_and_has_nothing_to_heal(ctx: FakeContext) -> None:
