@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -460,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
+    from harness.nightly.command import add_parser as add_nightly_parser
+
+    add_nightly_parser(sub)  # mxchaos nightly: harness/nightly/command.py
     return parser
 
 

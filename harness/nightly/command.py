@@ -1,0 +1,130 @@
+"""The ``mxchaos nightly`` sub-command: its options and what it prints.
+
+``mxchaos nightly --out DIR [--repeat N] [--inventory FILE] [--seed S] [-k EXPR] [-q]
+[PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
+file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
+``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
+table (as ``mxchaos run --repeat``), what changed since the night before, and where the
+night's ``index.html``, ``nightly.json`` and ``junit.xml`` are.
+
+Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
+UNKNOWN, and at least one scenario ran); 1 it did not; 2 invalid input (a scenario file, a
+path, an option, the inventory) or no scenario can be bound or run here (each one's reason
+is printed); 130 interrupted (the night's folder is still written, marked interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "cmd_nightly", "print_comparison"]
+
+EXIT_INVALID = 2
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``nightly`` on ``mxchaos``'s sub-parsers."""
+    p = sub.add_parser(
+        "nightly",
+        help="run every scenario that can run here N times; write DIR/<night>/{junit.xml,nightly.json,index.html} "
+        "and compare with the night before",
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or folders (default: scenarios/)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the nights' folder: DIR/<night id>/, DIR/latest")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="runs per scenario (seeds seed..seed+N-1); judged as `mxchaos run --repeat` (default 1)")
+    p.add_argument("--inventory", metavar="FILE",
+                   help="bind the scenarios' hosts to the machines of this inventory (YAML) instead of this machine")
+    p.add_argument("--seed", type=int, help="override every scenario's seed")
+    p.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
+    p.set_defaults(fn=cmd_nightly)
+
+
+def print_comparison(comparison: Mapping[str, Any] | None) -> None:
+    if comparison is None:
+        print("the first night in this folder: nothing to compare")
+        return
+    against = comparison.get("against")
+    lists = [("NEWLY FAILING", "newly_failing"), ("FIXED", "fixed"), ("RATE MOVED", "rates_moved"),
+             ("changed", "other"), ("slower", "slower")]
+    lines = [f"  {label} {item['scenario']}: {item['text']}" for label, key in lists for item in comparison.get(key) or []]
+    for label, key in (("new", "new_scenarios"), ("gone", "gone_scenarios")):
+        if comparison.get(key):
+            lines.append(f"  {label}: {', '.join(comparison[key])}")
+    print(f"since night {against}: " + ("no change" if not lines else f"{len(lines)} change(s)"))
+    for line in lines:
+        print(line)
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from harness.cli import files_to_run, keyword_matcher
+    from harness.console import Progress, rate_table
+    from harness.errors import ScenarioInvalid
+    from harness.nightly.binding import InventoryError, binding_for, inventory_summary
+    from harness.nightly.run import NightSpec, NothingToRun, run_night
+    from harness.scenario import load_scenario
+
+    if args.repeat < 1:
+        print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    inventory = Path(args.inventory) if args.inventory else None
+    hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
+    if inventory is not None:
+        try:
+            hosts["inventory"] = inventory_summary(inventory)
+        except InventoryError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_INVALID
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"--out {out}: not a folder", file=sys.stderr)
+        return EXIT_INVALID
+    files = files_to_run(args.paths or ["scenarios"])
+    if files is None:
+        return EXIT_INVALID
+    scenarios, invalid = [], []
+    for f in files:
+        try:
+            scenarios.append(load_scenario(f, seed=args.seed))
+        except ScenarioInvalid as exc:
+            invalid.append(exc)
+            print(exc.render(), file=sys.stderr)
+    if invalid:
+        print(f"{len(invalid)} invalid scenario file(s); nothing was run", file=sys.stderr)
+        return EXIT_INVALID
+    if args.k:
+        try:
+            match = keyword_matcher(args.k)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_INVALID
+        scenarios = [s for s in scenarios if match(f"{s.name} {s.path.stem if s.path else ''}")]
+        if not scenarios:
+            print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
+            return EXIT_INVALID
+    spec = NightSpec(scenarios=scenarios, out=out, repeat=args.repeat, seed=args.seed,
+                     command=["mxchaos", *sys.argv[1:]] if sys.argv[1:2] == ["nightly"] else ["mxchaos", "nightly"],
+                     hosts=hosts)
+    try:
+        outcome = run_night(
+            spec, binding_for(inventory), log=lambda m: print(m, flush=True),
+            observers=lambda name: [] if args.quiet else [Progress(sys.stdout, name)],
+        )
+    except NothingToRun as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    rate_table(outcome.cells, args.repeat)
+    print_comparison(outcome.night.get("comparison"))
+    night = outcome.night
+    verdict = "PASSED" if night["passed"] else ("INTERRUPTED" if night["interrupted"] else "FAILED")
+    size = night["artifacts"]["bytes"] / (1 << 20)
+    print(f"night {night['night']} {verdict}: {night['counts']['ran']} ran, {night['counts']['skipped']} skipped, "
+          f"{night['counts']['failing']} failing; {size:.1f} MiB")
+    for name in ("index.html", "nightly.json", "junit.xml"):
+        print(f"  {outcome.night_dir / name}")
+    return outcome.exit_code

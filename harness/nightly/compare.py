@@ -1,0 +1,104 @@
+"""What changed since the night before: two ``nightly.json`` compared scenario by scenario.
+
+Scenarios are matched by name. Each scenario of the new night lands in at most one of:
+
+* ``newly_failing``: its cell fails the night now (``rates.FAILING_CELLS``) and did not
+  before, or it is new and fails;
+* ``fixed``: its cell failed the night before and now does not (a SKIP now is not a fix: it
+  did not run; it is an ``other`` change);
+* ``other``: the cell changed otherwise (REPRODUCED -> FIXED?, FLAKY -> FAIL, PASS -> SKIP).
+
+Independently of the cells (by ``harness.matrix.baseline``, the matrix's own rules, fed a
+one-column view of each night):
+
+* ``rates_moved``: the failure rate (``night.failures_of``) moved beyond its confidence
+  bounds: the 95% Wilson intervals of the two rates do not overlap (2/2 -> 0/2 is no move;
+  0/10 -> 6/10 is);
+* ``slower``: the median run duration grew by more than 20% and at least 0.5 s (noisy on a
+  loaded machine: listed, never a failure).
+
+Plus ``new_scenarios`` and ``gone_scenarios`` (names). A change never fails the night by itself:
+a newly failing cell already does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.matrix.baseline import diff_matrices
+from harness.rates import FAILING_CELLS
+
+__all__ = ["COLUMN", "compare_nights", "count_changes"]
+
+COLUMN = "night"  # the one column of the matrix-shaped view of a night
+
+
+def _as_matrix(night: Mapping[str, Any]) -> dict[str, Any]:
+    cells = {}
+    for s in night.get("scenarios") or []:
+        cells[s["name"]] = {COLUMN: {"verdict": str(s.get("cell", "none")).lower(),
+                                     "failures": s.get("failures") or {"k": 0, "n": 0},
+                                     "seconds": s.get("median_seconds")}}
+    return {"columns": [{"id": COLUMN}], "cells": cells}
+
+
+def _fails(s: Mapping[str, Any] | None) -> bool:
+    return s is not None and str(s.get("cell")) in FAILING_CELLS
+
+
+def _rate(s: Mapping[str, Any] | None) -> str:
+    if not s:
+        return "-"
+    rate = s.get("rate") or {}
+    return f"{s.get('cell')} {rate.get('k', 0)}/{rate.get('n', 0)}"
+
+
+def _item(name: str, old: Mapping[str, Any] | None, new: Mapping[str, Any], what: str) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "scenario": name,
+        "old": old.get("cell") if old else None,
+        "new": new.get("cell"),
+        "old_rate": old.get("rate") if old else None,
+        "new_rate": new.get("rate"),
+        "text": f"{what}: {_rate(old) if old else 'not in the earlier night'} -> {_rate(new)}",
+    }
+    if _fails(new):
+        item["failing_runs"] = [r.get("report") for r in new.get("runs") or []
+                                if r.get("verdict") not in ("pass", "xfail", "xpass", "skip")]
+    return item
+
+
+def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 0.2) -> dict[str, Any]:
+    """The comparison of ``new`` against ``old`` (both ``nightly.json``), by the rules above."""
+    old_by = {s["name"]: s for s in old.get("scenarios") or []}
+    new_by = {s["name"]: s for s in new.get("scenarios") or []}
+    out: dict[str, Any] = {"against": old.get("night"), "newly_failing": [], "fixed": [], "other": [],
+                           "rates_moved": [], "slower": [],
+                           "new_scenarios": [n for n in new_by if n not in old_by],
+                           "gone_scenarios": [n for n in old_by if n not in new_by]}
+    for name, s in new_by.items():
+        before = old_by.get(name)
+        if _fails(s) and not _fails(before):
+            out["newly_failing"].append(_item(name, before, s, "newly failing"))
+        elif before and _fails(before) and not _fails(s) and s.get("cell") != "SKIP":
+            out["fixed"].append(_item(name, before, s, "fixed"))
+        elif before and before.get("cell") != s.get("cell"):
+            out["other"].append(_item(name, before, s, "changed"))
+    for change in diff_matrices(_as_matrix(old), _as_matrix(new), drop):
+        name = change.get("scenario")
+        if name is None:
+            continue
+        if change["kind"] == "rate":
+            out["rates_moved"].append({"scenario": name, "old": change["old"], "new": change["new"],
+                                       "up": bool(change["regression"]), "text": change["text"]})
+        elif change["kind"] == "timing":
+            out["slower"].append({"scenario": name, "old": change["old"], "new": change["new"],
+                                  "text": change["text"].replace("seconds grew", "median run grew")})
+    return out
+
+
+def count_changes(comparison: Mapping[str, Any] | None) -> dict[str, int]:
+    """How many items each list of a comparison holds (all 0 without one)."""
+    keys = ("newly_failing", "fixed", "rates_moved", "other", "slower", "new_scenarios", "gone_scenarios")
+    return {k: len((comparison or {}).get(k) or []) for k in keys}

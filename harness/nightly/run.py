@@ -1,0 +1,231 @@
+"""Run a night and write its folder.
+
+``run_night(spec, binding)``:
+
+1. binds every scenario (``harness.nightly.binding``); when none can run, ``NothingToRun``
+   says why for each, and no folder is written;
+2. runs each bound scenario ``repeat`` times, run i with seed ``seed + i``, through the
+   binding (for this machine: ``harness.runner.Runner``), writes each run folder
+   (``harness.report.write_run_folder``) and trims it (``harness.nightly.artifacts``); a
+   scenario that skips stops repeating (a missing capability stays missing), an interrupted
+   run (SIGINT/SIGTERM, healed and torn down by the runner) ends the night;
+3. judges each scenario's runs as one cell (``harness.rates.cell_of``, as ``mxchaos run
+   --repeat``) and notes its place on each run (``annotate_repeat``);
+4. writes ``DIR/<night>/``: ``runs/`` (the run folders and ``runs/summary.json``, the
+   ``--repeat`` contract), ``junit.xml`` (one testcase per scenario: its cell),
+   ``nightly.json`` (``harness.nightly.night``) with the comparison against the night before
+   (``harness.nightly.compare``), ``index.html`` (``harness.nightly.html``); then points
+   ``DIR/latest`` at it.
+
+The night before is the one ``DIR/latest`` points at, else the newest folder of ``DIR`` with
+a readable ``nightly.json``. A night id is the UTC start time (``20261201T013000Z``; ``-2``,
+``-3`` ... when taken).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
+from harness.nightly.binding import Binding, Bound, Observer
+from harness.nightly.compare import compare_nights
+from harness.nightly.html import render_night
+from harness.nightly.night import RunDetail, ScenarioNight, night_json, night_passed
+from harness.rates import Cell, Rate, RunRecord, cell_of, write_summary
+from harness.scenario import Scenario
+
+__all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "run_night", "write_night"]
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+class NothingToRun(Exception):
+    """No scenario can be bound or run here; the message lists each one and why."""
+
+
+@dataclass
+class NightSpec:
+    scenarios: list[Scenario]
+    out: Path
+    repeat: int = 1
+    seed: int | None = None  # --seed, already applied to ``scenarios``; recorded
+    command: list[str] = field(default_factory=list)
+    hosts: dict[str, Any] = field(default_factory=dict)  # nightly.json "hosts": binding, inventory summary
+    log_cap: int = LOG_CAP_BYTES
+
+
+@dataclass(frozen=True)
+class NightOutcome:
+    night_dir: Path
+    night: dict[str, Any]
+    cells: list[Cell]
+    exit_code: int
+
+
+def new_night_id(out: Path, now: dt.datetime | None = None) -> str:
+    base = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    night, n = base, 1
+    while (out / night).exists():
+        n += 1
+        night = f"{base}-{n}"
+    return night
+
+
+def _read_night(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / "nightly.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
+
+
+def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The night before: ``out/latest``'s, else the newest folder with a readable ``nightly.json``."""
+    latest = out / "latest"
+    candidates: list[Path] = []
+    if latest.is_symlink() or latest.is_dir():
+        candidates.append(latest.resolve())
+    if out.is_dir():
+        candidates += sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True)
+    for folder in candidates:
+        if folder.name == exclude:
+            continue
+        night = _read_night(folder)
+        if night is not None:
+            return folder, night
+    return None
+
+
+def _skip_cell(name: str, why: str) -> Cell:
+    return Cell(name, "SKIP", Rate(0, 0), (), note=why)
+
+
+def _write_junit(path: Path, cells: Sequence[Cell], night: str, started: str) -> None:
+    from harness.report import junit_cells_xml
+
+    root = junit_cells_xml(cells)
+    for suite in root.iter("testsuite"):
+        suite.set("name", "mxchaos.nightly")
+        suite.set("timestamp", started)
+        suite.set("time", f"{sum(r.seconds for c in cells for r in c.runs):.3f}")
+        props = ET.Element("properties")
+        ET.SubElement(props, "property", name="night", value=night)
+        suite.insert(0, props)
+    for case in root.iter("testcase"):
+        case.set("classname", "mxchaos.nightly")
+    tree = ET.ElementTree(root)
+    ET.indent(tree)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _link_latest(out: Path, night: str) -> None:
+    link, tmp = out / "latest", out / f".latest-{os.getpid()}"
+    with contextlib.suppress(OSError):
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(night)
+        os.replace(tmp, link)
+
+
+def run_night(
+    spec: NightSpec,
+    binding: Binding,
+    *,
+    log: Callable[[str], None] = lambda _m: None,
+    observers: Callable[[str], Sequence[Observer]] = lambda _n: (),
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+) -> NightOutcome:
+    """Run the night (see the module docstring); NothingToRun when no scenario can run."""
+    from harness.report import annotate_repeat, write_run_folder
+
+    bound: list[tuple[Scenario, Bound]] = [(sc, binding.bind(sc)) for sc in spec.scenarios]
+    if all(b.skip for _, b in bound):
+        why = "\n".join(f"  {sc.name}: {b.skip}" for sc, b in bound)
+        raise NothingToRun(f"no scenario can be bound or run here ({binding.name}):\n{why}")
+    start = clock()
+    started_mono = time.monotonic()
+    night = new_night_id(spec.out, start)
+    night_dir = spec.out / night
+    runs_dir = night_dir / "runs"
+    runs_dir.mkdir(parents=True)
+    previous = find_previous(spec.out, exclude=night)
+    log(f"night {night}: {len(bound)} scenario(s) x {spec.repeat}, into {night_dir}")
+    results: list[ScenarioNight] = []
+    capped: list[dict[str, Any]] = []
+    removed: list[dict[str, Any]] = []
+    interrupted = False
+    for sc, b in bound:
+        path = str(sc.path) if sc.path else ""
+        if b.skip:
+            log(f"--- {sc.name}: SKIP  ({b.skip})")
+            results.append(ScenarioNight(sc.name, path, _skip_cell(sc.name, b.skip), b.hosts, sc.known_defect, b.skip))
+            continue
+        runs, details = [], []
+        for index in range(spec.repeat):
+            run_sc = sc.with_seed(sc.seed + index)
+            of = f" run {index + 1}/{spec.repeat}"
+            log(f"=== {sc.name}{of} (seed {run_sc.seed})")
+            result = binding.run(run_sc, runs_dir, observers(sc.name))
+            write_run_folder(result)
+            trimmed = trim_run_folder(result.run_dir, spec.log_cap)
+            rel = str(result.run_dir.relative_to(night_dir.resolve())) if result.run_dir.is_relative_to(night_dir.resolve()) else str(result.run_dir)
+            capped += [{**c, "path": f"{rel}/{c['path']}"} for c in trimmed["capped"]]
+            removed += [{**r, "path": f"{rel}/{r['path']}"} for r in trimmed["removed"]]
+            extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+            log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
+            runs.append(result)
+            details.append(RunDetail(result.status, result.reason))
+            if result.status == "interrupted":
+                interrupted = True
+                break
+            if result.verdict == "skip":
+                break
+        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+        cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
+        for index, r in enumerate(runs, 1):
+            annotate_repeat(r.run_dir, index, spec.repeat, cell)
+        skip = runs[0].reason if cell.name == "SKIP" and runs else None
+        results.append(ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)))
+        if interrupted:
+            break
+    end = clock()
+    cells = [s.cell for s in results]
+    write_summary(runs_dir / "summary.json", {c.scenario: c for c in cells}, spec.repeat)
+    _write_junit(night_dir / "junit.xml", cells, night, start.isoformat(timespec="seconds"))
+    exit_code = EXIT_INTERRUPTED if interrupted else (EXIT_OK if night_passed(results, interrupted) else EXIT_FAILED)
+    from harness.report import collect_versions
+
+    doc = night_json(
+        night=night, night_dir=night_dir, started=start.isoformat(timespec="seconds"),
+        ended=end.isoformat(timespec="seconds"), seconds=time.monotonic() - started_mono, repeat=spec.repeat,
+        seed=spec.seed, command=spec.command, scenarios=results, interrupted=interrupted, exit_code=exit_code,
+        versions=collect_versions(), hosts=spec.hosts,
+        artifacts={"bytes": folder_bytes(night_dir), "log_cap_bytes": spec.log_cap, "capped": capped, "removed": removed},
+        previous={"night": previous[0].name, "dir": str(previous[0])} if previous else None,
+    )
+    if previous is not None:
+        doc["comparison"] = compare_nights(previous[1], doc)
+    write_night(night_dir, doc)
+    _link_latest(spec.out, night)
+    return NightOutcome(night_dir, doc, cells, exit_code)
+
+
+def write_night(night_dir: Path, doc: Mapping[str, Any]) -> None:
+    """``nightly.json`` and ``index.html`` of ``doc``, each written atomically."""
+    _atomic_write(night_dir / "nightly.json", json.dumps(doc, indent=2, default=str) + "\n")
+    _atomic_write(night_dir / "index.html", render_night(doc))

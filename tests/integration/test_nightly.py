@@ -1,0 +1,76 @@
+"""``mxchaos nightly`` twice over real scenarios (``scenarios/smoke.yaml``: a real server,
+source and reader over NIXL; two coins derived from ``tests/fixtures/scenarios/coin_flaky.yaml``
+that land on ``seed // 2``) with ``--repeat 2``: the second night's index, json and terminal
+output show what newly fails and what got fixed since the first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "scenarios" / "smoke.yaml"
+COIN = ROOT / "tests" / "fixtures" / "scenarios" / "coin_flaky.yaml"
+
+
+def coins(folder: Path) -> list[Path]:
+    """``coin_pairs`` passes at seeds 0, 1 (and 4, 5 ...) and fails at 2, 3; ``coin_pairs_inverse``
+    the other way round: a night at --seed 0 and one at --seed 2 (x --repeat 2) each flip."""
+    text = COIN.read_text()
+    pairs = text.replace("name: coin_flaky", "name: coin_pairs").replace("int(sys.argv[1]) % 2", "int(sys.argv[1]) // 2 % 2")
+    inverse = text.replace("name: coin_flaky", "name: coin_pairs_inverse").replace(
+        "int(sys.argv[1]) % 2", "1 - int(sys.argv[1]) // 2 % 2")
+    assert pairs != text and inverse != text, "the fixture's coin changed shape"
+    (folder / "coin_pairs.yaml").write_text(pairs)
+    (folder / "coin_pairs_inverse.yaml").write_text(inverse)
+    return [folder / "coin_pairs.yaml", folder / "coin_pairs_inverse.yaml"]
+
+
+def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "nights"
+    paths = [str(SMOKE), *map(str, coins(tmp_path))]
+    first_code = cli.main(["nightly", "--out", str(out), "--repeat", "2", "--seed", "0", "-q", *paths])
+    first_out = capsys.readouterr().out
+    assert first_code == 1, first_out  # coin_pairs_inverse fails at seeds 0, 1
+    first = json.loads((out / "latest" / "nightly.json").read_text())
+    assert {s["name"]: s["cell"] for s in first["scenarios"]} == {
+        "smoke": "PASS", "coin_pairs": "PASS", "coin_pairs_inverse": "FAIL"}
+    assert first["comparison"] is None and "nothing to compare" in first_out
+
+    second_code = cli.main(["nightly", "--out", str(out), "--repeat", "2", "--seed", "2", "-q", *paths])
+    second_out = capsys.readouterr().out
+    assert second_code == 1, second_out  # now coin_pairs fails
+    night_dir = (out / "latest").resolve()
+    assert night_dir.name != first["night"]
+    night = json.loads((night_dir / "nightly.json").read_text())
+    by = {s["name"]: s for s in night["scenarios"]}
+    assert (by["smoke"]["cell"], by["smoke"]["rate"]) == ("PASS", {"k": 2, "n": 2})
+    assert [r["seed"] for r in by["smoke"]["runs"]] == [2, 3]
+    comp = night["comparison"]
+    assert [(i["scenario"], i["old"], i["new"]) for i in comp["newly_failing"]] == [("coin_pairs", "PASS", "FAIL")]
+    assert [(i["scenario"], i["old"], i["new"]) for i in comp["fixed"]] == [("coin_pairs_inverse", "FAIL", "PASS")]
+    assert night["previous"]["night"] == first["night"]
+    assert f"since night {first['night']}: " in second_out
+    assert "NEWLY FAILING coin_pairs: newly failing: PASS 2/2 -> FAIL 0/2" in second_out
+    assert "FIXED coin_pairs_inverse: fixed: FAIL 0/2 -> PASS 2/2" in second_out
+
+    page = (night_dir / "index.html").read_text()
+    assert f'Since night <a href="../{first["night"]}/index.html">' in page
+    assert "Newly failing (1)" in page and "Fixed (1)" in page
+    for s in night["scenarios"]:  # every run's report is where the page links it
+        for run in s["runs"]:
+            assert (night_dir / run["report"]).is_file(), run
+            assert f'href="{run["report"]}"' in page
+    assert (out / first["night"] / "index.html").is_file()  # the first night's page is kept
+    junit = (night_dir / "junit.xml").read_text()
+    assert junit.count("<testcase ") == 3 and 'failures="1"' in junit
+    assert night["versions"]["nixl"] and night["hosts"] == {"binding": "here", "inventory": None}
+    assert night["artifacts"]["bytes"] < 8 << 20

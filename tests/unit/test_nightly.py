@@ -1,0 +1,356 @@
+"""``mxchaos nightly`` logic with fakes: the comparison of two nights, ``nightly.json``, the
+page, the artifact caps, the inventory check and binding, and whole nights run through a fake
+binding whose runs end as the test says (no process starts)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cli import main
+from harness.nightly.artifacts import cap_file, trim_run_folder
+from harness.nightly.binding import Bound, InventoryError, UnboundInventory, inventory_summary
+from harness.nightly.compare import compare_nights, count_changes
+from harness.nightly.html import render_night
+from harness.nightly.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
+from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, run_night
+from harness.rates import Cell, Rate, RunRecord, cell_of
+from harness.scenario import Scenario, parse_scenario
+from harness.timeline import History
+from harness.verdict import RunResult
+
+# ------------------------------------------------------------------ helpers
+
+
+def cell(name: str, verdicts: Sequence[str], *, defect: bool = False, measured: Rate | None = None,
+         night: str = "n1", seconds: float = 2.0) -> Cell:
+    runs = [RunRecord(v, f"/nights/{night}/runs/{name}/r{i}", i, seconds) for i, v in enumerate(verdicts)]
+    return cell_of(name, runs, defect, measured)
+
+
+def scenario_night(c: Cell, skip: str | None = None, defect: str | None = None) -> ScenarioNight:
+    details = tuple(RunDetail("completed" if r.verdict != "error" else "error", "") for r in c.runs)
+    return ScenarioNight(c.scenario, f"scenarios/{c.scenario}.yaml", c, {"a": "local"}, defect, skip, details)
+
+
+def night(cells: Sequence[Cell | tuple[Cell, str]], name: str = "n1", interrupted: bool = False,
+          previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    scenarios = [scenario_night(c[0], skip=c[1]) if isinstance(c, tuple) else scenario_night(c) for c in cells]
+    passed = night_passed(scenarios, interrupted)
+    doc = night_json(
+        night=name, night_dir=Path(f"/nights/{name}"), started="2026-12-01T01:00:00+00:00",
+        ended="2026-12-01T01:10:00+00:00", seconds=600.0, repeat=max([len(c.runs) for c in (x[0] if isinstance(x, tuple) else x for x in cells)] + [1]),
+        seed=None, command=["mxchaos", "nightly", "--out", "/nights"], scenarios=scenarios, interrupted=interrupted,
+        exit_code=0 if passed else 1, versions={"nixl": "1.5.1 (nixl)", "host": {"hostname": "h"}},
+        hosts={"binding": "here", "inventory": None},
+        artifacts={"bytes": 3 << 20, "log_cap_bytes": 262144, "capped": [], "removed": []},
+    )
+    if previous is not None:
+        doc["previous"] = {"night": previous["night"], "dir": f"/nights/{previous['night']}"}
+        doc["comparison"] = compare_nights(previous, doc)
+    return doc
+
+
+def skip_cell(name: str) -> tuple[Cell, str]:
+    return Cell(name, "SKIP", Rate(0, 0), (), note="this machine lacks root"), "this machine lacks root"
+
+
+# ------------------------------------------------------------------ nightly.json
+
+
+def test_the_night_json_holds_cells_rates_links_and_counts() -> None:
+    doc = night([cell("smoke", ["pass", "pass"]), cell("coin", ["pass", "fail"]),
+                 cell("defect", ["xfail", "xpass"], defect=True, measured=Rate(2, 3)), skip_cell("netns_only")])
+    assert doc["counts"] == {"scenarios": 4, "ran": 3, "skipped": 1, "runs": 6, "failing": 1,
+                             "cells": {"FLAKY": 1, "PASS": 1, "REPRODUCED": 1, "SKIP": 1}}
+    assert doc["passed"] is False and doc["exit_code"] == 1
+    by = {s["name"]: s for s in doc["scenarios"]}
+    assert by["coin"]["cell"] == "FLAKY" and by["coin"]["rate"] == {"k": 1, "n": 2} and by["coin"]["fails_night"]
+    assert by["coin"]["failures"] == {"k": 1, "n": 2} and by["coin"]["median_seconds"] == 2.0
+    assert [r["run_dir"] for r in by["smoke"]["runs"]] == ["runs/smoke/r0", "runs/smoke/r1"]  # relative to the night
+    assert by["smoke"]["runs"][1]["report"] == "runs/smoke/r1/report.html"
+    assert by["defect"]["bound"] == pytest.approx(0.974679, abs=1e-6) and by["defect"]["measured"] == {"k": 2, "n": 3}
+    assert by["defect"]["failures"] == {"k": 1, "n": 2}  # xfail counts as a failure, as in the matrix
+    assert by["netns_only"]["skip"] == "this machine lacks root" and by["netns_only"]["runs"] == []
+    json.dumps(doc)  # serialisable as it is
+
+
+@pytest.mark.parametrize(
+    ("cells", "interrupted", "passed"),
+    [
+        ([["pass", "pass"]], False, True),
+        ([["pass", "pass"], ["pass", "fail"]], False, False),  # FLAKY fails the night
+        ([["fail", "fail"]], False, False),
+        ([["pass"]], True, False),  # interrupted
+        ([], False, False),  # nothing ran
+    ],
+)
+def test_a_night_passes_only_when_no_cell_fails_and_something_ran(cells: list[list[str]], interrupted: bool, passed: bool) -> None:
+    scenarios = [scenario_night(cell(f"s{i}", v)) for i, v in enumerate(cells)]
+    assert night_passed(scenarios, interrupted) is passed
+
+
+def test_a_reproduced_defect_or_skip_does_not_fail_the_night() -> None:
+    scenarios = [scenario_night(cell("d", ["xfail", "xfail"], defect=True)), scenario_night(skip_cell("s")[0], "root")]
+    scenarios.append(scenario_night(cell("p", ["pass", "pass"])))
+    assert night_passed(scenarios, False)
+    only_skips = [scenario_night(skip_cell("s")[0], "root")]
+    assert not night_passed(only_skips, False)
+
+
+def test_failures_count_bad_runs_over_runs_not_skipped() -> None:
+    assert failures_of(cell("x", ["pass", "hang", "error", "skip"])) == Rate(2, 3)
+
+
+# ------------------------------------------------------------------ comparison
+
+
+def test_the_comparison_lists_newly_failing_fixed_and_other_changes() -> None:
+    old = night([cell("steady", ["pass", "pass"]), cell("breaks", ["pass", "pass"]), cell("heals", ["fail", "fail"]),
+                 cell("defect", ["xfail", "xfail"], defect=True, measured=Rate(1, 2)), cell("gone", ["pass", "pass"]),
+                 cell("skipped_now", ["fail", "fail"])], name="n1")
+    new = night([cell("steady", ["pass", "pass"], night="n2"), cell("breaks", ["pass", "fail"], night="n2"),
+                 cell("heals", ["pass", "pass"], night="n2"),
+                 cell("defect", ["xpass", "xpass"], defect=True, measured=Rate(1, 2), night="n2"),
+                 skip_cell("skipped_now"), cell("fresh", ["hang", "hang"], night="n2")], name="n2", previous=old)
+    comp = new["comparison"]
+    assert comp["against"] == "n1"
+    assert [(i["scenario"], i["old"], i["new"]) for i in comp["newly_failing"]] == [("breaks", "PASS", "FLAKY"), ("fresh", None, "HANG")]
+    assert comp["newly_failing"][0]["text"] == "newly failing: PASS 2/2 -> FLAKY 1/2"
+    assert comp["newly_failing"][0]["failing_runs"] == ["runs/breaks/r1/report.html"]
+    assert [(i["scenario"], i["text"]) for i in comp["fixed"]] == [("heals", "fixed: FAIL 0/2 -> PASS 2/2")]
+    assert [(i["scenario"], i["old"], i["new"]) for i in comp["other"]] == [
+        ("defect", "REPRODUCED", "NOT_REPRODUCED"), ("skipped_now", "FAIL", "SKIP")]  # a skip is not a fix
+    assert comp["new_scenarios"] == ["fresh"] and comp["gone_scenarios"] == ["gone"]
+    assert comp["rates_moved"] == []  # two runs a side: every move is inside the bounds
+    assert count_changes(comp)["newly_failing"] == 2 and count_changes(None)["fixed"] == 0
+
+
+def test_a_rate_moves_only_beyond_its_confidence_bounds() -> None:
+    old = night([cell("moved", ["pass"] * 10), cell("noise", ["pass"] * 9 + ["fail"])], name="n1")
+    new = night([cell("moved", ["pass"] * 4 + ["fail"] * 6, night="n2"), cell("noise", ["pass"] * 8 + ["fail"] * 2, night="n2")],
+                name="n2", previous=old)
+    moved = new["comparison"]["rates_moved"]
+    assert [(m["scenario"], m["old"], m["new"], m["up"]) for m in moved] == [("moved", {"k": 0, "n": 10}, {"k": 6, "n": 10}, True)]
+    assert "do not overlap" in moved[0]["text"]
+    back = night([cell("moved", ["pass"] * 10, night="n3")], name="n3", previous=new)
+    assert [(m["scenario"], m["up"]) for m in back["comparison"]["rates_moved"]] == [("moved", False)]
+
+
+def test_a_slower_night_is_listed_but_fails_nothing() -> None:
+    old = night([cell("s", ["pass", "pass"], seconds=4.0)], name="n1")
+    new = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2", previous=old)
+    assert [i["text"] for i in new["comparison"]["slower"]] == ["median run grew 4s -> 9s (+125%)"]
+    assert new["passed"]
+    same = night([cell("s", ["pass", "pass"], seconds=4.3, night="n3")], name="n3", previous=old)
+    assert same["comparison"]["slower"] == []  # +7%, 0.3 s: noise
+
+
+# ------------------------------------------------------------------ page
+
+
+def test_the_page_shows_counts_the_comparison_and_a_row_per_scenario_with_run_links() -> None:
+    old = night([cell("smoke", ["pass", "pass"]), cell("coin", ["pass", "pass"])], name="n1")
+    new = night([cell("smoke", ["pass", "pass"], night="n2"), cell("coin", ["pass", "fail"], night="n2"), skip_cell("<netns>")],
+                name="n2", previous=old)
+    page = render_night(new)
+    assert "mxchaos nightly n2" in page and ">FAILED</span>" in page
+    assert "<b>1</b> failing" in page and "<b>1</b> FLAKY" in page
+    assert 'Since night <a href="../n1/index.html">n1</a>' in page
+    assert "Newly failing (1)" in page and "newly failing: PASS 2/2 -&gt; FLAKY 1/2" in page
+    assert page.count("<th>run ") == 2
+    assert '<a href="runs/coin/r1/report.html"><span class="v">fail</span></a>' in page
+    assert "skipped: this machine lacks root" in page
+    assert "&lt;netns&gt;" in page and "<netns>" not in page  # escaped
+    assert re.search(r'class="since newfail">newly failing', page)
+
+
+def test_the_first_night_says_there_is_nothing_to_compare() -> None:
+    page = render_night(night([cell("smoke", ["pass"])]))
+    assert "The first night in this folder: nothing to compare." in page and ">PASSED</span>" in page
+
+
+# ------------------------------------------------------------------ artifacts
+
+
+def test_a_log_over_the_cap_keeps_its_head_and_tail_at_line_ends(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    lines = [f"line {i:05d}\n" for i in range(2000)]  # 11 bytes each: 22000 bytes
+    log.write_text("".join(lines))
+    cut = cap_file(log, 4000)
+    text = log.read_text()
+    assert cut > 0 and len(text.encode()) < 4000 + 100
+    head, marker, tail = text.partition("[... mxchaos nightly: ")
+    assert head == "".join(lines[: len(head) // 11]) and tail.endswith("line 01999\n")
+    assert f"{cut} bytes cut here (logs capped at 4000 bytes) ...]\n" in marker + tail
+    assert 22000 - cut == len(head) + len(tail.partition("...]\n")[2])
+    before = log.read_bytes()
+    assert cap_file(log, 10_000) == 0 and log.read_bytes() == before  # a file within its cap is left alone
+
+
+def test_trimming_removes_checkpoint_copies_and_caps_logs_only(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "procs").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "reader-1.tampered.safetensors").write_bytes(b"x" * 5000)
+    (run / "stray.safetensors").write_bytes(b"y" * 10)
+    (run / "procs" / "reader-1.log").write_text("z\n" * 5000)
+    (run / "procs" / "reader-1.events.jsonl").write_text('{"e": 1}\n' * 5000)
+    (run / "timeline.jsonl").write_text('{"t": 0}\n' * 5000)
+    trimmed = trim_run_folder(run, cap=1000)
+    assert trimmed["removed"] == [{"path": "checkpoints/", "bytes": 5000}, {"path": "stray.safetensors", "bytes": 10}]
+    assert [(c["path"], c["bytes"]) for c in trimmed["capped"]] == [("procs/reader-1.log", 10000)]
+    assert not (run / "checkpoints").exists() and not (run / "stray.safetensors").exists()
+    assert (run / "timeline.jsonl").stat().st_size == 45000  # what `mxchaos check` re-judges stays whole
+    assert (run / "procs" / "reader-1.events.jsonl").stat().st_size == 45000
+
+
+# ------------------------------------------------------------------ inventory and binding
+
+
+def test_an_inventory_must_be_a_readable_yaml_mapping(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match=r"--inventory .*nope.yaml: no such file"):
+        inventory_summary(tmp_path / "nope.yaml")
+    with pytest.raises(InventoryError, match="a folder"):
+        inventory_summary(tmp_path)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(InventoryError, match=r"list.yaml: the inventory must be a YAML mapping"):
+        inventory_summary(tmp_path / "list.yaml")
+    (tmp_path / "bad.yaml").write_text("hosts: [unclosed\n")
+    with pytest.raises(InventoryError, match=r"bad.yaml: not YAML"):
+        inventory_summary(tmp_path / "bad.yaml")
+    (tmp_path / "inv.yaml").write_text("hosts:\n  gpu-b: {address: 10.0.0.2}\n  gpu-a: {address: 10.0.0.1}\n")
+    summary = inventory_summary(tmp_path / "inv.yaml")
+    assert summary["hosts"] == ["gpu-a", "gpu-b"] and len(summary["sha256"]) == 64
+
+
+SCENARIO = "name: {name}\nprocesses: {{c: {{role: command, argv: [x]}}}}\nsteps: [{{start: c}}]\n"
+
+
+def scenario(name: str, **extra: str) -> Scenario:
+    text = SCENARIO.format(name=name) + "".join(f"{k}: {v}\n" for k, v in extra.items())
+    return parse_scenario(text, f"/s/{name}.yaml")
+
+
+def test_an_inventory_this_build_cannot_bind_skips_every_scenario_and_nothing_runs(tmp_path: Path) -> None:
+    binding = UnboundInventory(tmp_path / "inv.yaml")
+    bound = binding.bind(scenario("a"))
+    assert bound.skip and "no ssh hosts" in bound.skip and "inv.yaml" in bound.skip
+    with pytest.raises(NothingToRun, match=r"no scenario can be bound or run here \(inventory\):\n  a: --inventory"):
+        run_night(NightSpec([scenario("a")], tmp_path / "out"), binding)
+    assert not (tmp_path / "out").exists()  # no folder for a night that ran nothing
+
+
+# ------------------------------------------------------------------ whole nights, fake runs
+
+
+class ScriptedBinding:
+    """Runs nothing: each run of a scenario ends with the next verdict of its script."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[str, list[str]], skip: dict[str, str] | None = None) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.skip = skip or {}
+
+    def bind(self, sc: Scenario) -> Bound:
+        return Bound({"a": "local"}, self.skip.get(sc.name))
+
+    def run(self, sc: Scenario, out_dir: Path, observers: Sequence[Any]) -> RunResult:
+        verdict = self.script[sc.name].pop(0)
+        run_dir = (out_dir / sc.name / f"seed{sc.seed}").resolve()
+        (run_dir / "procs").mkdir(parents=True)
+        (run_dir / "procs" / "c.log").write_text("chatter\n" * 100_000)  # 800 kB: over the cap
+        (run_dir / "checkpoints").mkdir()
+        (run_dir / "checkpoints" / "c.tampered.safetensors").write_bytes(b"\0" * 4096)
+        status = {"hang": "hang", "error": "error", "skip": "skipped"}.get(verdict, "completed")
+        return RunResult(sc, f"id-{sc.name}-{sc.seed}", run_dir, status, "", verdict, History(()), [],
+                         "2026-12-01T01:00:00+00:00", 1.5, sc.seed)
+
+
+def test_two_nights_through_a_fake_binding_write_the_folder_and_compare(tmp_path: Path) -> None:
+    out = tmp_path / "nights"
+    scenarios = [scenario("steady"), scenario("coin"), scenario("rooty")]
+    first = run_night(NightSpec(scenarios, out, repeat=2), ScriptedBinding({"steady": ["pass", "pass"], "coin": ["pass", "pass"]},
+                                                                          skip={"rooty": "this machine lacks root"}))
+    assert first.exit_code == 0 and first.night["passed"] and first.night["comparison"] is None
+    d = first.night_dir
+    assert (out / "latest").resolve() == d.resolve()
+    for name in ("nightly.json", "index.html", "junit.xml", "runs/summary.json"):
+        assert (d / name).is_file(), name
+    junit = (d / "junit.xml").read_text()
+    assert 'name="mxchaos.nightly"' in junit and junit.count("<testcase ") == 3 and 'skipped="1"' in junit
+    saved = json.loads((d / "nightly.json").read_text())
+    assert saved == json.loads(json.dumps(first.night, default=str))
+    assert saved["counts"]["cells"] == {"PASS": 2, "SKIP": 1}
+    art = saved["artifacts"]
+    assert art["log_cap_bytes"] == 256 << 10 and len(art["capped"]) == 4 and len(art["removed"]) == 4
+    assert art["bytes"] < 4 * (300 << 10)  # four 800 kB logs were capped, the checkpoint copies removed
+    run0 = saved["scenarios"][0]["runs"][0]
+    assert run0["run_dir"] == "runs/steady/seed0" and (d / run0["report"]).is_file()
+    assert json.loads((d / "runs/steady/seed0/verdict.json").read_text())["repeat"]["cell"] == "PASS"
+
+    second = run_night(NightSpec(scenarios, out, repeat=2), ScriptedBinding({"steady": ["pass", "pass"], "coin": ["pass", "fail"],
+                                                                            "rooty": ["pass", "pass"]}))
+    assert second.exit_code == 1 and not second.night["passed"]
+    assert second.night["previous"]["night"] == d.name
+    comp = second.night["comparison"]
+    assert [(i["scenario"], i["new"]) for i in comp["newly_failing"]] == [("coin", "FLAKY")]
+    assert [(i["scenario"], i["old"], i["new"]) for i in comp["other"]] == [("rooty", "SKIP", "PASS")]
+    assert (out / "latest").resolve() == second.night_dir.resolve()
+    page = (second.night_dir / "index.html").read_text()
+    assert f'Since night <a href="../{d.name}/index.html">' in page and "Newly failing (1)" in page
+
+
+def test_a_scenario_that_skips_at_run_time_stops_repeating(tmp_path: Path) -> None:
+    done = run_night(NightSpec([scenario("s"), scenario("p")], tmp_path, repeat=3),
+                     ScriptedBinding({"s": ["skip", "pass", "pass"], "p": ["pass"] * 3}))
+    by = {s["name"]: s for s in done.night["scenarios"]}
+    assert by["s"]["cell"] == "SKIP" and len(by["s"]["runs"]) == 1 and done.exit_code == 0
+
+
+def test_night_ids_are_utc_stamps_made_unique(tmp_path: Path) -> None:
+    import datetime as dt
+
+    when = dt.datetime(2026, 12, 1, 1, 30, tzinfo=dt.UTC)
+    assert new_night_id(tmp_path, when) == "20261201T013000Z"
+    (tmp_path / "20261201T013000Z").mkdir()
+    assert new_night_id(tmp_path, when) == "20261201T013000Z-2"
+
+
+def test_the_night_before_is_latest_else_the_newest_readable_one(tmp_path: Path) -> None:
+    assert find_previous(tmp_path) is None
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "a" / "nightly.json").write_text(json.dumps({"night": "a", "scenarios": []}))
+    (tmp_path / "b" / "nightly.json").write_text(json.dumps({"night": "b", "scenarios": []}))
+    (tmp_path / "c" / "nightly.json").write_text("{torn")
+    found = find_previous(tmp_path)
+    assert found is not None and found[0].name == "b"
+    (tmp_path / "latest").symlink_to("a")
+    found = find_previous(tmp_path)
+    assert found is not None and found[0].name == "a"
+    found = find_previous(tmp_path, exclude="a")
+    assert found is not None and found[0].name == "b"
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_the_command_refuses_bad_input_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = str(Path(__file__).resolve().parents[2] / "scenarios" / "smoke.yaml")
+    assert main(["nightly", "--out", str(tmp_path / "o"), "--repeat", "0", smoke]) == 2
+    assert "--repeat 0: give a number of runs >= 1" in capsys.readouterr().err
+    assert main(["nightly", "--out", str(tmp_path / "o"), "--inventory", str(tmp_path / "inv.yaml"), smoke]) == 2
+    assert f"--inventory {tmp_path / 'inv.yaml'}: no such file" in capsys.readouterr().err
+    (tmp_path / "inv.yaml").write_text("hosts: {a: {address: 127.0.0.1}}\n")
+    assert main(["nightly", "--out", str(tmp_path / "o"), "--inventory", str(tmp_path / "inv.yaml"), smoke]) == 2
+    err = capsys.readouterr().err
+    assert "no scenario can be bound or run here (inventory):" in err and "smoke: --inventory" in err
+    assert main(["nightly", "--out", str(tmp_path / "o"), str(tmp_path / "missing.yaml")]) == 2
+    assert not (tmp_path / "o").exists()
