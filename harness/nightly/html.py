@@ -26,7 +26,8 @@ EXTRA_CSS = """
 .passed{background:#c8f0c8}.failed{background:#f5b5b5}
 .counts span{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
 .since{font-size:12px;font-weight:bold}.newfail{color:#a00000}.fixed{color:#006000}
-ul.changes li{margin:2px 0}td.run{min-width:90px}
+ul.changes li{margin:2px 0}td.run{min-width:90px;max-width:260px}
+.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:320px}
 """
 
 SECTIONS = (
@@ -121,7 +122,7 @@ def _table(night: Mapping[str, Any]) -> str:
         defect = f'<div class="small">known defect: {_e(s["known_defect"])}</div>' if s.get("known_defect") else ""
         name = f'<th>{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
         note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
-        cell = f'<td style="background:{_colour(s.get("cell"))}"><span class="v">{_e(s.get("cell"))}</span>{note}</td>'
+        cell = f'<td class="note" style="background:{_colour(s.get("cell"))}"><span class="v">{_e(s.get("cell"))}</span>{note}</td>'
         median = s.get("median_seconds")
         row = [name, cell, f"<td>{_e(_rate(s))}</td>", f"<td>{f'{median:.1f}s' if isinstance(median, int | float) else '-'}</td>"]
         runs = s.get("runs") or []
@@ -130,10 +131,13 @@ def _table(night: Mapping[str, Any]) -> str:
         else:
             for r in runs:
                 verdict = str(r.get("verdict"))
-                why = f' title="{_e(r.get("reason"))}"' if r.get("reason") else ""
+                why = [str(r["reason"])] if r.get("reason") else []
+                why += list(r.get("failed_checks") or []) if verdict not in ("pass", "xfail", "skip") else []
+                shown = "".join(f'<div class="why">{_e(w)}</div>' for w in why[:3])
                 row.append(
-                    f'<td class="run" style="background:{_colour(verdict)}"{why}><a href="{_e(r.get("report"))}">'
-                    f'<span class="v">{_e(verdict)}</span></a><div class="small">{_e(r.get("seconds"))}s, seed {_e(r.get("seed"))}</div></td>'
+                    f'<td class="run" style="background:{_colour(verdict)}"><a href="{_e(r.get("report"))}">'
+                    f'<span class="v">{_e(verdict)}</span></a><div class="small">{_e(r.get("seconds"))}s, seed {_e(r.get("seed"))}</div>'
+                    f"{shown}</td>"
                 )
             if len(runs) < width:
                 note = "not run (the run was interrupted, or a run skipped)" if runs else "not run"

@@ -18,7 +18,7 @@ host not bound) does not either.
                     "cell", "rate": {k, n}, "bound", "measured", "note", "fails_night": bool,
                     "failures": {k, n}, "median_seconds",
                     "runs": [{"index", "seed", "verdict", "status", "reason", "seconds",
-                              "run_dir", "report"}]}],       # run_dir, report: relative to the night
+                              "failed_checks", "run_dir", "report"}]}],  # run_dir, report: relative to the night
      "artifacts": {"bytes", "log_cap_bytes", "capped": [...], "removed": [...]},
      "previous": {"night", "dir"} | null,
      "comparison": harness.nightly.compare.compare_nights(...) | null}
@@ -52,6 +52,7 @@ class RunDetail:
 
     status: str = "completed"
     reason: str = ""
+    failed_checks: tuple[str, ...] = ()  # the checks that failed or were unknown: "name: summary"
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def scenario_json(s: ScenarioNight, night_dir: Path) -> dict[str, Any]:
         detail = s.details[index - 1] if index - 1 < len(s.details) else RunDetail()
         link = _link(record.run_dir, night_dir)
         runs.append({"index": index, "seed": record.seed, "verdict": record.verdict, "status": detail.status,
-                     "reason": detail.reason, "seconds": record.seconds, "run_dir": link,
+                     "reason": detail.reason, "failed_checks": list(detail.failed_checks), "seconds": record.seconds, "run_dir": link,
                      "report": f"{link}/report.html"})
     seconds = [r.seconds for r in s.cell.runs if r.verdict != "skip"]
     return {

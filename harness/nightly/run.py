@@ -105,6 +105,16 @@ def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, dict[str
     return None
 
 
+def _shown(path: Path | None) -> str:
+    """A scenario path as a person would type it: relative to the working folder when inside it."""
+    if path is None:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _skip_cell(name: str, why: str) -> Cell:
     return Cell(name, "SKIP", Rate(0, 0), (), note=why)
 
@@ -170,7 +180,7 @@ def run_night(
     removed: list[dict[str, Any]] = []
     interrupted = False
     for sc, b in bound:
-        path = str(sc.path) if sc.path else ""
+        path = _shown(sc.path)
         if b.skip:
             log(f"--- {sc.name}: SKIP  ({b.skip})")
             results.append(ScenarioNight(sc.name, path, _skip_cell(sc.name, b.skip), b.hosts, sc.known_defect, b.skip))
@@ -189,7 +199,8 @@ def run_night(
             extra = f"  ({result.reason})" if result.verdict == "skip" else ""
             log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
             runs.append(result)
-            details.append(RunDetail(result.status, result.reason))
+            failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
+            details.append(RunDetail(result.status, result.reason, failed))
             if result.status == "interrupted":
                 interrupted = True
                 break

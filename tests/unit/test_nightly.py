@@ -20,7 +20,7 @@ from harness.nightly.html import render_night
 from harness.nightly.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
 from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, run_night
 from harness.rates import Cell, Rate, RunRecord, cell_of
-from harness.scenario import Scenario, parse_scenario
+from harness.scenario import Scenario, load_scenario, parse_scenario
 from harness.timeline import History
 from harness.verdict import RunResult
 
@@ -34,7 +34,8 @@ def cell(name: str, verdicts: Sequence[str], *, defect: bool = False, measured: 
 
 
 def scenario_night(c: Cell, skip: str | None = None, defect: str | None = None) -> ScenarioNight:
-    details = tuple(RunDetail("completed" if r.verdict != "error" else "error", "") for r in c.runs)
+    details = tuple(RunDetail("completed" if r.verdict != "error" else "error", "", ("loaded: 2.6s, later than 2.5s",) if r.verdict == "fail" else ())
+                    for r in c.runs)
     return ScenarioNight(c.scenario, f"scenarios/{c.scenario}.yaml", c, {"a": "local"}, defect, skip, details)
 
 
@@ -165,6 +166,8 @@ def test_the_page_shows_counts_the_comparison_and_a_row_per_scenario_with_run_li
     assert "Newly failing (1)" in page and "newly failing: PASS 2/2 -&gt; FLAKY 1/2" in page
     assert page.count("<th>run ") == 2
     assert '<a href="runs/coin/r1/report.html"><span class="v">fail</span></a>' in page
+    assert '<div class="why">loaded: 2.6s, later than 2.5s</div>' in page  # why a run failed, beside it
+    assert page.count('class="why"') == 1
     assert "skipped: this machine lacks root" in page
     assert "&lt;netns&gt;" in page and "<netns>" not in page  # escaped
     assert re.search(r'class="since newfail">newly failing', page)
@@ -232,9 +235,13 @@ def test_an_inventory_must_be_a_readable_yaml_mapping(tmp_path: Path) -> None:
 SCENARIO = "name: {name}\nprocesses: {{c: {{role: command, argv: [x]}}}}\nsteps: [{{start: c}}]\n"
 
 
-def scenario(name: str, **extra: str) -> Scenario:
-    text = SCENARIO.format(name=name) + "".join(f"{k}: {v}\n" for k, v in extra.items())
-    return parse_scenario(text, f"/s/{name}.yaml")
+def scenario(name: str, folder: Path | None = None) -> Scenario:
+    """A one-process scenario; read from a file in ``folder`` (so it has a path) when given."""
+    text = SCENARIO.format(name=name)
+    if folder is None:
+        return parse_scenario(text, f"{name}.yaml")
+    (folder / f"{name}.yaml").write_text(text)
+    return load_scenario(folder / f"{name}.yaml")
 
 
 def test_an_inventory_this_build_cannot_bind_skips_every_scenario_and_nothing_runs(tmp_path: Path) -> None:
@@ -275,7 +282,7 @@ class ScriptedBinding:
 
 def test_two_nights_through_a_fake_binding_write_the_folder_and_compare(tmp_path: Path) -> None:
     out = tmp_path / "nights"
-    scenarios = [scenario("steady"), scenario("coin"), scenario("rooty")]
+    scenarios = [scenario("steady", tmp_path), scenario("coin", tmp_path), scenario("rooty", tmp_path)]
     first = run_night(NightSpec(scenarios, out, repeat=2), ScriptedBinding({"steady": ["pass", "pass"], "coin": ["pass", "pass"]},
                                                                           skip={"rooty": "this machine lacks root"}))
     assert first.exit_code == 0 and first.night["passed"] and first.night["comparison"] is None
@@ -293,6 +300,7 @@ def test_two_nights_through_a_fake_binding_write_the_folder_and_compare(tmp_path
     assert art["bytes"] < 4 * (300 << 10)  # four 800 kB logs were capped, the checkpoint copies removed
     run0 = saved["scenarios"][0]["runs"][0]
     assert run0["run_dir"] == "runs/steady/seed0" and (d / run0["report"]).is_file()
+    assert run0["failed_checks"] == [] and saved["scenarios"][0]["path"] == str(tmp_path / "steady.yaml")
     assert json.loads((d / "runs/steady/seed0/verdict.json").read_text())["repeat"]["cell"] == "PASS"
 
     second = run_night(NightSpec(scenarios, out, repeat=2), ScriptedBinding({"steady": ["pass", "pass"], "coin": ["pass", "fail"],
