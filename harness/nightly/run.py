@@ -152,6 +152,49 @@ def _link_latest(out: Path, night: str) -> None:
         os.replace(tmp, link)
 
 
+def _scenario(
+    spec: NightSpec, binding: Binding, sc: Scenario, b: Bound, night_dir: Path, runs_dir: Path,
+    log: Callable[[str], None], observers: Callable[[str], Sequence[Observer]],
+    capped: list[dict[str, Any]], removed: list[dict[str, Any]],
+) -> tuple[ScenarioNight, bool]:
+    """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
+    from harness.report import annotate_repeat, write_run_folder
+
+    path = _shown(sc.path)
+    if b.skip:
+        log(f"--- {sc.name}: SKIP  ({b.skip})")
+        return ScenarioNight(sc.name, path, _skip_cell(sc.name, b.skip), b.hosts, sc.known_defect, b.skip), False
+    runs, details = [], []
+    interrupted = False
+    here = night_dir.resolve()
+    for index in range(spec.repeat):
+        run_sc = sc.with_seed(sc.seed + index)
+        of = f" run {index + 1}/{spec.repeat}"
+        log(f"=== {sc.name}{of} (seed {run_sc.seed})")
+        result = binding.run(run_sc, runs_dir, observers(sc.name))
+        write_run_folder(result)
+        trimmed = trim_run_folder(result.run_dir, spec.log_cap)
+        rel = str(result.run_dir.relative_to(here)) if result.run_dir.is_relative_to(here) else str(result.run_dir)
+        capped += [{**c, "path": f"{rel}/{c['path']}"} for c in trimmed["capped"]]
+        removed += [{**r, "path": f"{rel}/{r['path']}"} for r in trimmed["removed"]]
+        extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+        log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
+        runs.append(result)
+        failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
+        details.append(RunDetail(result.status, result.reason, failed))
+        if result.status == "interrupted":
+            interrupted = True
+            break
+        if result.verdict == "skip":  # a missing capability stays missing: one skip says it
+            break
+    measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+    cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
+    for index, r in enumerate(runs, 1):
+        annotate_repeat(r.run_dir, index, spec.repeat, cell)
+    skip = runs[0].reason if cell.name == "SKIP" and runs else None
+    return ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)), interrupted
+
+
 def run_night(
     spec: NightSpec,
     binding: Binding,
@@ -161,8 +204,6 @@ def run_night(
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
 ) -> NightOutcome:
     """Run the night (see the module docstring); NothingToRun when no scenario can run."""
-    from harness.report import annotate_repeat, write_run_folder
-
     bound: list[tuple[Scenario, Bound]] = [(sc, binding.bind(sc)) for sc in spec.scenarios]
     if all(b.skip for _, b in bound):
         why = "\n".join(f"  {sc.name}: {b.skip}" for sc, b in bound)
@@ -179,41 +220,16 @@ def run_night(
     capped: list[dict[str, Any]] = []
     removed: list[dict[str, Any]] = []
     interrupted = False
-    for sc, b in bound:
-        path = _shown(sc.path)
-        if b.skip:
-            log(f"--- {sc.name}: SKIP  ({b.skip})")
-            results.append(ScenarioNight(sc.name, path, _skip_cell(sc.name, b.skip), b.hosts, sc.known_defect, b.skip))
-            continue
-        runs, details = [], []
-        for index in range(spec.repeat):
-            run_sc = sc.with_seed(sc.seed + index)
-            of = f" run {index + 1}/{spec.repeat}"
-            log(f"=== {sc.name}{of} (seed {run_sc.seed})")
-            result = binding.run(run_sc, runs_dir, observers(sc.name))
-            write_run_folder(result)
-            trimmed = trim_run_folder(result.run_dir, spec.log_cap)
-            rel = str(result.run_dir.relative_to(night_dir.resolve())) if result.run_dir.is_relative_to(night_dir.resolve()) else str(result.run_dir)
-            capped += [{**c, "path": f"{rel}/{c['path']}"} for c in trimmed["capped"]]
-            removed += [{**r, "path": f"{rel}/{r['path']}"} for r in trimmed["removed"]]
-            extra = f"  ({result.reason})" if result.verdict == "skip" else ""
-            log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
-            runs.append(result)
-            failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
-            details.append(RunDetail(result.status, result.reason, failed))
-            if result.status == "interrupted":
+    try:
+        for sc, b in bound:
+            done, stop = _scenario(spec, binding, sc, b, night_dir, runs_dir, log, observers, capped, removed)
+            results.append(done)
+            if stop:
                 interrupted = True
                 break
-            if result.verdict == "skip":
-                break
-        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
-        cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
-        for index, r in enumerate(runs, 1):
-            annotate_repeat(r.run_dir, index, spec.repeat, cell)
-        skip = runs[0].reason if cell.name == "SKIP" and runs else None
-        results.append(ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)))
-        if interrupted:
-            break
+    except KeyboardInterrupt:  # between runs (a run itself heals, tears down and returns "interrupted")
+        interrupted = True
+        log("interrupted: the night so far is written")
     end = clock()
     cells = [s.cell for s in results]
     write_summary(runs_dir / "summary.json", {c.scenario: c for c in cells}, spec.repeat)

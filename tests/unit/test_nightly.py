@@ -275,7 +275,8 @@ class ScriptedBinding:
         (run_dir / "procs" / "c.log").write_text("chatter\n" * 100_000)  # 800 kB: over the cap
         (run_dir / "checkpoints").mkdir()
         (run_dir / "checkpoints" / "c.tampered.safetensors").write_bytes(b"\0" * 4096)
-        status = {"hang": "hang", "error": "error", "skip": "skipped"}.get(verdict, "completed")
+        status = {"hang": "hang", "error": "error", "skip": "skipped", "interrupted": "interrupted"}.get(verdict, "completed")
+        verdict = "error" if verdict == "interrupted" else verdict
         return RunResult(sc, f"id-{sc.name}-{sc.seed}", run_dir, status, "", verdict, History(()), [],
                          "2026-12-01T01:00:00+00:00", 1.5, sc.seed)
 
@@ -362,3 +363,31 @@ def test_the_command_refuses_bad_input_naming_it(tmp_path: Path, capsys: pytest.
     assert "no scenario can be bound or run here (inventory):" in err and "smoke: --inventory" in err
     assert main(["nightly", "--out", str(tmp_path / "o"), str(tmp_path / "missing.yaml")]) == 2
     assert not (tmp_path / "o").exists()
+
+
+class InterruptedBinding(ScriptedBinding):
+    """Ctrl-C arrives between runs, when scenario ``at`` is to start."""
+
+    def __init__(self, script: dict[str, list[str]], at: str) -> None:
+        super().__init__(script)
+        self.at = at
+
+    def run(self, sc: Scenario, out_dir: Path, observers: Sequence[Any]) -> RunResult:
+        if sc.name == self.at:
+            raise KeyboardInterrupt
+        return super().run(sc, out_dir, observers)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c between runs", "a run interrupted"])
+def test_an_interrupted_night_is_written_with_what_it_judged_and_exits_130(tmp_path: Path, how: str) -> None:
+    scenarios = [scenario("first"), scenario("second"), scenario("third")]
+    if how == "ctrl-c between runs":
+        binding: Any = InterruptedBinding({"first": ["pass", "pass"]}, at="second")
+    else:
+        binding = ScriptedBinding({"first": ["pass", "pass"], "second": ["interrupted"]})
+    done = run_night(NightSpec(scenarios, tmp_path, repeat=2), binding)
+    assert done.exit_code == 130 and done.night["interrupted"] and not done.night["passed"]
+    names = [s["name"] for s in done.night["scenarios"]]
+    assert names == (["first"] if how == "ctrl-c between runs" else ["first", "second"])
+    assert json.loads((done.night_dir / "nightly.json").read_text())["interrupted"] is True
+    assert "(interrupted)" in (done.night_dir / "index.html").read_text()
