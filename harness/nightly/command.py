@@ -45,6 +45,15 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(fn=cmd_nightly)
 
 
+def _command_line(args: argparse.Namespace) -> list[str]:
+    """The night's command as parsed (for nightly.json and the page)."""
+    argv = ["mxchaos", "nightly", "--out", str(args.out), "--repeat", str(args.repeat)]
+    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return [*argv, *(["-q"] if args.quiet else []), *args.paths]
+
+
 def print_comparison(comparison: Mapping[str, Any] | None) -> None:
     if comparison is None:
         print("the first night in this folder: nothing to compare")
@@ -108,7 +117,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
             return EXIT_INVALID
     spec = NightSpec(scenarios=scenarios, out=out, repeat=args.repeat, seed=args.seed,
-                     command=["mxchaos", *sys.argv[1:]] if sys.argv[1:2] == ["nightly"] else ["mxchaos", "nightly"],
+                     command=_command_line(args),
                      hosts=hosts)
     try:
         outcome = run_night(

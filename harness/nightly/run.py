@@ -80,6 +80,19 @@ def new_night_id(out: Path, now: dt.datetime | None = None) -> str:
     return night
 
 
+def _make_night_dir(out: Path, start: dt.datetime) -> tuple[str, Path]:
+    """A new night's folder, made here: a night started in the same second elsewhere gets the next id."""
+    out.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        night = new_night_id(out, start)
+        try:
+            (out / night).mkdir()
+        except FileExistsError:
+            continue
+        return night, out / night
+    raise FileExistsError(f"{out}: no free night id for {start.isoformat()}")
+
+
 def _read_night(folder: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((folder / "nightly.json").read_text())
@@ -210,10 +223,9 @@ def run_night(
         raise NothingToRun(f"no scenario can be bound or run here ({binding.name}):\n{why}")
     start = clock()
     started_mono = time.monotonic()
-    night = new_night_id(spec.out, start)
-    night_dir = spec.out / night
+    night, night_dir = _make_night_dir(spec.out, start)
     runs_dir = night_dir / "runs"
-    runs_dir.mkdir(parents=True)
+    runs_dir.mkdir()
     previous = find_previous(spec.out, exclude=night)
     log(f"night {night}: {len(bound)} scenario(s) x {spec.repeat}, into {night_dir}")
     results: list[ScenarioNight] = []

@@ -73,4 +73,5 @@ def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
     junit = (night_dir / "junit.xml").read_text()
     assert junit.count("<testcase ") == 3 and 'failures="1"' in junit
     assert night["versions"]["nixl"] and night["hosts"] == {"binding": "here", "inventory": None}
+    assert night["command"] == ["mxchaos", "nightly", "--out", str(out), "--repeat", "2", "--seed", "2", "-q", *paths]
     assert night["artifacts"]["bytes"] < 8 << 20
