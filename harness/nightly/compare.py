@@ -64,8 +64,8 @@ def _item(name: str, old: Mapping[str, Any] | None, new: Mapping[str, Any], what
         "text": f"{what}: {_rate(old) if old else 'not in the earlier night'} -> {_rate(new)}",
     }
     if _fails(new):
-        item["failing_runs"] = [r.get("report") for r in new.get("runs") or []
-                                if r.get("verdict") not in ("pass", "xfail", "xpass", "skip")]
+        item["failing_runs"] = [{"index": r.get("index"), "verdict": r.get("verdict"), "report": r.get("report")}
+                                for r in new.get("runs") or [] if r.get("verdict") not in ("pass", "xfail", "xpass", "skip")]
     return item
 
 

@@ -27,7 +27,7 @@ EXTRA_CSS = """
 .counts span{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
 .since{font-size:12px;font-weight:bold}.newfail{color:#a00000}.fixed{color:#006000}
 ul.changes li{margin:2px 0}td.run{min-width:90px;max-width:260px}
-.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:320px}
+.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:320px}th.name{max-width:440px}
 """
 
 SECTIONS = (
@@ -85,7 +85,8 @@ def _comparison(night: Mapping[str, Any]) -> str:
         any_change = True
         out.append(f"<h3>{_e(title)} ({len(items)})</h3><ul class=changes>")
         for item in items:
-            runs = " ".join(f'<a href="{_e(r)}">run</a>' for r in item.get("failing_runs") or [] if r)
+            runs = " ".join(f'<a href="{_e(r.get("report"))}">run {_e(r.get("index"))}: {_e(r.get("verdict"))}</a>'
+                            for r in item.get("failing_runs") or [])
             css = f' class="{cls}"' if cls else ""
             out.append(f"<li{css}><b>{_e(item['scenario'])}</b>: {_e(item['text'])} {runs}</li>")
         out.append("</ul>")
@@ -120,7 +121,7 @@ def _table(night: Mapping[str, Any]) -> str:
     rows = [f"<tr><th>scenario</th><th>cell</th><th>rate</th><th>median</th>{head}</tr>"]
     for s in scenarios:
         defect = f'<div class="small">known defect: {_e(s["known_defect"])}</div>' if s.get("known_defect") else ""
-        name = f'<th>{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
+        name = f'<th class="name">{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
         note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
         cell = f'<td class="note" style="background:{_colour(s.get("cell"))}"><span class="v">{_e(s.get("cell"))}</span>{note}</td>'
         median = s.get("median_seconds")

@@ -123,7 +123,7 @@ def test_the_comparison_lists_newly_failing_fixed_and_other_changes() -> None:
     assert comp["against"] == "n1"
     assert [(i["scenario"], i["old"], i["new"]) for i in comp["newly_failing"]] == [("breaks", "PASS", "FLAKY"), ("fresh", None, "HANG")]
     assert comp["newly_failing"][0]["text"] == "newly failing: PASS 2/2 -> FLAKY 1/2"
-    assert comp["newly_failing"][0]["failing_runs"] == ["runs/breaks/r1/report.html"]
+    assert comp["newly_failing"][0]["failing_runs"] == [{"index": 2, "verdict": "fail", "report": "runs/breaks/r1/report.html"}]
     assert [(i["scenario"], i["text"]) for i in comp["fixed"]] == [("heals", "fixed: FAIL 0/2 -> PASS 2/2")]
     assert [(i["scenario"], i["old"], i["new"]) for i in comp["other"]] == [
         ("defect", "REPRODUCED", "NOT_REPRODUCED"), ("skipped_now", "FAIL", "SKIP")]  # a skip is not a fix
@@ -164,6 +164,7 @@ def test_the_page_shows_counts_the_comparison_and_a_row_per_scenario_with_run_li
     assert "<b>1</b> failing" in page and "<b>1</b> FLAKY" in page
     assert 'Since night <a href="../n1/index.html">n1</a>' in page
     assert "Newly failing (1)" in page and "newly failing: PASS 2/2 -&gt; FLAKY 1/2" in page
+    assert '<a href="runs/coin/r1/report.html">run 2: fail</a>' in page
     assert page.count("<th>run ") == 2
     assert '<a href="runs/coin/r1/report.html"><span class="v">fail</span></a>' in page
     assert '<div class="why">loaded: 2.6s, later than 2.5s</div>' in page  # why a run failed, beside it
