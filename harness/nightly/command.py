@@ -1,7 +1,7 @@
 """The ``mxchaos nightly`` sub-command: its options and what it prints.
 
-``mxchaos nightly --out DIR [--repeat N] [--inventory FILE] [--seed S] [-k EXPR] [-q]
-[PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
+``mxchaos nightly --out DIR [--repeat N] [--inventory FILE] [--seed S] [-k EXPR] [--keep K]
+[-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
 file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
 ``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
 table (as ``mxchaos run --repeat``), what changed since the night before, and where the
@@ -41,6 +41,8 @@ def add_parser(sub: Any) -> None:
                    help="bind the scenarios' hosts to the machines of this inventory (YAML) instead of this machine")
     p.add_argument("--seed", type=int, help="override every scenario's seed")
     p.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
+    p.add_argument("--keep", type=int, metavar="K",
+                   help="after the night, delete all but the newest K nights in DIR (default: keep every night)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
     p.set_defaults(fn=cmd_nightly)
 
@@ -48,7 +50,7 @@ def add_parser(sub: Any) -> None:
 def _command_line(args: argparse.Namespace) -> list[str]:
     """The night's command as parsed (for nightly.json and the page)."""
     argv = ["mxchaos", "nightly", "--out", str(args.out), "--repeat", str(args.repeat)]
-    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k)):
+    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep)):
         if value is not None:
             argv += [flag, str(value)]
     return [*argv, *(["-q"] if args.quiet else []), *args.paths]
@@ -80,6 +82,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    if args.keep is not None and args.keep < 1:
+        print(f"--keep {args.keep}: keep at least the newest night (K >= 1)", file=sys.stderr)
         return EXIT_INVALID
     inventory = Path(args.inventory) if args.inventory else None
     hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
@@ -118,7 +123,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     spec = NightSpec(scenarios=scenarios, out=out, repeat=args.repeat, seed=args.seed,
                      command=_command_line(args),
-                     hosts=hosts)
+                     hosts=hosts, keep=args.keep)
     try:
         outcome = run_night(
             spec, binding_for(inventory), log=lambda m: print(m, flush=True),

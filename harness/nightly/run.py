@@ -19,7 +19,8 @@
 
 The night before is the one ``DIR/latest`` points at, else the newest folder of ``DIR`` with
 a readable ``nightly.json``. A night id is the UTC start time (``20261201T013000Z``; ``-2``,
-``-3`` ... when taken).
+``-3`` ... when taken). With ``keep`` (``--keep K``), only the newest K night folders stay
+(``prune_nights``: folders named as night ids that hold a ``nightly.json``; nothing else).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
@@ -43,9 +46,11 @@ from harness.nightly.night import RunDetail, ScenarioNight, night_json, night_pa
 from harness.rates import Cell, Rate, RunRecord, cell_of, write_summary
 from harness.scenario import Scenario
 
-__all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "run_night", "write_night"]
+__all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "prune_nights", "run_night",
+           "write_night"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+_NIGHT_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 
 
 class NothingToRun(Exception):
@@ -61,6 +66,7 @@ class NightSpec:
     command: list[str] = field(default_factory=list)
     hosts: dict[str, Any] = field(default_factory=dict)  # nightly.json "hosts": binding, inventory summary
     log_cap: int = LOG_CAP_BYTES
+    keep: int | None = None  # --keep: after the night, delete all but the newest ``keep`` nights of ``out``
 
 
 @dataclass(frozen=True)
@@ -102,13 +108,14 @@ def _read_night(folder: Path) -> dict[str, Any] | None:
 
 
 def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The night before: ``out/latest``'s, else the newest folder with a readable ``nightly.json``."""
+    """The night before: ``out/latest``'s, else the newest night folder with a readable ``nightly.json``."""
     latest = out / "latest"
     candidates: list[Path] = []
     if latest.is_symlink() or latest.is_dir():
         candidates.append(latest.resolve())
     if out.is_dir():
-        candidates += sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True)
+        candidates += sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and _NIGHT_ID.match(p.name)),
+                             key=_night_order, reverse=True)
     for folder in candidates:
         if folder.name == exclude:
             continue
@@ -261,7 +268,29 @@ def run_night(
         doc["comparison"] = compare_nights(previous[1], doc)
     write_night(night_dir, doc)
     _link_latest(spec.out, night)
+    if spec.keep is not None:
+        for old in prune_nights(spec.out, spec.keep):
+            log(f"pruned night {old.name} (--keep {spec.keep})")
     return NightOutcome(night_dir, doc, cells, exit_code)
+
+
+def _night_order(folder: Path) -> tuple[str, int]:
+    """Oldest first: the start stamp, then the ``-N`` of nights started in the same second."""
+    stamp, _, n = folder.name.partition("-")
+    return stamp, int(n or 1)
+
+
+def prune_nights(out: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` (>= 1) night folders of ``out`` (named as night ids and
+    holding a ``nightly.json``; nothing else in ``out`` is touched); the folders deleted."""
+    if keep < 1:
+        raise ValueError(f"keep {keep}: keep at least the newest night")
+    nights = sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and _NIGHT_ID.match(p.name)
+                     and (p / "nightly.json").is_file()), key=_night_order)
+    doomed = nights[:-keep]
+    for folder in doomed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return doomed
 
 
 def write_night(night_dir: Path, doc: Mapping[str, Any]) -> None:

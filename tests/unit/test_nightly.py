@@ -18,7 +18,7 @@ from harness.nightly.binding import Bound, InventoryError, UnboundInventory, inv
 from harness.nightly.compare import compare_nights, count_changes
 from harness.nightly.html import render_night
 from harness.nightly.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
-from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, run_night
+from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, prune_nights, run_night
 from harness.rates import Cell, Rate, RunRecord, cell_of
 from harness.scenario import Scenario, load_scenario, parse_scenario
 from harness.timeline import History
@@ -335,18 +335,19 @@ def test_night_ids_are_utc_stamps_made_unique(tmp_path: Path) -> None:
 
 def test_the_night_before_is_latest_else_the_newest_readable_one(tmp_path: Path) -> None:
     assert find_previous(tmp_path) is None
-    for name in ("a", "b", "c"):
+    a, b, b10, c = "20261201T010000Z", "20261202T010000Z-2", "20261202T010000Z-10", "20261203T010000Z"
+    for name in (a, b, b10, c, "zzz"):
         (tmp_path / name).mkdir()
-    (tmp_path / "a" / "nightly.json").write_text(json.dumps({"night": "a", "scenarios": []}))
-    (tmp_path / "b" / "nightly.json").write_text(json.dumps({"night": "b", "scenarios": []}))
-    (tmp_path / "c" / "nightly.json").write_text("{torn")
+    for name in (a, b, b10, "zzz"):
+        (tmp_path / name / "nightly.json").write_text(json.dumps({"night": name, "scenarios": []}))
+    (tmp_path / c / "nightly.json").write_text("{torn")
+    found = find_previous(tmp_path)  # the newest readable night; "zzz" is not named as a night
+    assert found is not None and found[0].name == b10
+    (tmp_path / "latest").symlink_to(a)
     found = find_previous(tmp_path)
-    assert found is not None and found[0].name == "b"
-    (tmp_path / "latest").symlink_to("a")
-    found = find_previous(tmp_path)
-    assert found is not None and found[0].name == "a"
-    found = find_previous(tmp_path, exclude="a")
-    assert found is not None and found[0].name == "b"
+    assert found is not None and found[0].name == a
+    found = find_previous(tmp_path, exclude=a)
+    assert found is not None and found[0].name == b10
 
 
 # ------------------------------------------------------------------ the command
@@ -392,3 +393,25 @@ def test_an_interrupted_night_is_written_with_what_it_judged_and_exits_130(tmp_p
     assert names == (["first"] if how == "ctrl-c between runs" else ["first", "second"])
     assert json.loads((done.night_dir / "nightly.json").read_text())["interrupted"] is True
     assert "(interrupted)" in (done.night_dir / "index.html").read_text()
+
+
+def test_keep_prunes_only_the_oldest_night_folders(tmp_path: Path) -> None:
+    names = ["20261201T010000Z", "20261201T010000Z-2", "20261201T010000Z-10", "20261203T010000Z"]  # -10 after -2
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "nightly.json").write_text("{}")
+    (tmp_path / "20261130T010000Z").mkdir()  # no nightly.json: not a night
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "nightly.json").write_text("{}")  # not named as a night
+    assert [p.name for p in prune_nights(tmp_path, 2)] == names[:2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20261130T010000Z", *names[2:], "notes"]
+    with pytest.raises(ValueError, match="keep at least"):
+        prune_nights(tmp_path, 0)
+
+
+def test_a_night_with_keep_leaves_the_newest_nights(tmp_path: Path) -> None:
+    script = {"s": ["pass"] * 3}
+    for _ in range(3):
+        run_night(NightSpec([scenario("s")], tmp_path, keep=2), ScriptedBinding(script))
+    nights = sorted(p.name for p in tmp_path.iterdir() if p.name != "latest")
+    assert len(nights) == 2 and (tmp_path / "latest").resolve().name == nights[-1]
