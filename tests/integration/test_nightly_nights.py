@@ -1,7 +1,8 @@
 """``mxchaos nightly`` twice over real scenarios (``scenarios/smoke.yaml``: a real server,
 source and reader over NIXL; two coins derived from ``tests/fixtures/scenarios/coin_flaky.yaml``
 that land on ``seed // 2``) with ``--repeat 2``: the second night's index, json and terminal
-output show what newly fails and what got fixed since the first."""
+output show what newly fails and what got fixed since the first; and a scenario this machine
+cannot run (root counted missing) is skipped with its reason, with no run folder."""
 
 from __future__ import annotations
 
@@ -75,3 +76,24 @@ def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
     assert night["versions"]["nixl"] and night["hosts"] == {"binding": "here", "inventory": None}
     assert night["command"] == ["mxchaos", "nightly", "--out", str(out), "--repeat", "2", "--seed", "2", "-q", *paths]
     assert night["artifacts"]["bytes"] < 8 << 20
+
+
+def test_a_scenario_this_machine_cannot_run_is_skipped_with_its_reason_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXCHAOS_MISSING_CAPABILITIES", "root")  # harness.capabilities: count root as missing
+    out = tmp_path / "nights"
+    partition = str(ROOT / "scenarios" / "partition_mid_read.yaml")
+    code = cli.main(["nightly", "--out", str(out), "-q", "--seed", "0", partition, str(coins(tmp_path)[0])])
+    printed = capsys.readouterr().out
+    assert code == 0, printed  # coin_pairs passes at seed 0; the skip does not fail the night
+    night = json.loads((out / "latest" / "nightly.json").read_text())
+    skipped = {s["name"]: s for s in night["scenarios"]}["partition_mid_read"]
+    assert skipped["cell"] == "SKIP" and skipped["runs"] == [] and "lacks root" in skipped["skip"]
+    assert skipped["hosts"] == {"ctl": "netns", "a": "netns", "b": "netns", "r": "netns"}
+    assert not (out / "latest" / "runs" / "partition_mid_read").exists()  # nothing started, no run folder
+    assert "--- partition_mid_read: SKIP  (this machine lacks root" in printed
+    assert "skipped: this machine lacks root" in (out / "latest" / "index.html").read_text()
+
+    assert cli.main(["nightly", "--out", str(out), "-q", partition]) == 2  # nothing left to run
+    assert "no scenario can be bound or run here (here):\n  partition_mid_read: this machine lacks root" in capsys.readouterr().err
