@@ -12,7 +12,26 @@ from mxref.events import EventLog
 from mxref.metrics import SourceMetrics
 from mxref.source import Publisher, warming_gate
 from mxref.v1 import p2p_pb2
-from tests.unit.test_publisher import FakeClient
+
+
+class FakeClient:
+    """The metadata server as the publisher sees it: every call recorded, every call accepted."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def publish_metadata(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
+    ) -> p2p_pb2.PublishMetadataResponse:
+        self.calls.append(("publish", worker_id))
+        return p2p_pb2.PublishMetadataResponse(success=True, mx_source_id="sid", worker_id=worker_id)
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: p2p_pb2.SourceStatus,
+        timeout_s: float | None = None,
+    ) -> p2p_pb2.UpdateStatusResponse:
+        self.calls.append(("status", p2p_pb2.SourceStatus.Name(status)))
+        return p2p_pb2.UpdateStatusResponse(success=True)
 
 
 class Clock:
