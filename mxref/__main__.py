@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=_seconds, default=None,
                    help="[MX_HEARTBEAT_INTERVAL_SECS, 30]")
     p.add_argument("--serve-seconds", type=_seconds, default=None, help="exit after this long (default: until signalled)")
+    p.add_argument("--ready-delay", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="simulated engine warm-up: publish at once (INITIALIZING) but report READY only this "
+                        "long after serving starts (default 0)")
     _add_debug_hooks(p)
     p.add_argument("--data-seed", type=int, default=None, metavar="N",
                    help="DEBUG HOOK (tests only): hold the generator's bytes for seed N while publishing the "
@@ -266,6 +269,7 @@ def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-unt
         worker_port=args.worker_port,
         heartbeat_interval_s=args.heartbeat_interval
         or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
+        ready_delay_s=getattr(args, "ready_delay", 0.0) or 0.0,
     )
 
 

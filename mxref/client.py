@@ -55,7 +55,7 @@ class MxClient:
         self.address = address
         self.timeout_s = _check_timeout(timeout_s)
         creds = credentials if credentials is not None else security.client_default()
-        self._channel = creds.channel(address, config.grpc_message_options())
+        self._channel = creds.channel(address, config.grpc_client_options())
         self._stub = _P2P_STUB(self._channel)
 
     def publish_metadata(

@@ -9,7 +9,10 @@ source (``python -m mxref source``, and a reader with ``--serve-after-load``):
    DEADLINE_EXCEEDED), then ``UpdateStatus(READY)`` and a READY heartbeat every
    interval, gated on ``manager.is_healthy()``: unhealthy after having been READY
    sends STALE once; healthy again sends READY. Two rejected heartbeats in a row
-   (a wiped store) drop the registration and publish again;
+   (a wiped store) drop the registration and publish again. ``ready_delay_s``
+   simulates an engine that is still warming up after its weights are registered
+   (ModelExpress #520): the record is published INITIALIZING at once, but the source
+   reports healthy, and so READY, only that long after it was built (``warming_gate``);
 3. teardown (SIGTERM/SIGINT or end of serving), in this order: stop the
    heartbeat, mark STALE, stop the WorkerService, then the manager's shutdown
    (disconnect peers, deregister memory in reverse, drop the agent).
@@ -217,6 +220,18 @@ class ServeOptions:
     advertise_host: str = "127.0.0.1"
     worker_port: int = 0
     heartbeat_interval_s: float = config.DEFAULT_HEARTBEAT_INTERVAL_S
+    ready_delay_s: float = 0.0  # simulated engine warm-up: not healthy (so not READY) until then
+
+
+def warming_gate(
+    is_healthy: Callable[[], bool], ready_delay_s: float, clock: Callable[[], float] = time.monotonic
+) -> Callable[[], bool]:
+    """``is_healthy`` that also answers False until ``ready_delay_s`` after this call (the engine's
+    warm-up, ModelExpress #520: a source is advertised READY only once it can serve)."""
+    if ready_delay_s <= 0:
+        return is_healthy
+    ready_at = clock() + ready_delay_s
+    return lambda: clock() >= ready_at and is_healthy()
 
 
 class SourceService:
@@ -264,7 +279,8 @@ class SourceService:
         else:
             raise ValueError(f"source mode {options.mode!r} is not p2p or central")
         self.publisher = Publisher(
-            self.client, identity, worker, self.worker_id, manager.is_healthy, options.heartbeat_interval_s,
+            self.client, identity, worker, self.worker_id, warming_gate(manager.is_healthy, options.ready_delay_s),
+            options.heartbeat_interval_s,
             events, metrics, on_published=lambda sid: self.servicer.set_manifest(self.manifest.published_as(sid)),
         )
 
