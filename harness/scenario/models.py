@@ -248,10 +248,13 @@ class MxrefProcess(ProcessBase):
 
 
 class ServerProcess(MxrefProcess):
-    """``mxref server``: the metadata server (port 0: it picks one and reports it)."""
+    """``mxref server``: the metadata server (port 0: it picks one and reports it). ``store``: a
+    ``redis`` process of the scenario to keep its records in (``--store redis://...``; default:
+    in memory)."""
 
     role: Literal["server"]
     options: ServerOptions = ServerOptions()
+    store: Name | None = None
 
 
 class SourceProcess(MxrefProcess):
@@ -306,8 +309,16 @@ class CommandProcess(ProcessBase):
     argv: tuple[str, ...] = Field(min_length=1)
 
 
+class RedisProcess(ProcessBase):
+    """A real ``redis-server`` (``harness.redisd``): a server's store. ``port`` 0: a free one,
+    kept across restarts, so the server's ``--store`` stays right."""
+
+    role: Literal["redis"]
+    port: int = Field(0, ge=0, le=65535)
+
+
 ProcessSpec = Annotated[
-    Union[ServerProcess, SourceProcess, ReaderProcess, CommandProcess],  # noqa: UP007
+    Union[ServerProcess, SourceProcess, ReaderProcess, CommandProcess, RedisProcess],  # noqa: UP007
     Field(discriminator="role"),
 ]
 

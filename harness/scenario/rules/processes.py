@@ -1,12 +1,20 @@
 """Cross-reference rules of the processes, hosts and proxies sections: hosts exist and
 do not mix kinds, sources and readers have a server (directly or through a proxy), a proxy
-leads to a server, placeholders are known."""
+leads to a server, a server's store is a redis process, placeholders are known."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.scenario.models import PLACEHOLDER_RE, PLACEHOLDERS, CommandProcess, MxrefProcess, ReaderProcess, SourceProcess
+from harness.scenario.models import (
+    PLACEHOLDER_RE,
+    PLACEHOLDERS,
+    CommandProcess,
+    MxrefProcess,
+    ReaderProcess,
+    ServerProcess,
+    SourceProcess,
+)
 from harness.scenario.rules.context import Context
 from harness.scenario.steps import Loc
 
@@ -40,6 +48,8 @@ def check_processes(cx: Context) -> None:
             cx.add((*loc, "host"), f"no host named {spec.host!r} (hosts: {', '.join(host_names)})")
         if spec.host is None and len(host_names) > 1:
             cx.add((*loc, "host"), f"required when the scenario has several hosts ({', '.join(host_names)})")
+        if isinstance(spec, ServerProcess) and spec.store is not None:
+            cx.need_process((*loc, "store"), spec.store, ("redis",), "redis process")
         if isinstance(spec, SourceProcess | ReaderProcess):
             _check_server(cx, loc, spec, servers)
             if spec.credentials != "run" and not sc.security.tls and "security" not in cx.broken:
