@@ -199,6 +199,7 @@ class ServerOptions(Options):
     heartbeat_timeout: Duration | None = None
     reaper_interval: Duration | None = None
     gc_timeout: Duration | None = None
+    store_timeout: Duration | None = None  # bound on one Redis socket operation (mxref: 1s), with a store
 
 
 class PeerOptions(Options):
