@@ -441,6 +441,9 @@ class Runner:
         store = self.table.refresh(spec.store)
         if not store.alive and store.incarnation == 0:
             self.start_process(spec.store, deadline)
+        if spec.store_via is not None:  # once created, the proxy keeps its address while its redis is down
+            view = self.proxies.view(spec.store_via)
+            return view.listen if view is not None else self._proxy(spec.store_via, deadline).listen
         if store.alive:
             return self.table.address(spec.store, "redis", deadline)
         port = store.last_ports.get("redis")
@@ -449,8 +452,11 @@ class Runner:
         return f"{store.host.address}:{port}"
 
     def _proxy(self, name: str, deadline: float) -> ProxyView:
-        """The scenario proxy ``name``, once its upstream server has reported its gRPC port."""
-        upstream = self.table.address(self.scenario.proxies[name].upstream, "grpc", deadline)
+        """The scenario proxy ``name``, once its upstream (a server's gRPC port, a redis process's
+        port) has been reported."""
+        upstream_name = self.scenario.proxies[name].upstream
+        what = "redis" if self.scenario.processes[upstream_name].role == "redis" else "grpc"
+        upstream = self.table.address(upstream_name, what, deadline)
         # netns clients reach the proxy at the bridge's address, not at loopback
         listen = self.network.bridge_address if self.network is not None else None
         return self.proxies.ensure(name, upstream, listen)

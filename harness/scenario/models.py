@@ -256,6 +256,7 @@ class ServerProcess(MxrefProcess):
     role: Literal["server"]
     options: ServerOptions = ServerOptions()
     store: Name | None = None
+    store_via: Name | None = None  # reach the store through this proxy (its upstream: the redis process)
 
 
 class SourceProcess(MxrefProcess):
@@ -325,9 +326,10 @@ ProcessSpec = Annotated[
 
 
 class ProxySpec(Strict):
-    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process). Sources
-    and readers with ``server_via`` reach that server through it; ``toxic`` and
-    ``proxy_down`` faults act on it."""
+    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process), or its
+    Redis port (a redis process). Sources and readers with ``server_via`` reach that server
+    through it, a server with ``store_via`` that store; ``toxic`` and ``proxy_down`` faults
+    act on it."""
 
     upstream: Name
 

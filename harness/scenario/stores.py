@@ -40,5 +40,6 @@ def with_store(sc: Scenario, store: str | None) -> Scenario:
         processes[target] = RedisProcess(role="redis")
     for name, spec in sc.processes.items():
         if isinstance(spec, ServerProcess) and spec.store is None:
-            processes[name] = spec.model_copy(update={"store": target})
+            via = sc.proxies.get(spec.store_via) if spec.store_via is not None else None
+            processes[name] = spec.model_copy(update={"store": via.upstream if via is not None else target})
     return sc.model_copy(update={"processes": processes, "store": "redis"})

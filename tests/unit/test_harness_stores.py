@@ -103,3 +103,34 @@ def test_a_scenario_on_redis_needs_redis_server(monkeypatch: pytest.MonkeyPatch)
     assert needs["redis-server"] == ["processes (store)"]
     monkeypatch.setenv(capabilities.ENV_MISSING, "redis-server")
     assert capabilities.missing(needs) == ["redis-server"]
+
+
+PROXIED = """\
+name: proxied
+store: redis
+proxies:
+  kv: {upstream: kv-store}
+processes:
+  kv-store: {role: redis}
+  server: {role: server, store_via: kv}
+  source-1: {role: source}
+steps:
+  - start: [server, source-1]
+"""
+
+
+def test_a_server_may_reach_its_store_through_a_proxy_that_leads_to_it() -> None:
+    sc = load(PROXIED)
+    server = sc.processes["server"]
+    assert isinstance(server, ServerProcess) and (server.store, server.store_via) == ("kv-store", "kv")
+    bad = PROXIED.replace("  kv-store: {role: redis}", "  kv-store: {role: redis}\n  other: {role: redis}").replace(
+        "server: {role: server, store_via: kv}", "server: {role: server, store: other, store_via: kv}")
+    with pytest.raises(ScenarioInvalid) as caught:
+        load(bad)
+    assert "proxy 'kv' leads to 'kv-store', not to this server's store 'other'" in str(caught.value)
+    with pytest.raises(ScenarioInvalid) as caught:
+        load(PROXIED.replace("store: redis\n", ""))
+    assert "the server has no store to reach through a proxy" in str(caught.value)
+    with pytest.raises(ScenarioInvalid) as caught:
+        load(PROXIED.replace("  source-1: {role: source}", "  source-1: {role: source, server_via: kv}"))
+    assert "proxy 'kv' leads to the redis 'kv-store', not to a server" in str(caught.value)
