@@ -87,8 +87,8 @@ def _check_server(cx: Context, loc: Loc, spec: SourceProcess | ReaderProcess, se
         cx.need_process((*loc, "server"), spec.server, ("server",), "server process")
     if spec.server_via is not None and cx.need_proxy((*loc, "server_via"), spec.server_via):
         upstream = sc.proxies[spec.server_via].upstream
-        if upstream in sc.processes and sc.processes[upstream].role != "server":
-            cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to the {sc.processes[upstream].role} "
+        if upstream in sc.processes and sc.processes[upstream].role == "redis":  # (any other role: the proxy is reported)
+            cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to the redis "
                    f"{upstream!r}, not to a server")
         if spec.server is not None and spec.server != upstream:
             cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to {upstream!r}, "
