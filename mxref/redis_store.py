@@ -218,6 +218,10 @@ class RedisStore:
     def close(self) -> None:
         self._redis.close()
 
+    def flushall(self) -> None:
+        """Empty the whole Redis database (benchmarks and tests start from nothing)."""
+        self._call("flushall", self._redis.flushall)
+
     def _call(self, op: str, fn: Callable[[], Any]) -> Any:
         """Run one Redis operation; ``StoreUnavailable`` (and ``on_error``) when Redis fails."""
         try:
