@@ -19,9 +19,12 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.redisd import RedisServer, redis_available
@@ -334,3 +337,60 @@ def test_server_process_on_redis_answers_negatively_while_redis_is_paused_and_re
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+# --- the two stores side by side on random histories ------------------------------------------
+
+WORKERS = ("w1", "w2", "w3")
+STATUSES = (p2p_pb2.SOURCE_STATUS_INITIALIZING, READY, STALE)
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("publish"), st.sampled_from(WORKERS), st.integers(0, 1), st.sampled_from(STATUSES)),
+    st.tuples(st.just("update"), st.sampled_from(WORKERS), st.integers(0, 1), st.sampled_from(STATUSES)),
+    st.tuples(st.just("advance"), st.integers(1, 40)),
+    st.tuples(st.just("reap")),
+), max_size=25)
+
+
+def _view(store: SourceStore) -> list[tuple[str, int, int, int]]:
+    """What a listing says of every record: (worker, rank, status, updated_at), in name order."""
+    now = store.now_ms()
+    return [(r.worker_id, r.worker.worker_rank, int(r.status), r.updated_at_ms)
+            for r in SourceQuery().select(store.candidates(SourceQuery()), now, 1e9)]
+
+
+def _apply(store: SourceStore, op: tuple[Any, ...]) -> str:
+    """One operation; its outcome as text (a rejection's kind, what the reaper did)."""
+    if op[0] == "publish":
+        store.publish(IDENTITY, worker(op[2]), op[1], op[3])
+        return "published"
+    if op[0] == "update":
+        try:
+            return f"updated from {int(store.update_status(SID, op[1], op[2], op[3]).previous)}"
+        except UpdateRejected as exc:
+            return "rejected: " + str(exc).split(" ")[0]
+    if op[0] == "reap":
+        return repr(sorted((d.action.value, d.record.worker_id) for d in store.reap(TIMERS)))
+    return "advanced"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_memory_and_redis_agree_on_every_history(ops: list[tuple[Any, ...]], redis_server: RedisServer) -> None:
+    clock = ManualClock()
+    memory = Store(clock)
+    on_redis = RedisStore(redis_server.url, clock, timeout_s=5.0)
+    try:
+        on_redis.flushall()
+        for op in ops:
+            if op[0] == "advance":
+                clock.now += op[1]
+                continue
+            assert _apply(memory, op) == _apply(on_redis, op), op
+            assert _view(memory) == _view(on_redis), op
+            for wid in WORKERS:
+                m, r = memory.get(SID, wid), on_redis.get(SID, wid)
+                assert (m is None) == (r is None), (op, wid)
+                if m is not None and r is not None:
+                    assert (m.worker, m.status, m.updated_at_ms) == (r.worker, r.status, r.updated_at_ms), (op, wid)
+    finally:
+        on_redis.close()
