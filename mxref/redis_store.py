@@ -9,6 +9,9 @@ as ModelExpress's Redis backend lays them out (``../shared/notes/modelexpress-pr
 - ``mx:source:{mx_source_id}:{worker_id}`` (hash): field ``{worker_rank}`` = the record (JSON:
   ``worker_rank``, ``status``, ``updated_at`` and ``worker``, the ``WorkerMetadata`` as protobuf
   JSON), written by a publish only; field ``status:{worker_rank}`` = the rank's mutable summary.
+- ``mxref:age:{status}`` (sorted set, mxref's own addition): ``{mx_source_id}:{worker_id}`` by
+  ``updated_at``, kept in the same scripts, so the reaper reads only the records old enough to
+  act on (as the in-memory store's age order does) instead of every record each scan.
 
 A heartbeat (``update_status``) rewrites only the two summaries, never the record (ModelExpress
 #607), in one Lua script that applies it only when it is at least as fresh as the stored
@@ -23,8 +26,9 @@ Every Redis call is bounded (``timeout_s`` per socket operation, one retry); a f
 ``StoreUnavailable`` naming the operation and the store, which the servicer turns into
 ModelExpress's negative answers (an empty list, ``success=false``, ``found=false``), and
 ``on_error``/``on_ok`` let the server's metrics say the store is failing. ``count`` and
-``len`` answer from the last full read (the reaper reads everything every scan), so a
-/metrics scrape never waits on Redis.
+``len`` answer from the last reaper scan (``ZCARD`` of each age index) or full read, so a
+/metrics scrape never waits on Redis. Records written by a server that keeps no age index
+(ModelExpress's own, on the same Redis) are listed but not reaped by this one.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from redis.retry import Retry
 from mxref import config
 from mxref.identity import mx_source_id
 from mxref.server import (
+    LIVE_STATUSES,
     STALE,
     Clock,
     ReapAction,
@@ -65,14 +70,20 @@ from mxref.v1 import p2p_pb2
 __all__ = ["DEFAULT_TIMEOUT_S", "KEY_PREFIX", "RedisStore", "parse_store_url"]
 
 KEY_PREFIX = "mx:source:"
+_INDEXED_STATUSES = (0, 1, 2, 3)  # UNKNOWN .. STALE: a publish clears the member from each
 SOURCE_SCAN_PATTERN = KEY_PREFIX + "?" * 16
 ATTRIBUTES_FIELD = "__attributes__"
 STATUS_FIELD_PREFIX = "status:"
+AGE_PREFIX = "mxref:age:"
+"""``mxref:age:{status}``: sorted sets of ``{mx_source_id}:{worker_id}`` by ``updated_at`` (mxref's
+own index, not ModelExpress's layout): the reaper reads only the members old enough to act on."""
+REAP_BATCH = 1024
 DEFAULT_TIMEOUT_S = 1.0
 """Bound on one socket operation (connect, send, receive) with Redis."""
 SCAN_COUNT = 500
 
-# KEYS: worker key, source key. ARGV: rank, status field, worker_id, status, updated_at.
+# KEYS: worker key, source key. ARGV: rank, status field, worker_id, status, updated_at, age
+# member, age key prefix (the member moves to the age index of its new status).
 # Returns {1, previous status, previous updated_at, accelerator} when applied, {0, ...} when the
 # stored summary is fresher, {-1} for an unknown worker, {-2, the ranks it has} for a wrong rank.
 # The new summary is the stored one with status and updated_at replaced (cjson keeps 14 digits:
@@ -100,17 +111,24 @@ summary['updated_at'] = tonumber(ARGV[5])
 local encoded = cjson.encode(summary)
 redis.call('HSET', KEYS[1], ARGV[2], encoded)
 redis.call('HSET', KEYS[2], ARGV[3], encoded)
+if previous >= 0 then redis.call('ZREM', ARGV[7] .. previous, ARGV[6]) end
+redis.call('ZADD', ARGV[7] .. ARGV[4], ARGV[5], ARGV[6])
 return {1, previous, before, accelerator}
 """
 
 # KEYS: worker key, source key. ARGV: status field, worker_id, expected updated_at, expected
-# status, new summary JSON (demote) or '' (delete). Applies only if the summary is unchanged.
+# status, new summary JSON (demote) or '' (delete), age member, age key prefix. Applies only if
+# the summary is unchanged; a member whose summary is gone leaves the age index.
 _REAP_IF_UNCHANGED = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return 0 end
+if not current then
+  redis.call('ZREM', ARGV[7] .. ARGV[4], ARGV[6])
+  return 0
+end
 local ok, s = pcall(cjson.decode, current)
 if not ok or type(s) ~= 'table' then return 0 end
 if tostring(s['updated_at']) ~= ARGV[3] or tostring(s['status']) ~= ARGV[4] then return 0 end
+redis.call('ZREM', ARGV[7] .. ARGV[4], ARGV[6])
 if ARGV[5] == '' then
   redis.call('DEL', KEYS[1])
   redis.call('HDEL', KEYS[2], ARGV[2])
@@ -120,6 +138,7 @@ if ARGV[5] == '' then
 else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
   redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
+  redis.call('ZADD', ARGV[7] .. '3', ARGV[3], ARGV[6])
 end
 return 1
 """
@@ -147,6 +166,10 @@ def parse_store_url(text: str) -> str:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _member(sid: str, wid: str) -> str:
+    return f"{sid}:{wid}"
 
 
 def _worker_key(sid: str, wid: str) -> str:
@@ -242,7 +265,7 @@ class RedisStore:
         status: SourceStatus,
     ) -> SourceRecord:
         """Store (or replace) the worker's record, stamped now; ``StoreFull`` beyond ``max_records``
-        (counted as of the last full read, so the limit is approximate on Redis)."""
+        (counted as of the last reaper scan or full read, so the limit is approximate on Redis)."""
         sid = mx_source_id(identity)
         now_ms = self.now_ms()
         rank = worker.worker_rank
@@ -252,7 +275,7 @@ class RedisStore:
             "worker": json_format.MessageToDict(worker, preserving_proto_field_name=True),
         }, separators=(",", ":"))
         attributes = json_format.MessageToJson(identity, preserving_proto_field_name=True, indent=None)
-        wkey, skey = _worker_key(sid, worker_id), KEY_PREFIX + sid
+        wkey, skey, member = _worker_key(sid, worker_id), KEY_PREFIX + sid, _member(sid, worker_id)
 
         def write() -> None:
             if self._max_records is not None and not self._redis.exists(wkey):
@@ -263,6 +286,9 @@ class RedisStore:
             pipe.hset(skey, mapping={ATTRIBUTES_FIELD: attributes, worker_id: summary})
             pipe.delete(wkey)
             pipe.hset(wkey, mapping={str(rank): record_json, f"{STATUS_FIELD_PREFIX}{rank}": summary})
+            for old in _INDEXED_STATUSES:
+                pipe.zrem(f"{AGE_PREFIX}{old}", member)
+            pipe.zadd(f"{AGE_PREFIX}{int(status)}", {member: now_ms})
             pipe.execute()
 
         self._call("publish", write)
@@ -279,7 +305,8 @@ class RedisStore:
         ``UpdateRejected`` for an unknown worker or a wrong rank."""
         now_ms = self.now_ms()
         wkey, skey = _worker_key(mx_source_id, worker_id), KEY_PREFIX + mx_source_id
-        args: list[str | int] = [worker_rank, f"{STATUS_FIELD_PREFIX}{worker_rank}", worker_id, int(status), now_ms]
+        args: list[str | int] = [worker_rank, f"{STATUS_FIELD_PREFIX}{worker_rank}", worker_id, int(status), now_ms,
+                                 _member(mx_source_id, worker_id), AGE_PREFIX]
         reply = self._call("update_status", lambda: self._update(keys=[wkey, skey], args=args))
         code = int(reply[0])
         if code == -1:
@@ -395,11 +422,86 @@ class RedisStore:
     # -- the reaper --
 
     def sweep(self, decide: Callable[[SourceRecord, int], ReapAction | None]) -> list[Reaped]:
-        """Apply ``decide(record, now_ms)`` to every record; each action a compare-and-set on the
-        summary it was decided on (a heartbeat in between wins)."""
+        """Apply ``decide(record, now_ms)`` to every record (a full read); each action a
+        compare-and-set on the summary it was decided on (a heartbeat in between wins)."""
         records = self._read_all()
         now_ms = self.now_ms()
-        decided = [(record, action) for record in records if (action := decide(record, now_ms)) is not None]
+        done = self._apply([(r, a) for r in records if (a := decide(r, now_ms)) is not None])
+        with self._lock:  # the counts of the read, moved by what was applied
+            for item in done:
+                self._counts[int(item.record.status)] -= 1
+                if item.action is ReapAction.DELETE:
+                    self._total -= 1
+                else:
+                    self._counts[int(STALE)] += 1
+        return done
+
+    def reap(self, timers: config.ServerTimers, batch: int = REAP_BATCH) -> list[Reaped]:
+        """The reaper's rules (``reap_action``), reading only the records old enough to act on
+        (the age index, ``AGE_PREFIX``): deletions first, then demotions, at most ``batch`` per
+        round trip; then the counts (``ZCARD`` of each status), so ``count`` stays current."""
+        now_ms = self.now_ms()
+        gc_ms, heartbeat_ms = timers.gc_timeout_s * 1000, timers.heartbeat_timeout_s * 1000
+        done: list[Reaped] = []
+        for statuses, limit_ms in (((int(STALE),), gc_ms), (tuple(int(s) for s in sorted(LIVE_STATUSES)), heartbeat_ms)):
+            for status in statuses:
+                while True:
+                    members = self._old_members(status, now_ms - limit_ms, batch)
+                    records = self._records_of(members)
+                    decided = [(r, a) for r in records if (a := reap_action(r, now_ms, timers)) is not None]
+                    done += self._apply(decided)
+                    if len(members) < batch or not decided:
+                        break
+        self._refresh_counts()
+        return done
+
+    def _old_members(self, status: int, older_than_ms: float, batch: int) -> list[str]:
+        key = f"{AGE_PREFIX}{status}"
+        found = self._call("reap", lambda: self._redis.zrangebyscore(key, "-inf", f"({older_than_ms!r}", start=0, num=batch))
+        return [_text(m) for m in found]
+
+    def _records_of(self, members: list[str]) -> list[SourceRecord]:
+        """The listing records of age-index members (``{sid}:{wid}``); a member whose summary is
+        gone is returned as a record with that stamp so the compare-and-set drops it."""
+        if not members:
+            return []
+        keys = [m.partition(":") for m in members]
+
+        def read() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for sid, _, wid in keys:
+                pipe.hmget(KEY_PREFIX + sid, [wid, ATTRIBUTES_FIELD])
+            results: list[Any] = pipe.execute()
+            return results
+
+        records: list[SourceRecord] = []
+        orphans: list[str] = []
+        for (sid, _, wid), (summary_text, attributes) in zip(keys, self._call("reap", read), strict=True):
+            summary = _Summary.parse(summary_text) if summary_text is not None else None
+            if summary is None or attributes is None:
+                orphans.append(_member(sid, wid))
+                continue
+            worker = p2p_pb2.WorkerMetadata(worker_rank=summary.worker_rank, accelerator=summary.accelerator)
+            records.append(SourceRecord(sid, wid, self._identity(attributes), worker,
+                                        summary.status, summary.updated_at_ms))  # type: ignore[arg-type]
+        if orphans:  # indexed, but the record is gone (deleted by a server that keeps no index)
+            self._call("reap", lambda: [self._redis.zrem(f"{AGE_PREFIX}{s}", *orphans) for s in _INDEXED_STATUSES])
+        return records
+
+    def _refresh_counts(self) -> None:
+        def read() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for status in _INDEXED_STATUSES:
+                pipe.zcard(f"{AGE_PREFIX}{status}")
+            results: list[Any] = pipe.execute()
+            return results
+
+        counts = Counter({status: int(n) for status, n in zip(_INDEXED_STATUSES, self._call("reap", read), strict=True)})
+        with self._lock:
+            self._counts, self._total = counts, sum(counts.values())
+
+    def _apply(self, decided: list[tuple[SourceRecord, ReapAction]]) -> list[Reaped]:
+        """The reaper's actions as compare-and-sets (one pipeline); what was applied, reported."""
         if not decided:
             return []
 
@@ -411,7 +513,8 @@ class RedisStore:
                     rank, STALE, record.updated_at_ms, record.worker.accelerator)
                 self._reap(keys=[_worker_key(record.mx_source_id, record.worker_id), KEY_PREFIX + record.mx_source_id],
                            args=[f"{STATUS_FIELD_PREFIX}{rank}", record.worker_id, record.updated_at_ms,
-                                 int(record.status), new], client=pipe)
+                                 int(record.status), new, _member(record.mx_source_id, record.worker_id), AGE_PREFIX],
+                           client=pipe)
             results: list[Any] = pipe.execute()
             return results
 
@@ -420,12 +523,6 @@ class RedisStore:
             if not int(applied):
                 continue
             done.append(Reaped(action, record))
-            with self._lock:  # the counts of the read, moved by what was applied
-                self._counts[int(record.status)] -= 1
-                if action is ReapAction.DELETE:
-                    self._total -= 1
-                else:
-                    self._counts[int(STALE)] += 1
             if self._listener is None:
                 continue
             if action is ReapAction.DELETE:
@@ -435,9 +532,3 @@ class RedisStore:
                                      STALE, record.updated_at_ms)
                 self._listener.status_changed(stale, record.status, by="reaper")
         return done
-
-    def reap(self, timers: config.ServerTimers, batch: int = 0) -> list[Reaped]:
-        """The reaper's rules (``reap_action``) over every record: one SCAN, one pipelined read,
-        one pipelined batch of compare-and-sets. ``batch`` is the in-memory store's knob (unused)."""
-        return self.sweep(lambda record, now_ms: reap_action(record, now_ms, timers))
-

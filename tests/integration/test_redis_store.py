@@ -207,7 +207,9 @@ def test_modelexpress_key_layout_and_a_heartbeat_does_not_rewrite_the_record(
     store = RedisStore(redis_server.url, clock)
     store.publish(IDENTITY, worker(3), "w1", READY)
     source_key, worker_key = f"mx:source:{SID}", f"mx:source:{SID}:w1"
-    assert sorted(flushed.keys("*")) == [source_key.encode(), worker_key.encode()]
+    # ModelExpress's two keys, plus mxref's age index (the reaper's; not part of ModelExpress's layout)
+    assert sorted(flushed.keys("*")) == [source_key.encode(), worker_key.encode(), b"mxref:age:2"]
+    assert flushed.zscore("mxref:age:2", f"{SID}:w1") == int(T0 * 1000)
     assert sorted(flushed.hkeys(source_key)) == [b"__attributes__", b"w1"]
     assert sorted(flushed.hkeys(worker_key)) == [b"3", b"status:3"]
     record_before = flushed.hget(worker_key, "3")
@@ -217,6 +219,8 @@ def test_modelexpress_key_layout_and_a_heartbeat_does_not_rewrite_the_record(
     summary = json.loads(flushed.hget(worker_key, "status:3") or b"{}")
     assert summary == {"worker_rank": 3, "status": STALE, "updated_at": int((T0 + 2) * 1000), "accelerator": "cpu"}
     assert json.loads(flushed.hget(source_key, "w1") or b"{}") == summary
+    assert flushed.zscore("mxref:age:2", f"{SID}:w1") is None  # the index moved with the status
+    assert flushed.zscore("mxref:age:3", f"{SID}:w1") == int((T0 + 2) * 1000)
     store.close()
 
 
@@ -387,6 +391,9 @@ def test_memory_and_redis_agree_on_every_history(ops: list[tuple[Any, ...]], red
                 continue
             assert _apply(memory, op) == _apply(on_redis, op), op
             assert _view(memory) == _view(on_redis), op
+            if op[0] == "reap":  # Redis's counts are as of its last scan: this one
+                assert [memory.count(s) for s in STATUSES] == [on_redis.count(s) for s in STATUSES], op
+                assert len(memory) == len(on_redis), op
             for wid in WORKERS:
                 m, r = memory.get(SID, wid), on_redis.get(SID, wid)
                 assert (m is None) == (r is None), (op, wid)
