@@ -9,6 +9,7 @@ expand it past ``MAX_NODES`` nodes (a "billion laughs" file is refused in linear
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -176,7 +177,11 @@ def _partial(data: Mapping[str, Any], errors: list[Any]) -> Context:
                 values[name] = TypeAdapter(form).validate_python(raw)
             except ValidationError:  # a field validator's rule; reported by the full validation
                 broken.add(key)
-    return Context(Scenario.model_construct(**values), frozenset(broken), broken_names)
+    partial = Scenario.model_construct(**values)
+    if partial.store == "redis" and "processes" not in broken:
+        with contextlib.suppress(ValueError):  # the same processes the valid file would have
+            partial = with_store(partial, None)
+    return Context(partial, frozenset(broken), broken_names)
 
 
 def _validated(data: Any, root: yaml.Node | None, file: str | Path, text: str) -> Scenario:

@@ -134,3 +134,12 @@ def test_a_server_may_reach_its_store_through_a_proxy_that_leads_to_it() -> None
     with pytest.raises(ScenarioInvalid) as caught:
         load(PROXIED.replace("  source-1: {role: source}", "  source-1: {role: source, server_via: kv}"))
     assert "proxy 'kv' leads to the redis 'kv-store', not to a server" in str(caught.value)
+
+
+def test_an_invalid_file_on_redis_reports_its_error_not_a_missing_store() -> None:
+    text = PLAIN.replace("name: plain", "name: plain\nstore: redis").replace(
+        "steps:\n", "steps:\n  - fault: {kind: store_wipe, target: store}\n") + "checks:\n  - loadd: {}\n"
+    with pytest.raises(ScenarioInvalid) as caught:
+        load(text)
+    assert "'loadd' is not a check" in str(caught.value)
+    assert "no process named 'store'" not in str(caught.value)
