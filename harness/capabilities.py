@@ -89,7 +89,8 @@ def missing(capabilities: Iterable[str]) -> list[str]:
 
 def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     """Capability -> what of ``scenario`` needs it: its ``netns`` hosts (root, netns), its
-    ``proxies`` (toxiproxy), then its faults (``name (kind)``) in step order."""
+    ``proxies`` (toxiproxy), its ``redis`` processes (redis-server), then its faults
+    (``name (kind)``) in step order."""
     from harness import faults as fault_registry
     from harness.scenario import FaultStep, iter_steps
 
@@ -101,6 +102,9 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]
+    stores = [name for name, spec in getattr(scenario, "processes", {}).items() if getattr(spec, "role", None) == "redis"]
+    if stores:  # a real redis-server each (harness.redisd)
+        needs["redis-server"] = [f"processes ({', '.join(stores)})"]
     counter = 0
     for ref in iter_steps(scenario.steps):  # type: ignore[attr-defined]
         if not isinstance(ref.step, FaultStep):

@@ -163,11 +163,11 @@ def keyword_matcher(expr: str) -> Callable[[str], bool]:
     return matcher
 
 
-def _load_all(files: Sequence[Path], seed: int | None) -> tuple[list[Scenario], list[ScenarioInvalid]]:
+def _load_all(files: Sequence[Path], seed: int | None, store: str | None = None) -> tuple[list[Scenario], list[ScenarioInvalid]]:
     scenarios, invalid = [], []
     for file in files:
         try:
-            scenarios.append(load_scenario(file, seed=seed))
+            scenarios.append(load_scenario(file, seed=seed, store=store))
         except ScenarioInvalid as exc:
             invalid.append(exc)
     return scenarios, invalid
@@ -187,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
-    scenarios, invalid = _load_all(files, args.seed)
+    scenarios, invalid = _load_all(files, args.seed, args.store)
     for exc in invalid:
         print(exc.render(), file=sys.stderr)
     if invalid:
@@ -408,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
     run.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
     run.add_argument("--seed", type=int, help="override every scenario's seed")
+    run.add_argument("--store", choices=("memory", "redis"), default=None,
+                     help="redis: run every scenario's servers on a Redis store (a redis process added where "
+                          "the scenario has none; harness.scenario.stores); default: each scenario's own store key")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")

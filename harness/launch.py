@@ -25,6 +25,7 @@ from harness.scenario import (
     CommandProcess,
     MxrefProcess,
     ReaderProcess,
+    RedisProcess,
     Scenario,
     ServerProcess,
     SourceProcess,
@@ -40,6 +41,7 @@ __all__ = [
     "prepare_argv",
     "process_argv",
     "process_env",
+    "redis_argv",
 ]
 
 
@@ -66,6 +68,8 @@ class Placement:
     checkpoint: Path | None = None  # the checkpoint the run prepared (readers)
     last_grpc_port: int | None = None  # a restarted server binds its previous port again
     credentials: RunCredentials | None = None  # the run's CA, certificate and token (security on)
+    store_address: str | None = None  # host:port of a server's redis process (its ``store``)
+    last_port: int | None = None  # a restarted redis binds its previous port again
 
 
 def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
@@ -117,6 +121,8 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
     proc_dir = where.log_path.parent
     if isinstance(spec, CommandProcess):
         return [fill(part, sc, where.run_dir, proc_dir) for part in spec.argv]
+    if isinstance(spec, RedisProcess):
+        return redis_argv(name, spec, where)
     if where.events_path is None:
         raise ValueError(f"process {name}: an mxref process needs an events file")
     argv = [*launcher(sc, spec, where.run_dir), spec.role, "--name", name, "--events", str(where.events_path), "--metrics-port", "0"]
@@ -127,6 +133,10 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         if where.in_netns and options.host is None:  # bind (and serve /metrics on) the namespace's address
             options = options.model_copy(update={"host": where.host_address})
         argv += options.argv()
+        if spec.store is not None:
+            if where.store_address is None:
+                raise ValueError(f"process {name}: a server on store {spec.store!r} needs that redis process's address")
+            argv += ["--store", f"redis://{where.store_address}/0"]
         if where.in_netns:
             argv += ["--metrics-host", where.host_address]
         argv += credential_flags(spec, where.credentials)
@@ -149,6 +159,16 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         argv += credential_flags(spec, where.credentials)
     argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
     return argv
+
+
+def redis_argv(name: str, spec: RedisProcess, where: Placement) -> list[str]:
+    """``harness.redisd``: redis-server on the host's address, its port (0: a free one; a
+    restart: the previous one), its folder beside its log; events like an mxref process."""
+    if where.events_path is None:
+        raise ValueError(f"process {name}: a redis process needs an events file")
+    port = spec.port or where.last_port or 0
+    return [sys.executable, "-m", "harness.redisd", "--name", name, "--events", str(where.events_path),
+            "--port", str(port), "--bind", where.host_address, "--dir", str(where.log_path.parent / f"{name}.redis")]
 
 
 def credential_flags(spec: MxrefProcess, creds: RunCredentials | None) -> list[str]:

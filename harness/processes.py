@@ -54,6 +54,7 @@ class ProcState:
     last_grpc_port: int | None = None  # a restarted server binds its previous port again
     started_order: int = 0
     all_ports: set[int] = field(default_factory=set)
+    last_ports: dict[str, int] = field(default_factory=dict)  # the last port reported per ``what``
     pids: dict[int, int] = field(default_factory=dict)  # pid -> incarnation
     last_exit: dict[str, Any] | None = None  # the latest process_exit value, with its t
 
@@ -241,6 +242,7 @@ class ProcessTable:
             what = str(record.get("what", ""))
             if not isinstance(pid, int) or pid == st.pid:
                 st.ports[what] = port
+                st.last_ports[what] = port
                 if what == "grpc":
                     st.last_grpc_port = port
             st.all_ports.add(port)

@@ -52,6 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mxchaos", "mxchaos scenarios")
     group.addoption("--mxchaos-out", default=None, metavar="DIR", help="run folders (default: <rootdir>/runs)")
     group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
+    group.addoption("--mxchaos-store", choices=("memory", "redis"), default=None,
+                    help="redis: every scenario's servers on a Redis store (harness.scenario.stores)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -177,7 +179,8 @@ def _xfail_reason(result: Any) -> str:
 
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"))
+        scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"),
+                                 store=self.config.getoption("mxchaos_store"))
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
         markers = ["mxchaos"]
         if "integration" in _declared_markers(self.config):

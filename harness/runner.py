@@ -60,6 +60,7 @@ from harness.scenario import (
     ReaderProcess,
     RestartStep,
     Scenario,
+    ServerProcess,
     SleepStep,
     SourceProcess,
     StartStep,
@@ -409,6 +410,8 @@ class Runner:
             checkpoint=content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline),
             last_grpc_port=st.last_grpc_port,
             credentials=self._credentials,
+            store_address=self._store_address(name, deadline),
+            last_port=st.last_ports.get("redis"),
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)
@@ -428,9 +431,32 @@ class Runner:
             return self._proxy(spec.server_via, deadline).listen
         return self.table.address(server, "grpc", deadline)
 
+    def _store_address(self, name: str, deadline: float) -> str | None:
+        """Where a server reaches its redis process (``store``): started first when no step has
+        started it yet; when it has ended (killed), its last address (the server then runs on
+        an unreachable store, as a real one would)."""
+        spec = self.scenario.processes[name]
+        if not isinstance(spec, ServerProcess) or spec.store is None:
+            return None
+        store = self.table.refresh(spec.store)
+        if not store.alive and store.incarnation == 0:
+            self.start_process(spec.store, deadline)
+        if spec.store_via is not None:  # once created, the proxy keeps its address while its redis is down
+            view = self.proxies.view(spec.store_via)
+            return view.listen if view is not None else self._proxy(spec.store_via, deadline).listen
+        if store.alive:
+            return self.table.address(spec.store, "redis", deadline)
+        port = store.last_ports.get("redis")
+        if port is None:
+            raise StepFailed("-", f"{name}: its store {spec.store} is not running and never reported its port")
+        return f"{store.host.address}:{port}"
+
     def _proxy(self, name: str, deadline: float) -> ProxyView:
-        """The scenario proxy ``name``, once its upstream server has reported its gRPC port."""
-        upstream = self.table.address(self.scenario.proxies[name].upstream, "grpc", deadline)
+        """The scenario proxy ``name``, once its upstream (a server's gRPC port, a redis process's
+        port) has been reported."""
+        upstream_name = self.scenario.proxies[name].upstream
+        what = "redis" if self.scenario.processes[upstream_name].role == "redis" else "grpc"
+        upstream = self.table.address(upstream_name, what, deadline)
         # netns clients reach the proxy at the bridge's address, not at loopback
         listen = self.network.bridge_address if self.network is not None else None
         return self.proxies.ensure(name, upstream, listen)

@@ -20,6 +20,10 @@ the fleet. It then:
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
 
+``--store redis://HOST:PORT[/DB]`` runs the same on ``RedisStore`` (a running redis-server,
+e.g. ``python -m harness.redisd --dir /tmp/r --port 6390``; the database is FLUSHALLed first),
+for the side-by-side figure of memory and Redis.
+
 It prints a table and one JSON line. The goals (issue item 5): ListSources p99 <= 10 ms at
 10k x 8, heartbeats from 10k sources per second sustained with bounded RSS, all while the
 reaper runs. All loops are bounded by counts or ``--seconds``; every call has a deadline.
@@ -40,7 +44,7 @@ from typing import Any
 import grpc
 
 from mxref import config
-from mxref.server import READY, STALE, P2pServicer, Reaper, Store, start_metadata_server
+from mxref.server import READY, STALE, P2pServicer, Reaper, SourceStore, Store, start_metadata_server
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -89,7 +93,7 @@ class ShiftedClock:
         return time.time() + self.offset_s
 
 
-def populate(store: Store, clock: ShiftedClock, args: argparse.Namespace,
+def populate(store: SourceStore, clock: ShiftedClock, args: argparse.Namespace,
              timers: config.ServerTimers) -> list[tuple[str, str, int]]:
     """Publish the fleet; returns the live workers as (mx_source_id, worker_id, rank)."""
     live: list[tuple[str, str, int]] = []
@@ -196,7 +200,7 @@ def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argpars
     return {**counts, "seconds": round(elapsed, 2), "per_s": round(counts["ok"] / elapsed, 1)}
 
 
-def store_heartbeat_rate(store: Store, live: list[tuple[str, str, int]], seconds: float) -> float:
+def store_heartbeat_rate(store: SourceStore, live: list[tuple[str, str, int]], seconds: float) -> float:
     """``Store.update_status`` calls per second from one thread, no RPC (the store's own cost)."""
     n = 0
     deadline = time.perf_counter() + seconds
@@ -224,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-timeout", type=float, default=120.0)
     parser.add_argument("--gc-timeout", type=float, default=240.0)
     parser.add_argument("--label", default="", help="a name for this run in the JSON (before/after)")
+    parser.add_argument("--store", default="memory", metavar="URL",
+                        help="memory (default) or redis://HOST:PORT[/DB] (FLUSHALLed first)")
     args = parser.parse_args(argv)
 
     timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
@@ -231,7 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     limits = config.ServerLimits(publish_rate_per_s=1e9, publish_burst=10**9,
                                  max_records=args.sources * args.ranks + 2 * args.silent + 1)
     clock = ShiftedClock()
-    store = Store(clock, max_records=limits.max_records)
+    store: SourceStore
+    if args.store == "memory":
+        store = Store(clock, max_records=limits.max_records)
+    else:
+        from mxref.redis_store import RedisStore
+
+        store = RedisStore(args.store, clock, max_records=limits.max_records, timeout_s=CALL_TIMEOUT_S)
+        store.flushall()
     rss_start = rss_mib()
     t = time.perf_counter()
     live = populate(store, clock, args, timers)
@@ -272,23 +285,27 @@ def main(argv: list[str] | None = None) -> int:
             thread.join(CALL_TIMEOUT_S + 5)
         reaped = {"stale": store.count(STALE), "records": len(store)}
         store_rate = store_heartbeat_rate(store, live, 2.0)
+        t = time.perf_counter()
+        store.reap(timers)  # one scan with (almost) nothing left to do: what each interval costs
+        reap_scan_ms = (time.perf_counter() - t) * 1000
     finally:
         lister.close()
         assert reaper.stop(10)
         server.stop(1).wait(5)
     result: dict[str, Any] = {
-        "label": args.label, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "label": args.label, "store": args.store, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
         "list_sizes": lister.sizes,
         "list_idle": {name: quantiles_ms(v) for name, v in idle.items()},
         "list_under_heartbeats": {name: quantiles_ms(v) for name, v in loaded.items()},
         "heartbeats_grpc": heartbeats,
         "heartbeats_store_only_per_s": round(store_rate),
+        "reap_scan_ms": round(reap_scan_ms, 2),
         "rss_mib": {"start": round(rss_start), "populated": round(rss_populated),
                     "during_min": round(min(rss)) if rss else None, "during_max": round(max(rss)) if rss else None},
         "after_run": reaped,
     }
-    print(f"fleet: {result['records']} workers over {args.identities} identities, reaper every "
+    print(f"fleet on {args.store}: {result['records']} workers over {args.identities} identities, reaper every "
           f"{args.reaper_interval:g}s; cpus={result['cpus']} load={result['load_avg_1m']}")
     print(f"{'ListSources shape':<22}{'refs':>7}{'idle p50':>10}{'idle p99':>10}{'load p50':>10}{'load p99':>10}"
           f"{'load n':>8}")
@@ -298,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{lo['p99_ms']:>10}{lo['n']:>8}")
     print(f"heartbeats over gRPC: {heartbeats['per_s']}/s sustained for {heartbeats['seconds']}s "
           f"({', '.join(f'{k} {v}' for k, v in heartbeats.items() if k not in ('seconds', 'per_s'))}); "
-          f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s")
+          f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s; one reaper scan: {result['reap_scan_ms']} ms")
     print(f"RSS MiB: start {result['rss_mib']['start']}, populated {result['rss_mib']['populated']}, "
           f"during heartbeats {result['rss_mib']['during_min']}..{result['rss_mib']['during_max']}; "
           f"after the run: {reaped}")

@@ -79,6 +79,14 @@ class ServerFamilies:
         self.reaper_actions = Counter(
             "mxref_server_reaper_actions_total", "Reaper transitions", ["action"], registry=r
         )
+        self.store_errors = Counter(
+            "mxref_server_store_errors_total", "Store operations that failed (a Redis store down or stalled)",
+            ["op"], registry=r,
+        )
+        self.store_up = Gauge(
+            "mxref_server_store_up", "1 while the store's last operation succeeded, 0 after a failure", registry=r
+        )
+        self.store_up.set(1)
         self.rejected_requests = Counter(
             "mxref_server_rejected_requests_total",
             "Requests refused for breaking a limit or a rule (reason: mxref.request_limits.RejectReason)",

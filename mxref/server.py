@@ -153,6 +153,11 @@ class StoreFull(Exception):
     """The store holds ``max_records`` records and was asked to add one more."""
 
 
+class StoreUnavailable(Exception):
+    """The store's backend failed (Redis down, paused, timed out); the message names the
+    operation and the store. The servicer answers as ModelExpress does on a backend error."""
+
+
 class ReapAction(StrEnum):
     MARK_STALE = "mark_stale"
     DELETE = "delete"
@@ -461,6 +466,36 @@ class Store:
         return done
 
 
+class SourceStore(Protocol):
+    """What the servicer and the reaper need of a store: ``Store`` (in memory, the default) and
+    ``mxref.redis_store.RedisStore`` (``--store redis://...``). A backend failure raises
+    ``StoreUnavailable``; ``count``/``len`` never block on a backend."""
+
+    def now_ms(self) -> int: ...
+
+    def publish(
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str, status: SourceStatus
+    ) -> SourceRecord: ...
+
+    def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None: ...
+
+    def update_status(
+        self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus
+    ) -> StatusChange: ...
+
+    def snapshot(self) -> list[SourceRecord]: ...
+
+    def candidates(self, query: SourceQuery) -> list[SourceRecord]: ...
+
+    def count(self, status: SourceStatus) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def sweep(self, decide: Callable[[SourceRecord, int], ReapAction | None]) -> list[Reaped]: ...
+
+    def reap(self, timers: config.ServerTimers, batch: int = REAP_BATCH) -> list[Reaped]: ...
+
+
 def _older_than(now_ms: int, limit_ms: float) -> Callable[[int], bool]:
     """The reaper's test of a stamp: older than ``limit_ms`` at ``now_ms`` (as ``reap_action`` reckons)."""
     return lambda stamp: now_ms - stamp > limit_ms
@@ -630,7 +665,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
 
     def __init__(
         self,
-        store: Store,
+        store: SourceStore,
         timers: config.ServerTimers,
         *,
         metrics: ServerFamilies | None = None,
@@ -713,6 +748,9 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             response, outcome = self._handlers[method](request)
         except StoreFull as exc:
             self._refuse(method, Violation(RejectReason.STORE_FULL, "store", str(exc)), context, started)
+        except StoreUnavailable as exc:  # ModelExpress's answer to a backend error: negative, not an RPC error
+            logger.warning("%s: %s", method, exc)
+            response, outcome = store_failure_response(method, request, str(exc)), Outcome.ERROR
         except Exception as exc:
             logger.exception("%s failed", method)
             self._count(method, Outcome.ERROR, started)
@@ -807,6 +845,18 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
 
 
+def store_failure_response(method: str, request: Any, message: str) -> Any:
+    """The negative answer to ``method`` when the store failed: no sources, not found, or
+    ``success=false`` with the store's message."""
+    if method == "ListSources":
+        return p2p_pb2.ListSourcesResponse()
+    if method == "GetMetadata":
+        return p2p_pb2.GetMetadataResponse(found=False, mx_source_id=request.mx_source_id, worker_id=request.worker_id)
+    if method == "PublishMetadata":
+        return p2p_pb2.PublishMetadataResponse(success=False, message=message, worker_id=request.worker_id)
+    return p2p_pb2.UpdateStatusResponse(success=False, message=message)
+
+
 def metadata_server_options(limits: config.ServerLimits) -> list[tuple[str, int]]:
     """The metadata server's gRPC options: its receive limit, one connection's concurrent
     streams (a flooding client holds at most that many handler threads), no SO_REUSEPORT
@@ -860,7 +910,7 @@ class Reaper:
     and the next one runs as usual. Events come from the store's listener.
     """
 
-    def __init__(self, store: Store, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
+    def __init__(self, store: SourceStore, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
         self._store = store
         self._timers = timers
         self._metrics = metrics
@@ -951,6 +1001,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
         "--gc-timeout", type=_seconds, default=None, metavar="SECONDS",
         help=f"age at which a STALE record is deleted [MX_GC_TIMEOUT_SECS, {config.DEFAULT_GC_TIMEOUT_S:g}]",
     )
+    parser.add_argument("--store", default="memory", metavar="URL",
+                        help="where records live: 'memory' (default) or redis://HOST:PORT[/DB] "
+                             "(ModelExpress's Redis key layout; mxref.redis_store)")
+    parser.add_argument("--store-timeout", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="bound on one Redis socket operation (default 1; one retry)")
     add_tls_server_args(parser)
     limits = parser.add_argument_group("limits (README: Server limits)")
     default = config.ServerLimits()
@@ -1032,7 +1087,15 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
         return EXIT_USAGE
     logger.info("limits: %s", dataclasses.asdict(limits))
     metrics = ServerMetrics()
-    store = Store(listener=EventJournal(events), max_records=limits.max_records)
+    try:
+        store_url = getattr(args, "store", "memory")
+        store = open_store(store_url, EventJournal(events), limits.max_records,
+                           getattr(args, "store_timeout", 1.0), metrics.server)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        emit("exit", code=EXIT_USAGE, error=str(exc))
+        return EXIT_USAGE
+    emit("store", url=store_url, reachable=store_reachable(store))
     servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits)
     reaper = Reaper(store, timers, metrics=metrics.server)
     code, error = EXIT_OK, ""
@@ -1066,6 +1129,34 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             emit("shutdown_step", step="stop_server", ok=stopped, detail=f"grace {SHUTDOWN_GRACE_S:g}s")
     emit("exit", code=code, **({"error": error} if error else {}))
     return code
+
+
+def open_store(
+    url: str, listener: StoreListener, max_records: int | None, timeout_s: float, metrics: ServerFamilies
+) -> SourceStore:
+    """``memory`` (the default: ``Store``) or ``redis://HOST:PORT[/DB]`` (``RedisStore``, whose
+    failures count in ``mxref_server_store_errors_total`` and ``mxref_server_store_up``).
+    ``ValueError`` naming the value when it is neither."""
+    if url == "memory":
+        return Store(listener=listener, max_records=max_records)
+    from mxref.redis_store import RedisStore  # imported here: it builds on this module
+
+    def failed(op: str, exc: Exception) -> None:
+        metrics.store_errors.labels(op).inc()
+        metrics.store_up.set(0)
+
+    return RedisStore(url, listener=listener, max_records=max_records, timeout_s=timeout_s,
+                      on_error=failed, on_ok=lambda: metrics.store_up.set(1))
+
+
+def store_reachable(store: SourceStore) -> bool:
+    """One full read at startup (also primes the counts); false when the backend fails."""
+    try:
+        store.snapshot()
+    except StoreUnavailable as exc:
+        logger.warning("the store is unreachable at startup (the server runs, answering negatively): %s", exc)
+        return False
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:

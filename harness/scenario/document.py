@@ -8,7 +8,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
@@ -114,6 +114,9 @@ class Scenario(Strict):
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
+    # where servers keep their records: memory, or redis (every server without a ``store`` gets
+    # the scenario's redis process, one named ``store`` added when there is none: harness.scenario.stores)
+    store: Literal["memory", "redis"] = "memory"
     proxies: dict[Name, ProxySpec] = Field(default_factory=dict)
     processes: dict[Name, ProcessSpec] = Field(min_length=1)
     steps: tuple[Step, ...] = Field(min_length=1)

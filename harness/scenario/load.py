@@ -9,6 +9,7 @@ expand it past ``MAX_NODES`` nodes (a "billion laughs" file is refused in linear
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate
 from harness.scenario.models import Broken, HostSpec, ProcessSpec, ProxySpec
 from harness.scenario.rules import Context, cross_references
 from harness.scenario.steps import Step
+from harness.scenario.stores import with_store
 
 __all__ = ["MAX_BYTES", "MAX_NODES", "load_scenario", "parse_scenario", "parse_scenario_json", "scenario_json_schema"]
 
@@ -30,8 +32,9 @@ MAX_BYTES = 1 << 20  # a scenario is a page or two; anything this big is not one
 MAX_NODES = 100_000  # YAML nodes after alias expansion
 
 
-def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
-    """Read, parse and validate a scenario file; ``ScenarioInvalid`` lists every problem."""
+def load_scenario(path: str | Path, *, seed: int | None = None, store: str | None = None) -> Scenario:
+    """Read, parse and validate a scenario file; ``ScenarioInvalid`` lists every problem.
+    ``store``: ``redis`` runs it on a Redis store whatever the file says (``harness.scenario.stores``)."""
     file = Path(path)
     try:
         size = file.stat().st_size
@@ -46,7 +49,10 @@ def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
     except UnicodeDecodeError as exc:
         raise ScenarioInvalid(file, [Issue("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                                            "a scenario file is YAML text")]) from None
-    scenario = parse_scenario(text, file)
+    try:
+        scenario = with_store(parse_scenario(text, file), store)
+    except ValueError as exc:
+        raise ScenarioInvalid(file, [Issue("store", str(exc))]) from None
     return scenario.with_seed(seed) if seed is not None else scenario
 
 
@@ -171,7 +177,11 @@ def _partial(data: Mapping[str, Any], errors: list[Any]) -> Context:
                 values[name] = TypeAdapter(form).validate_python(raw)
             except ValidationError:  # a field validator's rule; reported by the full validation
                 broken.add(key)
-    return Context(Scenario.model_construct(**values), frozenset(broken), broken_names)
+    partial = Scenario.model_construct(**values)
+    if partial.store == "redis" and "processes" not in broken:
+        with contextlib.suppress(ValueError):  # the same processes the valid file would have
+            partial = with_store(partial, None)
+    return Context(partial, frozenset(broken), broken_names)
 
 
 def _validated(data: Any, root: yaml.Node | None, file: str | Path, text: str) -> Scenario:
@@ -183,6 +193,10 @@ def _validated(data: Any, root: yaml.Node | None, file: str | Path, text: str) -
     scenario: Scenario | None = None
     try:
         scenario = Scenario.model_validate(data)
+        try:
+            scenario = with_store(scenario, None)
+        except ValueError as exc:
+            raise ScenarioInvalid(file_label, [Issue("store", str(exc), None)]) from None
         context = Context(scenario)
     except ValidationError as exc:
         errors = exc.errors()

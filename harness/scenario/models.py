@@ -199,6 +199,7 @@ class ServerOptions(Options):
     heartbeat_timeout: Duration | None = None
     reaper_interval: Duration | None = None
     gc_timeout: Duration | None = None
+    store_timeout: Duration | None = None  # bound on one Redis socket operation (mxref: 1s), with a store
 
 
 class PeerOptions(Options):
@@ -248,10 +249,14 @@ class MxrefProcess(ProcessBase):
 
 
 class ServerProcess(MxrefProcess):
-    """``mxref server``: the metadata server (port 0: it picks one and reports it)."""
+    """``mxref server``: the metadata server (port 0: it picks one and reports it). ``store``: a
+    ``redis`` process of the scenario to keep its records in (``--store redis://...``; default:
+    in memory)."""
 
     role: Literal["server"]
     options: ServerOptions = ServerOptions()
+    store: Name | None = None
+    store_via: Name | None = None  # reach the store through this proxy (its upstream: the redis process)
 
 
 class SourceProcess(MxrefProcess):
@@ -306,16 +311,25 @@ class CommandProcess(ProcessBase):
     argv: tuple[str, ...] = Field(min_length=1)
 
 
+class RedisProcess(ProcessBase):
+    """A real ``redis-server`` (``harness.redisd``): a server's store. ``port`` 0: a free one,
+    kept across restarts, so the server's ``--store`` stays right."""
+
+    role: Literal["redis"]
+    port: int = Field(0, ge=0, le=65535)
+
+
 ProcessSpec = Annotated[
-    Union[ServerProcess, SourceProcess, ReaderProcess, CommandProcess],  # noqa: UP007
+    Union[ServerProcess, SourceProcess, ReaderProcess, CommandProcess, RedisProcess],  # noqa: UP007
     Field(discriminator="role"),
 ]
 
 
 class ProxySpec(Strict):
-    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process). Sources
-    and readers with ``server_via`` reach that server through it; ``toxic`` and
-    ``proxy_down`` faults act on it."""
+    """A toxiproxy proxy in front of ``upstream``'s gRPC endpoint (a server process), or its
+    Redis port (a redis process). Sources and readers with ``server_via`` reach that server
+    through it, a server with ``store_via`` that store; ``toxic`` and ``proxy_down`` faults
+    act on it."""
 
     upstream: Name
 

@@ -90,12 +90,12 @@ def test_server_via_without_any_proxy_says_none_are_defined() -> None:
     assert problems(text) == ["x.yaml:5: processes.reader-1.server_via: no proxy named 'mds' (proxies: none defined)"]
 
 
-def test_a_proxy_upstream_must_be_a_server() -> None:
+def test_a_proxy_upstream_must_be_a_server_or_a_redis() -> None:
     assert problems(GOOD.replace("mds: {upstream: server}", "mds: {upstream: source-1}")) == [
-        "x.yaml:3: proxies.mds.upstream: 'source-1' is a source, expected a server"
+        "x.yaml:3: proxies.mds.upstream: 'source-1' is a source, expected a server or redis"
     ]
     assert problems(GOOD.replace("mds: {upstream: server}", "mds: {upstream: sever}")) == [
-        "x.yaml:3: proxies.mds.upstream: no server process named 'sever'; did you mean 'server'? "
+        "x.yaml:3: proxies.mds.upstream: no server or redis process named 'sever'; did you mean 'server'? "
         "(processes: server, source-1, reader-1)",
         "x.yaml:12: steps[3].start: 'reader-1' is started before its server 'sever'",  # as for a typo in `server`
     ]

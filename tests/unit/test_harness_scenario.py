@@ -76,7 +76,7 @@ def test_a_typo_in_a_key_names_file_line_key_and_the_closest_allowed_key() -> No
     assert lines == [
         "x.yaml:1: processes: required key is missing",
         "x.yaml:2: procesess: unknown key 'procesess'; did you mean 'processes'? (allowed: name, description, "
-        "references, known_defect, defect_rate, defect_versions, seed, transport, markers, budgets, scrape, hosts, model, launcher, env, security, proxies, processes, steps, checks)",
+        "references, known_defect, defect_rate, defect_versions, seed, transport, markers, budgets, scrape, hosts, model, launcher, env, security, store, proxies, processes, steps, checks)",
     ]
 
 
@@ -108,13 +108,13 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
     lines = problems(text)
     assert lines == [
         "x.yaml:2: sed: unknown key 'sed'; did you mean 'seed'? (allowed: name, description, references, known_defect, defect_rate, defect_versions, seed, "
-        "transport, markers, budgets, scrape, hosts, model, launcher, env, security, proxies, processes, steps, checks)",
+        "transport, markers, budgets, scrape, hosts, model, launcher, env, security, store, proxies, processes, steps, checks)",
         "x.yaml:3: transport: 'ucx-tpc' is not a transport profile (known: "
         + ", ".join(__import__("mxref.config").config.TRANSPORT_PROFILES)
         + ")",
         "x.yaml:4: budgets.step: a duration must be a positive finite number of seconds or a string like 500ms, "
         "2s, 1.5m, 1h (got '0s')",
-        "x.yaml:6: processes.server.role: 'sever' is not a known role; did you mean 'server'? (known: 'server', 'source', 'reader', 'command')",
+        "x.yaml:6: processes.server.role: 'sever' is not a known role; did you mean 'server'? (known: 'server', 'source', 'reader', 'command', 'redis')",
         "x.yaml:8: steps[0]: no action key in step (got 'strat'); did you mean 'start'? (actions: start, stop, "
         "restart, await, sleep, fault, heal, mark, parallel)",
         f"x.yaml:9: steps[1].fault.kind: 'pauze' is not a known kind; did you mean 'pause'? (known: {FAULT_KINDS})",

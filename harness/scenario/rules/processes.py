@@ -1,12 +1,20 @@
 """Cross-reference rules of the processes, hosts and proxies sections: hosts exist and
 do not mix kinds, sources and readers have a server (directly or through a proxy), a proxy
-leads to a server, placeholders are known."""
+leads to a server, a server's store is a redis process, placeholders are known."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.scenario.models import PLACEHOLDER_RE, PLACEHOLDERS, CommandProcess, MxrefProcess, ReaderProcess, SourceProcess
+from harness.scenario.models import (
+    PLACEHOLDER_RE,
+    PLACEHOLDERS,
+    CommandProcess,
+    MxrefProcess,
+    ReaderProcess,
+    ServerProcess,
+    SourceProcess,
+)
 from harness.scenario.rules.context import Context
 from harness.scenario.steps import Loc
 
@@ -25,7 +33,7 @@ def check_processes(cx: Context) -> None:
     sc = cx.sc
     procs = sc.processes
     for name, proxy in sc.proxies.items():
-        cx.need_process(("proxies", name, "upstream"), proxy.upstream, ("server",), "server process")
+        cx.need_process(("proxies", name, "upstream"), proxy.upstream, ("server", "redis"), "server or redis process")
 
     host_names = list(sc.hosts)
     kinds = {spec.kind for spec in sc.hosts.values()}
@@ -40,6 +48,8 @@ def check_processes(cx: Context) -> None:
             cx.add((*loc, "host"), f"no host named {spec.host!r} (hosts: {', '.join(host_names)})")
         if spec.host is None and len(host_names) > 1:
             cx.add((*loc, "host"), f"required when the scenario has several hosts ({', '.join(host_names)})")
+        if isinstance(spec, ServerProcess):
+            _check_store(cx, loc, spec)
         if isinstance(spec, SourceProcess | ReaderProcess):
             _check_server(cx, loc, spec, servers)
             if spec.credentials != "run" and not sc.security.tls and "security" not in cx.broken:
@@ -57,12 +67,29 @@ def check_processes(cx: Context) -> None:
             cx.add(("launcher",), f"unknown placeholder {bad} (known: {_known_placeholders()})")
 
 
+def _check_store(cx: Context, loc: Loc, spec: ServerProcess) -> None:
+    """A server's ``store`` is a redis process; its ``store_via`` a proxy leading to that store."""
+    if spec.store is not None:
+        cx.need_process((*loc, "store"), spec.store, ("redis",), "redis process")
+    if spec.store_via is None or not cx.need_proxy((*loc, "store_via"), spec.store_via):
+        return
+    upstream = cx.sc.proxies[spec.store_via].upstream
+    if spec.store is None:
+        cx.add((*loc, "store_via"), "the server has no store to reach through a proxy: set store (a redis "
+               "process) or the scenario's store: redis")
+    elif upstream != spec.store:
+        cx.add((*loc, "store_via"), f"proxy {spec.store_via!r} leads to {upstream!r}, not to this server's store {spec.store!r}")
+
+
 def _check_server(cx: Context, loc: Loc, spec: SourceProcess | ReaderProcess, servers: list[str]) -> None:
     sc = cx.sc
     if spec.server is not None:
         cx.need_process((*loc, "server"), spec.server, ("server",), "server process")
     if spec.server_via is not None and cx.need_proxy((*loc, "server_via"), spec.server_via):
         upstream = sc.proxies[spec.server_via].upstream
+        if upstream in sc.processes and sc.processes[upstream].role == "redis":  # (any other role: the proxy is reported)
+            cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to the redis "
+                   f"{upstream!r}, not to a server")
         if spec.server is not None and spec.server != upstream:
             cx.add((*loc, "server_via"), f"proxy {spec.server_via!r} leads to {upstream!r}, "
                    f"not to this {spec.role}'s server {spec.server!r}")
