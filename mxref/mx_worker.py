@@ -9,7 +9,8 @@ in the trailing metadata, the same ``mxref_source_manifest_requests_total`` coun
 - ``GetTensorManifest``: INVALID_ARGUMENT for an empty ``mx_source_id``; UNAVAILABLE while
   draining; FAILED_PRECONDITION before publication, for another source id, or for a given
   ``worker_id`` that is not this worker's. The answer is the manifest in MX's numbering
-  (identical to mxref's; mxref's ``checksum``/``shape`` ride along as fields an MX client ignores).
+  (identical to mxref's; mxref's ``checksum``/``shape`` ride along as fields an MX client ignores),
+  each dtype spelled the torch way (``torch.float16``: ModelExpress readers compare the spelling).
 - ``PrepareTensorRead``: the same checks, then a lease (``uuid4().hex``) that lives
   ``lease_seconds()`` = ceil(2 * max(120, MX_TRANSFER_TIMEOUT) + 30) s (1830 s with
   ModelExpress's env default of 900), answered with the manifest. A draining worker admits no new lease.
@@ -40,12 +41,18 @@ from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
 from mxref.worker_server import REASON_METADATA_KEY, WorkerServicer, check_request
 
-__all__ = ["MX_WORKER_SERVICE_NAME", "Leases", "MxWorkerService", "lease_seconds"]
+__all__ = ["MX_WORKER_SERVICE_NAME", "Leases", "MxWorkerService", "lease_seconds", "torch_dtype"]
 
 MX_WORKER_SERVICE_NAME = "model_express.p2p.WorkerService"
 MX_ENV_TRANSFER_TIMEOUT_S = 900.0  # ModelExpress's env default (its RDMA path uses 300; leases use this)
 MIN_HANDSHAKE_S = 120.0
 LEASE_MARGIN_S = 30.0
+
+
+def torch_dtype(dtype: str) -> str:
+    """A dtype as ModelExpress spells it (``str(torch.float16)``: ``torch.float16``); its readers
+    compare the spelling, so mxref's ``float16`` would be a dtype mismatch."""
+    return dtype if not dtype or dtype.startswith("torch.") else f"torch.{dtype}"
 
 
 def lease_seconds(env: Mapping[str, str] | None = None) -> int:
@@ -171,6 +178,8 @@ class MxWorkerService:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"tensor read lease not found or expired: {request.lease_id!r}")
             return mx_pb2.ReleaseTensorReadResponse()
         answer = mx_pb2.GetTensorManifestResponse.FromString(manifest.to_response().SerializeToString())
+        for tensor in answer.tensors:
+            tensor.dtype = torch_dtype(tensor.dtype)
         if method == "GetTensorManifest":
             self._servicer.count("ok")
             return answer

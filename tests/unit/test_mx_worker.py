@@ -114,7 +114,8 @@ def test_the_manifest_reads_the_same_in_both_packages(worker: Worker) -> None:
         ours.mx_source_id, ours.worker_id, ours.agent_name, ours.metadata_endpoint) == (
         SID, "w-1", "mxref-source-1", "127.0.0.1:5555")
     (t,) = theirs.tensors
-    assert (t.name, t.addr, t.size, t.device_id, t.dtype) == ("w.0", 4096, 64, 0, "float16")
+    assert (t.name, t.addr, t.size, t.device_id, t.dtype) == ("w.0", 4096, 64, 0, "torch.float16")  # the torch spelling
+    assert ours.tensors[0].dtype == "float16"
     assert worker.count("ok") == 2
 
 
