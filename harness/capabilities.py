@@ -10,6 +10,7 @@ Capabilities::
     root        the effective uid is 0
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
+    <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
     <other>     a program of that name on PATH (``ss``, ``tc``, ``iptables`` ...)
 
 ``MXCHAOS_MISSING_CAPABILITIES=root,tc`` makes the listed capabilities count as missing,
@@ -75,6 +76,12 @@ def have(capability: str) -> bool:
     probe = PROBES.get(capability)
     if probe is not None:
         return bool(probe())
+    if capability.endswith("-env"):  # a subject's environment (harness.subjects), built on first use
+        from harness.subjects import env_ready
+        from harness.subjects.envs import SUBJECTS
+
+        subject = capability.removesuffix("-env")
+        return subject in SUBJECTS and env_ready(subject)
     return shutil.which(capability) is not None
 
 
@@ -98,6 +105,9 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     if netns_hosts:  # the runner puts each in a network namespace of its own
         needs["root"] = [f"hosts ({', '.join(netns_hosts)})"]
         needs["netns"] = [f"hosts ({', '.join(netns_hosts)})"]
+    subject = getattr(scenario, "subject", "mxref")
+    if subject != "mxref":  # its sources and readers run in an environment of their own (harness.subjects)
+        needs[f"{subject}-env"] = [f"subject {subject} (sources and readers)"]
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]

@@ -203,6 +203,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not scenarios:
             print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
             return EXIT_INVALID
+    if args.subject is not None:
+        scenarios = [s.with_subject(args.subject) for s in scenarios]
+    from harness.subjects import prepare_subjects
+
+    prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
     repeat = args.repeat
     summary = Path(args.summary) if args.summary else Path(args.out) / "summary.json"
     results = []
@@ -408,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
     run.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
     run.add_argument("--seed", type=int, help="override every scenario's seed")
+    run.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
+                     help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
+                          "modelexpress builds its environment on first use (harness/subjects)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")

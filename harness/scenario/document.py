@@ -8,7 +8,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
@@ -112,6 +112,8 @@ class Scenario(Strict):
     hosts: dict[Name, HostSpec] = Field(default_factory=_default_hosts, min_length=1)
     model: ModelSpec = ModelSpec()
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
+    # who plays the sources and readers: mxref, or the real ModelExpress client (harness.subjects)
+    subject: Literal["mxref", "modelexpress"] = "mxref"
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     proxies: dict[Name, ProxySpec] = Field(default_factory=dict)
@@ -231,4 +233,8 @@ class Scenario(Strict):
 
     def with_seed(self, seed: int) -> Scenario:
         return self.model_copy(update={"seed": seed})
+
+    def with_subject(self, subject: str) -> Scenario:
+        """The same scenario played by ``subject`` (``mxchaos run --subject``)."""
+        return self.model_copy(update={"subject": subject})
 
