@@ -105,9 +105,11 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     if netns_hosts:  # the runner puts each in a network namespace of its own
         needs["root"] = [f"hosts ({', '.join(netns_hosts)})"]
         needs["netns"] = [f"hosts ({', '.join(netns_hosts)})"]
-    subject = getattr(scenario, "subject", "mxref")
-    if subject != "mxref":  # its sources and readers run in an environment of their own (harness.subjects)
-        needs[f"{subject}-env"] = [f"subject {subject} (sources and readers)"]
+    default = getattr(scenario, "subject", "mxref")
+    for name, spec in getattr(scenario, "processes", {}).items():  # each subject but mxref has an env of its own
+        subject = getattr(spec, "subject", None) or (default if getattr(spec, "role", "") in ("source", "reader") else "mxref")
+        if subject != "mxref":
+            needs.setdefault(f"{subject}-env", []).append(f"{name} (subject {subject})")
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]

@@ -86,7 +86,7 @@ def launcher(sc: Scenario, spec: MxrefProcess, run_dir: Path) -> list[str]:
     """How mxref is started (``{python} -m mxref`` unless the process or scenario says otherwise);
     a source or reader of another subject runs its adapter (``harness.subjects``)."""
     if spec.launcher is None and isinstance(spec, SourceProcess | ReaderProcess):
-        played = subject_launcher(sc.subject)
+        played = subject_launcher(spec.subject or sc.subject)
         if played is not None:
             return played
     return mxref_launcher(sc, spec, run_dir)

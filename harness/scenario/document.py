@@ -8,7 +8,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
@@ -26,6 +26,7 @@ from harness.scenario.models import (
     ScrapeSpec,
     SecuritySpec,
     SourceProcess,
+    Subject,
 )
 from harness.scenario.steps import Step, model_key
 from harness.spec import Name, Strict, custom_error
@@ -113,7 +114,7 @@ class Scenario(Strict):
     model: ModelSpec = ModelSpec()
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
     # who plays the sources and readers: mxref, or the real ModelExpress client (harness.subjects)
-    subject: Literal["mxref", "modelexpress"] = "mxref"
+    subject: Subject = "mxref"
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     proxies: dict[Name, ProxySpec] = Field(default_factory=dict)

@@ -7,7 +7,8 @@ paths run unmodified and what the adapter stands in for), in an environment of i
 on first use (``harness.subjects.envs``: torch is a few GB). The metadata server is always
 mxref's: it serves both ``mxref.v1`` and ModelExpress's ``model_express.p2p``.
 
-A scenario chooses with ``subject:``; ``mxchaos run --subject`` overrides every scenario's.
+A scenario chooses with ``subject:`` (a source or reader with its own ``subject:``: a mixed
+fleet); ``mxchaos run --subject`` overrides every scenario's default.
 ``prepare_subjects`` builds the environments the scenarios need before they run; a subject
 whose environment is not ready is a missing capability (``<name>-env``), so its scenarios SKIP
 naming it rather than fail.
@@ -54,7 +55,11 @@ def prepare_subjects(scenarios: Iterable[Any], log: Callable[[str], None]) -> di
     """Build (or find cached) the environment of every subject the scenarios use; subject ->
     the error that keeps it from running (``None``: ready)."""
     out: dict[str, str | None] = {}
-    for subject in sorted({getattr(sc, "subject", "mxref") for sc in scenarios}):
+    used = set()
+    for sc in scenarios:
+        used.add(getattr(sc, "subject", "mxref"))
+        used |= {p.subject for p in getattr(sc, "processes", {}).values() if getattr(p, "subject", None)}
+    for subject in sorted(used):
         spec = SUBJECTS[subject]
         if not spec.needs_env:
             continue
