@@ -22,7 +22,8 @@ from typing import Any
 
 from harness.subjects.envs import STAMP, SUBJECTS, ensure_subject_env, inputs_hash, subject_env_dir
 
-__all__ = ["ADAPTER_MODULE", "REPO", "capability", "env_ready", "prepare_subjects", "subject_launcher"]
+__all__ = ["ADAPTER_MODULE", "REPO", "capability", "env_ready", "prepare_subjects", "subject_launcher", "subject_versions",
+           "subjects_of"]
 
 REPO = Path(__file__).resolve().parents[2]
 ADAPTER_MODULE = "mxref.mx_adapter"
@@ -51,14 +52,37 @@ def subject_launcher(subject: str) -> list[str] | None:
     return [str(subject_env_dir(spec) / "bin" / "python"), "-m", ADAPTER_MODULE]
 
 
+def subjects_of(scenario: Any) -> set[str]:
+    """Every subject that plays a source or reader of ``scenario``."""
+    used = set()
+    default = getattr(scenario, "subject", "mxref")
+    for spec in getattr(scenario, "processes", {}).values():
+        if getattr(spec, "role", "") in ("source", "reader"):
+            used.add(getattr(spec, "subject", None) or default)
+    return used
+
+
+def subject_versions(scenario: Any) -> dict[str, Any]:
+    """What played the sources and readers (``versions.json``): each subject, its pinned
+    package and the environment it ran in."""
+    out: dict[str, Any] = {}
+    for subject in sorted(subjects_of(scenario)):
+        spec = SUBJECTS[subject]
+        if spec.needs_env:
+            out[subject] = {"version": spec.version, "requirements": list(spec.requirements),
+                            "environment": str(subject_env_dir(spec))}
+        else:
+            out[subject] = {"version": "this repository", "environment": "the project's own"}
+    return out
+
+
 def prepare_subjects(scenarios: Iterable[Any], log: Callable[[str], None]) -> dict[str, str | None]:
     """Build (or find cached) the environment of every subject the scenarios use; subject ->
     the error that keeps it from running (``None``: ready)."""
     out: dict[str, str | None] = {}
-    used = set()
+    used: set[str] = set()
     for sc in scenarios:
-        used.add(getattr(sc, "subject", "mxref"))
-        used |= {p.subject for p in getattr(sc, "processes", {}).values() if getattr(p, "subject", None)}
+        used |= subjects_of(sc)
     for subject in sorted(used):
         spec = SUBJECTS[subject]
         if not spec.needs_env:
