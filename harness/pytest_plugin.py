@@ -12,7 +12,8 @@ netns hosts and root-only faults, ``toxiproxy`` for proxies), so ``pytest -m "no
 deselects what needs root; the plugin declares those markers where the project does not.
 Items get a ``timeout`` of the run budget plus a margin when pytest-timeout
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
-``--mxchaos-seed N``, ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
+``--mxchaos-seed N``, ``--mxchaos-subject mxref|modelexpress`` (who plays the sources and
+readers; the environments the selected scenarios need are built before the first run), ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
 seeds seed..seed+N-1, and judge the runs as one cell by ``harness.rates``: a plain scenario
 passes only at N/N, FLAKY and the other cells that fail the run fail the item with the rate
 and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass with a note;
@@ -28,6 +29,7 @@ strict-xfail failure, because the defects documented this way are timing-depende
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mxchaos", "mxchaos scenarios")
     group.addoption("--mxchaos-out", default=None, metavar="DIR", help="run folders (default: <rootdir>/runs)")
     group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
+    group.addoption("--mxchaos-subject", choices=["mxref", "modelexpress"], default=None,
+                    help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -178,6 +182,8 @@ def _xfail_reason(result: Any) -> str:
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"))
+        if self.config.getoption("mxchaos_subject"):
+            scenario = scenario.with_subject(self.config.getoption("mxchaos_subject"))
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
         markers = ["mxchaos"]
         if "integration" in _declared_markers(self.config):
@@ -282,3 +288,14 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"mxchaos scenario: {self.name}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Build (once, cached) the environment of every subject the selected scenarios use, before
+    any runs: outside the items' timeouts (torch is a few GB). One that cannot be built makes
+    its scenarios skip, naming it (the capability ``<subject>-env``)."""
+    from harness.subjects import prepare_subjects
+
+    scenarios = [item.scenario for item in items if isinstance(item, ScenarioItem)]
+    if scenarios:
+        prepare_subjects(scenarios, log=lambda line: print(f"[mxchaos] {line}", file=sys.stderr, flush=True))

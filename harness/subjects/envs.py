@@ -18,6 +18,7 @@ inputs change or ``rebuild``. Builds of one env are serialised by a lock file.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -76,10 +77,11 @@ def project_dependencies(repo: Path) -> list[str]:
 
 
 def inputs_hash(subject: Subject, repo: Path, python: str = sys.executable) -> str:
-    """What a subject env is built from; a change in any of these rebuilds it."""
+    """What a subject env is built from; a change in any of these rebuilds it. The interpreter
+    counts by its real path (one venv reached through a symlinked path is the same one)."""
     h = hashlib.sha256()
-    parts = [RECIPE, subject.name, subject.version, NIXL_VERSION, *subject.requirements, str(repo.resolve()), python,
-             *project_dependencies(repo)]
+    parts = [RECIPE, subject.name, subject.version, NIXL_VERSION, *subject.requirements, str(repo.resolve()),
+             os.path.realpath(python), *project_dependencies(repo)]
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")
