@@ -186,6 +186,7 @@ class ClientObserver(logging.Handler):
         self.source_worker: str | None = None
         self.mx_source_id: str | None = None
         self.transfer_started: float | None = None
+        self.attempt_index = 0
         self._lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -199,6 +200,18 @@ class ClientObserver(logging.Handler):
                 with self._lock:
                     self._on(kind, match)
                 return
+
+    def _transfer_failed(self, error: str, worker_id: str | None, outcome: str) -> None:
+        """A candidate's transfer ended without completing: ``transfer_timeout`` when the client's
+        wait ran out its budget (its message says ``timed out``), else ``transfer_error``."""
+        if self.transfer_started is not None:
+            seconds = round(time.monotonic() - self.transfer_started, 6)
+            if "timed out" in error:
+                self._emit("transfer_timeout", index=self.attempt_index, seconds=seconds, error=error)
+            else:
+                self._emit("transfer_error", index=self.attempt_index, seconds=seconds, error=error)
+        self._emit("attempt_outcome", index=self.attempt_index, worker_id=worker_id, outcome=outcome, error=error)
+        self.transfer_started = None
 
     def _status(self, status: str, reason: str) -> None:
         if status != self.status:
@@ -221,16 +234,23 @@ class ClientObserver(logging.Handler):
             self._emit("candidates", listed=int(m["listed"]), rank_matched=int(m["rank"]), accelerator_matched=int(accel))
         elif kind == "attempt":
             self.source_worker = m["wid"]
-            self._emit("attempt_start", index=int(m["index"]), mx_source_id=m["sid"], worker_id=m["wid"])
+            self.attempt_index = int(m["index"])
+            self.transfer_started = None
+            self._emit("attempt_start", index=self.attempt_index, mx_source_id=m["sid"], worker_id=m["wid"])
         elif kind == "transfer_start":
             self.transfer_started = time.monotonic()
-            self._emit("transfer_start", index=0, agent_name="", bytes=0, tensors=int(m["n"]))
+            self._emit("transfer_start", index=self.attempt_index, agent_name="", bytes=0, tensors=int(m["n"]))
         elif kind == "transfer_done":
-            self._emit("transfer_done", index=0, bytes=0, seconds=float(m["s"]))
+            self._emit("transfer_done", index=self.attempt_index, bytes=0, seconds=float(m["s"]))
+            self._emit("attempt_outcome", index=self.attempt_index, worker_id=self.source_worker, outcome="success",
+                       seconds=float(m["s"]))
+            self.transfer_started = None
         elif kind == "attempt_failed":
-            self._emit("attempt_outcome", index=0, worker_id=m["wid"], outcome="transfer_retry", error=m["error"])
+            self._transfer_failed(m["error"], m["wid"], "transfer_retry")
         elif kind == "strategy_failed":
             if m["name"] == "rdma" and self._reader:  # a source booting with no peer to copy is no fallback
+                if self.transfer_started is not None:  # the last candidate failed mid-transfer
+                    self._transfer_failed(m["error"], self.source_worker, "transfer_fallback")
                 self._emit("fallback", reason=m["error"], checkpoint=None)
         elif kind == "strategy":
             self.strategy = m["name"]
@@ -261,6 +281,7 @@ def _add_args(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--serve-after-load", action="store_true")
     p.add_argument("--nixl-port", type=int, default=0)
     p.add_argument("--worker-port", type=int, default=0)
+    p.add_argument("--mode", choices=["p2p", "central"], default="p2p", help="central: MX_P2P_METADATA=0 (the full blob)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,7 +300,8 @@ def _environment(args: argparse.Namespace) -> None:
     env["MX_WORKER_HOST"] = args.advertise_host
     env["MX_METADATA_PORT"] = str(args.nixl_port or free_port(args.advertise_host))
     env["MX_WORKER_GRPC_PORT"] = str(args.worker_port or free_port(args.advertise_host))
-    if args.heartbeat_interval is not None:
+    env["MX_P2P_METADATA"] = "0" if args.mode == "central" else "1"
+    if args.heartbeat_interval is not None:  # the client counts whole seconds
         env["MX_HEARTBEAT_INTERVAL_SECS"] = str(max(1, round(args.heartbeat_interval)))
     if args.transfer_timeout is not None:
         env["MX_TRANSFER_TIMEOUT"] = f"{args.transfer_timeout:g}"

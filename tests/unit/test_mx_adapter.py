@@ -45,8 +45,8 @@ def observe(lines: list[tuple[str, str]], *, reader: bool = True) -> tuple[Clien
 def test_a_load_over_rdma_reads_as_the_harness_events() -> None:
     observer, seen = observe(READER_LINES)
     assert [event for event, _ in seen] == [
-        "candidates", "attempt_start", "transfer_start", "transfer_done", "published", "heartbeat", "status_change",
-        "status_change",
+        "candidates", "attempt_start", "transfer_start", "transfer_done", "attempt_outcome", "published", "heartbeat",
+        "status_change", "status_change",
     ]
     fields = dict(seen)
     assert fields["candidates"] == {"listed": 2, "rank_matched": 1, "accelerator_matched": 1}
@@ -55,6 +55,26 @@ def test_a_load_over_rdma_reads_as_the_harness_events() -> None:
     assert fields["published"] == {"mx_source_id": "74f69a2b630a6e02", "worker_id": "w-self", "mode": "p2p"}
     assert [f["status"] for e, f in seen if e == "status_change"] == ["READY", "STALE"]
     assert observer.strategy == "rdma" and observer.source_worker == "9015621c" and observer.status == "STALE"
+
+
+def test_a_wedged_read_is_a_transfer_timeout_then_the_next_candidate() -> None:
+    attempt = "[Worker 0] Source attempt: source_attempt_index={i} source_worker_id={w} mx_source_id=74f69a2b630a6e02"
+    _, seen = observe([
+        ("modelexpress.strategy_rdma", attempt.format(i=0, w="aaaa0000")),
+        ("modelexpress.strategy_rdma", "[Worker 0] Receiving 8 tensors from source (P2P)"),
+        ("modelexpress.strategy_rdma", "[Worker 0] RDMA source worker aaaa0000 failed: RDMA receive failed: RDMA transfer "
+                                       "timed out. Trying next candidate."),
+        ("modelexpress.strategy_rdma", attempt.format(i=1, w="bbbb1111")),
+        ("modelexpress.strategy_rdma", "[Worker 0] Receiving 8 tensors from source (P2P)"),
+        ("modelexpress.load_strategy", "[Worker 0] Strategy rdma failed, trying next: RDMA receive failed: "
+                                       "NIXL_ERR_REMOTE_DISCONNECT"),
+    ])
+    events = [(e, f.get("index"), f.get("outcome")) for e, f in seen]
+    assert events == [
+        ("attempt_start", 0, None), ("transfer_start", 0, None), ("transfer_timeout", 0, None),
+        ("attempt_outcome", 0, "transfer_retry"), ("attempt_start", 1, None), ("transfer_start", 1, None),
+        ("transfer_error", 1, None), ("attempt_outcome", 1, "transfer_fallback"), ("fallback", None, None),
+    ]
 
 
 def test_every_event_it_writes_is_in_the_schema() -> None:
