@@ -13,7 +13,8 @@ deselects what needs root; the plugin declares those markers where the project d
 Items get a ``timeout`` of the run budget plus a margin when pytest-timeout
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
 ``--mxchaos-seed N``, ``--mxchaos-subject mxref|modelexpress`` (who plays the sources and
-readers; the environments the selected scenarios need are built before the first run), ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
+readers; with it, or ``MXCHAOS_BUILD_SUBJECTS=1``, the environments the selected scenarios need
+are built before the first run, else a scenario whose subject has none skips), ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
 seeds seed..seed+N-1, and judge the runs as one cell by ``harness.rates``: a plain scenario
 passes only at N/N, FLAKY and the other cells that fail the run fail the item with the rate
 and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass with a note;
@@ -29,6 +30,7 @@ strict-xfail failure, because the defects documented this way are timing-depende
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,11 +293,15 @@ class ScenarioItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Build (once, cached) the environment of every subject the selected scenarios use, before
-    any runs: outside the items' timeouts (torch is a few GB). One that cannot be built makes
-    its scenarios skip, naming it (the capability ``<subject>-env``)."""
+    """With ``--mxchaos-subject`` (or ``MXCHAOS_BUILD_SUBJECTS=1``), build (once, cached) the
+    environment of every subject the selected scenarios use, before any runs: outside the
+    items' timeouts (torch is a few GB). Otherwise a scenario whose subject has no environment
+    yet skips, naming the capability ``<subject>-env`` (a plain ``pytest scenarios/`` does not
+    download gigabytes for one mixed-fleet scenario)."""
     from harness.subjects import prepare_subjects
 
+    if not (config.getoption("mxchaos_subject") or os.environ.get("MXCHAOS_BUILD_SUBJECTS") == "1"):
+        return
     scenarios = [item.scenario for item in items if isinstance(item, ScenarioItem)]
     if scenarios:
         prepare_subjects(scenarios, log=lambda line: print(f"[mxchaos] {line}", file=sys.stderr, flush=True))
