@@ -123,7 +123,7 @@ class MxP2pService:
                 self._loads.move_to_end(key)
                 while len(self._loads) > self._max_loads:
                     self._loads.popitem(last=False)
-            elif not accepted or not request.HasField("source_load"):
+            else:  # refused, or a heartbeat without a reading: no load to list
                 self._loads.pop(key, None)
 
     def _list(self, raw: bytes, context: grpc.ServicerContext) -> Any:
