@@ -31,7 +31,9 @@ tensors``, ``RDMA transfer complete``, ``Strategy rdma failed, trying next``, ``
 on shutdown``, ...) to ``status_change``, ``attempt_start``, ``transfer_start``,
 ``transfer_done``, ``fallback`` ...; the strategy that succeeded gives ``load_done``'s path;
 ``memory_digest`` re-hashes the arena (the harness judges those checksums against its own
-model). This module must not import ``mxref.mx`` (the client registers the same
+model). The client's own metrics (``MX_METRICS_ENABLED=1``: ``mx_p2p_*``, ``mx_nixl_*``) are
+served for the harness's scrapes. ``load_done``'s ``integrity`` is the adapter's check against
+the reference: the client itself verifies no content (a source serving wrong bytes is loaded). This module must not import ``mxref.mx`` (the client registers the same
 ``model_express.p2p`` names in the default descriptor pool).
 """
 
@@ -282,6 +284,8 @@ def _add_args(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--nixl-port", type=int, default=0)
     p.add_argument("--worker-port", type=int, default=0)
     p.add_argument("--mode", choices=["p2p", "central"], default="p2p", help="central: MX_P2P_METADATA=0 (the full blob)")
+    p.add_argument("--metrics-port", type=int, default=0, help="the client's /metrics (MX_METRICS_PORT; 0 picks one)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="the address the harness scrapes it at")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,6 +305,10 @@ def _environment(args: argparse.Namespace) -> None:
     env["MX_METADATA_PORT"] = str(args.nixl_port or free_port(args.advertise_host))
     env["MX_WORKER_GRPC_PORT"] = str(args.worker_port or free_port(args.advertise_host))
     env["MX_P2P_METADATA"] = "0" if args.mode == "central" else "1"
+    # the client's own metrics (mx_p2p_*, mx_nixl_*), served for the harness's scrapes
+    env["MX_METRICS_ENABLED"] = "1"
+    env["MX_METRICS_PORT"] = str(args.metrics_port or free_port(args.metrics_host))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if args.heartbeat_interval is not None:  # the client counts whole seconds
         env["MX_HEARTBEAT_INTERVAL_SECS"] = str(max(1, round(args.heartbeat_interval)))
     if args.transfer_timeout is not None:
@@ -352,6 +360,11 @@ def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
     import torch
     from modelexpress.client import MxClient
     from modelexpress.load_strategy import LoadContext, run_load_strategy_chain
+    from modelexpress.metrics import enable_metrics
+
+    if enable_metrics():  # as every engine loader does on construction
+        port = int(os.environ["MX_METRICS_PORT"])
+        emit("listening", what="metrics", port=port, endpoint=f"{args.metrics_host}:{port}")
 
     tensor_bytes = int(args.tensor_mib * (1 << 20))
     tensor_bytes -= tensor_bytes % np.dtype(args.dtype).itemsize
