@@ -163,13 +163,15 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Published (?:P2P )?metadata to MX server \(mx_source_id=(?P<sid>[0-9a-f]+)"), "published"),
     (re.compile(r"Source selection: .*source_candidates_total=(?P<listed>\d+) source_candidates_rank_matched=(?P<rank>\d+)"
                 r"(?: source_candidates_accelerator_matched=(?P<accel>\d+))?"), "candidates"),
+    (re.compile(r"Error listing sources, falling through: (?P<error>.*)", re.S), "list_error"),  # a multi-line gRPC error
+    (re.compile(r"No RDMA source available, skipping"), "no_source"),
     (re.compile(r"Source attempt: source_attempt_index=(?P<index>\d+) source_worker_id=(?P<wid>\S+) "
                 r"mx_source_id=(?P<sid>\S+)"), "attempt"),
     (re.compile(r"Receiving (?P<n>\d+) tensors from source"), "transfer_start"),
     (re.compile(r"RDMA transfer complete: (?P<n>\d+) tensors, [\d.]+ GB, (?P<s>[\d.]+)s"), "transfer_done"),
-    (re.compile(r"RDMA source worker (?P<wid>\S+) failed: (?P<error>.*?)\. Trying next candidate"), "attempt_failed"),
-    (re.compile(r"Strategy (?P<name>\S+) failed, trying next: (?P<error>.*)"), "strategy_failed"),
-    (re.compile(r"Strategy (?P<name>\S+) raised unexpected error, trying next: (?P<error>.*)"), "strategy_failed"),
+    (re.compile(r"RDMA source worker (?P<wid>\S+) failed: (?P<error>.*?)\. Trying next candidate", re.S), "attempt_failed"),
+    (re.compile(r"Strategy (?P<name>\S+) failed, trying next: (?P<error>.*)", re.S), "strategy_failed"),
+    (re.compile(r"Strategy (?P<name>\S+) raised unexpected error, trying next: (?P<error>.*)", re.S), "strategy_failed"),
     (re.compile(r"Trying strategy: (?P<name>\S+)"), "strategy"),
     (re.compile(r"Server keeps rejecting heartbeats|heartbeats in a row"), "rejected"),
 ]
@@ -189,6 +191,8 @@ class ClientObserver(logging.Handler):
         self.mx_source_id: str | None = None
         self.transfer_started: float | None = None
         self.attempt_index = 0
+        self.listed = False  # a "Source selection" line was seen (the list was not empty)
+        self.listing_failed = False
         self._lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -232,8 +236,15 @@ class ClientObserver(logging.Handler):
             self.mx_source_id = m["sid"]
             self._emit("published", mx_source_id=m["sid"], worker_id=self.worker_id, mode="p2p")
         elif kind == "candidates":
+            self.listed = True
             accel = m["accel"] if m["accel"] is not None else m["rank"]
             self._emit("candidates", listed=int(m["listed"]), rank_matched=int(m["rank"]), accelerator_matched=int(accel))
+        elif kind == "list_error":  # the client treats a failed ListSources as "no sources"
+            self.listing_failed = True
+            self._emit("candidates", listed=0, rank_matched=0, accelerator_matched=0, error=m["error"])
+        elif kind == "no_source":
+            if not self.listing_failed and not self.listed:  # an empty list (the client logs that at debug)
+                self._emit("candidates", listed=0, rank_matched=0, accelerator_matched=0)
         elif kind == "attempt":
             self.source_worker = m["wid"]
             self.attempt_index = int(m["index"])

@@ -77,6 +77,18 @@ def test_a_wedged_read_is_a_transfer_timeout_then_the_next_candidate() -> None:
     ]
 
 
+def test_a_failed_or_empty_listing_is_a_candidates_event() -> None:
+    failed = [("modelexpress.strategy_rdma", "[Worker 0] Error listing sources, falling through: <_InactiveRpcError of RPC "
+                                             "that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\tdetails = "
+                                             "\"failed to connect to all addresses; Connection refused\"\n>"),
+              ("modelexpress.strategy_rdma", "[Worker 0] No RDMA source available, skipping")]
+    _, seen = observe(failed)
+    assert [e for e, _ in seen] == ["candidates"]  # one, carrying the error; the empty list that follows adds none
+    assert seen[0][1]["listed"] == 0 and "Connection refused" in seen[0][1]["error"]  # the whole multi-line error
+    _, empty = observe([("modelexpress.strategy_rdma", "[Worker 0] No RDMA source available, skipping")])
+    assert empty == [("candidates", {"listed": 0, "rank_matched": 0, "accelerator_matched": 0})]
+
+
 def test_every_event_it_writes_is_in_the_schema() -> None:
     _, seen = observe([*READER_LINES, ("modelexpress.load_strategy",
                                         "[Worker 0] Strategy rdma failed, trying next: RDMA receive failed: boom"),
@@ -111,7 +123,8 @@ def test_options_it_does_not_take_are_tolerated() -> None:
 PHRASES = {
     "metadata/publisher.py": ["Status -> READY", "Marked STALE on shutdown", "marked ", "STALE so targets stop selecting it"],
     "metadata/publish.py": ["Published P2P metadata to MX server ", "(mx_source_id="],
-    "load_strategy/rdma_strategy.py": ["Source selection: ", "source_candidates_total=", "Source attempt: ",
+    "load_strategy/rdma_strategy.py": ["Error listing sources, falling through: ", "No RDMA source available, skipping",
+                                       "Source selection: ", "source_candidates_total=", "Source attempt: ",
                                        "source_attempt_index=", "Receiving ", "tensors from source",
                                        "RDMA transfer complete: ", "failed: {e}. Trying next candidate."],
     "load_strategy/__init__.py": ["failed, ", "trying next: ", "Trying strategy: "],
