@@ -10,6 +10,7 @@ Capabilities::
     root        the effective uid is 0
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
+    <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
     <other>     a program of that name on PATH (``ss``, ``tc``, ``iptables`` ...)
 
 ``MXCHAOS_MISSING_CAPABILITIES=root,tc`` makes the listed capabilities count as missing,
@@ -75,6 +76,12 @@ def have(capability: str) -> bool:
     probe = PROBES.get(capability)
     if probe is not None:
         return bool(probe())
+    if capability.endswith("-env"):  # a subject's environment (harness.subjects), built on first use
+        from harness.subjects import env_ready
+        from harness.subjects.envs import SUBJECTS
+
+        subject = capability.removesuffix("-env")
+        return subject in SUBJECTS and env_ready(subject)
     return shutil.which(capability) is not None
 
 
@@ -99,6 +106,11 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     if netns_hosts:  # the runner puts each in a network namespace of its own
         needs["root"] = [f"hosts ({', '.join(netns_hosts)})"]
         needs["netns"] = [f"hosts ({', '.join(netns_hosts)})"]
+    default = getattr(scenario, "subject", "mxref")
+    for name, spec in getattr(scenario, "processes", {}).items():  # each subject but mxref has an env of its own
+        subject = getattr(spec, "subject", None) or (default if getattr(spec, "role", "") in ("source", "reader") else "mxref")
+        if subject != "mxref":
+            needs.setdefault(f"{subject}-env", []).append(f"{name} (subject {subject})")
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]

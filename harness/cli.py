@@ -203,6 +203,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not scenarios:
             print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
             return EXIT_INVALID
+    if args.subject is not None:
+        scenarios = [s.with_subject(args.subject) for s in scenarios]
+    if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
+        from harness.subjects import prepare_subjects
+
+        prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
     repeat = args.repeat
     summary = Path(args.summary) if args.summary else Path(args.out) / "summary.json"
     results = []
@@ -411,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", choices=("memory", "redis"), default=None,
                      help="redis: run every scenario's servers on a Redis store (a redis process added where "
                           "the scenario has none; harness.scenario.stores); default: each scenario's own store key")
+    run.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
+                     help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
+                          "modelexpress builds its environment on first use (harness/subjects)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")

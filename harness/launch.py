@@ -30,6 +30,7 @@ from harness.scenario import (
     ServerProcess,
     SourceProcess,
 )
+from harness.subjects import subject_launcher
 
 __all__ = [
     "HarnessIdentity",
@@ -86,7 +87,17 @@ def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
 
 
 def launcher(sc: Scenario, spec: MxrefProcess, run_dir: Path) -> list[str]:
-    """How mxref is started (``{python} -m mxref`` unless the process or scenario says otherwise)."""
+    """How mxref is started (``{python} -m mxref`` unless the process or scenario says otherwise);
+    a source or reader of another subject runs its adapter (``harness.subjects``)."""
+    if spec.launcher is None and isinstance(spec, SourceProcess | ReaderProcess):
+        played = subject_launcher(spec.subject or sc.subject)
+        if played is not None:
+            return played
+    return mxref_launcher(sc, spec, run_dir)
+
+
+def mxref_launcher(sc: Scenario, spec: MxrefProcess, run_dir: Path) -> list[str]:
+    """The process's (else the scenario's) mxref launcher, whoever the subject."""
     return [fill(part, sc, run_dir, run_dir / "procs") for part in (spec.launcher or sc.launcher)]
 
 
@@ -214,4 +225,4 @@ def prepare_argv(sc: Scenario, reader: str, run_dir: Path, checkpoint: Path) -> 
     """``mxref prepare``: write the scenario model's disk checkpoint to ``checkpoint``."""
     spec = sc.processes[reader]
     assert isinstance(spec, ReaderProcess)
-    return [*launcher(sc, spec, run_dir), "prepare", "--checkpoint", str(checkpoint), *sc.model.flags(sc.seed, sc.directory)]
+    return [*mxref_launcher(sc, spec, run_dir), "prepare", "--checkpoint", str(checkpoint), *sc.model.flags(sc.seed, sc.directory)]

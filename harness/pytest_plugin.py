@@ -12,7 +12,9 @@ netns hosts and root-only faults, ``toxiproxy`` for proxies), so ``pytest -m "no
 deselects what needs root; the plugin declares those markers where the project does not.
 Items get a ``timeout`` of the run budget plus a margin when pytest-timeout
 is installed. Options: ``--mxchaos-out DIR`` (default ``<rootdir>/runs``),
-``--mxchaos-seed N``, ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
+``--mxchaos-seed N``, ``--mxchaos-subject mxref|modelexpress`` (who plays the sources and
+readers; with it, or ``MXCHAOS_BUILD_SUBJECTS=1``, the environments the selected scenarios need
+are built before the first run, else a scenario whose subject has none skips), ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
 seeds seed..seed+N-1, and judge the runs as one cell by ``harness.rates``: a plain scenario
 passes only at N/N, FLAKY and the other cells that fail the run fail the item with the rate
 and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass with a note;
@@ -28,6 +30,8 @@ strict-xfail failure, because the defects documented this way are timing-depende
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
     group.addoption("--mxchaos-store", choices=("memory", "redis"), default=None,
                     help="redis: every scenario's servers on a Redis store (harness.scenario.stores)")
+    group.addoption("--mxchaos-subject", choices=["mxref", "modelexpress"], default=None,
+                    help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -181,6 +187,8 @@ class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"),
                                  store=self.config.getoption("mxchaos_store"))
+        if self.config.getoption("mxchaos_subject"):
+            scenario = scenario.with_subject(self.config.getoption("mxchaos_subject"))
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
         markers = ["mxchaos"]
         if "integration" in _declared_markers(self.config):
@@ -285,3 +293,18 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"mxchaos scenario: {self.name}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--mxchaos-subject`` (or ``MXCHAOS_BUILD_SUBJECTS=1``), build (once, cached) the
+    environment of every subject the selected scenarios use, before any runs: outside the
+    items' timeouts (torch is a few GB). Otherwise a scenario whose subject has no environment
+    yet skips, naming the capability ``<subject>-env`` (a plain ``pytest scenarios/`` does not
+    download gigabytes for one mixed-fleet scenario)."""
+    from harness.subjects import prepare_subjects
+
+    if not (config.getoption("mxchaos_subject") or os.environ.get("MXCHAOS_BUILD_SUBJECTS") == "1"):
+        return
+    scenarios = [item.scenario for item in items if isinstance(item, ScenarioItem)]
+    if scenarios:
+        prepare_subjects(scenarios, log=lambda line: print(f"[mxchaos] {line}", file=sys.stderr, flush=True))

@@ -135,6 +135,10 @@ class MxClient:
             ) from exc
 
 
+MX_MANIFEST_METHOD = "/model_express.p2p.WorkerService/GetTensorManifest"
+"""Where a ModelExpress source answers the manifest (``fetch_tensor_manifest`` falls back to it)."""
+
+
 def fetch_tensor_manifest(
     endpoint: str,
     mx_source_id: str,
@@ -145,7 +149,9 @@ def fetch_tensor_manifest(
 ) -> p2p_pb2.GetTensorManifestResponse:
     """The manifest of source ``mx_source_id`` / worker ``worker_id`` served at ``endpoint``.
 
-    An empty ``worker_id`` asks for whichever worker serves the source there.
+    An empty ``worker_id`` asks for whichever worker serves the source there. A worker that
+    does not serve ``mxref.v1`` (UNIMPLEMENTED: a ModelExpress source) is asked again in
+    ``model_express.p2p``, whose request and answer are numbered alike.
     Raises ``WorkerIdMismatch`` when another worker answers (or refuses because it
     is another worker) and ``ManifestError`` for every other refusal or failure.
     """
@@ -157,9 +163,19 @@ def fetch_tensor_manifest(
     with creds.channel(endpoint, config.grpc_message_options()) as channel:
         stub = _WORKER_STUB(channel)
         try:
-            response: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(
-                request, timeout=_check_timeout(timeout_s)
-            )
+            try:
+                response: p2p_pb2.GetTensorManifestResponse = stub.GetTensorManifest(
+                    request, timeout=_check_timeout(timeout_s)
+                )
+            except grpc.RpcError as exc:
+                if _status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # A ModelExpress source serves only model_express.p2p: the same message, numbered alike.
+                mx_manifest = channel.unary_unary(
+                    MX_MANIFEST_METHOD, request_serializer=p2p_pb2.GetTensorManifestRequest.SerializeToString,
+                    response_deserializer=p2p_pb2.GetTensorManifestResponse.FromString,
+                )
+                response = mx_manifest(request, timeout=_check_timeout(timeout_s))
         except grpc.RpcError as exc:
             code, details = _status(exc)
             name = code.name if code is not None else "UNKNOWN"

@@ -1,7 +1,8 @@
-"""Regenerate the gRPC/protobuf Python code in ``mxref/v1/`` from ``proto/``.
+"""Regenerate the gRPC/protobuf Python code in ``mxref/v1/`` and ``mxref/mx/`` from ``proto/``.
 
-The proto tree mirrors the package tree (``proto/mxref/v1`` -> ``mxref/v1``), so
-protoc's absolute imports resolve without post-processing. Run with the pinned
+The proto tree mirrors the package tree (``proto/mxref/v1`` -> ``mxref/v1``: mxref's own
+contract; ``proto/mxref/mx`` -> ``mxref/mx``: ModelExpress's ``model_express.p2p``, served
+beside it), so protoc's absolute imports resolve without post-processing. Run with the pinned
 grpcio-tools (``pip install -e .[codegen]``)::
 
     python -m mxref.codegen            # rewrite mxref/v1/
@@ -16,11 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-PROTOS = sorted(p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / "mxref" / "v1").glob("*.proto"))
+PACKAGES = ("v1", "mx")
+PROTOS = sorted(p.relative_to(PROTO_ROOT) for pkg in PACKAGES for p in (PROTO_ROOT / "mxref" / pkg).glob("*.proto"))
 
 
 def generate(out: Path) -> list[Path]:
-    """Compile every proto under proto/mxref/v1 into ``out`` (a repo-root-like dir)."""
+    """Compile every proto under proto/mxref/{v1,mx} into ``out`` (a repo-root-like dir)."""
     from grpc_tools import protoc  # imported here: codegen is an optional extra
 
     out.mkdir(parents=True, exist_ok=True)
@@ -35,12 +37,12 @@ def generate(out: Path) -> list[Path]:
     rc = protoc.main(args)
     if rc != 0:
         raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
-    return sorted((out / "mxref" / "v1").glob("*_pb2*.py*"))
+    return sorted(path for pkg in PACKAGES for path in (out / "mxref" / pkg).glob("*_pb2*.py*"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT, help="root to write mxref/v1/ under")
+    parser.add_argument("--out", type=Path, default=ROOT, help="root to write mxref/v1/ and mxref/mx/ under")
     args = parser.parse_args(argv)
     for path in generate(args.out):
         print(path)

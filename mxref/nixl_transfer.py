@@ -76,6 +76,12 @@ def nixl_version() -> str:
         return "unknown"
 
 
+def same_dtype(a: str, b: str) -> bool:
+    """Whether two dtype spellings name the same type: ModelExpress writes ``torch.float16``
+    (``str(torch.float16)``), mxref ``float16``."""
+    return a.removeprefix("torch.") == b.removeprefix("torch.")
+
+
 @dataclass(frozen=True)
 class LocalTensor:
     name: str
@@ -510,7 +516,7 @@ class NixlTransferManager:
             theirs = by_name.get(name)
             if theirs is None:
                 continue
-            if int(theirs.size) != mine.size or (theirs.dtype and mine.dtype and theirs.dtype != mine.dtype):
+            if int(theirs.size) != mine.size or (theirs.dtype and mine.dtype and not same_dtype(theirs.dtype, mine.dtype)):
                 self._count_receive("rejected")
                 raise ManifestMismatchError(
                     f"tensor {name!r}: source has {theirs.size} B {theirs.dtype}, we have {mine.size} B {mine.dtype}"

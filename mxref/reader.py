@@ -278,7 +278,7 @@ class Reader:
         bad: list[str] = []
         for spec in self.specs:
             d = by_name.get(spec.name)
-            if (d is None or d.size != spec.nbytes or (d.dtype and d.dtype != spec.dtype)
+            if (d is None or d.size != spec.nbytes or (d.dtype and d.dtype.removeprefix("torch.") != spec.dtype)
                     or (d.shape and tuple(d.shape) != tuple(spec.shape))
                     or (d.checksum and d.checksum != self.reference.checksums[spec.name])):
                 bad.append(spec.name)

@@ -54,6 +54,7 @@ from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
+from mxref.mx_service import MxP2pService
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
 from mxref.request_limits import ClientBuckets, RejectReason, RequestChecker, Violation
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
@@ -690,6 +691,15 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         for status in ALL_STATUSES:
             self._metrics.sources.labels(status_name(status)).set_function(functools.partial(store.count, status))
 
+    @property
+    def store(self) -> SourceStore:
+        return self._store
+
+    def serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
+        """Serve one call of ``method`` from its raw bytes (``mxref.mx_service`` serves
+        ModelExpress's package through this, with every check and count of our own)."""
+        return self._serve(method, raw, context)
+
     def generic_handler(self) -> grpc.GenericRpcHandler:
         """The handler to register: every method takes the request's raw bytes."""
         handlers = {
@@ -878,12 +888,17 @@ def start_metadata_server(
     on_refused: Callable[[security.Refusal], None] | None = None,
 ) -> tuple[grpc.Server, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one); returns (server, bound port).
+    It answers ``mxref.v1.P2pService`` and ModelExpress's ``model_express.p2p.P2pService``
+    (``mxref.mx_service``) over the same store.
 
     ``credentials`` (default plaintext): TLS and the bearer-token check (``mxref.security``);
     ``on_refused`` hears of every call refused as unauthenticated.
     Raises ``LocalError`` when the address cannot be bound.
     """
-    return start_grpc_server(lambda s, srv: srv.add_generic_rpc_handlers((s.generic_handler(),)), servicer, host, port,
+    def register(s: P2pServicer, srv: grpc.Server) -> None:  # mxref.v1 and model_express.p2p, one store
+        srv.add_generic_rpc_handlers((s.generic_handler(), MxP2pService(s).generic_handler()))
+
+    return start_grpc_server(register, servicer, host, port,
                              threads=SERVER_THREADS, what="metadata server", credentials=credentials,
                              on_refused=on_refused, options=metadata_server_options(servicer.limits))
 

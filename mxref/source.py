@@ -34,6 +34,7 @@ from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.metrics import SourceFamilies
 from mxref.model import Arena
+from mxref.mx_worker import MxWorkerService
 from mxref.nixl_transfer import LocalTensor, NixlTransferManager
 from mxref.v1 import p2p_pb2
 from mxref.worker_server import WorkerManifest, WorkerServicer, endpoint, start_worker_server
@@ -263,6 +264,7 @@ class SourceService:
             metadata_endpoint=md_endpoint, agent_name=manager.agent_name, accelerator=accelerator,
         )
         self.servicer = WorkerServicer(self.manifest, metrics=metrics)
+        self.mx_worker = MxWorkerService(self.servicer)  # ModelExpress's WorkerService, same manifest, same port
         self.grpc_server = None
         # The NIXL listener's endpoint is published in both modes: central readers ignore it
         # unless they push their own metadata to the source (``--push-metadata``).
@@ -270,7 +272,8 @@ class SourceService:
                                         accelerator=accelerator, status=p2p_pb2.SOURCE_STATUS_INITIALIZING,
                                         metadata_endpoint=md_endpoint)
         if options.mode == "p2p":
-            self.grpc_server, port = start_worker_server(self.servicer, options.advertise_host, options.worker_port)
+            self.grpc_server, port = start_worker_server(self.servicer, options.advertise_host, options.worker_port,
+                                                         extra_handlers=(self.mx_worker.generic_handler(),))
             worker.worker_grpc_endpoint = endpoint(options.advertise_host, port)
             events.emit("listening", what="worker_grpc", port=port, endpoint=worker.worker_grpc_endpoint)
         elif options.mode == "central":

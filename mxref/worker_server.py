@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
@@ -185,6 +185,11 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
         self._count("ok")
         return manifest.to_response()
 
+    def count(self, result: str) -> None:
+        """Count one answer as ``mxref_source_manifest_requests_total{result}`` (``mxref.mx_worker``
+        counts ModelExpress's WorkerService calls here too)."""
+        self._count(result)
+
     def _count(self, result: str) -> None:
         if self._metrics is not None:
             self._metrics.manifest_requests.labels(result).inc()
@@ -195,9 +200,11 @@ def _fixed(manifest: WorkerManifest) -> ManifestProvider:
 
 
 def start_worker_server(
-    servicer: WorkerServicer, host: str, port: int, *, credentials: security.ServerCredentials | None = None
+    servicer: WorkerServicer, host: str, port: int, *, credentials: security.ServerCredentials | None = None,
+    extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
 ) -> tuple[grpc.Server, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one) with 4 threads; returns (server, port).
+    ``extra_handlers`` are served on the same port (a source adds ModelExpress's WorkerService).
 
     ``credentials``: the process's (``security.server_default()``) unless given.
     Raises ``LocalError`` when the address cannot be bound.
@@ -208,7 +215,14 @@ def start_worker_server(
         logger.warning("refused %s from %s: %s", refusal.method, refusal.peer, refusal.reason.value)
         servicer._count("unauthenticated")
 
-    return start_grpc_server(p2p_pb2_grpc.add_WorkerServiceServicer_to_server, servicer, host, port,
+    add_ours: Callable[[WorkerServicer, grpc.Server], None] = p2p_pb2_grpc.add_WorkerServiceServicer_to_server
+
+    def register(s: WorkerServicer, server: grpc.Server) -> None:
+        add_ours(s, server)
+        if extra_handlers:
+            server.add_generic_rpc_handlers(tuple(extra_handlers))
+
+    return start_grpc_server(register, servicer, host, port,
                              threads=WORKER_SERVER_THREADS, what="worker gRPC server", credentials=creds,
                              on_refused=refused)
 

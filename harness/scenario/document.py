@@ -26,6 +26,7 @@ from harness.scenario.models import (
     ScrapeSpec,
     SecuritySpec,
     SourceProcess,
+    Subject,
 )
 from harness.scenario.steps import Step, model_key
 from harness.spec import Name, Strict, custom_error
@@ -112,6 +113,8 @@ class Scenario(Strict):
     hosts: dict[Name, HostSpec] = Field(default_factory=_default_hosts, min_length=1)
     model: ModelSpec = ModelSpec()
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
+    # who plays the sources and readers: mxref, or the real ModelExpress client (harness.subjects)
+    subject: Subject = "mxref"
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     # where servers keep their records: memory, or redis (every server without a ``store`` gets
@@ -234,4 +237,8 @@ class Scenario(Strict):
 
     def with_seed(self, seed: int) -> Scenario:
         return self.model_copy(update={"seed": seed})
+
+    def with_subject(self, subject: str) -> Scenario:
+        """The same scenario played by ``subject`` (``mxchaos run --subject``)."""
+        return self.model_copy(update={"subject": subject})
 

@@ -36,6 +36,7 @@ __all__ = [
     "SecuritySpec",
     "ServerProcess",
     "SourceProcess",
+    "Subject",
     "TamperCheckpoint",
 ]
 
@@ -238,6 +239,10 @@ class ReaderOptions(PeerOptions):
     settle_s: Duration | None = None  # after a load, wait this long and report what memory holds again
 
 
+Subject = Literal["mxref", "modelexpress"]
+"""Who plays a source or reader: mxref, or the real ModelExpress client (``harness.subjects``)."""
+
+
 class ProcessBase(Strict):
     host: Name | None = None  # default: the only host
     env: EnvMap = Field(default_factory=dict)
@@ -268,6 +273,7 @@ class SourceProcess(MxrefProcess):
     server_via: Name | None = None
     options: SourceOptions = SourceOptions()
     credentials: Credentials = "run"
+    subject: Subject | None = None  # who plays it (harness.subjects); default: the scenario's
 
 
 class TamperCheckpoint(Strict):
@@ -291,6 +297,7 @@ class ReaderProcess(MxrefProcess):
     server_via: Name | None = None  # reach the server through this proxy
     options: ReaderOptions = ReaderOptions()
     credentials: Credentials = "run"
+    subject: Subject | None = None  # who plays it (harness.subjects); default: the scenario's
     tamper_checkpoint: TamperCheckpoint | None = None
 
     @model_validator(mode="after")

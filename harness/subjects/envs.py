@@ -1,0 +1,147 @@
+"""One isolated virtual environment per subject package, built on first use and cached.
+
+The ``modelexpress`` subject runs the real client (``modelexpress==0.7.0``), which needs
+torch >= 2.6: the registry's only torch for this machine is the CUDA build (a ~540 MB
+wheel plus its NVIDIA libraries, about 3 GB of wheels), so it stays out of the project's
+own ``.venv``. ``ensure_subject_env(subject, repo)`` builds ``<cache>/envs/subject-<name>``
+(the cache of ``harness.matrix.envs``: ``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``)
+the way the matrix builds a per-NIXL env: NIXL (``--no-deps``, as ``.ci/bootstrap``; the cu12
+and the cu13 build, because ``nixl`` picks ``nixl_cu13`` under the registry's CUDA 13 torch), this
+project's dependencies (not the project itself: the adapter runs from whichever checkout
+started it, through ``PYTHONPATH``, so one cached env serves every clone), then the subject's
+pinned packages (which bring torch), then an import check that loads the client's NIXL
+wrapper. The stamp hashes the recipe, the pins, the interpreter and the project's
+``dependencies`` list (not the whole ``pyproject.toml``: a README-only change does not cost
+a 3 GB rebuild); a failed build is remembered with that hash and not retried until the
+inputs change or ``rebuild``. Builds of one env are serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, cache_dir, error_line
+from harness.matrix.envs import _locked as locked
+from harness.matrix.envs import _run as run_bounded
+
+__all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
+
+RECIPE = "mxchaos-subject-env/3"  # bump when the build steps change: every cached env is rebuilt
+STAMP = ".mxchaos-subject-stamp"
+FAILED = ".mxchaos-subject-failed"
+NIXL_VERSION = "1.5.1"
+BUILD_TIMEOUT_S = 1800.0  # torch and its NVIDIA libraries: ~1 min to download here, a few to install
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Who plays the sources and readers, and what its environment holds beyond the project."""
+
+    name: str
+    version: str = ""
+    requirements: tuple[str, ...] = ()
+    import_check: str = ""
+
+    @property
+    def needs_env(self) -> bool:
+        return bool(self.requirements)
+
+
+SUBJECTS: dict[str, Subject] = {
+    "mxref": Subject("mxref"),
+    "modelexpress": Subject(
+        "modelexpress",
+        version="0.7.0",
+        # [metrics]: prometheus-client, for the client's own metrics (the adapter reads them)
+        requirements=("modelexpress[metrics]==0.7.0",),
+        import_check="import torch, nixl._api, modelexpress.nixl_transfer, modelexpress.load_strategy",
+    ),
+}
+
+
+def subject_env_dir(subject: Subject, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / "envs" / f"subject-{subject.name}-{subject.version}"
+
+
+def project_dependencies(repo: Path) -> list[str]:
+    data = tomllib.loads((repo / "pyproject.toml").read_text())
+    deps: list[str] = data.get("project", {}).get("dependencies", [])
+    return deps
+
+
+def inputs_hash(subject: Subject, repo: Path, python: str = sys.executable) -> str:
+    """What a subject env is built from; a change in any of these rebuilds it. The interpreter
+    counts by its real path (one venv reached through a symlinked path is the same one)."""
+    h = hashlib.sha256()
+    parts = [RECIPE, subject.name, subject.version, NIXL_VERSION, *subject.requirements,
+             os.path.realpath(python), *project_dependencies(repo)]
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def ensure_subject_env(
+    subject: Subject,
+    repo: Path,
+    *,
+    root: Path | None = None,
+    run: Runner = run_bounded,
+    log: Callable[[str], None] = lambda _msg: None,
+    rebuild: bool = False,
+) -> EnvResult:
+    """The env of ``subject``: reused when its stamp matches the inputs, else (re)built.
+
+    ``EnvResult.version`` is the subject's name and version (``modelexpress==0.7.0``); a
+    subject without requirements (``mxref``) needs no env and gets an error saying so.
+    """
+    label = f"{subject.name}=={subject.version}"
+    path = subject_env_dir(subject, root)
+    if not subject.needs_env:
+        return EnvResult(label, path, error=f"subject {subject.name} runs in the project's own environment")
+    want = inputs_hash(subject, repo)
+    stamp, failed = path / STAMP, path.parent / f"{path.name}{FAILED}"
+    with locked(path.parent / f".{path.name}.lock"):
+        if not rebuild and stamp.is_file() and stamp.read_text().split()[0] == want and (path / "bin" / "python").exists():
+            return EnvResult(label, path, cached=True)
+        if not rebuild and failed.is_file():
+            seen, _, why = failed.read_text().partition("\n")
+            if seen == want:
+                return EnvResult(label, path, error=why.strip(), cached=True)
+        failed.unlink(missing_ok=True)
+        if path.exists():
+            shutil.rmtree(path)
+        log(f"building the {label} environment in {path} (torch and its CUDA libraries: a few GB, minutes)")
+        started = time.monotonic()
+        py = str(path / "bin" / "python")
+        pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        steps: list[tuple[str, list[str]]] = [
+            ("venv", [sys.executable, "-m", "venv", str(path)]),
+            # both builds: the registry's torch is a CUDA 13 build, and nixl picks nixl_cu13 under it
+            ("nixl", [*pip, "--no-deps", f"nixl-cu12=={NIXL_VERSION}", f"nixl-cu13=={NIXL_VERSION}", f"nixl=={NIXL_VERSION}"]),
+            ("project", [*pip, *project_dependencies(repo)]),  # its dependencies, not the project: runs see their own checkout on PYTHONPATH
+            ("subject", [*pip, *subject.requirements]),
+            ("import", [py, "-c", subject.import_check]),
+        ]
+        for what, argv in steps:
+            done = run(argv, BUILD_TIMEOUT_S if what == "subject" else PIP_TIMEOUT_S)
+            if done.returncode != 0:
+                why = error_line(f"{done.stdout}\n{done.stderr}")
+                log(f"{label}: {what} step failed: {why}")
+                failed.write_text(f"{want}\n{what}: {why}\n")
+                return EnvResult(label, path, error=f"{what}: {why}")
+        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
+        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
+            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
+        took = time.monotonic() - started
+        stamp.write_text(f"{want} built_in_s={took:.0f}\n")
+        log(f"{label}: environment ready in {took:.0f}s")
+        return EnvResult(label, path)
