@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import ScenarioInvalid
+from harness.explore import is_template
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
 
 __all__ = ["EXIT_CODES", "build_parser", "collect_paths", "files_to_run", "keyword_matcher", "main", "version_line"]
@@ -75,13 +76,14 @@ def _shown(path: Path | str | None) -> str:
 
 
 def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
-    """Scenario files from files and folders (``**/*.yaml``, ``**/*.yml``), in a stable order."""
+    """Scenario files from files and folders (``**/*.yaml``, ``**/*.yml``; in a folder, not the
+    exploration templates ``*.explore.yaml``), in a stable order."""
     files: list[Path] = []
     problems: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted({*path.rglob("*.yaml"), *path.rglob("*.yml")})
+            found = sorted(f for f in {*path.rglob("*.yaml"), *path.rglob("*.yml")} if not is_template(f))
             if not found:
                 problems.append(f"{raw}: no scenario files (*.yaml) in this folder")
             files += found
@@ -460,6 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
+    from harness.replay import add_parser as add_replay_parser
+
+    add_replay_parser(sub)  # mxchaos replay: harness/replay.py
+    from harness.explore.command import add_parser as add_explore_parser
+
+    add_explore_parser(sub)  # mxchaos explore: harness/explore/
     return parser
 
 
