@@ -65,12 +65,19 @@ class Schedule:
         return [f.to_json(template) for f in self.faults]
 
 
+def _index(n: int) -> st.SearchStrategy[int]:
+    """0..n-1; no draw at all when there is one choice (a draw with a single possible value
+    keeps Hypothesis' shrinker from deleting the list element it belongs to)."""
+    return st.integers(0, n - 1) if n > 1 else st.just(0)
+
+
 def _value(param: Any) -> st.SearchStrategy[Any]:
     if param.form == "one_of":
         options = param.options
-        return st.integers(0, len(options) - 1).map(lambda i: options[i])
+        return _index(len(options)).map(lambda i: options[i])
     if param.form == "range":
-        return st.integers(param.lo_ms, param.hi_ms).map(lambda ms: ms / 1000)
+        lo = param.lo_ms
+        return _index(param.hi_ms - lo + 1).map(lambda i: (lo + i) / 1000)
     return st.just(param.options[0])
 
 
@@ -79,11 +86,11 @@ def _fault(template: Template) -> st.SearchStrategy[DrawnFault]:
 
     @st.composite
     def draw_fault(draw: st.DrawFn) -> DrawnFault:
-        choice = draw(st.integers(0, len(template.faults) - 1))
+        choice = draw(_index(len(template.faults)))
         space: FaultSpace = template.faults[choice]
         values = tuple((p.key, draw(_value(p))) for p in space.params)
-        window = draw(st.integers(0, len(windows) - 1))
-        offset = draw(st.integers(0, round(windows[window].within * 1000)))
+        window = draw(_index(len(windows)))
+        offset = draw(_index(round(windows[window].within * 1000) + 1))
         return DrawnFault(choice, values, window, offset)
 
     return draw_fault()

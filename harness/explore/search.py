@@ -31,6 +31,8 @@ and writes its report with what it had (``outcome: interrupted``).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import statistics
 import sys
 import time
@@ -39,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import HealthCheck, Phase, Verbosity, find, reject, settings
+from hypothesis import core as hypothesis_core
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import NoSuchExample
 
 from harness.explore.schedule import Schedule, scenario_data, schedules
 from harness.explore.template import Template
@@ -91,10 +94,6 @@ class Trial:
         }
 
 
-class _Failed(Exception):
-    """Raised inside the Hypothesis test: this schedule shows the failure being shrunk."""
-
-
 @dataclass
 class Exploration:
     """What an exploration did; ``harness.explore.report`` writes it."""
@@ -128,6 +127,12 @@ class Exploration:
         k = sum(1 for t in done if t.failed)
         return {"k": k, "n": n, "rate": round(k / n, 3), "lower": round(1 - upper_bound(n - k, n), 3),
                 "upper": round(upper_bound(k, n), 3), "confidence": 0.95}
+
+
+def _size(schedule: Schedule) -> tuple[int, int, float]:
+    """How big a schedule is by the shrinking goals: faults, then total offset, then total duration."""
+    durations = sum(float(v) for f in schedule.faults for k, v in f.values if k == "duration" and isinstance(v, int | float))
+    return len(schedule.faults), sum(f.offset_ms for f in schedule.faults), durations
 
 
 def _now() -> str:
@@ -203,8 +208,9 @@ class _Explorer:
             self.stopped = f"skipped: {result.reason}"
         return trial
 
-    def test(self, schedule: Schedule) -> None:
-        """The Hypothesis test: raises ``_Failed`` when the schedule shows the failure."""
+    def failing(self, schedule: Schedule) -> bool:
+        """Hypothesis' condition: whether the schedule shows the failure being shrunk (the
+        first failure found sets which one that is)."""
         ex = self.ex
         key = schedule.key()
         trial = self.cache.get(key)
@@ -212,7 +218,7 @@ class _Explorer:
             ex.cache_hits += 1
         elif not self.may_run():
             ex.answered_without_run += 1
-            return
+            return False
         else:
             trial = self.run(schedule, self.phase)
             ex.trials.append(trial)
@@ -226,31 +232,48 @@ class _Explorer:
             reject()  # Hypothesis: not a valid example (neither passing nor failing)
         if trial.failed and ex.target is not None and trial.signature() & ex.target:
             self.last_failing = trial
-            if trial.index not in ex.shrink_path:
-                ex.shrink_path.append(trial.index)
-            raise _Failed(trial.index)
+            return True
+        return False
 
     def search(self) -> None:
         ex = self.ex
-        db = DirectoryBasedExampleDatabase(str(ex.out_dir / "hypothesis"))
-
-        @hypothesis_seed(ex.seed)
-        @settings(
-            max_examples=max(1, ex.runs), deadline=None, database=db, derandomize=False,
+        template = ex.template
+        config = settings(
+            max_examples=max(1, ex.runs), deadline=None, database=DirectoryBasedExampleDatabase(str(ex.out_dir / "hypothesis")),
             phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
-            suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-            report_multiple_bugs=False, print_blob=False,
+            suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False,
         )
-        @given(schedules(ex.template))
-        def explore_schedules(schedule: Schedule) -> None:
-            self.test(schedule)
-
+        # one database key per template and fault space: a failure replays only where it was found
+        digest = hashlib.sha256(json.dumps([template.name, template.space_json()], sort_keys=True).encode()).digest()
+        # Seeded *and* with a database: ``hypothesis.seed`` / ``derandomize`` would switch the
+        # database off, so the seed goes where ``pytest --hypothesis-seed`` puts it (the engine's
+        # global seed), while ``find``'s explicit database key keeps the database on.
+        previous = hypothesis_core.global_force_seed
+        hypothesis_core.global_force_seed = ex.seed  # type: ignore[assignment]  # declared None, read as an int seed
         try:
-            explore_schedules()
-        except _Failed:
+            find(schedules(template), self.failing, settings=config, database_key=b"mxchaos-explore:" + digest)
+        except NoSuchExample:
             pass
         except KeyboardInterrupt:
             self.interrupted, self.stopped = True, "interrupted"
+        finally:
+            hypothesis_core.global_force_seed = previous
+
+    def chain(self) -> list[int]:
+        """The shrinking path: the first failure, then each later failure of the same kind that
+        is smaller by the shrinking goals (fewer faults, then earlier offsets, then shorter
+        durations), ending at the minimal schedule Hypothesis settled on."""
+        ex = self.ex
+        if ex.target is None or self.last_failing is None:
+            return []
+        same = [t for t in ex.trials if t.failed and t.signature() & ex.target and t.index <= self.last_failing.index]
+        path: list[Trial] = []
+        for t in same:
+            if not path or _size(t.schedule) < _size(path[-1].schedule):
+                path.append(t)
+        if path[-1].index != self.last_failing.index:
+            path.append(self.last_failing)
+        return [t.index for t in path]
 
     def reproduce(self) -> None:
         ex = self.ex
@@ -300,6 +323,7 @@ def explore(
     ex = Exploration(template, seed, runs, budget_s, repeat, out_dir, started_at=_now())
     explorer = _Explorer(ex, say)
     explorer.search()
+    ex.shrink_path = explorer.chain()
     if explorer.last_failing is not None and not explorer.interrupted:
         explorer.reproduce()
     elif explorer.last_failing is not None:
