@@ -112,3 +112,17 @@ def test_the_cli_writes_the_file_and_refuses_a_folder_that_is_no_run(tmp_path: P
     assert cli.main(["validate", str(out)]) == 0
     assert cli.main(["replay", str(tmp_path)]) == 2
     assert "no scenario.json" in capsys.readouterr().err
+
+
+def test_every_shipped_scenario_is_written_back_as_itself() -> None:
+    from harness.explore import is_template
+    from harness.scenario import load_scenario
+    from harness.scenario.emit import compact_data, scenario_text
+
+    root = Path(__file__).resolve().parents[2]
+    shipped = [p for p in sorted((root / "scenarios").rglob("*.yaml")) if not is_template(p)]
+    assert shipped
+    for path in shipped:
+        sc = load_scenario(path)
+        text = scenario_text(compact_data(sc), header=["written back"])  # raises unless it reads back as sc
+        assert text.startswith("# written back\n"), path
