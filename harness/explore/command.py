@@ -33,6 +33,9 @@ def add_parser(sub: Any) -> None:
                    help="the whole exploration's time (runs, shrinking, reproduction), e.g. 20m, 300s (default 20m)")
     p.add_argument("--repeat", type=int, default=3, metavar="R",
                    help="reruns of the minimal scenario for its reproduction rate (default 3)")
+    p.add_argument("--shrinker", choices=("goals", "hypothesis"), default="goals",
+                   help="goals: fewest faults, then earliest times, shortest durations, first options (default); "
+                   "hypothesis: Hypothesis' own shrinker")
     p.add_argument("--out", metavar="DIR", help="where the report, schedules and runs go (default runs/explore/<name>)")
     p.set_defaults(fn=cmd_explore)
 
@@ -62,7 +65,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "explore" / template.name
     print(f"=== explore {template.name}: seed {args.seed}, up to {args.runs} schedules, budget {budget:g}s -> {out}",
           flush=True)
-    ex = explore(template, seed=args.seed, runs=args.runs, budget_s=budget, out_dir=out, repeat=args.repeat)
+    ex = explore(template, seed=args.seed, runs=args.runs, budget_s=budget, out_dir=out, repeat=args.repeat,
+                 shrinker=args.shrinker)
     json_path, html_path = write_report(ex)
     print(f"=== {ex.outcome.replace('_', ' ')}: {len(ex.trials)} schedules run in {ex.seconds:.0f}s"
           + (f" ({ex.stop_reason})" if ex.stop_reason else ""))

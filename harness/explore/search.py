@@ -13,11 +13,13 @@ write the minimal scenario and measure how often it reproduces; all within one b
    false); shrinking keeps to runs that share a false check with the first failure, so it
    shrinks that failure and not another. An ``error`` run (a harness error) is recorded and
    is not a failure; a ``skip`` ends the exploration (this machine lacks a capability).
-3. **shrink**: Hypothesis' shrinker (fewest faults, earliest offsets, shortest durations,
-   first options). Each candidate is a real run; a schedule already run is answered from
-   the cache (so Hypothesis' final replay of the minimal example costs nothing). Once the
-   shrink deadline passes (the budget less the time the reproduction needs), every new
-   candidate is answered "passes" without a run, which ends the shrinking at the best so far.
+3. **shrink** (``shrinker="goals"``, the default; ``harness.explore.shrink``): from the first
+   failure, by the goals in order: fewest faults (each deletion tried twice), earliest offsets,
+   shortest durations, first options; each candidate a real run, a schedule already run
+   answered from the cache. ``shrinker="hypothesis"`` leaves it to Hypothesis' shrinker instead
+   (it spends real runs on candidates that change a fault before it deletes one: see
+   ``harness.explore.shrink``). Either stops at the shrink deadline (the budget less the time
+   the reproduction needs): no new candidate runs after it.
 4. **minimal**: the last failing schedule is written as ``out_dir/minimal.yaml`` (an ordinary
    scenario, named ``<template>_minimal``), then run ``repeat`` times (seeds seed, seed+1, ...
    like ``mxchaos run --repeat``) while the budget lasts; its rate of failing is stated with a
@@ -47,6 +49,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 
 from harness.explore.schedule import Schedule, scenario_data, schedules
+from harness.explore.shrink import GOALS, shrink
 from harness.explore.template import Template
 from harness.rates import upper_bound
 from harness.scenario import load_scenario
@@ -104,6 +107,7 @@ class Exploration:
     budget_s: float
     repeat: int
     out_dir: Path
+    shrinker: str = "goals"  # goals (harness.explore.shrink) | hypothesis (Hypothesis' own shrinker)
     started_at: str = ""
     seconds: float = 0.0
     outcome: str = "not_found"  # found | not_found | interrupted | skipped
@@ -150,6 +154,7 @@ class _Explorer:
         self.interrupted = False
         self.last_failing: Trial | None = None
         self.phase = "generate"
+        self.goal_path: list[int] = []
         (ex.out_dir / "schedules").mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ budget
@@ -235,12 +240,52 @@ class _Explorer:
             return True
         return False
 
+    def shrink_fails(self, schedule: Schedule, attempt: int) -> bool | None:
+        """The goals shrinker's question (``harness.explore.shrink``): does this candidate show
+        the failure? A first attempt of a schedule already run is answered from the cache; None
+        once no run may start."""
+        ex = self.ex
+        key = schedule.key()
+        trial = self.cache.get(key) if attempt == 0 else None
+        if trial is not None:
+            ex.cache_hits += 1
+        elif not self.may_run():
+            return None
+        else:
+            trial = self.run(schedule, "shrink")
+            if attempt:
+                trial.note = f"retry {attempt + 1} of a candidate"
+            ex.trials.append(trial)
+            self.cache[key] = trial
+        same = trial.failed and ex.target is not None and bool(trial.signature() & ex.target)
+        if same:
+            self.last_failing = trial
+        elif trial.failed:
+            trial.note = "another failure (not the one being shrunk)"
+        return same
+
+    def shrink(self) -> None:
+        """The goals shrinker from the first failure; the shrinking path is its accepted steps."""
+        first = self.last_failing
+        if first is None or self.ex.shrinker != "goals":
+            return
+        self.phase = "shrink"
+        self.echo(f"    shrinking: {', '.join(goal for goal, _, _ in GOALS)}")
+        steps = shrink(first.schedule, self.ex.template, self.shrink_fails)
+        path = [first.index]
+        for goal, schedule in steps:
+            trial = next(t for t in reversed(self.ex.trials) if t.schedule == schedule and t.failed)
+            path.append(trial.index)
+            self.last_failing = trial
+            self.echo(f"    smaller ({goal}): #{trial.index} {schedule.describe(self.ex.template)}")
+        self.goal_path = path
+
     def search(self) -> None:
         ex = self.ex
         template = ex.template
         config = settings(
             max_examples=max(1, ex.runs), deadline=None, database=DirectoryBasedExampleDatabase(str(ex.out_dir / "hypothesis")),
-            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+            phases=(Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if ex.shrinker == "hypothesis" else ())),
             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False,
         )
         # one database key per template and fault space: a failure replays only where it was found
@@ -266,6 +311,8 @@ class _Explorer:
         ex = self.ex
         if ex.target is None or self.last_failing is None:
             return []
+        if self.goal_path:
+            return self.goal_path
         same = [t for t in ex.trials if t.failed and t.signature() & ex.target and t.index <= self.last_failing.index]
         path: list[Trial] = []
         for t in same:
@@ -315,19 +362,25 @@ class _Explorer:
 
 def explore(
     template: Template, *, seed: int, runs: int, budget_s: float, out_dir: Path, repeat: int = 3,
-    echo: Callable[[str], None] | None = None,
+    shrinker: str = "goals", echo: Callable[[str], None] | None = None,
 ) -> Exploration:
     """Run the exploration (see the module docstring) and return what it did (not yet written)."""
     say = echo or (lambda line: print(line, flush=True, file=sys.stdout))
     out_dir.mkdir(parents=True, exist_ok=True)
-    ex = Exploration(template, seed, runs, budget_s, repeat, out_dir, started_at=_now())
+    ex = Exploration(template, seed, runs, budget_s, repeat, out_dir, shrinker=shrinker, started_at=_now())
     explorer = _Explorer(ex, say)
-    explorer.search()
-    ex.shrink_path = explorer.chain()
-    if explorer.last_failing is not None and not explorer.interrupted:
-        explorer.reproduce()
-    elif explorer.last_failing is not None:
+    try:
+        explorer.search()
+        if not explorer.interrupted:
+            explorer.shrink()
+        ex.shrink_path = explorer.chain()
+        if explorer.last_failing is not None and not explorer.interrupted:
+            explorer.reproduce()
+    except KeyboardInterrupt:  # between runs (during one, the runner turns it into an interrupted run)
+        explorer.interrupted, explorer.stopped = True, "interrupted"
+    if explorer.last_failing is not None and ex.minimal is None:
         ex.minimal = explorer.last_failing.index
+        ex.shrink_path = ex.shrink_path or explorer.chain()
     ex.seconds = time.monotonic() - explorer.t0
     if explorer.interrupted:
         ex.outcome = "interrupted"

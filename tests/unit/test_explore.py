@@ -242,3 +242,61 @@ def test_same_seed_same_schedules(tmp_path: Path, fake_runs: list[Scenario]) -> 
 
 def test_schedule_keys_are_canonical() -> None:
     assert Schedule(()).key() == "[]"
+
+
+# ---------------------------------------------------------------- the goals shrinker, pure
+
+
+def _resets(t: Template, s: Schedule) -> bool:
+    return any(t.faults[f.choice].kind == "tcp_reset" for f in s.faults)
+
+
+def _three(t: Template) -> Schedule:
+    from harness.explore.schedule import DrawnFault
+
+    return Schedule((
+        DrawnFault(1, (("target", "source-1"),), 0, 130),
+        DrawnFault(2, (("target", "reader-1"), ("peer", {"source_of": "reader-1"})), 0, 275),
+        DrawnFault(0, (("target", "source-2"), ("duration", 1.2)), 0, 40),
+    ))
+
+
+def test_the_goals_shrinker_deletes_faults_first_then_moves_to_the_earliest_time(tmp_path: Path) -> None:
+    from harness.explore.shrink import shrink
+
+    t = _template(tmp_path)
+    asked: list[Schedule] = []
+
+    def fails(s: Schedule, attempt: int) -> bool:
+        asked.append(s)
+        return _resets(t, s)
+
+    steps = shrink(_three(t), t, fails)
+    assert [goal for goal, _ in steps] == ["fewest faults", "fewest faults", "earliest times"]
+    final = steps[-1][1]
+    assert [(t.faults[f.choice].kind, f.offset_ms) for f in final.faults] == [("tcp_reset", 0)]
+    assert len(asked[0].faults) == 2  # the first candidate already has a fault fewer
+
+
+def test_a_deletion_that_passes_once_is_tried_again_and_the_budget_ends_it(tmp_path: Path) -> None:
+    from harness.explore.shrink import DELETE_TRIES, shrink
+
+    t = _template(tmp_path)
+    attempts: list[int] = []
+
+    def flaky(s: Schedule, attempt: int) -> bool:  # a failure that shows on the second run only
+        attempts.append(attempt)
+        return _resets(t, s) and attempt == 1
+
+    steps = shrink(_three(t), t, flaky)
+    assert DELETE_TRIES == 2 and steps and steps[0][0] == "fewest faults" and 1 in attempts
+    calls = iter([False, None])
+    assert shrink(_three(t), t, lambda s, a: next(calls)) == []  # None: no run may start; nothing accepted
+
+
+def test_hypothesis_own_shrinker_can_be_chosen(tmp_path: Path, fake_runs: list[Scenario]) -> None:
+    t = _template(tmp_path)
+    ex = explore(t, seed=3, runs=25, budget_s=120, out_dir=tmp_path / "ex", repeat=0, shrinker="hypothesis", echo=lambda _: None)
+    assert ex.outcome == "found" and ex.minimal is not None
+    minimal = next(tr for tr in ex.trials if tr.index == ex.minimal)
+    assert _resets(t, minimal.schedule) and ex.shrink_path[-1] == ex.minimal
