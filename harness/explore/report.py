@@ -59,7 +59,7 @@ th{background:#f6f6f6;font-weight:600} .muted{color:#777} code{font-size:12px}
 .v{font-weight:600;padding:1px 6px;border-radius:3px;font-size:12px}
 .pass{background:#dff3e3;color:#1d6b31} .fail,.xfail,.hang,.unknown{background:#fbe0e0;color:#9b1c1c}
 .error{background:#fdeccc;color:#8a5300} .skip,.none{background:#eee;color:#555}
-.path{display:flex;gap:6px;align-items:center;flex-wrap:wrap} .step{border:1px solid #d88;border-radius:4px;padding:4px 8px;background:#fff6f6}
+.path{display:flex;flex-direction:column;gap:2px;align-items:flex-start} .step{border:1px solid #d88;border-radius:4px;padding:4px 8px;background:#fff6f6}
 .arrow{color:#999} tr.min td{background:#fff8e1} .box{border:1px solid #ddd;border-radius:6px;padding:10px 14px;background:#fafafa}
 """
 
@@ -132,7 +132,9 @@ def _page(ex: Exploration, base: Path) -> str:
             '<h2>Minimal failing schedule</h2><div class="box">',
             "<ul>" + "".join(f"<li>{html.escape(f'x{n}: ' + f.describe(t))}</li>"
                              for n, f in enumerate(best.schedule.faults, 1)) + "</ul>",
-            f"<p>false: {html.escape(', '.join(best.false_checks) or best.status)}</p>",
+            f"<p>false: {html.escape(', '.join(best.false_checks) or best.status)}"
+            + (f' — <a href="{html.escape(_rel(str(Path(best.run_dir) / "report.html"), base) or "")}">its run</a>'
+               if best.run_dir else "") + "</p>",
             f'<p>scenario: <a href="{html.escape(link or "")}"><code>{html.escape(ex.minimal_file or "")}</code></a>'
             f" — <code>mxchaos run {html.escape(ex.minimal_file or '')}</code></p>",
             f"<p>reproduction: {html.escape(rate_text)}</p></div>",
@@ -143,7 +145,7 @@ def _page(ex: Exploration, base: Path) -> str:
             tr = by_index[i]
             steps.append(f'<span class=step>#{i}: {len(tr.schedule.faults)} fault(s)<br>'
                          f"<span class=muted>{html.escape(tr.schedule.describe(t))}</span></span>")
-        parts.append('<span class="arrow">→</span>'.join(steps) + "</div>")
+        parts.append('<span class="arrow">↓</span>'.join(steps) + "</div>")
     if ex.reproduction:
         parts.append("<h2>Reproduction runs</h2><table><tr><th>#</th><th>phase</th><th>faults</th><th>verdict</th>"
                      "<th>false checks</th><th>time</th><th>links</th><th></th></tr>")
