@@ -10,8 +10,9 @@ or time and never deleted one (3 faults before, 3 after). This shrinker asks for
 win first: it tries every schedule with one fault fewer (each up to ``DELETE_TRIES`` times, as
 one passing run of a flaky failure proves little), then each fault at offset 0 (else halfway),
 each ranged duration at its low end (else halfway), each ``one_of`` at its first option; it
-restarts from the first goal after every success and ends when no candidate fails, or when
-``fails`` answers None (the budget is spent). Candidates are pure functions of the schedule.
+restarts from the first goal after every success (a candidate that used up its tries is not
+asked again) and ends when no candidate fails, or when ``fails`` answers None (the budget is
+spent). Candidates are pure functions of the schedule.
 """
 
 from __future__ import annotations
@@ -87,11 +88,14 @@ def shrink(start: Schedule, template: Template, fails: Callable[[Schedule, int],
     failure, False when not, None when no more runs may start."""
     best = start
     steps: list[tuple[str, Schedule]] = []
+    passed: set[str] = set()  # candidates that used up their tries without failing: not asked again
     improved = True
     while improved:
         improved = False
         for goal, candidates, tries in GOALS:
             for candidate in candidates(best, template):
+                if candidate.key() in passed:
+                    continue
                 for attempt in range(tries):
                     verdict = fails(candidate, attempt)
                     if verdict is None:
@@ -99,6 +103,7 @@ def shrink(start: Schedule, template: Template, fails: Callable[[Schedule, int],
                     if verdict:
                         break
                 else:
+                    passed.add(candidate.key())
                     continue
                 best = candidate
                 steps.append((goal, best))

@@ -100,13 +100,13 @@ def test_a_real_run_replays_into_a_file_that_validates_and_reruns(tmp_path: Path
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_explore_finds_the_tcp_reset_abort_and_shrinks_it_to_two_faults_at_most(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("ss") is None:
         pytest.skip("tcp_reset needs root and ss")
     template = load_template(ROOT / "scenarios" / "explore" / "tcp_reset.explore.yaml")
     out = tmp_path / "explore"
-    ex = explore(template, seed=9, runs=6, budget_s=540, out_dir=out, repeat=2, echo=print)
+    ex = explore(template, seed=9, runs=6, budget_s=360, out_dir=out, repeat=2, echo=print)
     json_path, html_path = write_report(ex)
 
     assert ex.outcome == "found", [(t.index, t.verdict, t.schedule.describe(template)) for t in ex.trials]

@@ -300,3 +300,17 @@ def test_hypothesis_own_shrinker_can_be_chosen(tmp_path: Path, fake_runs: list[S
     assert ex.outcome == "found" and ex.minimal is not None
     minimal = next(tr for tr in ex.trials if tr.index == ex.minimal)
     assert _resets(t, minimal.schedule) and ex.shrink_path[-1] == ex.minimal
+
+
+def test_a_candidate_that_used_up_its_tries_is_not_asked_again(tmp_path: Path) -> None:
+    from harness.explore.shrink import shrink
+
+    t = _template(tmp_path)
+    asked: list[str] = []
+
+    def fails(s: Schedule, attempt: int) -> bool:
+        asked.append(s.key())
+        return _resets(t, s)
+
+    shrink(_three(t), t, fails)
+    assert all(asked.count(k) <= 2 for k in asked)
