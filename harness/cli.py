@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, replay, explore (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
