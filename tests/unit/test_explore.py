@@ -317,3 +317,24 @@ def test_a_candidate_that_used_up_its_tries_is_not_asked_again(tmp_path: Path) -
     pause_alone = Schedule((_three(t).faults[2],)).key()
     assert len([g for g, _ in steps if g == "earliest times"]) >= 2
     assert asked.count(pause_alone) == 2
+
+
+def test_the_cli_refuses_a_bad_template_or_budget_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.explore.yaml"
+    bad.write_text(TEMPLATE.replace("kind: kill,", "kind: kil,"))
+    assert cli.main(["explore", str(bad), "--budget", "1m"]) == 2
+    assert "explore.faults[1].kind: 'kil' is not a fault kind" in capsys.readouterr().err
+    good = tmp_path / "good.explore.yaml"
+    good.write_text(TEMPLATE)
+    assert cli.main(["explore", str(good), "--budget", "soon"]) == 2
+    assert "--budget 'soon'" in capsys.readouterr().err
+
+
+def test_the_cli_explores_and_exits_1_on_a_failure(tmp_path: Path, fake_runs: list[Scenario], capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.explore.yaml"
+    good.write_text(TEMPLATE)
+    out = tmp_path / "ex"
+    assert cli.main(["explore", str(good), "--seed", "3", "--runs", "25", "--budget", "2m", "--repeat", "1", "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert f"minimal scenario: {out / 'minimal.yaml'}" in printed
+    assert (out / "explore.json").is_file() and (out / "explore.html").is_file()
