@@ -295,13 +295,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     n_invalid = 0
     for file in files:
         try:
-            sc = load_scenario(file)
+            if is_template(file):  # named on its own: validated as an exploration template
+                from harness.explore.template import load_template
+
+                sc = load_template(file).base
+            else:
+                sc = load_scenario(file)
         except ScenarioInvalid as exc:
             n_invalid += 1
             print(exc.render(), file=sys.stderr, flush=True)
             continue
         counts = f"{len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks"
-        print(f"ok  {_shown(file)}  ({sc.name}: {counts})", flush=True)
+        kind = "template " if is_template(file) else ""
+        print(f"ok  {_shown(file)}  ({kind}{sc.name}: {counts})", flush=True)
     n_files = len(files)
     tally = f"{n_files} file{'s' if n_files != 1 else ''}: {n_files - n_invalid} valid, {n_invalid} invalid"
     if problems:

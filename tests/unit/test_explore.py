@@ -338,3 +338,13 @@ def test_the_cli_explores_and_exits_1_on_a_failure(tmp_path: Path, fake_runs: li
     printed = capsys.readouterr().out
     assert f"minimal scenario: {out / 'minimal.yaml'}" in printed
     assert (out / "explore.json").is_file() and (out / "explore.html").is_file()
+
+
+def test_validate_checks_a_template_named_on_its_own_as_a_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.explore.yaml"
+    good.write_text(TEMPLATE)
+    assert cli.main(["validate", str(good)]) == 0
+    assert "(template demo_explore: 4 processes, 5 steps, 1 checks)" in capsys.readouterr().out
+    good.write_text(TEMPLATE.replace("within: 300ms", "within: -1s"))
+    assert cli.main(["validate", str(good)]) == 2
+    assert "explore.windows[0].within" in capsys.readouterr().err
