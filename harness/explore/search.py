@@ -25,8 +25,9 @@ write the minimal scenario and measure how often it reproduces; all within one b
    like ``mxchaos run --repeat``) while the budget lasts; its rate of failing is stated with a
    95% Clopper-Pearson interval (``harness.rates``) in ``explore.json`` and in the file.
 
-Every run is bounded by its scenario's ``budgets.run``, and no run starts once the budget is
-spent. Ctrl-C: the run in progress heals and tears down (the runner), the exploration stops
+Every run is bounded by its scenario's ``budgets.run``, lowered to what is left of the budget
+when that is less (a run cut short by it is no failure), and no run starts once the budget is
+spent: the exploration ends within ``budget_s`` (plus a run's teardown). Ctrl-C: the run in progress heals and tears down (the runner), the exploration stops
 and writes its report with what it had (``outcome: interrupted``).
 """
 
@@ -194,10 +195,16 @@ class _Explorer:
             scenario_file.write_text(scenario_text(data, header=header, step_comments=comments, file=scenario_file))
         scenario = load_scenario(scenario_file, seed=seed)
         trial.scenario_file, trial.seed = str(scenario_file), scenario.seed
+        left = max(1.0, self.remaining())
+        clamped = left < scenario.budgets.run  # the run may not outlast the exploration's budget
+        if clamped:
+            scenario = scenario.model_copy(update={"budgets": scenario.budgets.model_copy(update={"run": left})})
         self.echo(f"--- [{phase} {trial.index}] {schedule.describe(ex.template)}")
         result = Runner(scenario, out_dir=ex.out_dir / "runs").run()
         write_run_folder(result)
         trial.verdict, trial.status, trial.reason = result.verdict, result.status, result.reason
+        if clamped and result.verdict == "hang":
+            trial.inapplicable = f"cut short at {left:.0f}s by the exploration's budget (budgets.run lowered to fit it)"
         trial.false_checks = [c.name or c.kind for c in result.checks if c.valid is False]
         trial.run_dir, trial.seconds = str(result.run_dir), result.seconds
         refused = [e for e in result.history if e.actor == "nemesis" and e.f == "inject" and e.type == "fail"]

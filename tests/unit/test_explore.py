@@ -348,3 +348,18 @@ def test_validate_checks_a_template_named_on_its_own_as_a_template(tmp_path: Pat
     good.write_text(TEMPLATE.replace("within: 300ms", "within: -1s"))
     assert cli.main(["validate", str(good)]) == 2
     assert "explore.windows[0].within" in capsys.readouterr().err
+
+
+def test_a_run_may_not_outlast_the_budget_and_a_run_cut_short_is_no_failure(tmp_path: Path, fake_runs: list[Scenario],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    t = _template(tmp_path)
+    hung = FakeResult.__init__
+
+    def hang(self: FakeResult, *args: Any, **kwargs: Any) -> None:
+        hung(self, *args, **kwargs)
+        self.verdict, self.status, self.checks = "hang", "hang", []
+
+    monkeypatch.setattr(FakeResult, "__init__", hang)
+    ex = explore(t, seed=1, runs=2, budget_s=5, out_dir=tmp_path / "ex", echo=lambda _: None)
+    assert fake_runs and all(sc.budgets.run <= 5 for sc in fake_runs)  # 300s in the template
+    assert ex.outcome == "not_found" and all(tr.inapplicable.startswith("cut short") for tr in ex.trials)
