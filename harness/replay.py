@@ -8,9 +8,10 @@ settled written in:
   process (or host) the nemesis recorded hitting (``target`` / ``peer`` of the inject's
   ``ok`` entry; ``host`` / ``peer_host`` for the network kinds), so the rerun hits the same
   one whichever candidate the reader tries first;
-- **fault times as they happened**: a fault placed after an ``await`` of an event, with
-  ``sleep`` steps in between, gets one ``sleep`` of the delay measured from the awaited
-  event's time to the inject (faults right after the event stay right after it); every
+- **fault times as they happened**: a fault placed after an ``await`` of an event (or after
+  another fault), with ``sleep`` steps in between, gets one ``sleep`` of the delay measured
+  from the awaited event's time (or the end of that fault's inject) to its inject (faults
+  right after the event stay right after it); every
   fault step carries a comment with its measured time, its anchor and what was resolved;
 - **the seed** of the run, and a header saying which run it came from.
 
@@ -44,6 +45,7 @@ class FaultRecord:
     step_id: str
     spec: dict[str, Any]
     invoked_t: float | None = None
+    done_t: float | None = None  # when the inject ended (what a following sleep started after)
     outcome: str | None = None  # ok | fail | info (skipped, indeterminate) | None (never fired)
     record: dict[str, Any] = field(default_factory=dict)
     resolved: dict[str, str] = field(default_factory=dict)  # spec key -> name it resolved to
@@ -86,7 +88,7 @@ def run_faults(result: RunResult) -> dict[str, FaultRecord]:
         done = next((e for e in injects if e.type != "invoke" and e.index > invoke.index and e.get("fault") == name), None)
         if done is None:
             continue
-        rec.outcome, rec.record = done.type, dict(done.value)
+        rec.outcome, rec.record, rec.done_t = done.type, dict(done.value), done.t
         if done.type == "ok":
             for key, record_keys in RESOLVED_KEYS.items():
                 if isinstance(spec.get(key), dict):
@@ -150,7 +152,7 @@ def _retimed_steps(result: RunResult, faults: dict[str, FaultRecord]) -> tuple[l
                             comments.setdefault(len(data) - 1, []).append(
                                 f"measured: {delay:.3f}s from {anchor[0]} to the inject (written: {written:g}s)")
                 flush_sleeps()
-                anchor = (f"fault step {sid}", rec.invoked_t)
+                anchor = (f"the end of fault step {sid}", rec.done_t if rec.done_t is not None else rec.invoked_t)
                 notes.insert(0, when)
             else:
                 flush_sleeps()

@@ -87,8 +87,9 @@ def test_a_replay_resolves_targets_takes_measured_delays_and_the_runs_seed(tmp_p
     faults = [s for s in sc.steps if isinstance(s, FaultStep)]
     assert faults[0].fault.model_dump()["target"] == "source-2"  # {source_of: reader-1} as it resolved
     sleeps = [s.sleep for s in sc.steps if isinstance(s, SleepStep)]
-    # 2.0 (transfer_start) -> 2.2344 (inject) and 2.2344 -> 2.36: the delays measured, not 0.2 and 0.1
-    assert sleeps == [pytest.approx(0.234, abs=1e-9), pytest.approx(0.126, abs=1e-9)]
+    # 2.0 (transfer_start) -> 2.2344 (inject), and 2.24 (that inject's end) -> 2.36 (the next): the delays
+    # measured, not the 0.2 and 0.1 written
+    assert sleeps == [pytest.approx(0.234, abs=1e-9), pytest.approx(0.12, abs=1e-9)]
     assert "Replayed by `mxchaos replay` from run" in text and str(run_dir) in text
     assert "source_of(reader-1) -> source-2" in text
     assert "did not inject in the run: source-2 exited" in text
