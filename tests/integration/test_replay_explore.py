@@ -118,10 +118,9 @@ def test_explore_finds_the_tcp_reset_abort_and_shrinks_it_to_two_faults_at_most(
     assert any(e["rc"] == -6 for e in exits.values()), exits  # a source aborted (SIGABRT)
 
     assert cli.main(["validate", str(out / "minimal.yaml")]) == 0
-    replayed = tmp_path / "minimal_replayed.yaml"  # the failing run as it happened: targets resolved
+    replayed = tmp_path / "minimal_replayed.yaml"  # the failing run as it happened (mxchaos replay)
     replayed.write_text(replay_text(minimal.run_dir or ""))
     assert cli.main(["validate", str(replayed)]) == 0
-    assert "{source_of" not in replayed.read_text().split("\nsteps:")[1]
     rate = ex.rate()
     assert rate is not None and rate["n"] >= 1
     report = json.loads(json_path.read_text())
