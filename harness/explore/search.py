@@ -3,10 +3,11 @@ write the minimal scenario and measure how often it reproduces; all within one b
 
 ``explore(template, seed=, runs=, budget_s=, out_dir=)``:
 
-1. **generate**: Hypothesis draws up to ``runs`` schedules (``schedule.schedules``), seeded
-   from ``seed`` (``hypothesis.seed``), no per-example deadline, its example database under
-   ``out_dir/hypothesis`` (a failure found before replays first when the same ``out_dir`` is
-   explored again). Each schedule is written as a scenario file (``out_dir/schedules/``) and
+1. **generate**: Hypothesis (``find``) draws up to ``runs`` schedules (``schedule.schedules``),
+   seeded from ``seed`` (the engine's global seed, as ``pytest --hypothesis-seed`` sets it:
+   ``hypothesis.seed`` would switch the database off), no per-example deadline, its example
+   database under ``out_dir/hypothesis`` (a failure found before replays first when the same
+   ``out_dir`` is explored again). Each schedule is written as a scenario file (``out_dir/schedules/``) and
    run by the ordinary runner into ``out_dir/runs/`` (its own run folder, report and all).
 2. **failure**: a run whose verdict is fail, xfail, unknown or hang (a check was false, a step
    failed, the run hung). Its *signature* is its false checks (or its status when none was
@@ -27,8 +28,9 @@ write the minimal scenario and measure how often it reproduces; all within one b
 
 Every run is bounded by its scenario's ``budgets.run``, lowered to what is left of the budget
 when that is less (a run cut short by it is no failure), and no run starts once the budget is
-spent: the exploration ends within ``budget_s`` (plus a run's teardown). Ctrl-C: the run in progress heals and tears down (the runner), the exploration stops
-and writes its report with what it had (``outcome: interrupted``).
+spent: the exploration ends within ``budget_s`` (plus a run's teardown). Ctrl-C: the run in
+progress heals and tears down (the runner), the exploration stops and its report is written
+with what it had (``outcome: interrupted``).
 """
 
 from __future__ import annotations
