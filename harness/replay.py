@@ -177,7 +177,7 @@ def _retimed_steps(result: RunResult, faults: dict[str, FaultRecord]) -> tuple[l
     return data, comments
 
 
-def _nested_faults(result: RunResult, faults: dict[str, FaultRecord]) -> list[str]:
+def _nested_faults(faults: dict[str, FaultRecord]) -> list[str]:
     """Fault steps inside parallel branches: their targets are resolved in place, timing noted."""
     return [sid for sid in faults if "." in sid]
 
@@ -215,7 +215,7 @@ def replay_text(run_dir: str | Path, *, name: str | None = None, extra_header: S
     first: tuple[str, ...] = ("name", "description", "references", "known_defect", "seed")
     ordered: dict[str, Any] = {k: data[k] for k in first if k in data}
     ordered.update({k: v for k, v in data.items() if k not in ordered})
-    nested = _nested_faults(result, faults)
+    nested = _nested_faults(faults)
     header = [
         f"Replayed by `mxchaos replay` from run {result.run_id}",
         f"  folder:   {result.run_dir}",

@@ -30,6 +30,7 @@ def exploration_json(ex: Exploration) -> dict[str, Any]:
         "runs": ex.runs,
         "budget_s": ex.budget_s,
         "repeat": ex.repeat,
+        "shrinker": ex.shrinker,
         "started_at": ex.started_at,
         "seconds": round(ex.seconds, 3),
         "outcome": ex.outcome,
@@ -112,7 +113,7 @@ def _page(ex: Exploration, base: Path) -> str:
         f"<title>explore {html.escape(t.name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>mxchaos explore: {html.escape(t.name)}</h1>",
         f'<div class="muted">template {html.escape(str(t.path))} · seed {ex.seed} · --runs {ex.runs} · '
-        f"budget {ex.budget_s:g}s · took {ex.seconds:.0f}s · started {html.escape(ex.started_at)}</div>",
+        f"budget {ex.budget_s:g}s · shrinker {html.escape(ex.shrinker)} · took {ex.seconds:.0f}s · started {html.escape(ex.started_at)}</div>",
         f'<h2>Outcome: {html.escape(ex.outcome.replace("_", " "))}</h2>',
     ]
     summary = [f"{len(ex.trials)} schedules run, {sum(1 for tr in ex.trials if tr.failed)} failing"]
