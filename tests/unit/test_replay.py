@@ -127,3 +127,39 @@ def test_every_shipped_scenario_is_written_back_as_itself() -> None:
         sc = load_scenario(path)
         text = scenario_text(compact_data(sc), header=["written back"])  # raises unless it reads back as sc
         assert text.startswith("# written back\n"), path
+
+
+NESTED = """\
+name: nested_replay
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: [server, source-1, reader-1]
+  - parallel:
+      - [{sleep: 1s}, {fault: {kind: pause, target: {source_of: reader-1}, name: p, duration: 1s}}]
+      - {sleep: 2s}
+"""
+
+
+def test_a_fault_inside_a_parallel_branch_gets_its_target_resolved(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    sc = parse_scenario(NESTED, tmp_path / "nested.yaml")
+    write_scenario_files(run_dir, sc)
+    (par,) = [s for s in sc.steps if s.yaml_key == "parallel"]
+    fault = par.branches()[0][1]
+    assert isinstance(fault, FaultStep)
+    spec = fault.fault.model_dump(mode="json")
+    History.build([
+        (0.0, "invoke", "harness", "step", {"step": "2.1.2", "text": "fault pause"}),
+        (0.1, "invoke", "nemesis", "inject", {"fault": "p", "kind": "pause", "spec": spec}),
+        (0.2, "ok", "nemesis", "inject", {"fault": "p", "kind": "pause", "target": "source-1"}),
+        (3.0, "info", "harness", "outcome", {"status": "completed", "reason": "", "failed_step": None}),
+    ]).to_jsonl(run_dir / "timeline.jsonl")
+    text = replay_text(run_dir)
+    again = parse_scenario(text, "r.yaml")
+    (par2,) = [s for s in again.steps if s.yaml_key == "parallel"]
+    replayed = par2.branches()[0][1]
+    assert isinstance(replayed, FaultStep) and replayed.fault.model_dump()["target"] == "source-1"
+    assert "Faults inside parallel branches (2.1.2)" in text
