@@ -17,7 +17,8 @@ drawn; shrinks towards the first) or ``{range: [lo, hi]}`` (a duration drawn to 
 millisecond; shrinks towards ``lo``). A fault takes no ``name`` (drawn faults are named
 ``x1``, ``x2``, ... in schedule order). A window's ``after`` must be the ``{process, event,
 where}`` of exactly one top-level ``await`` step of the template: drawn faults are inserted
-right after that step, each after a ``sleep`` of its drawn offset in ``[0, within]``.
+right after that step, each after a ``sleep`` of its drawn offset in ``[0, within]`` (``within:
+0``: no sleep, no offset drawn: the faults fire back to back, in schedule order).
 
 Templates are named ``*.explore.yaml``: a folder given to ``mxchaos run`` / ``validate`` /
 pytest skips them (``is_template``), so a template never runs as an ordinary scenario by
@@ -29,13 +30,14 @@ under ``explore``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, model_validator
 
 from harness import faults as fault_registry
 from harness.errors import Issue, ScenarioInvalid
@@ -44,7 +46,7 @@ from harness.scenario import AwaitEvent, AwaitStep, Scenario, parse_scenario
 from harness.scenario.emit import compact_data
 from harness.scenario.load import MAX_BYTES
 from harness.scenario.locate import did_you_mean, issue_from_pydantic, locate
-from harness.spec import Duration, Name, Scalar, Strict, custom_error
+from harness.spec import Duration, Name, Scalar, Strict, custom_error, parse_duration
 
 __all__ = ["TEMPLATE_SUFFIXES", "Anchor", "ExploreSpec", "FaultSpace", "Template", "Window", "is_template", "load_template"]
 
@@ -56,11 +58,21 @@ class Anchor(Strict):
     where: dict[str, Scalar] = Field(default_factory=dict)
 
 
+def _within(value: Any) -> Any:
+    """A window's width: a duration, or 0 (``0``, ``0s``, ``0ms``): its faults fire right after
+    the await step, back to back, with no offset to draw (or to shrink)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    if isinstance(value, str) and re.fullmatch(r"\s*0+(\.0*)?\s*(ms|s|m|h)?\s*", value):
+        return 0.0
+    return parse_duration(value)
+
+
 class Window(Strict):
-    """A fault fires ``[0, within]`` after ``after`` (to the millisecond)."""
+    """A fault fires ``[0, within]`` after ``after`` (to the millisecond; ``within: 0``: at once)."""
 
     after: Anchor
-    within: Duration
+    within: Annotated[float, BeforeValidator(_within)]
 
 
 class AtOnce(Strict):

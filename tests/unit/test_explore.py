@@ -120,6 +120,30 @@ def test_the_shipped_templates_load() -> None:
         load_template(path)
 
 
+def test_the_test_fixture_templates_load() -> None:
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+    found = sorted(root.rglob("*.explore.yaml"))
+    assert found
+    for path in found:
+        load_template(path)
+
+
+@pytest.mark.parametrize("zero", ["0", "0ms", "0s", "0.0s"])
+def test_a_window_of_zero_fires_its_faults_back_to_back(tmp_path: Path, zero: str) -> None:
+    t = _template(tmp_path, TEMPLATE.replace("within: 300ms", f"within: {zero}"))
+    assert t.spec.windows[0].within == 0
+
+    @settings(max_examples=10, deadline=None)
+    @given(schedules(t))
+    def drawn(schedule: Schedule) -> None:
+        assert all(f.offset_ms == 0 for f in schedule.faults)  # no offset to draw
+        data, _ = scenario_data(t, schedule)
+        inserted = data["steps"][4:4 + len(schedule.faults)]
+        assert [next(iter(step)) for step in inserted] == ["fault"] * len(schedule.faults)  # no sleep between them
+
+    drawn()
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_every_drawn_schedule_is_a_valid_scenario_in_the_space(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
