@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly, replay, explore (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import ScenarioInvalid
+from harness.explore import is_template
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
 
 __all__ = ["EXIT_CODES", "build_parser", "collect_paths", "files_to_run", "keyword_matcher", "main", "version_line"]
@@ -75,13 +76,14 @@ def _shown(path: Path | str | None) -> str:
 
 
 def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
-    """Scenario files from files and folders (``**/*.yaml``, ``**/*.yml``), in a stable order."""
+    """Scenario files from files and folders (``**/*.yaml``, ``**/*.yml``; in a folder, not the
+    exploration templates ``*.explore.yaml``), in a stable order."""
     files: list[Path] = []
     problems: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted({*path.rglob("*.yaml"), *path.rglob("*.yml")})
+            found = sorted(f for f in {*path.rglob("*.yaml"), *path.rglob("*.yml")} if not is_template(f))
             if not found:
                 problems.append(f"{raw}: no scenario files (*.yaml) in this folder")
             files += found
@@ -299,13 +301,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     n_invalid = 0
     for file in files:
         try:
-            sc = load_scenario(file)
+            if is_template(file):  # named on its own: validated as an exploration template
+                from harness.explore.template import load_template
+
+                sc = load_template(file).base
+            else:
+                sc = load_scenario(file)
         except ScenarioInvalid as exc:
             n_invalid += 1
             print(exc.render(), file=sys.stderr, flush=True)
             continue
         counts = f"{len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks"
-        print(f"ok  {_shown(file)}  ({sc.name}: {counts})", flush=True)
+        kind = "template " if is_template(file) else ""
+        print(f"ok  {_shown(file)}  ({kind}{sc.name}: {counts})", flush=True)
     n_files = len(files)
     tally = f"{n_files} file{'s' if n_files != 1 else ''}: {n_files - n_invalid} valid, {n_invalid} invalid"
     if problems:
@@ -475,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.nightly.command import add_parser as add_nightly_parser
 
     add_nightly_parser(sub)  # mxchaos nightly: harness/nightly/command.py
+    from harness.replay import add_parser as add_replay_parser
+
+    add_replay_parser(sub)  # mxchaos replay: harness/replay.py
+    from harness.explore.command import add_parser as add_explore_parser
+
+    add_explore_parser(sub)  # mxchaos explore: harness/explore/
     return parser
 
 

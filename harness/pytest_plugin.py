@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 from harness.errors import ScenarioInvalid
+from harness.explore import is_template
 from harness.scenario import Scenario, load_scenario
 
 TEARDOWN_MARGIN_S = 120
@@ -123,7 +124,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     resolved = file_path.resolve()
     named = parent.session.isinitpath(file_path)  # given on the command line: collected wherever it lies
-    if named or any(resolved.is_relative_to(d) for d in _scenario_dirs(parent.config)):
+    if named or (not is_template(file_path) and any(resolved.is_relative_to(d) for d in _scenario_dirs(parent.config))):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
