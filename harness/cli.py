@@ -460,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
+    from harness.lab import add_parser as add_lab_parser
+
+    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
     return parser
 
 
