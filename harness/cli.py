@@ -184,6 +184,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
         return EXIT_INVALID
+    inventory = None
+    if args.inventory:
+        from harness.inventory import InventoryInvalid, load_inventory
+
+        try:
+            inventory = load_inventory(args.inventory)
+        except InventoryInvalid as bad:
+            print(bad, file=sys.stderr)
+            return EXIT_INVALID
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
@@ -215,7 +224,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             of = f" run {index + 1}/{repeat}" if repeat > 1 else ""
             print(f"=== {sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}", flush=True)
             observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
-            result = Runner(run_sc, out_dir=args.out, observers=observers).run()
+            result = Runner(run_sc, out_dir=args.out, observers=observers, inventory=inventory).run()
             write_run_folder(result)
             extra = f"  ({result.reason})" if result.verdict == "skip" else ""
             print(f"--- {sc.name}{of}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
@@ -408,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
     run.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
     run.add_argument("--seed", type=int, help="override every scenario's seed")
+    run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
+                     "(harness/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")

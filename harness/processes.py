@@ -322,9 +322,15 @@ class ProcessTable:
             "info", "harness", "leak_scan", {"processes": [p.to_json() for p in leftovers], "ports": ports, "checked_ports": checked}
         )
         if leftovers:
-            for p in leftovers:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(p.pid, signal.SIGKILL)
+            for host in hosts:  # each on its own host (an ssh host kills there, not here)
+                mine = {p.pid for p in host.run_processes(run_id)} & set(found)
+                killer = getattr(host, "kill_processes", None)
+                if killer is not None:
+                    killer(sorted(mine))
+                    continue
+                for pid in mine:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
             self.timeline.append("info", "harness", "swept", {"pids": [p.pid for p in leftovers]})
 
 

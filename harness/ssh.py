@@ -1,0 +1,473 @@
+"""``ssh`` hosts: a scenario's logical host bound (``harness.inventory``) to a machine reached with
+the OpenSSH client over one multiplexed connection per host.
+
+Every ssh call goes through the host's control master (``ControlMaster=auto``, ``ControlPersist``,
+``BatchMode=yes``, ``ConnectTimeout``, ``ServerAliveInterval``) and is bounded by a local timeout.
+Nothing of the run folder is shared: the host has its own per-run folder ``<work_dir>/<run id>``,
+and the run folder's paths in a command line or environment are rewritten to it (``remote``):
+
+- **spawn**: a small Python wrapper on the host (the inventory's interpreter) forks the program
+  into a session of its own (so signals reach its whole group) with ``MXCHAOS_RUN_ID`` and the
+  rest of what the harness adds to the environment, its output to the remote log; it prints
+  ``pid N`` and, when the program ends, ``rc N`` (negative: the signal), also written next to the
+  log. The local ssh client of that wrapper is how an exit is seen; signals go by ``kill -SIG
+  -PGID`` over the master. A local file named in the command line (the readers' checkpoint, a
+  model file, the run's credentials) is copied to the host first; the harness's own interpreter
+  becomes the host's.
+- **read**: the first read of an events file starts ``tail -F`` of the remote one over the
+  master, appending to the local file as lines come; reads are then local (live, one stream per
+  file, no ssh exec per poll).
+- **close**: stops the tails, fetches the per-run folder (logs, results, stacks) into the run
+  folder with one ``tar`` stream, removes it on the host, and ends the master.
+- **clock**: ``probe_clock`` estimates the host's monotonic clock offset from several round
+  trips over one session (keeping the tightest); done when the host opens and when it closes.
+
+A host that does not answer within its connect timeout is a ``HostError`` naming it, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from harness import procscan
+from harness.errors import HostError
+from harness.host import ExecResult, StopResult
+from harness.inventory import Inventory, Machine, bind_hosts
+
+__all__ = ["SshHost", "SshProc", "open_hosts"]
+
+CONTROL_PERSIST_S = 300
+CLOCK_PROBES = 7
+FETCH_TIMEOUT_S = 120.0
+
+# Runs on the host: fork the program into its own session, report its pid and its end.
+_WRAPPER = r"""
+import os, sys, json
+spec = json.loads(sys.argv[1])
+log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.chdir(spec["cwd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
+    env = dict(os.environ); env.update(spec["env"])
+    try:
+        os.execvpe(spec["argv"][0], spec["argv"], env)
+    except OSError as exc:
+        os.write(2, ("cannot start %r: %s\n" % (spec["argv"][0], exc)).encode())
+        os._exit(127)
+import signal
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+print("pid %d" % pid, flush=True)
+_, status = os.waitpid(pid, 0)
+rc = os.waitstatus_to_exitcode(status)
+with open(spec["rc"] + ".%d" % pid, "w") as out:
+    out.write(str(rc))
+try:
+    print("rc %d" % rc, flush=True)
+except OSError:
+    pass
+"""
+
+# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline).
+_SCAN = r"""
+import os, sys, json
+want = sys.argv[1].encode()
+out = []
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
+        run = [e[15:] for e in env if e.startswith(b"MXCHAOS_RUN_ID=")]
+        if not run or (want and run[0] != want):
+            continue
+        proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
+        state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
+        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300]])
+    except OSError:
+        pass
+print(json.dumps(out))
+"""
+
+_CLOCK = "import sys,time\nfor line in sys.stdin:\n    print(repr(time.monotonic()), flush=True)\n"
+
+
+class SshProc:
+    """A process on an ssh host: its remote pid (== its process group) and the local ssh client
+    of its wrapper, whose ``rc N`` line is its exit."""
+
+    def __init__(self, host: SshHost, client: subprocess.Popen[bytes], pid: int, stdout: IO[bytes]) -> None:
+        self.host = host
+        self.pid = pid
+        self._client = client
+        self._rc: int | None = None
+        self._done = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(stdout,), name=f"mxchaos-ssh-{host.name}-{pid}", daemon=True)
+        self._reader.start()
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        for raw in stdout:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("rc "):
+                with contextlib.suppress(ValueError):
+                    self._rc = int(line[3:])
+        self._client.wait()
+        if self._rc is None:  # the connection ended first: ask the host (its wrapper wrote the rc)
+            self._rc = self.host.recover_rc(self.pid)
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self._rc if self._done.is_set() else None
+
+    def wait(self, timeout: float) -> int | None:
+        self._done.wait(max(timeout, 0.0))
+        return self.poll()
+
+    def signal(self, sig: int, *, group: bool = True) -> bool:
+        if self._done.is_set():
+            return False
+        target = f"-{self.pid}" if group else str(self.pid)
+        done = self.host.run_remote(f"kill -{int(sig)} -- {target}", timeout=self.host.machine.connect_timeout + 5)
+        return done.rc == 0
+
+    def stop(self, grace: float) -> StopResult:
+        started = time.monotonic()
+        if self.poll() is not None:
+            self.signal(signal.SIGKILL)
+            return StopResult(self.poll(), False, 0.0, already_exited=True)
+        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)
+        rc = self.wait(grace)
+        escalated = False
+        if rc is None:
+            escalated = True
+            self.signal(signal.SIGKILL)
+            rc = self.wait(10.0)
+        return StopResult(rc, escalated, time.monotonic() - started)
+
+
+class SshHost:
+    """A scenario host on an inventory machine (see the module docstring)."""
+
+    kind = "ssh"
+    own_address = True  # its processes bind and advertise the machine's data address
+    local_files = False  # what it writes is not on this machine's file system
+
+    def __init__(self, name: str, machine_name: str, machine: Machine, run_id: str, run_dir: Path) -> None:
+        self.name = name
+        self.machine_name = machine_name
+        self.machine = machine
+        self.address = machine.data_address
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"
+        digest = hashlib.sha256(f"{run_id} {name}".encode()).hexdigest()[:12]
+        self._control_dir = Path("/tmp") / f"mxc-ssh-{digest}"
+        self._tails: dict[Path, subprocess.Popen[bytes]] = {}
+        self._pushed: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.clock: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ ssh plumbing
+
+    def ssh_argv(self, *, tty: bool = False) -> list[str]:
+        m = self.machine
+        self._control_dir.mkdir(mode=0o700, exist_ok=True)
+        argv = ["ssh", "-p", str(m.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(m.connect_timeout))}",
+                "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3", "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={self._control_dir}/%C", "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+                "-o", "LogLevel=ERROR", "-T" if not tty else "-t"]
+        if m.identity_file is not None:
+            argv += ["-i", str(m.identity_file), "-o", "IdentitiesOnly=yes"]
+        policy = m.known_hosts.policy
+        if policy == "off":
+            argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+        else:
+            argv += ["-o", f"StrictHostKeyChecking={'yes' if policy == 'strict' else 'accept-new'}"]
+            if m.known_hosts.file is not None:
+                argv += ["-o", f"UserKnownHostsFile={m.known_hosts.file}"]
+        return [*argv, m.target]
+
+    def run_remote(self, command: str, *, timeout: float, stdin: IO[bytes] | None = None) -> ExecResult:
+        """``command`` (a shell line) on the host, bounded; rc 255 is ssh's own failure."""
+        started = time.monotonic()
+        try:
+            done = subprocess.run([*self.ssh_argv(), command], capture_output=True, timeout=timeout, check=False,
+                                  stdin=stdin if stdin is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return ExecResult(None, "", f"{self.name}: no answer within {timeout:g}s", time.monotonic() - started)
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot run ssh: {exc}") from exc
+        return ExecResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
+                          time.monotonic() - started)
+
+    def _checked(self, command: str, what: str, timeout: float | None = None) -> ExecResult:
+        done = self.run_remote(command, timeout=timeout or self.machine.connect_timeout + 10)
+        if done.rc != 0:
+            why = "did not answer" if done.timed_out else f"failed (rc {done.rc}): {done.stderr.strip()[-300:]}"
+            raise HostError(f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}): {what} {why}")
+        return done
+
+    def remote(self, text: str) -> str:
+        """``text`` with the run folder's path replaced by the host's per-run folder."""
+        return text.replace(str(self.run_dir), self.remote_dir)
+
+    def _python(self) -> str:
+        return shlex.quote(self.machine.interpreter)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Connect (the master), make the per-run folder, probe the clock."""
+        self._checked(f"mkdir -p {shlex.quote(self.remote_dir)}/procs {shlex.quote(self.remote_dir)}/files", "connecting")
+        self.clock = {"start": self.probe_clock()}
+
+    def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
+        """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
+        over one session: ``offset_s`` (remote = local + offset) and ``error_s`` (half that RTT)."""
+        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(_CLOCK)}"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert client.stdin is not None and client.stdout is not None
+        timer = threading.Timer(self.machine.connect_timeout + 10, client.kill)
+        timer.start()
+        best: tuple[float, float] | None = None
+        try:
+            for _ in range(probes):
+                t0 = time.monotonic()
+                client.stdin.write(b"\n")
+                client.stdin.flush()
+                line = client.stdout.readline()
+                t1 = time.monotonic()
+                if not line:
+                    break
+                remote_t = float(line)
+                rtt = t1 - t0
+                if best is None or rtt < best[1]:
+                    best = (remote_t - (t0 + t1) / 2, rtt)
+        except (OSError, ValueError):
+            pass
+        finally:
+            timer.cancel()
+            with contextlib.suppress(OSError):
+                client.stdin.close()
+            try:
+                client.wait(5)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait(5)
+        if best is None:
+            raise HostError(f"ssh host {self.name}: the clock probe got no answer")
+        return {"offset_s": round(best[0], 6), "error_s": round(best[1] / 2, 6), "probes": probes}
+
+    def close(self) -> None:
+        """Stop the tails, fetch the per-run folder, remove it there, end the master."""
+        with self._lock:
+            tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            tail.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                tail.wait(5)
+        with contextlib.suppress(Exception):
+            self.clock["end"] = self.probe_clock()
+        with contextlib.suppress(Exception):
+            self.fetch()
+        with contextlib.suppress(Exception):
+            self.run_remote(f"rm -rf {shlex.quote(self.remote_dir)}", timeout=self.machine.connect_timeout + 10)
+        with contextlib.suppress(Exception):
+            subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10, check=False)
+        with contextlib.suppress(OSError):
+            for leftover in self._control_dir.iterdir():
+                leftover.unlink()
+            self._control_dir.rmdir()
+
+    def fetch(self) -> None:
+        """The per-run folder's files (but the copies pushed to it) into the run folder, one tar
+        stream; events files already mirrored are overwritten by the host's full copy."""
+        quoted = shlex.quote(self.remote_dir)
+        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files -cf - ."],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as source:
+            untar = subprocess.run(["tar", "-C", str(self.run_dir), "-xf", "-"], stdin=source.stdout, capture_output=True,
+                                   timeout=FETCH_TIMEOUT_S, check=False)
+            source.wait(FETCH_TIMEOUT_S)
+        if untar.returncode != 0:
+            raise HostError(f"{self.name}: fetching {self.remote_dir} failed: {untar.stderr.decode(errors='replace')[-200:]}")
+
+    def describe(self) -> dict[str, object]:
+        m = self.machine
+        return {"kind": self.kind, "machine": self.machine_name, "ssh": f"{m.target}:{m.port}", "address": self.address,
+                "device": m.data.device, "remote_dir": self.remote_dir, "sudo": m.sudo, "clock": self.clock}
+
+    # ------------------------------------------------------------------ files
+
+    def _push(self, local: str) -> str:
+        """Copy a local file to the host's per-run folder (once per run); its remote path."""
+        with self._lock:
+            if local in self._pushed:
+                return self._pushed[local]
+        path = Path(local)
+        if path.resolve().is_relative_to(self.run_dir):
+            target = self.remote(str(path))
+        else:
+            digest = hashlib.sha256(local.encode()).hexdigest()[:10]
+            target = f"{self.remote_dir}/files/{digest}-{path.name}"
+        size = path.stat().st_size
+        quoted = shlex.quote(target)
+        with open(path, "rb") as src:
+            done = self.run_remote(f"mkdir -p $(dirname {quoted}) && cat > {quoted}.part && mv {quoted}.part {quoted}",
+                                   timeout=30 + size / 20e6, stdin=src)
+        if done.rc != 0:
+            raise HostError(f"{self.name}: copying {local} to {target} failed: {done.stderr.strip()[-200:]}")
+        with self._lock:
+            self._pushed[local] = target
+        return target
+
+    def _translate(self, token: str) -> str:
+        if token == sys.executable:
+            return self.machine.interpreter
+        if token.startswith("/") and not token.startswith(str(self.run_dir / "procs")) and os.path.isfile(token):
+            return self._push(token)
+        return self.remote(token)
+
+    def _remote_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What the harness set or changed (never this machine's whole environment), the
+        machine's own ``env``, and the checkout on ``PYTHONPATH``."""
+        out = {k: self.remote(v) for k, v in env.items() if os.environ.get(k) != v or k.startswith("MXCHAOS_")}
+        out.pop("PYTHONPATH", None)
+        out.update(self.machine.env)
+        if self.machine.repo:
+            out["PYTHONPATH"] = self.machine.repo
+        return out
+
+    # ------------------------------------------------------------------ Host protocol
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+        import json
+
+        spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
+                "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
+                "rc": self.remote(str(log_path.with_suffix(".rc")))}
+        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && exec {self._python()} -u -c {shlex.quote(_WRAPPER)} " \
+                  f"{shlex.quote(json.dumps(spec))}"
+        client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        assert client.stdout is not None
+        pid = self._first_line_pid(client, client.stdout)
+        return SshProc(self, client, pid, client.stdout)
+
+    def _first_line_pid(self, client: subprocess.Popen[bytes], stdout: IO[bytes]) -> int:
+        found: list[bytes] = []
+        reader = threading.Thread(target=lambda: found.append(stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.machine.connect_timeout + 10)
+        line = found[0].decode(errors="replace").strip() if found else ""
+        if not line.startswith("pid "):
+            client.kill()
+            client.wait(5)
+            why = "no answer" if not found else f"got {line!r}"
+            raise HostError(f"ssh host {self.name}: starting a process failed ({why})")
+        return int(line[4:])
+
+    def recover_rc(self, pid: int) -> int | None:
+        """The exit code the wrapper wrote, after the connection ended before it reported it."""
+        done = self.run_remote(f"cat {shlex.quote(self.remote_dir)}/procs/*.rc.{pid} 2>/dev/null",
+                               timeout=self.machine.connect_timeout + 5)
+        with contextlib.suppress(ValueError):
+            return int(done.stdout.strip())
+        return None
+
+    def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult:
+        pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in self._remote_env(env).items())
+        line = " ".join(shlex.quote(self._translate(a)) for a in argv)
+        return self.run_remote(f"cd {shlex.quote(self.remote(str(cwd)))} 2>/dev/null || cd {shlex.quote(self.remote_dir)}; "
+                               f"exec env {pairs} {line}", timeout=timeout)
+
+    def read(self, path: Path, offset: int, limit: int = 1 << 20) -> bytes:
+        """From the local mirror of ``path``, which a ``tail -F`` of the host's file fills."""
+        with self._lock:
+            if path not in self._tails:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab") as sink:
+                    self._tails[path] = subprocess.Popen(
+                        [*self.ssh_argv(), f"exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
+                        stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            with open(path, "rb") as src:
+                src.seek(offset)
+                return src.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def port_open(self, port: int, timeout: float = 0.2) -> bool:
+        try:
+            with socket.create_connection((self.address, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
+        import json
+
+        done = self.run_remote(f"{self._python()} -c {shlex.quote(_SCAN)} {shlex.quote(run_id)}",
+                               timeout=self.machine.connect_timeout + 10)
+        if done.rc != 0:
+            raise HostError(f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")
+        return [procscan.RunProcess(pid, rid, proc, None, None, state, cmd) for pid, rid, proc, state, cmd in json.loads(done.stdout)]
+
+    def kill_processes(self, pids: Sequence[int]) -> None:
+        if pids:
+            self.run_remote(f"kill -9 {' '.join(str(int(p)) for p in pids)}", timeout=self.machine.connect_timeout + 5)
+
+
+def open_hosts(hosts: Sequence[str], inventory: Inventory, run_id: str, run_dir: Path, *, scenario: str) -> dict[str, SshHost]:
+    """The scenario's hosts bound to the inventory's machines, connected; on a failure the ones
+    opened are closed again and the error names the host."""
+    bound = bind_hosts(hosts, inventory, scenario=scenario)
+    opened: dict[str, SshHost] = {}
+    try:
+        for host, machine in bound.items():
+            ssh_host = SshHost(host, machine, inventory.machines[machine], run_id, run_dir)
+            ssh_host.open()
+            opened[host] = ssh_host
+    except BaseException:
+        for done in opened.values():
+            with contextlib.suppress(Exception):
+                done.close()
+        raise
+    return opened
+
+
+_LOCAL_LEVERS = {"netns", "iptables", "tc", "ss", "nft", "toxiproxy"}
+
+
+def missing_on_ssh(sc: Any) -> tuple[list[str], str]:
+    """What a scenario needs that ssh hosts do not offer yet (the run is then a SKIP naming it):
+    network faults (they act on a namespace's links here) and toxiproxy proxies."""
+    from harness import faults as fault_registry
+    from harness.scenario import FaultStep
+    from harness.scenario.steps import iter_steps
+
+    lacks: list[str] = []
+    if getattr(sc, "proxies", None):
+        lacks.append(f"proxies ({', '.join(sc.proxies)}): toxiproxy runs on the harness, not reachable from ssh hosts yet")
+    for ref in iter_steps(sc.steps):
+        if isinstance(ref.step, FaultStep):
+            cls = fault_registry.REGISTRY.get(ref.step.fault.kind)
+            if cls is not None and (ref.step.fault.host_kinds or _LOCAL_LEVERS & set(cls.requires)):
+                lacks.append(f"fault {ref.step.fault.name or ref.step.fault.kind} ({ref.step.fault.kind}): "
+                             "network faults on ssh hosts are not implemented yet")
+    return (["ssh-faults"], "ssh hosts lack " + "; ".join(lacks)) if lacks else ([], "")
