@@ -144,7 +144,7 @@ class Runner:
         if self.inventory is None:
             lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(sc))
         else:
-            lacking, why = ssh.missing_on_ssh(sc)
+            lacking, why = ssh.missing_on_ssh(sc, self.inventory, self.run_id, self.run_dir)
         if lacking:
             return self._skipped(started_wall, lacking, why)
         status, reason, failed_step = "completed", "", None

@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
+import secrets
 import shlex
 import signal
 import socket
@@ -42,7 +44,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness import procscan
-from harness.errors import HostError
+from harness.errors import FaultError, HarnessError, HostError
+from harness.faults import commands
 from harness.host import ExecResult, StopResult
 from harness.inventory import Inventory, Machine, bind_hosts
 
@@ -107,6 +110,82 @@ print(json.dumps(out))
 _CLOCK = "import sys,time\nfor line in sys.stdin:\n    print(repr(time.monotonic()), flush=True)\n"
 
 
+class RemoteShell:
+    """One long-lived ``sh`` on the host over the master, for the short commands faults and
+    signals run (an ssh session per command costs a session set-up on the host, ~0.3 s on a
+    loaded machine). Each command runs in a subshell, followed by a marker line with its exit
+    code; one at a time; a command past its deadline (or a lost connection) ends the shell and
+    the next command starts a new one."""
+
+    MARK = "__mxchaos_rc__"
+
+    def __init__(self, host: SshHost) -> None:
+        self.host = host
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*self.host.ssh_argv(), "exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        lines: queue.Queue[bytes | None] = queue.Queue()
+
+        def pump(out: IO[bytes]) -> None:
+            for raw in out:
+                lines.put(raw)
+            lines.put(None)
+
+        assert proc.stdout is not None
+        threading.Thread(target=pump, args=(proc.stdout,), name=f"mxchaos-sh-{self.host.name}", daemon=True).start()
+        self._lines = lines
+        return proc
+
+    def run(self, line: str, timeout: float) -> ExecResult:
+        started = time.monotonic()
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            proc = self._proc
+            nonce = secrets.token_hex(6)
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(f"( {line} ) </dev/null 2>&1; rc=$?; printf '\\n{self.MARK}{nonce} %d\\n' $rc\n".encode())
+                proc.stdin.flush()
+            except OSError:
+                self._end()
+                return ExecResult(255, "", f"{self.host.name}: the remote shell is gone", time.monotonic() - started)
+            out: list[str] = []
+            deadline = started + timeout
+            while True:
+                try:
+                    raw = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    self._end()
+                    return ExecResult(None, "".join(out), f"{self.host.name}: no answer within {timeout:g}s",
+                                      time.monotonic() - started)
+                if raw is None:
+                    self._end()
+                    return ExecResult(255, "".join(out), f"{self.host.name}: the connection ended", time.monotonic() - started)
+                text = raw.decode(errors="replace")
+                if text.startswith(f"{self.MARK}{nonce} "):
+                    text_out = "".join(out)
+                    return ExecResult(int(text.split()[1]), text_out[:-1] if text_out.endswith("\n") else text_out, "",
+                                      time.monotonic() - started)
+                out.append(text)
+
+    def _end(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+
+    def close(self) -> None:
+        with self._lock:
+            self._end()
+
+
 class SshProc:
     """A process on an ssh host: its remote pid (== its process group) and the local ssh client
     of its wrapper, whose ``rc N`` line is its exit."""
@@ -142,7 +221,7 @@ class SshProc:
         if self._done.is_set():
             return False
         target = f"-{self.pid}" if group else str(self.pid)
-        done = self.host.run_remote(f"kill -{int(sig)} -- {target}", timeout=self.host.machine.connect_timeout + 5)
+        done = self.host.shell.run(f"kill -{int(sig)} {target}", timeout=self.host.machine.connect_timeout + 5)
         return done.rc == 0
 
     def stop(self, grace: float) -> StopResult:
@@ -182,6 +261,9 @@ class SshHost:
         self._pushed: dict[str, str] = {}
         self._lock = threading.Lock()
         self.clock: dict[str, Any] = {}
+        self.shell = RemoteShell(self)
+        self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
+        self.inner_link = machine.data.device  # the interface they act on (not the ssh one)
 
     # ------------------------------------------------------------------ ssh plumbing
 
@@ -236,6 +318,34 @@ class SshHost:
         """Connect (the master), make the per-run folder, probe the clock."""
         self._checked(f"mkdir -p {shlex.quote(self.remote_dir)}/procs {shlex.quote(self.remote_dir)}/files", "connecting")
         self.clock = {"start": self.probe_clock()}
+        commands.REMOTE[self.netns] = self.run_privileged
+
+    def run_privileged(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        """A network fault's command on the host (``sudo -n`` when the inventory says so), as
+        ``harness.faults.commands`` runs it: (rc, output); FaultError naming the host when it
+        does not answer in time."""
+        line = shlex.join(["sudo", "-n", *argv] if self.machine.sudo else list(argv))
+        done = self.shell.run(line, timeout=timeout)
+        if done.timed_out:
+            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}` did not return within {timeout:g}s")
+        if done.rc == 255 and not done.stdout:
+            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}`: ssh failed: {done.stderr.strip()[-200:]}")
+        return int(done.rc or 0), (done.stdout + done.stderr).strip()
+
+    def capabilities(self) -> set[str]:
+        """What network faults can use there: root (uid 0, or sudo -n that works when the
+        inventory says sudo), iptables, tc, ip, ss; and data-device when the inventory names one."""
+        probe = "id -u; for p in iptables tc ip ss; do command -v $p >/dev/null 2>&1 && echo $p; done"
+        if self.machine.sudo:
+            probe += "; sudo -n true 2>/dev/null && echo sudo"
+        done = self._checked(probe, "probing capabilities")
+        lines = done.stdout.split()
+        found = {word for word in lines[1:] if word != "sudo"}
+        if (lines and lines[0] == "0") or "sudo" in lines[1:]:
+            found.add("root")
+        if self.machine.data.device:
+            found.add("data-device")
+        return found
 
     def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
         """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
@@ -276,6 +386,8 @@ class SshHost:
 
     def close(self) -> None:
         """Stop the tails, fetch the per-run folder, remove it there, end the master."""
+        commands.REMOTE.pop(self.netns, None)
+        self.shell.close()
         with self._lock:
             tails, self._tails = list(self._tails.values()), {}
         for tail in tails:
@@ -288,6 +400,10 @@ class SshHost:
             self.fetch()
         with contextlib.suppress(Exception):
             self.run_remote(f"rm -rf {shlex.quote(self.remote_dir)}", timeout=self.machine.connect_timeout + 10)
+        self.close_master()
+
+    def close_master(self) -> None:
+        """End the control master and remove its socket folder."""
         with contextlib.suppress(Exception):
             subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10, check=False)
         with contextlib.suppress(OSError):
@@ -430,7 +546,7 @@ class SshHost:
 
     def kill_processes(self, pids: Sequence[int]) -> None:
         if pids:
-            self.run_remote(f"kill -9 {' '.join(str(int(p)) for p in pids)}", timeout=self.machine.connect_timeout + 5)
+            self.shell.run(f"kill -9 {' '.join(str(int(p)) for p in pids)}", timeout=self.machine.connect_timeout + 5)
 
 
 def open_hosts(hosts: Sequence[str], inventory: Inventory, run_id: str, run_dir: Path, *, scenario: str) -> dict[str, SshHost]:
@@ -451,23 +567,53 @@ def open_hosts(hosts: Sequence[str], inventory: Inventory, run_id: str, run_dir:
     return opened
 
 
-_LOCAL_LEVERS = {"netns", "iptables", "tc", "ss", "nft", "toxiproxy"}
+# what each fault kind needs on an ssh host; a kind not listed cannot run on ssh hosts yet
+SSH_NEEDS: dict[str, tuple[str, ...]] = {
+    "partition": ("root", "iptables"),
+    "reject": ("root", "iptables"),
+    "link_down": ("root", "ip", "data-device"),
+    "rate": ("root", "tc", "data-device"),
+}
 
 
-def missing_on_ssh(sc: Any) -> tuple[list[str], str]:
-    """What a scenario needs that ssh hosts do not offer yet (the run is then a SKIP naming it):
-    network faults (they act on a namespace's links here) and toxiproxy proxies."""
+def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) -> tuple[list[str], str]:
+    """What the scenario needs that its bound ssh hosts lack (the run is then a SKIP naming the
+    host and the lack): each host's capabilities are probed over ssh (``SshHost.capabilities``);
+    toxiproxy proxies and faults without an ssh lever (``tcp_reset``) are lacking everywhere."""
     from harness import faults as fault_registry
     from harness.scenario import FaultStep
     from harness.scenario.steps import iter_steps
 
+    try:
+        bound = bind_hosts(list(sc.hosts), inventory, scenario=sc.name)
+    except HarnessError as exc:  # more hosts than machines: the inventory cannot run it
+        return ["ssh-host"], str(exc)
     lacks: list[str] = []
     if getattr(sc, "proxies", None):
         lacks.append(f"proxies ({', '.join(sc.proxies)}): toxiproxy runs on the harness, not reachable from ssh hosts yet")
+    wanted: dict[str, list[str]] = {}
     for ref in iter_steps(sc.steps):
-        if isinstance(ref.step, FaultStep):
-            cls = fault_registry.REGISTRY.get(ref.step.fault.kind)
-            if cls is not None and (ref.step.fault.host_kinds or _LOCAL_LEVERS & set(cls.requires)):
-                lacks.append(f"fault {ref.step.fault.name or ref.step.fault.kind} ({ref.step.fault.kind}): "
-                             "network faults on ssh hosts are not implemented yet")
-    return (["ssh-faults"], "ssh hosts lack " + "; ".join(lacks)) if lacks else ([], "")
+        if not isinstance(ref.step, FaultStep):
+            continue
+        spec = ref.step.fault
+        cls = fault_registry.REGISTRY.get(spec.kind)
+        label = f"{spec.name or spec.kind} ({spec.kind})"
+        if spec.kind in SSH_NEEDS:
+            wanted.setdefault(label, list(SSH_NEEDS[spec.kind]))
+        elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
+            lacks.append(f"fault {label}: no lever on ssh hosts yet")
+    if wanted:
+        for host, machine in bound.items():
+            probe = SshHost(host, machine, inventory.machines[machine], f"{run_id}-probe", run_dir)
+            try:
+                have = probe.capabilities()
+            except HostError as exc:
+                lacks.append(str(exc))
+                continue
+            finally:
+                probe.close_master()
+            for label, needs in wanted.items():
+                short = [n for n in needs if n not in have]
+                if short:
+                    lacks.append(f"fault {label}: host {host} (machine {machine}) lacks {', '.join(short)}")
+    return (["ssh-host"], "ssh hosts: " + "; ".join(lacks)) if lacks else ([], "")
