@@ -293,10 +293,18 @@ class Runner:
         except HarnessError as exc:
             self.timeline.append("fail", "harness", "ssh_hosts", {"error": str(exc)})
             raise
+        for host in self.hosts.values():
+            if isinstance(host, ssh.SshHost):
+                host.on_lost = self._host_lost
         described = {name: host.describe() for name, host in self.hosts.items() if isinstance(host, ssh.SshHost)}
         self.timeline.append("ok", "harness", "ssh_hosts", {"hosts": described})
         self._run_info["hosts"] = described
         self._write_run_info()
+
+    def _host_lost(self, reason: str) -> None:
+        """An ssh host stopped answering: recorded, and the run ends (its waits wake at once)."""
+        self.timeline.append("fail", "harness", "host_lost", {"reason": reason})
+        self.clock.abort(reason)
 
     def _make_credentials(self) -> None:
         """The run's CA, server certificate (SAN: loopback, every netns host, the bridge) and

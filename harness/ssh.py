@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -99,9 +99,12 @@ for d in os.listdir("/proc"):
         if not run or (want and run[0] != want):
             continue
         proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
+        hp = [e[20:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_PID=")]
+        hs = [e[22:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_START=")]
         state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
         cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300]])
+        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300],
+                    int(hp[0]) if hp and hp[0].isdigit() else None, int(hs[0]) if hs and hs[0].isdigit() else None])
     except OSError:
         pass
 print(json.dumps(out))
@@ -127,7 +130,7 @@ class RemoteShell:
 
     def _start(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen([*self.host.ssh_argv(), "exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, env=self.host.local_env)
         lines: queue.Queue[bytes | None] = queue.Queue()
 
         def pump(out: IO[bytes]) -> None:
@@ -142,6 +145,8 @@ class RemoteShell:
 
     def run(self, line: str, timeout: float) -> ExecResult:
         started = time.monotonic()
+        if self.host.lost:
+            return ExecResult(255, "", self.host.lost, 0.0)
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
@@ -161,10 +166,12 @@ class RemoteShell:
                     raw = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     self._end()
+                    self.host.mark_lost(f"`{line[:80]}` got no answer within {timeout:g}s")
                     return ExecResult(None, "".join(out), f"{self.host.name}: no answer within {timeout:g}s",
                                       time.monotonic() - started)
                 if raw is None:
                     self._end()
+                    self.host.check_alive()
                     return ExecResult(255, "".join(out), f"{self.host.name}: the connection ended", time.monotonic() - started)
                 text = raw.decode(errors="replace")
                 if text.startswith(f"{self.MARK}{nonce} "):
@@ -208,13 +215,18 @@ class SshProc:
         self._client.wait()
         if self._rc is None:  # the connection ended first: ask the host (its wrapper wrote the rc)
             self._rc = self.host.recover_rc(self.pid)
+            if self._rc is None and (self.host.lost or self.host.process_alive(self.pid) is not False):
+                return  # not known to have ended: not reported as an exit
         self._done.set()
 
     def poll(self) -> int | None:
         return self._rc if self._done.is_set() else None
 
     def wait(self, timeout: float) -> int | None:
-        self._done.wait(max(timeout, 0.0))
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not self._done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            if self.host.lost or time.monotonic() >= deadline:
+                break
         return self.poll()
 
     def signal(self, sig: int, *, group: bool = True) -> bool:
@@ -262,6 +274,12 @@ class SshHost:
         self._lock = threading.Lock()
         self.clock: dict[str, Any] = {}
         self.shell = RemoteShell(self)
+        # every local ssh client carries the run's id, so `mxchaos cleanup` finds it after a crash
+        self.local_env = {**os.environ, procscan.ENV_RUN_ID: run_id, procscan.ENV_PROC: f"ssh:{name}",
+                          procscan.ENV_HARNESS_PID: str(os.getpid()),
+                          procscan.ENV_HARNESS_START: str(procscan.proc_start_time(os.getpid()) or "")}
+        self.lost: str | None = None  # why the host stopped answering (every call then fails at once)
+        self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
         self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
         self.inner_link = machine.data.device  # the interface they act on (not the ssh one)
 
@@ -285,16 +303,40 @@ class SshHost:
                 argv += ["-o", f"UserKnownHostsFile={m.known_hosts.file}"]
         return [*argv, m.target]
 
+    def mark_lost(self, why: str) -> None:
+        """The host stopped answering: recorded once, the runner told; later calls fail at once."""
+        if self.lost is not None:
+            return
+        self.lost = f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}) stopped answering: {why}"
+        if self.on_lost is not None:
+            with contextlib.suppress(Exception):
+                self.on_lost(self.lost)
+
+    def check_alive(self) -> None:
+        """After a connection ended: one bounded round trip, or the host is lost."""
+        if self.lost is None:
+            self.run_remote("true", timeout=self.machine.connect_timeout + 5)
+
+    def process_alive(self, pid: int) -> bool | None:
+        done = self.run_remote(f"kill -0 {int(pid)}", timeout=self.machine.connect_timeout + 5)
+        return None if done.rc in (None, 255) else done.rc == 0
+
     def run_remote(self, command: str, *, timeout: float, stdin: IO[bytes] | None = None) -> ExecResult:
-        """``command`` (a shell line) on the host, bounded; rc 255 is ssh's own failure."""
+        """``command`` (a shell line) on the host, bounded; rc 255 is ssh's own failure (the host
+        is then lost, as when it does not answer in time)."""
         started = time.monotonic()
+        if self.lost:
+            return ExecResult(255, "", self.lost, 0.0)
         try:
-            done = subprocess.run([*self.ssh_argv(), command], capture_output=True, timeout=timeout, check=False,
+            done = subprocess.run([*self.ssh_argv(), command], capture_output=True, timeout=timeout, check=False, env=self.local_env,
                                   stdin=stdin if stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
+            self.mark_lost(f"no answer within {timeout:g}s")
             return ExecResult(None, "", f"{self.name}: no answer within {timeout:g}s", time.monotonic() - started)
         except OSError as exc:
             raise HostError(f"{self.name}: cannot run ssh: {exc}") from exc
+        if done.returncode == 255:
+            self.mark_lost(done.stderr.decode(errors="replace").strip()[-200:] or "ssh failed (rc 255)")
         return ExecResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
                           time.monotonic() - started)
 
@@ -302,7 +344,8 @@ class SshHost:
         done = self.run_remote(command, timeout=timeout or self.machine.connect_timeout + 10)
         if done.rc != 0:
             why = "did not answer" if done.timed_out else f"failed (rc {done.rc}): {done.stderr.strip()[-300:]}"
-            raise HostError(f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}): {what} {why}")
+            raise HostError(self.lost or f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}): "
+                            f"{what} {why}")
         return done
 
     def remote(self, text: str) -> str:
@@ -350,7 +393,7 @@ class SshHost:
     def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
         """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
         over one session: ``offset_s`` (remote = local + offset) and ``error_s`` (half that RTT)."""
-        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(_CLOCK)}"],
+        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(_CLOCK)}"], env=self.local_env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert client.stdin is not None and client.stdout is not None
         timer = threading.Timer(self.machine.connect_timeout + 10, client.kill)
@@ -394,18 +437,20 @@ class SshHost:
             tail.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 tail.wait(5)
-        with contextlib.suppress(Exception):
-            self.clock["end"] = self.probe_clock()
-        with contextlib.suppress(Exception):
-            self.fetch()
-        with contextlib.suppress(Exception):
-            self.run_remote(f"rm -rf {shlex.quote(self.remote_dir)}", timeout=self.machine.connect_timeout + 10)
+        if self.lost is None:  # a host that stopped answering is not waited for again
+            with contextlib.suppress(Exception):
+                self.clock["end"] = self.probe_clock()
+            with contextlib.suppress(Exception):
+                self.fetch()
+            with contextlib.suppress(Exception):
+                self.run_remote(f"rm -rf {shlex.quote(self.remote_dir)}", timeout=self.machine.connect_timeout + 10)
         self.close_master()
 
     def close_master(self) -> None:
         """End the control master and remove its socket folder."""
         with contextlib.suppress(Exception):
-            subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10, check=False)
+            subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10,
+                           check=False, env=self.local_env)
         with contextlib.suppress(OSError):
             for leftover in self._control_dir.iterdir():
                 leftover.unlink()
@@ -415,7 +460,7 @@ class SshHost:
         """The per-run folder's files (but the copies pushed to it) into the run folder, one tar
         stream; events files already mirrored are overwritten by the host's full copy."""
         quoted = shlex.quote(self.remote_dir)
-        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files -cf - ."],
+        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files -cf - ."], env=self.local_env,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as source:
             untar = subprocess.run(["tar", "-C", str(self.run_dir), "-xf", "-"], stdin=source.stdout, capture_output=True,
                                    timeout=FETCH_TIMEOUT_S, check=False)
@@ -426,7 +471,8 @@ class SshHost:
     def describe(self) -> dict[str, object]:
         m = self.machine
         return {"kind": self.kind, "machine": self.machine_name, "ssh": f"{m.target}:{m.port}", "address": self.address,
-                "device": m.data.device, "remote_dir": self.remote_dir, "sudo": m.sudo, "clock": self.clock}
+                "device": m.data.device, "remote_dir": self.remote_dir, "sudo": m.sudo, "clock": self.clock,
+                **({"lost": self.lost} if self.lost else {})}
 
     # ------------------------------------------------------------------ files
 
@@ -480,7 +526,7 @@ class SshHost:
         command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && exec {self._python()} -u -c {shlex.quote(_WRAPPER)} " \
                   f"{shlex.quote(json.dumps(spec))}"
         client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+                                  stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
         assert client.stdout is not None
         pid = self._first_line_pid(client, client.stdout)
         return SshProc(self, client, pid, client.stdout)
@@ -520,7 +566,8 @@ class SshHost:
                 with open(path, "ab") as sink:
                     self._tails[path] = subprocess.Popen(
                         [*self.ssh_argv(), f"exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
-                        stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True)
+                        stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True,
+                        env=self.local_env)
         try:
             with open(path, "rb") as src:
                 src.seek(offset)
@@ -541,8 +588,8 @@ class SshHost:
         done = self.run_remote(f"{self._python()} -c {shlex.quote(_SCAN)} {shlex.quote(run_id)}",
                                timeout=self.machine.connect_timeout + 10)
         if done.rc != 0:
-            raise HostError(f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")
-        return [procscan.RunProcess(pid, rid, proc, None, None, state, cmd) for pid, rid, proc, state, cmd in json.loads(done.stdout)]
+            raise HostError(self.lost or f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")
+        return [procscan.RunProcess(pid, rid, proc, hp, hs, state, cmd) for pid, rid, proc, state, cmd, hp, hs in json.loads(done.stdout)]
 
     def kill_processes(self, pids: Sequence[int]) -> None:
         if pids:
