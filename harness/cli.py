@@ -331,6 +331,22 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from harness.cleanup import sweep
 
     report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    remote_failed = False
+    if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
+        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.ssh_sweep import sweep_inventory
+
+        try:
+            inventory = load_inventory(args.inventory)
+        except InventoryInvalid as bad:
+            print(bad, file=sys.stderr)
+            return EXIT_INVALID
+        for machine in sweep_inventory(inventory, run_id=args.run_id, all_runs=args.all, dry_run=args.dry_run):
+            for item in machine.removed:
+                print(f"{machine.machine}: {item}")
+            if machine.error:
+                remote_failed = True
+                print(f"{machine.machine}: not swept: {machine.error}", file=sys.stderr)
     verb = "would kill" if report.dry_run else "killed"
     for p in report.killed:
         print(f"{verb} pid {p.pid} ({p.proc or '?'}) of run {p.run_id}: {p.cmdline[:100]}")
@@ -346,7 +362,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
     if not report.killed and not report.fault_leftovers and not report.network:
         print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
-    return EXIT_FAILED if report.survivors else EXIT_OK
+    return EXIT_FAILED if report.survivors or remote_failed else EXIT_OK
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -460,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
     cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
     cleanup.add_argument("--dry-run", action="store_true")
+    cleanup.add_argument("--inventory", metavar="FILE", help="also sweep every machine of this inventory over ssh: "
+                         "processes, iptables chains, qdiscs and per-run folders of dead runs")
     cleanup.set_defaults(fn=_cmd_cleanup)
 
     lst = sub.add_parser("list", help="list scenarios (default folder: scenarios/), fault kinds or check kinds")

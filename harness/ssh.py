@@ -85,17 +85,20 @@ except OSError:
     pass
 """
 
-# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline).
+# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline), or
+# with a second argument the harness's own remote plumbing of a run (MXCHAOS_SSH_RUN_ID: tails,
+# shells, wrappers), which a crashed harness leaves behind and the sweep removes.
 _SCAN = r"""
 import os, sys, json
 want = sys.argv[1].encode()
+key = (sys.argv[2] if len(sys.argv) > 2 else "MXCHAOS_RUN_ID").encode() + b"="
 out = []
 for d in os.listdir("/proc"):
     if not d.isdigit() or int(d) == os.getpid():
         continue
     try:
         env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
-        run = [e[15:] for e in env if e.startswith(b"MXCHAOS_RUN_ID=")]
+        run = [e[len(key):] for e in env if e.startswith(key)]
         if not run or (want and run[0] != want):
             continue
         proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
@@ -129,13 +132,14 @@ class RemoteShell:
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([*self.host.ssh_argv(), "exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*self.host.ssh_argv(), f"{self.host.plumbing} exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True, env=self.host.local_env)
         lines: queue.Queue[bytes | None] = queue.Queue()
 
         def pump(out: IO[bytes]) -> None:
-            for raw in out:
-                lines.put(raw)
+            with contextlib.suppress(ValueError, OSError):  # closed under it by _end
+                for raw in out:
+                    lines.put(raw)
             lines.put(None)
 
         assert proc.stdout is not None
@@ -187,6 +191,10 @@ class RemoteShell:
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
 
     def close(self) -> None:
         with self._lock:
@@ -207,11 +215,12 @@ class SshProc:
         self._reader.start()
 
     def _read(self, stdout: IO[bytes]) -> None:
-        for raw in stdout:
-            line = raw.decode(errors="replace").strip()
-            if line.startswith("rc "):
-                with contextlib.suppress(ValueError):
-                    self._rc = int(line[3:])
+        with stdout:
+            for raw in stdout:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("rc "):
+                    with contextlib.suppress(ValueError):
+                        self._rc = int(line[3:])
         self._client.wait()
         if self._rc is None:  # the connection ended first: ask the host (its wrapper wrote the rc)
             self._rc = self.host.recover_rc(self.pid)
@@ -274,6 +283,7 @@ class SshHost:
         self._lock = threading.Lock()
         self.clock: dict[str, Any] = {}
         self.shell = RemoteShell(self)
+        self.plumbing = f"MXCHAOS_SSH_RUN_ID={shlex.quote(run_id)}"  # marks our long-lived remote helpers
         # every local ssh client carries the run's id, so `mxchaos cleanup` finds it after a crash
         self.local_env = {**os.environ, procscan.ENV_RUN_ID: run_id, procscan.ENV_PROC: f"ssh:{name}",
                           procscan.ENV_HARNESS_PID: str(os.getpid()),
@@ -423,6 +433,7 @@ class SshHost:
             except subprocess.TimeoutExpired:
                 client.kill()
                 client.wait(5)
+            client.stdout.close()
         if best is None:
             raise HostError(f"ssh host {self.name}: the clock probe got no answer")
         return {"offset_s": round(best[0], 6), "error_s": round(best[1] / 2, 6), "probes": probes}
@@ -523,7 +534,8 @@ class SshHost:
         spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
-        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && exec {self._python()} -u -c {shlex.quote(_WRAPPER)} " \
+        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
+                  f"{shlex.quote(_WRAPPER)} " \
                   f"{shlex.quote(json.dumps(spec))}"
         client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
@@ -540,6 +552,7 @@ class SshHost:
         if not line.startswith("pid "):
             client.kill()
             client.wait(5)
+            stdout.close()
             why = "no answer" if not found else f"got {line!r}"
             raise HostError(f"ssh host {self.name}: starting a process failed ({why})")
         return int(line[4:])
@@ -565,7 +578,7 @@ class SshHost:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "ab") as sink:
                     self._tails[path] = subprocess.Popen(
-                        [*self.ssh_argv(), f"exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
+                        [*self.ssh_argv(), f"{self.plumbing} exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
                         stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True,
                         env=self.local_env)
         try:
@@ -582,10 +595,13 @@ class SshHost:
         except OSError:
             return False
 
-    def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
+    def run_processes(self, run_id: str, *, plumbing: bool = False) -> list[procscan.RunProcess]:
+        """The run's processes there (``plumbing``: the harness's own tails, shells and wrappers
+        of the run instead; ``run_id`` empty: of every run)."""
         import json
 
-        done = self.run_remote(f"{self._python()} -c {shlex.quote(_SCAN)} {shlex.quote(run_id)}",
+        key = " MXCHAOS_SSH_RUN_ID" if plumbing else ""
+        done = self.run_remote(f"{self._python()} -c {shlex.quote(_SCAN)} {shlex.quote(run_id)}{key}",
                                timeout=self.machine.connect_timeout + 10)
         if done.rc != 0:
             raise HostError(self.lost or f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")
