@@ -235,6 +235,9 @@ class ProcessTable:
         pid = record.get("pid")
         if isinstance(pid, int) and pid in st.pids:
             value["incarnation"] = st.pids[pid]
+        to_local = getattr(st.host, "local_mono", None)  # an ssh host's clock, mapped onto ours
+        if to_local is not None:
+            mono = to_local(mono)
         self.timeline.append("info", st.name, event, value, t=self.timeline.t_of_mono(mono))
         port = record.get("port")
         if event == "listening" and isinstance(port, int):

@@ -367,6 +367,7 @@ class Runner:
                 host.close()
         if self.inventory is not None and self.hosts:  # with the clock probed at the end too
             self._run_info["hosts"] = {n: h.describe() for n, h in self.hosts.items() if isinstance(h, ssh.SshHost)}
+            self.timeline.append("info", "harness", "ssh_clocks", {"hosts": self._run_info["hosts"]})
             with contextlib.suppress(OSError):
                 self._write_run_info()
         try:

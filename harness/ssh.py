@@ -438,6 +438,11 @@ class SshHost:
             raise HostError(f"ssh host {self.name}: the clock probe got no answer")
         return {"offset_s": round(best[0], 6), "error_s": round(best[1] / 2, 6), "probes": probes}
 
+    def local_mono(self, remote: float) -> float:
+        """A ``time.monotonic()`` of the host as the harness's (the offset probed at open)."""
+        start = self.clock.get("start")
+        return remote - float(start["offset_s"]) if start else remote
+
     def close(self) -> None:
         """Stop the tails, fetch the per-run folder, remove it there, end the master."""
         commands.REMOTE.pop(self.netns, None)
