@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import lab, ledger, netns, procscan
+from harness import lab, ledger, netns, procscan, ssh
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -96,6 +96,10 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             removed = netns.sweep(rid)
             if removed:
                 report.network[rid] = removed
+        with contextlib.suppress(Exception):  # the control sockets of its ssh hosts (harness.ssh)
+            removed = ssh.sweep_local(rid)
+            if removed:
+                report.network.setdefault(rid, []).extend(f"ssh control folder {x}" for x in removed)
         ledger.remove_entry(rid)
         info = live_entries.get(rid) or {}
         run_dir = info.get("run_dir")

@@ -30,8 +30,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import queue
-import secrets
 import shlex
 import signal
 import socket
@@ -43,163 +41,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from harness import procscan
+from harness import netns, procscan
 from harness.errors import FaultError, HarnessError, HostError
 from harness.faults import commands
 from harness.host import ExecResult, StopResult
 from harness.inventory import Inventory, Machine, bind_hosts
+from harness.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
 
 __all__ = ["SshHost", "SshProc", "open_hosts"]
 
 CONTROL_PERSIST_S = 300
 CLOCK_PROBES = 7
 FETCH_TIMEOUT_S = 120.0
-
-# Runs on the host: fork the program into its own session, report its pid and its end.
-_WRAPPER = r"""
-import os, sys, json
-spec = json.loads(sys.argv[1])
-log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-pid = os.fork()
-if pid == 0:
-    os.setsid()
-    os.chdir(spec["cwd"])
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
-    env = dict(os.environ); env.update(spec["env"])
-    try:
-        os.execvpe(spec["argv"][0], spec["argv"], env)
-    except OSError as exc:
-        os.write(2, ("cannot start %r: %s\n" % (spec["argv"][0], exc)).encode())
-        os._exit(127)
-import signal
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-print("pid %d" % pid, flush=True)
-_, status = os.waitpid(pid, 0)
-rc = os.waitstatus_to_exitcode(status)
-with open(spec["rc"] + ".%d" % pid, "w") as out:
-    out.write(str(rc))
-try:
-    print("rc %d" % rc, flush=True)
-except OSError:
-    pass
-"""
-
-# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline), or
-# with a second argument the harness's own remote plumbing of a run (MXCHAOS_SSH_RUN_ID: tails,
-# shells, wrappers), which a crashed harness leaves behind and the sweep removes.
-_SCAN = r"""
-import os, sys, json
-want = sys.argv[1].encode()
-key = (sys.argv[2] if len(sys.argv) > 2 else "MXCHAOS_RUN_ID").encode() + b"="
-out = []
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == os.getpid():
-        continue
-    try:
-        env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
-        run = [e[len(key):] for e in env if e.startswith(key)]
-        if not run or (want and run[0] != want):
-            continue
-        proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
-        hp = [e[20:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_PID=")]
-        hs = [e[22:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_START=")]
-        state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
-        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300],
-                    int(hp[0]) if hp and hp[0].isdigit() else None, int(hs[0]) if hs and hs[0].isdigit() else None])
-    except OSError:
-        pass
-print(json.dumps(out))
-"""
-
-_CLOCK = "import sys,time\nfor line in sys.stdin:\n    print(repr(time.monotonic()), flush=True)\n"
-
-
-class RemoteShell:
-    """One long-lived ``sh`` on the host over the master, for the short commands faults and
-    signals run (an ssh session per command costs a session set-up on the host, ~0.3 s on a
-    loaded machine). Each command runs in a subshell, followed by a marker line with its exit
-    code; one at a time; a command past its deadline (or a lost connection) ends the shell and
-    the next command starts a new one."""
-
-    MARK = "__mxchaos_rc__"
-
-    def __init__(self, host: SshHost) -> None:
-        self.host = host
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._lock = threading.Lock()
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([*self.host.ssh_argv(), f"{self.host.plumbing} exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=self.host.local_env)
-        lines: queue.Queue[bytes | None] = queue.Queue()
-
-        def pump(out: IO[bytes]) -> None:
-            with contextlib.suppress(ValueError, OSError):  # closed under it by _end
-                for raw in out:
-                    lines.put(raw)
-            lines.put(None)
-
-        assert proc.stdout is not None
-        threading.Thread(target=pump, args=(proc.stdout,), name=f"mxchaos-sh-{self.host.name}", daemon=True).start()
-        self._lines = lines
-        return proc
-
-    def run(self, line: str, timeout: float) -> ExecResult:
-        started = time.monotonic()
-        if self.host.lost:
-            return ExecResult(255, "", self.host.lost, 0.0)
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-            proc = self._proc
-            nonce = secrets.token_hex(6)
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(f"( {line} ) </dev/null 2>&1; rc=$?; printf '\\n{self.MARK}{nonce} %d\\n' $rc\n".encode())
-                proc.stdin.flush()
-            except OSError:
-                self._end()
-                return ExecResult(255, "", f"{self.host.name}: the remote shell is gone", time.monotonic() - started)
-            out: list[str] = []
-            deadline = started + timeout
-            while True:
-                try:
-                    raw = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    self._end()
-                    self.host.mark_lost(f"`{line[:80]}` got no answer within {timeout:g}s")
-                    return ExecResult(None, "".join(out), f"{self.host.name}: no answer within {timeout:g}s",
-                                      time.monotonic() - started)
-                if raw is None:
-                    self._end()
-                    self.host.check_alive()
-                    return ExecResult(255, "".join(out), f"{self.host.name}: the connection ended", time.monotonic() - started)
-                text = raw.decode(errors="replace")
-                if text.startswith(f"{self.MARK}{nonce} "):
-                    text_out = "".join(out)
-                    return ExecResult(int(text.split()[1]), text_out[:-1] if text_out.endswith("\n") else text_out, "",
-                                      time.monotonic() - started)
-                out.append(text)
-
-    def _end(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._end()
-
 
 class SshProc:
     """A process on an ssh host: its remote pid (== its process group) and the local ssh client
@@ -261,6 +114,27 @@ class SshProc:
         return StopResult(rc, escalated, time.monotonic() - started)
 
 
+CONTROL_ROOT = Path("/tmp")  # short: a control socket's path must fit a unix socket name (~104 bytes)
+
+
+def control_dir(run_id: str, host: str) -> Path:
+    """The folder of a run's control socket for one host: ``mxc-ssh-<run token>-<host hash>``."""
+    return CONTROL_ROOT / f"mxc-ssh-{netns.token(run_id)}-{hashlib.sha256(host.encode()).hexdigest()[:6]}"
+
+
+def sweep_local(run_id: str) -> list[str]:
+    """The control-socket folders a dead run's harness left here (its ssh clients are killed by
+    ``mxchaos cleanup`` first: they carry the run id)."""
+    removed = []
+    for folder in CONTROL_ROOT.glob(f"mxc-ssh-{netns.token(run_id)}-*"):
+        with contextlib.suppress(OSError):
+            for leftover in folder.iterdir():
+                leftover.unlink()
+            folder.rmdir()
+            removed.append(str(folder))
+    return removed
+
+
 class SshHost:
     """A scenario host on an inventory machine (see the module docstring)."""
 
@@ -276,8 +150,7 @@ class SshHost:
         self.run_id = run_id
         self.run_dir = run_dir
         self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"
-        digest = hashlib.sha256(f"{run_id} {name}".encode()).hexdigest()[:12]
-        self._control_dir = Path("/tmp") / f"mxc-ssh-{digest}"
+        self._control_dir = control_dir(run_id, name)
         self._tails: dict[Path, subprocess.Popen[bytes]] = {}
         self._pushed: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -403,7 +276,7 @@ class SshHost:
     def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
         """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
         over one session: ``offset_s`` (remote = local + offset) and ``error_s`` (half that RTT)."""
-        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(_CLOCK)}"], env=self.local_env,
+        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(CLOCK)}"], env=self.local_env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert client.stdin is not None and client.stdout is not None
         timer = threading.Timer(self.machine.connect_timeout + 10, client.kill)
@@ -540,7 +413,7 @@ class SshHost:
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
         command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
-                  f"{shlex.quote(_WRAPPER)} " \
+                  f"{shlex.quote(WRAPPER)} " \
                   f"{shlex.quote(json.dumps(spec))}"
         client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
@@ -606,7 +479,7 @@ class SshHost:
         import json
 
         key = " MXCHAOS_SSH_RUN_ID" if plumbing else ""
-        done = self.run_remote(f"{self._python()} -c {shlex.quote(_SCAN)} {shlex.quote(run_id)}{key}",
+        done = self.run_remote(f"{self._python()} -c {shlex.quote(SCAN)} {shlex.quote(run_id)}{key}",
                                timeout=self.machine.connect_timeout + 10)
         if done.rc != 0:
             raise HostError(self.lost or f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")

@@ -115,6 +115,7 @@ def test_harness_sigkilled_mid_run_then_cleanup_inventory_leaves_nothing(lab_inv
         # here: the local ssh clients of the dead harness (they carry its run id)
         cleanup.sweep(run_id=run_id)
         assert [p for p in procscan.scan() if p.run_id == run_id] == []
+        assert not list(Path("/tmp").glob(f"mxc-ssh-{netns.token(run_id)}-*"))  # its control sockets
     finally:
         if harness.poll() is None:
             harness.kill()
