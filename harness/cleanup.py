@@ -99,7 +99,7 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
         with contextlib.suppress(Exception):  # the control sockets of its ssh hosts (harness.ssh)
             removed = ssh.sweep_local(rid)
             if removed:
-                report.network.setdefault(rid, []).extend(f"ssh control folder {x}" for x in removed)
+                report.network.setdefault(rid, []).extend(removed)
         ledger.remove_entry(rid)
         info = live_entries.get(rid) or {}
         run_dir = info.get("run_dir")

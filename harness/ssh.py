@@ -114,6 +114,7 @@ class SshProc:
         return StopResult(rc, escalated, time.monotonic() - started)
 
 
+PLUMBING_ENV = "MXCHAOS_SSH_RUN_ID"  # the harness's ssh clients and remote helpers of a run
 CONTROL_ROOT = Path("/tmp")  # short: a control socket's path must fit a unix socket name (~104 bytes)
 
 
@@ -123,15 +124,24 @@ def control_dir(run_id: str, host: str) -> Path:
 
 
 def sweep_local(run_id: str) -> list[str]:
-    """The control-socket folders a dead run's harness left here (its ssh clients are killed by
-    ``mxchaos cleanup`` first: they carry the run id)."""
+    """The ssh clients (they carry ``MXCHAOS_SSH_RUN_ID``) and control-socket folders a dead
+    run's harness left here."""
+    import json
+
     removed = []
+    with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+        done = subprocess.run([sys.executable, "-c", SCAN, run_id, PLUMBING_ENV], capture_output=True, text=True,
+                              timeout=30, check=False)
+        for pid, *_rest in json.loads(done.stdout or "[]"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                removed.append(f"ssh client pid {pid}")
     for folder in CONTROL_ROOT.glob(f"mxc-ssh-{netns.token(run_id)}-*"):
         with contextlib.suppress(OSError):
             for leftover in folder.iterdir():
                 leftover.unlink()
             folder.rmdir()
-            removed.append(str(folder))
+            removed.append(f"ssh control folder {folder}")
     return removed
 
 
@@ -156,11 +166,10 @@ class SshHost:
         self._lock = threading.Lock()
         self.clock: dict[str, Any] = {}
         self.shell = RemoteShell(self)
-        self.plumbing = f"MXCHAOS_SSH_RUN_ID={shlex.quote(run_id)}"  # marks our long-lived remote helpers
-        # every local ssh client carries the run's id, so `mxchaos cleanup` finds it after a crash
-        self.local_env = {**os.environ, procscan.ENV_RUN_ID: run_id, procscan.ENV_PROC: f"ssh:{name}",
-                          procscan.ENV_HARNESS_PID: str(os.getpid()),
-                          procscan.ENV_HARNESS_START: str(procscan.proc_start_time(os.getpid()) or "")}
+        self.plumbing = f"{PLUMBING_ENV}={shlex.quote(run_id)}"  # marks our long-lived remote helpers
+        # every local ssh client carries the run's id (not as MXCHAOS_RUN_ID: it is no process of the
+        # scenario), so `mxchaos cleanup` finds it after a crash (``sweep_local``)
+        self.local_env = {**{k: v for k, v in os.environ.items() if k != procscan.ENV_RUN_ID}, PLUMBING_ENV: run_id}
         self.lost: str | None = None  # why the host stopped answering (every call then fails at once)
         self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
         self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
@@ -244,6 +253,7 @@ class SshHost:
         """Connect (the master), make the per-run folder, probe the clock."""
         self._checked(f"mkdir -p {shlex.quote(self.remote_dir)}/procs {shlex.quote(self.remote_dir)}/files", "connecting")
         self.clock = {"start": self.probe_clock()}
+        self.shell.run("true", timeout=self.machine.connect_timeout + 10)  # started now, not by the first fault
         commands.REMOTE[self.netns] = self.run_privileged
 
     def run_privileged(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, lab, netns, procscan, ssh_sweep
+from harness import cleanup, lab, netns, procscan, ssh, ssh_sweep
 from harness.errors import HarnessError
 from harness.inventory import Inventory, load_inventory
 from harness.runner import Runner
@@ -116,6 +116,7 @@ def test_harness_sigkilled_mid_run_then_cleanup_inventory_leaves_nothing(lab_inv
         cleanup.sweep(run_id=run_id)
         assert [p for p in procscan.scan() if p.run_id == run_id] == []
         assert not list(Path("/tmp").glob(f"mxc-ssh-{netns.token(run_id)}-*"))  # its control sockets
+        assert ssh.sweep_local(run_id) == []  # and its ssh clients: cleanup left none to find
     finally:
         if harness.poll() is None:
             harness.kill()
