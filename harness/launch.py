@@ -66,6 +66,8 @@ class Placement:
     checkpoint: Path | None = None  # the checkpoint the run prepared (readers)
     last_grpc_port: int | None = None  # a restarted server binds its previous port again
     credentials: RunCredentials | None = None  # the run's CA, certificate and token (security on)
+    transport: str | None = None  # the host's transport profile (an inventory machine's), over the scenario's
+    accelerator: tuple[str, int | None] | None = None  # the host's (kind, device id), unless the process sets its own
 
 
 def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
@@ -135,7 +137,7 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
             raise ValueError(f"process {name}: a {spec.role} needs its server's address")
         argv += ["--server", where.server_address]
         argv += sc.model.flags(sc.seed, sc.directory)
-        argv += ["--transport", sc.transport_of(name)]
+        argv += ["--transport", where.transport or sc.transport_of(name)]
         if where.in_netns:  # reachable from the other namespaces and from the harness (scrapes)
             argv += ["--metrics-host", where.host_address]
             if spec.options.advertise_host is None:
@@ -147,8 +149,20 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
             assert isinstance(spec, SourceProcess)
             argv += spec.options.argv()
         argv += credential_flags(spec, where.credentials)
+        argv += _host_accelerator(spec, where)
     argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
     return argv
+
+
+def _host_accelerator(spec: SourceProcess | ReaderProcess, where: Placement) -> list[str]:
+    """``--accelerator``/``--device-id`` from the host's profile where the process names none."""
+    if where.accelerator is None or spec.options.accelerator is not None:
+        return []
+    kind, device = where.accelerator
+    flags = ["--accelerator", kind]
+    if device is not None and spec.options.device_id is None:
+        flags += ["--device-id", str(device)]
+    return flags
 
 
 def credential_flags(spec: MxrefProcess, creds: RunCredentials | None) -> list[str]:

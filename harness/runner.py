@@ -451,6 +451,8 @@ class Runner:
             checkpoint=content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline),
             last_grpc_port=st.last_grpc_port,
             credentials=self._credentials,
+            transport=getattr(st.host, "transport", None),  # an ssh host's hardware profile (inventory)
+            accelerator=getattr(st.host, "accelerator", None),
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)

@@ -157,6 +157,9 @@ class SshHost:
         self.machine_name = machine_name
         self.machine = machine
         self.address = machine.data_address
+        self.transport = machine.transport  # its processes' transport profile, over the scenario's
+        acc = machine.accelerator
+        self.accelerator = (acc.kind, acc.device) if acc.kind != "cpu" else None
         self.run_id = run_id
         self.run_dir = run_dir
         self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"

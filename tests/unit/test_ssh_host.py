@@ -116,3 +116,41 @@ checks: [{nothing_leaked: {}}]
 """)
     lacking, why = missing_on_ssh(sc, inv, "run-x-3", tmp_path)
     assert lacking and "host 'b' cannot be bound" in why
+
+
+def test_a_hosts_profile_sets_transport_and_accelerator_unless_the_process_names_its_own(tmp_path: Path) -> None:
+    from harness import launch
+
+    sc = parse_scenario("""
+name: t
+hosts: {a: netns, b: netns}
+processes:
+  server: {role: server, host: a}
+  source-1: {role: source, host: a}
+  reader-1: {role: reader, host: b, options: {accelerator: cpu}}
+steps: [{start: [server, source-1, reader-1]}]
+checks: [{nothing_leaked: {}}]
+""")
+
+    def argv(name: str, **profile: object) -> list[str]:
+        where = launch.Placement(run_dir=tmp_path, events_path=tmp_path / "e", log_path=tmp_path / "procs" / f"{name}.log",
+                                 host_address="10.1.0.1", in_netns=True, incarnation=1, server_address="10.1.0.1:1",
+                                 checkpoint=tmp_path / "c", **profile)  # type: ignore[arg-type]
+        return launch.process_argv(sc, name, where)
+
+    plain = argv("source-1")
+    assert plain[plain.index("--transport") + 1] == "ucx-tcp-any" and "--accelerator" not in plain
+    gpu = argv("source-1", transport="rdma", accelerator=("cuda", 1))
+    assert gpu[gpu.index("--transport") + 1] == "rdma"
+    assert gpu[gpu.index("--accelerator") + 1] == "cuda" and gpu[gpu.index("--device-id") + 1] == "1"
+    own = argv("reader-1", transport="rdma", accelerator=("cuda", 1))
+    assert own.count("--accelerator") == 1 and own[own.index("--accelerator") + 1] == "cpu"
+
+
+def test_an_ssh_host_carries_its_machines_profile(tmp_path: Path) -> None:
+    inv = parse_inventory("machines: {g: {address: 10.0.0.9, transport: rdma, accelerator: {kind: cuda, device: 2}}, "
+                          "c: {address: 10.0.0.8}}")
+    gpu = SshHost("a", "g", inv.machines["g"], "run-x-4", tmp_path)
+    cpu = SshHost("b", "c", inv.machines["c"], "run-x-4", tmp_path)
+    assert (gpu.transport, gpu.accelerator) == ("rdma", ("cuda", 2))
+    assert (cpu.transport, cpu.accelerator) == (None, None)
