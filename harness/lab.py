@@ -5,10 +5,14 @@ a real cluster::
 
     root namespace                                  namespace mxl<tok>-hI
     bridge mxlm<tok> 10.214.M.1/24 ── veth lm<tok>-I ══ mgmt0 10.214.M.(10+I)   sshd listens here
-    bridge mxld<tok> 10.214.D.1/24 ── veth ld<tok>-I ══ data0 10.214.D.(10+I)   NIXL / gRPC traffic
+    bridge mxld<tok> 10.214.D.1/24 ── veth ld<tok>-I ══ cable0 ── data0 (macvlan) 10.214.D.(10+I)
+                                                                     NIXL / gRPC traffic
 
-Network faults act on ``data0`` (the inventory's ``data.device``), so a partition never cuts the
-ssh control connection. ``tok`` is 8 hex digits of the lab's state dir (one lab per state dir:
+Network faults act on ``cable0`` (the inventory's ``data.device``), never on ``mgmt0``, so a
+partition never cuts the ssh control connection. The data address sits on a macvlan over
+``cable0``: ``link_down`` (``cable0`` down) is a pulled cable, as with netns hosts: ``data0``
+loses its carrier but keeps its address and routes (an admin-down ``data0`` would drop its
+routes, so sends fail at once instead of going nowhere), and ``rate`` shapes what leaves by it. ``tok`` is 8 hex digits of the lab's state dir (one lab per state dir:
 ``$MXCHAOS_STATE_DIR/lab``, default ``/tmp/mxchaos-<uid>/lab``); ``M``/``D`` are a pair of /24s of
 ``10.214.0.0/16`` no root-namespace interface or route uses. The state dir holds the client key
 (``id_ed25519``), ``authorized_keys``, ``known_hosts`` (every host key, so ssh checks strictly),
@@ -49,7 +53,7 @@ __all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", 
 
 LAB_POOL = ipaddress.IPv4Network("10.214.0.0/16")
 ALIAS_PREFIX = "mxchaos-lab "
-MGMT_LINK, DATA_LINK = "mgmt0", "data0"
+MGMT_LINK, DATA_LINK, CABLE_LINK = "mgmt0", "data0", "cable0"
 SSH_PORT = 22
 FIRST_HOST = 10
 MAX_HOSTS = 32
@@ -188,14 +192,18 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
         host.directory.mkdir(parents=True, exist_ok=True)
         (host.directory / "work").mkdir(exist_ok=True)
         _run(["ip", "netns", "add", host.netns])
-        for prefix, inner, bridge, address in (("lm", MGMT_LINK, info["mgmt_bridge"], host.mgmt_address),
-                                               ("ld", DATA_LINK, info["data_bridge"], host.data_address)):
+        for prefix, inner, bridge in (("lm", MGMT_LINK, info["mgmt_bridge"]), ("ld", CABLE_LINK, info["data_bridge"])):
             veth = f"{prefix}{tok}-{i}"
             _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", inner, "netns", host.netns])
             _run(["ip", "link", "set", "dev", veth, "alias", alias])
             _run(["ip", "link", "set", "dev", veth, "master", bridge, "up"])
-            _run(["ip", "-n", host.netns, "addr", "add", f"{address}/24", "dev", inner])
             _run(["ip", "-n", host.netns, "link", "set", "dev", inner, "up"])
+        # the data address sits on a macvlan over the "cable": taking cable0 down is a pulled cable
+        # (data0 loses its carrier, keeps its address and route), as the netns hosts' link_down
+        _run(["ip", "-n", host.netns, "link", "add", DATA_LINK, "link", CABLE_LINK, "type", "macvlan", "mode", "bridge"])
+        _run(["ip", "-n", host.netns, "addr", "add", f"{host.mgmt_address}/24", "dev", MGMT_LINK])
+        _run(["ip", "-n", host.netns, "addr", "add", f"{host.data_address}/24", "dev", DATA_LINK])
+        _run(["ip", "-n", host.netns, "link", "set", "dev", DATA_LINK, "up"])
         _run(["ip", "-n", host.netns, "link", "set", "dev", "lo", "up"])
         key = host.directory / "ssh_host_ed25519_key"
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"mxchaos-lab-{name}", "-f", str(key)])
@@ -206,7 +214,7 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
         public = (host.directory / "ssh_host_ed25519_key.pub").read_text().split()
         known.append(f"{host.mgmt_address} {public[0]} {public[1]}")
         info["hosts"][name] = {"netns": host.netns, "mgmt_address": host.mgmt_address, "data_address": host.data_address,
-                               "data_device": DATA_LINK, "sshd_pid": pid, "dir": str(host.directory),
+                               "data_device": CABLE_LINK, "sshd_pid": pid, "dir": str(host.directory),
                                "work_dir": str(host.directory / "work")}
         _write_state(state, info)
     (state / "known_hosts").write_text("\n".join(known) + "\n")

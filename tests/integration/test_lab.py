@@ -50,7 +50,7 @@ def test_lab_up_serves_ssh_and_down_leaves_nothing(state: Path, tmp_path: Path) 
     assert info["status"] == "up" and set(info["hosts"]) == {"h1", "h2"}
     inv = load_inventory(inventory_path)  # what lab up writes is a valid inventory
     h1, h2 = inv.machines["h1"], inv.machines["h2"]
-    assert h1.data.device == "data0" and h1.data_address != h1.address
+    assert h1.data.device == "cable0" and h1.data_address != h1.address
 
     done = _ssh(h1, "ip -br addr show dev data0; cat /proc/self/net/dev >/dev/null; hostname >/dev/null; echo ok")
     assert done.returncode == 0, done.stderr

@@ -72,10 +72,11 @@ def _remote_leftovers(inventory: Inventory, run_id: str) -> list[str]:
             found += [f"{name}: pid {p.pid} ({p.proc})" for p in host.run_processes(run_id)]
             _rc, chains = host.run_privileged(["iptables", "-w", "5", "-S"], 10.0)
             found += [f"{name}: chain {line}" for line in chains.splitlines() if f"mxc-{netns.token(run_id)}-" in line]
-            _rc, qdiscs = host.run_privileged(["tc", "qdisc", "show", "dev", "data0"], 10.0)
+            device = str(machine.data.device)
+            _rc, qdiscs = host.run_privileged(["tc", "qdisc", "show", "dev", device], 10.0)
             found += [f"{name}: qdisc {line}" for line in qdiscs.splitlines() if "tbf 1de:" in line]
-            _rc, link = host.run_privileged(["ip", "-br", "link", "show", "dev", "data0"], 10.0)
-            found += [f"{name}: data0 down" for _ in [1] if " DOWN " in f" {link} "]
+            _rc, link = host.run_privileged(["ip", "-br", "link", "show", "dev", device], 10.0)
+            found += [f"{name}: {device} down" for _ in [1] if " DOWN " in f" {link} "]
             listing = host.run_remote(f"ls -1 {machine.work_dir}", timeout=15).stdout.split()
             found += [f"{name}: dir {entry}" for entry in listing if entry == run_id]
         finally:
