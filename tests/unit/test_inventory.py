@@ -96,3 +96,30 @@ def test_too_many_hosts_is_an_error_naming_the_host() -> None:
 def test_explicit_bind_may_share_a_machine() -> None:
     inv = parse_inventory("machines: {h1: {address: 1.1.1.1}}\nbind: {a: h1, b: h1}")
     assert bind_hosts(["a", "b"], inv) == {"a": "h1", "b": "h1"}
+
+
+class _Config:
+    """What ``harness.pytest_plugin._inventory`` reads of a pytest config."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.stash = pytest.Stash()
+        self._path = path
+
+    def getoption(self, name: str) -> object:
+        assert name == "mxchaos_inventory"
+        return None if self._path is None else str(self._path)
+
+
+def test_the_pytest_option_loads_the_inventory_once_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    from harness.pytest_plugin import _inventory
+
+    assert _inventory(_Config(None)) is None  # type: ignore[arg-type]
+    good = tmp_path / "inv.yaml"
+    good.write_text(GOOD)
+    config = _Config(good)
+    first = _inventory(config)  # type: ignore[arg-type]
+    assert first is _inventory(config) and set(first.machines) == {"h1", "h2", "h3"}  # type: ignore[arg-type]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("machines: {h1: {address: 1.1.1.1, port: 0}}\n")
+    with pytest.raises(pytest.UsageError, match=r"bad\.yaml:1: machines\.h1\.port"):
+        _inventory(_Config(bad))  # type: ignore[arg-type]
