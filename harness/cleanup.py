@@ -6,7 +6,8 @@ live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_r
 every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
 toxics named after the run), then the run's network of ``netns`` hosts goes (namespaces, veths,
 bridge: found by the names and link aliases derived from the run id, also for a run whose
-ledger entry is lost), and the run's ledger entry is removed.
+ledger entry is lost), and the run's ledger entry is removed. A lab (``harness.lab``) whose
+``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import ledger, netns, procscan
+from harness import lab, ledger, netns, procscan, ssh
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -61,6 +62,9 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             continue
         chosen.add(rid)
     report.runs = sorted(chosen)
+    with contextlib.suppress(Exception):  # a lab whose `mxchaos lab up` died half-built
+        if lab.abandoned():
+            report.network["abandoned lab"] = lab.leftovers() if dry_run else lab.down()
     targets = [p for p in found if p.run_id in chosen]
     if dry_run:
         report.killed = targets
@@ -92,6 +96,10 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             removed = netns.sweep(rid)
             if removed:
                 report.network[rid] = removed
+        with contextlib.suppress(Exception):  # the control sockets of its ssh hosts (harness.ssh)
+            removed = ssh.sweep_local(rid)
+            if removed:
+                report.network.setdefault(rid, []).extend(removed)
         ledger.remove_entry(rid)
         info = live_entries.get(rid) or {}
         run_dir = info.get("run_dir")

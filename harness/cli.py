@@ -186,6 +186,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
         return EXIT_INVALID
+    inventory = None
+    if args.inventory:
+        from harness.inventory import InventoryInvalid, load_inventory
+
+        try:
+            inventory = load_inventory(args.inventory)
+        except InventoryInvalid as bad:
+            print(bad, file=sys.stderr)
+            return EXIT_INVALID
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
@@ -223,7 +232,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             of = f" run {index + 1}/{repeat}" if repeat > 1 else ""
             print(f"=== {sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}", flush=True)
             observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
-            result = Runner(run_sc, out_dir=args.out, observers=observers).run()
+            result = Runner(run_sc, out_dir=args.out, observers=observers, inventory=inventory).run()
             write_run_folder(result)
             extra = f"  ({result.reason})" if result.verdict == "skip" else ""
             print(f"--- {sc.name}{of}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
@@ -336,6 +345,22 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from harness.cleanup import sweep
 
     report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    remote_failed = False
+    if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
+        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.ssh_sweep import sweep_inventory
+
+        try:
+            inventory = load_inventory(args.inventory)
+        except InventoryInvalid as bad:
+            print(bad, file=sys.stderr)
+            return EXIT_INVALID
+        for machine in sweep_inventory(inventory, run_id=args.run_id, all_runs=args.all, dry_run=args.dry_run):
+            for item in machine.removed:
+                print(f"{machine.machine}: {item}")
+            if machine.error:
+                remote_failed = True
+                print(f"{machine.machine}: not swept: {machine.error}", file=sys.stderr)
     verb = "would kill" if report.dry_run else "killed"
     for p in report.killed:
         print(f"{verb} pid {p.pid} ({p.proc or '?'}) of run {p.run_id}: {p.cmdline[:100]}")
@@ -351,7 +376,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
     if not report.killed and not report.fault_leftovers and not report.network:
         print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
-    return EXIT_FAILED if report.survivors else EXIT_OK
+    return EXIT_FAILED if report.survivors or remote_failed else EXIT_OK
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -428,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
                      help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
                           "modelexpress builds its environment on first use (harness/subjects)")
+    run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
+                     "(harness/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
@@ -469,6 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
     cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
     cleanup.add_argument("--dry-run", action="store_true")
+    cleanup.add_argument("--inventory", metavar="FILE", help="also sweep every machine of this inventory over ssh: "
+                         "processes, iptables chains, qdiscs and per-run folders of dead runs")
     cleanup.set_defaults(fn=_cmd_cleanup)
 
     lst = sub.add_parser("list", help="list scenarios (default folder: scenarios/), fault kinds or check kinds")
@@ -489,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.explore.command import add_parser as add_explore_parser
 
     add_explore_parser(sub)  # mxchaos explore: harness/explore/
+    from harness.lab import add_parser as add_lab_parser
+
+    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
     return parser
 
 

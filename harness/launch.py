@@ -71,6 +71,8 @@ class Placement:
     credentials: RunCredentials | None = None  # the run's CA, certificate and token (security on)
     store_address: str | None = None  # host:port of a server's redis process (its ``store``)
     last_port: int | None = None  # a restarted redis binds its previous port again
+    transport: str | None = None  # the host's transport profile (an inventory machine's), over the scenario's
+    accelerator: tuple[str, int | None] | None = None  # the host's (kind, device id), unless the process sets its own
 
 
 def fill(text: str, sc: Scenario, run_dir: Path, proc_dir: Path) -> str:
@@ -156,7 +158,7 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
             raise ValueError(f"process {name}: a {spec.role} needs its server's address")
         argv += ["--server", where.server_address]
         argv += sc.model.flags(sc.seed, sc.directory)
-        argv += ["--transport", sc.transport_of(name)]
+        argv += ["--transport", where.transport or sc.transport_of(name)]
         if where.in_netns:  # reachable from the other namespaces and from the harness (scrapes)
             argv += ["--metrics-host", where.host_address]
             if spec.options.advertise_host is None:
@@ -168,6 +170,7 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
             assert isinstance(spec, SourceProcess)
             argv += spec.options.argv()
         argv += credential_flags(spec, where.credentials)
+        argv += _host_accelerator(spec, where)
     argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
     return argv
 
@@ -180,6 +183,17 @@ def redis_argv(name: str, spec: RedisProcess, where: Placement) -> list[str]:
     port = spec.port or where.last_port or 0
     return [sys.executable, "-m", "harness.redisd", "--name", name, "--events", str(where.events_path),
             "--port", str(port), "--bind", where.host_address, "--dir", str(where.log_path.parent / f"{name}.redis")]
+
+
+def _host_accelerator(spec: SourceProcess | ReaderProcess, where: Placement) -> list[str]:
+    """``--accelerator``/``--device-id`` from the host's profile where the process names none."""
+    if where.accelerator is None or spec.options.accelerator is not None:
+        return []
+    kind, device = where.accelerator
+    flags = ["--accelerator", kind]
+    if device is not None and spec.options.device_id is None:
+        flags += ["--device-id", str(device)]
+    return flags
 
 
 def credential_flags(spec: MxrefProcess, creds: RunCredentials | None) -> list[str]:

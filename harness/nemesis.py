@@ -124,7 +124,9 @@ class RunFaultContext:
         host = self._hosts[name]
         if isinstance(host, netns.NetnsHost):
             return HostView(name, host.kind, host.address, host.netns, host.link, host.inner_link)
-        return HostView(name, getattr(host, "kind", "local"), host.address, None, None, None)
+        # an ssh host: its commands key (harness.faults.commands.REMOTE) and its data device
+        return HostView(name, getattr(host, "kind", "local"), host.address, getattr(host, "netns", None), None,
+                        getattr(host, "inner_link", None))
 
     def resolve(self, target: str | SourceOf) -> str:
         if isinstance(target, str):

@@ -204,6 +204,7 @@ class NetnsHost(LocalHost):
     """Processes inside the namespace ``netns``, reached at ``address`` over the run's bridge."""
 
     kind = "netns"
+    own_address = True  # its processes bind and advertise the namespace's address
 
     def __init__(self, name: str, netns: str, address: str, link: str, index: int) -> None:
         super().__init__(name)

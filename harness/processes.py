@@ -236,6 +236,9 @@ class ProcessTable:
         pid = record.get("pid")
         if isinstance(pid, int) and pid in st.pids:
             value["incarnation"] = st.pids[pid]
+        to_local = getattr(st.host, "local_mono", None)  # an ssh host's clock, mapped onto ours
+        if to_local is not None:
+            mono = to_local(mono)
         self.timeline.append("info", st.name, event, value, t=self.timeline.t_of_mono(mono))
         port = record.get("port")
         if event == "listening" and isinstance(port, int):
@@ -307,8 +310,15 @@ class ProcessTable:
         must never leak). Grandchildren that exit right after their parent get a moment."""
         hosts = list(hosts)
         deadline = time.monotonic() + 2.0
+        unreachable: dict[str, str] = {}
         while True:
-            found = {p.pid: p for host in hosts for p in host.run_processes(run_id)}
+            found = {}
+            for host in hosts:
+                try:
+                    found.update({p.pid: p for p in host.run_processes(run_id)})
+                except HarnessError as exc:  # an ssh host that stopped answering: named, not scanned
+                    unreachable[host.name] = str(exc)
+                    hosts = [h for h in hosts if h is not host]
             leftovers = list(found.values())
             if not leftovers or time.monotonic() > deadline:
                 break
@@ -321,12 +331,22 @@ class ProcessTable:
             if host.port_open(port):
                 ports.append(port)
         self.timeline.append(
-            "info", "harness", "leak_scan", {"processes": [p.to_json() for p in leftovers], "ports": ports, "checked_ports": checked}
+            "info", "harness", "leak_scan", {"processes": [p.to_json() for p in leftovers], "ports": ports, "checked_ports": checked,
+                                             **({"unreachable": unreachable} if unreachable else {})}
         )
         if leftovers:
-            for p in leftovers:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(p.pid, signal.SIGKILL)
+            for host in hosts:  # each on its own host (an ssh host kills there, not here)
+                try:
+                    mine = {p.pid for p in host.run_processes(run_id)} & set(found)
+                except HarnessError:
+                    continue
+                killer = getattr(host, "kill_processes", None)
+                if killer is not None:
+                    killer(sorted(mine))
+                    continue
+                for pid in mine:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
             self.timeline.append("info", "harness", "swept", {"pids": [p.pid for p in leftovers]})
 
 

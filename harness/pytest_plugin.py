@@ -61,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="redis: every scenario's servers on a Redis store (harness.scenario.stores)")
     group.addoption("--mxchaos-subject", choices=["mxref", "modelexpress"], default=None,
                     help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's)")
+    group.addoption("--mxchaos-inventory", default=None, metavar="FILE",
+                    help="run the scenarios' hosts on this inventory's machines over ssh (harness/inventory.py)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -184,6 +186,25 @@ def _xfail_reason(result: Any) -> str:
     return f"known defect: {result.known_defect} | reproduced: {shown} | run folder: {result.run_dir}"
 
 
+_INVENTORY_KEY = pytest.StashKey[Any]()
+
+
+def _inventory(config: pytest.Config) -> Any:
+    """The ``--mxchaos-inventory`` file, loaded once per session (None without the option);
+    an invalid one is a usage error naming the file, key and rule."""
+    path = config.getoption("mxchaos_inventory")
+    if path is None:
+        return None
+    if _INVENTORY_KEY not in config.stash:
+        from harness.inventory import InventoryInvalid, load_inventory
+
+        try:
+            config.stash[_INVENTORY_KEY] = load_inventory(path)
+        except InventoryInvalid as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[_INVENTORY_KEY]
+
+
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"),
@@ -223,7 +244,7 @@ class ScenarioItem(pytest.Item):
         if repeat > 1:
             self._run_repeated(out, repeat)
             return
-        result = Runner(self.scenario, out_dir=out).run()
+        result = Runner(self.scenario, out_dir=out, inventory=_inventory(self.config)).run()
         write_run_folder(result)
         self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
         self.user_properties.append(("mxchaos_verdict", result.verdict))
@@ -258,7 +279,7 @@ class ScenarioItem(pytest.Item):
         sc = self.scenario
         results = []
         for index in range(repeat):
-            result = Runner(sc.with_seed(sc.seed + index), out_dir=out).run()
+            result = Runner(sc.with_seed(sc.seed + index), out_dir=out, inventory=_inventory(self.config)).run()
             write_run_folder(result)
             results.append(result)
             self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))

@@ -41,9 +41,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan
+from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
+from harness.inventory import Inventory
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
@@ -87,8 +88,10 @@ class Runner:
         run_id: str | None = None,
         observers: Sequence[Callable[[Entry], None]] = (),
         install_signal_handlers: bool = True,
+        inventory: Inventory | None = None,
     ) -> None:
         self.scenario = scenario
+        self.inventory = inventory  # its machines host the scenario's hosts, over ssh (harness.ssh)
         self.run_id = run_id or ledger.new_run_id(scenario.name)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         self.run_dir = (Path(out_dir) / scenario.name / f"{stamp}-{self.run_id[-6:]}").resolve()
@@ -139,7 +142,10 @@ class Runner:
     def run(self) -> RunResult:
         started_wall = dt.datetime.now(dt.UTC).isoformat()
         sc = self.scenario
-        lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(sc))
+        if self.inventory is None:
+            lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(sc))
+        else:
+            lacking, why = ssh.missing_on_ssh(sc, self.inventory, self.run_id, self.run_dir)
         if lacking:
             return self._skipped(started_wall, lacking, why)
         status, reason, failed_step = "completed", "", None
@@ -239,12 +245,16 @@ class Runner:
             "t0_monotonic": self.timeline.t0,
         }
         self._write_run_info()  # before the network: a crash while building it is swept by run id
-        netns_hosts = sc.netns_hosts()
+        netns_hosts = sc.netns_hosts() if self.inventory is None else []
+        if self.inventory is not None:
+            self._open_ssh_hosts(self.inventory)
         if netns_hosts:
             self._create_network(netns_hosts)
         if sc.security.tls:
             self._make_credentials()
         for name, spec in sc.hosts.items():
+            if name in self.hosts:  # an ssh host, opened above
+                continue
             if spec.kind == "netns":
                 assert self.network is not None
                 self.hosts[name] = self.network.hosts[name]
@@ -274,11 +284,36 @@ class Runner:
         self._run_info["network"] = self.network.describe()
         self._write_run_info()
 
+    def _open_ssh_hosts(self, inventory: Inventory) -> None:
+        """The scenario's hosts on the inventory's machines (``harness.ssh``): connected, their
+        per-run folders made, their clocks probed; recorded in ``run.json``."""
+        self.timeline.append("invoke", "harness", "ssh_hosts", {"inventory": str(inventory.path or "")})
+        try:
+            self.hosts.update(ssh.open_hosts(list(self.scenario.hosts), inventory, self.run_id, self.run_dir,
+                                             scenario=self.scenario.name))
+        except HarnessError as exc:
+            self.timeline.append("fail", "harness", "ssh_hosts", {"error": str(exc)})
+            raise
+        for host in self.hosts.values():
+            if isinstance(host, ssh.SshHost):
+                host.on_lost = self._host_lost
+        described = {name: host.describe() for name, host in self.hosts.items() if isinstance(host, ssh.SshHost)}
+        self.timeline.append("ok", "harness", "ssh_hosts", {"hosts": described})
+        self._run_info["hosts"] = described
+        self._write_run_info()
+
+    def _host_lost(self, reason: str) -> None:
+        """An ssh host stopped answering: recorded, and the run ends (its waits wake at once)."""
+        self.timeline.append("fail", "harness", "host_lost", {"reason": reason})
+        self.clock.abort(reason)
+
     def _make_credentials(self) -> None:
         """The run's CA, server certificate (SAN: loopback, every netns host, the bridge) and
         token, under ``<run_dir>/pki`` (``harness.pki``)."""
         sc = self.scenario
         addresses: list[str] = []
+        if self.inventory is not None:
+            addresses = sorted({host.address for host in self.hosts.values()})
         if self.network is not None:
             addresses = [host.address for host in self.network.hosts.values()]
             if self.network.bridge_address:
@@ -300,7 +335,9 @@ class Runner:
 
     def _prepare_host(self) -> Host:
         need = checkpoint.needed(self.scenario)
-        return self.hosts[self.scenario.host_of(need.reader)] if need.reader else make_host("harness", "local")
+        host = self.hosts[self.scenario.host_of(need.reader)] if need.reader else None
+        # prepared here when the reader's host writes elsewhere (ssh): the host gets a copy at start
+        return host if host is not None and getattr(host, "local_files", True) else make_host("harness", "local")
 
     def _start_proxies(self) -> None:
         if not self.scenario.proxies:
@@ -329,6 +366,11 @@ class Runner:
         for host in self.hosts.values():
             with contextlib.suppress(Exception):
                 host.close()
+        if self.inventory is not None and self.hosts:  # with the clock probed at the end too
+            self._run_info["hosts"] = {n: h.describe() for n, h in self.hosts.items() if isinstance(h, ssh.SshHost)}
+            self.timeline.append("info", "harness", "ssh_clocks", {"hosts": self._run_info["hosts"]})
+            with contextlib.suppress(OSError):
+                self._write_run_info()
         try:
             self._close_network()
         except Exception as exc:  # noqa: BLE001 - recorded; cleanup sweeps it by run id
@@ -404,7 +446,7 @@ class Runner:
             events_path=st.events_path,
             log_path=st.log_path,
             host_address=st.host.address,
-            in_netns=isinstance(st.host, netns.NetnsHost),
+            in_netns=bool(getattr(st.host, "own_address", False)),
             incarnation=st.incarnation + 1,
             server_address=self._server_address(name, deadline),
             checkpoint=content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline),
@@ -412,6 +454,8 @@ class Runner:
             credentials=self._credentials,
             store_address=self._store_address(name, deadline),
             last_port=st.last_ports.get("redis"),
+            transport=getattr(st.host, "transport", None),  # an ssh host's hardware profile (inventory)
+            accelerator=getattr(st.host, "accelerator", None),
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
 from harness.spec import Duration, Name, Ref, Scalar, custom_error
-from harness.timeline import History
+from harness.timeline import Entry, History
 
 
 class OrderingParams(CheckParams):
@@ -125,10 +126,43 @@ def elapsed(p: ElapsedParams, h: History, run: RunFacts) -> CheckResult:
     if end is None:
         return CheckResult(False, f"{p.to.describe()} never happened after {p.from_.describe()} ({start.t:.3f}s)")
     delta = end.t - start.t
-    details = {"from": round(start.t, 6), "to": round(end.t, 6), "elapsed": round(delta, 6)}
+    details: dict[str, Any] = {"from": round(start.t, 6), "to": round(end.t, 6), "elapsed": round(delta, 6)}
     marks = ((start.t, p.from_.describe()), (end.t, p.to.describe()))
+    bound = clock_bound(h, start, end)
+    shown = f"{delta:.3f}s"
+    if bound is not None:  # the two ends were timed by different hosts' clocks (ssh hosts)
+        details["clock_error_s"], details["clock_hosts"] = round(bound[0], 6), bound[1]
+        shown += f" (±{bound[0] * 1000:.3f} ms: clocks of {' and '.join(bound[1])})"
     if p.not_before is not None and delta < p.not_before:
-        return CheckResult(False, f"{delta:.3f}s, earlier than {p.not_before:g}s", details, marks)
+        return CheckResult(False, f"{shown}, earlier than {p.not_before:g}s", details, marks)
     if p.within is not None and delta > p.within:
-        return CheckResult(False, f"{delta:.3f}s, later than {p.within:g}s", details, marks)
-    return CheckResult(True, f"{delta:.3f}s", details, marks)
+        return CheckResult(False, f"{shown}, later than {p.within:g}s", details, marks)
+    return CheckResult(True, shown, details, marks)
+
+
+def clock_bound(h: History, start: Entry, end: Entry) -> tuple[float, list[str]] | None:
+    """The error bound of a time difference whose ends were stamped on different hosts: the sum,
+    over the two hosts, of each host's probed offset error plus its offset's drift over the run
+    (the ``ssh_hosts`` entry and ``run.json``); None when both ends share a clock."""
+    hosts = h.last(actor="harness", f="ssh_clocks") or h.last(actor="harness", f="ssh_hosts")  # end probe, if any
+    if hosts is None or hosts.type == "fail":
+        return None
+    clocks = dict(hosts.get("hosts") or {})
+
+    def host_of(entry: Entry) -> str | None:
+        if entry.actor in ("harness", "nemesis"):
+            return None  # the harness's own clock
+        started = [e for e in h if e.actor == entry.actor and e.f == "start" and e.type == "ok" and e.t <= entry.t]
+        return str(started[-1].get("host")) if started else None
+
+    pair = [host_of(start), host_of(end)]
+    if pair[0] == pair[1]:
+        return None
+    total = 0.0
+    for name in pair:
+        clock = (clocks.get(name) or {}).get("clock") if name else None
+        if clock and clock.get("start"):
+            total += float(clock["start"]["error_s"])
+            if clock.get("end"):
+                total += abs(float(clock["end"]["offset_s"]) - float(clock["start"]["offset_s"]))
+    return total, [name or "harness" for name in pair]

@@ -107,6 +107,11 @@ def nothing_leaked(p: NothingLeakedParams, h: History, run: RunFacts) -> CheckRe
             return CheckResult("unknown", "the run's network was never torn down (teardown did not finish)", details)
         net_left = [str(x) for x in down.get("leftovers", [])] or ([f"error: {down.get('error')}"] if down.get("error") else [])
         details["network"] = net_left
+    unreachable = dict(scan.get("unreachable") or {})  # ssh hosts that could not be scanned
+    if unreachable:
+        details["unreachable"] = unreachable
+        return CheckResult("unknown", f"host(s) {', '.join(sorted(unreachable))} could not be scanned: "
+                           + next(iter(unreachable.values())), details)
     if procs or ports or net_left:
         parts = []
         if procs:

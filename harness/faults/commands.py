@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from harness import netns
 from harness.errors import FaultError, HostError
 
-__all__ = ["COMMAND_TIMEOUT_S", "HostShell", "Shell", "shell"]
+__all__ = ["COMMAND_TIMEOUT_S", "REMOTE", "HostShell", "Shell", "shell"]
 
 COMMAND_TIMEOUT_S = 10.0
 
@@ -37,10 +37,18 @@ class Shell(Protocol):
         ...
 
 
+# ssh hosts of live runs: key (their ``netns`` attribute) -> how to run a command there
+# (``harness.ssh.SshHost`` registers itself while it is open; sudo there when its inventory says so)
+REMOTE: dict[str, Callable[[Sequence[str], float], tuple[int, str]]] = {}
+
+
 class HostShell:
-    """This machine's commands."""
+    """This machine's commands (and those of the open ssh hosts, by their key)."""
 
     def run(self, ns: str | None, argv: Sequence[str]) -> tuple[int, str]:
+        remote = REMOTE.get(ns) if ns is not None else None
+        if remote is not None:
+            return remote(argv, COMMAND_TIMEOUT_S)
         try:
             if ns is not None:
                 done = netns.ns_run(ns, argv, timeout=COMMAND_TIMEOUT_S)
@@ -56,9 +64,9 @@ class HostShell:
 
     def namespaces(self) -> list[str]:
         try:
-            return netns.namespaces()
+            return netns.namespaces() + list(REMOTE)
         except HostError:
-            return []
+            return list(REMOTE)
 
     def have(self, program: str) -> bool:
         return shutil.which(program) is not None

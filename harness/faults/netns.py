@@ -79,9 +79,10 @@ def _describe(target: Target) -> str:
 
 
 def _netns_host(ctx: FaultContext, target: Target, kind: str) -> tuple[HostView, str]:
-    """The netns host ``target`` leads to now, and its namespace."""
+    """The netns host ``target`` leads to now, and its namespace (an ``ssh`` host: the key its
+    commands are run under, on that host: ``harness.faults.commands.REMOTE``)."""
     host = ctx.locate(target)
-    if host.kind != "netns" or not host.netns:
+    if host.kind not in ("netns", "ssh") or not host.netns:
         raise FaultError(f"{kind}: {_describe(target)} is on host {host.name} ({host.kind}); it needs a netns host")
     return host, host.netns
 
@@ -278,17 +279,30 @@ def _link_up(link: str) -> bool:
     return rc == 0
 
 
+def _ns_link_up(ns: str, dev: str) -> bool:
+    """Set ``dev`` up inside ``ns`` (an ssh host's data device); False when that host is gone."""
+    if not _ns_exists(ns):
+        return False
+    rc, out = commands.shell.run(ns, ["ip", "link", "set", "dev", dev, "up"])
+    if rc != 0:
+        raise FaultError(f"ip link set dev {dev} up on {ns} failed (rc {rc}): {out}")
+    return True
+
+
 @register
-class LinkDown(Fault[LinkDownSpec, str]):
-    """Token: the bridge-side veth it set down."""
+class LinkDown(Fault[LinkDownSpec, str | tuple[str, str]]):
+    """Token: the bridge-side veth it set down (netns hosts), or (host key, data device) of an
+    ssh host, set down on that host (its ssh connection is on another interface)."""
 
     kind = "link_down"
     Spec = LinkDownSpec
     healable = True
     requires = ("root", "netns")
 
-    def inject(self, ctx: FaultContext) -> Injected[str]:
-        host, _ns = _netns_host(ctx, self.spec.target, self.kind)
+    def inject(self, ctx: FaultContext) -> Injected[str | tuple[str, str]]:
+        host, ns = _netns_host(ctx, self.spec.target, self.kind)
+        if host.kind == "ssh":
+            return self._inject_on_host(host, ns)
         link = host.link
         if link is None:
             raise FaultError(f"{self.kind}: host {host.name} has no veth on the run's bridge")
@@ -299,7 +313,20 @@ class LinkDown(Fault[LinkDownSpec, str]):
                 raise FaultError(f"ip link set dev {link} down failed (rc {rc}): {out}")
         return Injected(link, {"host": host.name, "link": link})
 
-    def heal(self, ctx: FaultContext, token: str) -> dict[str, Any] | None:
+    def _inject_on_host(self, host: HostView, ns: str) -> Injected[str | tuple[str, str]]:
+        dev = host.inner_link
+        if dev is None:
+            raise FaultError(f"{self.kind}: ssh host {host.name} has no data device (data.device in the inventory)")
+        with undo_on_failure() as undo:
+            undo.callback(_ns_link_up, ns, dev)
+            rc, out = commands.shell.run(ns, ["ip", "link", "set", "dev", dev, "down"])
+            if rc != 0:
+                raise FaultError(f"ip link set dev {dev} down on {host.name} failed (rc {rc}): {out}")
+        return Injected((ns, dev), {"host": host.name, "link": dev, "on_host": True})
+
+    def heal(self, ctx: FaultContext, token: str | tuple[str, str]) -> dict[str, Any] | None:
+        if isinstance(token, tuple):
+            return {"link": token[1], "up": _ns_link_up(*token)}
         return {"link": token, "up": _link_up(token)}
 
     @classmethod

@@ -52,6 +52,29 @@ def _why(result: RunResult) -> str:
     return f"<div class='why'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
 
 
+def _ssh_hosts(result: RunResult) -> str:
+    """The ssh hosts of the run: machine, data address and device, and each clock's probed offset
+    and error bound (remote event times are mapped onto the harness clock with that offset)."""
+    entry = result.history.last(actor="harness", f="ssh_clocks") or result.history.last(actor="harness", f="ssh_hosts")
+    hosts = dict(entry.get("hosts") or {}) if entry is not None else {}
+    if not hosts:
+        return ""
+    rows = []
+    for name, host in hosts.items():
+        clock = host.get("clock") or {}
+        shown = []
+        for when in ("start", "end"):
+            probe = clock.get(when)
+            if probe:
+                shown.append(f"{when}: offset {float(probe['offset_s']) * 1000:+.3f} ms ± {float(probe['error_s']) * 1000:.3f} ms")
+        lost = f" <b>lost: {_e(str(host['lost']))}</b>" if host.get("lost") else ""
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(str(host.get('machine')))} ({_e(str(host.get('ssh')))})</td>"
+                    f"<td>{_e(str(host.get('address')))} {_e(str(host.get('device') or ''))}</td>"
+                    f"<td>{_e('; '.join(shown))}{lost}</td></tr>")
+    return ("<h2>ssh hosts</h2><table><tr><th>host</th><th>machine</th><th>data</th><th>clock vs harness</th></tr>"
+            + "".join(rows) + "</table>")
+
+
 def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> str:
     """The whole page of one run, self-contained."""
     h = result.history
@@ -79,6 +102,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
             f"{_e(result.known_defect)}<br>{note}</p>"
         )
     parts.append(_why(result))
+    parts.append(_ssh_hosts(result))
     parts.append(f"<h2>Checks <small>({passed}/{len(result.checks)} passed)</small></h2>")
     if result.checks:
         parts.append("<table class='checks'><tr><th>#</th><th>check</th><th>verdict</th><th>summary</th></tr>")

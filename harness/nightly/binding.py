@@ -6,15 +6,16 @@ runs it.
 * no inventory: ``HereBinding``: the scenario's ``local`` and ``netns`` hosts on this machine,
   as ``mxchaos run`` runs them; a scenario needing a capability this machine lacks
   (``harness.capabilities``) is skipped with that reason, before anything starts.
-* ``--inventory FILE``: ``inventory_binding(FILE)``. This build has no ssh hosts yet (issue 9
-  item 1), so it returns ``UnboundInventory``, which binds no scenario and says why; the
-  night then ends with "no scenario can be bound" (exit 2). To wire the ssh hosts, make
-  ``inventory_binding`` return a binding whose ``bind`` maps a scenario's logical hosts onto
-  the inventory (or says which host it cannot bind) and whose ``run`` hands the inventory to
-  the runner; nothing else in ``harness.nightly`` changes.
+* ``--inventory FILE``: ``inventory_binding(FILE)``: ``InventoryBinding``, the scenario's
+  logical hosts bound to the inventory's machines by ``harness.inventory.bind_hosts`` (``bind:``,
+  then the same name, then the next free machine); a scenario with more hosts than machines is
+  skipped naming the host. The runner gets the inventory and runs the hosts over ssh
+  (``harness.ssh``); what a bound host lacks (probed over ssh at the run's start) is the run's
+  own SKIP, naming the host and the lack. An invalid inventory is ``InventoryError`` naming the
+  file, the key and the rule (exit 2) before anything runs.
 
 ``inventory_summary`` describes the file for ``nightly.json`` without depending on its schema
-(path, size, sha256 and, when it is a YAML mapping, the names under ``hosts:``).
+(path, size, sha256 and, when it is a YAML mapping, the machine names under ``machines:``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from harness.scenario import Scenario
 from harness.timeline import Entry
 from harness.verdict import RunResult
 
-__all__ = ["Binding", "Bound", "HereBinding", "InventoryError", "UnboundInventory", "binding_for",
+__all__ = ["Binding", "Bound", "HereBinding", "InventoryBinding", "InventoryError", "binding_for",
            "inventory_binding", "inventory_summary"]
 
 Observer = Callable[[Entry], None]
@@ -77,28 +78,38 @@ class HereBinding:
         return Runner(scenario, out_dir=out_dir, observers=observers).run()
 
 
-class UnboundInventory:
-    """An inventory this build cannot bind hosts to: every scenario is skipped, saying why."""
+class InventoryBinding:
+    """An inventory's machines, over ssh: each logical host on the machine ``bind_hosts`` picks."""
 
     name = "inventory"
 
     def __init__(self, path: Path) -> None:
+        from harness.inventory import InventoryInvalid, load_inventory
+
         self.path = path
+        try:
+            self.inventory = load_inventory(path)
+        except InventoryInvalid as bad:
+            raise InventoryError(str(bad)) from None
 
     def bind(self, scenario: Scenario) -> Bound:
-        hosts = {name: "unbound" for name in scenario.hosts}
-        why = (f"--inventory {self.path}: this harness has no ssh hosts to bind {scenario.name}'s hosts "
-               f"({', '.join(scenario.hosts) or 'none'}) to (issue 9 item 1); run without --inventory for "
-               "this machine's local and netns hosts")
-        return Bound(hosts, why)
+        from harness.errors import HarnessError
+        from harness.inventory import bind_hosts
+
+        try:
+            return Bound(bind_hosts(list(scenario.hosts), self.inventory, scenario=scenario.name))
+        except HarnessError as exc:
+            return Bound({name: "unbound" for name in scenario.hosts}, str(exc))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
-        raise RuntimeError(f"{scenario.name}: cannot run on an unbound inventory ({self.path})")
+        from harness.runner import Runner
+
+        return Runner(scenario, out_dir=out_dir, observers=observers, inventory=self.inventory).run()
 
 
 def inventory_binding(path: Path) -> Binding:
-    """The binding for ``--inventory PATH``: the hook where the ssh hosts are wired (see the module)."""
-    return UnboundInventory(path)
+    """The binding for ``--inventory PATH`` (see the module)."""
+    return InventoryBinding(path)
 
 
 def binding_for(inventory: Path | None) -> Binding:
@@ -106,7 +117,7 @@ def binding_for(inventory: Path | None) -> Binding:
 
 
 def inventory_summary(path: Path) -> dict[str, Any]:
-    """``{path, bytes, sha256, hosts}`` of an inventory file; InventoryError naming the file
+    """``{path, bytes, sha256, machines}`` of an inventory file; InventoryError naming the file
     and the rule when it is missing, unreadable or not a YAML mapping."""
     try:
         data = path.read_bytes()
@@ -121,7 +132,7 @@ def inventory_summary(path: Path) -> dict[str, Any]:
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InventoryError(f"--inventory {path}: not YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
-        raise InventoryError(f"--inventory {path}: the inventory must be a YAML mapping (e.g. hosts: {{name: {{address: ...}}}})")
-    hosts = doc.get("hosts")
-    names = sorted(str(k) for k in hosts) if isinstance(hosts, dict) else []
-    return {"path": str(path.resolve()), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "hosts": names}
+        raise InventoryError(f"--inventory {path}: the inventory must be a YAML mapping (e.g. machines: {{name: {{address: ...}}}})")
+    machines = doc.get("machines")
+    names = sorted(str(k) for k in machines) if isinstance(machines, dict) else []
+    return {"path": str(path.resolve()), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "machines": names}

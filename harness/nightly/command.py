@@ -125,8 +125,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                      command=_command_line(args),
                      hosts=hosts, keep=args.keep)
     try:
+        binding = binding_for(inventory)
+    except InventoryError as exc:  # invalid: named file, key and rule, before anything runs
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    try:
         outcome = run_night(
-            spec, binding_for(inventory), log=lambda m: print(m, flush=True),
+            spec, binding, log=lambda m: print(m, flush=True),
             observers=lambda name: [] if args.quiet else [Progress(sys.stdout, name)],
         )
     except NothingToRun as exc:

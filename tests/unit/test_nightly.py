@@ -14,7 +14,7 @@ import pytest
 
 from harness.cli import main
 from harness.nightly.artifacts import cap_file, trim_run_folder
-from harness.nightly.binding import Bound, InventoryError, UnboundInventory, inventory_summary
+from harness.nightly.binding import Bound, InventoryBinding, InventoryError, inventory_summary
 from harness.nightly.compare import compare_nights, count_changes
 from harness.nightly.html import render_night
 from harness.nightly.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
@@ -228,9 +228,9 @@ def test_an_inventory_must_be_a_readable_yaml_mapping(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("hosts: [unclosed\n")
     with pytest.raises(InventoryError, match=r"bad.yaml: not YAML"):
         inventory_summary(tmp_path / "bad.yaml")
-    (tmp_path / "inv.yaml").write_text("hosts:\n  gpu-b: {address: 10.0.0.2}\n  gpu-a: {address: 10.0.0.1}\n")
+    (tmp_path / "inv.yaml").write_text("machines:\n  gpu-b: {address: 10.0.0.2}\n  gpu-a: {address: 10.0.0.1}\n")
     summary = inventory_summary(tmp_path / "inv.yaml")
-    assert summary["hosts"] == ["gpu-a", "gpu-b"] and len(summary["sha256"]) == 64
+    assert summary["machines"] == ["gpu-a", "gpu-b"] and len(summary["sha256"]) == 64
 
 
 SCENARIO = "name: {name}\nprocesses: {{c: {{role: command, argv: [x]}}}}\nsteps: [{{start: c}}]\n"
@@ -245,13 +245,25 @@ def scenario(name: str, folder: Path | None = None) -> Scenario:
     return load_scenario(folder / f"{name}.yaml")
 
 
-def test_an_inventory_this_build_cannot_bind_skips_every_scenario_and_nothing_runs(tmp_path: Path) -> None:
-    binding = UnboundInventory(tmp_path / "inv.yaml")
-    bound = binding.bind(scenario("a"))
-    assert bound.skip and "no ssh hosts" in bound.skip and "inv.yaml" in bound.skip
-    with pytest.raises(NothingToRun, match=r"no scenario can be bound or run here \(inventory\):\n  a: --inventory"):
-        run_night(NightSpec([scenario("a")], tmp_path / "out"), binding)
+def test_an_inventory_binds_hosts_by_its_rule_and_skips_a_scenario_it_cannot_bind(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("machines:\n  m1: {address: 10.0.0.1}\n")
+    binding = InventoryBinding(inv)
+    assert binding.bind(scenario("a")).hosts == {"local": "m1"}  # the next free machine
+    two = parse_scenario("name: two\nhosts: {x: netns, y: netns}\nprocesses: {c: {role: command, argv: [x], host: x}}\n"
+                         "steps: [{start: c}]\n", "two.yaml")
+    bound = binding.bind(two)
+    assert bound.skip and "host 'y' cannot be bound" in bound.skip and "inv.yaml" in bound.skip
+    with pytest.raises(NothingToRun, match=r"no scenario can be bound or run here \(inventory\):\n  two: "):
+        run_night(NightSpec([two], tmp_path / "out"), binding)
     assert not (tmp_path / "out").exists()  # no folder for a night that ran nothing
+
+
+def test_an_invalid_inventory_is_an_error_naming_the_file_and_key(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("machines:\n  m1: {adress: 10.0.0.1}\n")
+    with pytest.raises(InventoryError, match=r"inv.yaml.*adress"):
+        InventoryBinding(inv)
 
 
 # ------------------------------------------------------------------ whole nights, fake runs
@@ -359,10 +371,10 @@ def test_the_command_refuses_bad_input_naming_it(tmp_path: Path, capsys: pytest.
     assert "--repeat 0: give a number of runs >= 1" in capsys.readouterr().err
     assert main(["nightly", "--out", str(tmp_path / "o"), "--inventory", str(tmp_path / "inv.yaml"), smoke]) == 2
     assert f"--inventory {tmp_path / 'inv.yaml'}: no such file" in capsys.readouterr().err
-    (tmp_path / "inv.yaml").write_text("hosts: {a: {address: 127.0.0.1}}\n")
+    (tmp_path / "inv.yaml").write_text("hosts: {a: {address: 127.0.0.1}}\n")  # not an inventory's keys
     assert main(["nightly", "--out", str(tmp_path / "o"), "--inventory", str(tmp_path / "inv.yaml"), smoke]) == 2
     err = capsys.readouterr().err
-    assert "no scenario can be bound or run here (inventory):" in err and "smoke: --inventory" in err
+    assert "inv.yaml:1: hosts: unknown key (allowed: bind, defaults, machines)" in err
     assert main(["nightly", "--out", str(tmp_path / "o"), str(tmp_path / "missing.yaml")]) == 2
     assert not (tmp_path / "o").exists()
 

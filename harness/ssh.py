@@ -1,0 +1,573 @@
+"""``ssh`` hosts: a scenario's logical host bound (``harness.inventory``) to a machine reached with
+the OpenSSH client over one multiplexed connection per host.
+
+Every ssh call goes through the host's control master (``ControlMaster=auto``, ``ControlPersist``,
+``BatchMode=yes``, ``ConnectTimeout``, ``ServerAliveInterval``) and is bounded by a local timeout.
+Nothing of the run folder is shared: the host has its own per-run folder ``<work_dir>/<run id>``,
+and the run folder's paths in a command line or environment are rewritten to it (``remote``):
+
+- **spawn**: a small Python wrapper on the host (the inventory's interpreter) forks the program
+  into a session of its own (so signals reach its whole group) with ``MXCHAOS_RUN_ID`` and the
+  rest of what the harness adds to the environment, its output to the remote log; it prints
+  ``pid N`` and, when the program ends, ``rc N`` (negative: the signal), also written next to the
+  log. The local ssh client of that wrapper is how an exit is seen; signals go by ``kill -SIG
+  -PGID`` over the master. A local file named in the command line (the readers' checkpoint, a
+  model file, the run's credentials) is copied to the host first; the harness's own interpreter
+  becomes the host's.
+- **read**: the first read of an events file starts ``tail -F`` of the remote one over the
+  master, appending to the local file as lines come; reads are then local (live, one stream per
+  file, no ssh exec per poll).
+- **close**: stops the tails, fetches the per-run folder (logs, results, stacks) into the run
+  folder with one ``tar`` stream, removes it on the host, and ends the master.
+- **clock**: ``probe_clock`` estimates the host's monotonic clock offset from several round
+  trips over one session (keeping the tightest); done when the host opens and when it closes.
+
+A host that does not answer within its connect timeout is a ``HostError`` naming it, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from harness import netns, procscan
+from harness.errors import FaultError, HarnessError, HostError
+from harness.faults import commands
+from harness.host import ExecResult, StopResult
+from harness.inventory import Inventory, Machine, bind_hosts
+from harness.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
+
+__all__ = ["SshHost", "SshProc", "open_hosts"]
+
+CONTROL_PERSIST_S = 300
+CLOCK_PROBES = 7
+FETCH_TIMEOUT_S = 120.0
+
+class SshProc:
+    """A process on an ssh host: its remote pid (== its process group) and the local ssh client
+    of its wrapper, whose ``rc N`` line is its exit."""
+
+    def __init__(self, host: SshHost, client: subprocess.Popen[bytes], pid: int, stdout: IO[bytes]) -> None:
+        self.host = host
+        self.pid = pid
+        self._client = client
+        self._rc: int | None = None
+        self._done = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(stdout,), name=f"mxchaos-ssh-{host.name}-{pid}", daemon=True)
+        self._reader.start()
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        with stdout:
+            for raw in stdout:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("rc "):
+                    with contextlib.suppress(ValueError):
+                        self._rc = int(line[3:])
+        self._client.wait()
+        if self._rc is None:  # the connection ended first: ask the host (its wrapper wrote the rc)
+            self._rc = self.host.recover_rc(self.pid)
+            if self._rc is None and (self.host.lost or self.host.process_alive(self.pid) is not False):
+                return  # not known to have ended: not reported as an exit
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self._rc if self._done.is_set() else None
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not self._done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            if self.host.lost or time.monotonic() >= deadline:
+                break
+        return self.poll()
+
+    def signal(self, sig: int, *, group: bool = True) -> bool:
+        if self._done.is_set():
+            return False
+        target = f"-{self.pid}" if group else str(self.pid)
+        done = self.host.shell.run(f"kill -{int(sig)} {target}", timeout=self.host.machine.connect_timeout + 5)
+        return done.rc == 0
+
+    def stop(self, grace: float) -> StopResult:
+        started = time.monotonic()
+        if self.poll() is not None:
+            self.signal(signal.SIGKILL)
+            return StopResult(self.poll(), False, 0.0, already_exited=True)
+        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)
+        rc = self.wait(grace)
+        escalated = False
+        if rc is None:
+            escalated = True
+            self.signal(signal.SIGKILL)
+            rc = self.wait(10.0)
+        return StopResult(rc, escalated, time.monotonic() - started)
+
+
+PLUMBING_ENV = "MXCHAOS_SSH_RUN_ID"  # the harness's ssh clients and remote helpers of a run
+CONTROL_ROOT = Path("/tmp")  # short: a control socket's path must fit a unix socket name (~104 bytes)
+
+
+def control_dir(run_id: str, host: str) -> Path:
+    """The folder of a run's control socket for one host: ``mxc-ssh-<run token>-<host hash>``."""
+    return CONTROL_ROOT / f"mxc-ssh-{netns.token(run_id)}-{hashlib.sha256(host.encode()).hexdigest()[:6]}"
+
+
+def sweep_local(run_id: str) -> list[str]:
+    """The ssh clients (they carry ``MXCHAOS_SSH_RUN_ID``) and control-socket folders a dead
+    run's harness left here."""
+    import json
+
+    removed = []
+    with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+        done = subprocess.run([sys.executable, "-c", SCAN, run_id, PLUMBING_ENV], capture_output=True, text=True,
+                              timeout=30, check=False)
+        for pid, *_rest in json.loads(done.stdout or "[]"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                removed.append(f"ssh client pid {pid}")
+    for folder in CONTROL_ROOT.glob(f"mxc-ssh-{netns.token(run_id)}-*"):
+        with contextlib.suppress(OSError):
+            for leftover in folder.iterdir():
+                leftover.unlink()
+            folder.rmdir()
+            removed.append(f"ssh control folder {folder}")
+    return removed
+
+
+class SshHost:
+    """A scenario host on an inventory machine (see the module docstring)."""
+
+    kind = "ssh"
+    own_address = True  # its processes bind and advertise the machine's data address
+    local_files = False  # what it writes is not on this machine's file system
+
+    def __init__(self, name: str, machine_name: str, machine: Machine, run_id: str, run_dir: Path) -> None:
+        self.name = name
+        self.machine_name = machine_name
+        self.machine = machine
+        self.address = machine.data_address
+        self.transport = machine.transport  # its processes' transport profile, over the scenario's
+        acc = machine.accelerator
+        self.accelerator = (acc.kind, acc.device) if acc.kind != "cpu" else None
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"
+        self._control_dir = control_dir(run_id, name)
+        self._tails: dict[Path, subprocess.Popen[bytes]] = {}
+        self._pushed: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.clock: dict[str, Any] = {}
+        self.shell = RemoteShell(self)
+        self.plumbing = f"{PLUMBING_ENV}={shlex.quote(run_id)}"  # marks our long-lived remote helpers
+        # every local ssh client carries the run's id (not as MXCHAOS_RUN_ID: it is no process of the
+        # scenario), so `mxchaos cleanup` finds it after a crash (``sweep_local``)
+        self.local_env = {**{k: v for k, v in os.environ.items() if k != procscan.ENV_RUN_ID}, PLUMBING_ENV: run_id}
+        self.lost: str | None = None  # why the host stopped answering (every call then fails at once)
+        self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
+        self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
+        self.inner_link = machine.data.device  # the interface they act on (not the ssh one)
+
+    # ------------------------------------------------------------------ ssh plumbing
+
+    def ssh_argv(self, *, tty: bool = False) -> list[str]:
+        m = self.machine
+        self._control_dir.mkdir(mode=0o700, exist_ok=True)
+        argv = ["ssh", "-p", str(m.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(m.connect_timeout))}",
+                "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3", "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={self._control_dir}/%C", "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+                "-o", "LogLevel=ERROR", "-T" if not tty else "-t"]
+        if m.identity_file is not None:
+            argv += ["-i", str(m.identity_file), "-o", "IdentitiesOnly=yes"]
+        policy = m.known_hosts.policy
+        if policy == "off":
+            argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+        else:
+            argv += ["-o", f"StrictHostKeyChecking={'yes' if policy == 'strict' else 'accept-new'}"]
+            if m.known_hosts.file is not None:
+                argv += ["-o", f"UserKnownHostsFile={m.known_hosts.file}"]
+        return [*argv, m.target]
+
+    def mark_lost(self, why: str) -> None:
+        """The host stopped answering: recorded once, the runner told; later calls fail at once."""
+        if self.lost is not None:
+            return
+        self.lost = f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}) stopped answering: {why}"
+        if self.on_lost is not None:
+            with contextlib.suppress(Exception):
+                self.on_lost(self.lost)
+
+    def check_alive(self) -> None:
+        """After a connection ended: one bounded round trip, or the host is lost."""
+        if self.lost is None:
+            self.run_remote("true", timeout=self.machine.connect_timeout + 5)
+
+    def process_alive(self, pid: int) -> bool | None:
+        done = self.run_remote(f"kill -0 {int(pid)}", timeout=self.machine.connect_timeout + 5)
+        return None if done.rc in (None, 255) else done.rc == 0
+
+    def run_remote(self, command: str, *, timeout: float, stdin: IO[bytes] | None = None) -> ExecResult:
+        """``command`` (a shell line) on the host, bounded; rc 255 is ssh's own failure (the host
+        is then lost, as when it does not answer in time)."""
+        started = time.monotonic()
+        if self.lost:
+            return ExecResult(255, "", self.lost, 0.0)
+        try:
+            done = subprocess.run([*self.ssh_argv(), command], capture_output=True, timeout=timeout, check=False, env=self.local_env,
+                                  stdin=stdin if stdin is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            self.mark_lost(f"no answer within {timeout:g}s")
+            return ExecResult(None, "", f"{self.name}: no answer within {timeout:g}s", time.monotonic() - started)
+        except OSError as exc:
+            raise HostError(f"{self.name}: cannot run ssh: {exc}") from exc
+        if done.returncode == 255:
+            self.mark_lost(done.stderr.decode(errors="replace").strip()[-200:] or "ssh failed (rc 255)")
+        return ExecResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
+                          time.monotonic() - started)
+
+    def _checked(self, command: str, what: str, timeout: float | None = None) -> ExecResult:
+        done = self.run_remote(command, timeout=timeout or self.machine.connect_timeout + 10)
+        if done.rc != 0:
+            why = "did not answer" if done.timed_out else f"failed (rc {done.rc}): {done.stderr.strip()[-300:]}"
+            raise HostError(self.lost or f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}): "
+                            f"{what} {why}")
+        return done
+
+    def remote(self, text: str) -> str:
+        """``text`` with the run folder's path replaced by the host's per-run folder."""
+        return text.replace(str(self.run_dir), self.remote_dir)
+
+    def _python(self) -> str:
+        return shlex.quote(self.machine.interpreter)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Connect (the master), make the per-run folder, probe the clock."""
+        self._checked(f"mkdir -p {shlex.quote(self.remote_dir)}/procs {shlex.quote(self.remote_dir)}/files", "connecting")
+        self.clock = {"start": self.probe_clock()}
+        self.shell.run("true", timeout=self.machine.connect_timeout + 10)  # started now, not by the first fault
+        commands.REMOTE[self.netns] = self.run_privileged
+
+    def run_privileged(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        """A network fault's command on the host (``sudo -n`` when the inventory says so), as
+        ``harness.faults.commands`` runs it: (rc, output); FaultError naming the host when it
+        does not answer in time."""
+        line = shlex.join(["sudo", "-n", *argv] if self.machine.sudo else list(argv))
+        done = self.shell.run(line, timeout=timeout)
+        if done.timed_out:
+            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}` did not return within {timeout:g}s")
+        if done.rc == 255 and not done.stdout:
+            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}`: ssh failed: {done.stderr.strip()[-200:]}")
+        return int(done.rc or 0), (done.stdout + done.stderr).strip()
+
+    def capabilities(self) -> set[str]:
+        """What network faults can use there: root (uid 0, or sudo -n that works when the
+        inventory says sudo), iptables, tc, ip, ss; and data-device when the inventory names one."""
+        probe = "id -u; for p in iptables tc ip ss; do command -v $p >/dev/null 2>&1 && echo $p; done"
+        if self.machine.sudo:
+            probe += "; sudo -n true 2>/dev/null && echo sudo"
+        done = self._checked(probe, "probing capabilities")
+        lines = done.stdout.split()
+        found = {word for word in lines[1:] if word != "sudo"}
+        if (lines and lines[0] == "0") or "sudo" in lines[1:]:
+            found.add("root")
+        if self.machine.data.device:
+            found.add("data-device")
+        return found
+
+    def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
+        """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
+        over one session: ``offset_s`` (remote = local + offset) and ``error_s`` (half that RTT)."""
+        client = subprocess.Popen([*self.ssh_argv(), f"{self._python()} -u -c {shlex.quote(CLOCK)}"], env=self.local_env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert client.stdin is not None and client.stdout is not None
+        timer = threading.Timer(self.machine.connect_timeout + 10, client.kill)
+        timer.start()
+        best: tuple[float, float] | None = None
+        try:
+            for _ in range(probes):
+                t0 = time.monotonic()
+                client.stdin.write(b"\n")
+                client.stdin.flush()
+                line = client.stdout.readline()
+                t1 = time.monotonic()
+                if not line:
+                    break
+                remote_t = float(line)
+                rtt = t1 - t0
+                if best is None or rtt < best[1]:
+                    best = (remote_t - (t0 + t1) / 2, rtt)
+        except (OSError, ValueError):
+            pass
+        finally:
+            timer.cancel()
+            with contextlib.suppress(OSError):
+                client.stdin.close()
+            try:
+                client.wait(5)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait(5)
+            client.stdout.close()
+        if best is None:
+            raise HostError(f"ssh host {self.name}: the clock probe got no answer")
+        return {"offset_s": round(best[0], 6), "error_s": round(best[1] / 2, 6), "probes": probes}
+
+    def local_mono(self, remote: float) -> float:
+        """A ``time.monotonic()`` of the host as the harness's (the offset probed at open)."""
+        start = self.clock.get("start")
+        return remote - float(start["offset_s"]) if start else remote
+
+    def close(self) -> None:
+        """Stop the tails, fetch the per-run folder, remove it there, end the master."""
+        commands.REMOTE.pop(self.netns, None)
+        self.shell.close()
+        with self._lock:
+            tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            tail.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                tail.wait(5)
+        if self.lost is None:  # a host that stopped answering is not waited for again
+            with contextlib.suppress(Exception):
+                self.clock["end"] = self.probe_clock()
+            with contextlib.suppress(Exception):
+                self.fetch()
+            with contextlib.suppress(Exception):
+                self.run_remote(f"rm -rf {shlex.quote(self.remote_dir)}", timeout=self.machine.connect_timeout + 10)
+        self.close_master()
+
+    def close_master(self) -> None:
+        """End the control master and remove its socket folder."""
+        with contextlib.suppress(Exception):
+            subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10,
+                           check=False, env=self.local_env)
+        with contextlib.suppress(OSError):
+            for leftover in self._control_dir.iterdir():
+                leftover.unlink()
+            self._control_dir.rmdir()
+
+    def fetch(self) -> None:
+        """The per-run folder's files (but the copies pushed to it) into the run folder, one tar
+        stream; events files already mirrored are overwritten by the host's full copy."""
+        quoted = shlex.quote(self.remote_dir)
+        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files -cf - ."], env=self.local_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as source:
+            untar = subprocess.run(["tar", "-C", str(self.run_dir), "-xf", "-"], stdin=source.stdout, capture_output=True,
+                                   timeout=FETCH_TIMEOUT_S, check=False)
+            source.wait(FETCH_TIMEOUT_S)
+        if untar.returncode != 0:
+            raise HostError(f"{self.name}: fetching {self.remote_dir} failed: {untar.stderr.decode(errors='replace')[-200:]}")
+
+    def describe(self) -> dict[str, object]:
+        m = self.machine
+        return {"kind": self.kind, "machine": self.machine_name, "ssh": f"{m.target}:{m.port}", "address": self.address,
+                "device": m.data.device, "remote_dir": self.remote_dir, "sudo": m.sudo, "clock": self.clock,
+                **({"lost": self.lost} if self.lost else {})}
+
+    # ------------------------------------------------------------------ files
+
+    def _push(self, local: str) -> str:
+        """Copy a local file to the host's per-run folder (once per run); its remote path."""
+        with self._lock:
+            if local in self._pushed:
+                return self._pushed[local]
+        path = Path(local)
+        if path.resolve().is_relative_to(self.run_dir):
+            target = self.remote(str(path))
+        else:
+            digest = hashlib.sha256(local.encode()).hexdigest()[:10]
+            target = f"{self.remote_dir}/files/{digest}-{path.name}"
+        size = path.stat().st_size
+        quoted = shlex.quote(target)
+        with open(path, "rb") as src:
+            done = self.run_remote(f"mkdir -p $(dirname {quoted}) && cat > {quoted}.part && mv {quoted}.part {quoted}",
+                                   timeout=30 + size / 20e6, stdin=src)
+        if done.rc != 0:
+            raise HostError(f"{self.name}: copying {local} to {target} failed: {done.stderr.strip()[-200:]}")
+        with self._lock:
+            self._pushed[local] = target
+        return target
+
+    def _translate(self, token: str) -> str:
+        if token == sys.executable:
+            return self.machine.interpreter
+        if token.startswith("/") and not token.startswith(str(self.run_dir / "procs")) and os.path.isfile(token):
+            return self._push(token)
+        return self.remote(token)
+
+    def _remote_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What the harness set or changed (never this machine's whole environment), the
+        machine's own ``env``, and the checkout on ``PYTHONPATH``."""
+        out = {k: self.remote(v) for k, v in env.items() if os.environ.get(k) != v or k.startswith("MXCHAOS_")}
+        out.pop("PYTHONPATH", None)
+        out.update(self.machine.env)
+        if self.machine.repo:
+            out["PYTHONPATH"] = self.machine.repo
+        return out
+
+    # ------------------------------------------------------------------ Host protocol
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+        import json
+
+        spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
+                "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
+                "rc": self.remote(str(log_path.with_suffix(".rc")))}
+        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
+                  f"{shlex.quote(WRAPPER)} " \
+                  f"{shlex.quote(json.dumps(spec))}"
+        client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
+        assert client.stdout is not None
+        pid = self._first_line_pid(client, client.stdout)
+        return SshProc(self, client, pid, client.stdout)
+
+    def _first_line_pid(self, client: subprocess.Popen[bytes], stdout: IO[bytes]) -> int:
+        found: list[bytes] = []
+        reader = threading.Thread(target=lambda: found.append(stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.machine.connect_timeout + 10)
+        line = found[0].decode(errors="replace").strip() if found else ""
+        if not line.startswith("pid "):
+            client.kill()
+            client.wait(5)
+            stdout.close()
+            why = "no answer" if not found else f"got {line!r}"
+            raise HostError(f"ssh host {self.name}: starting a process failed ({why})")
+        return int(line[4:])
+
+    def recover_rc(self, pid: int) -> int | None:
+        """The exit code the wrapper wrote, after the connection ended before it reported it."""
+        done = self.run_remote(f"cat {shlex.quote(self.remote_dir)}/procs/*.rc.{pid} 2>/dev/null",
+                               timeout=self.machine.connect_timeout + 5)
+        with contextlib.suppress(ValueError):
+            return int(done.stdout.strip())
+        return None
+
+    def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult:
+        pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in self._remote_env(env).items())
+        line = " ".join(shlex.quote(self._translate(a)) for a in argv)
+        return self.run_remote(f"cd {shlex.quote(self.remote(str(cwd)))} 2>/dev/null || cd {shlex.quote(self.remote_dir)}; "
+                               f"exec env {pairs} {line}", timeout=timeout)
+
+    def read(self, path: Path, offset: int, limit: int = 1 << 20) -> bytes:
+        """From the local mirror of ``path``, which a ``tail -F`` of the host's file fills."""
+        with self._lock:
+            if path not in self._tails:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab") as sink:
+                    self._tails[path] = subprocess.Popen(
+                        [*self.ssh_argv(), f"{self.plumbing} exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
+                        stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True,
+                        env=self.local_env)
+        try:
+            with open(path, "rb") as src:
+                src.seek(offset)
+                return src.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def port_open(self, port: int, timeout: float = 0.2) -> bool:
+        try:
+            with socket.create_connection((self.address, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    def run_processes(self, run_id: str, *, plumbing: bool = False) -> list[procscan.RunProcess]:
+        """The run's processes there (``plumbing``: the harness's own tails, shells and wrappers
+        of the run instead; ``run_id`` empty: of every run)."""
+        import json
+
+        key = " MXCHAOS_SSH_RUN_ID" if plumbing else ""
+        done = self.run_remote(f"{self._python()} -c {shlex.quote(SCAN)} {shlex.quote(run_id)}{key}",
+                               timeout=self.machine.connect_timeout + 10)
+        if done.rc != 0:
+            raise HostError(self.lost or f"ssh host {self.name}: scanning its processes failed: {done.stderr.strip()[-200:]}")
+        return [procscan.RunProcess(pid, rid, proc, hp, hs, state, cmd) for pid, rid, proc, state, cmd, hp, hs in json.loads(done.stdout)]
+
+    def kill_processes(self, pids: Sequence[int]) -> None:
+        if pids:
+            self.shell.run(f"kill -9 {' '.join(str(int(p)) for p in pids)}", timeout=self.machine.connect_timeout + 5)
+
+
+def open_hosts(hosts: Sequence[str], inventory: Inventory, run_id: str, run_dir: Path, *, scenario: str) -> dict[str, SshHost]:
+    """The scenario's hosts bound to the inventory's machines, connected; on a failure the ones
+    opened are closed again and the error names the host."""
+    bound = bind_hosts(hosts, inventory, scenario=scenario)
+    opened: dict[str, SshHost] = {}
+    try:
+        for host, machine in bound.items():
+            ssh_host = SshHost(host, machine, inventory.machines[machine], run_id, run_dir)
+            ssh_host.open()
+            opened[host] = ssh_host
+    except BaseException:
+        for done in opened.values():
+            with contextlib.suppress(Exception):
+                done.close()
+        raise
+    return opened
+
+
+# what each fault kind needs on an ssh host; a kind not listed cannot run on ssh hosts yet
+SSH_NEEDS: dict[str, tuple[str, ...]] = {
+    "partition": ("root", "iptables"),
+    "reject": ("root", "iptables"),
+    "link_down": ("root", "ip", "data-device"),
+    "rate": ("root", "tc", "data-device"),
+}
+
+
+def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) -> tuple[list[str], str]:
+    """What the scenario needs that its bound ssh hosts lack (the run is then a SKIP naming the
+    host and the lack): each host's capabilities are probed over ssh (``SshHost.capabilities``);
+    toxiproxy proxies and faults without an ssh lever (``tcp_reset``) are lacking everywhere."""
+    from harness import faults as fault_registry
+    from harness.scenario import FaultStep
+    from harness.scenario.steps import iter_steps
+
+    try:
+        bound = bind_hosts(list(sc.hosts), inventory, scenario=sc.name)
+    except HarnessError as exc:  # more hosts than machines: the inventory cannot run it
+        return ["ssh-host"], str(exc)
+    lacks: list[str] = []
+    if getattr(sc, "proxies", None):
+        lacks.append(f"proxies ({', '.join(sc.proxies)}): toxiproxy runs on the harness, not reachable from ssh hosts yet")
+    wanted: dict[str, list[str]] = {}
+    for ref in iter_steps(sc.steps):
+        if not isinstance(ref.step, FaultStep):
+            continue
+        spec = ref.step.fault
+        cls = fault_registry.REGISTRY.get(spec.kind)
+        label = f"{spec.name or spec.kind} ({spec.kind})"
+        if spec.kind in SSH_NEEDS:
+            wanted.setdefault(label, list(SSH_NEEDS[spec.kind]))
+        elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
+            lacks.append(f"fault {label}: no lever on ssh hosts yet")
+    if wanted:
+        for host, machine in bound.items():
+            probe = SshHost(host, machine, inventory.machines[machine], f"{run_id}-probe", run_dir)
+            try:
+                have = probe.capabilities()
+            except HostError as exc:
+                lacks.append(str(exc))
+                continue
+            finally:
+                probe.close_master()
+            for label, needs in wanted.items():
+                short = [n for n in needs if n not in have]
+                if short:
+                    lacks.append(f"fault {label}: host {host} (machine {machine}) lacks {', '.join(short)}")
+    return (["ssh-host"], "ssh hosts: " + "; ".join(lacks)) if lacks else ([], "")

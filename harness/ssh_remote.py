@@ -1,0 +1,165 @@
+"""What ``harness.ssh`` runs on a host: the process wrapper, the process scan and the clock probe
+(small Python programs given to the host's interpreter), and ``RemoteShell``, one long-lived
+``sh`` per host for the short commands faults and signals run. A leaf of ``harness.ssh``."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import secrets
+import subprocess
+import threading
+import time
+from typing import IO, TYPE_CHECKING
+
+from harness.host import ExecResult
+
+if TYPE_CHECKING:
+    from harness.ssh import SshHost
+
+__all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell"]
+
+# Runs on the host: fork the program into its own session, report its pid and its end.
+WRAPPER = r"""
+import os, sys, json
+spec = json.loads(sys.argv[1])
+log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.chdir(spec["cwd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
+    env = dict(os.environ); env.update(spec["env"])
+    try:
+        os.execvpe(spec["argv"][0], spec["argv"], env)
+    except OSError as exc:
+        os.write(2, ("cannot start %r: %s\n" % (spec["argv"][0], exc)).encode())
+        os._exit(127)
+import signal
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+print("pid %d" % pid, flush=True)
+_, status = os.waitpid(pid, 0)
+rc = os.waitstatus_to_exitcode(status)
+with open(spec["rc"] + ".%d" % pid, "w") as out:
+    out.write(str(rc))
+try:
+    print("rc %d" % rc, flush=True)
+except OSError:
+    pass
+"""
+
+# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline), or
+# with a second argument the harness's own remote plumbing of a run (MXCHAOS_SSH_RUN_ID: tails,
+# shells, wrappers), which a crashed harness leaves behind and the sweep removes.
+SCAN = r"""
+import os, sys, json
+want = sys.argv[1].encode()
+key = (sys.argv[2] if len(sys.argv) > 2 else "MXCHAOS_RUN_ID").encode() + b"="
+out = []
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
+        run = [e[len(key):] for e in env if e.startswith(key)]
+        if not run or (want and run[0] != want):
+            continue
+        proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
+        hp = [e[20:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_PID=")]
+        hs = [e[22:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_START=")]
+        state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
+        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300],
+                    int(hp[0]) if hp and hp[0].isdigit() else None, int(hs[0]) if hs and hs[0].isdigit() else None])
+    except OSError:
+        pass
+print(json.dumps(out))
+"""
+
+CLOCK = "import sys,time\nfor line in sys.stdin:\n    print(repr(time.monotonic()), flush=True)\n"
+
+
+class RemoteShell:
+    """One long-lived ``sh`` on the host over the master, for the short commands faults and
+    signals run (an ssh session per command costs a session set-up on the host, ~0.3 s on a
+    loaded machine). Each command runs in a subshell, followed by a marker line with its exit
+    code; one at a time; a command past its deadline (or a lost connection) ends the shell and
+    the next command starts a new one."""
+
+    MARK = "__mxchaos_rc__"
+
+    def __init__(self, host: SshHost) -> None:
+        self.host = host
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*self.host.ssh_argv(), f"{self.host.plumbing} exec sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=self.host.local_env)
+        lines: queue.Queue[bytes | None] = queue.Queue()
+
+        def pump(out: IO[bytes]) -> None:
+            with contextlib.suppress(ValueError, OSError):  # closed under it by _end
+                for raw in out:
+                    lines.put(raw)
+            lines.put(None)
+
+        assert proc.stdout is not None
+        threading.Thread(target=pump, args=(proc.stdout,), name=f"mxchaos-sh-{self.host.name}", daemon=True).start()
+        self._lines = lines
+        return proc
+
+    def run(self, line: str, timeout: float) -> ExecResult:
+        started = time.monotonic()
+        if self.host.lost:
+            return ExecResult(255, "", self.host.lost, 0.0)
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            proc = self._proc
+            nonce = secrets.token_hex(6)
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(f"( {line} ) </dev/null 2>&1; rc=$?; printf '\\n{self.MARK}{nonce} %d\\n' $rc\n".encode())
+                proc.stdin.flush()
+            except OSError:
+                self._end()
+                return ExecResult(255, "", f"{self.host.name}: the remote shell is gone", time.monotonic() - started)
+            out: list[str] = []
+            deadline = started + timeout
+            while True:
+                try:
+                    raw = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    self._end()
+                    self.host.mark_lost(f"`{line[:80]}` got no answer within {timeout:g}s")
+                    return ExecResult(None, "".join(out), f"{self.host.name}: no answer within {timeout:g}s",
+                                      time.monotonic() - started)
+                if raw is None:
+                    self._end()
+                    self.host.check_alive()
+                    return ExecResult(255, "".join(out), f"{self.host.name}: the connection ended", time.monotonic() - started)
+                text = raw.decode(errors="replace")
+                if text.startswith(f"{self.MARK}{nonce} "):
+                    text_out = "".join(out)
+                    return ExecResult(int(text.split()[1]), text_out[:-1] if text_out.endswith("\n") else text_out, "",
+                                      time.monotonic() - started)
+                out.append(text)
+
+    def _end(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._end()

@@ -1,0 +1,175 @@
+"""Scenarios on ssh hosts: a real lab (``harness.lab``: namespaces running OpenSSH sshd) and its
+inventory; the same scenario files that run on netns hosts, bound to the lab's machines.
+
+- the five network scenarios pass through the lab unchanged (process faults by remote signal,
+  network faults by iptables/ip/tc run on the host, on its data interface);
+- a run leaves nothing on any host (its per-run folder, processes, chains) and the lab goes;
+- every byte the harness read came over ssh: the host's per-run folder is not the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import cleanup, lab, netns, procscan, ssh, ssh_sweep
+from harness.errors import HarnessError
+from harness.inventory import Inventory, load_inventory
+from harness.runner import Runner
+from harness.scenario import load_scenario
+from harness.ssh import SshHost
+from harness.timeline import Entry
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, sshd, iptables)"),
+    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "ssh", "ssh-keygen", "iptables", "tc"))
+                       or not Path("/usr/sbin/sshd").exists(),
+                       reason="needs iproute2, iptables, tc, openssh-client and openssh-server"),
+]
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+NETWORK_SCENARIOS = ["partition_mid_read", "partition_reject_mid_read", "source_link_down",
+                     "source_killed_mid_read", "frozen_source"]
+
+
+@pytest.fixture(scope="module")
+def lab_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    base = tmp_path_factory.mktemp("lab")
+    state = base / "lab"
+    lab.up(4, inventory_out=state.parent / "inventory.yaml", state=state)
+    try:
+        yield state
+    finally:
+        try:
+            lab.down(state)
+        except HarnessError as exc:  # reported, after every test ran
+            pytest.fail(f"lab down left something: {exc}")
+        assert lab.leftovers(state) == []
+
+
+@pytest.fixture
+def lab_inventory(lab_state: Path) -> Inventory:
+    return load_inventory(lab_state.parent / "inventory.yaml")
+
+
+def _remote_leftovers(inventory: Inventory, run_id: str) -> list[str]:
+    """What of the run is on any machine, seen over ssh (never the harness's own word)."""
+    found: list[str] = []
+    for name, machine in inventory.machines.items():
+        host = SshHost(name, name, machine, f"probe-{os.getpid()}", Path("/nonexistent"))
+        try:
+            found += [f"{name}: pid {p.pid} ({p.proc})" for p in host.run_processes(run_id)]
+            _rc, chains = host.run_privileged(["iptables", "-w", "5", "-S"], 10.0)
+            found += [f"{name}: chain {line}" for line in chains.splitlines() if f"mxc-{netns.token(run_id)}-" in line]
+            device = str(machine.data.device)
+            _rc, qdiscs = host.run_privileged(["tc", "qdisc", "show", "dev", device], 10.0)
+            found += [f"{name}: qdisc {line}" for line in qdiscs.splitlines() if "tbf 1de:" in line]
+            _rc, link = host.run_privileged(["ip", "-br", "link", "show", "dev", device], 10.0)
+            found += [f"{name}: {device} down" for _ in [1] if " DOWN " in f" {link} "]
+            listing = host.run_remote(f"ls -1 {machine.work_dir}", timeout=15).stdout.split()
+            found += [f"{name}: dir {entry}" for entry in listing if entry == run_id]
+        finally:
+            host.shell.close()
+            host.close_master()
+    return found
+
+
+def _await(predicate: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {within:g}s")
+        time.sleep(0.2)
+
+
+def test_harness_sigkilled_mid_run_then_cleanup_inventory_leaves_nothing(lab_inventory: Inventory, lab_state: Path,
+                                                                         tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SCENARIOS.parent)}
+    argv = [sys.executable, "-m", "harness.cli", "run", str(SCENARIOS / "partition_mid_read.yaml"), "--inventory",
+            str(lab_state.parent / "inventory.yaml"), "--out", str(tmp_path), "-q"]
+    harness = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # mid-run: its processes up, its rate qdiscs and the partition chain in place on the hosts
+        def partitioned() -> bool:
+            return any('"fault":"cut"' in line and '"type":"ok"' in line
+                       for f in tmp_path.glob("*/*/timeline.jsonl") for line in f.read_text().splitlines())
+
+        _await(partitioned, 120, "the partition of partition_mid_read")
+        run_id = json.loads(next(tmp_path.glob("*/*/run.json")).read_text())["run_id"]
+        assert _remote_leftovers(lab_inventory, run_id)  # there is something to sweep
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait(10)
+        swept = ssh_sweep.sweep_inventory(lab_inventory, run_id=run_id)
+        assert all(m.error is None for m in swept), [m.error for m in swept]
+        assert _remote_leftovers(lab_inventory, run_id) == []
+        # here: the local ssh clients of the dead harness (they carry its run id)
+        cleanup.sweep(run_id=run_id)
+        assert [p for p in procscan.scan() if p.run_id == run_id] == []
+        assert not list(Path("/tmp").glob(f"mxc-ssh-{netns.token(run_id)}-*"))  # its control sockets
+        assert ssh.sweep_local(run_id) == []  # and its ssh clients: cleanup left none to find
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(10)
+
+
+def test_a_host_whose_sshd_freezes_ends_the_run_naming_it(lab_inventory: Inventory, lab_state: Path,
+                                                          tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIOS / "source_killed_mid_read.yaml")  # one host, bound to h1
+    info = lab.status(lab_state)
+    assert info is not None
+    ns = info["hosts"]["h1"]["netns"]
+    frozen: list[int] = []
+
+    def freeze(entry: Entry) -> None:
+        if entry.actor == "source-2" and entry.f == "start" and entry.type == "ok" and not frozen:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10).stdout.split()
+            frozen.extend(int(p) for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "sshd")
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+
+    runner = Runner(scenario, out_dir=tmp_path, inventory=lab_inventory, observers=[freeze], install_signal_handlers=False)
+    try:
+        result = runner.run()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    assert frozen, "sshd was never frozen"
+    assert result.status == "step_failed", (result.status, result.reason)
+    assert "ssh host local (h1, root@" in result.reason and "stopped answering" in result.reason
+    assert result.seconds < scenario.budgets.run
+    leak = next(c for c in result.checks if c.name == "nothing_leaked")
+    assert leak.valid == "unknown" and "local" in leak.summary
+    ssh_sweep.sweep_inventory(lab_inventory, run_id=runner.run_id)  # thawed: its processes go now
+    assert _remote_leftovers(lab_inventory, runner.run_id) == []
+
+
+@pytest.mark.parametrize("name", NETWORK_SCENARIOS)
+def test_network_scenarios_pass_on_lab_ssh_hosts(name: str, lab_inventory: Inventory, tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIOS / f"{name}.yaml")
+    result = Runner(scenario, out_dir=tmp_path, inventory=lab_inventory, install_signal_handlers=False).run()
+    failed = [f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True]
+    assert result.verdict == "pass", f"{result.status} {result.reason} {failed} ({result.run_dir})"
+    info = json.loads((result.run_dir / "run.json").read_text())
+    hosts = info["hosts"]
+    assert set(hosts) == set(scenario.hosts) and all(h["kind"] == "ssh" for h in hosts.values())
+    for host in hosts.values():  # a per-run folder of its own on each host, removed at the end
+        remote = Path(host["remote_dir"])
+        assert not remote.is_relative_to(result.run_dir) and not remote.exists()
+        clock = host["clock"]
+        assert {"start", "end"} <= set(clock) and clock["start"]["error_s"] >= 0
+    # what the processes wrote came back over ssh (logs, results)
+    assert list((result.run_dir / "procs").glob("*.log"))
+    for machine in lab_inventory.machines.values():
+        assert not any(Path(machine.work_dir).iterdir()), f"{machine.work_dir} is not empty"
