@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -40,6 +41,16 @@ def _seconds(text: str) -> float:
         return config.parse_seconds(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size in MiB must be finite and >= 0 (0: off)")
+    return value
 
 
 def _add_common(p: argparse.ArgumentParser, role: str) -> None:
@@ -129,10 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-timeout", type=_seconds, default=None,
                    help="per-candidate READ budget [MX_TRANSFER_TIMEOUT, 300]")
     p.add_argument("--handshake-timeout", type=_seconds, default=config.DEFAULT_HANDSHAKE_TIMEOUT_S)
-    p.add_argument("--read-chunk-mib", type=float, default=config.env_float("MXREF_READ_CHUNK_MIB", 0.0) or None,
+    p.add_argument("--read-chunk-mib", type=_mib,
+                   default=config.env_float("MXREF_READ_CHUNK_MIB", config.DEFAULT_READ_CHUNK_MIB, allow_zero=True),
+                   metavar="MIB",
                    help="split the READ into chunks of this many MiB (2 in flight) and call a window that "
-                        "completes nothing within W*chunk/100MB/s+0.5s a stall [MXREF_READ_CHUNK_MIB; "
-                        "default: one READ handle, bounded only by the transfer budget]")
+                        "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
+                        "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
+                        "bounded only by the budget (seed 001) [MXREF_READ_CHUNK_MIB, 16]")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -352,8 +366,8 @@ def run_source(args: argparse.Namespace) -> int:
 
 
 def run_reader(args: argparse.Namespace) -> int:
+    from mxref.chunked_read import ChunkPolicy
     from mxref.metrics import ReaderMetrics
-    from mxref.nixl_transfer import ChunkPolicy
     from mxref.reader import Reader, ReaderOptions
     from mxref.source import identity_for
 
@@ -377,7 +391,7 @@ def run_reader(args: argparse.Namespace) -> int:
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             unguarded_retry=args.simulate_unguarded_retry,
-            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
+            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib > 0 else None,
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
         reader = Reader(options, reference, identity, proc.events, metrics)

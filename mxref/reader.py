@@ -50,17 +50,20 @@ from pathlib import Path
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
+from mxref.chunked_read import ChunkPolicy
 from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, Reference, load_checkpoint
-from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
+from mxref.nixl_transfer import NixlTransferManager
 from mxref.selection import Target, get_selector
 from mxref.source import local_tensors
 from mxref.v1 import p2p_pb2
 
 logger = logging.getLogger("mxref.reader")
+
+DEFAULT_CHUNKS = ChunkPolicy()  # frozen: one shared instance is safe
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ class ReaderOptions:
     # simulates the unguarded reader: after a failed READ the next candidate is read with the same
     # agent, registration and memory (a stalled source's late replies land in the verified load)
     unguarded_retry: bool = False
-    chunks: ChunkPolicy | None = None  # None: one READ handle per candidate (seed 001)
+    # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
+    # handle per candidate, bounded only by the budget (seed 001). The budget bounds both.
+    chunks: ChunkPolicy | None = DEFAULT_CHUNKS
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
     name: str = "reader"
 
