@@ -322,7 +322,7 @@ class Harness:
 
     def make(self, **options: Any) -> Reader:
         opts: dict[str, Any] = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05,
-                                    name="rd", selector="rendezvous_hash")
+                                    name="rd", selector="rendezvous_hash", prestart=False)
         opts.update(options)
         self.reader = Reader(ReaderOptions(**opts), REFERENCE, identity_for(SPEC.name, SPEC.dtype, revision=REFERENCE.digest),
                              EventLog(self.events_path, "rd", "reader"), self.metrics)
@@ -548,6 +548,46 @@ class TestTransferFailures:
     def test_the_default_reader_reads_in_chunks(self) -> None:
         assert ReaderOptions(server="x:1").chunks == ChunkPolicy()
         assert ChunkPolicy().stall_s == pytest.approx(2 * 16 * (1 << 20) / 100e6 + 0.5)
+
+    def test_the_prestarted_target_is_what_the_first_read_uses(self, world: World, h: Harness) -> None:
+        world.add("a")
+        result = h.load(prestart=True)
+        assert result.ok and len(world.managers) == 1
+        phases = {e["phase"]: e for e in h.events("load_phase")}
+        assert {"list", "metadata", "wait_target", "allocate", "agent", "register", "handshake", "read", "release",
+                "verify"} <= set(phases)
+        assert phases["agent"]["overlapped"] is True and phases["read"]["overlapped"] is False
+        done = h.events("load_done")[0]
+        assert "agent" not in done["phases"] and done["phases"]["read"] == pytest.approx(phases["read"]["seconds"])
+
+    def test_a_prestarted_target_nobody_reads_into_is_shut_down(self, world: World, h: Harness,
+                                                                 checkpoint: Path) -> None:
+        result = h.load(prestart=True, checkpoint=checkpoint)  # no source at all: disk
+        assert result.path == "disk"
+        assert len(world.managers) == 1 and world.managers[0].shut_down
+
+    def test_after_a_metadata_miss_the_next_candidate_reads_into_the_prestarted_target(self, world: World,
+                                                                                        h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make(prestart=True)
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).metadata = "not_found"
+        result = reader.load()
+        assert result.ok and result.worker_id == second
+        assert len(world.managers) == 1, "never read into, so the head start is still fresh"
+        assert h.events("target_region")[0]["index"] == 1
+
+    def test_after_a_stall_the_next_attempt_gets_a_fresh_agent_and_memory(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make(prestart=True)
+        first, _ = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        assert reader.load().ok
+        regions = h.events("target_region")
+        assert [r["fresh"] for r in regions] == [True, True] and regions[0]["addr"] != regions[1]["addr"]
+        assert len({m.agent_name for m in world.managers}) == 2 and world.managers[0].shut_down
 
     def test_fallback_label_on_the_last_candidate(self, world: World, h: Harness, checkpoint: Path) -> None:
         world.add("a", behaviour=DISCONNECT)
