@@ -368,12 +368,14 @@ def run_source(args: argparse.Namespace) -> int:
 def run_reader(args: argparse.Namespace) -> int:
     from mxref.chunked_read import ChunkPolicy
     from mxref.metrics import ReaderMetrics
+    from mxref.read_target import NixlWarmup
     from mxref.reader import Reader, ReaderOptions
     from mxref.source import identity_for
 
     metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
     with Process(args.name, "reader", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
+        warmup = NixlWarmup()  # NIXL's one-time start-up, beside the reference's computation
         try:
             reference = model_reference(args)
         except BadInput as exc:
@@ -394,7 +396,7 @@ def run_reader(args: argparse.Namespace) -> int:
             chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib > 0 else None,
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
-        reader = Reader(options, reference, identity, proc.events, metrics)
+        reader = Reader(options, reference, identity, proc.events, metrics, warmup=warmup)
         try:
             return _read(args, proc, metrics, reader, hooks)
         finally:

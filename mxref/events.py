@@ -114,7 +114,8 @@ EVENTS: dict[str, EventSpec] = {
     # reader: where a load's time went, one event per phase (per attempt where it has an index);
     # overlapped: it ran beside the control-plane calls (the prestarted target), not on the load's path
     "load_phase": _ev("index", "seconds", "ok", "overlapped",
-                      phase=("list", "metadata", "wait_target", "allocate", "agent", "register", "handshake",
+                      phase=("warmup", "list", "metadata", "wait_target", "allocate", "warmup_wait", "agent",
+                             "register", "handshake",
                              "read", "release", "verify", "fallback", "settle")),
     "load_failed": _ev("error"),
     "signal": _ev("signum", "name"),

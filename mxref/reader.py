@@ -57,7 +57,7 @@ from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, Reference, load_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
-from mxref.read_target import ReadTarget, TargetPrestart, prepare_target
+from mxref.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.selection import Target, get_selector
 from mxref.v1 import p2p_pb2
 
@@ -132,8 +132,11 @@ class Reader:
         identity: p2p_pb2.SourceIdentity,
         events: EventLog,
         metrics: ReaderMetrics,
+        warmup: NixlWarmup | None = None,
     ) -> None:
+        """``warmup``: NIXL's one-time initialisation, started earlier (at the process's start)."""
         self.options = options
+        self._warmup = warmup
         self.reference = reference
         self.specs = list(reference.tensors)
         self.identity = identity
@@ -150,6 +153,7 @@ class Reader:
         self._parked: list[Arena] = []  # memory a stalled READ may still write: held until close()
         self._read_posted = False  # the current attempt posted a READ (its peer may answer late)
         self._agents_made = 0  # READ targets prepared so far (each has a fresh agent and name)
+        self._warmup_reported = False
         self._prestart: TargetPrestart | None = None
         self._phases: dict[str, float] = {}  # seconds per load phase, summed over attempts
 
@@ -425,7 +429,7 @@ class Reader:
         return prepare_target(self.accelerator, self.specs, self.options.device_id,
                               self.agent_base if n == 0 else f"{self.agent_base}.{n}",
                               events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
-                              manager_cls=NixlTransferManager)
+                              manager_cls=NixlTransferManager, warmup=self._warmup)
 
     def _take_target(self, index: int) -> ReadTarget:
         """The prestarted target when there is one (no READ was ever posted into it), else a new one."""
@@ -437,7 +441,11 @@ class Reader:
         overlapped = target is not None
         if target is None:
             target = self._new_target()
-        metric = {"allocate": "prepare", "agent": "register", "register": "register"}
+        if self._warmup is not None and self._warmup.seconds and not self._warmup_reported:
+            self._warmup_reported = True  # it ran beside the reference's computation, before the load
+            self._record_phase("warmup", "register", self._warmup.seconds, "error" if self._warmup.error else "ok",
+                               index, overlapped=True)
+        metric = {"allocate": "prepare", "warmup_wait": "register", "agent": "register", "register": "register"}
         for phase, seconds in target.phases.items():
             self._record_phase(phase, metric[phase], seconds, "ok", index, overlapped=overlapped)
         return target
