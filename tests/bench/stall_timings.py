@@ -8,7 +8,8 @@ Reads the ``timeline.jsonl`` of every run folder under the given directories (as
   READ is posted; for a freeze that lands mid-READ the window deadline counts from the last
   completion, which is no earlier, so this is the rule's worst case). Goal: p95 <= 1 s.
 - ``all_candidates_wedged``: the harness starting the reader process -> its ``fallback``
-  event (three stalls and the setup of three attempts). Goal: <= 3 s.
+  event (three stalls and the setup of three attempts). Goal: <= 3 s. Also from the reader's
+  ``started`` event (its interpreter up and its modules imported).
 
 Figures, not asserts::
 
@@ -55,7 +56,15 @@ def all_candidates_wedged(entries: list[dict[str, Any]]) -> float | None:
     return None if start is None or fallback is None else fallback - start
 
 
-MEASURES = {"frozen_source": (frozen_source, 1.0), "all_candidates_wedged": (all_candidates_wedged, 3.0)}
+def all_candidates_wedged_after_started(entries: list[dict[str, Any]]) -> float | None:
+    start = _first(entries, "reader-1", "started", "info")  # its interpreter is up, its modules imported
+    fallback = _first(entries, "reader-1", "fallback", "info")
+    return None if start is None or fallback is None else fallback - start
+
+
+MEASURES = {"frozen_source": ("frozen_source", frozen_source, 1.0),
+            "all_candidates_wedged": ("all_candidates_wedged", all_candidates_wedged, 3.0),
+            "all_candidates_wedged_from_started": ("all_candidates_wedged", all_candidates_wedged_after_started, 3.0)}
 
 
 def _p95(values: list[float]) -> float:
@@ -69,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="run output folders (mxchaos run --out)")
     args = parser.parse_args(argv)
     report: dict[str, Any] = {}
-    for name, (measure, goal) in MEASURES.items():
-        runs = sorted({p.parent.resolve() for d in args.dirs for p in d.glob(f"{name}/*/timeline.jsonl")})
+    for name, (scenario, measure, goal) in MEASURES.items():
+        runs = sorted({p.parent.resolve() for d in args.dirs for p in d.glob(f"{scenario}/*/timeline.jsonl")})
         values = [v for v in (measure(_entries(r)) for r in runs) if v is not None]
         if not values:
             continue
         report[name] = {"runs": len(values), "median_s": round(statistics.median(values), 3),
                         "p95_s": round(_p95(values), 3), "max_s": round(max(values), 3), "goal_s": goal}
-        print(f"{name:24s} n={len(values):3d} median {statistics.median(values):.3f}s  p95 {_p95(values):.3f}s  "
+        print(f"{name:34s} n={len(values):3d} median {statistics.median(values):.3f}s  p95 {_p95(values):.3f}s  "
               f"max {max(values):.3f}s  (goal {goal:g}s)")
     print(json.dumps({"stall_timings": report}))
     return 0
