@@ -30,9 +30,10 @@ from mxref import config
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
 
 if TYPE_CHECKING:
+    from mxref.accelerators import AcceleratorBackend
     from mxref.debug_hooks import CorruptionToggle
     from mxref.metrics import ReaderMetrics
-    from mxref.model import Arena, ModelSpec, Reference
+    from mxref.model import Arena, ModelSpec, Reference, TensorSpec
     from mxref.reader import Reader
 
 
@@ -213,6 +214,20 @@ def _pin(reference: Reference, args: argparse.Namespace) -> Reference:
     return reference
 
 
+def _early_target(args: argparse.Namespace) -> tuple[AcceleratorBackend | None, list[TensorSpec] | None]:
+    """The reader's memory backend and its synthetic model's tensor layout, known before the
+    reference is computed; (None, None) for a model file, or flags that make no model or no
+    backend (the later, real checks report those)."""
+    from mxref.accelerators import get_backend
+
+    if args.model_file:
+        return None, None
+    try:
+        return get_backend(args.accelerator), model_spec(args).tensor_specs()
+    except Exception:  # noqa: BLE001 - only a head start; the reader's own setup reports the problem
+        return None, None
+
+
 def model_reference(args: argparse.Namespace) -> Reference:
     """The reference a reader holds its load to (module docstring: precedence). Reads only
     the header of a model file that records its reference."""
@@ -375,7 +390,8 @@ def run_reader(args: argparse.Namespace) -> int:
     metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
     with Process(args.name, "reader", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
-        warmup = NixlWarmup()  # NIXL's one-time start-up, beside the reference's computation
+        # NIXL's one-time start-up and the READ target's memory, beside the reference's computation
+        warmup = NixlWarmup(*_early_target(args), args.device_id)
         try:
             reference = model_reference(args)
         except BadInput as exc:

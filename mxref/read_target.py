@@ -67,14 +67,19 @@ def prepare_target(
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     accelerator.set_device(device_id)
-    arena = accelerator.allocate(specs, device_id)
-    if not getattr(arena, "zeroed", False):
-        arena.fill(0)
-    phases["allocate"] = time.perf_counter() - t0
+    early = warmup.take_arena(specs) if warmup is not None else None
+    if early is not None:  # allocated beside the reference's computation
+        arena, phases["allocate"] = early
+        phases["warmup_wait"] = time.perf_counter() - t0
+    else:
+        arena = accelerator.allocate(specs, device_id)
+        if not getattr(arena, "allocated_zeroed", False):
+            arena.fill(0)
+        phases["allocate"] = time.perf_counter() - t0
     manager = manager_cls(agent_name, device_id, accelerator, events=events, metrics=metrics,
                           initial_error=initial_error)
     try:
-        if warmup is not None:
+        if warmup is not None and "warmup_wait" not in phases:
             phases["warmup_wait"] = warmup.wait()
         t0 = time.perf_counter()
         manager.create_agent_on_free_port("127.0.0.1", progress_thread=False)
@@ -90,13 +95,19 @@ def prepare_target(
 
 
 class NixlWarmup:
-    """Pay a process's one-time NIXL/UCX initialisation (~0.4 s here) in a thread: create a
-    throwaway agent (no listener, no memory) and drop it. Later agents then cost ~0.05 s.
-    Started at a reader's start, it runs while the reader works out its content reference."""
+    """A reader's head start, in a thread from its start, while it works out its content
+    reference: NIXL's one-time initialisation (~0.4 s here: a throwaway agent, no listener, no
+    memory; later agents then cost ~0.05 s) and, given the model's ``specs``, the first READ
+    target's memory (``take_arena``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, accelerator: AcceleratorBackend | None = None, specs: list[TensorSpec] | None = None,
+                 device_id: int = 0) -> None:
         self.seconds = 0.0
         self.error: str | None = None
+        self._accelerator, self._specs, self._device_id = accelerator, specs, device_id
+        self._arena: Any = None
+        self._arena_seconds = 0.0
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="mxref-nixl-warmup", daemon=True)
         self._thread.start()
 
@@ -113,12 +124,44 @@ class NixlWarmup:
         except Exception as exc:  # noqa: BLE001 - only a head start: the real agent reports any failure
             self.error = f"{type(exc).__name__}: {exc}"
         self.seconds = time.perf_counter() - t0
+        if self._accelerator is not None and self._specs:
+            t0 = time.perf_counter()
+            try:
+                self._accelerator.set_device(self._device_id)
+                arena = self._accelerator.allocate(self._specs, self._device_id)
+                if not getattr(arena, "allocated_zeroed", False):
+                    arena.fill(0)
+            except Exception as exc:  # noqa: BLE001 - only a head start: the target allocates its own
+                logger.warning("allocating the READ target ahead failed: %s: %s", type(exc).__name__, exc)
+                return
+            with self._lock:
+                self._arena, self._arena_seconds = arena, time.perf_counter() - t0
 
     def wait(self) -> float:
         """Wait (bounded) until it is done; returns how long we waited."""
         t0 = time.perf_counter()
         self._thread.join(PRESTART_JOIN_S)
         return time.perf_counter() - t0
+
+    def take_arena(self, specs: list[TensorSpec]) -> tuple[Any, float] | None:
+        """The memory allocated ahead and the seconds that took, once, when it was allocated
+        for exactly ``specs`` (never read into: fresh for the late-write guard); else None."""
+        self.wait()
+        with self._lock:
+            arena, self._arena = self._arena, None
+        if arena is None:
+            return None
+        if list(arena.specs) != list(specs):
+            arena.release()
+            return None
+        return arena, self._arena_seconds
+
+    def release_arena(self) -> None:
+        """Nobody took it: hand it back."""
+        with self._lock:
+            arena, self._arena = self._arena, None
+        if arena is not None:
+            arena.release()
 
 
 class TargetPrestart:

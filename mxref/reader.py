@@ -170,6 +170,8 @@ class Reader:
             if self._prestart is not None:  # no attempt reached a READ: drop what was prepared
                 self._prestart.discard()
                 self._prestart = None
+            if self._warmup is not None:
+                self._warmup.release_arena()
         result.seconds = time.monotonic() - start
         if result.ok:  # what it holds is reported before it says it loaded: a reader that departs
             self.report_memory("loaded")  # right after load_done has still told what it held

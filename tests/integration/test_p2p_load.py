@@ -114,6 +114,13 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     assert rd.events("exit")[-1]["code"] == 0
     assert "UCX_TLS" in rd.events("started")[0]["env"] and rd.events("started")[0]["env"]["UCX_TLS"] == "tcp"
     assert src.returncode is None, "the source outlives its reader"
+    # where the load's time went: the READ's phase is the READ; fixed costs ran beside the load's path
+    phases = {e["phase"]: e for e in rd.events("load_phase")}
+    assert phases["read"]["seconds"] == pytest.approx(done["seconds"], abs=1e-3) and not phases["read"]["overlapped"]
+    assert all(phases[p]["overlapped"] for p in ("warmup", "allocate", "agent", "register")), phases
+    on_path = rd.events("load_done")[0]["phases"]
+    assert {"list", "metadata", "wait_target", "handshake", "read", "verify"} <= set(on_path) and "agent" not in on_path
+    assert sum(on_path.values()) <= result["seconds"] + 1e-3, (on_path, result["seconds"])
 
 
 # ----------------------------------------------------------------------------- (b)

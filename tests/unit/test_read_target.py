@@ -71,3 +71,17 @@ def test_a_target_nobody_took_is_discarded() -> None:
     pre.discard()
     pre.discard()
     assert made.discarded == 1
+
+
+def test_a_failed_warmup_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mxref import nixl_transfer
+    from mxref.errors import NixlUnavailable
+    from mxref.read_target import NixlWarmup
+
+    def missing() -> None:
+        raise NixlUnavailable("the nixl package is not installed")
+
+    monkeypatch.setattr(nixl_transfer, "import_nixl", missing)
+    warm = NixlWarmup()
+    assert warm.wait() >= 0
+    assert warm.error is not None and "not installed" in warm.error and warm.seconds >= 0
