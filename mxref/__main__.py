@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DEBUG HOOK (tests only): write the bytes of seed N but record the reference of the "
                         "model given (a tampered checkpoint)")
 
+    sub.add_parser("bench", add_help=False,
+                   help="whole load and READ vs a raw two-process NIXL READ, interleaved (mxref bench --help)")
     p = sub.add_parser("demo", help="server + source + reader on this machine over UCX-over-TCP")
     _add_common(p, "demo")
     p.add_argument("--tensors", type=int, default=32)
@@ -513,6 +515,11 @@ def install_credentials(args: argparse.Namespace) -> bool:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its own flags (mxref.bench_load)
+        from mxref.bench_load import main as bench
+
+        return bench(["--raw", *argv[1:]])
     args = build_parser().parse_args(argv)
     if hasattr(args, "transport"):
         config.apply_transport_profile(args.transport)
