@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -29,9 +30,10 @@ from mxref import config
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
 
 if TYPE_CHECKING:
+    from mxref.accelerators import AcceleratorBackend
     from mxref.debug_hooks import CorruptionToggle
     from mxref.metrics import ReaderMetrics
-    from mxref.model import Arena, ModelSpec, Reference
+    from mxref.model import Arena, ModelSpec, Reference, TensorSpec
     from mxref.reader import Reader
 
 
@@ -40,6 +42,16 @@ def _seconds(text: str) -> float:
         return config.parse_seconds(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size in MiB must be finite and >= 0 (0: off)")
+    return value
 
 
 def _add_common(p: argparse.ArgumentParser, role: str) -> None:
@@ -132,10 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-timeout", type=_seconds, default=None,
                    help="per-candidate READ budget [MX_TRANSFER_TIMEOUT, 300]")
     p.add_argument("--handshake-timeout", type=_seconds, default=config.DEFAULT_HANDSHAKE_TIMEOUT_S)
-    p.add_argument("--read-chunk-mib", type=float, default=config.env_float("MXREF_READ_CHUNK_MIB", 0.0) or None,
+    p.add_argument("--read-chunk-mib", type=_mib,
+                   default=config.env_float("MXREF_READ_CHUNK_MIB", config.DEFAULT_READ_CHUNK_MIB, allow_zero=True),
+                   metavar="MIB",
                    help="split the READ into chunks of this many MiB (2 in flight) and call a window that "
-                        "completes nothing within W*chunk/100MB/s+0.5s a stall [MXREF_READ_CHUNK_MIB; "
-                        "default: one READ handle, bounded only by the transfer budget]")
+                        "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
+                        "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
+                        "bounded only by the budget (seed 001) [MXREF_READ_CHUNK_MIB, 16]")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -166,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DEBUG HOOK (tests only): write the bytes of seed N but record the reference of the "
                         "model given (a tampered checkpoint)")
 
+    sub.add_parser("bench", add_help=False,
+                   help="whole load and READ vs a raw two-process NIXL READ, interleaved (mxref bench --help)")
     p = sub.add_parser("demo", help="server + source + reader on this machine over UCX-over-TCP")
     _add_common(p, "demo")
     p.add_argument("--tensors", type=int, default=32)
@@ -200,6 +217,20 @@ def _pin(reference: Reference, args: argparse.Namespace) -> Reference:
         what = f"--model-file {args.model_file}" if args.model_file else "the model flags"
         raise BadInput(f"--expect-digest {want}: {what} give {reference.digest} ({reference.origin})")
     return reference
+
+
+def _early_target(args: argparse.Namespace) -> tuple[AcceleratorBackend | None, list[TensorSpec] | None]:
+    """The reader's memory backend and its synthetic model's tensor layout, known before the
+    reference is computed; (None, None) for a model file, or flags that make no model or no
+    backend (the later, real checks report those)."""
+    from mxref.accelerators import get_backend
+
+    if args.model_file:
+        return None, None
+    try:
+        return get_backend(args.accelerator), model_spec(args).tensor_specs()
+    except Exception:  # noqa: BLE001 - only a head start; the reader's own setup reports the problem
+        return None, None
 
 
 def model_reference(args: argparse.Namespace) -> Reference:
@@ -356,14 +387,17 @@ def run_source(args: argparse.Namespace) -> int:
 
 
 def run_reader(args: argparse.Namespace) -> int:
+    from mxref.chunked_read import ChunkPolicy
     from mxref.metrics import ReaderMetrics
-    from mxref.nixl_transfer import ChunkPolicy
+    from mxref.read_target import NixlWarmup
     from mxref.reader import Reader, ReaderOptions
     from mxref.source import identity_for
 
     metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
     with Process(args.name, "reader", args.events, args.metrics_port, metrics,
                  metrics_host=args.metrics_host) as proc:
+        # NIXL's one-time start-up and the READ target's memory, beside the reference's computation
+        warmup = NixlWarmup(*_early_target(args), args.device_id)
         try:
             reference = model_reference(args)
         except BadInput as exc:
@@ -381,10 +415,10 @@ def run_reader(args: argparse.Namespace) -> int:
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             unguarded_retry=args.simulate_unguarded_retry,
-            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib else None,
+            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib > 0 else None,
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
-        reader = Reader(options, reference, identity, proc.events, metrics)
+        reader = Reader(options, reference, identity, proc.events, metrics, warmup=warmup)
         try:
             return _read(args, proc, metrics, reader, hooks)
         finally:
@@ -485,6 +519,11 @@ def install_credentials(args: argparse.Namespace) -> bool:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its own flags (mxref.bench_load)
+        from mxref.bench_load import main as bench
+
+        return bench(["--raw", *argv[1:]])
     args = build_parser().parse_args(argv)
     if hasattr(args, "transport"):
         config.apply_transport_profile(args.transport)

@@ -47,7 +47,7 @@ class CpuBackend:
         return True
 
     def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> Arena:
-        return Arena(specs)
+        return Arena(specs, zeroed_mapping=True)  # populated once, zero: a READ target needs no fill
 
     def to_device(self, host: Arena, device_id: int = 0) -> Arena:
         return host

@@ -18,6 +18,7 @@ logger = logging.getLogger("mxref.config")
 # Seed 001: the RDMA path's per-candidate budget when MX_TRANSFER_TIMEOUT is not
 # explicitly set (the env helper's own 900 s default is deliberately not inherited).
 DEFAULT_TRANSFER_TIMEOUT_S = 300.0
+DEFAULT_READ_CHUNK_MIB = 16.0  # chunked READs with a stall deadline (mxref.chunked_read); 0: one handle
 MAX_SOURCE_RETRIES = 3
 # ModelExpress hard-codes 120 s for the NIXL metadata handshake poll.
 DEFAULT_HANDSHAKE_TIMEOUT_S = 120.0
@@ -61,8 +62,9 @@ def transfer_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
-def env_float(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
-    """A positive finite float from the environment; warns and uses ``default`` otherwise."""
+def env_float(name: str, default: float, env: Mapping[str, str] | None = None, allow_zero: bool = False) -> float:
+    """A positive (or, with ``allow_zero``, non-negative) finite float from the environment;
+    warns and uses ``default`` otherwise."""
     env = os.environ if env is None else env
     raw = env.get(name)
     if raw is None or raw == "":
@@ -72,8 +74,9 @@ def env_float(name: str, default: float, env: Mapping[str, str] | None = None) -
     except ValueError:
         logger.warning("%s=%r is not a number; using %s", name, raw, default)
         return default
-    if not math.isfinite(value) or value <= 0:
-        logger.warning("%s=%r is not finite and positive; using %s", name, raw, default)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        logger.warning("%s=%r is not finite and %s; using %s", name, raw,
+                       "non-negative" if allow_zero else "positive", default)
         return default
     return value
 

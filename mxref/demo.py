@@ -103,7 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 return proc.finish(EXIT_LOAD_FAILED)
             chunked: dict[str, list[float]] = {"single": [], "chunked": []}
             for i in range(args.compare_chunked_runs):  # interleaved, so drift hits both alike
-                for mode, extra in (("single", []), ("chunked", ["--read-chunk-mib", str(args.chunk_mib)])):
+                for mode, extra in (("single", ["--read-chunk-mib", "0"]), ("chunked", ["--read-chunk-mib", str(args.chunk_mib)])):
                     again = _read_once(workdir, children, f"reader-{mode}-{i}", addr, model + extra)
                     if again is not None:
                         chunked[mode].append(again["gbps"])

@@ -110,8 +110,14 @@ EVENTS: dict[str, EventSpec] = {
     # --debug-hooks: SIGUSR2 toggled the corruption of the registered memory
     "debug_corrupt": _ev("corrupted", "tensors", notes={"corrupted": "bool"}),
     "fallback": _ev("reason", "checkpoint"),
-    "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts",
-                     path=("rdma", "disk")),
+    "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts", "phases",
+                     path=("rdma", "disk"), notes={"phases": "{load_phase: seconds the load spent in it}"}),
+    # reader: where a load's time went, one event per phase (per attempt where it has an index);
+    # overlapped: it ran beside the control-plane calls (the prestarted target), not on the load's path
+    "load_phase": _ev("index", "seconds", "ok", "overlapped",
+                      phase=("warmup", "list", "metadata", "wait_target", "allocate", "warmup_wait", "agent",
+                             "register", "handshake",
+                             "read", "release", "verify", "fallback", "settle")),
     "load_failed": _ev("error"),
     "signal": _ev("signum", "name"),
     "shutdown_step": _ev("ok", "detail", step=("mark_stale", "stop_heartbeat", "stop_worker_server",

@@ -35,12 +35,12 @@ import numpy as np
 
 from mxref import config
 from mxref.accelerators import AcceleratorBackend, CpuBackend
+from mxref.chunked_read import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, read_chunked, split_ranges
 from mxref.errors import (
     HandshakeTimeout,
     ManifestMismatchError,
     NixlUnavailable,
     TransferFailed,
-    TransferStalled,
     TransferTimeout,
 )
 from mxref.events import NULL, EventLog
@@ -48,8 +48,6 @@ from mxref.metrics import NixlFamilies
 
 logger = logging.getLogger("mxref.nixl_transfer")
 
-DONE_STATES = frozenset({"DONE", "SUCCESS"})
-ERROR_STATES = frozenset({"ERR", "ERROR", "FAIL"})
 HANDSHAKE_POLL_S = 0.01
 HANDSHAKE_REFETCH_S = 1.0  # a fetch request can be lost (dead cached socket): ask again
 
@@ -99,62 +97,6 @@ class PostedRead:
     total_bytes: int
     num_ranges: int
     posted_at: float
-
-
-@dataclass(frozen=True)
-class ChunkPolicy:
-    """Split a READ into chunks so a stalled source is seen in about a second, not a budget.
-
-    A wedged data plane gives neither a completion nor an error (seed 000), so a single
-    READ handle can only time out at the whole budget. With chunks of ``chunk_bytes`` and
-    ``window`` handles in flight, a window that completes nothing within
-    ``window * chunk_bytes / floor_bps + slack_s`` (counted from the later of its oldest
-    post and the last completion) is a stall. Measured here (shared notes): 16 MiB, W=2,
-    100 MB/s, 0.5 s detects a frozen source in ~0.8 s at 0.92-0.98x single-handle
-    throughput, with no false stall under 8 CPU hogs on 2 cores.
-
-    Released chunks stay tainted: a resumed source's late replies can still land in them.
-    The reader therefore rolls back (drops agent and memory) before its next candidate,
-    and verifies every checksum after the load, never per chunk.
-    """
-
-    chunk_bytes: int = 16 << 20
-    window: int = 2
-    floor_bps: float = 100e6
-    slack_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.chunk_bytes <= 0 or self.window < 1 or self.floor_bps <= 0 or self.slack_s < 0:
-            raise ValueError(f"invalid chunk policy {self}: sizes, window and floor must be positive")
-
-    @property
-    def stall_s(self) -> float:
-        return self.window * self.chunk_bytes / self.floor_bps + self.slack_s
-
-
-def split_ranges(
-    pairs: Sequence[tuple[tuple[int, int, int], tuple[int, int, int]]], chunk_bytes: int
-) -> list[list[tuple[tuple[int, int, int], tuple[int, int, int]]]]:
-    """Group (local, remote) ranges into chunks of at most ``chunk_bytes``, splitting big ranges.
-
-    Each range is ``(addr, size, device_id)``; local and remote of a pair have the same size.
-    """
-    chunks: list[list[tuple[tuple[int, int, int], tuple[int, int, int]]]] = []
-    current: list[tuple[tuple[int, int, int], tuple[int, int, int]]] = []
-    room = chunk_bytes
-    for (laddr, size, ldev), (raddr, _rsize, rdev) in pairs:
-        offset = 0
-        while offset < size:
-            take = min(size - offset, room)
-            current.append(((laddr + offset, take, ldev), (raddr + offset, take, rdev)))
-            offset += take
-            room -= take
-            if room == 0:
-                chunks.append(current)
-                current, room = [], chunk_bytes
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 @dataclass(frozen=True)
@@ -393,7 +335,12 @@ class NixlTransferManager:
         mem = self._accelerator.mem_type
         if chunks is not None:
             ranges = [((t.addr, t.size, t.device_id), (int(s.addr), int(s.size), int(s.device_id))) for t, s in pairs]
-            self._read_chunked(agent, split_ranges(ranges, chunks.chunk_bytes), remote_agent_name, budget, chunks)
+            try:
+                read_chunked(agent, mem, split_ranges(ranges, chunks.chunk_bytes), remote_agent_name, budget, chunks)
+            except ChunkedReadError as exc:
+                self._record_failure(exc.message, exc.kind)
+                raise exc.error(self._data_plane_error) from exc
+            self._clear_failure()
             self._accelerator.synchronize()
             total = sum(t.size for t, _ in pairs)
             result = "partial" if partial else "complete"
@@ -428,79 +375,6 @@ class NixlTransferManager:
         result = "partial" if partial else "complete"
         self._count_receive(result)
         return total, len(pairs), result
-
-    def _read_chunked(
-        self,
-        agent: Any,
-        chunks: list[list[tuple[tuple[int, int, int], tuple[int, int, int]]]],
-        remote_agent_name: str,
-        budget_s: float,
-        policy: ChunkPolicy,
-    ) -> None:
-        """Keep ``policy.window`` chunk READs in flight; fail on an error, a stall or the budget.
-
-        Every handle still in flight when it fails is released (NIXL cancels it); the
-        memory behind it stays tainted (see ``ChunkPolicy``).
-        """
-        mem = self._accelerator.mem_type
-        pending = list(reversed(chunks))
-        inflight: list[tuple[Any, float]] = []
-        start = time.monotonic()
-        last_done = start
-        try:
-            while pending or inflight:
-                while pending and len(inflight) < policy.window:
-                    ranges = pending.pop()
-                    local = np.array([r[0] for r in ranges], dtype=np.uint64)
-                    remote = np.array([r[1] for r in ranges], dtype=np.uint64)
-                    try:
-                        handle = agent.initialize_xfer(
-                            "READ", agent.get_xfer_descs(local, mem), agent.get_xfer_descs(remote, mem),
-                            remote_agent_name,
-                        )
-                        state = agent.transfer(handle)
-                    except Exception as exc:
-                        self._record_failure(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
-                                             "status_error")
-                        raise TransferFailed(self._data_plane_error) from exc
-                    inflight.append((handle, time.monotonic()))
-                    if state in ERROR_STATES:
-                        self._record_failure(f"chunked READ failed at post: NIXL state {state}", "status_error")
-                        raise TransferFailed(self._data_plane_error)
-                for item in list(inflight):
-                    handle = item[0]
-                    try:
-                        state = agent.check_xfer_state(handle)
-                    except Exception as exc:
-                        self._record_failure(f"chunked READ failed: NIXL raised {type(exc).__name__}: {exc}",
-                                             "status_error")
-                        raise TransferFailed(self._data_plane_error) from exc
-                    if state in DONE_STATES:
-                        inflight.remove(item)  # before the release: `finally` releases only what is left
-                        agent.release_xfer_handle(handle)
-                        last_done = time.monotonic()
-                    elif state in ERROR_STATES:
-                        self._record_failure(f"chunked READ failed: NIXL state {state}", "status_error")
-                        raise TransferFailed(self._data_plane_error)
-                now = time.monotonic()
-                if inflight and now - max(inflight[0][1], last_done) > policy.stall_s:
-                    done = len(chunks) - len(pending) - len(inflight)
-                    self._record_failure(
-                        f"READ stalled: no chunk completed for {policy.stall_s:.2f}s "
-                        f"({done} of {len(chunks)} chunks done, no error status from NIXL)", "timeout")
-                    raise TransferStalled(self._data_plane_error)
-                if (pending or inflight) and now - start > budget_s:
-                    self._record_failure(
-                        f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
-                        f"(chunked, {len(pending) + len(inflight)} of {len(chunks)} chunks left)", "timeout")
-                    raise TransferTimeout(self._data_plane_error)
-        finally:
-            for handle, _posted in inflight:
-                try:
-                    agent.release_xfer_handle(handle)
-                except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome
-                    logger.warning("release_xfer_handle failed: %s", exc)
-        self._clear_failure()
 
     def _match(self, source_tensors: Sequence[Any], exact: bool) -> list[tuple[LocalTensor, Any]]:
         by_name = {s.name: s for s in source_tensors}

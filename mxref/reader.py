@@ -13,8 +13,8 @@ the same content are listed.
    A manifest that disagrees with the reference (a tensor's name, dtype, size,
    shape or checksum; an empty checksum claims nothing) is ``reference_mismatch``:
    the source is never read from. Then a fresh target (memory + NIXL agent), the
-   handshake (P2P listener fetch or centralized blob), one bounded READ of every
-   tensor, and the release of the source in ``finally``; then every tensor's bytes
+   handshake (P2P listener fetch or centralized blob), one bounded (by default chunked)
+   READ of every tensor, and the release of the source in ``finally``; then every tensor's bytes
    are checked against the reference: a difference is ``integrity_mismatch``.
 3. A failed candidate is rolled back and the next one is tried. When none
    succeeds: the safetensors checkpoint on disk, its tensors hashed and checked
@@ -33,6 +33,15 @@ memory that overlaps no parked region (``target_region`` says which, and
 after a settle window in which the agent keeps making progress (``memory_digest``
 ``settled``).
 
+Fixed costs are kept off the load's path (``mxref.read_target``): NIXL's one-time start-up
+and, for a synthetic model, the first target's memory are paid in a thread from the process's
+start (``NixlWarmup``); the first target's agent and registration while the control plane is
+asked (``TargetPrestart``). Neither was ever read into, so the guard holds. A ``load_phase``
+event per phase says where the time went; ``overlapped`` marks work beside the path.
+
+The READ is chunked by default (``mxref.chunked_read``): a window that completes nothing within
+one deadline (0.84 s with 16 MiB chunks, 2 in flight) is a stall, well before the budget.
+
 After a load, ``memory_digest`` events report what the reader's memory holds (it is
 re-hashed each time): ``loaded`` at once, ``settled`` after a settle window,
 ``exit`` before the memory is released.
@@ -50,17 +59,20 @@ from pathlib import Path
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
+from mxref.chunked_read import ChunkPolicy
 from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, Reference, load_checkpoint
-from mxref.nixl_transfer import ChunkPolicy, NixlTransferManager
+from mxref.nixl_transfer import NixlTransferManager
+from mxref.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.selection import Target, get_selector
-from mxref.source import local_tensors
 from mxref.v1 import p2p_pb2
 
 logger = logging.getLogger("mxref.reader")
+
+DEFAULT_CHUNKS = ChunkPolicy()  # frozen: one shared instance is safe
 
 
 @dataclass(frozen=True)
@@ -81,8 +93,12 @@ class ReaderOptions:
     # simulates the unguarded reader: after a failed READ the next candidate is read with the same
     # agent, registration and memory (a stalled source's late replies land in the verified load)
     unguarded_retry: bool = False
-    chunks: ChunkPolicy | None = None  # None: one READ handle per candidate (seed 001)
+    # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
+    # handle per candidate, bounded only by the budget (seed 001). The budget bounds both.
+    chunks: ChunkPolicy | None = DEFAULT_CHUNKS
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
+    # prepare the first READ target (memory + agent) while the control plane is asked
+    prestart: bool = True
     name: str = "reader"
 
 
@@ -125,8 +141,11 @@ class Reader:
         identity: p2p_pb2.SourceIdentity,
         events: EventLog,
         metrics: ReaderMetrics,
+        warmup: NixlWarmup | None = None,
     ) -> None:
+        """``warmup``: NIXL's one-time initialisation, started earlier (at the process's start)."""
         self.options = options
+        self._warmup = warmup
         self.reference = reference
         self.specs = list(reference.tensors)
         self.identity = identity
@@ -142,13 +161,37 @@ class Reader:
         self._last_error: str | None = None
         self._parked: list[Arena] = []  # memory a stalled READ may still write: held until close()
         self._read_posted = False  # the current attempt posted a READ (its peer may answer late)
+        self._agents_made = 0  # READ targets prepared so far (each has a fresh agent and name)
+        self._warmup_reported = False
+        self._prestart: TargetPrestart | None = None
+        self._phases: dict[str, float] = {}  # seconds per load phase, summed over attempts
 
     # ------------------------------------------------------------------ flow
     def load(self) -> LoadResult:
         start = time.monotonic()
         result = LoadResult(path="none", ok=False)
+        self._phases = {}
+        if self.options.prestart and not self.options.unguarded_retry:
+            self._prestart = TargetPrestart(self._new_target)
+        try:
+            self._load(result)
+        finally:
+            if self._prestart is not None:  # no attempt reached a READ: drop what was prepared
+                self._prestart.discard()
+                self._prestart = None
+            if self._warmup is not None:
+                self._warmup.release_arena()
+        result.seconds = time.monotonic() - start
+        if result.ok:  # what it holds is reported before it says it loaded: a reader that departs
+            self.report_memory("loaded")  # right after load_done has still told what it held
+        self._finish(result)
+        return result
+
+    def _load(self, result: LoadResult) -> None:
         with MxClient(self.options.server, self.options.rpc_timeout_s) as client:
+            t0 = time.perf_counter()
             candidates = self._find_sources(client)
+            self._load_phase("list", t0, None, True)
             for index, ref in enumerate(candidates[: config.MAX_SOURCE_RETRIES]):
                 has_next = index + 1 < min(len(candidates), config.MAX_SOURCE_RETRIES)
                 attempt = Attempt(index=index, worker_id=ref.worker_id, mx_source_id=ref.mx_source_id)
@@ -156,12 +199,9 @@ class Reader:
                 if self._try(client, ref, attempt, has_next, result):
                     break
         if not result.ok:
+            t0 = time.perf_counter()
             self._fall_back(result, "no source succeeded" if candidates else "no source available")
-        result.seconds = time.monotonic() - start
-        if result.ok:  # what it holds is reported before it says it loaded: a reader that departs
-            self.report_memory("loaded")  # right after load_done has still told what it held
-        self._finish(result)
-        return result
+            self._load_phase("fallback", t0, None, result.ok)
 
     def report_memory(self, when: str) -> Reference | None:
         """Emit ``memory_digest`` for what our memory holds now (re-hashed); None when we hold nothing."""
@@ -181,9 +221,12 @@ class Reader:
             return None
         if self.manager is not None:
             self.manager.start_progress_pump()
+        t0 = time.perf_counter()
         if stop.wait(seconds):
             return None
-        return self.report_memory("settled")
+        held = self.report_memory("settled")
+        self._load_phase("settle", t0, None, held is not None)
+        return held
 
     def _find_sources(self, client: MxClient) -> list[p2p_pb2.SourceInstanceRef]:
         try:
@@ -218,9 +261,9 @@ class Reader:
             worker = self._fetch_worker_metadata(client, ref)
         except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any metadata failure moves on to the next candidate
             self.metrics.reader.metadata_failures.labels(self.policy).inc()
-            self._phase("metadata", t0, "error")
+            self._phase("metadata", t0, "error", attempt.index)
             return self._outcome(attempt, "metadata_miss", f"{type(exc).__name__}: {exc}")
-        self._phase("metadata", t0, "ok")
+        self._phase("metadata", t0, "ok", attempt.index)
         if worker is None:
             return self._outcome(attempt, "metadata_miss", "metadata not found or empty")
         if not compatible(self.accelerator.name, worker.accelerator):
@@ -315,23 +358,12 @@ class Reader:
             arena.fill(0)
             self._emit_region(index, mgr.agent_name, arena, fresh=False)
         else:
-            t0 = time.perf_counter()
-            self.arena = arena = self.accelerator.allocate(self.specs, self.options.device_id)
-            arena.fill(0)
-            self._phase("prepare", t0, "ok")
+            target = self._take_target(index)
+            self.manager, self.arena = mgr, arena = target.manager, target.arena
             clash = self._overlaps_parked(arena)
             if clash is not None:  # cannot happen while parked regions stay allocated; never read into one
                 raise RuntimeError(f"fresh target memory {clash} overlaps a region a stalled READ may still write")
-            agent_name = self.agent_base if index == 0 else f"{self.agent_base}.{index}"
-            self.manager = mgr = NixlTransferManager(
-                agent_name, self.options.device_id, self.accelerator,
-                events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
-            )
-            t0 = time.perf_counter()
-            mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False)
-            mgr.register_tensors(local_tensors(arena, self.options.device_id))
-            self._phase("register", t0, "ok")
-            self._emit_region(index, agent_name, arena, fresh=True)
+            self._emit_region(index, target.agent_name, arena, fresh=True)
         source_tensors = list(worker.tensor_source.tensors or worker.tensors)
         remote: str | None = None
         try:
@@ -342,7 +374,7 @@ class Reader:
                 try:
                     mgr.fetch_remote_and_wait(remote, host.strip("[]"), int(port), self.options.handshake_timeout_s)
                 except Exception as exc:
-                    self._phase("handshake", t0, "error")
+                    self._phase("handshake", t0, "error", index)
                     self.events.emit("handshake", index=index, mode="p2p", agent_name=remote,
                                      seconds=round(time.perf_counter() - t0, 6), ok=False, error=str(exc))
                     raise
@@ -355,7 +387,7 @@ class Reader:
                 host, port = worker.metadata_endpoint.rsplit(":", 1)
                 mgr.push_local_metadata(remote, host.strip("[]"), int(port))
                 pushed = True
-            self._phase("handshake", t0, "ok")
+            self._phase("handshake", t0, "ok", index)
             self.events.emit("handshake", index=index, mode=mode, agent_name=remote,
                              seconds=round(time.perf_counter() - t0, 6), ok=True, pushed=pushed)
             total = sum(s.nbytes for s in self.specs)
@@ -373,29 +405,61 @@ class Reader:
                 )
             except TransferTimeout as exc:
                 seconds = time.perf_counter() - t0
-                self._phase("receive", t0, "error")
+                self._phase("read", t0, "error", index)
                 self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
                                  stalled=isinstance(exc, TransferStalled), error=str(exc))
                 raise
             except Exception as exc:
-                self._phase("receive", t0, "error")
+                self._phase("read", t0, "error", index)
                 self.events.emit("transfer_error", index=index, seconds=round(time.perf_counter() - t0, 6),
                                  error=f"{type(exc).__name__}: {exc}")
                 raise
             seconds = time.perf_counter() - t0
-            self._phase("receive", t0, "ok")
+            self._phase("read", t0, "ok", index)
             self.events.emit("transfer_done", index=index, bytes=nbytes, seconds=round(seconds, 6),
                              gbps=round(nbytes / seconds / 1e9, 3) if seconds > 0 else None)
         finally:
             if remote is not None and not self.options.skip_release:
                 t0 = time.perf_counter()
                 mgr.remove_remote_agent(remote)
-                self._phase("release", t0, "ok")
+                self._phase("release", t0, "ok", index)
         t0 = time.perf_counter()
         self._read_posted = False  # completed: every GET was answered, nothing is left to land
-        self._verify(arena)
-        self._phase("finalize", t0, "ok")
+        try:
+            self._verify(arena)
+        except IntegrityError:
+            self._phase("verify", t0, "error", index)
+            raise
+        self._phase("verify", t0, "ok", index)
         return nbytes, seconds
+
+    def _new_target(self) -> ReadTarget:
+        """Fresh memory registered with a fresh agent (its own name: ``base``, ``base.1``, ...)."""
+        n = self._agents_made
+        self._agents_made += 1
+        return prepare_target(self.accelerator, self.specs, self.options.device_id,
+                              self.agent_base if n == 0 else f"{self.agent_base}.{n}",
+                              events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
+                              manager_cls=NixlTransferManager, warmup=self._warmup)
+
+    def _take_target(self, index: int) -> ReadTarget:
+        """The prestarted target when there is one (no READ was ever posted into it), else a new one."""
+        target: ReadTarget | None = None
+        prestart, self._prestart = self._prestart, None
+        if prestart is not None:
+            target, waited = prestart.take()
+            self._record_phase("wait_target", "prepare", waited, "ok", index)
+        overlapped = target is not None
+        if target is None:
+            target = self._new_target()
+        if self._warmup is not None and self._warmup.seconds and not self._warmup_reported:
+            self._warmup_reported = True  # it ran beside the reference's computation, before the load
+            self._record_phase("warmup", None, self._warmup.seconds, "error" if self._warmup.error else "ok",
+                               index, overlapped=True)
+        metric = {"allocate": "prepare", "warmup_wait": "register", "agent": "register", "register": "register"}
+        for phase, seconds in target.phases.items():
+            self._record_phase(phase, metric[phase], seconds, "ok", index, overlapped=overlapped)
+        return target
 
     def _emit_region(self, index: int, agent_name: str, arena: Arena, fresh: bool) -> None:
         """Which memory (and agent) attempt ``index`` reads into: the late-write guard made visible."""
@@ -484,12 +548,35 @@ class Reader:
             self.metrics.reader.loaded_bytes.labels(result.path).inc(result.bytes)
             self.events.emit("load_done", path=result.path, source=result.source, worker_id=result.worker_id,
                              bytes=result.bytes, seconds=round(result.seconds, 6), gbps=round(result.gbps, 3),
-                             integrity=result.integrity, attempts=len(result.attempts))
+                             integrity=result.integrity, attempts=len(result.attempts),
+                             phases={k: round(v, 6) for k, v in self._phases.items()})
         else:
             self.events.emit("load_failed", error=result.error)
 
-    def _phase(self, phase: str, t0: float, outcome: str) -> None:
-        self.metrics.reader.phase_seconds.labels(self.policy, phase, outcome).observe(time.perf_counter() - t0)
+    # load phases: the event's name -> ModelExpress's phase label of mx_p2p_source_attempt_phase_seconds
+    _METRIC_PHASE = {"metadata": "metadata", "handshake": "handshake", "read": "receive", "release": "release",
+                     "verify": "finalize"}
+
+    def _phase(self, phase: str, t0: float, outcome: str, index: int) -> None:
+        """One attempt phase since ``t0``: the metric (ModelExpress's label) and a ``load_phase`` event."""
+        self._record_phase(phase, self._METRIC_PHASE[phase], time.perf_counter() - t0, outcome, index)
+
+    def _record_phase(self, phase: str, metric_phase: str | None, seconds: float, outcome: str, index: int | None,
+                      overlapped: bool = False) -> None:
+        """``metric_phase`` None: no attempt phase of ModelExpress's (the process's NIXL warm-up)."""
+        if metric_phase is not None:
+            self.metrics.reader.phase_seconds.labels(self.policy, metric_phase, outcome).observe(seconds)
+        self._emit_phase(phase, seconds, index, outcome == "ok", overlapped)
+
+    def _load_phase(self, phase: str, t0: float, index: int | None, ok: bool) -> None:
+        """A phase of the load outside any attempt (list, fallback, settle): event only."""
+        self._emit_phase(phase, time.perf_counter() - t0, index, ok, False)
+
+    def _emit_phase(self, phase: str, seconds: float, index: int | None, ok: bool, overlapped: bool) -> None:
+        if not overlapped:  # time the load spent on it (overlapped work ran beside another phase)
+            self._phases[phase] = self._phases.get(phase, 0.0) + seconds
+        self.events.emit("load_phase", phase=phase, index=index, seconds=round(seconds, 6), ok=ok,
+                         overlapped=overlapped)
 
     def close(self) -> None:
         if self.manager is not None:

@@ -228,7 +228,9 @@ class ReaderOptions(PeerOptions):
     transfer_timeout: Duration | None = None
     handshake_timeout: Duration | None = None
     rpc_timeout: Duration | None = None  # deadline of each metadata-server RPC (mxref: 30s)
-    read_chunk_mib: float | None = Field(None, gt=0)  # chunked READ with a stall deadline (mxref: off)
+    # chunked READ with a stall deadline (mxref's default: 16 MiB); 0: one READ handle, bounded
+    # only by transfer_timeout (seed 001)
+    read_chunk_mib: float | None = Field(None, ge=0)
     selector: Literal["random", "rendezvous_hash"] | None = None
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False

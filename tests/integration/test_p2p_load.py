@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from procs import Cluster, Proc
 
+from mxref.chunked_read import ChunkPolicy
 from mxref.client import MxClient
 from mxref.metrics import ReaderMetrics, SourceMetrics
 from mxref.model import ModelSpec, generate, save_checkpoint
@@ -113,6 +114,13 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     assert rd.events("exit")[-1]["code"] == 0
     assert "UCX_TLS" in rd.events("started")[0]["env"] and rd.events("started")[0]["env"]["UCX_TLS"] == "tcp"
     assert src.returncode is None, "the source outlives its reader"
+    # where the load's time went: the READ's phase is the READ; fixed costs ran beside the load's path
+    phases = {e["phase"]: e for e in rd.events("load_phase")}
+    assert phases["read"]["seconds"] == pytest.approx(done["seconds"], abs=1e-3) and not phases["read"]["overlapped"]
+    assert all(phases[p]["overlapped"] for p in ("warmup", "allocate", "agent", "register")), phases
+    on_path = rd.events("load_done")[0]["phases"]
+    assert {"list", "metadata", "wait_target", "handshake", "read", "verify"} <= set(on_path) and "agent" not in on_path
+    assert sum(on_path.values()) <= result["seconds"] + 1e-3, (on_path, result["seconds"])
 
 
 # ----------------------------------------------------------------------------- (b)
@@ -148,9 +156,14 @@ def test_b_source_sigkilled_mid_read_the_next_candidate_loads(cluster: Cluster) 
 # ----------------------------------------------------------------------------- (c)
 
 
-def test_c_frozen_source_times_out_at_the_budget_then_the_next_loads(cluster: Cluster) -> None:
+@pytest.mark.parametrize("chunk_mib", [0, None], ids=["single_handle", "default_chunked"])
+def test_c_frozen_source_stalls_then_the_next_loads(cluster: Cluster, chunk_mib: int | None) -> None:
+    """Seed behaviour (``--read-chunk-mib 0``, one handle): the READ ends at the budget. mxref's
+    default (chunked): a stall one window deadline into the READ, well inside a 30 s budget."""
+    budget = BUDGET_S if chunk_mib == 0 else 30.0
+    flags = ("--read-chunk-mib", str(chunk_mib)) if chunk_mib is not None else ()
     sources = start_sources(cluster, "src-a", "src-b", mode="central")
-    rd = cluster.start_reader("rd1", *reader_args(), model=MODEL)
+    rd = cluster.start_reader("rd1", *reader_args("--transfer-timeout", str(budget), *flags), model=MODEL)
     victim, other = first_tried(cluster, rd, sources)
     try:
         cluster.freeze(victim)
@@ -160,8 +173,12 @@ def test_c_frozen_source_times_out_at_the_budget_then_the_next_loads(cluster: Cl
     assert outcomes(rd) == [(0, victim.info["worker_id"], "transfer_retry"), (1, other.info["worker_id"], "success")]
     timeout = rd.events("transfer_timeout", where=lambda e: e["index"] == 0)
     assert timeout, rd.events("transfer_error")
-    assert timeout[0]["budget_s"] == BUDGET_S
-    assert BUDGET_S <= timeout[0]["seconds"] < BUDGET_S + 2.0, timeout[0]
+    assert timeout[0]["budget_s"] == budget
+    if chunk_mib == 0:
+        assert not timeout[0]["stalled"] and budget <= timeout[0]["seconds"] < budget + 2.0, timeout[0]
+    else:
+        deadline = ChunkPolicy().stall_s
+        assert timeout[0]["stalled"] and deadline <= timeout[0]["seconds"] < deadline + 2.0, timeout[0]
     # the resumed source is alive and serving again
     cluster.wait_event(victim, "heartbeat", where=lambda e: e["mono"] > timeout[0]["mono"] and e["ok"], timeout=10)
     assert victim.returncode is None

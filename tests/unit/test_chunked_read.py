@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from mxref.chunked_read import ChunkPolicy, split_ranges
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
-from mxref.nixl_transfer import ChunkPolicy, LocalTensor, NixlTransferManager, split_ranges
+from mxref.nixl_transfer import LocalTensor, NixlTransferManager
 
 MIB = 1 << 20
 
@@ -30,11 +31,22 @@ class ChunkAgent:
         self.released: list[int] = []
         self.max_inflight = 0
 
-    def get_xfer_descs(self, arr, mem):  # type: ignore[no-untyped-def]
-        return arr
+        self.prepped: dict[int, tuple[str, Any]] = {}  # dlist handle -> (agent name, Nx3 descriptors)
+        self.dlists_released: list[int] = []
+        self.chunk_indices: list[tuple[list[int], list[int]]] = []
 
-    def initialize_xfer(self, op, local, remote, name):  # type: ignore[no-untyped-def]
-        return len(self.posted)
+    def prep_xfer_dlist(self, name: str, descs: Any, mem: str) -> Any:
+        handle = 1000 + len(self.prepped)
+        self.prepped[handle] = (name, descs.copy())
+        return handle
+
+    def make_prepped_xfer(self, op, local_side, local_idx, remote_side, remote_idx):  # type: ignore[no-untyped-def]
+        assert op == "READ" and local_side in self.prepped and remote_side in self.prepped
+        self.chunk_indices.append((list(local_idx), list(remote_idx)))
+        return len(self.chunk_indices) - 1
+
+    def release_dlist_handle(self, handle):  # type: ignore[no-untyped-def]
+        self.dlists_released.append(handle)
 
     def transfer(self, handle):  # type: ignore[no-untyped-def]
         self.posted.append(handle)
@@ -79,6 +91,47 @@ def test_a_chunked_read_completes_with_a_bounded_window() -> None:
     assert len(agent.posted) == 8 and sorted(agent.released) == list(range(8))
     assert agent.max_inflight <= 2
     assert mgr.is_healthy()
+
+
+def test_descriptor_lists_are_prepared_once_and_each_chunk_is_made_from_them_by_index() -> None:
+    agent = ChunkAgent()
+    mgr, remote = manager(agent)
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=3 * MIB))
+    assert [name for name, _ in agent.prepped.values()] == ["NIXL_INIT_AGENT", "src"]
+    (_, local), (_, far) = agent.prepped.values()
+    read: list[tuple[int, int]] = []  # (local addr, remote addr) of every byte's first address, in chunk order
+    for lidx, ridx in agent.chunk_indices:
+        assert lidx == ridx and sum(int(local[i][1]) for i in lidx) <= 3 * MIB
+        read += [(int(local[i][0]), int(far[i][0])) for i in lidx]
+        assert all(local[i][1] == far[i][1] for i in lidx)
+    assert sum(int(local[i][1]) for lidx, _ in agent.chunk_indices for i in lidx) == 32 * MIB
+    assert len(set(read)) == len(read), "no piece is read twice"
+    assert sorted(agent.dlists_released) == sorted(agent.prepped), "both prepared lists are released"
+
+
+def test_a_stall_still_releases_the_prepared_lists() -> None:
+    agent = ChunkAgent(complete=1)
+    mgr, remote = manager(agent)
+    with pytest.raises(TransferStalled):
+        mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, slack_s=0.05,
+                                                                          floor_bps=1e9))
+    assert sorted(agent.dlists_released) == sorted(agent.prepped)
+    assert sorted(agent.released) == sorted(agent.posted)
+
+
+def test_a_list_nixl_cannot_prepare_fails_the_read_and_releases_the_other() -> None:
+    class NoRemote(ChunkAgent):
+        def prep_xfer_dlist(self, name: str, descs: Any, mem: str) -> Any:
+            if name != "NIXL_INIT_AGENT":
+                raise RuntimeError("NIXL_ERR_NOT_FOUND")
+            return super().prep_xfer_dlist(name, descs, mem)
+
+    agent = NoRemote()
+    mgr, remote = manager(agent)
+    with pytest.raises(TransferFailed):
+        mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
+    assert "could not be prepared" in (mgr.data_plane_error or "")
+    assert agent.dlists_released == [1000] and agent.posted == []
 
 
 def test_a_frozen_source_is_a_stall_after_stall_s_not_the_budget() -> None:

@@ -25,6 +25,7 @@ import pytest
 import xxhash
 
 import mxref.reader as reader_mod
+from mxref.chunked_read import ChunkPolicy
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
@@ -184,6 +185,7 @@ class FakeAgent:
         self.calls: list[tuple[str, ...]] = []
         self.loaded: set[str] = set()
         self.handles: dict[int, tuple[str, np.ndarray, np.ndarray]] = {}
+        self.dlists: dict[int, tuple[str, np.ndarray]] = {}  # prepared descriptor lists
 
     def get_agent_metadata(self) -> bytes:
         return f"md:{self.name}".encode()
@@ -226,6 +228,24 @@ class FakeAgent:
         self.handles[handle] = (name, local, remote)
         return handle
 
+    def prep_xfer_dlist(self, name: str, descs: np.ndarray, mem_type: str) -> int:
+        if name != "NIXL_INIT_AGENT" and name not in self.loaded:
+            raise RuntimeError(f"nixlNotFoundError: remote agent {name!r} is not loaded")
+        self.dlists[len(self.dlists) + 1] = (name, descs)
+        return len(self.dlists)
+
+    def make_prepped_xfer(self, op: str, local_side: int, local_idx: list[int], remote_side: int,
+                          remote_idx: list[int]) -> int:
+        name, remote = self.dlists[remote_side]
+        if name not in self.loaded:
+            raise RuntimeError(f"nixlNotFoundError: remote agent {name!r} is not loaded")
+        handle = len(self.handles) + 1
+        self.handles[handle] = (name, self.dlists[local_side][1][local_idx], remote[remote_idx])
+        return handle
+
+    def release_dlist_handle(self, handle: int) -> None:
+        self.calls.append(("release_dlist", self.dlists[handle][0]))
+
     def transfer(self, handle: int) -> str:
         self.calls.append(("transfer", self.handles[handle][0]))
         return "PROC"
@@ -237,9 +257,11 @@ class FakeAgent:
             return "PROC"
         if src.behaviour == DISCONNECT:
             raise RuntimeError("nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT")
-        by_addr = {d.addr: i for i, d in enumerate(src.descriptors())}
+        descs = src.descriptors()
         for (laddr, size, _), (raddr, _rsize, _) in zip(local.tolist(), remote.tolist()):
-            data = (SOURCE_BYTES if src.served is None else src.served)[by_addr[raddr]]
+            i = next(i for i, d in enumerate(descs) if d.addr <= raddr < d.addr + d.size)  # a chunk may split a tensor
+            offset = raddr - descs[i].addr
+            data = (SOURCE_BYTES if src.served is None else src.served)[i][offset:offset + size]
             if src.behaviour == CORRUPT:
                 data = bytes(len(data))
             ctypes.memmove(laddr, data, size)
@@ -300,7 +322,7 @@ class Harness:
 
     def make(self, **options: Any) -> Reader:
         opts: dict[str, Any] = dict(server="127.0.0.1:1", transfer_timeout_s=0.05, handshake_timeout_s=0.05,
-                                    name="rd", selector="rendezvous_hash")
+                                    name="rd", selector="rendezvous_hash", prestart=False)
         opts.update(options)
         self.reader = Reader(ReaderOptions(**opts), REFERENCE, identity_for(SPEC.name, SPEC.dtype, revision=REFERENCE.digest),
                              EventLog(self.events_path, "rd", "reader"), self.metrics)
@@ -496,6 +518,76 @@ class TestTransferFailures:
             assert ev["budget_s"] == 0.05 and 0.05 <= ev["seconds"] < 1.0
         else:
             assert "REMOTE_DISCONNECT" in h.events("transfer_error")[0]["error"]
+
+    def test_by_default_a_stall_is_seen_at_the_window_deadline_well_before_the_budget(self, world: World,
+                                                                                      h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        policy = ChunkPolicy(floor_bps=1e9, slack_s=0.05)  # stall_s ~0.08 s, budget 30 s
+        reader = h.make(transfer_timeout_s=30.0, chunks=policy)
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        assert reader.load().worker_id == second
+        ev = h.events("transfer_timeout")[0]
+        assert ev["stalled"] is True and policy.stall_s <= ev["seconds"] < 10.0
+        assert h.events("transfer_start")[0]["stall_s"] == round(policy.stall_s, 3)
+        assert any(c[0] == "release_dlist" for c in world.managers[0].fake.calls)
+
+    def test_with_chunking_off_one_handle_waits_for_the_budget(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make(transfer_timeout_s=0.3, chunks=None)  # the seed's single READ handle
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        assert reader.load().worker_id == second
+        ev = h.events("transfer_timeout")[0]
+        assert ev["stalled"] is False and ev["seconds"] >= 0.3
+        assert h.events("transfer_start")[0]["chunk_bytes"] is None
+        assert not any(c[0] == "release_dlist" for m in world.managers for c in m.fake.calls)
+
+    def test_the_default_reader_reads_in_chunks(self) -> None:
+        assert ReaderOptions(server="x:1").chunks == ChunkPolicy()
+        assert ChunkPolicy().stall_s == pytest.approx(2 * 16 * (1 << 20) / 100e6 + 0.5)
+
+    def test_the_prestarted_target_is_what_the_first_read_uses(self, world: World, h: Harness) -> None:
+        world.add("a")
+        result = h.load(prestart=True)
+        assert result.ok and len(world.managers) == 1
+        phases = {e["phase"]: e for e in h.events("load_phase")}
+        assert {"list", "metadata", "wait_target", "allocate", "agent", "register", "handshake", "read", "release",
+                "verify"} <= set(phases)
+        assert phases["agent"]["overlapped"] is True and phases["read"]["overlapped"] is False
+        done = h.events("load_done")[0]
+        assert "agent" not in done["phases"] and done["phases"]["read"] == pytest.approx(phases["read"]["seconds"])
+
+    def test_a_prestarted_target_nobody_reads_into_is_shut_down(self, world: World, h: Harness,
+                                                                 checkpoint: Path) -> None:
+        result = h.load(prestart=True, checkpoint=checkpoint)  # no source at all: disk
+        assert result.path == "disk"
+        assert len(world.managers) == 1 and world.managers[0].shut_down
+
+    def test_after_a_metadata_miss_the_next_candidate_reads_into_the_prestarted_target(self, world: World,
+                                                                                        h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make(prestart=True)
+        first, second = order_for_selector(reader, world)
+        world.by_worker(first).metadata = "not_found"
+        result = reader.load()
+        assert result.ok and result.worker_id == second
+        assert len(world.managers) == 1, "never read into, so the head start is still fresh"
+        assert h.events("target_region")[0]["index"] == 1
+
+    def test_after_a_stall_the_next_attempt_gets_a_fresh_agent_and_memory(self, world: World, h: Harness) -> None:
+        world.add("a")
+        world.add("b")
+        reader = h.make(prestart=True)
+        first, _ = order_for_selector(reader, world)
+        world.by_worker(first).behaviour = STALL
+        assert reader.load().ok
+        regions = h.events("target_region")
+        assert [r["fresh"] for r in regions] == [True, True] and regions[0]["addr"] != regions[1]["addr"]
+        assert len({m.agent_name for m in world.managers}) == 2 and world.managers[0].shut_down
 
     def test_fallback_label_on_the_last_candidate(self, world: World, h: Harness, checkpoint: Path) -> None:
         world.add("a", behaviour=DISCONNECT)
