@@ -293,3 +293,83 @@ checks:
     assert "checks[0].outcome.of.b[0].event" in rendered and "transfer_done" in rendered, rendered
     with pytest.raises(ScenarioInvalid, match="at least 2"):
         parse_scenario(text.replace("        b: [{process: reader-1, event: transfer_dne}]\n", "").replace("freez", "freeze"))
+
+
+# ---------------------------------------------------------------- the hardware set's own checks
+
+HARDWARE = Path(__file__).resolve().parents[2] / "scenarios" / "hardware"
+JUDGED = ("outcome", "count", "elapsed", "ordering", "loaded")  # integrity/exit_codes/nothing_leaked need a real run
+
+
+def judge_file(name: str, rows: list[tuple[Any, ...]]) -> dict[str, checks.NamedResult]:
+    """The scenario file's own checks of the kinds above, judged on a made-up timeline."""
+    from harness.scenario import load_scenario
+
+    sc = load_scenario(HARDWARE / name)
+    facts = RunFacts(roles=sc.roles())
+    history = History.build(rows)
+    return {params.label(kind): evaluate(i, kind, params, history, facts)
+            for i, (kind, params) in enumerate(sc.check_entries()) if kind in JUDGED}
+
+
+def _failed(results: dict[str, checks.NamedResult]) -> dict[str, str]:
+    return {name: r.summary for name, r in results.items() if r.valid is not True}
+
+
+READY = [(0.5, "ok", "source-1", "start", {}), (1.0, "info", "source-1", "agent_ready", {"mem_type": "VRAM"}),
+         (1.1, "info", "source-1", "published", {"worker_id": "w1"}), (2.0, "ok", "reader-1", "start", {}),
+         (2.5, "info", "reader-1", "candidates", {"listed": 2, "accelerator_matched": 2}),
+         (2.6, "info", "reader-1", "attempt_start", {"index": 0, "worker_id": "w1"}),
+         (3.0, "info", "reader-1", "transfer_start", {"index": 0})]
+LOADED = {"path": "rdma", "integrity": True}
+
+
+def test_the_smoke_passes_on_a_vram_load_and_fails_on_a_cpu_reader() -> None:
+    rows = [*READY[:4], (2.5, "info", "reader-1", "candidates", {"listed": 1, "accelerator_matched": 1}), *READY[5:],
+            (3.2, "info", "reader-1", "transfer_done", {"index": 0}), (3.5, "info", "reader-1", "load_done", {**LOADED, "source": "source-1"})]
+    assert _failed(judge_file("smoke_rdma.yaml", rows)) == {}
+    cpu: list[tuple[Any, ...]] = [
+        (2.5, "info", "reader-1", "candidates", {"listed": 1, "accelerator_matched": 0}) if r[3] == "candidates"
+        else (r[0], r[1], r[2], "fallback", {}) if r[3] == "load_done" else r
+        for r in rows if r[3] not in ("attempt_start", "transfer_start", "transfer_done")]
+    assert set(_failed(judge_file("smoke_rdma.yaml", cpu))) == {
+        "the reader is a cuda reader: the VRAM source matched its accelerator", "loaded(reader-1, rdma, from source-1)",
+        "count(reader-1 fallback <= 0)"}
+
+
+def test_the_frozen_source_records_either_finding_and_fails_when_the_freeze_came_too_late() -> None:
+    freeze = (3.05, "invoke", "nemesis", "inject", {"fault": "freeze"})
+    nic = [*READY, freeze, (3.2, "info", "reader-1", "transfer_done", {"index": 0}),
+           (3.5, "info", "reader-1", "load_done", {**LOADED, "source": "source-1"})]
+    results = judge_file("frozen_source_rdma.yaml", nic)
+    assert _failed(results) == {}
+    (found,) = [r for r in results.values() if r.kind == "outcome"]
+    assert found.details["outcome"] == "completed_despite_the_freeze"
+    stall = [*READY, freeze, (3.9, "info", "reader-1", "transfer_timeout", {"index": 0, "stalled": True}),
+             (4.0, "info", "reader-1", "attempt_start", {"index": 1}), (4.1, "info", "reader-1", "transfer_start", {"index": 1}),
+             (4.4, "info", "reader-1", "transfer_done", {"index": 1}), (4.6, "info", "reader-1", "load_done", {**LOADED, "source": "source-2"})]
+    results = judge_file("frozen_source_rdma.yaml", stall)
+    assert _failed(results) == {}
+    (found,) = [r for r in results.values() if r.kind == "outcome"]
+    assert found.details["outcome"] == "stalled_then_next_candidate"
+    late = [*READY, (3.02, "info", "reader-1", "transfer_done", {"index": 0}), freeze,
+            (3.5, "info", "reader-1", "load_done", {**LOADED, "source": "source-1"})]
+    assert list(_failed(judge_file("frozen_source_rdma.yaml", late))) == [
+        "what a frozen source does to a one-sided RDMA READ (a finding)"]
+
+
+def test_the_link_down_wants_the_transports_error_not_the_budget() -> None:
+    unplug = (3.05, "invoke", "nemesis", "inject", {"fault": "unplug"})
+    retry = [*READY, unplug, (5.2, "info", "reader-1", "transfer_error", {"index": 0}),
+             (5.3, "info", "reader-1", "attempt_start", {"index": 1}),
+             (12.0, "info", "reader-1", "load_done", {**LOADED, "source": "source-2"})]
+    results = judge_file("rdma_link_down.yaml", retry)
+    assert _failed(results) == {}
+    (found,) = [r for r in results.values() if r.kind == "outcome"]
+    assert found.details["outcome"] == "next_candidate_loaded_over_rdma"
+    budget = [*READY, unplug, (63.0, "info", "reader-1", "transfer_timeout", {"index": 0}),
+              (63.1, "info", "reader-1", "attempt_start", {"index": 1}),
+              (70.0, "info", "reader-1", "load_done", {**LOADED, "source": "source-2"})]
+    failed = _failed(judge_file("rdma_link_down.yaml", budget))
+    assert set(failed) == {"the READ ended by the transport's retry timeout (~2.1 s), not at once and not at the 60 s budget",
+                           "no READ ran into its budget", "then the next candidate"}, failed
