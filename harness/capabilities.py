@@ -11,6 +11,11 @@ Capabilities::
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
     <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
+    cuda        a GPU: ``nvidia-smi -L`` lists one, else a ``/dev/nvidia<N>`` exists (``HARDWARE_PROBE``)
+    rdma        an RDMA device: ``/sys/class/infiniband/*``, else ``ibv_devices`` lists one
+    inventory   never here: hosts that ``requires:`` hardware (``hosts: {a: {requires: {accelerator:
+                cuda, transport: rdma}}}``) run only on an inventory's machines (``--inventory``),
+                which ``harness.ssh.missing_on_ssh`` probes over ssh with the same ``HARDWARE_PROBE``
     <other>     a program of that name on PATH (``ss``, ``tc``, ``iptables`` ...)
 
 ``MXCHAOS_MISSING_CAPABILITIES=root,tc`` makes the listed capabilities count as missing,
@@ -20,15 +25,23 @@ to see what a machine without them would skip (and to test the skip path).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 __all__ = [
     "ENV_MISSING",
+    "HARDWARE_PROBE",
+    "Hardware",
+    "hardware_lacks",
+    "hardware_probe",
+    "parse_hardware",
     "PROBES",
     "describe_missing",
     "have",
@@ -56,11 +69,101 @@ def _netns() -> bool:
     return _root() and shutil.which("ip") is not None
 
 
+# The hardware a host has, as one shell line (run here, or on an ssh host by SshHost.capabilities):
+# GPUs (nvidia-smi -L, else /dev/nvidia<N>), RDMA devices (/sys/class/infiniband, else
+# ibv_devices) and, given a network device, the RDMA devices behind it (its RoCE/IB port).
+HARDWARE_PROBE = (
+    "n=0; command -v nvidia-smi >/dev/null 2>&1 && n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU '); "
+    "[ \"$n\" -gt 0 ] 2>/dev/null || n=$(ls /dev 2>/dev/null | grep -c '^nvidia[0-9][0-9]*$'); "
+    "echo \"hw-cuda-gpus $n\"; "
+    "r=$(ls /sys/class/infiniband 2>/dev/null | tr '\\n' ' '); "
+    "[ -n \"$r\" ] || r=$(ibv_devices 2>/dev/null | awk 'NR>2 {print $1}' | tr '\\n' ' '); "
+    "echo \"hw-rdma-devices $r\""
+)
+
+
+def hardware_probe(device: str | None = None) -> str:
+    """``HARDWARE_PROBE``, plus the RDMA devices behind network device ``device`` when given."""
+    if device is None:
+        return HARDWARE_PROBE
+    quoted = shlex.quote(f"/sys/class/net/{device}/device/infiniband")
+    return HARDWARE_PROBE + f"; echo \"hw-rdma-netdev $(ls {quoted} 2>/dev/null | tr '\\n' ' ')\""
+
+
+class Hardware(BaseModel):
+    """What ``HARDWARE_PROBE`` found: the GPU count, the RDMA devices, and those behind the
+    probed network device (None: not probed)."""
+
+    gpus: int = 0
+    rdma: tuple[str, ...] = ()
+    netdev_rdma: tuple[str, ...] | None = None
+
+
+def parse_hardware(output: str) -> Hardware:
+    """The ``hw-*`` lines of the probe's output (other lines are ignored)."""
+    gpus = 0
+    rdma: tuple[str, ...] = ()
+    netdev_found: tuple[str, ...] | None = None
+    for line in output.splitlines():
+        key, _, rest = line.strip().partition(" ")
+        if key == "hw-cuda-gpus":
+            gpus = int(rest) if rest.strip().isdigit() else 0
+        elif key == "hw-rdma-devices":
+            rdma = tuple(rest.split())
+        elif key == "hw-rdma-netdev":
+            netdev_found = tuple(rest.split())
+    return Hardware(gpus=gpus, rdma=rdma, netdev_rdma=netdev_found)
+
+
+def _local_hardware() -> Hardware:
+    try:
+        done = subprocess.run(["sh", "-c", HARDWARE_PROBE], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return Hardware()
+    return parse_hardware(done.stdout)
+
+
+def hardware_lacks(
+    requires: BaseModel, hw: Hardware, *, accelerator: str, device: int | None, transport: str | None,
+    data_device: str | None = None, netdev_needed: bool = False,
+) -> list[str]:
+    """What a machine lacks of a host's ``requires`` (``HostRequires``): each lack says whether
+    the inventory does not declare it, the probe did not find it, or both. ``netdev_needed``: a
+    network fault acts on ``data_device``, so it must carry the RDMA traffic (an RDMA port's
+    netdev), or the fault would not touch it."""
+    lacks: list[str] = []
+    if getattr(requires, "accelerator", None) == "cuda":
+        why = []
+        if accelerator != "cuda":
+            why.append(f"the inventory declares accelerator {accelerator} (give accelerator: {{kind: cuda, device: N}})")
+        if hw.gpus == 0:
+            why.append("probed: nvidia-smi -L lists no GPU and there is no /dev/nvidia<N>")
+        elif device is not None and device >= hw.gpus:
+            why.append(f"probed: cuda device {device} declared, {hw.gpus} GPU(s) found")
+        if why:
+            lacks.append("no cuda: " + "; ".join(why))
+    if getattr(requires, "transport", None) == "rdma":
+        why = []
+        if transport != "rdma":
+            why.append(f"the inventory declares transport {transport or 'none'} (give transport: rdma)")
+        if not hw.rdma:
+            why.append("probed: no /sys/class/infiniband device and ibv_devices lists none")
+        elif netdev_needed and data_device and not hw.netdev_rdma:
+            why.append(f"probed: data device {data_device} has no RDMA device behind it (a network fault there "
+                       f"would not touch RDMA traffic; RDMA devices: {', '.join(hw.rdma)})")
+        if why:
+            lacks.append("no rdma: " + "; ".join(why))
+    return lacks
+
+
 # Capabilities that are not simply a program on PATH.
 PROBES: dict[str, Callable[[], bool]] = {
     "root": _root,
     "toxiproxy": lambda: toxiproxy_server() is not None,
     "netns": _netns,
+    "cuda": lambda: _local_hardware().gpus > 0,
+    "rdma": lambda: bool(_local_hardware().rdma),
+    "inventory": lambda: False,  # hardware hosts are an inventory's machines (harness.ssh.missing_on_ssh)
 }
 
 
@@ -102,6 +205,9 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
     from harness.scenario import FaultStep, iter_steps
 
     needs: dict[str, list[str]] = {}
+    hardware: dict[str, Any] = getattr(scenario, "hardware_hosts", dict)()
+    if hardware:  # only an inventory's machines declare (and are probed for) hardware
+        needs["inventory"] = [f"host {name} requires {req.describe()}" for name, req in hardware.items()]
     netns_hosts = [name for name, spec in getattr(scenario, "hosts", {}).items() if spec.kind == "netns"]
     if netns_hosts:  # the runner puts each in a network namespace of its own
         needs["root"] = [f"hosts ({', '.join(netns_hosts)})"]
@@ -136,5 +242,11 @@ def describe_missing(needs: Mapping[str, list[str]]) -> tuple[list[str], str]:
     lacking = missing(needs)
     if not lacking:
         return [], ""
-    parts = [f"{cap} (for {', '.join(needs[cap])})" for cap in lacking]
-    return lacking, "this machine lacks " + "; ".join(parts)
+    parts = [f"{cap} (for {', '.join(needs[cap])})" for cap in lacking if cap != "inventory"]
+    line = "this machine lacks " + "; ".join(parts) if parts else ""
+    if "inventory" in lacking:
+        hosts = "; ".join(needs["inventory"])
+        line = "; ".join(filter(None, [
+            f"needs an inventory with GPU/RDMA hosts (--inventory FILE; hardware is declared and probed there, "
+            f"never assumed here): {hosts}", line]))
+    return lacking, line

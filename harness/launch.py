@@ -186,11 +186,16 @@ def redis_argv(name: str, spec: RedisProcess, where: Placement) -> list[str]:
 
 
 def _host_accelerator(spec: SourceProcess | ReaderProcess, where: Placement) -> list[str]:
-    """``--accelerator``/``--device-id`` from the host's profile where the process names none."""
-    if where.accelerator is None or spec.options.accelerator is not None:
+    """``--accelerator``/``--device-id`` from the host's profile where the process names none
+    (a process naming the host's own accelerator still gets the host's device id, unless it
+    names its own)."""
+    if where.accelerator is None:
         return []
     kind, device = where.accelerator
-    flags = ["--accelerator", kind]
+    named = spec.options.accelerator
+    if named is not None and named != kind:
+        return []
+    flags = ["--accelerator", kind] if named is None else []
     if device is not None and spec.options.device_id is None:
         flags += ["--device-id", str(device)]
     return flags

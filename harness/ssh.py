@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness import netns, procscan
+from harness.capabilities import Hardware, hardware_lacks
 from harness.errors import FaultError, HarnessError, HostError
 from harness.faults import commands
 from harness.host import ExecResult, StopResult
@@ -177,6 +178,7 @@ class SshHost:
         self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
         self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
         self.inner_link = machine.data.device  # the interface they act on (not the ssh one)
+        self.hardware: Hardware | None = None  # what the last capabilities(hardware=True) probe found
 
     # ------------------------------------------------------------------ ssh plumbing
 
@@ -271,15 +273,26 @@ class SshHost:
             raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}`: ssh failed: {done.stderr.strip()[-200:]}")
         return int(done.rc or 0), (done.stdout + done.stderr).strip()
 
-    def capabilities(self) -> set[str]:
+    def capabilities(self, *, hardware: bool = False) -> set[str]:
         """What network faults can use there: root (uid 0, or sudo -n that works when the
-        inventory says sudo), iptables, tc, ip, ss; and data-device when the inventory names one."""
+        inventory says sudo), iptables, tc, ip, ss; and data-device when the inventory names one.
+        ``hardware``: also what ``capabilities.HARDWARE_PROBE`` finds, kept in ``self.hardware``
+        (cuda, rdma and rdma-netdev: an RDMA device behind the data device are added)."""
+        from harness.capabilities import hardware_probe, parse_hardware
+
         probe = "id -u; for p in iptables tc ip ss; do command -v $p >/dev/null 2>&1 && echo $p; done"
         if self.machine.sudo:
             probe += "; sudo -n true 2>/dev/null && echo sudo"
+        if hardware:
+            probe += "; " + hardware_probe(self.machine.data.device)
         done = self._checked(probe, "probing capabilities")
-        lines = done.stdout.split()
+        self.hardware = parse_hardware(done.stdout) if hardware else None
+        lines = [line for line in done.stdout.splitlines() if not line.startswith("hw-")]
+        lines = " ".join(lines).split()
         found = {word for word in lines[1:] if word != "sudo"}
+        if self.hardware is not None:
+            found |= {cap for cap, ok in (("cuda", self.hardware.gpus > 0), ("rdma", bool(self.hardware.rdma)),
+                                          ("rdma-netdev", bool(self.hardware.netdev_rdma))) if ok}
         if (lines and lines[0] == "0") or "sudo" in lines[1:]:
             found.add("root")
         if self.machine.data.device:
@@ -556,11 +569,14 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
             wanted.setdefault(label, list(SSH_NEEDS[spec.kind]))
         elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
             lacks.append(f"fault {label}: no lever on ssh hosts yet")
-    if wanted:
+    hardware = sc.hardware_hosts()  # hosts that require a GPU / an RDMA NIC: declared and probed
+    hardware_short = 0
+    if wanted or hardware:
         for host, machine in bound.items():
-            probe = SshHost(host, machine, inventory.machines[machine], f"{run_id}-probe", run_dir)
+            profile = inventory.machines[machine]
+            probe = SshHost(host, machine, profile, f"{run_id}-probe", run_dir)
             try:
-                have = probe.capabilities()
+                have = probe.capabilities(hardware=host in hardware)
             except HostError as exc:
                 lacks.append(str(exc))
                 continue
@@ -570,4 +586,11 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
                 short = [n for n in needs if n not in have]
                 if short:
                     lacks.append(f"fault {label}: host {host} (machine {machine}) lacks {', '.join(short)}")
-    return (["ssh-host"], "ssh hosts: " + "; ".join(lacks)) if lacks else ([], "")
+            if host in hardware and probe.hardware is not None:
+                acc = profile.accelerator
+                short_hw = hardware_lacks(hardware[host], probe.hardware, accelerator=acc.kind, device=acc.device,
+                                          transport=profile.transport, data_device=profile.data.device, netdev_needed=bool(wanted))
+                hardware_short += bool(short_hw)
+                lacks += [f"host {host} (machine {machine}): {lack}" for lack in short_hw]
+    kinds = ["ssh-host"] + (["hardware"] if hardware_short else [])
+    return (kinds, "ssh hosts: " + "; ".join(lacks)) if lacks else ([], "")

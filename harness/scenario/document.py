@@ -17,6 +17,7 @@ from harness.scenario.models import (
     Broken,
     Budgets,
     EnvMap,
+    HostRequires,
     HostSpec,
     LocalHostSpec,
     ModelSpec,
@@ -204,6 +205,10 @@ class Scenario(Strict):
 
     def host_of(self, process: str) -> str:
         return self.processes[process].host or next(iter(self.hosts))
+
+    def hardware_hosts(self) -> dict[str, HostRequires]:
+        """The hosts that require hardware (``requires:``), with what they require."""
+        return {name: spec.requires for name, spec in self.hosts.items() if spec.requires is not None}
 
     def netns_hosts(self) -> list[str]:
         return [name for name, spec in self.hosts.items() if spec.kind == "netns"]

@@ -22,6 +22,7 @@ __all__ = [
     "Budgets",
     "CommandProcess",
     "EnvMap",
+    "HostRequires",
     "HostSpec",
     "LocalHostSpec",
     "ModelSpec",
@@ -70,16 +71,45 @@ EnvMap = dict[str, Annotated[str, BeforeValidator(_env_value)]]
 
 
 def _host_shorthand(value: Any) -> Any:
-    return {"kind": value} if isinstance(value, str) else value
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict) and "kind" not in value:  # ``{requires: {...}}``: a local host
+        return {"kind": "local", **value}
+    return value
 
 
-class LocalHostSpec(Strict):
-    """Processes run on this machine, reached over loopback (``ssh`` hosts come next)."""
+class HostRequires(Strict):
+    """Hardware a logical host must have (``hosts: {a: {requires: {accelerator: cuda,
+    transport: rdma}}}``). Only an inventory's machines provide it: its machine must declare it
+    (``accelerator: {kind: cuda, device: N}``, ``transport: rdma``) and have it when probed over
+    ssh (``harness.capabilities.HARDWARE_PROBE``); otherwise the run is a SKIP naming the host and
+    the lack. Without ``--inventory`` such a scenario is a SKIP saying it needs one."""
+
+    accelerator: Literal["cuda"] | None = None  # a GPU: VRAM sources and readers
+    transport: Literal["rdma"] | None = None  # an RDMA NIC, and the machine's transport profile rdma
+
+    @model_validator(mode="after")
+    def _something(self) -> HostRequires:
+        if self.accelerator is None and self.transport is None:
+            raise custom_error("requires", "requires names accelerator: cuda, transport: rdma or both (or drop it)")
+        return self
+
+    def describe(self) -> str:
+        return ", ".join(f"{key} {value}" for key, value in (("accelerator", self.accelerator), ("transport", self.transport)) if value)
+
+
+class HostBase(Strict):
+    requires: HostRequires | None = None  # hardware it needs (an inventory's machine provides it)
+
+
+class LocalHostSpec(HostBase):
+    """Processes run on this machine, reached over loopback (with ``--inventory``: on the
+    machine it is bound to, over ssh)."""
 
     kind: Literal["local"] = "local"
 
 
-class NetnsHostSpec(Strict):
+class NetnsHostSpec(HostBase):
     """Processes run in a network namespace of their own that the run creates (root needed),
     joined to the run's bridge with an address of a private /24; network faults act on it."""
 

@@ -27,6 +27,11 @@ def _refs_in(params: BaseModel) -> Iterator[tuple[Loc, Ref]]:
             for i, item in enumerate(value):
                 if isinstance(item, Ref):
                     yield (alias, i), item
+        elif isinstance(value, dict):  # named chains of references (``outcome``'s ``of``)
+            for name, chain in value.items():
+                for i, item in enumerate(chain if isinstance(chain, tuple | list) else ()):
+                    if isinstance(item, Ref):
+                        yield (alias, name, i), item
 
 
 def _key_loc(key: str) -> Loc:

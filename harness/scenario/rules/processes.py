@@ -41,6 +41,10 @@ def check_processes(cx: Context) -> None:
         others = [n for n, h in sc.hosts.items() if h.kind != "netns"]
         cx.add(("hosts",), f"netns hosts cannot be mixed with other kinds ({', '.join(others)}): a process "
                "in a namespace cannot reach one on this machine's loopback")
+    rdma_hosts = [n for n, h in sc.hosts.items() if h.requires is not None and h.requires.transport == "rdma"]
+    if rdma_hosts and sc.transport not in (None, "rdma", "default") and "transport" not in cx.broken:
+        cx.add(("transport",), f"hosts {', '.join(rdma_hosts)} require transport rdma, but the scenario's transport is "
+               f"{sc.transport!r} (TCP): use rdma (or leave it out: the inventory's machine gives its own)")
     servers = [n for n, p in procs.items() if p.role == "server"]
     for name, spec in procs.items():
         loc: Loc = ("processes", name)
@@ -52,6 +56,7 @@ def check_processes(cx: Context) -> None:
             _check_store(cx, loc, spec)
         if isinstance(spec, SourceProcess | ReaderProcess):
             _check_server(cx, loc, spec, servers)
+            _check_hardware(cx, loc, spec)
             if spec.credentials != "run" and not sc.security.tls and "security" not in cx.broken:
                 cx.add((*loc, "credentials"), f"{spec.credentials!r} withholds credentials the run does not have: "
                        "set security: {tls: true, token: true}")
@@ -100,3 +105,16 @@ def _check_server(cx: Context, loc: Loc, spec: SourceProcess | ReaderProcess, se
         cx.add(loc, f"a {spec.role} needs a server process, and the scenario defines none")
     elif len(servers) > 1:
         cx.add((*loc, "server"), f"required: several servers ({', '.join(servers)})")
+
+
+def _check_hardware(cx: Context, loc: Loc, spec: SourceProcess | ReaderProcess) -> None:
+    """A source or reader on a host that requires hardware does not contradict it: no
+    ``accelerator: cpu`` on a cuda host."""
+    sc = cx.sc
+    host = spec.host or next(iter(sc.hosts), None)
+    needs = sc.hosts[host].requires if host is not None and host in sc.hosts else None
+    if needs is None:
+        return
+    if needs.accelerator == "cuda" and spec.options.accelerator == "cpu":
+        cx.add((*loc, "options", "accelerator"), f"host {host!r} requires accelerator cuda: its {spec.role}s hold "
+               "VRAM (leave accelerator out, or set cuda)")
