@@ -1,6 +1,7 @@
 """Cross-reference rules of the processes, hosts and proxies sections: hosts exist and
 do not mix kinds, sources and readers have a server (directly or through a proxy), a proxy
-leads to a server, a server's store is a redis process, placeholders are known."""
+leads to a server, a server's store is a redis process, placeholders are known, who plays
+the scenario is among its ``subjects``."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def check_processes(cx: Context) -> None:
         cx.add(("hosts",), f"netns hosts cannot be mixed with other kinds ({', '.join(others)}): a process "
                "in a namespace cannot reach one on this machine's loopback")
     servers = [n for n, p in procs.items() if p.role == "server"]
+    _check_subjects(cx)
     for name, spec in procs.items():
         loc: Loc = ("processes", name)
         if spec.host is not None and spec.host not in sc.hosts and not cx.unknown("hosts", spec.host):
@@ -65,6 +67,20 @@ def check_processes(cx: Context) -> None:
     if "launcher" not in cx.broken and "env" not in cx.broken:
         for bad in unknown_placeholders([*sc.launcher, *sc.env.values()]):
             cx.add(("launcher",), f"unknown placeholder {bad} (known: {_known_placeholders()})")
+
+
+def _check_subjects(cx: Context) -> None:
+    """Who plays the scenario (its ``subject``, a process's own) is among its ``subjects``."""
+    sc = cx.sc
+    if "subjects" in cx.broken:
+        return
+    allowed = ", ".join(sc.subjects)
+    if "subject" not in cx.broken and sc.subject not in sc.subjects:
+        cx.add(("subject",), f"{sc.subject!r} is not among the scenario's subjects ({allowed})")
+    for name, spec in sc.processes.items():
+        own = getattr(spec, "subject", None)
+        if own is not None and own not in sc.subjects:
+            cx.add(("processes", name, "subject"), f"{own!r} is not among the scenario's subjects ({allowed})")
 
 
 def _check_store(cx: Context, loc: Loc, spec: ServerProcess) -> None:
