@@ -173,7 +173,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Strategy (?P<name>\S+) failed, trying next: (?P<error>.*)", re.S), "strategy_failed"),
     (re.compile(r"Strategy (?P<name>\S+) raised unexpected error, trying next: (?P<error>.*)", re.S), "strategy_failed"),
     (re.compile(r"Trying strategy: (?P<name>\S+)"), "strategy"),
-    (re.compile(r"Server keeps rejecting heartbeats|heartbeats in a row"), "rejected"),
+    (re.compile(r"UpdateStatus failed: (?P<message>.*)", re.S), "rejected"),  # each heartbeat the server refused
 ]
 
 
@@ -267,8 +267,8 @@ class ClientObserver(logging.Handler):
                 self._emit("fallback", reason=m["error"], checkpoint=None)
         elif kind == "strategy":
             self.strategy = m["name"]
-        elif kind == "rejected":
-            self._emit("heartbeat", status=self.status, ok=False, message="the server rejected heartbeats")
+        elif kind == "rejected":  # the client re-publishes after two in a row (#658): published follows
+            self._emit("heartbeat", status=self.status, ok=False, message=m["message"])
 
 
 # --- the processes ----------------------------------------------------------------------

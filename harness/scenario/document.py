@@ -120,7 +120,7 @@ class Scenario(Strict):
     # who can play it (default: every subject); a scenario staged with mxref's own options, hooks
     # or events lists [mxref] and says why in subjects_note: played by another subject it SKIPs
     subjects: tuple[Subject, ...] = SUBJECT_NAMES
-    subjects_note: str = ""
+    subjects_note: str = Field("", validate_default=True)  # required when a subject is left out
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     # where servers keep their records: memory, or redis (every server without a ``store`` gets

@@ -121,6 +121,7 @@ def test_options_it_does_not_take_are_tolerated() -> None:
 
 # The phrases the observer keys on, and the module of the client that logs each.
 PHRASES = {
+    "client.py": ["UpdateStatus failed: "],
     "metadata/publisher.py": ["Status -> READY", "Marked STALE on shutdown", "marked ", "STALE so targets stop selecting it"],
     "metadata/publish.py": ["Published P2P metadata to MX server ", "(mx_source_id="],
     "load_strategy/rdma_strategy.py": ["Error listing sources, falling through: ", "No RDMA source available, skipping",
@@ -140,3 +141,19 @@ def test_the_phrases_are_the_client_s() -> None:
             source = archive.read(f"modelexpress/{module}").decode()
             missing = [p for p in phrases if p not in source]
             assert missing == [], f"modelexpress/{module} no longer logs {missing}: update mxref.mx_adapter._PATTERNS"
+
+
+def test_each_refused_heartbeat_is_a_heartbeat_event_then_the_client_publishes_again() -> None:
+    refused = "no worker 'w1' is published under source '74f69a2b630a6e02'"
+    _, seen = observe([
+        ("modelexpress.metadata.publisher", "[Worker 0] Status -> READY"),
+        ("modelexpress.client", f"UpdateStatus failed: {refused}"),
+        ("modelexpress.client", f"UpdateStatus failed: {refused}"),
+        ("modelexpress.metadata.publisher", "[Worker 0] Server rejected 2 heartbeats in a row for mx_source_id="
+                                            "74f69a2b630a6e02; re-registering the source"),
+        ("modelexpress.metadata.publish", "[Worker 0] Published P2P metadata to MX server (mx_source_id=74f69a2b630a6e02, "
+                                          "worker_grpc=127.0.0.1:36325)"),
+    ], reader=False)
+    beats = [f for e, f in seen if e == "heartbeat"]
+    assert [(b["ok"], b["message"]) for b in beats] == [(True, ""), (False, refused), (False, refused)]
+    assert [e for e, _ in seen][-1] == "published"
