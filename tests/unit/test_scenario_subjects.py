@@ -56,7 +56,7 @@ def test_a_scenario_for_mxref_only_is_not_playable_by_the_client() -> None:
 
 
 @pytest.mark.parametrize(("extra", "source_subject", "message"), [
-    ("subjects: [mxref]", "", "say why modelexpress cannot play this scenario"),
+    ("subjects: [mxref]", "", "subjects: say why modelexpress cannot play this scenario in subjects_note"),
     ('subjects: [mxref, modelexpress]\nsubjects_note: "why"', "", "nothing to explain"),
     ("subjects: []", "", "name who can play the scenario"),
     ("subjects: [mxref, mxref]", "", "name each subject once"),

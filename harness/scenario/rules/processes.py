@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.scenario.document import SUBJECT_NAMES
 from harness.scenario.models import (
     PLACEHOLDER_RE,
     PLACEHOLDERS,
@@ -75,6 +76,10 @@ def _check_subjects(cx: Context) -> None:
     if "subjects" in cx.broken:
         return
     allowed = ", ".join(sc.subjects)
+    left_out = [s for s in SUBJECT_NAMES if s not in sc.subjects]
+    if left_out and not sc.subjects_note.strip() and "subjects_note" not in cx.broken:
+        cx.add(("subjects",), f"say why {', '.join(left_out)} cannot play this scenario in subjects_note "
+               "(what of mxref's it is staged with)")
     if "subject" not in cx.broken and sc.subject not in sc.subjects:
         cx.add(("subject",), f"{sc.subject!r} is not among the scenario's subjects ({allowed})")
     for name, spec in sc.processes.items():
