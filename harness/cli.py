@@ -402,6 +402,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     scenarios, invalid = _load_all(files, None)
+    if args.subject is not None:
+        scenarios = [s.with_subject(args.subject) for s in scenarios]
     skipped: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
     n_skip = 0
     for sc in scenarios:
@@ -410,6 +412,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         first = sc.description.strip().splitlines()[0] if sc.description.strip() else ""
         print(f"{sc.name:36} {first}{refs}\n{'':36} {_shown(sc.path)}")
         lacking, why = describe_missing(scenario_requirements(sc))
+        if sc.not_playable():
+            lacking, why = [*lacking, f"subject {sc.subject}"], str(sc.not_playable())
         if lacking:
             n_skip += 1
             skipped.update(dict.fromkeys(lacking))
@@ -504,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("paths", nargs="*", metavar="PATH")
     lst.add_argument("--faults", action="store_true")
     lst.add_argument("--checks", action="store_true")
+    lst.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
+                     help="as played by this subject: which scenarios it cannot play (their subjects:) and why")
     lst.set_defaults(fn=_cmd_list)
 
     from harness.matrix.command import add_parser as add_matrix_parser

@@ -142,6 +142,9 @@ class Runner:
     def run(self) -> RunResult:
         started_wall = dt.datetime.now(dt.UTC).isoformat()
         sc = self.scenario
+        not_playable = sc.not_playable()  # staged with mxref's own means: another subject cannot play it
+        if not_playable:
+            return self._skipped(started_wall, [], not_playable)
         if self.inventory is None:
             lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(sc))
         else:
@@ -206,7 +209,7 @@ class Runner:
         )
 
     def _skipped(self, started_wall: str, lacking: list[str], why: str) -> RunResult:
-        """Nothing starts: a fault of the scenario needs what this machine lacks."""
+        """Nothing starts: a fault of the scenario needs what this machine lacks, or its subject cannot play it."""
         self.timeline.append("info", "harness", "skip", {"missing": lacking, "reason": why})
         self.timeline.append("info", "harness", "outcome", {"status": "skipped", "reason": why, "failed_step": None})
         return RunResult(

@@ -170,10 +170,12 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Receiving (?P<n>\d+) tensors from source"), "transfer_start"),
     (re.compile(r"RDMA transfer complete: (?P<n>\d+) tensors, [\d.]+ GB, (?P<s>[\d.]+)s"), "transfer_done"),
     (re.compile(r"RDMA source worker (?P<wid>\S+) failed: (?P<error>.*?)\. Trying next candidate", re.S), "attempt_failed"),
+    (re.compile(r"Failed to fetch metadata for worker (?P<wid>\S+): (?P<error>.*?)\. Trying next candidate", re.S),
+     "metadata_miss"),
     (re.compile(r"Strategy (?P<name>\S+) failed, trying next: (?P<error>.*)", re.S), "strategy_failed"),
     (re.compile(r"Strategy (?P<name>\S+) raised unexpected error, trying next: (?P<error>.*)", re.S), "strategy_failed"),
     (re.compile(r"Trying strategy: (?P<name>\S+)"), "strategy"),
-    (re.compile(r"Server keeps rejecting heartbeats|heartbeats in a row"), "rejected"),
+    (re.compile(r"UpdateStatus failed: (?P<message>.*)", re.S), "rejected"),  # each heartbeat the server refused
 ]
 
 
@@ -260,6 +262,9 @@ class ClientObserver(logging.Handler):
             self.transfer_started = None
         elif kind == "attempt_failed":
             self._transfer_failed(m["error"], m["wid"], "transfer_retry")
+        elif kind == "metadata_miss":  # GetMetadata / the manifest failed: the client moves on, no transfer began
+            self._emit("attempt_outcome", index=self.attempt_index, worker_id=m["wid"], outcome="metadata_miss",
+                       error=m["error"])
         elif kind == "strategy_failed":
             if m["name"] == "rdma" and self._reader:  # a source booting with no peer to copy is no fallback
                 if self.transfer_started is not None:  # the last candidate failed mid-transfer
@@ -267,8 +272,8 @@ class ClientObserver(logging.Handler):
                 self._emit("fallback", reason=m["error"], checkpoint=None)
         elif kind == "strategy":
             self.strategy = m["name"]
-        elif kind == "rejected":
-            self._emit("heartbeat", status=self.status, ok=False, message="the server rejected heartbeats")
+        elif kind == "rejected":  # the client re-publishes after two in a row (#658): published follows
+            self._emit("heartbeat", status=self.status, ok=False, message=m["message"])
 
 
 # --- the processes ----------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Columns of the matrix and what one cell (a scenario in a column) measured.
 
-A column is a NIXL version plus one value of each ``--env`` axis; its id
-(``nixl-1.5.1``, ``nixl-1.5.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=n``) names its folder under
-``--out``. ``read_column`` reads what ``mxchaos run --repeat N --out DIR`` left in that folder:
+A column is a NIXL version (or none: this project's own environment), a subject (who plays
+the sources and readers: ``mxchaos run --subject``; none: each scenario's own) plus one value of
+each ``--env`` axis; its id (``nixl-1.5.1``, ``nixl-1.5.1+UCX_RNDV_PIPELINE_ERROR_HANDLING=n``,
+``subject-modelexpress``) names its folder under ``--out``. ``read_column`` reads what
+``mxchaos run --repeat N --out DIR`` left in that folder:
 ``DIR/summary.json`` (the contract of ``--repeat``: per scenario the cell verdict, rate, bound
 and runs) when present, else the run folders themselves (``DIR/<scenario>/<stamp>/verdict.json``),
-and from each run folder ``versions.json`` (the NIXL and UCX versions the run loaded) and
-``timeline.jsonl`` (timings). Timings, each the median over the cell's runs: ``seconds`` (the
+and from each run folder ``versions.json`` (the NIXL and UCX versions the run loaded, and
+who played: ``subjects``) and ``timeline.jsonl`` (timings). Timings, each the median over the cell's runs: ``seconds`` (the
 run), ``detection_s`` (first fault injected -> first ``transfer_error``), ``recovery_s`` (first
 fault -> the next ``load_done``), ``fallback_s`` (first fault -> the first ``fallback``),
 ``read_gbps`` (the ``gbps`` of every ``transfer_done``) and ``read_ratio`` (``read_gbps`` over
@@ -47,16 +49,21 @@ FAILING = ("error", "hang", "fail", "flaky", "unknown", "none")  # cells that ma
 
 @dataclass(frozen=True)
 class Column:
-    nixl: str
+    nixl: str  # "": this project's own environment (no per-version env)
     env: tuple[tuple[str, str], ...] = ()
+    subject: str = ""  # "": each scenario's own subject
 
     @property
     def id(self) -> str:
-        return "+".join([f"nixl-{self.nixl}", *(f"{k}={v}" for k, v in self.env)])
+        head = [f"nixl-{self.nixl}"] if self.nixl else []
+        head += [f"subject-{self.subject}"] if self.subject else []
+        return "+".join([*(head or ["here"]), *(f"{k}={v}" for k, v in self.env)])
 
     @property
     def label(self) -> str:
-        return " ".join([f"NIXL {self.nixl}", *(f"{k}={v}" for k, v in self.env)])
+        head = [f"NIXL {self.nixl}"] if self.nixl else []
+        head += [f"subject {self.subject}"] if self.subject else []
+        return " ".join([*(head or ["this environment"]), *(f"{k}={v}" for k, v in self.env)])
 
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
@@ -76,10 +83,12 @@ def parse_env_axis(text: str) -> tuple[str, list[str]]:
     return key, vals
 
 
-def columns_for(versions: Sequence[str], axes: Sequence[tuple[str, list[str]]]) -> list[Column]:
-    """Every NIXL version x every combination of the env axes, versions outermost."""
+def columns_for(versions: Sequence[str], axes: Sequence[tuple[str, list[str]]],
+                subjects: Sequence[str] = ()) -> list[Column]:
+    """Every NIXL version (none: ``[""]``, this environment) x every subject x every combination
+    of the env axes, versions outermost."""
     combos = list(itertools.product(*[[(k, v) for v in vals] for k, vals in axes])) if axes else [()]
-    return [Column(v, tuple(combo)) for v in versions for combo in combos]
+    return [Column(v, tuple(combo), s) for v in versions or [""] for s in subjects or [""] for combo in combos]
 
 
 def cell_verdict(verdicts: Iterable[str]) -> str:
@@ -132,6 +141,15 @@ def run_timings(run_dir: Path) -> dict[str, Any]:
         elif f == "fallback" and out["fallback_s"] is None:
             out["fallback_s"] = since
     return out
+
+
+def _played(run_dir: Path) -> dict[str, str]:
+    """Who played the run's sources and readers, from ``versions.json``: subject -> its version."""
+    data = _read_json(run_dir / "versions.json")
+    subjects = data.get("subjects") if isinstance(data, dict) else None
+    if not isinstance(subjects, dict):
+        return {}
+    return {str(k): str(v.get("version", "")) if isinstance(v, dict) else str(v) for k, v in subjects.items()}
 
 
 def _loaded(run_dir: Path) -> tuple[str | None, str | None]:
@@ -197,6 +215,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str], raw_gbps: float | None 
         }
         seconds, detect, recover, fallback, gbps = [], [], [], [], []
         nixl, ucx = set(), set()
+        played: dict[str, str] = {}
         for r in runs:
             if isinstance(r.get("seconds"), int | float):
                 seconds.append(float(r["seconds"]))
@@ -208,6 +227,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str], raw_gbps: float | None 
             recover += [t["recovery_s"]] if t["recovery_s"] is not None else []
             fallback += [t["fallback_s"]] if t["fallback_s"] is not None else []
             gbps += t["gbps"]
+            played.update(_played(rd))
             n, u = _loaded(rd)
             nixl.update([n] if n else [])
             ucx.update([u] if u else [])
@@ -221,6 +241,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str], raw_gbps: float | None 
             read_ratio=round(read / raw_gbps, 3) if read is not None and raw_gbps else None,
             nixl=sorted(nixl),
             ucx=sorted(ucx),
+            subjects=dict(sorted(played.items())),
         )
         col.cells[name] = cell
         col.nixl = sorted({*col.nixl, *nixl})

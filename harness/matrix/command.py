@@ -1,9 +1,10 @@
 """The ``mxchaos matrix`` sub-command: its options and what it prints.
 
-``mxchaos matrix --nixl 1.3.2,1.4.1,1.5.1 [--env KEY=v1,v2 ...] [--repeat N] [--out DIR]
-[--baseline OLD/matrix.json] SCENARIOS...`` validates the scenario files with this harness,
+``mxchaos matrix --nixl 1.3.2,1.4.1,1.5.1 [--subject mxref,modelexpress] [--env KEY=v1,v2 ...]
+[--repeat N] [--out DIR] [--baseline OLD/matrix.json] SCENARIOS...`` (``--nixl``, ``--subject``
+or both: without versions the columns run in this environment) validates the scenario files with this harness,
 then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per scenario, a
-column per NIXL version x env value), the headlines and the baseline changes. Exit 0: the
+column per NIXL version x subject x env value, each cell its verdict, failures and median times), the headlines and the baseline changes. Exit 0: the
 matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
 or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
 why, not a failure); 1: a cell is failing or regressed; 2: invalid input. Heavy imports happen
@@ -31,7 +32,10 @@ def add_parser(sub: Any) -> None:
         "write matrix.json and matrix.html",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
-    p.add_argument("--nixl", required=True, metavar="V1,V2", help="NIXL versions, comma-separated (e.g. 1.3.2,1.4.1,1.5.1)")
+    p.add_argument("--nixl", metavar="V1,V2", help="NIXL versions, comma-separated (e.g. 1.3.2,1.4.1,1.5.1); "
+                   "without it the columns run in this environment")
+    p.add_argument("--subject", metavar="S1,S2", help="a subject axis: who plays the sources and readers "
+                   "(mxref,modelexpress: the differential table; mxchaos run --subject)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=v1,v2",
                    help="an environment axis: every column runs once per value (repeatable)")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per cell (default 1)")
@@ -64,6 +68,9 @@ def format_table(matrix: dict[str, Any]) -> str:
             f = cell.get("failures") or {}
             if f.get("n"):
                 text += f" {f['k']}/{f['n']} failed"
+            for key, short in (("detection_s", "detect"), ("fallback_s", "fallback"), ("recovery_s", "recover")):
+                if isinstance(cell.get(key), int | float):
+                    text += f" {short} {cell[key]:g}s"
             if isinstance(cell.get("read_gbps"), int | float):
                 text += f" {cell['read_gbps']:g}GB/s"
             if isinstance(cell.get("read_ratio"), int | float):
@@ -84,10 +91,20 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.matrix.defects import defect_info
     from harness.matrix.run import MatrixSpec, run_matrix
     from harness.scenario import load_scenario
+    from harness.subjects.envs import SUBJECTS
 
-    versions = [v.strip() for v in args.nixl.split(",") if v.strip()]
-    if not versions or len(set(versions)) != len(versions):
+    if args.nixl is None and args.subject is None:
+        print("give --nixl V1,V2 (versions), --subject S1,S2 (subjects), or both", file=sys.stderr)
+        return EXIT_INVALID
+    versions = [v.strip() for v in (args.nixl or "").split(",") if v.strip()]
+    if args.nixl is not None and (not versions or len(set(versions)) != len(versions)):
         print(f"--nixl {args.nixl!r}: give distinct versions, comma-separated", file=sys.stderr)
+        return EXIT_INVALID
+    subjects = [v.strip() for v in (args.subject or "").split(",") if v.strip()]
+    if args.subject is not None and (not subjects or len(set(subjects)) != len(subjects)
+                                     or not set(subjects) <= set(SUBJECTS)):
+        print(f"--subject {args.subject!r}: give distinct subjects from {', '.join(SUBJECTS)}, comma-separated",
+              file=sys.stderr)
         return EXIT_INVALID
     if args.repeat < 1:
         print("--repeat must be at least 1", file=sys.stderr)
@@ -122,7 +139,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     spec = MatrixSpec(
         scenarios=files, names=names, defects={n: d for n, f in zip(names, files) if (d := defect_info(f))},
-        columns=columns_for(versions, axes), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
+        columns=columns_for(versions, axes, subjects), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs,
     )

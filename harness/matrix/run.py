@@ -1,12 +1,13 @@
 """Run the matrix: build (or reuse) each version's env, run every column, write the results.
 
-For each column (``cells.Column``: a NIXL version x one value of each env axis) the env's own
-``mxchaos run --repeat N --out OUT/<column id> -q SCENARIOS`` runs with the axis values set
+For each column (``cells.Column``: a NIXL version x a subject x one value of each env axis) the
+env's own ``mxchaos run --repeat N --out OUT/<column id> -q [--subject S] SCENARIOS`` runs with the axis values set
 in its environment, bounded by ``timeout_per_run`` x runs (+ a margin). An env whose
 ``mxchaos run`` has no ``--repeat`` is run N times instead (the folders are then read without
 a ``summary.json``). Before the scenarios, ``python -m mxref.bench`` measures a raw NIXL READ
 in the same env and environment (``raw_read_gbps``: the denominator of ``read_ratio``). A
-version whose env cannot be built is a column with ``error`` and no runs. Then
+version whose env cannot be built is a column with ``error`` and no runs. Without versions
+(``--subject`` alone) the columns run in this project's own environment (``here_env``). Then
 ``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
 ``--baseline`` diff (``harness.matrix.baseline``) when one is given.
 """
@@ -14,9 +15,11 @@ version whose env cannot be built is a column with ``error`` and no runs. Then
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +71,20 @@ def default_execute(argv: Sequence[str], env: Mapping[str, str], timeout: float)
     return done.returncode, done.stdout + done.stderr
 
 
+def here_env() -> EnvResult:
+    """This project's own environment (the interpreter running the matrix): the columns of a
+    matrix without ``--nixl`` (``--subject`` only) run its ``mxchaos``."""
+    return EnvResult("", Path(sys.prefix))
+
+
+def here_nixl() -> str:
+    """The NIXL version installed here ("" when none is)."""
+    try:
+        return importlib.metadata.version("nixl")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def _raw_read(env: EnvResult, column: Column, execute: Execute) -> tuple[float | None, str | None]:
     argv = [str(env.python), "-m", "mxref.bench", "--bytes", str(RAW_READ_BYTES), "--repeat", "3"]
     rc, out = execute(argv, column.env_dict(), RAW_READ_TIMEOUT_S)
@@ -81,27 +98,31 @@ def _raw_read(env: EnvResult, column: Column, execute: Execute) -> tuple[float |
 
 
 def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
-                log: Callable[[str], None]) -> dict[str, Any]:
+                log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> dict[str, Any]:
     out_dir = spec.out / column.id
     out_dir.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "rc": None}
-    if spec.raw_read:
-        info["raw_read_gbps"], info["raw_read_error"] = _raw_read(env, column, execute)
+    if spec.raw_read:  # once per env and environment: the subject columns of one env share it
+        key = (str(env.path), column.env)
+        if key not in raw_reads:
+            raw_reads[key] = _raw_read(env, column, execute)
+        info["raw_read_gbps"], info["raw_read_error"] = raw_reads[key]
         log(f"[{column.id}] raw READ: {info['raw_read_gbps'] or info['raw_read_error']} GB/s")
     rc_help, help_text = execute([str(env.mxchaos), "run", "--help"], {}, 60.0)
     paths = [str(p.resolve()) for p in spec.scenarios]
+    subject = ["--subject", column.subject] if column.subject else []
     runs = spec.repeat * len(paths)
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
     if rc_help == 0 and "--repeat" in help_text:
-        argv = [str(env.mxchaos), "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *paths]
+        argv = [str(env.mxchaos), "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
         log(f"[{column.id}] {' '.join(argv[1:4])} ... ({runs} runs, at most {budget:g}s)")
         rc, text = execute(argv, column.env_dict(), budget)
         info["rc"] = rc
         logs.append(text)
     else:  # an env whose mxchaos has no --repeat: N plain runs into the same folder
         for i in range(spec.repeat):
-            argv = [str(env.mxchaos), "run", "--out", str(out_dir.resolve()), "-q", *paths]
+            argv = [str(env.mxchaos), "run", "--out", str(out_dir.resolve()), "-q", *subject, *paths]
             log(f"[{column.id}] run {i + 1}/{spec.repeat} (no --repeat in this env; at most {budget / spec.repeat:g}s)")
             rc, text = execute(argv, column.env_dict(), budget / spec.repeat)
             info["rc"] = rc if info["rc"] in (None, 0, 1) else info["rc"]
@@ -120,7 +141,8 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
     for column in spec.columns:
         env = envs[column.nixl]
         info = dict(infos.get(column.id, {}))
-        col: dict[str, Any] = {"id": column.id, "label": column.label, "nixl": column.nixl, "env": column.env_dict(),
+        col: dict[str, Any] = {"id": column.id, "label": column.label, "nixl": column.nixl, "subject": column.subject,
+                               "env": column.env_dict(),
                                "available": env.ok, "error": env.error, "env_path": str(env.path),
                                "out_dir": column.id, **info}
         if not env.ok:
@@ -145,7 +167,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                         run["link"] = str(rd)
             defect = spec.defects.get(name)
             if defect:
-                cell["defect"] = defect_status(defect, column.nixl, cell["verdicts"])
+                cell["defect"] = defect_status(defect, column.nixl or here_nixl(), cell["verdicts"])
                 if cell["defect"]["headline"]:
                     headlines.append({"scenario": name, "column": column.id, "text": cell["defect"]["headline"]})
             cells[name][column.id] = cell
@@ -179,13 +201,17 @@ def run_matrix(
     make = ensure or (lambda v: ensure_env(v, spec.repo, log=log, rebuild=spec.rebuild_envs))
     envs: dict[str, EnvResult] = {}
     for version in dict.fromkeys(c.nixl for c in spec.columns):
+        if not version:  # no --nixl: this project's own environment, nothing to build
+            envs[version] = here_env()
+            continue
         envs[version] = make(version)
         log(f"NIXL {version}: " + ("env ready" + (" (cached)" if envs[version].cached else "") if envs[version].ok
                                    else f"unavailable: {envs[version].error}"))
     infos: dict[str, dict[str, Any]] = {}
+    raw_reads: dict[Any, tuple[float | None, str | None]] = {}
     for column in spec.columns:
         if envs[column.nixl].ok:
-            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log)
+            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
     matrix = build_matrix(spec, envs, infos)
     (spec.out / "matrix.json").write_text(json.dumps(matrix, indent=2) + "\n")
     (spec.out / "matrix.html").write_text(render_matrix(matrix))

@@ -70,7 +70,7 @@ class HereBinding:
     def bind(self, scenario: Scenario) -> Bound:
         hosts: dict[str, str] = {name: str(spec.kind) for name, spec in scenario.hosts.items()}
         lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(scenario))
-        return Bound(hosts, why if lacking else None)
+        return Bound(hosts, scenario.not_playable() or (why if lacking else None))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
         from harness.runner import Runner  # the runner is heavy; the parser must not need it

@@ -8,7 +8,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
@@ -33,7 +33,9 @@ from harness.scenario.steps import Step, model_key
 from harness.spec import Name, Strict, custom_error
 from mxref.config import TRANSPORT_PROFILES
 
-__all__ = ["CHECK_MODELS", "CheckEntry", "Scenario"]
+__all__ = ["CHECK_MODELS", "SUBJECT_NAMES", "CheckEntry", "Scenario"]
+
+SUBJECT_NAMES: tuple[Subject, ...] = get_args(Subject)  # every subject, the default of ``subjects``
 
 
 def _check_models() -> dict[str, type[BaseModel]]:
@@ -116,6 +118,10 @@ class Scenario(Strict):
     launcher: tuple[str, ...] = Field(("{python}", "-m", "mxref"), min_length=1)
     # who plays the sources and readers: mxref, or the real ModelExpress client (harness.subjects)
     subject: Subject = "mxref"
+    # who can play it (default: every subject); a scenario staged with mxref's own options, hooks
+    # or events lists [mxref] and says why in subjects_note: played by another subject it SKIPs
+    subjects: tuple[Subject, ...] = SUBJECT_NAMES
+    subjects_note: str = ""  # required when a subject is left out (harness.scenario.rules.processes)
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     # where servers keep their records: memory, or redis (every server without a ``store`` gets
@@ -137,6 +143,25 @@ class Scenario(Strict):
                 "transport", f"{value!r} is not a transport profile (known: {', '.join(TRANSPORT_PROFILES)})"
             )
         return value
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise custom_error("subjects", f"name who can play the scenario (from {', '.join(SUBJECT_NAMES)}), or drop the key")
+        if len(set(value)) != len(value):
+            raise custom_error("subjects", "name each subject once", value=list(value))
+        return value
+
+    @field_validator("subjects_note")
+    @classmethod
+    def _subjects_note(cls, value: str, info: ValidationInfo) -> str:
+        subjects = info.data.get("subjects")
+        if subjects is None:  # subjects did not validate: reported there
+            return value.strip()
+        if set(subjects) == set(SUBJECT_NAMES) and value.strip():
+            raise custom_error("subjects_note", "every subject can play the scenario: there is nothing to explain (drop the key)")
+        return value.strip()
 
     @field_validator("known_defect")
     @classmethod
@@ -246,4 +271,15 @@ class Scenario(Strict):
     def with_subject(self, subject: str) -> Scenario:
         """The same scenario played by ``subject`` (``mxchaos run --subject``)."""
         return self.model_copy(update={"subject": subject})
+
+    def not_playable(self) -> str | None:
+        """Why the subjects that play this scenario's sources and readers cannot stage it
+        (one of them is not in ``subjects``), or None when they can."""
+        players = {getattr(spec, "subject", None) or self.subject for spec in self.processes.values()
+                   if spec.role in ("source", "reader")}
+        outside = sorted(players - set(self.subjects))
+        if not outside:
+            return None
+        return (f"not staged for {', '.join(outside)} (subjects: [{', '.join(self.subjects)}]): "
+                f"{self.subjects_note}")
 

@@ -121,12 +121,14 @@ def test_options_it_does_not_take_are_tolerated() -> None:
 
 # The phrases the observer keys on, and the module of the client that logs each.
 PHRASES = {
+    "client.py": ["UpdateStatus failed: "],
     "metadata/publisher.py": ["Status -> READY", "Marked STALE on shutdown", "marked ", "STALE so targets stop selecting it"],
     "metadata/publish.py": ["Published P2P metadata to MX server ", "(mx_source_id="],
     "load_strategy/rdma_strategy.py": ["Error listing sources, falling through: ", "No RDMA source available, skipping",
                                        "Source selection: ", "source_candidates_total=", "Source attempt: ",
                                        "source_attempt_index=", "Receiving ", "tensors from source",
-                                       "RDMA transfer complete: ", "failed: {e}. Trying next candidate."],
+                                       "RDMA transfer complete: ", "failed: {e}. Trying next candidate.",
+                                       "Failed to fetch metadata for worker "],
     "load_strategy/__init__.py": ["failed, ", "trying next: ", "Trying strategy: "],
 }
 
@@ -140,3 +142,34 @@ def test_the_phrases_are_the_client_s() -> None:
             source = archive.read(f"modelexpress/{module}").decode()
             missing = [p for p in phrases if p not in source]
             assert missing == [], f"modelexpress/{module} no longer logs {missing}: update mxref.mx_adapter._PATTERNS"
+
+
+def test_each_refused_heartbeat_is_a_heartbeat_event_then_the_client_publishes_again() -> None:
+    refused = "no worker 'w1' is published under source '74f69a2b630a6e02'"
+    _, seen = observe([
+        ("modelexpress.metadata.publisher", "[Worker 0] Status -> READY"),
+        ("modelexpress.client", f"UpdateStatus failed: {refused}"),
+        ("modelexpress.client", f"UpdateStatus failed: {refused}"),
+        ("modelexpress.metadata.publisher", "[Worker 0] Server rejected 2 heartbeats in a row for mx_source_id="
+                                            "74f69a2b630a6e02; re-registering the source"),
+        ("modelexpress.metadata.publish", "[Worker 0] Published P2P metadata to MX server (mx_source_id=74f69a2b630a6e02, "
+                                          "worker_grpc=127.0.0.1:36325)"),
+    ], reader=False)
+    beats = [f for e, f in seen if e == "heartbeat"]
+    assert [(b["ok"], b["message"]) for b in beats] == [(True, ""), (False, refused), (False, refused)]
+    assert [e for e, _ in seen][-1] == "published"
+
+
+def test_a_dead_candidate_s_metadata_miss_is_an_attempt_outcome() -> None:
+    _, seen = observe([
+        ("modelexpress.strategy_rdma", "[Worker 0] Source selection: source_selector=random source_candidates_total=2 "
+                                       "source_candidates_rank_matched=2 source_candidates_accelerator_matched=2"),
+        ("modelexpress.strategy_rdma", "[Worker 0] Source attempt: source_attempt_index=0 source_worker_id=fc8d68ad "
+                                       "mx_source_id=4c9b65bb6acd6d91"),
+        ("modelexpress.strategy_rdma", "[Worker 0] Failed to fetch metadata for worker fc8d68ad: <_InactiveRpcError of RPC"
+                                       " that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\tdetails = \"failed to"
+                                       " connect\"\n>. Trying next candidate."),
+    ])
+    outcome = [f for e, f in seen if e == "attempt_outcome"]
+    assert len(outcome) == 1 and outcome[0]["outcome"] == "metadata_miss" and outcome[0]["worker_id"] == "fc8d68ad"
+    assert "UNAVAILABLE" in outcome[0]["error"] and not [e for e, _ in seen if e.startswith("transfer_")]

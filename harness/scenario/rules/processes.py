@@ -1,11 +1,13 @@
 """Cross-reference rules of the processes, hosts and proxies sections: hosts exist and
 do not mix kinds, sources and readers have a server (directly or through a proxy), a proxy
-leads to a server, a server's store is a redis process, placeholders are known."""
+leads to a server, a server's store is a redis process, placeholders are known, who plays
+the scenario is among its ``subjects``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.scenario.document import SUBJECT_NAMES
 from harness.scenario.models import (
     PLACEHOLDER_RE,
     PLACEHOLDERS,
@@ -46,6 +48,7 @@ def check_processes(cx: Context) -> None:
         cx.add(("transport",), f"hosts {', '.join(rdma_hosts)} require transport rdma, but the scenario's transport is "
                f"{sc.transport!r} (TCP): use rdma (or leave it out: the inventory's machine gives its own)")
     servers = [n for n, p in procs.items() if p.role == "server"]
+    _check_subjects(cx)
     for name, spec in procs.items():
         loc: Loc = ("processes", name)
         if spec.host is not None and spec.host not in sc.hosts and not cx.unknown("hosts", spec.host):
@@ -70,6 +73,24 @@ def check_processes(cx: Context) -> None:
     if "launcher" not in cx.broken and "env" not in cx.broken:
         for bad in unknown_placeholders([*sc.launcher, *sc.env.values()]):
             cx.add(("launcher",), f"unknown placeholder {bad} (known: {_known_placeholders()})")
+
+
+def _check_subjects(cx: Context) -> None:
+    """Who plays the scenario (its ``subject``, a process's own) is among its ``subjects``."""
+    sc = cx.sc
+    if "subjects" in cx.broken:
+        return
+    allowed = ", ".join(sc.subjects)
+    left_out = [s for s in SUBJECT_NAMES if s not in sc.subjects]
+    if left_out and not sc.subjects_note.strip() and "subjects_note" not in cx.broken:
+        cx.add(("subjects",), f"say why {', '.join(left_out)} cannot play this scenario in subjects_note "
+               "(what of mxref's it is staged with)")
+    if "subject" not in cx.broken and sc.subject not in sc.subjects:
+        cx.add(("subject",), f"{sc.subject!r} is not among the scenario's subjects ({allowed})")
+    for name, spec in sc.processes.items():
+        own = getattr(spec, "subject", None)
+        if own is not None and own not in sc.subjects:
+            cx.add(("processes", name, "subject"), f"{own!r} is not among the scenario's subjects ({allowed})")
 
 
 def _check_store(cx: Context, loc: Loc, spec: ServerProcess) -> None:
