@@ -175,6 +175,33 @@ def _load_all(files: Sequence[Path], seed: int | None, store: str | None = None)
     return scenarios, invalid
 
 
+def scenarios_to_run(paths: Sequence[str], seed: int | None, k: str | None,
+                     store: str | None = None) -> list[Scenario] | None:
+    """The scenarios of the files a running command was given (``run``, ``nightly``), loaded and
+    selected by ``-k``; every problem (a path, an invalid file, a bad or empty ``-k``) goes to
+    stderr, and None (exit 2) when there is one: nothing runs unless all are valid."""
+    files = files_to_run(paths)
+    if files is None:
+        return None
+    scenarios, invalid = _load_all(files, seed, store)
+    for exc in invalid:
+        print(exc.render(), file=sys.stderr)
+    if invalid:
+        print(f"{len(invalid)} invalid scenario file(s); nothing was run", file=sys.stderr)
+        return None
+    if k:
+        try:
+            match = keyword_matcher(k)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return None
+        scenarios = [s for s in scenarios if match(f"{s.name} {s.path.stem if s.path else ''}")]
+        if not scenarios:
+            print(f"-k {k!r} selected no scenario", file=sys.stderr)
+            return None
+    return scenarios
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
     one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run."""
@@ -195,25 +222,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except InventoryInvalid as bad:
             print(bad, file=sys.stderr)
             return EXIT_INVALID
-    files = files_to_run(args.paths)
-    if files is None:
+    scenarios = scenarios_to_run(args.paths, args.seed, args.k, args.store)
+    if scenarios is None:
         return EXIT_INVALID
-    scenarios, invalid = _load_all(files, args.seed, args.store)
-    for exc in invalid:
-        print(exc.render(), file=sys.stderr)
-    if invalid:
-        print(f"{len(invalid)} invalid scenario file(s); nothing was run", file=sys.stderr)
-        return EXIT_INVALID
-    if args.k:
-        try:
-            match = keyword_matcher(args.k)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return EXIT_INVALID
-        scenarios = [s for s in scenarios if match(f"{s.name} {s.path.stem if s.path else ''}")]
-        if not scenarios:
-            print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
-            return EXIT_INVALID
     if args.subject is not None:
         scenarios = [s.with_subject(args.subject) for s in scenarios]
     if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP

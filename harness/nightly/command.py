@@ -73,12 +73,10 @@ def print_comparison(comparison: Mapping[str, Any] | None) -> None:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from harness.cli import files_to_run, keyword_matcher
+    from harness.cli import scenarios_to_run
     from harness.console import Progress, rate_table
-    from harness.errors import ScenarioInvalid
     from harness.nightly.binding import InventoryError, binding_for, inventory_summary
     from harness.nightly.run import NightSpec, NothingToRun, run_night
-    from harness.scenario import load_scenario
 
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
@@ -98,29 +96,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         print(f"--out {out}: not a folder", file=sys.stderr)
         return EXIT_INVALID
-    files = files_to_run(args.paths or ["scenarios"])
-    if files is None:
+    scenarios = scenarios_to_run(args.paths or ["scenarios"], args.seed, args.k)
+    if scenarios is None:
         return EXIT_INVALID
-    scenarios, invalid = [], []
-    for f in files:
-        try:
-            scenarios.append(load_scenario(f, seed=args.seed))
-        except ScenarioInvalid as exc:
-            invalid.append(exc)
-            print(exc.render(), file=sys.stderr)
-    if invalid:
-        print(f"{len(invalid)} invalid scenario file(s); nothing was run", file=sys.stderr)
-        return EXIT_INVALID
-    if args.k:
-        try:
-            match = keyword_matcher(args.k)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return EXIT_INVALID
-        scenarios = [s for s in scenarios if match(f"{s.name} {s.path.stem if s.path else ''}")]
-        if not scenarios:
-            print(f"-k {args.k!r} selected no scenario", file=sys.stderr)
-            return EXIT_INVALID
     spec = NightSpec(scenarios=scenarios, out=out, repeat=args.repeat, seed=args.seed,
                      command=_command_line(args),
                      hosts=hosts, keep=args.keep)
