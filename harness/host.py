@@ -24,7 +24,7 @@ from typing import Protocol
 from harness import procscan
 from harness.errors import HostError
 
-__all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Proc", "StopResult", "make_host"]
+__all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Proc", "StopResult", "make_host", "read_slice", "tcp_port_open"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,25 @@ class Host(Protocol):
     def run_processes(self, run_id: str) -> list[procscan.RunProcess]: ...
 
     def close(self) -> None: ...
+
+
+def read_slice(path: Path, offset: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a local file from ``offset`` (nothing yet: empty)."""
+    try:
+        with open(path, "rb") as src:
+            src.seek(offset)
+            return src.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+def tcp_port_open(address: str, port: int, timeout: float) -> bool:
+    """Whether a TCP connect to ``address:port`` succeeds within ``timeout``."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 class LocalProc:
@@ -178,19 +197,10 @@ class LocalHost:
         return ExecResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - started)
 
     def read(self, path: Path, offset: int, limit: int = 1 << 20) -> bytes:
-        try:
-            with open(path, "rb") as src:
-                src.seek(offset)
-                return src.read(limit)
-        except FileNotFoundError:
-            return b""
+        return read_slice(path, offset, limit)
 
     def port_open(self, port: int, timeout: float = 0.2) -> bool:
-        try:
-            with socket.create_connection((self.address, port), timeout=timeout):
-                return True
-        except OSError:
-            return False
+        return tcp_port_open(self.address, port, timeout)
 
     def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
         return [p for p in procscan.scan() if p.run_id == run_id]

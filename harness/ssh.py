@@ -32,7 +32,6 @@ import hashlib
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -45,7 +44,7 @@ from harness import netns, procscan
 from harness.capabilities import Hardware, hardware_lacks
 from harness.errors import FaultError, HarnessError, HostError
 from harness.faults import commands
-from harness.host import ExecResult, StopResult
+from harness.host import ExecResult, StopResult, read_slice, tcp_port_open
 from harness.inventory import Inventory, Machine, bind_hosts
 from harness.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
 
@@ -485,19 +484,10 @@ class SshHost:
                         [*self.ssh_argv(), f"{self.plumbing} exec tail -s 0.05 -c +1 -F {shlex.quote(self.remote(str(path)))}"],
                         stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True,
                         env=self.local_env)
-        try:
-            with open(path, "rb") as src:
-                src.seek(offset)
-                return src.read(limit)
-        except FileNotFoundError:
-            return b""
+        return read_slice(path, offset, limit)
 
     def port_open(self, port: int, timeout: float = 0.2) -> bool:
-        try:
-            with socket.create_connection((self.address, port), timeout=timeout):
-                return True
-        except OSError:
-            return False
+        return tcp_port_open(self.address, port, timeout)
 
     def run_processes(self, run_id: str, *, plumbing: bool = False) -> list[procscan.RunProcess]:
         """The run's processes there (``plumbing``: the harness's own tails, shells and wrappers
