@@ -156,7 +156,7 @@ def _about(night: Mapping[str, Any]) -> str:
             ("UCX", v.get("ucx")), ("Python", v.get("python")), ("torch", v.get("torch")),
             ("host", f"{host.get('hostname', '?')} ({host.get('platform', '?')}, {host.get('cpus', '?')} CPUs)"),
             ("binding", hosts.get("binding")),
-            ("inventory", f"{inv['path']} (hosts: {', '.join(inv.get('hosts') or []) or '?'}; sha256 {inv['sha256'][:12]})"
+            ("inventory", f"{inv['path']} (machines: {', '.join(inv.get('machines') or []) or '?'}; sha256 {inv['sha256'][:12]})"
              if inv else "none (this machine's local and netns hosts)"),
             ("command", " ".join(night.get("command") or []))]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(val if val is not None else '-')}</td></tr>" for k, val in rows)
