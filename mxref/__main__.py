@@ -402,6 +402,7 @@ def run_reader(args: argparse.Namespace) -> int:
             reference = model_reference(args)
         except BadInput as exc:
             print(f"mxref reader: {exc}", file=sys.stderr)
+            warmup.release_arena()  # waits: never exit while the warm-up thread is inside NIXL
             return proc.finish(EXIT_USAGE)
         proc.emit("reference", digest=reference.digest, origin=reference.origin, tensors=len(reference.tensors),
                   pinned=bool(args.expect_digest))

@@ -157,7 +157,9 @@ class NixlWarmup:
         return arena, self._arena_seconds
 
     def release_arena(self) -> None:
-        """Nobody took it: hand it back."""
+        """Nobody took it: wait for the thread (bounded; a process must not exit while it is inside
+        NIXL: an agent torn down by the interpreter's exit aborts it) and hand the memory back."""
+        self.wait()
         with self._lock:
             arena, self._arena = self._arena, None
         if arena is not None:
