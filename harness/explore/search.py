@@ -41,7 +41,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, find, reject, settings
 from hypothesis import core as hypothesis_core
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
+from hypothesis.internal.conjecture import providers as hypothesis_providers
 
 from harness.explore.schedule import Schedule, scenario_data, schedules
 from harness.explore.shrink import GOALS, shrink
@@ -61,6 +63,31 @@ from harness.scenario.emit import scenario_text
 __all__ = ["Exploration", "Trial", "explore"]
 
 FAILING_VERDICTS = ("fail", "xfail", "unknown", "hang")
+
+
+@contextmanager
+def _same_draws_whatever_is_imported() -> Iterator[None]:
+    """Make a seed draw the same schedules in any process.
+
+    Hypothesis now and then draws a value from a pool of constants it collects from the
+    project's modules loaded so far (``sys.modules``), so a seed's schedules would change with
+    what the process happened to import before (under pytest: with which tests ran earlier in
+    the same worker). During an exploration that pool is empty (the built-in constants stay);
+    without the hook (another Hypothesis) nothing is changed.
+    """
+    hook = getattr(hypothesis_providers, "_get_local_constants", None)
+    cache: Any = getattr(getattr(hypothesis_providers, "CONSTANTS_CACHE", None), "cache", None)
+    if hook is None or cache is None:
+        yield
+        return
+    empty = type(hook())()
+    hypothesis_providers._get_local_constants = lambda: empty
+    cache.clear()
+    try:
+        yield
+    finally:
+        hypothesis_providers._get_local_constants = hook
+        cache.clear()
 
 
 @dataclass
@@ -305,7 +332,8 @@ class _Explorer:
         previous = hypothesis_core.global_force_seed
         hypothesis_core.global_force_seed = ex.seed  # type: ignore[assignment]  # declared None, read as an int seed
         try:
-            find(schedules(template), self.failing, settings=config, database_key=b"mxchaos-explore:" + digest)
+            with _same_draws_whatever_is_imported():
+                find(schedules(template), self.failing, settings=config, database_key=b"mxchaos-explore:" + digest)
         except NoSuchExample:
             pass
         except KeyboardInterrupt:

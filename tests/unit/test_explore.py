@@ -264,6 +264,24 @@ def test_same_seed_same_schedules(tmp_path: Path, fake_runs: list[Scenario]) -> 
     assert [tr.schedule for tr in a.trials] == [tr.schedule for tr in b.trials]
 
 
+def test_same_seed_same_schedules_whatever_the_process_imported(tmp_path: Path, fake_runs: list[Scenario],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hypothesis sometimes draws from constants found in the project's loaded modules; under
+    # pytest those depend on which tests ran before in the worker (a CI failure: seed 8 drew
+    # other schedules there). Stand-in for "imported more": a pool full of small integers.
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import Constants
+
+    t = _template(tmp_path)
+    a = explore(t, seed=11, runs=12, budget_s=120, out_dir=tmp_path / "a", repeat=0, echo=lambda _: None)
+    crowded = Constants(integers=set(range(0, 400)), floats={0.25, 0.5, 1.5}, strings={"source-1", "x"})
+    monkeypatch.setattr(providers, "_get_local_constants", lambda: crowded)
+    providers.CONSTANTS_CACHE.cache.clear()
+    b = explore(t, seed=11, runs=12, budget_s=120, out_dir=tmp_path / "b", repeat=0, echo=lambda _: None)
+    assert [tr.schedule for tr in a.trials] == [tr.schedule for tr in b.trials]
+    assert providers._get_local_constants() is crowded  # put back as it was
+
+
 def test_schedule_keys_are_canonical() -> None:
     assert Schedule(()).key() == "[]"
 
