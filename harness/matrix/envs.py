@@ -4,7 +4,8 @@
 default ``~/.cache/mxchaos``) with ``venv`` + ``pip``, the way ``.ci/bootstrap`` builds the
 project's own ``.venv``: NIXL first (``nixl-cu12==V nixl==V`` with ``--no-deps``: its wheels
 require torch, which a CPU machine does not need), then this repository with its own
-dependencies (editable, so the env runs the repository's current code), then
+dependencies (editable, so the env runs the repository's current code), then what the
+release's loader needs beyond that (``harness.matrix.nixl_loader``: torch, for 1.3.x), then
 ``python -c 'import nixl._api'``. A stamp file holds the hash of the inputs (the version,
 ``pyproject.toml``, the repository path, the interpreter, this recipe); an env whose stamp
 matches is reused as is. A version that cannot be installed or imported is not an exception:
@@ -22,16 +23,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EnvResult", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash"]
+__all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash"]
 
-RECIPE = "mxchaos-matrix-env/1"  # bump when the build steps change: every cached env is rebuilt
+RECIPE = "mxchaos-matrix-env/2"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-matrix-stamp"
 FAILED = ".mxchaos-matrix-failed"  # the inputs' hash and why: a failed build is not retried unless rebuild
 PIP_TIMEOUT_S = 900.0
+LOADER_TIMEOUT_S = 1800.0  # a release whose loader needs torch: the registry's CUDA torch, a few GB
 
 Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
@@ -102,6 +105,56 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+Step = tuple[str, list[str], float]  # (what, argv, timeout)
+
+
+def build_cached_env(
+    path: Path,
+    want: str,
+    label: str,
+    steps: list[Step],
+    *,
+    stamp_name: str,
+    failed_suffix: str,
+    run: Runner = _run,
+    log: Callable[[str], None] = lambda _msg: None,
+    rebuild: bool = False,
+    building: str = "",
+) -> EnvResult:
+    """The cached env at ``path`` built by ``steps`` from inputs hashed as ``want``: reused when
+    its stamp matches, else rebuilt from scratch, the steps run in order (each bounded by its
+    timeout). A build that failed with the same inputs is not tried again (its reason is
+    returned) unless ``rebuild``. Builds of one env are serialised by a lock file beside it;
+    the project's toxiproxy server binary is linked in."""
+    stamp, failed = path / stamp_name, path.parent / f"{path.name}{failed_suffix}"
+    with _locked(path.parent / f".{path.name}.lock"):
+        if not rebuild and stamp.is_file() and stamp.read_text().split()[:1] == [want] and (path / "bin" / "python").exists():
+            return EnvResult(label, path, cached=True)
+        if not rebuild and failed.is_file():
+            seen, _, why = failed.read_text().partition("\n")
+            if seen == want:
+                return EnvResult(label, path, error=why.strip(), cached=True)
+        failed.unlink(missing_ok=True)
+        if path.exists():
+            shutil.rmtree(path)
+        log(building or f"building the {label} environment in {path}")
+        started = time.monotonic()
+        for what, argv, timeout in steps:
+            done = run(argv, timeout)
+            if done.returncode != 0:
+                why = error_line(f"{done.stdout}\n{done.stderr}")
+                log(f"{label}: {what} step failed: {why}")
+                failed.write_text(f"{want}\n{what}: {why}\n")
+                return EnvResult(label, path, error=f"{what}: {why}")
+        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
+        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
+            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
+        took = time.monotonic() - started
+        stamp.write_text(f"{want} built_in_s={took:.0f}\n")
+        log(f"{label}: environment ready in {took:.0f}s")
+        return EnvResult(label, path)
+
+
 def ensure_env(
     version: str,
     repo: Path,
@@ -114,36 +167,16 @@ def ensure_env(
     """The env for ``version``: reused when its stamp matches the inputs, else (re)built. A build
     that failed with the same inputs is not tried again (its reason is returned) unless ``rebuild``."""
     path = env_dir(version, root)
-    want = inputs_hash(version, repo)
-    stamp, failed = path / STAMP, path.parent / f"nixl-{version}{FAILED}"
-    with _locked(path.parent / f".nixl-{version}.lock"):
-        if not rebuild and stamp.is_file() and stamp.read_text().strip() == want and (path / "bin" / "python").exists():
-            return EnvResult(version, path, cached=True)
-        if not rebuild and failed.is_file():
-            seen, _, why = failed.read_text().partition("\n")
-            if seen == want:
-                return EnvResult(version, path, error=why.strip(), cached=True)
-        failed.unlink(missing_ok=True)
-        if path.exists():
-            shutil.rmtree(path)
-        log(f"building env for NIXL {version} in {path}")
-        py = str(path / "bin" / "python")
-        pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        steps: list[tuple[str, list[str]]] = [
-            ("venv", [sys.executable, "-m", "venv", str(path)]),
-            ("nixl", [*pip, "--no-deps", f"nixl-cu12=={version}", f"nixl=={version}"]),
-            ("project", [*pip, "-e", str(repo.resolve())]),
-            ("import", [py, "-c", "import nixl._api"]),
-        ]
-        for what, argv in steps:
-            done = run(argv, PIP_TIMEOUT_S)
-            if done.returncode != 0:
-                why = error_line(f"{done.stdout}\n{done.stderr}")
-                log(f"NIXL {version}: {what} step failed: {why}")
-                failed.write_text(f"{want}\n{what}: {why}\n")
-                return EnvResult(version, path, error=f"{what}: {why}")
-        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
-        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
-            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
-        stamp.write_text(want + "\n")
-        return EnvResult(version, path)
+    py = str(path / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    steps: list[Step] = [
+        ("venv", [sys.executable, "-m", "venv", str(path)], PIP_TIMEOUT_S),
+        ("nixl", [*pip, "--no-deps", f"nixl-cu12=={version}", f"nixl=={version}"], PIP_TIMEOUT_S),
+        ("project", [*pip, "-e", str(repo.resolve())], PIP_TIMEOUT_S),
+        ("loader", [py, "-m", "harness.matrix.nixl_loader", version], LOADER_TIMEOUT_S),
+        ("import", [py, "-c", "import nixl._api"], PIP_TIMEOUT_S),
+    ]
+    result = build_cached_env(path, inputs_hash(version, repo), f"NIXL {version}", steps, stamp_name=STAMP,
+                              failed_suffix=FAILED, run=run, log=log, rebuild=rebuild,
+                              building=f"building env for NIXL {version} in {path}")
+    return EnvResult(version, result.path, result.error, result.cached)

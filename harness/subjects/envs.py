@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
-import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, cache_dir, error_line
-from harness.matrix.envs import _locked as locked
+from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, Step, build_cached_env, cache_dir
 from harness.matrix.envs import _run as run_bounded
 
 __all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
@@ -107,41 +104,19 @@ def ensure_subject_env(
     path = subject_env_dir(subject, root)
     if not subject.needs_env:
         return EnvResult(label, path, error=f"subject {subject.name} runs in the project's own environment")
-    want = inputs_hash(subject, repo)
-    stamp, failed = path / STAMP, path.parent / f"{path.name}{FAILED}"
-    with locked(path.parent / f".{path.name}.lock"):
-        if not rebuild and stamp.is_file() and stamp.read_text().split()[0] == want and (path / "bin" / "python").exists():
-            return EnvResult(label, path, cached=True)
-        if not rebuild and failed.is_file():
-            seen, _, why = failed.read_text().partition("\n")
-            if seen == want:
-                return EnvResult(label, path, error=why.strip(), cached=True)
-        failed.unlink(missing_ok=True)
-        if path.exists():
-            shutil.rmtree(path)
-        log(f"building the {label} environment in {path} (torch and its CUDA libraries: a few GB, minutes)")
-        started = time.monotonic()
-        py = str(path / "bin" / "python")
-        pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        steps: list[tuple[str, list[str]]] = [
-            ("venv", [sys.executable, "-m", "venv", str(path)]),
-            # both builds: the registry's torch is a CUDA 13 build, and nixl picks nixl_cu13 under it
-            ("nixl", [*pip, "--no-deps", f"nixl-cu12=={NIXL_VERSION}", f"nixl-cu13=={NIXL_VERSION}", f"nixl=={NIXL_VERSION}"]),
-            ("project", [*pip, *project_dependencies(repo)]),  # its dependencies, not the project: runs see their own checkout on PYTHONPATH
-            ("subject", [*pip, *subject.requirements]),
-            ("import", [py, "-c", subject.import_check]),
-        ]
-        for what, argv in steps:
-            done = run(argv, BUILD_TIMEOUT_S if what == "subject" else PIP_TIMEOUT_S)
-            if done.returncode != 0:
-                why = error_line(f"{done.stdout}\n{done.stderr}")
-                log(f"{label}: {what} step failed: {why}")
-                failed.write_text(f"{want}\n{what}: {why}\n")
-                return EnvResult(label, path, error=f"{what}: {why}")
-        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
-        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
-            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
-        took = time.monotonic() - started
-        stamp.write_text(f"{want} built_in_s={took:.0f}\n")
-        log(f"{label}: environment ready in {took:.0f}s")
-        return EnvResult(label, path)
+    py = str(path / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    steps: list[Step] = [
+        ("venv", [sys.executable, "-m", "venv", str(path)], PIP_TIMEOUT_S),
+        # both builds: the registry's torch is a CUDA 13 build, and nixl picks nixl_cu13 under it
+        ("nixl", [*pip, "--no-deps", f"nixl-cu12=={NIXL_VERSION}", f"nixl-cu13=={NIXL_VERSION}", f"nixl=={NIXL_VERSION}"],
+         PIP_TIMEOUT_S),
+        # its dependencies, not the project: runs see their own checkout on PYTHONPATH
+        ("project", [*pip, *project_dependencies(repo)], PIP_TIMEOUT_S),
+        ("subject", [*pip, *subject.requirements], BUILD_TIMEOUT_S),
+        ("import", [py, "-c", subject.import_check], PIP_TIMEOUT_S),
+    ]
+    return build_cached_env(
+        path, inputs_hash(subject, repo), label, steps, stamp_name=STAMP, failed_suffix=FAILED, run=run, log=log,
+        rebuild=rebuild, building=f"building the {label} environment in {path} (torch and its CUDA libraries: a few GB, minutes)",
+    )

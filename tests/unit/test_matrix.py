@@ -85,6 +85,7 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     installs = [" ".join(c) for c in pip.calls]
     assert any("--no-deps nixl-cu12==1.5.1 nixl==1.5.1" in c for c in installs)
     assert any(c.endswith(f"-e {repo.resolve()}") for c in installs)
+    assert pip.calls[-2][-2:] == ["harness.matrix.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
     assert pip.calls[-1][-2:] == ["-c", "import nixl._api"]
     n = len(pip.calls)
     again = ensure_env("1.5.1", repo, root=root, run=pip)
@@ -92,6 +93,15 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     _repo(tmp_path, deps="numpy>=2")  # the project's dependencies changed: rebuild
     third = ensure_env("1.5.1", repo, root=root, run=pip)
     assert third.ok and not third.cached and len(pip.calls) == 2 * n
+
+
+def test_the_loader_step_installs_nothing_when_nixl_imports_without_torch(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.matrix import nixl_loader
+
+    assert nixl_loader.missing_module() is None  # this env's NIXL (1.5.x) needs no torch to load
+    assert nixl_loader.main(["1.5.1"]) == 0
+    assert "imports without extra packages" in capsys.readouterr().out
+    assert nixl_loader.main([]) == 2
 
 
 def test_a_version_that_cannot_be_installed_is_an_error_not_an_exception(tmp_path: Path) -> None:

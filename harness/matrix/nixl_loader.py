@@ -1,0 +1,59 @@
+"""What a NIXL release's loader needs beyond NIXL itself, installed into a matrix env.
+
+``python -m harness.matrix.nixl_loader VERSION`` runs inside a per-version env (built by
+``harness.matrix.envs``) after NIXL and the project. The ``nixl`` package is a thin loader that
+picks a backend wheel (``nixl_cu12`` / ``nixl_cu13``). Up to 1.3.x it asks torch which CUDA
+it was built for, so ``import nixl._api`` fails without torch, even on a machine with no GPU
+(1.4 and later detect CUDA without torch). When the import fails for want of torch, this
+installs the registry's torch (the only build offered here is a CUDA one: a few GB) and the
+backend wheel of that release for torch's CUDA major (``--no-deps``, as the env's NIXL step),
+then imports again. Exit 0 when ``nixl._api`` imports (it prints what it installed, if
+anything); otherwise pip's or Python's error and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+PIP = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+
+
+def missing_module() -> str | None:
+    """The module whose absence stops ``import nixl._api`` (None when it imports)."""
+    try:
+        importlib.import_module("nixl._api")
+    except ModuleNotFoundError as exc:
+        return exc.name or "?"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness.matrix.nixl_loader VERSION", file=sys.stderr)
+        return 2
+    version = argv[0]
+    missing = missing_module()
+    if missing is None:
+        print(f"nixl {version}: imports without extra packages")
+        return 0
+    if missing != "torch":
+        print(f"ModuleNotFoundError: No module named {missing!r} (nixl {version})", file=sys.stderr)
+        return 1
+    done = subprocess.run([*PIP, "torch"], check=False)
+    if done.returncode != 0:
+        return done.returncode
+    # a fresh interpreter: this one has a failed import of nixl cached
+    probe = "import torch.version as v; print((v.cuda or '').split('.')[0])"
+    major = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False).stdout.strip()
+    if major:
+        done = subprocess.run([*PIP, "--no-deps", f"nixl-cu{major}=={version}"], check=False)
+        if done.returncode != 0:
+            return done.returncode
+    print(f"nixl {version}: its loader needs torch; installed torch" + (f" and nixl-cu{major}=={version}" if major else ""))
+    return subprocess.run([sys.executable, "-c", "import nixl._api"], check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
