@@ -4,7 +4,7 @@ The ``integrity`` check's oracle. It never takes a peer's word: no checksum from
 event, manifest or checkpoint metadata is used. A synthetic model is rebuilt from the
 scenario's own model flags (parsed by mxref's command line, so the harness means exactly the
 model its processes were started with) with the generator's definition (tensor ``i`` is
-``PCG64([seed, i])`` bytes: a unit test holds this to ``mxref.model.generate``); a model
+the raw outputs of ``PCG64([seed, i])``: a unit test holds this to ``mxref.model.generate``); a model
 ``file`` is read with the ``safetensors`` library. Each tensor is hashed here with
 ``xxhash`` (xxh3-64), one tensor at a time, so a large model never sits in memory whole.
 
@@ -80,8 +80,9 @@ def _xxh(data: bytes | memoryview) -> str:
 
 
 def tensor_bytes(seed: int, index: int, nbytes: int) -> bytes:
-    """The bytes of tensor ``index`` of a synthetic model of ``seed`` (the generator's definition)."""
-    return np.random.Generator(np.random.PCG64([seed, index])).bytes(nbytes)
+    """The bytes of tensor ``index`` of a synthetic model of ``seed`` (the generator's definition:
+    the raw 64-bit outputs of ``PCG64([seed, index])``, little-endian, cut to ``nbytes``)."""
+    return np.random.PCG64([seed, index]).random_raw(-(-nbytes // 8)).astype("<u8").tobytes()[:nbytes]
 
 
 def _from_generator(flags: list[str]) -> ExpectedModel:

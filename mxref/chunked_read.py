@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,11 @@ class ChunkPolicy:
     def stall_s(self) -> float:
         return self.window * self.chunk_bytes / self.floor_bps + self.slack_s
 
+    @property
+    def suspect_s(self) -> float:
+        """Half the stall deadline without a completion: the READ may be stalling (``on_suspect``)."""
+        return self.stall_s / 2
+
 
 class ChunkedReadError(Exception):
     """A chunked READ that did not complete: ``message`` for health, ``kind`` for the
@@ -102,10 +107,13 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int) -> list[list[Pair]]:
 
 
 def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_name: str, budget_s: float,
-                 policy: ChunkPolicy) -> None:
+                 policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None) -> None:
     """Keep ``policy.window`` chunk READs in flight; raise ``ChunkedReadError`` on an error,
     a stall or the budget. Every handle still in flight then is released (NIXL cancels it;
-    the memory behind it stays tainted), and both prepared lists are released in any case."""
+    the memory behind it stays tainted), and both prepared lists are released in any case.
+    ``on_suspect`` is called once, when a window has gone ``policy.suspect_s`` without a
+    completion or half the budget has passed (it must return at once: the caller's chance to
+    get its next attempt ready)."""
     pieces = [piece for chunk in chunks for piece in chunk]
     bounds: list[tuple[int, int]] = []
     first = 0
@@ -122,13 +130,13 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
         raise ChunkedReadError(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}",
                                "status_error", TransferFailed) from exc
     try:
-        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy)
+        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect)
     finally:
         _release_dlists(agent, prepped)
 
 
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int]], budget_s: float,
-          policy: ChunkPolicy) -> None:
+          policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None) -> None:
     pending = list(reversed(bounds))
     inflight: list[tuple[Any, float]] = []
     start = time.monotonic()
@@ -166,7 +174,11 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 elif state in ERROR_STATES:
                     raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
             now = time.monotonic()
-            if inflight and now - max(inflight[0][1], last_done) > policy.stall_s:
+            quiet = now - max(inflight[0][1], last_done) if inflight else 0.0
+            if on_suspect is not None and (quiet > policy.suspect_s or now - start > budget_s / 2):
+                suspect, on_suspect = on_suspect, None
+                suspect()
+            if quiet > policy.stall_s:
                 done = len(bounds) - len(pending) - len(inflight)
                 raise ChunkedReadError(
                     f"READ stalled: no chunk completed for {policy.stall_s:.2f}s "

@@ -90,6 +90,8 @@ EVENTS: dict[str, EventSpec] = {
     # registered with a fresh agent; parked: regions set aside), and a stalled attempt's memory set aside
     "target_region": _ev("index", "agent_name", "addr", "bytes", "fresh", "parked"),
     "region_parked": _ev("index", "addr", "bytes", "parked"),
+    # reader: a READ quiet for half its stall deadline gets the next attempt's target prepared beside it
+    "target_prestart": _ev("index", "reason"),
     "attempt_outcome": _ev("index", "worker_id", "error", "seconds",
                            outcome=("success", "metadata_miss", "reference_mismatch", "transfer_retry",
                                     "transfer_fallback", "integrity_mismatch", "skipped"),

@@ -27,7 +27,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,11 +314,12 @@ class NixlTransferManager:
         remote_agent_name: str | None = None,
         require_exact_match: bool = False,
         chunks: ChunkPolicy | None = None,
+        on_suspect: Callable[[], None] | None = None,
     ) -> tuple[int, int, str]:
         """READ the source's tensors into ours (matched by name), bounded by the budget.
 
         One transfer handle (seed 001), or with ``chunks`` a window of chunk handles with a
-        stall deadline (``ChunkPolicy``). Returns ``(bytes, tensors, result)`` with result
+        stall deadline (``ChunkPolicy``; ``on_suspect``: see ``read_chunked``). Returns ``(bytes, tensors, result)`` with result
         complete|partial|empty. Raises ManifestMismatchError (sizes/dtypes, or names under
         exact match), TransferTimeout (TransferStalled for a stalled window) or TransferFailed.
         """
@@ -336,7 +337,8 @@ class NixlTransferManager:
         if chunks is not None:
             ranges = [((t.addr, t.size, t.device_id), (int(s.addr), int(s.size), int(s.device_id))) for t, s in pairs]
             try:
-                read_chunked(agent, mem, split_ranges(ranges, chunks.chunk_bytes), remote_agent_name, budget, chunks)
+                read_chunked(agent, mem, split_ranges(ranges, chunks.chunk_bytes), remote_agent_name, budget, chunks,
+                             on_suspect)
             except ChunkedReadError as exc:
                 self._record_failure(exc.message, exc.kind)
                 raise exc.error(self._data_plane_error) from exc

@@ -54,6 +54,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -276,7 +277,7 @@ class Reader:
         self.metrics.reader.selections.labels(self.policy).inc()
         t_transfer = time.perf_counter()
         try:
-            nbytes, seconds = self._load_as_target(worker, attempt.index)
+            nbytes, seconds = self._load_as_target(worker, attempt.index, has_next)
         except IntegrityError as exc:  # the READ completed, but with bytes that are not the reference's
             elapsed = time.perf_counter() - t_transfer
             self.metrics.reader.transfer_seconds.labels(self.policy, "retry" if has_next else "fallback").observe(elapsed)
@@ -350,7 +351,7 @@ class Reader:
             worker.agent_name = worker.agent_name or manifest.agent_name
         return worker
 
-    def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int) -> tuple[int, float]:
+    def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int, has_next: bool = False) -> tuple[int, float]:
         """Prepare a fresh target, handshake, READ, release, verify. Returns (bytes, READ seconds)."""
         self._read_posted = False
         if self.options.unguarded_retry and self.manager is not None and self.arena is not None:
@@ -401,7 +402,8 @@ class Reader:
             self._read_posted = True
             try:
                 nbytes, _count, _res = mgr.receive_from_source(
-                    worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks
+                    worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks,
+                    on_suspect=self._next_target_early(index) if has_next else None,
                 )
             except TransferTimeout as exc:
                 seconds = time.perf_counter() - t0
@@ -441,6 +443,21 @@ class Reader:
                               self.agent_base if n == 0 else f"{self.agent_base}.{n}",
                               events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
                               manager_cls=NixlTransferManager, warmup=self._warmup)
+
+    def _next_target_early(self, index: int) -> Callable[[], None] | None:
+        """What a READ that has gone quiet for half its stall deadline calls: prepare the next
+        attempt's target (fresh memory, a fresh agent: never read into, so the guard holds) in a
+        thread while the deadline runs out, instead of after it. A READ that completes after all
+        leaves it unused (dropped with the load)."""
+        if not self.options.prestart or self.options.unguarded_retry:
+            return None
+
+        def start() -> None:
+            if self._prestart is None:
+                self._prestart = TargetPrestart(self._new_target)
+                self.events.emit("target_prestart", index=index + 1, reason="READ quiet for half its stall deadline (or half its budget)")
+
+        return start
 
     def _take_target(self, index: int) -> ReadTarget:
         """The prestarted target when there is one (no READ was ever posted into it), else a new one."""

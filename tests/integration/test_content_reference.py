@@ -5,7 +5,7 @@ or a lying manifest), a source whose memory is corrupted while it serves
 (``--debug-hooks`` + SIGUSR2), a tampered checkpoint, a corrupt model file, and a model
 given as a safetensors file (``--model-file``) end to end. The oracle is the model's
 definition: the expected checksums and digest are computed here from the bytes
-(PCG64, xxh3-64, SHA-256 over the canonical list), never read from a process.
+(PCG64's raw outputs, xxh3-64, SHA-256 over the canonical list), never read from a process.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def synthetic(seed: int = 0) -> tuple[dict[str, str], str]:
     """(checksums, digest) of the CLI's synthetic model for MODEL, from its definition."""
     sums, entries = {}, []
     for i in range(TENSORS):
-        data = np.random.Generator(np.random.PCG64([seed, i])).bytes(TENSOR_BYTES)
+        words = np.random.PCG64([seed, i]).random_raw(-(-TENSOR_BYTES // 8))  # raw outputs, little-endian
+        data = words.astype("<u8").tobytes()[:TENSOR_BYTES]
         name = f"model.layers.{i}.weight"
         sums[name] = xxhash.xxh3_64_hexdigest(data)
         entries.append((name, "float16", [TENSOR_BYTES // 2], sums[name]))

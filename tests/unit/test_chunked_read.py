@@ -186,3 +186,27 @@ def test_a_later_success_clears_a_stall() -> None:
 def test_a_nonsensical_policy_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ChunkPolicy(**bad)
+
+
+def test_a_quiet_window_calls_on_suspect_once_before_the_stall() -> None:
+    agent = ChunkAgent(complete=3)  # three chunks land, then the source freezes
+    mgr, remote = manager(agent)
+    policy = ChunkPolicy(chunk_bytes=4 * MIB, window=2, floor_bps=200e6, slack_s=0.1)
+    calls: list[float] = []
+    t0 = time.monotonic()
+    with pytest.raises(TransferStalled):
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy,
+                                on_suspect=lambda: calls.append(time.monotonic() - t0))
+    stalled = time.monotonic() - t0
+    assert len(calls) == 1, calls
+    assert policy.suspect_s <= calls[0] < stalled
+    assert policy.suspect_s == pytest.approx(policy.stall_s / 2)
+
+
+def test_a_read_that_keeps_completing_never_calls_on_suspect() -> None:
+    agent = ChunkAgent()
+    mgr, remote = manager(agent)
+    calls: list[int] = []
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB),
+                            on_suspect=lambda: calls.append(1))
+    assert calls == []

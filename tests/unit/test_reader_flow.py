@@ -588,6 +588,15 @@ class TestTransferFailures:
         regions = h.events("target_region")
         assert [r["fresh"] for r in regions] == [True, True] and regions[0]["addr"] != regions[1]["addr"]
         assert len({m.agent_name for m in world.managers}) == 2 and world.managers[0].shut_down
+        # the quiet READ got the second target prepared beside its deadline, not after it
+        assert [e["index"] for e in h.events("target_prestart")] == [1]
+        second = {e["phase"]: e for e in h.events("load_phase") if e["index"] == 1}
+        assert second["agent"]["overlapped"] is True and "wait_target" in second
+
+    def test_the_last_candidate_prepares_no_next_target(self, world: World, h: Harness, checkpoint: Path) -> None:
+        world.add("a", behaviour=STALL)
+        result = h.load(prestart=True, checkpoint=checkpoint)
+        assert result.path == "disk" and not h.events("target_prestart")
 
     def test_fallback_label_on_the_last_candidate(self, world: World, h: Harness, checkpoint: Path) -> None:
         world.add("a", behaviour=DISCONNECT)
