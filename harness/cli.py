@@ -259,7 +259,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cells[sc.name] = cell
         if repeat > 1:
             for index, r in enumerate(runs, 1):
-                annotate_repeat(r.run_dir, index, repeat, cell)
+                annotate_repeat(r, index, repeat, cell)
         if interrupted:
             break
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest

@@ -290,7 +290,7 @@ class ScenarioItem(pytest.Item):
         measured = Rate(*sc.measured_rate) if sc.measured_rate else None
         cell = cell_of(sc.name, [RunRecord.of(r) for r in results], bool(sc.known_defect), measured)
         for index, r in enumerate(results, 1):
-            annotate_repeat(r.run_dir, index, repeat, cell)
+            annotate_repeat(r, index, repeat, cell)
         self.user_properties.append(("mxchaos_cell", cell.name))
         self.user_properties.append(("mxchaos_rate", str(cell.rate)))
         if cell.name == "SKIP":

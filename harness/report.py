@@ -206,7 +206,7 @@ def write_verdict_files(result: RunResult, versions: dict[str, Any], extra: dict
     verdict.update(extra or {})
     (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
     write_junit(run_dir / "junit.xml", [result])
-    (run_dir / "report.html").write_text(render_html(result, versions))
+    (run_dir / "report.html").write_text(render_html(result, versions, repeat=verdict.get("repeat")))
 
 
 class RunFolderError(HarnessError):
@@ -337,9 +337,12 @@ def rewrite_verdict(result: RunResult, previous: str | None) -> None:
     write_verdict_files(result, versions, extra)
 
 
-def annotate_repeat(run_dir: Path, index: int, of: int, cell: Cell) -> None:
-    """Add ``repeat: {index, of, cell, rate, bound, measured}`` to a run's verdict.json (atomically)."""
-    path = Path(run_dir) / "verdict.json"
+def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:
+    """Add ``repeat: {index, of, cell, rate, bound, measured, runs}`` to a run's verdict.json
+    (atomically) and render its report.html again with that place among the N (the cell, its
+    rate and links to the other runs)."""
+    run_dir = Path(result.run_dir)
+    path = run_dir / "verdict.json"
     saved = _read_json(path)
     if saved is None:
         return
@@ -351,10 +354,16 @@ def annotate_repeat(run_dir: Path, index: int, of: int, cell: Cell) -> None:
         "rate": judged["rate"],
         "bound": judged["bound"],
         "measured": judged["measured"],
+        "note": cell.note,
+        "runs": [{"verdict": r.verdict, "run_dir": r.run_dir, "seed": r.seed} for r in cell.runs],
     }
     tmp = path.with_name(f".verdict.json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(saved, indent=2, default=str))
     os.replace(tmp, path)
+    page = run_dir / "report.html"
+    tmp = page.with_name(f".report.html.{os.getpid()}.tmp")
+    tmp.write_text(render_html(result, saved.get("versions") or {}, repeat=saved["repeat"]))
+    os.replace(tmp, page)
 
 
 def _link_latest(run_dir: Path) -> None:

@@ -8,12 +8,25 @@ every event.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.checks import NamedResult
 from harness.htmlreport.charts import metric_charts
-from harness.htmlreport.style import _AMBER, _CHECK_COLORS, _CSS, _GREY, _RED, _VERDICT_COLORS, _by_severity, _e, _valid_text
+from harness.htmlreport.style import (
+    _AMBER,
+    _CELL_COLORS,
+    _CHECK_COLORS,
+    _CSS,
+    _GREY,
+    _RED,
+    _VERDICT_COLORS,
+    _by_severity,
+    _e,
+    _valid_text,
+)
 from harness.htmlreport.timeline import legend_html, timeline_svg
 from harness.timeline import Entry, History
 from harness.verdict import RunResult
@@ -75,7 +88,39 @@ def _ssh_hosts(result: RunResult) -> str:
             + "".join(rows) + "</table>")
 
 
-def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> str:
+def _repeat(result: RunResult, repeat: dict[str, Any] | None) -> str:
+    """A run of ``mxchaos run --repeat N``: its place among the N, the scenario's cell and rate
+    (the verdict that counts), and links to the other runs."""
+    if not repeat:
+        return ""
+    cell = str(repeat.get("cell") or "?")
+    rate = repeat.get("rate") or {}
+    color = _CELL_COLORS.get(cell, _GREY)
+    links = []
+    here = Path(result.run_dir).resolve()
+    for i, run in enumerate(repeat.get("runs") or [], 1):
+        there = Path(str(run.get("run_dir") or ""))
+        text = f"{i}: {str(run.get('verdict') or '?').upper()}"
+        if there.resolve() == here:
+            links.append(f"<b>{_e(text)} (this run)</b>")
+        else:
+            href = os.path.relpath(there / "report.html", here)
+            links.append(f"<a href='{_e(href)}'>{_e(text)}</a>")
+    rate_text = f"{rate.get('k')}/{rate.get('n')}" if rate else "?"
+    counted = "runs with the defect" if repeat.get("bound") is not None else "runs passed"
+    bound = f", 95% upper bound {float(repeat['bound']):.3f}" if repeat.get("bound") is not None else ""
+    measured = repeat.get("measured")
+    measured_text = f", measured {measured['k']}/{measured['n']}" if measured else ""
+    note = f"<br>{_e(repeat['note'])}" if repeat.get("note") else ""
+    return (f"<p class='repeat' style='border-left:4px solid {color};padding-left:8px'>"
+            f"Run {_e(repeat.get('index'))} of {_e(repeat.get('of'))} of this scenario "
+            f"(<code>--repeat {_e(repeat.get('of'))}</code>). The scenario's verdict is its cell: "
+            f"<span class='badge' style='background:{color}'>{_e(cell)}</span> {_e(rate_text)} {counted}"
+            f"{_e(bound)}{_e(measured_text)}.{note}<br>Runs: {' · '.join(links)}</p>")
+
+
+def render_html(result: RunResult, versions: dict[str, Any] | None = None,
+                repeat: dict[str, Any] | None = None) -> str:
     """The whole page of one run, self-contained."""
     h = result.history
     sc = result.scenario
@@ -101,6 +146,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None) -> st
             f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "
             f"{_e(result.known_defect)}<br>{note}</p>"
         )
+    parts.append(_repeat(result, repeat))
     parts.append(_why(result))
     parts.append(_ssh_hosts(result))
     parts.append(f"<h2>Checks <small>({passed}/{len(result.checks)} passed)</small></h2>")

@@ -26,6 +26,11 @@ _VERDICT_COLORS = {
     "xpass": _BLUE,
     "skip": _GREY,
 }
+# a scenario's cell over its --repeat N runs (harness.rates.CELLS)
+_CELL_COLORS = {
+    "PASS": _GREEN, "FLAKY": _RED, "FAIL": _RED, "UNKNOWN": _AMBER, "ERROR": _GREY, "HANG": _PURPLE, "SKIP": _GREY,
+    "REPRODUCED": _ORANGE, "FIXED?": _BLUE, "NOT_REPRODUCED": _BLUE,
+}
 # events drawn as dots on a process lane: colour, legend text
 _EVENT_STYLE = {
     "load_done": (_GREEN, "load_done"),

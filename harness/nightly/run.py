@@ -210,7 +210,7 @@ def _scenario(
     measured = Rate(*sc.measured_rate) if sc.measured_rate else None
     cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
     for index, r in enumerate(runs, 1):
-        annotate_repeat(r.run_dir, index, spec.repeat, cell)
+        annotate_repeat(r, index, spec.repeat, cell)
     skip = runs[0].reason if cell.name == "SKIP" and runs else None
     return ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)), interrupted
 

@@ -361,7 +361,15 @@ def test_a_scenario_that_passes_sometimes_is_flaky_and_fails_the_run(tmp_path: P
     for index, run in enumerate(cell["runs"], 1):  # each run is a full run with its own folder
         saved = json.loads((Path(run["run_dir"]) / "verdict.json").read_text())
         assert (saved["seed"], saved["verdict"]) == (run["seed"], run["verdict"])
-        assert saved["repeat"] == {"index": index, "of": 3, "cell": "FLAKY", "rate": {"k": 2, "n": 3}, "bound": None, "measured": None}
+        repeat = {k: v for k, v in saved["repeat"].items() if k not in ("runs", "note")}
+        assert repeat == {"index": index, "of": 3, "cell": "FLAKY", "rate": {"k": 2, "n": 3}, "bound": None, "measured": None}
+        assert [r["run_dir"] for r in saved["repeat"]["runs"]] == [r["run_dir"] for r in cell["runs"]]
+        # the page says which of the N it is, the cell that counts, and links the others
+        page = (Path(run["run_dir"]) / "report.html").read_text()
+        assert f"Run {index} of 3 of this scenario" in page and ">FLAKY</span> 2/3 runs passed" in page
+        others = [Path(r["run_dir"]).name for i, r in enumerate(cell["runs"], 1) if i != index]
+        assert all(f"href='../{name}/report.html'" in page for name in others), page
+        assert f"{index}: {run['verdict'].upper()} (this run)" in page
     text = junit.read_text()
     assert text.count("<testcase ") == 1
     assert f'message="FLAKY 2/3: passed in 2 of 3 runs; a plain scenario passes only at 3/3; failing runs: FAIL {failing}"' in text
