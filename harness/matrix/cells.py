@@ -12,7 +12,7 @@ who played: ``subjects``) and ``timeline.jsonl`` (timings). Timings, each the me
 run), ``detection_s`` (first fault injected -> first ``transfer_error``), ``recovery_s`` (first
 fault -> the next ``load_done``), ``fallback_s`` (first fault -> the first ``fallback``),
 ``read_gbps`` (the ``gbps`` of every ``transfer_done``) and ``read_ratio`` (``read_gbps`` over
-the column's raw NIXL READ, ``mxref.bench``, measured in the same env).
+the column's raw NIXL READ of the same size, ``mxref.bench``, measured in the same env).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,8 +192,16 @@ class ColumnRead:
     ucx: list[str] = field(default_factory=list)
 
 
-def read_column(out_dir: Path, scenarios: Sequence[str], raw_gbps: float | None = None) -> ColumnRead:
-    """Every scenario's cell in one column folder (a scenario with no run: verdict ``none``)."""
+def _raw_for(raw_gbps: float | Mapping[str, float | None] | None, name: str) -> float | None:
+    if isinstance(raw_gbps, Mapping):
+        return raw_gbps.get(name)
+    return raw_gbps
+
+
+def read_column(out_dir: Path, scenarios: Sequence[str],
+                raw_gbps: float | Mapping[str, float | None] | None = None) -> ColumnRead:
+    """Every scenario's cell in one column folder (a scenario with no run: verdict ``none``).
+    ``raw_gbps``: the raw READ the cells' ``read_ratio`` divides by, one for all or per scenario."""
     summary = _read_json(out_dir / "summary.json")
     by_summary: dict[str, Any] = summary.get("scenarios", {}) if isinstance(summary, dict) else {}
     by_folders = _runs_from_folders(out_dir) if not by_summary else {}
@@ -238,7 +246,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str], raw_gbps: float | None 
             recovery_s=_median(recover),
             fallback_s=_median(fallback),
             read_gbps=read,
-            read_ratio=round(read / raw_gbps, 3) if read is not None and raw_gbps else None,
+            read_ratio=round(read / raw, 3) if read is not None and (raw := _raw_for(raw_gbps, name)) else None,
             nixl=sorted(nixl),
             ucx=sorted(ucx),
             subjects=dict(sorted(played.items())),

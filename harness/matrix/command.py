@@ -17,7 +17,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.scenario import Scenario
 
 __all__ = ["add_parser", "cmd_matrix", "format_table"]
 
@@ -84,6 +87,19 @@ def format_table(matrix: dict[str, Any]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def read_bytes(sc: Scenario) -> int | None:
+    """What a reader of ``sc`` READs: its model's size (a model file's size on disk); None
+    without a reader or a model file that is not there."""
+    from harness.scenario import ReaderProcess
+
+    if not any(isinstance(p, ReaderProcess) for p in sc.processes.values()):
+        return None
+    if sc.model.file:
+        path = sc.directory / sc.model.file
+        return path.stat().st_size if path.is_file() else None
+    return int(sc.model.tensors * sc.model.tensor_mib * (1 << 20))
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.cli import files_to_run
     from harness.errors import ScenarioInvalid
@@ -130,15 +146,17 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
-    names = []
+    loaded = []
     for f in files:
         try:
-            names.append(load_scenario(f).name)
+            loaded.append(load_scenario(f))
         except ScenarioInvalid as exc:
             print(exc.render(), file=sys.stderr)
             return EXIT_INVALID
+    names = [sc.name for sc in loaded]
     spec = MatrixSpec(
-        scenarios=files, names=names, defects={n: d for n, f in zip(names, files) if (d := defect_info(f))},
+        scenarios=files, names=names, defects={sc.name: d for sc in loaded if (d := defect_info(sc))},
+        read_bytes={sc.name: n for sc in loaded if (n := read_bytes(sc))},
         columns=columns_for(versions, axes, subjects), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs,

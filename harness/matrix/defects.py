@@ -2,9 +2,9 @@
 
 A scenario's ``known_defect`` (its text) may name the NIXL versions it was measured on in
 an optional top-level list ``defect_versions: ["1.5.1", "1.4"]`` (an entry matches that
-version and, without a third part, every ``1.4.x``). Until the scenario schema has that key,
-the matrix reads it from the YAML text itself (``defect_info``). Without the list the defect
-is expected on every version (what ``known_defect`` means to ``mxchaos run``).
+version and, without a third part, every ``1.4.x``), validated with the rest of the scenario
+(``harness.scenario``). Without the list the defect is expected on every version (what
+``known_defect`` means to ``mxchaos run``).
 
 Per column: ``expected`` (the version is listed), ``observed``: ``reproduced`` (a run ended
 ``xfail``: a check was false), ``not reproduced`` (every run that got far enough ended
@@ -16,28 +16,20 @@ that release?) or reproduced where it is not listed (brought back, or never meas
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    from harness.scenario import Scenario
 
 __all__ = ["defect_info", "defect_status", "version_matches"]
 
 
-def defect_info(path: Path) -> dict[str, Any] | None:
-    """``{"text": str, "versions": [..] | None}`` of a scenario file, None if it has no defect."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+def defect_info(scenario: Scenario) -> dict[str, Any] | None:
+    """``{"text": str, "versions": [..] | None}`` of a validated scenario, None if it has no defect."""
+    if not scenario.known_defect:
         return None
-    if not isinstance(doc, dict) or not doc.get("known_defect"):
-        return None
-    versions = doc.get("defect_versions")
-    if isinstance(versions, list | tuple):
-        listed: list[str] | None = [str(v).strip() for v in versions if str(v).strip()]
-    else:
-        listed = None
-    return {"text": " ".join(str(doc["known_defect"]).split()), "versions": listed}
+    listed = [v for v in scenario.defect_versions if v.strip()] or None
+    return {"text": " ".join(scenario.known_defect.split()), "versions": listed}
 
 
 def version_matches(version: str, listed: Sequence[str]) -> bool:

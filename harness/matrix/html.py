@@ -101,7 +101,9 @@ def render_matrix(matrix: Mapping[str, Any]) -> str:
         if col.get("available"):
             loaded = (f"loaded NIXL {', '.join(col.get('loaded_nixl') or ['?'])}; "
                       f"UCX {', '.join(col.get('loaded_ucx') or ['?'])}")
-            raw = _num(col.get("raw_read_gbps"), " GB/s")
+            sizes = col.get("raw_reads") or {}
+            raws = [f"{int(n) / (1 << 20):g} MiB {_num(g, ' GB/s') or '?'}" for n, g in sorted(sizes.items(), key=lambda kv: int(kv[0]))]
+            raw = ", ".join(raws) if raws else _num(col.get("raw_read_gbps"), " GB/s")
             loaded += f"; raw READ {raw}" if raw else (f"; {col['raw_read_error']}" if col.get("raw_read_error") else "")
         else:
             loaded = f"unavailable: {col.get('error')}"

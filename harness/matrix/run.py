@@ -5,7 +5,9 @@ env's own ``mxchaos run --repeat N --out OUT/<column id> -q [--subject S] SCENAR
 in its environment, bounded by ``timeout_per_run`` x runs (+ a margin). An env whose
 ``mxchaos run`` has no ``--repeat`` is run N times instead (the folders are then read without
 a ``summary.json``). Before the scenarios, ``python -m mxref.bench`` measures a raw NIXL READ
-in the same env and environment (``raw_read_gbps``: the denominator of ``read_ratio``). A
+in the same env and environment, once per READ size among the scenarios (their models' sizes:
+``raw_reads``, bytes -> GB/s): a cell's ``read_ratio`` is its READ over the raw READ of the same
+size. A
 version whose env cannot be built is a column with ``error`` and no runs. Without versions
 (``--subject`` alone) the columns run in this project's own environment (``here_env``). Then
 ``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
@@ -48,6 +50,7 @@ class MatrixSpec:
     repo: Path = Path(".")
     timeout_per_run: float = 300.0
     raw_read: bool = True
+    read_bytes: dict[str, int] = field(default_factory=dict)  # name -> bytes its readers READ (the model's size)
     baseline: dict[str, Any] | None = None
     drop: float = 0.2
     rebuild_envs: bool = False
@@ -85,8 +88,8 @@ def here_nixl() -> str:
         return ""
 
 
-def _raw_read(env: EnvResult, column: Column, execute: Execute) -> tuple[float | None, str | None]:
-    argv = [str(env.python), "-m", "mxref.bench", "--bytes", str(RAW_READ_BYTES), "--repeat", "3"]
+def _raw_read(env: EnvResult, column: Column, execute: Execute, nbytes: int) -> tuple[float | None, str | None]:
+    argv = [str(env.python), "-m", "mxref.bench", "--bytes", str(nbytes), "--repeat", "3"]
     rc, out = execute(argv, column.env_dict(), RAW_READ_TIMEOUT_S)
     for line in reversed(out.splitlines()):
         if line.startswith('{"raw_read"'):
@@ -101,13 +104,17 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
                 log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> dict[str, Any]:
     out_dir = spec.out / column.id
     out_dir.mkdir(parents=True, exist_ok=True)
-    info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "rc": None}
-    if spec.raw_read:  # once per env and environment: the subject columns of one env share it
-        key = (str(env.path), column.env)
-        if key not in raw_reads:
-            raw_reads[key] = _raw_read(env, column, execute)
-        info["raw_read_gbps"], info["raw_read_error"] = raw_reads[key]
-        log(f"[{column.id}] raw READ: {info['raw_read_gbps'] or info['raw_read_error']} GB/s")
+    info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "raw_reads": {}, "rc": None}
+    if spec.raw_read:  # per READ size, once per env and environment: the subject columns of one env share them
+        for nbytes in sorted(set(spec.read_bytes.values())) or [RAW_READ_BYTES]:
+            key = (str(env.path), column.env, nbytes)
+            if key not in raw_reads:
+                raw_reads[key] = _raw_read(env, column, execute, nbytes)
+            gbps, error = raw_reads[key]
+            info["raw_reads"][str(nbytes)] = gbps
+            info["raw_read_error"] = info["raw_read_error"] or error
+            info["raw_read_gbps"] = gbps  # the largest size's, for the column's line
+            log(f"[{column.id}] raw READ of {nbytes / (1 << 20):g} MiB: {gbps or error} GB/s")
     rc_help, help_text = execute([str(env.mxchaos), "run", "--help"], {}, 60.0)
     paths = [str(p.resolve()) for p in spec.scenarios]
     subject = ["--subject", column.subject] if column.subject else []
@@ -152,7 +159,9 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
             col.update(loaded_nixl=[], loaded_ucx=[])
             columns.append(col)
             continue
-        read = read_column(spec.out / column.id, spec.names, info.get("raw_read_gbps"))
+        by_size = info.get("raw_reads") or {}
+        raw = {n: by_size.get(str(spec.read_bytes.get(n)), info.get("raw_read_gbps")) for n in spec.names}
+        read = read_column(spec.out / column.id, spec.names, raw)
         col.update(loaded_nixl=read.nixl, loaded_ucx=read.ucx)
         for name in spec.names:
             cell = read.cells[name]

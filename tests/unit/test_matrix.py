@@ -179,14 +179,17 @@ def test_without_summary_json_the_run_folders_are_read(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ known defects per version
 
 
-def test_defect_versions_are_read_from_the_scenario_yaml(tmp_path: Path) -> None:
+def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> None:
+    from harness.scenario import load_scenario
+
     f = tmp_path / "s.yaml"
-    f.write_text("name: s\nknown_defect: >-\n  aborts the\n  source\ndefect_versions: [1.5.1, '1.4']\n")
-    assert defect_info(f) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"]}
-    f.write_text("name: s\nknown_defect: aborts\n")
-    assert defect_info(f) == {"text": "aborts", "versions": None}
-    f.write_text("name: s\n")
-    assert defect_info(f) is None
+    body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
+    f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
+    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"]}
+    f.write_text(body + "known_defect: aborts\n")
+    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None}
+    f.write_text(body)
+    assert defect_info(load_scenario(f)) is None
 
 
 def test_version_matching_is_exact_or_a_prefix_at_a_dot() -> None:
@@ -281,8 +284,9 @@ class FakeExecute:
     def __call__(self, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
         argv = list(argv)
         self.calls.append((argv, dict(env), timeout))
-        if "mxref.bench" in argv:
-            return 0, 'nixl log line\n{"raw_read": {"bytes": 1, "gbps": [2.0], "median_gbps": 2.0}}\n'
+        if "mxref.bench" in argv:  # 2 GB/s at 32 MiB; 0.25 at 4 MiB
+            gbps = int(argv[argv.index("--bytes") + 1]) / (16 << 20)
+            return 0, f'nixl log line\n{{"raw_read": {{"bytes": 1, "gbps": [{gbps}], "median_gbps": {gbps}}}}}\n'
         if argv[1:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--repeat N]"
         out = Path(argv[argv.index("--out") + 1])
@@ -317,6 +321,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
         scenarios=[smoke, defect], names=["smoke", "reset"],
         defects={"reset": {"text": "aborts the source", "versions": ["1.5.1"]}},
         columns=columns_for(["1.4.1", "1.5.1", "1.5.2"], [("AB", ["y", "n"])]), repeat=2, out=tmp_path / "out",
+        read_bytes={"smoke": 4 << 20, "reset": 32 << 20},
     )
     matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
     assert json.loads((tmp_path / "out" / "matrix.json").read_text()) == matrix
@@ -329,6 +334,9 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     assert gone["verdict"] == "unavailable" and "No matching distribution" in gone["error"]
     cell = matrix["cells"]["reset"]["nixl-1.5.1+AB=n"]
     assert cell["verdict"] == "REPRODUCED" and cell["read_ratio"] == 0.5 and cell["runs"][0]["link"].startswith("nixl-1.5.1+AB=n/")
+    # each cell's READ over a raw READ of its own model's size, measured once per size and column env
+    assert cols["nixl-1.5.1+AB=n"]["raw_reads"] == {str(4 << 20): 0.25, str(32 << 20): 2.0}
+    assert matrix["cells"]["smoke"]["nixl-1.5.1+AB=n"]["read_ratio"] == 4.0
     heads = {(h["scenario"], h["column"]) for h in matrix["headlines"]}
     # expected on 1.5.1, not reproduced with AB=y; reproduced on 1.4.1 with AB=n where it is not listed
     assert heads == {("reset", "nixl-1.5.1+AB=y"), ("reset", "nixl-1.4.1+AB=n")}
@@ -372,3 +380,15 @@ def test_without_repeat_support_the_env_runs_n_times(tmp_path: Path) -> None:
 def test_invalid_matrix_options_exit_2_before_building_anything(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err
+
+
+def test_a_cell_is_held_to_a_raw_read_of_its_own_model_size(tmp_path: Path) -> None:
+    from harness.matrix.command import read_bytes
+    from harness.scenario import load_scenario
+
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nmodel: {tensors: 4, tensor_mib: 8}\nprocesses:\n  server: {role: server}\n"
+                 "  reader-1: {role: reader}\nsteps: [{start: server}, {start: reader-1}]\n")
+    assert read_bytes(load_scenario(f)) == 32 << 20
+    f.write_text("name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n")
+    assert read_bytes(load_scenario(f)) is None  # no reader: nothing to hold to a raw READ
