@@ -206,8 +206,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
     one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run."""
     from harness.console import Progress, rate_table, verdict_table
-    from harness.rates import Rate, RunRecord, cell_of, write_summary
-    from harness.report import annotate_repeat, write_junit, write_junit_cells, write_run_folder
+    from harness.rates import write_summary
+    from harness.report import judge_runs, write_junit, write_junit_cells, write_run_folder
     from harness.runner import Runner
 
     if args.repeat < 1:
@@ -254,12 +254,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 break
             if result.verdict == "skip":  # a missing capability stays missing: one skip says it
                 break
-        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
-        cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
-        cells[sc.name] = cell
-        if repeat > 1:
-            for index, r in enumerate(runs, 1):
-                annotate_repeat(r, index, repeat, cell)
+        cells[sc.name] = judge_runs(sc, runs, repeat, annotate=repeat > 1)
         if interrupted:
             break
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest

@@ -272,8 +272,7 @@ class ScenarioItem(pytest.Item):
 
     def _run_repeated(self, out: Path | str, repeat: int) -> None:
         """N runs, one cell, one outcome (the rule of ``harness.rates``)."""
-        from harness.rates import Rate, RunRecord, cell_of
-        from harness.report import annotate_repeat, write_run_folder
+        from harness.report import judge_runs, write_run_folder
         from harness.runner import Runner
 
         sc = self.scenario
@@ -287,10 +286,7 @@ class ScenarioItem(pytest.Item):
                 raise KeyboardInterrupt(f"mxchaos run interrupted; healed and torn down: {result.run_dir}")
             if result.verdict == "skip":
                 break
-        measured = Rate(*sc.measured_rate) if sc.measured_rate else None
-        cell = cell_of(sc.name, [RunRecord.of(r) for r in results], bool(sc.known_defect), measured)
-        for index, r in enumerate(results, 1):
-            annotate_repeat(r, index, repeat, cell)
+        cell = judge_runs(sc, results, repeat)
         self.user_properties.append(("mxchaos_cell", cell.name))
         self.user_properties.append(("mxchaos_rate", str(cell.rate)))
         if cell.name == "SKIP":

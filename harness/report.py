@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RunFolderError",
     "annotate_repeat",
+    "judge_runs",
     "collect_versions",
     "junit_cells_xml",
     "junit_xml",
@@ -335,6 +336,19 @@ def rewrite_verdict(result: RunResult, previous: str | None) -> None:
     if "repeat" in saved:  # a run of a repeated scenario keeps its place among the N
         extra["repeat"] = saved["repeat"]
     write_verdict_files(result, versions, extra)
+
+
+def judge_runs(sc: Scenario, runs: Sequence[RunResult], of: int, *, annotate: bool = True) -> Cell:
+    """The cell of a scenario's runs (``harness.rates``: its rule, the scenario's stated defect
+    rate), each run annotated with its place among the ``of`` (``annotate_repeat``)."""
+    from harness.rates import Rate, RunRecord, cell_of
+
+    measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+    cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
+    if annotate:
+        for index, r in enumerate(runs, 1):
+            annotate_repeat(r, index, of, cell)
+    return cell
 
 
 def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:

@@ -43,7 +43,7 @@ from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
 from harness.nightly.html import render_night
 from harness.nightly.night import RunDetail, ScenarioNight, night_json, night_passed
-from harness.rates import Cell, Rate, RunRecord, cell_of, write_summary
+from harness.rates import Cell, Rate, write_summary
 from harness.scenario import Scenario
 
 __all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "prune_nights", "run_night",
@@ -178,7 +178,7 @@ def _scenario(
     capped: list[dict[str, Any]], removed: list[dict[str, Any]],
 ) -> tuple[ScenarioNight, bool]:
     """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
-    from harness.report import annotate_repeat, write_run_folder
+    from harness.report import judge_runs, write_run_folder
 
     path = _shown(sc.path)
     if b.skip:
@@ -207,10 +207,7 @@ def _scenario(
             break
         if result.verdict == "skip":  # a missing capability stays missing: one skip says it
             break
-    measured = Rate(*sc.measured_rate) if sc.measured_rate else None
-    cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
-    for index, r in enumerate(runs, 1):
-        annotate_repeat(r, index, spec.repeat, cell)
+    cell = judge_runs(sc, runs, spec.repeat)
     skip = runs[0].reason if cell.name == "SKIP" and runs else None
     return ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)), interrupted
 
