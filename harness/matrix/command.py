@@ -48,6 +48,9 @@ def add_parser(sub: Any) -> None:
                    help="a timing change beyond PCT%% is reported against the baseline (default 20)")
     p.add_argument("--timeout-per-run", type=float, default=300.0, metavar="S",
                    help="each column's runs are bounded by S seconds per run (default 300)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep every column whose folder under --out already holds all its runs (an interrupted "
+                   "matrix: same scenarios and --repeat); run the others")
     p.add_argument("--rebuild-envs", action="store_true",
                    help="rebuild every version's env, also one that failed before with the same inputs")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
@@ -159,7 +162,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         read_bytes={sc.name: n for sc in loaded if (n := read_bytes(sc))},
         columns=columns_for(versions, axes, subjects), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
-        rebuild_envs=args.rebuild_envs,
+        rebuild_envs=args.rebuild_envs, resume=args.resume,
     )
     matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
     print(format_table(matrix))

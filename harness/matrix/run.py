@@ -11,7 +11,9 @@ size. A
 version whose env cannot be built is a column with ``error`` and no runs. Without versions
 (``--subject`` alone) the columns run in this project's own environment (``here_env``). Then
 ``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
-``--baseline`` diff (``harness.matrix.baseline``) when one is given.
+``--baseline`` diff (``harness.matrix.baseline``) when one is given; both are rewritten after
+every column. With ``resume`` a column whose folder already holds all its runs (an earlier,
+interrupted matrix into the same ``--out``) is kept, not run again; its raw READs are measured anew.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import datetime as dt
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +57,7 @@ class MatrixSpec:
     baseline: dict[str, Any] | None = None
     drop: float = 0.2
     rebuild_envs: bool = False
+    resume: bool = False  # reuse a column whose folder already holds all its runs (summary.json)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,9 +104,31 @@ def _raw_read(env: EnvResult, column: Column, execute: Execute, nbytes: int) -> 
     return None, f"raw READ failed (rc {rc}): {error_line(out)}"
 
 
+def column_complete(out_dir: Path, names: Sequence[str], repeat: int) -> bool:
+    """Whether a column's folder holds a finished ``mxchaos run --repeat`` of exactly these
+    scenarios: its ``summary.json`` (written once every scenario is judged) says ``repeat`` and
+    has each scenario with its runs (fewer only when it was skipped)."""
+    try:
+        summary = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(summary, dict) or summary.get("repeat") != repeat:
+        return False
+    cells = summary.get("scenarios")
+    if not isinstance(cells, dict) or set(cells) != set(names):
+        return False
+    return all(isinstance(c, dict) and (len(c.get("runs") or []) == repeat or c.get("cell") == "SKIP")
+               for c in cells.values())
+
+
 def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
                 log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> dict[str, Any]:
     out_dir = spec.out / column.id
+    if spec.resume and out_dir.is_dir() and not column_complete(out_dir, spec.names, spec.repeat):
+        aside = spec.out / f"{column.id}.interrupted"  # what an interrupted column left, kept for a look
+        shutil.rmtree(aside, ignore_errors=True)
+        out_dir.rename(aside)
+        log(f"[{column.id}] not complete in {out_dir}: moved to {aside.name}, running it again")
     out_dir.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "raw_reads": {}, "rc": None}
     if spec.raw_read:  # per READ size, once per env and environment: the subject columns of one env share them
@@ -115,6 +141,10 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
             info["raw_read_error"] = info["raw_read_error"] or error
             info["raw_read_gbps"] = gbps  # the largest size's, for the column's line
             log(f"[{column.id}] raw READ of {nbytes / (1 << 20):g} MiB: {gbps or error} GB/s")
+    if spec.resume and column_complete(out_dir, spec.names, spec.repeat):
+        info["rc"], info["resumed"] = 0, True
+        log(f"[{column.id}] every scenario has its {spec.repeat} runs in {out_dir}: kept (--resume)")
+        return info
     rc_help, help_text = execute([str(env.mxchaos), "run", "--help"], {}, 60.0)
     paths = [str(p.resolve()) for p in spec.scenarios]
     subject = ["--subject", column.subject] if column.subject else []
@@ -218,10 +248,12 @@ def run_matrix(
                                    else f"unavailable: {envs[version].error}"))
     infos: dict[str, dict[str, Any]] = {}
     raw_reads: dict[Any, tuple[float | None, str | None]] = {}
+    matrix: dict[str, Any] = {}
     for column in spec.columns:
         if envs[column.nixl].ok:
             infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
-    matrix = build_matrix(spec, envs, infos)
-    (spec.out / "matrix.json").write_text(json.dumps(matrix, indent=2) + "\n")
-    (spec.out / "matrix.html").write_text(render_matrix(matrix))
+        # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
+        matrix = build_matrix(spec, envs, infos)
+        (spec.out / "matrix.json").write_text(json.dumps(matrix, indent=2) + "\n")
+        (spec.out / "matrix.html").write_text(render_matrix(matrix))
     return matrix

@@ -351,6 +351,21 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     spec.baseline, spec.out = matrix, tmp_path / "out2"
     assert run_matrix(spec, ensure=lambda v: envs[v], execute=fake)["baseline_changes"] == []
 
+    # resumed into the first folder, one column's runs cut short: only that column runs again
+    summary = tmp_path / "out" / "nixl-1.4.1+AB=y" / "summary.json"
+    cut = json.loads(summary.read_text())
+    cut["scenarios"]["reset"]["runs"] = cut["scenarios"]["reset"]["runs"][:1]
+    summary.write_text(json.dumps(cut))
+    fake.calls.clear()
+    spec.baseline, spec.out, spec.resume = None, tmp_path / "out", True
+    resumed = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
+    run_calls = [c for c in fake.calls if c[0][1:3] == ["run", "--repeat"]]
+    assert [c[1]["AB"] for c in run_calls] == ["y"] and str(run_calls[0][0][0]) == str(envs["1.4.1"].mxchaos)
+    assert any("mxref.bench" in c[0] for c in fake.calls)  # raw READs are measured anew
+    assert resumed["cells"] == matrix["cells"]
+    assert (tmp_path / "out" / "nixl-1.4.1+AB=y.interrupted" / "smoke" / "run0").is_dir()  # set aside, not lost
+    assert [c.get("resumed", False) for c in resumed["columns"] if c["available"]] == [False, True, True, True]
+
 
 def test_without_repeat_support_the_env_runs_n_times(tmp_path: Path) -> None:
     calls: list[list[str]] = []
