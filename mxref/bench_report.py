@@ -1,0 +1,132 @@
+"""The arithmetic and the table of ``python -m mxref bench`` (``mxref.bench_load``), apart from the runs.
+
+``summarize`` turns one model size's measured rows into its summary: medians per reader variant,
+the raw two-process NIXL READ per source-progress variant and the fastest of them (the honest
+baseline), the in-process TCP loopback ceiling, and the goal terms as ratios:
+
+* mxref READ >= 0.95 x the fastest raw READ (``read_over_raw``: both the first READ on a fresh
+  connection, "cold"; the ratio to the warm raw READ is shown beside it);
+* chunked READ >= 0.95 x single-handle READ (``chunked_over_single``: reader ``this`` with its
+  default chunks vs ``this-single``, ``--read-chunk-mib 0``);
+* raw / ceiling and mxref / ceiling: how much of this machine's TCP loopback they reach.
+
+``table`` renders a summary as lines of text. Nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+READ_OVER_RAW_GOAL = 0.95
+CHUNKED_OVER_SINGLE_GOAL = 0.95
+CHUNKED, SINGLE = "this", "this-single"
+
+
+def _med(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _goal(value: float | None, goal: float) -> dict[str, Any]:
+    return {"value": None if value is None else round(value, 3), "goal": goal,
+            "met": None if value is None else value >= goal}
+
+
+def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, Any]]],
+              raw: Mapping[str, Sequence[Sequence[float]]] | None = None,
+              ceiling: Sequence[float] | None = None) -> dict[str, Any]:
+    """One size's summary. ``rows``: per reader variant, one dict per round (``load_s``, ``read_s``,
+    ``wall_s``, ``phases``); ``raw``: per source progress, one ``[cold, warm]`` GB/s pair per round;
+    ``ceiling``: loopback GB/s samples."""
+    if nbytes <= 0:
+        raise ValueError(f"nbytes ({nbytes}) must be > 0")
+    summary: dict[str, Any] = {"mib": mib, "bytes": nbytes, "rounds": max((len(r) for r in rows.values()), default=0),
+                               "variants": {}}
+    for v, rs in rows.items():
+        if not rs:
+            raise ValueError(f"reader variant {v!r} has no rounds")
+        load, read, wall = _med([r["load_s"] for r in rs]), _med([r["read_s"] for r in rs]), _med([r["wall_s"] for r in rs])
+        names = sorted({p for r in rs for p in r.get("phases", {})})
+        phases = {p: round(_med([r.get("phases", {}).get(p, 0.0) for r in rs]), 4) for p in names}
+        summary["variants"][v] = {
+            "load_s": round(load, 4), "read_s": round(read, 4), "read_gbps": round(nbytes / read / 1e9, 3),
+            "ratio": round(load / read, 3), "wall_s": round(wall, 4), "phases": phases,
+            "load_samples": [round(r["load_s"], 4) for r in rs], "read_samples": [round(r["read_s"], 4) for r in rs]}
+    variants = summary["variants"]
+    this_gbps = nbytes / variants[CHUNKED]["read_s"] / 1e9 if CHUNKED in variants else None
+    if "baseline" in variants and CHUNKED in variants:
+        summary["this_over_baseline_load"] = round(variants[CHUNKED]["load_s"] / variants["baseline"]["load_s"], 3)
+    chunked_over_single = None
+    if CHUNKED in variants and SINGLE in variants:
+        chunked_over_single = variants[SINGLE]["read_s"] / variants[CHUNKED]["read_s"]  # GB/s ratio, same bytes
+        summary["chunked_over_single"] = round(chunked_over_single, 3)
+    read_over_raw = None
+    raw_warm = None
+    if raw and any(raw.values()):
+        cold = {k: round(_med([p[0] for p in pairs]), 3) for k, pairs in raw.items() if pairs}
+        warm = {k: round(_med([p[1] for p in pairs]), 3) for k, pairs in raw.items() if pairs}
+        per = {k: {"cold_gbps": cold[k], "warm_gbps": warm[k], "samples": [[round(x, 3) for x in p] for p in raw[k]]}
+               for k in cold}
+        cold_best = max(cold, key=lambda k: cold[k])
+        warm_best = max(warm, key=lambda k: warm[k])
+        raw_cold, raw_warm = cold[cold_best], warm[warm_best]
+        summary["raw"] = {"variants": per, "cold_gbps": raw_cold, "cold_fastest": cold_best,
+                          "warm_gbps": raw_warm, "warm_fastest": warm_best}
+        if this_gbps is not None:
+            read_over_raw = this_gbps / raw_cold
+            summary["raw"].update(this_read_gbps=round(this_gbps, 3), read_over_raw_cold=round(read_over_raw, 3),
+                                  read_over_raw_warm=round(this_gbps / raw_warm, 3))
+    if ceiling:
+        top = _med(ceiling)
+        summary["ceiling"] = {"gbps": round(top, 3), "samples": [round(x, 3) for x in ceiling]}
+        if raw_warm is not None:
+            summary["ceiling"]["raw_over_ceiling"] = round(raw_warm / top, 3)
+        if this_gbps is not None:
+            summary["ceiling"]["read_over_ceiling"] = round(this_gbps / top, 3)
+    summary["goals"] = {"read_over_raw": _goal(read_over_raw, READ_OVER_RAW_GOAL),
+                        "chunked_over_single": _goal(chunked_over_single, CHUNKED_OVER_SINGLE_GOAL)}
+    return summary
+
+
+def _mark(goal: Mapping[str, Any]) -> str:
+    return f"(goal >= {goal['goal']:.2f}: {'met' if goal['met'] else 'MISSED'})"
+
+
+def table(summary: Mapping[str, Any]) -> list[str]:
+    """The printed table of one size's summary."""
+    out = [f"{summary['mib']:g} MiB, {summary['rounds']} interleaved rounds, medians:",
+           f"{'reader':12s} {'load s':>7s} {'READ s':>7s} {'READ GB/s':>9s} {'load/READ':>9s} {'1.5xREAD+0.25':>13s} "
+           f"{'proc wall':>9s}  phases"]
+    for v, s in summary["variants"].items():
+        out.append(f"{v:12s} {s['load_s']:7.3f} {s['read_s']:7.3f} {s['read_gbps']:9.2f} {s['ratio']:9.2f} "
+                   f"{1.5 * s['read_s'] + 0.25:13.3f} {s['wall_s']:9.3f}  "
+                   + " ".join(f"{p}={x:.3f}" for p, x in s["phases"].items() if x))
+    raw = summary.get("raw")
+    if raw:
+        out.append(f"{'raw source':12s} {'cold GB/s':>9s} {'warm GB/s':>9s}   (two processes, one handle, tight-polling reader)")
+        for k, s in raw["variants"].items():
+            best = [w for w, f in (("cold", raw["cold_fastest"]), ("warm", raw["warm_fastest"])) if f == k]
+            out.append(f"{k:12s} {s['cold_gbps']:9.2f} {s['warm_gbps']:9.2f}   " + (f"fastest {'+'.join(best)}" if best else ""))
+    ceiling = summary.get("ceiling")
+    if ceiling:
+        out.append(f"TCP loopback ceiling (in-process, 127.0.0.1): {ceiling['gbps']:.2f} GB/s")
+    out.append("ratios:")
+    goals = summary["goals"]
+    ratios: list[tuple[str, float, str]] = []
+    if raw and "read_over_raw_cold" in raw:
+        ratios.append((f"mxref READ / fastest raw READ (cold, {raw['cold_fastest']})", raw["read_over_raw_cold"],
+                       _mark(goals["read_over_raw"])))
+        ratios.append((f"mxref READ / fastest raw READ (warm, {raw['warm_fastest']})", raw["read_over_raw_warm"], ""))
+    if "chunked_over_single" in summary:
+        ratios.append(("chunked READ / single-handle READ", summary["chunked_over_single"],
+                       _mark(goals["chunked_over_single"])))
+    if "this_over_baseline_load" in summary:
+        ratios.append(("whole load, this / baseline", summary["this_over_baseline_load"], ""))
+    if ceiling and "raw_over_ceiling" in ceiling:
+        ratios.append(("fastest raw READ (warm) / ceiling", ceiling["raw_over_ceiling"], ""))
+    if ceiling and "read_over_ceiling" in ceiling:
+        ratios.append(("mxref READ / ceiling", ceiling["read_over_ceiling"], ""))
+    width = max((len(label) for label, _, _ in ratios), default=0)
+    out.extend(f"  {label:{width}s} {value:6.2f}  {mark}".rstrip() for label, value, mark in ratios)
+    return out

@@ -1,0 +1,135 @@
+"""``python -m mxref bench`` without NIXL: its flags, the summary arithmetic on fake rows (medians,
+the fastest raw baseline, chunked vs single handle, the ceiling ratios, the goal marks), the table,
+``python -m mxref.bench``'s fastest-variant JSON, and the TCP loopback ceiling at a small size."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mxref import bench, bench_load
+from mxref.__main__ import main as mxref_main
+from mxref.bench_report import summarize, table
+from mxref.loopback import loopback_ceiling, loopback_gbps
+
+MIB = 1 << 20
+
+
+def _row(load_s: float, read_s: float, **phases: float) -> dict[str, Any]:
+    return {"load_s": load_s, "read_s": read_s, "wall_s": load_s + 1.0, "phases": phases}
+
+
+ROWS = {
+    "this": [_row(0.30, 0.10, read=0.10), _row(0.50, 0.12, read=0.12), _row(0.40, 0.11, read=0.11, verify=0.02)],
+    "this-single": [_row(0.30, 0.10), _row(0.35, 0.10), _row(0.60, 0.099)],
+}
+RAW = {"pump": [[1.0, 1.1], [0.8, 1.2], [0.9, 1.0]], "thread": [[1.3, 1.1], [1.2, 1.15], [0.7, 1.12]]}
+
+
+def test_summary_medians_the_fastest_raw_variant_and_the_ratios() -> None:
+    nbytes = 100 * 10**6  # 1 GB / s per 0.1 s: easy figures
+    s = summarize(100, nbytes, ROWS, RAW, [2.0, 1.0, 4.0])
+    this, single = s["variants"]["this"], s["variants"]["this-single"]
+    assert (this["load_s"], this["read_s"], this["read_gbps"]) == (0.4, 0.11, pytest.approx(0.909, abs=1e-3))
+    assert this["phases"] == {"read": 0.11, "verify": 0.0}  # a phase missing from a round counts 0
+    assert single["read_s"] == 0.1 and s["rounds"] == 3
+    assert s["chunked_over_single"] == pytest.approx(0.1 / 0.11, abs=1e-3)
+    raw = s["raw"]
+    assert raw["variants"]["pump"] == {"cold_gbps": 0.9, "warm_gbps": 1.1, "samples": RAW["pump"]}
+    assert (raw["cold_fastest"], raw["cold_gbps"]) == ("thread", 1.2)  # the faster variant per measure
+    assert (raw["warm_fastest"], raw["warm_gbps"]) == ("thread", 1.12)
+    assert raw["read_over_raw_cold"] == pytest.approx((nbytes / 0.11 / 1e9) / 1.2, abs=1e-3)
+    assert raw["read_over_raw_warm"] == pytest.approx((nbytes / 0.11 / 1e9) / 1.12, abs=1e-3)
+    assert s["ceiling"] == {"gbps": 2.0, "samples": [2.0, 1.0, 4.0], "raw_over_ceiling": 0.56,
+                            "read_over_ceiling": pytest.approx(0.909 / 2, abs=1e-3)}
+    assert s["goals"]["read_over_raw"] == {"value": pytest.approx(0.758, abs=1e-3), "goal": 0.95, "met": False}
+    assert s["goals"]["chunked_over_single"]["met"] is False
+
+
+def test_goals_are_met_at_the_threshold_and_absent_without_their_terms() -> None:
+    same = {"this": [_row(0.2, 0.1)], "this-single": [_row(0.2, 0.1)]}
+    s = summarize(100, 100 * 10**6, same, {"pump": [[1.0, 1.0]]})
+    assert s["goals"]["chunked_over_single"] == {"value": 1.0, "goal": 0.95, "met": True}
+    assert s["goals"]["read_over_raw"]["met"] is True and "ceiling" not in s
+    alone = summarize(100, 100 * 10**6, {"this": [_row(0.2, 0.1)]})
+    assert alone["goals"]["read_over_raw"] == {"value": None, "goal": 0.95, "met": None}
+    assert alone["goals"]["chunked_over_single"]["met"] is None
+    assert "raw" not in alone and "chunked_over_single" not in alone
+
+
+def test_summary_refuses_empty_rows_and_no_bytes() -> None:
+    with pytest.raises(ValueError, match="'this' has no rounds"):
+        summarize(1, MIB, {"this": []})
+    with pytest.raises(ValueError, match="nbytes"):
+        summarize(0, 0, ROWS)
+
+
+def test_the_table_shows_the_ratios_and_the_goal_marks() -> None:
+    text = "\n".join(table(summarize(100, 100 * 10**6, ROWS, RAW, [2.0])))
+    assert "this-single" in text and "TCP loopback ceiling (in-process, 127.0.0.1): 2.00 GB/s" in text
+    assert "mxref READ / fastest raw READ (cold, thread)" in text
+    assert "chunked READ / single-handle READ" in text and "(goal >= 0.95: MISSED)" in text
+    assert "fastest raw READ (warm) / ceiling" in text and "mxref READ / ceiling" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("thread ")]
+    assert lines and "fastest cold+warm" in lines[0]
+
+
+def test_bench_flags_defaults_and_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = bench_load.build_parser()
+    args = parser.parse_args([])
+    assert args.mib == [64, 256] and args.rounds == 5 and args.single and args.ceiling and not args.raw
+    assert args.raw_progress == ["pump", "thread"]
+    assert parser.parse_args(["--mib", "64", "2048"]).mib == [64, 2048]
+    for bad, message in ((["--mib", "2049"], "1..2048"), (["--mib", "0"], "1..2048"), (["--mib", "1.5"], "whole"),
+                         (["--rounds", "0"], "must be >= 1"), (["--raw-progress", "busy"], "invalid choice")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # python -m mxref bench takes the same flags
+        mxref_main(["bench", "--mib", "4096"])
+    assert "--mib" in capsys.readouterr().err
+
+
+def test_reader_variants_chunked_single_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = bench_load.build_parser()
+    variants = bench_load.reader_variants(parser.parse_args([]), parser)
+    assert list(variants) == ["this", "this-single"]
+    assert variants["this"][1] == () and variants["this-single"][1] == ("--read-chunk-mib", "0")
+    assert variants["this"][0] == variants["this-single"][0] == Path(bench_load.__file__).resolve().parents[1]
+    assert list(bench_load.reader_variants(parser.parse_args(["--no-single"]), parser)) == ["this"]
+    with pytest.raises(SystemExit):
+        bench_load.reader_variants(parser.parse_args(["--baseline", str(tmp_path)]), parser)
+    assert "no mxref/__main__.py there" in capsys.readouterr().err
+
+
+def test_raw_summary_reports_the_faster_variant_and_each_median() -> None:
+    s = bench.raw_summary(64 * MIB, {"pump": [1.0, 1.2, 1.1], "thread": [1.5, 0.9, 1.4]})
+    assert (s["progress"], s["median_gbps"], s["gbps"]) == ("thread", 1.4, [1.5, 0.9, 1.4])
+    assert s["variants"] == {"pump": {"median_gbps": 1.1, "gbps": [1.0, 1.2, 1.1]},
+                             "thread": {"median_gbps": 1.4, "gbps": [1.5, 0.9, 1.4]}}
+    with pytest.raises(ValueError, match="no raw READ samples"):
+        bench.raw_summary(1, {"pump": []})
+
+
+def test_raw_read_refuses_an_unknown_progress_before_starting_anything() -> None:
+    with pytest.raises(ValueError, match="'spin'"):
+        bench.raw_read(MIB, 1, progress="spin")
+    with pytest.raises(SystemExit):
+        bench.main(["--repeat", "0"])
+
+
+def test_loopback_ceiling_at_a_small_size() -> None:
+    rate = loopback_gbps(8 * MIB, timeout_s=20)
+    assert math.isfinite(rate) and rate > 0
+    top = loopback_ceiling(2 * MIB, repeat=3, timeout_s=20)
+    assert isinstance(top["samples"], list) and len(top["samples"]) == 3
+    assert top["gbps"] == sorted(top["samples"])[1]
+    odd = loopback_gbps(3 * MIB + 17, timeout_s=20, buffer_bytes=MIB)  # not a multiple of the buffer
+    assert odd > 0
+    with pytest.raises(ValueError):
+        loopback_gbps(0)
+    with pytest.raises(ValueError):
+        loopback_ceiling(MIB, repeat=0)
