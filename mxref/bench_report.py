@@ -107,7 +107,8 @@ def table(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"{'raw source':12s} {'cold GB/s':>9s} {'warm GB/s':>9s}   (two processes, one handle, tight-polling reader)")
         for k, s in raw["variants"].items():
             best = [w for w, f in (("cold", raw["cold_fastest"]), ("warm", raw["warm_fastest"])) if f == k]
-            out.append(f"{k:12s} {s['cold_gbps']:9.2f} {s['warm_gbps']:9.2f}   " + (f"fastest {'+'.join(best)}" if best else ""))
+            out.append((f"{k:12s} {s['cold_gbps']:9.2f} {s['warm_gbps']:9.2f}   "
+                        + (f"fastest {'+'.join(best)}" if best else "")).rstrip())
     ceiling = summary.get("ceiling")
     if ceiling:
         out.append(f"TCP loopback ceiling (in-process, 127.0.0.1): {ceiling['gbps']:.2f} GB/s")
