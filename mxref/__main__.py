@@ -44,6 +44,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _window(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of chunks") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: chunks in flight must be 1..64")
+    return value
+
+
 def _mib(text: str) -> float:
     try:
         value = float(text)
@@ -151,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
                         "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
                         "bounded only by the budget (seed 001) [MXREF_READ_CHUNK_MIB, 16]")
+    p.add_argument("--read-window", type=_window, default=2, metavar="N",
+                   help="chunks in flight of a chunked READ (default 2); the stall deadline is "
+                        "N*chunk/100MB/s+0.5s")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -416,7 +429,8 @@ def run_reader(args: argparse.Namespace) -> int:
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             unguarded_retry=args.simulate_unguarded_retry,
-            chunks=ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20))) if args.read_chunk_mib > 0 else None,
+            chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window)
+                    if args.read_chunk_mib > 0 else None),
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
         reader = Reader(options, reference, identity, proc.events, metrics, warmup=warmup)

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="another checkout of mxref to run as the baseline reader (its PYTHONPATH)")
     parser.add_argument("--single", action=argparse.BooleanOptionalAction, default=True,
                         help="also this tree's reader with one READ handle (--read-chunk-mib 0) (default on)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="also this tree's reader with these extra flags, e.g. "
+                             "'c8w4=--read-chunk-mib 8 --read-window 4' (repeatable)")
     parser.add_argument("--raw", action="store_true", help="also a raw two-process NIXL READ per round")
     parser.add_argument("--raw-progress", nargs="+", choices=SOURCE_PROGRESS, default=list(SOURCE_PROGRESS),
                         help="the raw source's progress variants; the fastest is the baseline (default: all)")
@@ -131,6 +134,11 @@ def reader_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     variants: dict[str, tuple[Path, tuple[str, ...]]] = {"this": (here, ())}
     if args.single:
         variants[SINGLE] = (here, ("--read-chunk-mib", "0"))
+    for text in args.variant:
+        name, sep, flags = text.partition("=")
+        if not sep or not name.strip() or name.strip() in variants:
+            parser.error(f"--variant {text!r}: write NAME=FLAGS with a new name, e.g. 'c8w4=--read-chunk-mib 8 --read-window 4'")
+        variants[name.strip()] = (here, tuple(flags.split()))
     if args.baseline:
         base = Path(args.baseline).resolve()
         if not (base / "mxref" / "__main__.py").is_file():

@@ -103,6 +103,23 @@ def test_reader_variants_chunked_single_and_baseline(tmp_path: Path, capsys: pyt
     with pytest.raises(SystemExit):
         bench_load.reader_variants(parser.parse_args(["--baseline", str(tmp_path)]), parser)
     assert "no mxref/__main__.py there" in capsys.readouterr().err
+    named = bench_load.reader_variants(parser.parse_args(["--variant", "c8w4=--read-chunk-mib 8 --read-window 4"]), parser)
+    assert named["c8w4"][1] == ("--read-chunk-mib", "8", "--read-window", "4") and list(named)[-1] == "c8w4"
+    for bad in ("nothing", "this=--x", "=--x"):
+        with pytest.raises(SystemExit):
+            bench_load.reader_variants(parser.parse_args(["--variant", bad]), parser)
+        assert "NAME=FLAGS" in capsys.readouterr().err
+
+
+def test_the_reader_takes_its_chunk_window(capsys: pytest.CaptureFixture[str]) -> None:
+    from mxref.__main__ import build_parser
+
+    args = build_parser().parse_args(["reader", "--read-chunk-mib", "8", "--read-window", "4"])
+    assert (args.read_chunk_mib, args.read_window) == (8.0, 4)
+    assert build_parser().parse_args(["reader"]).read_window == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reader", "--read-window", "0"])
+    assert "chunks in flight must be 1..64" in capsys.readouterr().err
 
 
 def test_raw_summary_reports_the_faster_variant_and_each_median() -> None:
