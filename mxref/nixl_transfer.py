@@ -479,6 +479,14 @@ class NixlTransferManager:
     def data_plane_error(self) -> str | None:
         return self._data_plane_error
 
+    def carry_error(self, error: str | None) -> None:
+        """Take over a data-plane failure of a manager this one replaces, when this one has seen
+        none (a target prepared before the failure it replaces): health stays down until a
+        transfer succeeds, as with ``initial_error``."""
+        with self._lock:
+            if error is not None and self._data_plane_error is None:
+                self._data_plane_error = error
+
     def is_healthy(self) -> bool:
         return self._agent is not None and bool(self._metadata) and self._data_plane_error is None
 

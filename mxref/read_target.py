@@ -193,6 +193,10 @@ class TargetPrestart:
         except BaseException as exc:  # noqa: BLE001 - handed to the taker, who prepares a target itself
             self._error = exc
 
+    def wait(self) -> None:
+        """Until the target is made (bounded), without taking it."""
+        self._thread.join(PRESTART_JOIN_S)
+
     @property
     def taken(self) -> bool:
         return self._taken

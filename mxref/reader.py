@@ -452,7 +452,7 @@ class Reader:
         if not self.options.prestart or self.options.unguarded_retry:
             return None
 
-        def start() -> None:
+        def start() -> None:  # runs on the polling thread; the target is made in its own thread
             if self._prestart is None:
                 self._prestart = TargetPrestart(self._new_target)
                 self.events.emit("target_prestart", index=index + 1, reason="READ quiet for half its stall deadline (or half its budget)")
@@ -469,6 +469,8 @@ class Reader:
         overlapped = target is not None
         if target is None:
             target = self._new_target()
+        else:  # prepared beside an attempt that failed since: health stays down until a transfer succeeds
+            target.manager.carry_error(self._last_error)
         if self._warmup is not None and self._warmup.seconds and not self._warmup_reported:
             self._warmup_reported = True  # it ran beside the reference's computation, before the load
             self._record_phase("warmup", None, self._warmup.seconds, "error" if self._warmup.error else "ok",
@@ -506,6 +508,8 @@ class Reader:
         posted and not completed (the peer may still answer), else release it."""
         if self.options.unguarded_retry and self._read_posted:
             return  # SIMULATED BUG: the next attempt reuses this agent, registration and memory
+        if self._prestart is not None:  # never tear an agent down while the next one is being made
+            self._prestart.wait()
         if self.manager is not None:
             self._last_error = self.manager.data_plane_error
             self.manager.shutdown()

@@ -592,6 +592,8 @@ class TestTransferFailures:
         assert [e["index"] for e in h.events("target_prestart")] == [1]
         second = {e["phase"]: e for e in h.events("load_phase") if e["index"] == 1}
         assert second["agent"]["overlapped"] is True and "wait_target" in second
+        # made before the stall, it still carries the stall: healthy again only once its READ succeeded
+        assert [e["healthy"] for e in h.events("health")] == [False, True]
 
     def test_the_last_candidate_prepares_no_next_target(self, world: World, h: Harness, checkpoint: Path) -> None:
         world.add("a", behaviour=STALL)
