@@ -44,16 +44,6 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _window(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of chunks") from None
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"{text!r}: chunks in flight must be 1..64")
-    return value
-
-
 def _mib(text: str) -> float:
     try:
         value = float(text)
@@ -161,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
                         "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
                         "bounded only by the budget (seed 001) [MXREF_READ_CHUNK_MIB, 16]")
-    p.add_argument("--read-window", type=_window, default=2, metavar="N",
+    p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=2, metavar="N",
                    help="chunks in flight of a chunked READ (default 2); the stall deadline is "
                         "N*chunk/100MB/s+0.5s")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",

@@ -83,33 +83,13 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
     return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall, "phases": phases}
 
 
-def _size_mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB") from None
-    if not 1 <= value <= MAX_MIB:
-        raise argparse.ArgumentTypeError(f"{value} MiB: a model size must be 1..{MAX_MIB} MiB")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be >= 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     from mxref.bench import SOURCE_PROGRESS
 
     parser = argparse.ArgumentParser(prog="python -m mxref.bench_load", description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=_size_mib, nargs="+", default=[64, 256],
+    parser.add_argument("--mib", type=config.whole_number_arg("a model size", 1, MAX_MIB, "MiB"), nargs="+", default=[64, 256],
                         help=f"model sizes in MiB, 1..{MAX_MIB} (8 tensors each; default 64 256)")
-    parser.add_argument("--rounds", type=_positive, default=5, help="interleaved rounds per size (default 5)")
+    parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1), default=5, help="interleaved rounds per size (default 5)")
     parser.add_argument("--baseline", default=None, metavar="PATH",
                         help="another checkout of mxref to run as the baseline reader (its PYTHONPATH)")
     parser.add_argument("--single", action=argparse.BooleanOptionalAction, default=True,

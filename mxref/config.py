@@ -7,10 +7,11 @@ its values in explicitly, so nothing below ``__main__`` reads ``os.environ``.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 logger = logging.getLogger("mxref.config")
@@ -340,3 +341,21 @@ class ServerLimits:
                 f"ServerLimits.max_blob_bytes={self.max_blob_bytes} must be below "
                 f"max_message_bytes={self.max_message_bytes} (the blob travels inside a message)"
             )
+
+
+def whole_number_arg(noun: str, lo: int, hi: int | None = None, unit: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: a whole number ``lo``..``hi`` (no upper bound when ``hi`` is None),
+    refused with a message naming ``noun`` and the range."""
+    span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    suffix = f" {unit}" if unit else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{' of ' + unit if unit else ''}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{text!r}: {noun} must be {span}{suffix}")
+        return value
+
+    return parse
