@@ -18,6 +18,16 @@ import subprocess
 import sys
 
 PIP = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+STEP_TIMEOUT_S = 1500.0  # each child: torch is a few GB (the env step that runs this is bounded too)
+
+
+def _run(argv: list[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
+    """A bounded child; a timeout is exit 124 with a line saying so (pip's own child goes with it)."""
+    try:
+        return subprocess.run(argv, capture_output=capture, text=True, check=False, timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"timed out after {STEP_TIMEOUT_S:g}s: {' '.join(argv[:6])}", file=sys.stderr)
+        return subprocess.CompletedProcess(argv, 124, "", "")
 
 
 def missing_module() -> str | None:
@@ -41,18 +51,18 @@ def main(argv: list[str]) -> int:
     if missing != "torch":
         print(f"ModuleNotFoundError: No module named {missing!r} (nixl {version})", file=sys.stderr)
         return 1
-    done = subprocess.run([*PIP, "torch"], check=False)
+    done = _run([*PIP, "torch"])
     if done.returncode != 0:
         return done.returncode
     # a fresh interpreter: this one has a failed import of nixl cached
     probe = "import torch.version as v; print((v.cuda or '').split('.')[0])"
-    major = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False).stdout.strip()
+    major = (_run([sys.executable, "-c", probe], capture=True).stdout or "").strip()
     if major:
-        done = subprocess.run([*PIP, "--no-deps", f"nixl-cu{major}=={version}"], check=False)
+        done = _run([*PIP, "--no-deps", f"nixl-cu{major}=={version}"])
         if done.returncode != 0:
             return done.returncode
     print(f"nixl {version}: its loader needs torch; installed torch" + (f" and nixl-cu{major}=={version}" if major else ""))
-    return subprocess.run([sys.executable, "-c", "import nixl._api"], check=False).returncode
+    return _run([sys.executable, "-c", "import nixl._api"]).returncode
 
 
 if __name__ == "__main__":
