@@ -319,7 +319,11 @@ class _Explorer:
     def search(self) -> None:
         ex = self.ex
         template = ex.template
+        # From Hypothesis' own defaults, not the profile loaded in this process: under CI
+        # (``CI`` set) Hypothesis loads its "ci" profile, whose ``derandomize`` would replace
+        # the seed with a hash of the code, so a seed drew other schedules there.
         config = settings(
+            settings.get_profile("default"), derandomize=False,
             max_examples=max(1, ex.runs), deadline=None, database=DirectoryBasedExampleDatabase(str(ex.out_dir / "hypothesis")),
             phases=(Phase.explicit, Phase.reuse, Phase.generate, *((Phase.shrink,) if ex.shrinker == "hypothesis" else ())),
             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False,

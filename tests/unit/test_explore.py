@@ -282,6 +282,23 @@ def test_same_seed_same_schedules_whatever_the_process_imported(tmp_path: Path, 
     assert providers._get_local_constants() is crowded  # put back as it was
 
 
+def test_same_seed_same_schedules_under_the_ci_profile(tmp_path: Path, fake_runs: list[Scenario]) -> None:
+    # Hypothesis loads its "ci" profile when CI is set; that profile's derandomize replaced the
+    # seed with a hash of the code (a CI failure: seed 8 drew other schedules there than here).
+    t = _template(tmp_path)
+    was = settings._current_profile or "default"
+    settings.load_profile("default")
+    try:
+        a = explore(t, seed=8, runs=8, budget_s=120, out_dir=tmp_path / "a", repeat=0, echo=lambda _: None)
+        settings.load_profile("ci")
+        b = explore(t, seed=8, runs=8, budget_s=120, out_dir=tmp_path / "b", repeat=0, echo=lambda _: None)
+        c = explore(t, seed=9, runs=8, budget_s=120, out_dir=tmp_path / "c", repeat=0, echo=lambda _: None)
+    finally:
+        settings.load_profile(was)
+    assert [tr.schedule for tr in a.trials] == [tr.schedule for tr in b.trials]
+    assert [tr.schedule for tr in b.trials] != [tr.schedule for tr in c.trials]  # the seed still decides
+
+
 def test_schedule_keys_are_canonical() -> None:
     assert Schedule(()).key() == "[]"
 
