@@ -272,6 +272,18 @@ def test_list_filters(stack: Stack) -> None:
     assert b != a
 
 
+def test_a_listing_follows_every_heartbeat_although_each_ref_is_encoded_once(stack: Stack) -> None:
+    sid = publish(stack, "w1", status=INITIALIZING)
+    [before] = stack.client.list_sources()  # encodes (and keeps) the record's ref
+    stack.clock.advance(2)
+    assert stack.client.update_status(sid, "w1", 0, READY).success
+    [after] = stack.client.list_sources()
+    assert (before.status, after.status) == (INITIALIZING, READY)
+    assert after.updated_at - before.updated_at == 2000
+    record = stack.store.get(sid, "w1")
+    assert record is not None and record.listed == p2p_pb2.ListSourcesResponse(instances=[record.instance_ref()]).SerializeToString()
+
+
 def test_ready_query_hides_silent_workers_before_the_reaper_runs(stack: Stack) -> None:
     """Query-time freshness (ModelExpress #491): READY alone is not enough, it must be recent."""
     sid = publish(stack, "w1", status=READY)
