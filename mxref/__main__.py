@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=2, metavar="N",
                    help="chunks in flight of a chunked READ (default 2); the stall deadline is "
                         "N*chunk/100MB/s+0.5s")
+    p.add_argument("--read-ramp", action=argparse.BooleanOptionalAction, default=True,
+                   help="the first N-1 chunks of a chunked READ hold 1/N, 2/N, ... of a chunk, so that chunks "
+                        "finish one at a time and the pipe stays full while the next is posted (default on)")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -419,7 +422,7 @@ def run_reader(args: argparse.Namespace) -> int:
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
             unguarded_retry=args.simulate_unguarded_retry,
-            chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window)
+            chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window, ramp=args.read_ramp)
                     if args.read_chunk_mib > 0 else None),
         )
         identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)

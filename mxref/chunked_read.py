@@ -57,6 +57,10 @@ class ChunkPolicy:
     window: int = 2
     floor_bps: float = 100e6
     slack_s: float = 0.5
+    ramp: bool = True  # the first window's chunks ramp up in size (``split_ranges``)
+
+    def split(self, pairs: Sequence[Pair]) -> list[list[Pair]]:
+        return split_ranges(pairs, self.chunk_bytes, self.window if self.ramp else 1)
 
     def __post_init__(self) -> None:
         if self.chunk_bytes <= 0 or self.window < 1 or self.floor_bps <= 0 or self.slack_s < 0:
@@ -83,14 +87,23 @@ class ChunkedReadError(Exception):
         self.error = error
 
 
-def split_ranges(pairs: Sequence[Pair], chunk_bytes: int) -> list[list[Pair]]:
+def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list[list[Pair]]:
     """Group (local, remote) ranges into chunks of at most ``chunk_bytes``, splitting big ranges.
 
     Each range is ``(addr, size, device_id)``; local and remote of a pair have the same size.
+    With ``ramp`` = W > 1 the first W-1 chunks hold 1/W, 2/W, ... of ``chunk_bytes``: the
+    source serves the chunks in flight round-robin, so W equal chunks posted together finish
+    together and the pipe empties while the next W are posted; ramped, one chunk finishes
+    every ``chunk_bytes`` of bytes and the others keep the pipe full meanwhile.
     """
+    sizes = [chunk_bytes * i // ramp for i in range(1, ramp)]
     chunks: list[list[Pair]] = []
     current: list[Pair] = []
-    room = chunk_bytes
+
+    def next_room() -> int:
+        return sizes[len(chunks)] if len(chunks) < len(sizes) and sizes[len(chunks)] > 0 else chunk_bytes
+
+    room = next_room()
     for (laddr, size, ldev), (raddr, _rsize, rdev) in pairs:
         offset = 0
         while offset < size:
@@ -100,7 +113,8 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int) -> list[list[Pair]]:
             room -= take
             if room == 0:
                 chunks.append(current)
-                current, room = [], chunk_bytes
+                current = []
+                room = next_room()
     if current:
         chunks.append(current)
     return chunks

@@ -35,7 +35,7 @@ import numpy as np
 
 from mxref import config
 from mxref.accelerators import AcceleratorBackend, CpuBackend
-from mxref.chunked_read import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, read_chunked, split_ranges
+from mxref.chunked_read import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, read_chunked
 from mxref.errors import (
     HandshakeTimeout,
     ManifestMismatchError,
@@ -337,7 +337,7 @@ class NixlTransferManager:
         if chunks is not None:
             ranges = [((t.addr, t.size, t.device_id), (int(s.addr), int(s.size), int(s.device_id))) for t, s in pairs]
             try:
-                read_chunked(agent, mem, split_ranges(ranges, chunks.chunk_bytes), remote_agent_name, budget, chunks,
+                read_chunked(agent, mem, chunks.split(ranges), remote_agent_name, budget, chunks,
                              on_suspect)
             except ChunkedReadError as exc:
                 self._record_failure(exc.message, exc.kind)

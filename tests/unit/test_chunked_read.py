@@ -83,12 +83,22 @@ def test_split_ranges_covers_every_byte_once_in_bounded_chunks() -> None:
     assert covered == expected
 
 
+def test_the_first_window_ramps_up_so_chunks_finish_one_at_a_time() -> None:
+    pairs = [((0, 100, 0), (1000, 100, 0))]
+    sizes = [sum(r[0][1] for r in c) for c in split_ranges(pairs, 16, ramp=4)]
+    assert sizes == [4, 8, 12, 16, 16, 16, 16, 12]
+    assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 16)] == [16] * 6 + [4]
+    assert [sum(r[0][1] for r in c) for c in ChunkPolicy(chunk_bytes=16, window=2, ramp=False).split(pairs)] == [16] * 6 + [4]
+    assert [sum(r[0][1] for r in c) for c in ChunkPolicy(chunk_bytes=16, window=2).split(pairs)] == [8] + [16] * 5 + [12]
+    assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 1, ramp=4)] == [1] * 100  # nothing below a byte
+
+
 def test_a_chunked_read_completes_with_a_bounded_window() -> None:
     agent = ChunkAgent()
     mgr, remote = manager(agent)
     nbytes, count, result = mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
     assert (nbytes, count, result) == (32 * MIB, 4, "complete")
-    assert len(agent.posted) == 8 and sorted(agent.released) == list(range(8))
+    assert len(agent.posted) == 9 and sorted(agent.released) == list(range(9))  # 2 MiB (the ramp), then 4 MiB each
     assert agent.max_inflight <= 2
     assert mgr.is_healthy()
 
