@@ -134,7 +134,8 @@ class SourceRecord:
         is replaced on every change, never changed, so this stays true). Serialized messages
         concatenate into their merge, so a listing is these bytes joined and parsed once: at
         5000 refs 0.7 ms against 8.6 ms for building the messages one by one."""
-        return p2p_pb2.ListSourcesResponse(instances=[self.instance_ref()]).SerializeToString()
+        encoded: bytes = p2p_pb2.ListSourcesResponse(instances=[self.instance_ref()]).SerializeToString()
+        return encoded
 
     def instance_ref(self) -> p2p_pb2.SourceInstanceRef:
         return p2p_pb2.SourceInstanceRef(
