@@ -40,8 +40,9 @@ class ChunkPolicy:
     """Split a READ into chunks so a stalled source is seen in about a second, not a budget.
 
     With chunks of ``chunk_bytes`` and ``window`` handles in flight, a window that
-    completes nothing within ``window * chunk_bytes / floor_bps + slack_s`` (counted from
-    the later of its oldest post and the last completion) is a stall. The source serves
+    completes nothing within its bytes in flight at ``floor_bps`` plus ``slack_s`` (counted
+    from the later of its oldest post and the last completion; a full window: ``window *
+    chunk_bytes / floor_bps + slack_s``) is a stall. The source serves
     the window's chunks round-robin, so they finish together: one deadline for the
     window, not one per chunk (shared notes, nixl-perf: per-chunk clocks gave false
     stalls under 8 CPU hogs on 2 cores, the window rule none in 27 runs). The defaults
@@ -66,14 +67,22 @@ class ChunkPolicy:
         if self.chunk_bytes <= 0 or self.window < 1 or self.floor_bps <= 0 or self.slack_s < 0:
             raise ValueError(f"invalid chunk policy {self}: sizes, window and floor must be positive")
 
-    @property
-    def stall_s(self) -> float:
-        return self.window * self.chunk_bytes / self.floor_bps + self.slack_s
+    def deadline(self, inflight_bytes: int) -> float:
+        """The stall deadline of a window holding ``inflight_bytes``: those bytes at the floor
+        bandwidth, plus the slack."""
+        return inflight_bytes / self.floor_bps + self.slack_s
 
     @property
-    def suspect_s(self) -> float:
-        """Half the stall deadline without a completion: the READ may be stalling (``on_suspect``)."""
-        return self.stall_s / 2
+    def stall_s(self) -> float:
+        """The deadline of a full window (``window`` whole chunks in flight): the longest."""
+        return self.deadline(self.window * self.chunk_bytes)
+
+    def first_deadline(self, total_bytes: int) -> float:
+        """The deadline of a READ's first window (of ``total_bytes`` in all): a source frozen
+        before the READ is called stalled this long after the READ's start. With the ramp the
+        first window holds less than a full one (16 MiB x 2: 8 + 16 MiB, 0.75 s, not 0.84 s)."""
+        sizes = [sum(local[1] for local, _ in chunk) for chunk in self.split([((0, total_bytes, 0), (0, total_bytes, 0))])]
+        return self.deadline(sum(sizes[: self.window]))
 
 
 class ChunkedReadError(Exception):
@@ -125,14 +134,14 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
     """Keep ``policy.window`` chunk READs in flight; raise ``ChunkedReadError`` on an error,
     a stall or the budget. Every handle still in flight then is released (NIXL cancels it;
     the memory behind it stays tainted), and both prepared lists are released in any case.
-    ``on_suspect`` is called once, when a window has gone ``policy.suspect_s`` without a
+    ``on_suspect`` is called once, when a window has gone half its deadline without a
     completion or half the budget has passed (it must return at once: the caller's chance to
     get its next attempt ready)."""
     pieces = [piece for chunk in chunks for piece in chunk]
-    bounds: list[tuple[int, int]] = []
+    bounds: list[tuple[int, int, int]] = []  # (first piece, last piece + 1, bytes) of each chunk
     first = 0
     for chunk in chunks:
-        bounds.append((first, first + len(chunk)))
+        bounds.append((first, first + len(chunk), sum(local[1] for local, _ in chunk)))
         first += len(chunk)
     prepped: list[Any] = []
     try:
@@ -149,23 +158,23 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
         _release_dlists(agent, prepped)
 
 
-def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int]], budget_s: float,
+def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
           policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None) -> None:
     pending = list(reversed(bounds))
-    inflight: list[tuple[Any, float]] = []
+    inflight: list[tuple[Any, float, int]] = []  # (handle, posted at, bytes)
     start = time.monotonic()
     last_done = start
     try:
         while pending or inflight:
             while pending and len(inflight) < policy.window:
-                lo, hi = pending.pop()
+                lo, hi, nbytes = pending.pop()
                 indices = list(range(lo, hi))
                 try:
                     handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
                 except Exception as exc:
                     raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
                                            "status_error", TransferFailed) from exc
-                inflight.append((handle, time.monotonic()))  # tracked before the post: released in any case
+                inflight.append((handle, time.monotonic(), nbytes))  # tracked before the post: released in any case
                 try:
                     state = agent.transfer(handle)
                 except Exception as exc:
@@ -189,13 +198,14 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
             now = time.monotonic()
             quiet = now - max(inflight[0][1], last_done) if inflight else 0.0
-            if on_suspect is not None and (quiet > policy.suspect_s or now - start > budget_s / 2):
+            deadline = policy.deadline(sum(item[2] for item in inflight))
+            if on_suspect is not None and (quiet > deadline / 2 or now - start > budget_s / 2):
                 suspect, on_suspect = on_suspect, None
                 suspect()
-            if quiet > policy.stall_s:
+            if inflight and quiet > deadline:
                 done = len(bounds) - len(pending) - len(inflight)
                 raise ChunkedReadError(
-                    f"READ stalled: no chunk completed for {policy.stall_s:.2f}s "
+                    f"READ stalled: no chunk completed for {deadline:.2f}s "
                     f"({done} of {len(bounds)} chunks done, no error status from NIXL)", "timeout", TransferStalled)
             if (pending or inflight) and now - start > budget_s:
                 raise ChunkedReadError(
@@ -204,7 +214,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     TransferTimeout)
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:
-        for handle, _posted in inflight:
+        for handle, _posted, _nbytes in inflight:
             try:
                 agent.release_xfer_handle(handle)
             except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome

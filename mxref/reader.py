@@ -397,7 +397,8 @@ class Reader:
             self.events.emit("transfer_start", index=index, agent_name=remote, bytes=total,
                              tensors=len(source_tensors), timeout_s=budget,
                              chunk_bytes=chunks.chunk_bytes if chunks else None,
-                             stall_s=round(chunks.stall_s, 3) if chunks else None)
+                             stall_s=round(chunks.stall_s, 3) if chunks else None,
+                             first_stall_s=round(chunks.first_deadline(total), 3) if chunks else None)
             t0 = time.perf_counter()
             self._read_posted = True
             try:

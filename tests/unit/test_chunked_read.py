@@ -93,6 +93,26 @@ def test_the_first_window_ramps_up_so_chunks_finish_one_at_a_time() -> None:
     assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 1, ramp=4)] == [1] * 100  # nothing below a byte
 
 
+def test_the_deadline_is_the_bytes_in_flight_at_the_floor_plus_the_slack() -> None:
+    p = ChunkPolicy()  # 16 MiB x 2, 100 MB/s, 0.5 s
+    assert p.stall_s == pytest.approx(32 * MIB / 100e6 + 0.5)  # a full window: 0.836 s
+    assert p.first_deadline(64 * MIB) == pytest.approx(24 * MIB / 100e6 + 0.5)  # 8 + 16 MiB: 0.752 s
+    assert p.first_deadline(4 * MIB) == pytest.approx(4 * MIB / 100e6 + 0.5)
+    assert ChunkPolicy(ramp=False).first_deadline(64 * MIB) == pytest.approx(p.stall_s)
+
+
+def test_a_source_frozen_from_the_start_is_called_stalled_at_the_first_windows_deadline() -> None:
+    agent = ChunkAgent(complete=0)
+    mgr, remote = manager(agent)  # 4 x 8 MiB
+    policy = ChunkPolicy(chunk_bytes=8 * MIB, window=4, floor_bps=25e6, slack_s=0.05)
+    t0 = time.monotonic()
+    with pytest.raises(TransferStalled):
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
+    stalled = time.monotonic() - t0
+    first = policy.first_deadline(32 * MIB)  # 2 + 4 + 6 + 8 MiB in flight: 0.89 s; a full window 1.39 s
+    assert first <= stalled < (first + policy.stall_s) / 2
+
+
 def test_a_chunked_read_completes_with_a_bounded_window() -> None:
     agent = ChunkAgent()
     mgr, remote = manager(agent)
@@ -209,8 +229,8 @@ def test_a_quiet_window_calls_on_suspect_once_before_the_stall() -> None:
                                 on_suspect=lambda: calls.append(time.monotonic() - t0))
     stalled = time.monotonic() - t0
     assert len(calls) == 1, calls
-    assert policy.suspect_s <= calls[0] < stalled
-    assert policy.suspect_s == pytest.approx(policy.stall_s / 2)
+    # three chunks done (2, 4, 4 MiB), then 4 + 4 MiB in flight: a full window's deadline
+    assert policy.stall_s / 2 <= calls[0] < stalled
 
 
 def test_a_read_that_keeps_completing_never_calls_on_suspect() -> None:

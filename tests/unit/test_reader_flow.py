@@ -523,14 +523,17 @@ class TestTransferFailures:
                                                                                       h: Harness) -> None:
         world.add("a")
         world.add("b")
-        policy = ChunkPolicy(floor_bps=1e9, slack_s=0.05)  # stall_s ~0.08 s, budget 30 s
+        policy = ChunkPolicy(floor_bps=1e9, slack_s=0.05)  # first window ~0.05 s (a 6 KiB model), budget 30 s
         reader = h.make(transfer_timeout_s=30.0, chunks=policy)
         first, second = order_for_selector(reader, world)
         world.by_worker(first).behaviour = STALL
         assert reader.load().worker_id == second
         ev = h.events("transfer_timeout")[0]
-        assert ev["stalled"] is True and policy.stall_s <= ev["seconds"] < 10.0
-        assert h.events("transfer_start")[0]["stall_s"] == round(policy.stall_s, 3)
+        first_window = policy.first_deadline(SPEC.tensors * SPEC.tensor_bytes)
+        assert first_window < policy.stall_s
+        assert ev["stalled"] is True and first_window <= ev["seconds"] < 10.0
+        started = h.events("transfer_start")[0]
+        assert (started["stall_s"], started["first_stall_s"]) == (round(policy.stall_s, 3), round(first_window, 3))
         assert any(c[0] == "release_dlist" for c in world.managers[0].fake.calls)
 
     def test_with_chunking_off_one_handle_waits_for_the_budget(self, world: World, h: Harness) -> None:
