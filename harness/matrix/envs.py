@@ -3,12 +3,12 @@
 ``ensure_env(version, repo)`` builds ``<cache>/envs/nixl-<V>`` (``$MXCHAOS_CACHE_DIR``,
 default ``~/.cache/mxchaos``) with ``venv`` + ``pip``, the way ``.ci/bootstrap`` builds the
 project's own ``.venv``: NIXL first (``nixl-cu12==V nixl==V`` with ``--no-deps``: its wheels
-require torch, which a CPU machine does not need), then this repository with its own
-dependencies (editable, so the env runs the repository's current code), then what the
-release's loader needs beyond that (``harness.matrix.nixl_loader``: torch, for 1.3.x), then
-``python -c 'import nixl._api'``. A stamp file holds the hash of the inputs (the version,
-``pyproject.toml``, the repository path, the interpreter, this recipe); an env whose stamp
-matches is reused as is. A version that cannot be installed or imported is not an exception:
+require torch, which a CPU machine does not need), then the project's dependencies (not the
+project: every command in the env runs the code of the checkout that started it, through
+``PYTHONPATH``, so one cached env serves every clone), then what the release's loader needs
+beyond that (``harness.matrix.nixl_loader``: torch, for 1.3.x), then ``python -c 'import
+nixl._api'``. A stamp file holds the hash of the inputs (the version, the project's
+dependencies, the interpreter, this recipe); an env whose stamp matches is reused as is. A version that cannot be installed or imported is not an exception:
 ``EnvResult.error`` says why (the last line of pip's or Python's error), and the matrix shows
 that column as unavailable; the failure is remembered with the inputs' hash (not retried until
 they change, or ``rebuild``: ``mxchaos matrix --rebuild-envs``). Builds of one env are serialised by a lock file.
@@ -24,13 +24,14 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash"]
 
-RECIPE = "mxchaos-matrix-env/2"  # bump when the build steps change: every cached env is rebuilt
+RECIPE = "mxchaos-matrix-env/3"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-matrix-stamp"
 FAILED = ".mxchaos-matrix-failed"  # the inputs' hash and why: a failed build is not retried unless rebuild
 PIP_TIMEOUT_S = 900.0
@@ -41,12 +42,15 @@ Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
 @dataclass(frozen=True)
 class EnvResult:
-    """An environment for one NIXL version: ``python`` when usable, else ``error`` says why."""
+    """An environment for one NIXL version: ``python`` when usable, else ``error`` says why.
+    ``repo``: the checkout whose code it runs (on ``PYTHONPATH``); None: the project is
+    installed in it (this project's own environment)."""
 
     version: str
     path: Path
     error: str | None = None
     cached: bool = False
+    repo: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,9 +60,16 @@ class EnvResult:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
-    @property
-    def mxchaos(self) -> Path:
-        return self.path / "bin" / "mxchaos"
+    def module(self, name: str) -> list[str]:
+        """The argv that runs ``python -m name`` in this env (with ``run_env()`` set)."""
+        return [str(self.python), "-m", name]
+
+    def mxchaos(self) -> list[str]:
+        return self.module("harness.cli")
+
+    def run_env(self) -> dict[str, str]:
+        """What a command in this env needs in its environment: the checkout's code."""
+        return {"PYTHONPATH": str(self.repo)} if self.repo is not None else {}
 
 
 def cache_dir() -> Path:
@@ -69,10 +80,18 @@ def env_dir(version: str, root: Path | None = None) -> Path:
     return (root or cache_dir()) / "envs" / f"nixl-{version}"
 
 
+def project_dependencies(repo: Path) -> list[str]:
+    """The project's dependencies as ``pyproject.toml`` of ``repo`` lists them."""
+    data = tomllib.loads((repo / "pyproject.toml").read_text())
+    deps: list[str] = data.get("project", {}).get("dependencies", [])
+    return deps
+
+
 def inputs_hash(version: str, repo: Path, python: str = sys.executable) -> str:
-    """What an env is built from; a change in any of these rebuilds it."""
+    """What an env is built from; a change in any of these rebuilds it. Not the checkout's
+    path or code (runs put it on ``PYTHONPATH``); the interpreter by its real path."""
     h = hashlib.sha256()
-    for part in (RECIPE, version, str(repo.resolve()), python, (repo / "pyproject.toml").read_text()):
+    for part in (RECIPE, version, os.path.realpath(python), *project_dependencies(repo)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
@@ -172,11 +191,12 @@ def ensure_env(
     steps: list[Step] = [
         ("venv", [sys.executable, "-m", "venv", str(path)], PIP_TIMEOUT_S),
         ("nixl", [*pip, "--no-deps", f"nixl-cu12=={version}", f"nixl=={version}"], PIP_TIMEOUT_S),
-        ("project", [*pip, "-e", str(repo.resolve())], PIP_TIMEOUT_S),
-        ("loader", [py, "-m", "harness.matrix.nixl_loader", version], LOADER_TIMEOUT_S),
+        ("project", [*pip, *project_dependencies(repo)], PIP_TIMEOUT_S),
+        ("loader", ["env", f"PYTHONPATH={repo.resolve()}", py, "-m", "harness.matrix.nixl_loader", version],
+         LOADER_TIMEOUT_S),
         ("import", [py, "-c", "import nixl._api"], PIP_TIMEOUT_S),
     ]
     result = build_cached_env(path, inputs_hash(version, repo), f"NIXL {version}", steps, stamp_name=STAMP,
                               failed_suffix=FAILED, run=run, log=log, rebuild=rebuild,
                               building=f"building env for NIXL {version} in {path}")
-    return EnvResult(version, result.path, result.error, result.cached)
+    return EnvResult(version, result.path, result.error, result.cached, repo=repo.resolve())

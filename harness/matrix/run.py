@@ -93,8 +93,8 @@ def here_nixl() -> str:
 
 
 def _raw_read(env: EnvResult, column: Column, execute: Execute, nbytes: int) -> tuple[float | None, str | None]:
-    argv = [str(env.python), "-m", "mxref.bench", "--bytes", str(nbytes), "--repeat", "3"]
-    rc, out = execute(argv, column.env_dict(), RAW_READ_TIMEOUT_S)
+    argv = [*env.module("mxref.bench"), "--bytes", str(nbytes), "--repeat", "3"]
+    rc, out = execute(argv, {**column.env_dict(), **env.run_env()}, RAW_READ_TIMEOUT_S)
     for line in reversed(out.splitlines()):
         if line.startswith('{"raw_read"'):
             try:
@@ -145,23 +145,24 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
         info["rc"], info["resumed"] = 0, True
         log(f"[{column.id}] every scenario has its {spec.repeat} runs in {out_dir}: kept (--resume)")
         return info
-    rc_help, help_text = execute([str(env.mxchaos), "run", "--help"], {}, 60.0)
+    mxchaos, run_env = env.mxchaos(), {**column.env_dict(), **env.run_env()}
+    rc_help, help_text = execute([*mxchaos, "run", "--help"], env.run_env(), 60.0)
     paths = [str(p.resolve()) for p in spec.scenarios]
     subject = ["--subject", column.subject] if column.subject else []
     runs = spec.repeat * len(paths)
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
     if rc_help == 0 and "--repeat" in help_text:
-        argv = [str(env.mxchaos), "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
-        log(f"[{column.id}] {' '.join(argv[1:4])} ... ({runs} runs, at most {budget:g}s)")
-        rc, text = execute(argv, column.env_dict(), budget)
+        argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
+        log(f"[{column.id}] run --repeat {spec.repeat} ... ({runs} runs, at most {budget:g}s)")
+        rc, text = execute(argv, run_env, budget)
         info["rc"] = rc
         logs.append(text)
     else:  # an env whose mxchaos has no --repeat: N plain runs into the same folder
         for i in range(spec.repeat):
-            argv = [str(env.mxchaos), "run", "--out", str(out_dir.resolve()), "-q", *subject, *paths]
+            argv = [*mxchaos, "run", "--out", str(out_dir.resolve()), "-q", *subject, *paths]
             log(f"[{column.id}] run {i + 1}/{spec.repeat} (no --repeat in this env; at most {budget / spec.repeat:g}s)")
-            rc, text = execute(argv, column.env_dict(), budget / spec.repeat)
+            rc, text = execute(argv, run_env, budget / spec.repeat)
             info["rc"] = rc if info["rc"] in (None, 0, 1) else info["rc"]
             logs.append(text)
     (out_dir / "mxchaos-run.log").write_text("\n".join(logs))

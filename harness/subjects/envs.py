@@ -21,12 +21,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, Step, build_cached_env, cache_dir
+from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, Step, build_cached_env, cache_dir, project_dependencies
 from harness.matrix.envs import _run as run_bounded
 
 __all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
@@ -66,12 +65,6 @@ SUBJECTS: dict[str, Subject] = {
 
 def subject_env_dir(subject: Subject, root: Path | None = None) -> Path:
     return (root or cache_dir()) / "envs" / f"subject-{subject.name}-{subject.version}"
-
-
-def project_dependencies(repo: Path) -> list[str]:
-    data = tomllib.loads((repo / "pyproject.toml").read_text())
-    deps: list[str] = data.get("project", {}).get("dependencies", [])
-    return deps
 
 
 def inputs_hash(subject: Subject, repo: Path, python: str = sys.executable) -> str:

@@ -6,6 +6,7 @@ would. Nothing here installs a package or starts NIXL."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -84,12 +85,19 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     assert first.ok and not first.cached and first.path == root / "envs" / "nixl-1.5.1"
     installs = [" ".join(c) for c in pip.calls]
     assert any("--no-deps nixl-cu12==1.5.1 nixl==1.5.1" in c for c in installs)
-    assert any(c.endswith(f"-e {repo.resolve()}") for c in installs)
+    assert any(c.endswith("--disable-pip-version-check numpy") for c in installs)  # the project's dependencies
+    assert not any(" -e " in c for c in installs)  # not the project: runs put their checkout on PYTHONPATH
+    assert first.repo == repo.resolve() and first.run_env() == {"PYTHONPATH": str(repo.resolve())}
+    assert first.mxchaos() == [str(first.python), "-m", "harness.cli"]
     assert pip.calls[-2][-2:] == ["harness.matrix.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
     assert pip.calls[-1][-2:] == ["-c", "import nixl._api"]
     n = len(pip.calls)
     again = ensure_env("1.5.1", repo, root=root, run=pip)
     assert again.ok and again.cached and len(pip.calls) == n
+    clone = tmp_path / "clone"
+    shutil.copytree(repo, clone)
+    other = ensure_env("1.5.1", clone, root=root, run=pip)  # another checkout, the same dependencies: shared
+    assert other.cached and len(pip.calls) == n and other.run_env() == {"PYTHONPATH": str(clone.resolve())}
     _repo(tmp_path, deps="numpy>=2")  # the project's dependencies changed: rebuild
     third = ensure_env("1.5.1", repo, root=root, run=pip)
     assert third.ok and not third.cached and len(pip.calls) == 2 * n
@@ -287,7 +295,7 @@ class FakeExecute:
         if "mxref.bench" in argv:  # 2 GB/s at 32 MiB; 0.25 at 4 MiB
             gbps = int(argv[argv.index("--bytes") + 1]) / (16 << 20)
             return 0, f'nixl log line\n{{"raw_read": {{"bytes": 1, "gbps": [{gbps}], "median_gbps": {gbps}}}}}\n'
-        if argv[1:] == ["run", "--help"]:
+        if argv[3:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--repeat N]"
         out = Path(argv[argv.index("--out") + 1])
         n = int(argv[argv.index("--repeat") + 1])
@@ -315,7 +323,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     fake = FakeExecute(
         {("y", "smoke"): ["pass", "pass"], ("n", "smoke"): ["pass", "pass"],
          ("y", "reset"): ["xpass", "xpass"], ("n", "reset"): ["xfail", "xpass"]},
-        {str(e.mxchaos): v for v, e in envs.items()},
+        {str(e.python): v for v, e in envs.items()},
     )
     spec = MatrixSpec(
         scenarios=[smoke, defect], names=["smoke", "reset"],
@@ -340,7 +348,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     heads = {(h["scenario"], h["column"]) for h in matrix["headlines"]}
     # expected on 1.5.1, not reproduced with AB=y; reproduced on 1.4.1 with AB=n where it is not listed
     assert heads == {("reset", "nixl-1.5.1+AB=y"), ("reset", "nixl-1.4.1+AB=n")}
-    run_calls = [c for c in fake.calls if c[0][1:3] == ["run", "--repeat"]]
+    run_calls = [c for c in fake.calls if c[0][3:5] == ["run", "--repeat"]]
     assert len(run_calls) == 4 and {c[1]["AB"] for c in run_calls} == {"y", "n"}
     page = (tmp_path / "out" / "matrix.html").read_text()
     assert "fixed in this release?" in page and "brought back" in page
@@ -359,8 +367,8 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     fake.calls.clear()
     spec.baseline, spec.out, spec.resume = None, tmp_path / "out", True
     resumed = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
-    run_calls = [c for c in fake.calls if c[0][1:3] == ["run", "--repeat"]]
-    assert [c[1]["AB"] for c in run_calls] == ["y"] and str(run_calls[0][0][0]) == str(envs["1.4.1"].mxchaos)
+    run_calls = [c for c in fake.calls if c[0][3:5] == ["run", "--repeat"]]
+    assert [c[1]["AB"] for c in run_calls] == ["y"] and run_calls[0][0][:3] == envs["1.4.1"].mxchaos()
     assert any("mxref.bench" in c[0] for c in fake.calls)  # raw READs are measured anew
     assert resumed["cells"] == matrix["cells"]
     assert (tmp_path / "out" / "nixl-1.4.1+AB=y.interrupted" / "smoke" / "run0").is_dir()  # set aside, not lost
@@ -372,7 +380,7 @@ def test_without_repeat_support_the_env_runs_n_times(tmp_path: Path) -> None:
 
     def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
         calls.append(list(argv))
-        if argv[1:] == ["run", "--help"]:
+        if argv[3:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--seed SEED]"
         out = Path(argv[argv.index("--out") + 1])
         write_run(out / "smoke" / f"run{len(calls)}", "smoke", "pass")
