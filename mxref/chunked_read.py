@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -85,6 +85,16 @@ class ChunkPolicy:
         return self.deadline(sum(sizes[: self.window]))
 
 
+class Landing(Protocol):
+    """Told what has landed while the READ goes on (``mxref.model.LandingChecksums``)."""
+
+    def landed(self, ranges: Sequence[Range]) -> None:
+        """A chunk completed: these local ranges hold their final bytes."""
+
+    def work(self) -> bool:
+        """A bounded slice of work between polls; False when there was none."""
+
+
 class ChunkedReadError(Exception):
     """A chunked READ that did not complete: ``message`` for health, ``kind`` for the
     data-plane error metric (timeout | status_error), ``error`` the class the caller raises."""
@@ -130,13 +140,15 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list
 
 
 def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_name: str, budget_s: float,
-                 policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None) -> None:
+                 policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None,
+                 landing: Landing | None = None) -> None:
     """Keep ``policy.window`` chunk READs in flight; raise ``ChunkedReadError`` on an error,
     a stall or the budget. Every handle still in flight then is released (NIXL cancels it;
     the memory behind it stays tainted), and both prepared lists are released in any case.
     ``on_suspect`` is called once, when a window has gone half its deadline without a
     completion or half the budget has passed (it must return at once: the caller's chance to
-    get its next attempt ready)."""
+    get its next attempt ready). ``landing`` is told each completed chunk's local ranges and
+    given a slice of work between polls (the checksums of what has landed)."""
     pieces = [piece for chunk in chunks for piece in chunk]
     bounds: list[tuple[int, int, int]] = []  # (first piece, last piece + 1, bytes) of each chunk
     first = 0
@@ -153,15 +165,25 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
         raise ChunkedReadError(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}",
                                "status_error", TransferFailed) from exc
     try:
-        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect)
+        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect,
+              _Landed(landing, [piece[0] for piece in pieces]) if landing is not None else None)
     finally:
         _release_dlists(agent, prepped)
 
 
+@dataclass(frozen=True)
+class _Landed:
+    landing: Landing
+    local: list[Range]  # every piece's local range, by piece index
+
+    def chunk(self, lo: int, hi: int) -> None:
+        self.landing.landed(self.local[lo:hi])
+
+
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
-          policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None) -> None:
+          policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landed: _Landed | None = None) -> None:
     pending = list(reversed(bounds))
-    inflight: list[tuple[Any, float, int]] = []  # (handle, posted at, bytes)
+    inflight: list[tuple[Any, float, int, int, int]] = []  # (handle, posted at, bytes, first piece, last piece + 1)
     start = time.monotonic()
     last_done = start
     try:
@@ -174,7 +196,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 except Exception as exc:
                     raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
                                            "status_error", TransferFailed) from exc
-                inflight.append((handle, time.monotonic(), nbytes))  # tracked before the post: released in any case
+                inflight.append((handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
                 try:
                     state = agent.transfer(handle)
                 except Exception as exc:
@@ -194,6 +216,8 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     inflight.remove(item)  # before the release: `finally` releases only what is left
                     agent.release_xfer_handle(handle)
                     last_done = time.monotonic()
+                    if landed is not None:
+                        landed.chunk(item[3], item[4])
                 elif state in ERROR_STATES:
                     raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
             now = time.monotonic()
@@ -212,9 +236,11 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
                     f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)", "timeout",
                     TransferTimeout)
+            if landed is not None:
+                landed.landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:
-        for handle, _posted, _nbytes in inflight:
+        for handle, *_ in inflight:
             try:
                 agent.release_xfer_handle(handle)
             except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome

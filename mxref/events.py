@@ -100,7 +100,9 @@ EVENTS: dict[str, EventSpec] = {
                            notes={"outcome": "reference_mismatch: manifest disagrees with the reference, "
                                              "never read; integrity_mismatch: the bytes READ are not the reference's"}),
     "peer_disconnected": _ev("agent_name", "ok", "invalidated"),
-    "integrity": _ev("ok", "tensors", "bad", notes={"bad": "[names] differing from the reference"}),
+    "integrity": _ev("ok", "tensors", "bad", "hashed_during_read",
+                     notes={"bad": "[names] differing from the reference",
+                            "hashed_during_read": "tensors whose checksum was taken as the chunked READ landed them"}),
     # the content reference this process holds a model to (source, reader; see mxref.model.Reference)
     "reference": _ev("digest", "tensors", "pinned", "held_digest", "manifest",
                      origin=("spec", "recorded", "hashed"),

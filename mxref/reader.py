@@ -65,7 +65,7 @@ from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.model import Arena, Reference, load_checkpoint
+from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
 from mxref.nixl_transfer import NixlTransferManager
 from mxref.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.selection import Target, get_selector
@@ -399,12 +399,14 @@ class Reader:
                              chunk_bytes=chunks.chunk_bytes if chunks else None,
                              stall_s=round(chunks.stall_s, 3) if chunks else None,
                              first_stall_s=round(chunks.first_deadline(total), 3) if chunks else None)
+            # a host target's checksums are taken as its chunks land (the guard makes them final)
+            landing = LandingChecksums(arena) if chunks is not None and isinstance(arena, Arena) else None
             t0 = time.perf_counter()
             self._read_posted = True
             try:
                 nbytes, _count, _res = mgr.receive_from_source(
                     worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks,
-                    on_suspect=self._next_target_early(index) if has_next else None,
+                    on_suspect=self._next_target_early(index) if has_next else None, landing=landing,
                 )
             except TransferTimeout as exc:
                 seconds = time.perf_counter() - t0
@@ -429,7 +431,7 @@ class Reader:
         t0 = time.perf_counter()
         self._read_posted = False  # completed: every GET was answered, nothing is left to land
         try:
-            self._verify(arena)
+            self._verify(arena, landing)
         except IntegrityError:
             self._phase("verify", t0, "error", index)
             raise
@@ -495,11 +497,14 @@ class Reader:
                 return f"[{lo:#x}, {hi:#x}) overlaps parked [{plo:#x}, {phi:#x})"
         return None
 
-    def _verify(self, arena: Arena) -> None:
-        """Every tensor's bytes against the reference (never against what a source or file claims)."""
-        held = dict(zip((s.name for s in arena.specs), arena.checksums()))
+    def _verify(self, arena: Arena, landing: LandingChecksums | None = None) -> None:
+        """Every tensor's bytes against the reference (never against what a source or file claims);
+        with ``landing``, the checksums taken as the READ landed them, finished now."""
+        sums = landing.finish() if landing is not None else arena.checksums()
+        held = dict(zip((s.name for s in arena.specs), sums))
         bad = self.reference.mismatches(held)
-        self.events.emit("integrity", ok=not bad, tensors=len(arena.specs), bad=bad[:20])
+        self.events.emit("integrity", ok=not bad, tensors=len(arena.specs), bad=bad[:20],
+                         hashed_during_read=landing.during_read if landing is not None else 0)
         if bad:
             raise IntegrityError(f"{len(bad)} of {len(arena.specs)} tensors differ from the reference "
                                  f"{self.reference.digest}: {bad[:5]}")

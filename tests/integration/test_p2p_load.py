@@ -104,7 +104,9 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     result = assert_loaded_from(cluster, rd, src)
     assert result["source"] == src.info["agent_name"] and result["tensors"] == TENSORS
     assert outcomes(rd) == [(0, src.info["worker_id"], "success")]
-    assert rd.events("integrity")[0]["ok"] is True
+    integrity = rd.events("integrity")[0]
+    assert integrity["ok"] is True
+    assert 0 < integrity["hashed_during_read"] <= TENSORS  # checksums taken as the chunked READ landed them
     assert rd.events("handshake")[0]["mode"] == "p2p"
     done = rd.events("transfer_done")[0]
     assert done["bytes"] == MODEL_BYTES and done["seconds"] < BUDGET_S

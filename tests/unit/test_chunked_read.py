@@ -12,6 +12,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mxref.chunked_read import ChunkPolicy, split_ranges
@@ -240,3 +241,72 @@ def test_a_read_that_keeps_completing_never_calls_on_suspect() -> None:
     mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB),
                             on_suspect=lambda: calls.append(1))
     assert calls == []
+
+
+# ------------------------------------------------------------------ checksums as the chunks land
+
+
+def _arena(sizes: list[int]) -> Any:
+    from mxref.model import Arena, TensorSpec
+
+    arena = Arena([TensorSpec(f"t{i}", (n,), "uint8") for i, n in enumerate(sizes)])
+    arena.buffer[:] = np.random.default_rng(5).integers(0, 256, arena.nbytes, dtype=np.uint8)
+    return arena
+
+
+def test_checksums_taken_as_chunks_land_equal_the_whole_arena_hashed_after() -> None:
+    from mxref.model import LandingChecksums
+
+    arena = _arena([3000, 0, 10_000, 5000])
+    land = LandingChecksums(arena, slice_bytes=1024)
+    regions = arena.regions()
+    pairs = [((addr, n, 0), (0x9000 + addr, n, 0)) for addr, n in regions if n]
+    chunks = split_ranges(pairs, 4096, ramp=2)
+    for chunk in reversed(chunks[:3]):  # out of order: a later chunk may complete first
+        land.landed([local for local, _ in chunk])
+        land.work()
+    early = land.during_read
+    for chunk in chunks[3:]:
+        land.landed([local for local, _ in chunk])
+    while land.work():
+        pass
+    assert land.during_read == 4 > early  # every tensor (the empty one too) hashed before finish
+    assert land.finish() == arena.checksums()
+    with pytest.raises(ValueError, match="not unlanded bytes"):
+        land.landed([(regions[0][0], 1, 0)])  # the same bytes twice
+    with pytest.raises(ValueError, match="not unlanded bytes"):
+        LandingChecksums(arena).landed([(regions[0][0] + regions[0][1] - 1, 2, 0)])  # across a tensor's end
+
+
+def test_finish_hashes_what_never_landed_as_the_memory_holds_it() -> None:
+    from mxref.model import LandingChecksums
+
+    arena = _arena([4096, 4096])
+    land = LandingChecksums(arena)
+    addr, n = arena.regions()[0]
+    land.landed([(addr, n // 2, 0)])  # half of one tensor: nothing can be hashed yet
+    assert not land.work() and land.during_read == 0
+    assert land.finish() == arena.checksums() and land.during_read == 0
+
+
+def test_a_chunked_read_tells_its_landing_every_chunk_and_gives_it_work() -> None:
+    agent = ChunkAgent()
+    mgr, remote = manager(agent)
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.ranges: list[tuple[int, int, int]] = []
+            self.calls = 0
+
+        def landed(self, ranges: Any) -> None:
+            self.ranges += list(ranges)
+
+        def work(self) -> bool:
+            self.calls += 1
+            return False
+
+    rec = Recorder()
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=3 * MIB), landing=rec)
+    assert sum(size for _a, size, _d in rec.ranges) == 32 * MIB and rec.calls > 0
+    starts = sorted(a for a, _s, _d in rec.ranges)
+    assert len(starts) == len(set(starts))  # no range twice
