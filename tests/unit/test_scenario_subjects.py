@@ -140,7 +140,7 @@ def test_a_subject_matrix_runs_each_column_with_its_subject(tmp_path: Path) -> N
         calls.append(argv)
         if "mxref.bench" in argv:
             return 0, '{"raw_read": {"bytes": 1, "gbps": [2.0], "median_gbps": 2.0}}\n'
-        if argv[1:] == ["run", "--help"]:
+        if argv[3:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--repeat N]"
         subject = argv[argv.index("--subject") + 1]
         out = Path(argv[argv.index("--out") + 1])
