@@ -244,6 +244,7 @@ class Runner:
             "run_dir": str(self.run_dir),
             "harness_pid": self.who.pid,
             "harness_start": self.who.start,
+            "ssh": self.inventory is not None,  # its faults may reach inventory machines (harness.ssh_sweep)
             "started": dt.datetime.now(dt.UTC).isoformat(),
             "t0_monotonic": self.timeline.t0,
         }

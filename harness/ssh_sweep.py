@@ -9,8 +9,8 @@ or every run with ``all_runs``:
 - iptables chains ``mxc-<token>-*`` (partition/reject) whose run token is not a live run's are
   unhooked and deleted;
 - our ``tbf`` qdisc (handle ``1de:``) on the data device is deleted and a data device left down
-  is set up again, only when no live run of this machine's harness exists (neither carries a run
-  id);
+  is set up again, only when no live run of this harness's machine may use that machine
+  (``may_use``: neither carries a run id);
 - per-run folders ``<work_dir>/<run id>`` of runs that are not live are removed.
 
 A machine that does not answer is reported by name, within its connect timeout; the others are
@@ -24,14 +24,15 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import ledger, netns, procscan
 from harness.errors import HarnessError
 from harness.faults.netns import QDISC_HANDLE
-from harness.inventory import Inventory
+from harness.inventory import Inventory, Machine
 from harness.ssh import SshHost
 
-__all__ = ["MachineSweep", "live_runs", "sweep_inventory"]
+__all__ = ["MachineSweep", "live_runs", "may_use", "sweep_inventory"]
 
 
 @dataclass
@@ -43,25 +44,44 @@ class MachineSweep:
 
 def live_runs() -> set[str]:
     """Run ids whose harness (on this machine) is still running, from the ledger."""
-    live = set()
+    return set(_live_entries())
+
+
+def _live_entries() -> dict[str, dict[str, Any]]:
+    live = {}
     for rid, info in ledger.entries().items():
         pid, start = info.get("harness_pid"), info.get("harness_start")
         if procscan.harness_alive(pid if isinstance(pid, int) else None, start if isinstance(start, int) else None):
-            live.add(rid)
+            live[rid] = info
     return live
+
+
+def may_use(info: dict[str, Any], machine: Machine) -> bool:
+    """Whether a live run (its ledger entry) may have faults on ``machine``: its ssh hosts name
+    it; or it runs over ssh and has not opened its hosts yet; or (an entry without the ``ssh``
+    key, from an older harness) it is not a netns run. A qdisc or a downed device carries no run
+    id, so only such a run keeps the sweep off them; runs on other machines (or none) do not."""
+    hosts = info.get("hosts")
+    if isinstance(hosts, dict) and hosts:
+        here = f"{machine.target}:{machine.port}"
+        return any(isinstance(h, dict) and h.get("ssh") == here for h in hosts.values())
+    if "ssh" in info:
+        return bool(info["ssh"])
+    return "network" not in info
 
 
 def sweep_inventory(inventory: Inventory, *, run_id: str | None = None, all_runs: bool = False,
                     dry_run: bool = False) -> list[MachineSweep]:
-    live = set() if all_runs else live_runs()
-    if run_id is not None:
-        live.discard(run_id)
+    entries = {} if all_runs else _live_entries()
+    entries.pop(run_id or "", None)
+    live = set(entries)
     results = []
     for name, machine in inventory.machines.items():
         host = SshHost(name, name, machine, f"cleanup-{os.getpid()}", Path("/nonexistent"))
         result = MachineSweep(name)
+        busy = any(may_use(info, machine) for info in entries.values())
         try:
-            _sweep_machine(host, live, run_id, all_runs, dry_run, result)
+            _sweep_machine(host, live, busy, run_id, all_runs, dry_run, result)
         except HarnessError as exc:
             result.error = str(exc)
         finally:
@@ -77,8 +97,10 @@ def _dead(rid: str, live: set[str], run_id: str | None) -> bool:
     return rid == run_id if run_id is not None else rid not in live
 
 
-def _sweep_machine(host: SshHost, live: set[str], run_id: str | None, all_runs: bool, dry_run: bool,
+def _sweep_machine(host: SshHost, live: set[str], busy: bool, run_id: str | None, all_runs: bool, dry_run: bool,
                    result: MachineSweep) -> None:
+    """``live``: the run ids still running (anywhere); ``busy``: whether one of them may have
+    faults on this machine (``may_use``), which keeps the sweep off its qdisc and device."""
     verb = "would " if dry_run else ""
 
     def doomed(p: procscan.RunProcess) -> bool:
@@ -108,7 +130,7 @@ def _sweep_machine(host: SshHost, live: set[str], run_id: str | None, all_runs: 
             host.run_privileged(["iptables", "-w", "5", "-X", chain], 10.0)
         result.removed.append(f"{verb}delete iptables chain {chain}")
     device = host.machine.data.device
-    if device and not live:
+    if device and not busy:
         rc, out = host.run_privileged(["tc", "qdisc", "show", "dev", device], 10.0)
         if rc == 0 and f"qdisc tbf {QDISC_HANDLE}" in out:
             if not dry_run:

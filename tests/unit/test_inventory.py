@@ -123,3 +123,17 @@ def test_the_pytest_option_loads_the_inventory_once_and_refuses_a_bad_one(tmp_pa
     bad.write_text("machines: {h1: {address: 1.1.1.1, port: 0}}\n")
     with pytest.raises(pytest.UsageError, match=r"bad\.yaml:1: machines\.h1\.port"):
         _inventory(_Config(bad))  # type: ignore[arg-type]
+
+
+def test_only_a_live_run_that_may_use_a_machine_keeps_the_sweep_off_its_qdisc(tmp_path: Path) -> None:
+    from harness.ssh_sweep import may_use
+
+    (tmp_path / "inv.yaml").write_text(GOOD)
+    inv = load_inventory(tmp_path / "inv.yaml")
+    h1, h2 = inv.machines["h1"], inv.machines["h2"]
+    on_h2 = {"ssh": True, "hosts": {"a": {"ssh": "root@node-2.example:2222"}}}
+    assert may_use(on_h2, h2) and not may_use(on_h2, h1)
+    assert may_use({"ssh": True}, h1)  # over ssh, its hosts not opened yet: maybe
+    # a run on this machine alone (netns or local hosts; another pytest worker's): never
+    assert not may_use({"ssh": False}, h1) and not may_use({"ssh": False, "network": {}}, h1)
+    assert may_use({}, h1) and not may_use({"network": {}}, h1)  # an older harness's entry
