@@ -42,12 +42,8 @@ class MachineSweep:
     error: str | None = None
 
 
-def live_runs() -> set[str]:
-    """Run ids whose harness (on this machine) is still running, from the ledger."""
-    return set(_live_entries())
-
-
-def _live_entries() -> dict[str, dict[str, Any]]:
+def live_runs() -> dict[str, dict[str, Any]]:
+    """The ledger entries of runs whose harness (on this machine) is still running, by run id."""
     live = {}
     for rid, info in ledger.entries().items():
         pid, start = info.get("harness_pid"), info.get("harness_start")
@@ -72,7 +68,7 @@ def may_use(info: dict[str, Any], machine: Machine) -> bool:
 
 def sweep_inventory(inventory: Inventory, *, run_id: str | None = None, all_runs: bool = False,
                     dry_run: bool = False) -> list[MachineSweep]:
-    entries = {} if all_runs else _live_entries()
+    entries = {} if all_runs else live_runs()
     entries.pop(run_id or "", None)
     live = set(entries)
     results = []

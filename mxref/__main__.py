@@ -155,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chunks in flight of a chunked READ (default 2); the stall deadline is "
                         "N*chunk/100MB/s+0.5s")
     p.add_argument("--read-ramp", action=argparse.BooleanOptionalAction, default=True,
-                   help="the first N-1 chunks of a chunked READ hold 1/N, 2/N, ... of a chunk, so that chunks "
-                        "finish one at a time and the pipe stays full while the next is posted (default on)")
+                   help="the first N-1 chunks of a chunked READ hold 1/N, 2/N, ... of a chunk, so the first "
+                        "window's stall deadline is shorter (16 MiB x 2: 0.75 s instead of 0.84 s) (default on)")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")

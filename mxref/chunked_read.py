@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -110,10 +110,10 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list
     """Group (local, remote) ranges into chunks of at most ``chunk_bytes``, splitting big ranges.
 
     Each range is ``(addr, size, device_id)``; local and remote of a pair have the same size.
-    With ``ramp`` = W > 1 the first W-1 chunks hold 1/W, 2/W, ... of ``chunk_bytes``: the
-    source serves the chunks in flight round-robin, so W equal chunks posted together finish
-    together and the pipe empties while the next W are posted; ramped, one chunk finishes
-    every ``chunk_bytes`` of bytes and the others keep the pipe full meanwhile.
+    With ``ramp`` = W > 1 the first W-1 chunks hold 1/W, 2/W, ... of ``chunk_bytes``, so the
+    first window holds less than a full one and its stall deadline is shorter (16 MiB x 2:
+    8 + 16 MiB, 0.75 s instead of 0.84 s: what a source frozen before its READ meets). It was
+    meant to keep chunks from finishing together; the bench showed no throughput change.
     """
     sizes = [chunk_bytes * i // ramp for i in range(1, ramp)]
     chunks: list[list[Pair]] = []
@@ -165,25 +165,26 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
         raise ChunkedReadError(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}",
                                "status_error", TransferFailed) from exc
     try:
-        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect,
-              _Landed(landing, [piece[0] for piece in pieces]) if landing is not None else None)
+        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
+              [piece[0] for piece in pieces])
     finally:
         _release_dlists(agent, prepped)
 
 
-@dataclass(frozen=True)
-class _Landed:
-    landing: Landing
-    local: list[Range]  # every piece's local range, by piece index
-
-    def chunk(self, lo: int, hi: int) -> None:
-        self.landing.landed(self.local[lo:hi])
+class _InFlight(NamedTuple):
+    handle: Any
+    posted: float  # time.monotonic() of its post
+    nbytes: int
+    lo: int  # its pieces: [lo, hi)
+    hi: int
 
 
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
-          policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landed: _Landed | None = None) -> None:
+          policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landing: Landing | None = None,
+          local: Sequence[Range] = ()) -> None:
+    """``local``: every piece's local range, by piece index (what ``landing`` is told)."""
     pending = list(reversed(bounds))
-    inflight: list[tuple[Any, float, int, int, int]] = []  # (handle, posted at, bytes, first piece, last piece + 1)
+    inflight: list[_InFlight] = []
     start = time.monotonic()
     last_done = start
     try:
@@ -196,7 +197,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 except Exception as exc:
                     raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
                                            "status_error", TransferFailed) from exc
-                inflight.append((handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
+                inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
                 try:
                     state = agent.transfer(handle)
                 except Exception as exc:
@@ -206,7 +207,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     raise ChunkedReadError(f"chunked READ failed at post: NIXL state {state}", "status_error",
                                            TransferFailed)
             for item in list(inflight):
-                handle = item[0]
+                handle = item.handle
                 try:
                     state = agent.check_xfer_state(handle)
                 except Exception as exc:
@@ -216,13 +217,13 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     inflight.remove(item)  # before the release: `finally` releases only what is left
                     agent.release_xfer_handle(handle)
                     last_done = time.monotonic()
-                    if landed is not None:
-                        landed.chunk(item[3], item[4])
+                    if landing is not None:
+                        landing.landed(local[item.lo:item.hi])
                 elif state in ERROR_STATES:
                     raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
             now = time.monotonic()
-            quiet = now - max(inflight[0][1], last_done) if inflight else 0.0
-            deadline = policy.deadline(sum(item[2] for item in inflight))
+            quiet = now - max(inflight[0].posted, last_done) if inflight else 0.0
+            deadline = policy.deadline(sum(item.nbytes for item in inflight))
             if on_suspect is not None and (quiet > deadline / 2 or now - start > budget_s / 2):
                 suspect, on_suspect = on_suspect, None
                 suspect()
@@ -236,8 +237,8 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
                     f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)", "timeout",
                     TransferTimeout)
-            if landed is not None:
-                landed.landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
+            if landing is not None:
+                landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:
         for handle, *_ in inflight:
