@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-ramp", action=argparse.BooleanOptionalAction, default=True,
                    help="the first N-1 chunks of a chunked READ hold 1/N, 2/N, ... of a chunk, so the first "
                         "window's stall deadline is shorter (16 MiB x 2: 0.75 s instead of 0.84 s) (default on)")
+    p.add_argument("--hash-while-reading", action=argparse.BooleanOptionalAction, default=True,
+                   help="hash each tensor of a chunked READ into host memory as soon as its bytes have landed, "
+                        "between the READ's polls, so little is left to verify after it (default on)")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
     p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
@@ -421,7 +424,7 @@ def run_reader(args: argparse.Namespace) -> int:
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
-            unguarded_retry=args.simulate_unguarded_retry,
+            unguarded_retry=args.simulate_unguarded_retry, hash_while_reading=args.hash_while_reading,
             chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window, ramp=args.read_ramp)
                     if args.read_chunk_mib > 0 else None),
         )

@@ -7,6 +7,10 @@ completion in interleaved rounds (so drift in the machine's load hits every vari
 * ``this``: ``python -m mxref reader`` from this tree, its defaults (a chunked READ);
 * ``this-single`` (unless ``--no-single``): the same with ``--read-chunk-mib 0``, the seed's one
   handle, so ``chunked_over_single`` says what chunking costs;
+* ``this-nohash`` (unless ``--no-single``): chunked, with ``--no-hash-while-reading``: the default
+  reader hashes landed tensors between its polls, so its READ phase holds checksum work
+  (``hashing_in_read``, measured) that this one does after the READ. The READ goal terms are
+  taken on it, the transfer alone; the default's READ is shown beside them;
 * ``baseline`` (with ``--baseline PATH``): the same command from another checkout of mxref
   (``PYTHONPATH=PATH``), e.g. the commit before a change, against the same source;
 * ``raw`` (with ``--raw``): a raw two-process NIXL READ of the same size (``mxref.bench``: one
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from mxref import config
-from mxref.bench_report import SINGLE, summarize, table
+from mxref.bench_report import NOHASH, SINGLE, summarize, table
 from mxref.demo import STARTUP_TIMEOUT_S, Child
 from mxref.process import die_with_parent
 
@@ -76,11 +80,15 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
     if not (result["ok"] and result["path"] == "rdma" and result["integrity"] == "verified"):
         raise RuntimeError(f"{name} did not load over rdma verified: {result}")
     phases: dict[str, float] = {}
+    hashing = 0.0
     for line in events.read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "load_done":
             phases = dict(ev.get("phases") or {})
-    return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall, "phases": phases}
+        elif ev["event"] == "transfer_done":
+            hashing = float(ev.get("hashing_s") or 0.0)  # the READ's polls' share of the checksums
+    return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall,
+            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", default=None, metavar="PATH",
                         help="another checkout of mxref to run as the baseline reader (its PYTHONPATH)")
     parser.add_argument("--single", action=argparse.BooleanOptionalAction, default=True,
-                        help="also this tree's reader with one READ handle (--read-chunk-mib 0) (default on)")
+                        help="also this tree's reader with one READ handle (--read-chunk-mib 0), and chunked "
+                             "but hashing only after the READ (--no-hash-while-reading) (default on)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                         help="also this tree's reader with these extra flags, e.g. "
                              "'c8w4=--read-chunk-mib 8 --read-window 4' (repeatable)")
@@ -114,6 +123,7 @@ def reader_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     variants: dict[str, tuple[Path, tuple[str, ...]]] = {"this": (here, ())}
     if args.single:
         variants[SINGLE] = (here, ("--read-chunk-mib", "0"))
+        variants[NOHASH] = (here, ("--no-hash-while-reading",))
     for text in args.variant:
         name, sep, flags = text.partition("=")
         if not sep or not name.strip() or name.strip() in variants:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import mmap
 import re
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -201,6 +202,7 @@ class LandingChecksums:
         self._digests: list[str | None] = [None] * len(self._sizes)
         self._current: tuple[int, Any, int] | None = None  # (tensor, its hasher, bytes hashed)
         self.during_read = 0  # tensors whose checksum was complete before ``finish``
+        self.hashing_s = 0.0  # time spent hashing in ``work`` before ``finish`` (the READ loop's share)
 
     def landed(self, ranges: Sequence[tuple[int, int, int]]) -> None:
         for addr, size, _device in ranges:
@@ -219,7 +221,9 @@ class LandingChecksums:
             self._current = (self._queued.popleft(), xxhash.xxh3_64(), 0)
         i, hasher, done = self._current
         end = min(done + self._slice, self._sizes[i])
+        t0 = time.perf_counter()
         hasher.update(self._arena.raw(i)[done:end].data)
+        self.hashing_s += time.perf_counter() - t0
         if end < self._sizes[i]:
             self._current = (i, hasher, end)
         else:
@@ -229,10 +233,10 @@ class LandingChecksums:
 
     def finish(self) -> list[str]:
         """Every tensor's checksum (in spec order), hashing now whatever is not hashed yet."""
-        before = self.during_read
+        before, hashing = self.during_read, self.hashing_s
         while self.work():
             pass
-        self.during_read = before
+        self.during_read, self.hashing_s = before, hashing
         return [d if d is not None else self._arena.checksum(i) for i, d in enumerate(self._digests)]
 
 

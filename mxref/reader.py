@@ -97,6 +97,9 @@ class ReaderOptions:
     # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
     # handle per candidate, bounded only by the budget (seed 001). The budget bounds both.
     chunks: ChunkPolicy | None = DEFAULT_CHUNKS
+    # a chunked READ into host memory hashes each tensor whose bytes have landed between its polls
+    # (``LandingChecksums``); False: every checksum after the READ (the bench's control)
+    hash_while_reading: bool = True
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
     # prepare the first READ target (memory + agent) while the control plane is asked
     prestart: bool = True
@@ -400,7 +403,8 @@ class Reader:
                              stall_s=round(chunks.stall_s, 3) if chunks else None,
                              first_stall_s=round(chunks.first_deadline(total), 3) if chunks else None)
             # a host target's checksums are taken as its chunks land (the guard makes them final)
-            landing = LandingChecksums(arena) if chunks is not None and isinstance(arena, Arena) else None
+            landing = (LandingChecksums(arena) if chunks is not None and self.options.hash_while_reading
+                       and isinstance(arena, Arena) else None)
             t0 = time.perf_counter()
             self._read_posted = True
             try:
@@ -422,7 +426,8 @@ class Reader:
             seconds = time.perf_counter() - t0
             self._phase("read", t0, "ok", index)
             self.events.emit("transfer_done", index=index, bytes=nbytes, seconds=round(seconds, 6),
-                             gbps=round(nbytes / seconds / 1e9, 3) if seconds > 0 else None)
+                             gbps=round(nbytes / seconds / 1e9, 3) if seconds > 0 else None,
+                             hashing_s=round(landing.hashing_s, 6) if landing is not None else None)
         finally:
             if remote is not None and not self.options.skip_release:
                 t0 = time.perf_counter()

@@ -110,6 +110,7 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     assert rd.events("handshake")[0]["mode"] == "p2p"
     done = rd.events("transfer_done")[0]
     assert done["bytes"] == MODEL_BYTES and done["seconds"] < BUDGET_S
+    assert 0 < done["hashing_s"] < done["seconds"]  # the READ loop's share of the checksums, measured
     # released in finally: removed, and the source told to drop our record (INVL)
     released = rd.events("peer_disconnected", where=lambda e: e["agent_name"] == src.info["agent_name"])
     assert released and released[0]["ok"] is True and released[0]["invalidated"] is True
@@ -126,6 +127,17 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
 
 
 # ----------------------------------------------------------------------------- (b)
+
+
+def test_a_reader_that_hashes_after_its_read_verifies_the_same(cluster: Cluster) -> None:
+    """``--no-hash-while-reading`` (the bench's control): every checksum after the READ."""
+    (src,) = start_sources(cluster, "src-a")
+    rd = cluster.run_reader("rd1", *reader_args(), "--no-hash-while-reading", model=MODEL, timeout=READER_TIMEOUT_S)
+    assert rd.returncode == 0, cluster.report()
+    assert_loaded_from(cluster, rd, src)
+    integrity = rd.events("integrity")[0]
+    assert integrity["ok"] is True and integrity["hashed_during_read"] == 0
+    assert rd.events("transfer_done")[0]["hashing_s"] is None
 
 
 def test_b_first_source_sigkilled_the_next_candidate_loads(cluster: Cluster) -> None:

@@ -60,6 +60,25 @@ def test_goals_are_met_at_the_threshold_and_absent_without_their_terms() -> None
     assert "raw" not in alone and "chunked_over_single" not in alone
 
 
+def test_the_read_goals_are_taken_on_the_transfer_alone_when_the_nohash_reader_ran() -> None:
+    """The default reader hashes landed tensors inside its READ phase; ``this-nohash`` does not,
+    so the goal terms use it, and the default's own ratios stay beside them."""
+    rows = {"this": [_row(0.2, 0.125)], "this-single": [_row(0.2, 0.1)], "this-nohash": [_row(0.25, 0.104)]}
+    s = summarize(100, 100 * 10**6, rows, {"pump": [[1.0, 1.0]]})
+    assert s["transfer_variant"] == "this-nohash"
+    assert s["chunked_over_single"] == pytest.approx(0.1 / 0.104, abs=1e-3)
+    assert s["goals"]["chunked_over_single"]["met"] is True
+    assert s["chunked_hashing_over_single"] == pytest.approx(0.8, abs=1e-3)
+    assert s["raw"]["read_over_raw_cold"] == pytest.approx(0.962, abs=1e-3)
+    assert s["raw"]["read_over_raw_hashing"] == pytest.approx(0.8, abs=1e-3)
+    text = "\n".join(table(s))
+    assert "mxref READ (this-nohash) / fastest raw READ (cold, pump)" in text
+    assert "chunked READ (this, hashing as chunks land) / single" in text
+    without = summarize(100, 100 * 10**6, {k: v for k, v in rows.items() if k != "this-nohash"})
+    assert without["transfer_variant"] == "this" and without["chunked_over_single"] == pytest.approx(0.8, abs=1e-3)
+    assert "chunked_hashing_over_single" not in without
+
+
 def test_summary_refuses_empty_rows_and_no_bytes() -> None:
     with pytest.raises(ValueError, match="'this' has no rounds"):
         summarize(1, MIB, {"this": []})
@@ -70,8 +89,8 @@ def test_summary_refuses_empty_rows_and_no_bytes() -> None:
 def test_the_table_shows_the_ratios_and_the_goal_marks() -> None:
     text = "\n".join(table(summarize(100, 100 * 10**6, ROWS, RAW, [2.0])))
     assert "this-single" in text and "TCP loopback ceiling (in-process, 127.0.0.1): 2.00 GB/s" in text
-    assert "mxref READ / fastest raw READ (cold, thread)" in text
-    assert "chunked READ / single-handle READ" in text and "(goal >= 0.95: MISSED)" in text
+    assert "mxref READ (this) / fastest raw READ (cold, thread)" in text
+    assert "chunked READ (this) / single-handle READ" in text and "(goal >= 0.95: MISSED)" in text
     assert "fastest raw READ (warm) / ceiling" in text and "mxref READ / ceiling" in text
     lines = [ln for ln in text.splitlines() if ln.startswith("thread ")]
     assert lines and "fastest cold+warm" in lines[0]
@@ -96,8 +115,9 @@ def test_bench_flags_defaults_and_bounds(capsys: pytest.CaptureFixture[str]) -> 
 def test_reader_variants_chunked_single_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = bench_load.build_parser()
     variants = bench_load.reader_variants(parser.parse_args([]), parser)
-    assert list(variants) == ["this", "this-single"]
+    assert list(variants) == ["this", "this-single", "this-nohash"]
     assert variants["this"][1] == () and variants["this-single"][1] == ("--read-chunk-mib", "0")
+    assert variants["this-nohash"][1] == ("--no-hash-while-reading",)
     assert variants["this"][0] == variants["this-single"][0] == Path(bench_load.__file__).resolve().parents[1]
     assert list(bench_load.reader_variants(parser.parse_args(["--no-single"]), parser)) == ["this"]
     with pytest.raises(SystemExit):
