@@ -16,7 +16,9 @@ the fleet. It then:
    identity with ``status_filter=READY``, in three shapes: the whole identity, one rank of
    it (``worker_rank_filter``), the newest ``--limit`` (``limit``); idle first;
 3. for ``--seconds``, sends UpdateStatus heartbeats (READY, round robin over the fleet's
-   workers) from ``--clients`` connections with ``--window`` calls in flight each, while the
+   workers) from ``--clients`` connections with ``--window`` calls in flight each (in this
+   process, as the issue's goal reads; with ``--client-processes N``, from N other processes of
+   ``--clients`` connections each, so that the server's process holds the server alone), while the
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
 
@@ -200,6 +202,47 @@ def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argpars
     return {**counts, "seconds": round(elapsed, 2), "per_s": round(counts["ok"] / elapsed, 1)}
 
 
+def _heartbeat_process(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+                       results: Any) -> None:
+    """A heartbeat client process (``--client-processes``): its ``heartbeat_load`` into ``results``."""
+    results.put(heartbeat_load(address, live, args, threading.Event()))
+
+
+def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+                        stop: threading.Event) -> dict[str, Any]:
+    """``heartbeat_load`` from ``--client-processes`` processes (each its ``--clients``
+    connections, a share of the fleet's workers), so that the server's process holds the server
+    alone; their counts summed, ``stop`` set when they are done. Every child is joined or killed."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process running gRPC threads
+    results = ctx.Queue()
+    n = args.client_processes
+    children = [ctx.Process(target=_heartbeat_process, args=(address, live[i::n], args, results), daemon=True)
+                for i in range(n)]
+    try:
+        for child in children:
+            child.start()
+        parts = [results.get(timeout=args.seconds + CALL_TIMEOUT_S + 60) for _ in children]
+    finally:
+        stop.set()
+        for child in children:
+            child.join(CALL_TIMEOUT_S)
+            if child.is_alive():
+                child.kill()
+                child.join(5)
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key not in ("seconds", "per_s"):
+                total[key] = total.get(key, 0) + value
+    total.setdefault("ok", 0)
+    total["seconds"] = max(part["seconds"] for part in parts)
+    total["per_s"] = round(sum(part["per_s"] for part in parts), 1)
+    total["processes"] = n
+    return total
+
+
 def store_heartbeat_rate(store: SourceStore, live: list[tuple[str, str, int]], seconds: float) -> float:
     """``Store.update_status`` calls per second from one thread, no RPC (the store's own cost)."""
     n = 0
@@ -224,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="heartbeat connections")
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
+    parser.add_argument("--client-processes", type=int, default=0, metavar="N",
+                        help="send the heartbeats from N processes of --clients connections each, so the "
+                             "server's process holds the server alone (default 0: in this process)")
     parser.add_argument("--reaper-interval", type=float, default=1.0)
     parser.add_argument("--heartbeat-timeout", type=float, default=120.0)
     parser.add_argument("--gc-timeout", type=float, default=240.0)
@@ -231,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="memory (default) or redis://HOST:PORT[/DB] (FLUSHALLed first)")
     args = parser.parse_args(argv)
+    for flag in ("sources", "ranks", "identities", "clients", "window"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")
+    if args.client_processes < 0 or args.silent < 0:
+        parser.error("--client-processes and --silent must be >= 0")
 
     timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
                                  reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
@@ -280,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         side = [threading.Thread(target=list_under_load), threading.Thread(target=sample_rss)]
         for thread in side:
             thread.start()
-        heartbeats = heartbeat_load(address, live, args, stop)
+        heartbeats = (heartbeat_processes(address, live, args, stop) if args.client_processes
+                      else heartbeat_load(address, live, args, stop))
         for thread in side:
             thread.join(CALL_TIMEOUT_S + 5)
         reaped = {"stale": store.count(STALE), "records": len(store)}
