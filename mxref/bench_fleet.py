@@ -17,7 +17,7 @@ the fleet. It then:
    it (``worker_rank_filter``), the newest ``--limit`` (``limit``); idle first;
 3. for ``--seconds``, sends UpdateStatus heartbeats (READY, round robin over the fleet's
    workers) from ``--clients`` connections with ``--window`` calls in flight each (in this
-   process, as the issue's goal reads; with ``--client-processes N``, from N other processes of
+   process by default; with ``--client-processes N``, from N other processes of
    ``--clients`` connections each, so that the server's process holds the server alone), while the
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
