@@ -236,7 +236,6 @@ def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: ar
         for key, value in part.items():
             if key not in ("seconds", "per_s"):
                 total[key] = total.get(key, 0) + value
-    total.setdefault("ok", 0)
     total["seconds"] = max(part["seconds"] for part in parts)
     total["per_s"] = round(sum(part["per_s"] for part in parts), 1)
     total["processes"] = n

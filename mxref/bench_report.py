@@ -7,13 +7,13 @@ baseline), the in-process TCP loopback ceiling, and the goal terms as ratios:
 * mxref READ >= 0.95 x the fastest raw READ (``read_over_raw``: both the first READ on a fresh
   connection, "cold"; the ratio to the warm raw READ is shown beside it);
 * chunked READ >= 0.95 x single-handle READ (``chunked_over_single``: the default chunks vs
-  ``this-single``, ``--read-chunk-mib 0``).
+  ``this-single``, ``--read-chunk-mib 0``);
+* raw / ceiling and mxref / ceiling: how much of this machine's TCP loopback they reach.
 
 Both READ terms are taken on the transfer alone: reader ``this-nohash`` where it ran (the
 default reader hashes landed tensors between its polls, checksum work the others do after
 their READ), else ``this``. The default's own ratios are kept beside them
-(``read_over_raw_hashing``, ``chunked_hashing_over_single``);
-* raw / ceiling and mxref / ceiling: how much of this machine's TCP loopback they reach.
+(``read_over_raw_hashing``, ``chunked_hashing_over_single``).
 
 ``table`` renders a summary as lines of text. Nothing here starts a process.
 """
@@ -62,15 +62,15 @@ def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, 
     transfer = NOHASH if NOHASH in variants else CHUNKED  # the chunked READ without checksum work in it
     summary["transfer_variant"] = transfer
     this_gbps = nbytes / variants[transfer]["read_s"] / 1e9 if transfer in variants else None
-    hashing_gbps = nbytes / variants[CHUNKED]["read_s"] / 1e9 if transfer != CHUNKED and CHUNKED in variants else None
+    hashing_read_s = variants[CHUNKED]["read_s"] if transfer != CHUNKED and CHUNKED in variants else None
     if "baseline" in variants and CHUNKED in variants:
         summary["this_over_baseline_load"] = round(variants[CHUNKED]["load_s"] / variants["baseline"]["load_s"], 3)
     chunked_over_single = None
     if transfer in variants and SINGLE in variants:
         chunked_over_single = variants[SINGLE]["read_s"] / variants[transfer]["read_s"]  # GB/s ratio, same bytes
         summary["chunked_over_single"] = round(chunked_over_single, 3)
-        if hashing_gbps is not None:
-            summary["chunked_hashing_over_single"] = round(variants[SINGLE]["read_s"] / variants[CHUNKED]["read_s"], 3)
+        if hashing_read_s is not None:
+            summary["chunked_hashing_over_single"] = round(variants[SINGLE]["read_s"] / hashing_read_s, 3)
     read_over_raw = None
     raw_warm = None
     if raw and any(raw.values()):
@@ -87,8 +87,8 @@ def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, 
             read_over_raw = this_gbps / raw_cold
             summary["raw"].update(this_read_gbps=round(this_gbps, 3), read_over_raw_cold=round(read_over_raw, 3),
                                   read_over_raw_warm=round(this_gbps / raw_warm, 3))
-            if hashing_gbps is not None:
-                summary["raw"]["read_over_raw_hashing"] = round(hashing_gbps / raw_cold, 3)
+            if hashing_read_s is not None:
+                summary["raw"]["read_over_raw_hashing"] = round(nbytes / hashing_read_s / 1e9 / raw_cold, 3)
     if ceiling:
         top = _med(ceiling)
         summary["ceiling"] = {"gbps": round(top, 3), "samples": [round(x, 3) for x in ceiling]}
