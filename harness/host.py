@@ -62,6 +62,10 @@ class Proc(Protocol):
 class Host(Protocol):
     name: str
     address: str  # where its processes' ports are reached from the harness
+    # whether ``read`` serves its processes' events files from this machine's file system, as they
+    # grow (its own files, or mirrors of remote ones): the monitor then wakes on their growth
+    # (inotify) instead of its next poll
+    events_local: bool
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Proc: ...
 
@@ -147,6 +151,7 @@ class LocalHost:
     """Processes on this machine, reached over loopback."""
 
     kind = "local"
+    events_local = True
 
     def __init__(self, name: str = "local") -> None:
         self.name = name

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import FaultError, HarnessError, StepFailed
-from harness.host import Host, LocalHost, Proc
+from harness.host import Host, Proc
 from harness.scenario import CommandProcess, Scenario
 from harness.spec import Scalar
 from harness.timeline import Entry, Timeline, matches
@@ -205,10 +205,11 @@ class ProcessTable:
                 self.timeline.append("info", "harness", "monitor_error", {"process": st.name, "traceback": traceback.format_exc()})
 
     def local_events_files(self) -> dict[Path, str]:
-        """Events file -> process, for the processes whose host writes them on this machine's
-        file system (the monitor watches those for growth; any other is only polled)."""
+        """Events file -> process, for the processes whose host's events files grow on this
+        machine's file system (``Host.events_local``: written here, or an ssh host's mirrors): the
+        monitor watches those for growth; any other is only polled."""
         with self.lock:
-            return {st.events_path: st.name for st in self.states.values() if st.events_path is not None and isinstance(st.host, LocalHost)}
+            return {st.events_path: st.name for st in self.states.values() if st.events_path is not None and st.host.events_local}
 
     def _drain_events(self, st: ProcState) -> None:
         if st.events_path is None:

@@ -151,6 +151,7 @@ class SshHost:
     kind = "ssh"
     own_address = True  # its processes bind and advertise the machine's data address
     local_files = False  # what it writes is not on this machine's file system
+    events_local = True  # but its events files are mirrored into the run folder as they grow (``read``)
 
     def __init__(self, name: str, machine_name: str, machine: Machine, run_id: str, run_dir: Path) -> None:
         self.name = name

@@ -84,13 +84,13 @@ def test_wait_returns_at_its_timeout_when_nothing_grows(tmp_path: Path) -> None:
 class Run:
     """A monitor over one process's events file (no process: only its events are read)."""
 
-    def __init__(self, tmp_path: Path, wake: str) -> None:
+    def __init__(self, tmp_path: Path, wake: str, others: tuple[ProcState, ...] = ()) -> None:
         self.events = tmp_path / "procs" / "source-1.events.jsonl"
         self.events.parent.mkdir(parents=True)
         self.timeline = Timeline()
         self.clock = RunClock(self.timeline, run_budget=60, step_budget=10)
         state = ProcState("source-1", "source", LocalHost(), self.events, tmp_path / "procs" / "source-1.log")
-        self.table = ProcessTable(self.timeline, self.clock, [state])
+        self.table = ProcessTable(self.timeline, self.clock, [state, *others])
         self.watchers = Watchers(
             timeline=self.timeline, clock=self.clock, table=self.table, proxies=RunProxies("run-x", tmp_path, self.timeline),
             scraper=Scraper(ScrapeSpec(enabled=False), self.table, self.timeline), budgets=Budgets(), on_hang=lambda why: None,
@@ -146,3 +146,30 @@ def test_an_unknown_wake_mode_is_refused(tmp_path: Path) -> None:
     run = Run(tmp_path, "sometimes")
     with pytest.raises(ValueError, match="wake is one of inotify, poll"):
         run.watchers._events_watch()
+
+
+class PolledHost(LocalHost):
+    """A host whose events files are not on this machine's file system (only its polls read them)."""
+
+    events_local = False
+
+
+def test_the_monitor_watches_the_events_files_a_host_keeps_here_and_only_polls_the_others(tmp_path: Path, slow_polls: None) -> None:
+    from harness.ssh import SshHost
+
+    assert SshHost.events_local is True  # its ``read`` serves the run folder's mirrors (tail -F), which grow here
+    remote = ProcState("reader-1", "reader", PolledHost(), tmp_path / "procs" / "reader-1.events.jsonl", tmp_path / "procs" / "reader-1.log")
+    run = Run(tmp_path, "inotify", (remote,))
+    assert run.table.local_events_files() == {run.events: "source-1"}
+    run.watchers.start()
+    try:
+        time.sleep(0.1)  # past the monitor's first poll
+        with open(tmp_path / "procs" / "reader-1.events.jsonl", "a") as out:
+            out.write(json.dumps({"event": "attempt_start", "mono": time.monotonic()}) + "\n")
+        run.emit("heartbeat", status="READY")  # wakes the monitor: it drains the watched file only
+        assert run.seen("heartbeat") is not None
+        time.sleep(0.2)
+        assert not [e for e in run.timeline.entries() if e.actor == "reader-1"], "an unwatched file was drained between polls"
+    finally:
+        run.watchers.stop()
+    assert [e.f for e in run.timeline.entries() if e.actor == "reader-1"] == ["attempt_start"]  # the final poll reads it
