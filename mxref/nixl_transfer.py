@@ -106,6 +106,26 @@ class ReceiveResult:
     result: str  # complete | partial | empty
 
 
+@dataclass(frozen=True)
+class PumpPacing:
+    """How a progress pump paces an agent that has no progress thread (a source's).
+
+    Idle, it polls every ``idle_s`` (~2 % of a core). A poll that spent more than
+    ``busy_call_s`` of its thread's CPU did work: over UCX TCP an idle poll takes ~2 us, one
+    that sends a READ's replies 3-10 ms (measured on a source serving 1 GiB). The pump then
+    polls again at once for ``linger_s``, so a reader's next chunk is answered when it
+    arrives, not after the rest of a sleep. With 1 ms sleeps alone, each window of a chunked
+    READ waited for the source's next poll: 16 MiB x 2 chunks from a raw source ran at
+    0.82-0.85x one handle's speed, 0.96-0.97x with this pacing (1 GiB, 5 interleaved
+    rounds; NIXL's own progress thread on the source: 0.97x, spinning a core even idle).
+    CPU time, not wall time, so that a poll preempted on a busy machine is not taken for
+    work."""
+
+    idle_s: float = 0.001
+    busy_call_s: float = 50e-6
+    linger_s: float = 0.02
+
+
 class NixlTransferManager:
     def __init__(
         self,
@@ -192,20 +212,33 @@ class NixlTransferManager:
         if self._metrics is not None:
             self._metrics.registered_bytes.set(sum(t.size for t in self._local_tensors.values()))
 
-    def start_progress_pump(self, interval_s: float = 0.001) -> None:
-        """Drive the agent's progress from a thread (for an agent created without one)."""
+    def start_progress_pump(self, pacing: PumpPacing | None = None) -> None:
+        """Drive the agent's progress from a thread (for an agent created without one), paced
+        by ``pacing`` (``PumpPacing``: slow while idle, at once while serving)."""
         if self._pump is not None:
             return
+        pace = pacing or PumpPacing()
 
         def pump() -> None:
-            while not self._pump_stop.wait(interval_s):
+            busy_until = 0.0
+            while True:
                 agent = self._agent
                 if agent is None:
                     return
+                cpu = time.thread_time()
                 try:
                     agent.get_new_notifs()
                 except Exception as exc:  # noqa: BLE001 - keep serving; a peer's failure is not ours
                     logger.debug("progress pump: %s", exc)
+                now = time.monotonic()
+                if time.thread_time() - cpu > pace.busy_call_s:
+                    busy_until = now + pace.linger_s
+                if now < busy_until:
+                    if self._pump_stop.is_set():
+                        return
+                    time.sleep(0)  # let other threads have the GIL, then poll again
+                elif self._pump_stop.wait(pace.idle_s):
+                    return
 
         self._pump = threading.Thread(target=pump, name="nixl-progress", daemon=True)
         self._pump.start()

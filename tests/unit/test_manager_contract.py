@@ -8,7 +8,10 @@ source's record of it, and a fetch request can be silently lost, so it is re-sen
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import mxref.nixl_transfer as nt
 from mxref.errors import HandshakeTimeout, TransferFailed, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.nixl_transfer import LocalTensor, NixlTransferManager, PostedRead
+from mxref.nixl_transfer import LocalTensor, NixlTransferManager, PostedRead, PumpPacing
 
 
 class ScriptedAgent:
@@ -494,3 +497,72 @@ def test_a_blob_loaded_peer_we_pushed_to_is_invalidated_on_release() -> None:
     assert mgr._remote_agents == {name: ("10.0.0.9", 5555)}
     assert mgr.remove_remote_agent(name) is True
     assert agent.log[-3:] == [("push", "10.0.0.9", 5555), ("remove", name), ("invalidate", "10.0.0.9", 5555)]
+
+
+# ----------------------------------------------------------------------------- progress pump pacing
+
+
+class PollingAgent:
+    """An agent whose ``get_new_notifs`` records when it was called and spends ``busy_cpu_s``
+    of CPU on the calls ``busy_at`` names (a poll that served a READ request)."""
+
+    def __init__(self, busy_at: set[int], busy_cpu_s: float) -> None:
+        self.calls: list[float] = []
+        self.busy_at = busy_at
+        self.busy_cpu_s = busy_cpu_s
+        self.lock = threading.Lock()
+
+    def get_new_notifs(self) -> dict[str, list[bytes]]:
+        with self.lock:
+            self.calls.append(time.monotonic())
+            n = len(self.calls)
+        if n in self.busy_at:
+            end = time.thread_time() + self.busy_cpu_s
+            while time.thread_time() < end:
+                pass
+        return {}
+
+
+class TestPumpPacing:
+    PACE = PumpPacing(idle_s=0.01, busy_call_s=0.002, linger_s=0.1)
+
+    def run_pump(self, agent: PollingAgent, seconds: float) -> list[float]:
+        mgr = manager(agent)
+        mgr.start_progress_pump(self.PACE)
+        try:
+            time.sleep(seconds)
+        finally:
+            mgr._stop_pump()
+        assert mgr._pump is None
+        with agent.lock:
+            return list(agent.calls)
+
+    def test_idle_polls_every_idle_interval_at_most(self) -> None:
+        calls = self.run_pump(PollingAgent(set(), 0.0), 0.3)
+        # 0.3 s at one poll per >= 10 ms: 31 at most (an idle wait is never cut short)
+        assert 3 <= len(calls) <= 31
+        assert min(b - a for a, b in itertools.pairwise(calls)) >= 0.009
+
+    def test_a_busy_poll_makes_it_poll_at_once_for_the_linger_then_slow_again(self) -> None:
+        calls = self.run_pump(PollingAgent({3}, 0.005), 0.5)
+        busy_end = calls[3]  # the call after the busy one starts when the busy one ended
+        within = [t for t in calls if busy_end <= t < busy_end + self.PACE.linger_s * 0.9]
+        after = [t for t in calls if t >= busy_end + self.PACE.linger_s * 1.1]
+        assert len(within) > 100, "no fast polls after a busy poll"
+        # after the linger: back to idle pacing (0.5 s - ~0.13 s at >= 10 ms a poll)
+        assert after and min(b - a for a, b in itertools.pairwise(after)) >= 0.009
+
+    def test_wall_time_without_cpu_is_not_work(self) -> None:
+        """A poll that is slow because it waited (off the CPU, as when preempted) is not work."""
+        agent = PollingAgent(set(), 0.0)
+        original = agent.get_new_notifs
+
+        def sleepy() -> dict[str, list[bytes]]:
+            result = original()
+            if len(agent.calls) == 2:
+                time.sleep(0.02)  # 20 ms of wall time, no CPU
+            return result
+
+        agent.get_new_notifs = sleepy  # type: ignore[method-assign]
+        calls = self.run_pump(agent, 0.3)
+        assert len(calls) <= 31
