@@ -8,12 +8,15 @@ handle is released, and ``TransferStalled`` (a ``TransferTimeout``) is raised.
 
 from __future__ import annotations
 
+import itertools
 import time
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mxref.chunked_read import ChunkPolicy, split_ranges
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
@@ -284,9 +287,53 @@ def test_finish_hashes_what_never_landed_as_the_memory_holds_it() -> None:
     arena = _arena([4096, 4096])
     land = LandingChecksums(arena)
     addr, n = arena.regions()[0]
-    land.landed([(addr, n // 2, 0)])  # half of one tensor: nothing can be hashed yet
+    land.landed([(addr + n // 2, n // 2, 0)])  # the later half of one tensor: nothing can be hashed yet
     assert not land.work() and land.during_read == 0
     assert land.finish() == arena.checksums() and land.during_read == 0
+    begun = LandingChecksums(arena, slice_bytes=1000)
+    begun.landed([(addr, n // 2, 0)])
+    assert begun.work() and begun.during_read == 0  # a slice of the first half: that tensor's hash goes on in finish
+    assert begun.finish() == arena.checksums() == begun.finish()  # and only once
+
+
+def test_a_tensors_landed_prefix_is_hashed_before_the_rest_of_it_lands() -> None:
+    from mxref.model import LandingChecksums
+
+    arena = _arena([10_000, 6000])
+    land = LandingChecksums(arena, slice_bytes=1000)
+    (a0, n0), (a1, n1) = arena.regions()
+    land.landed([(a0 + 4000, 3000, 0)])  # ahead of the prefix: waits
+    assert not land.work()
+    land.landed([(a0, 4000, 0)])  # the prefix now runs to 7000: 7 slices, then nothing
+    assert [land.work() for _ in range(8)] == [True] * 7 + [False]
+    assert land.during_read == 0 and land.hashing_s > 0
+    land.landed([(a1, n1, 0), (a0 + 7000, n0 - 7000, 0)])  # the second tensor, then the rest of the first
+    while land.work():
+        pass
+    assert land.during_read == 2
+    assert land.finish() == arena.checksums()
+    with pytest.raises(ValueError, match="not unlanded bytes"):
+        land.landed([(a0 + 4000, 10, 0)])  # inside what landed already
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(1, 20_999), max_size=12, unique=True), order=st.randoms(use_true_random=False),
+       works=st.lists(st.integers(0, 4), min_size=13, max_size=13))
+def test_in_any_landing_order_the_checksums_are_the_arenas(cuts: list[int], order: Any, works: list[int]) -> None:
+    from mxref.model import LandingChecksums
+
+    arena = _arena([9000, 0, 12_000])
+    land = LandingChecksums(arena, slice_bytes=700)
+    pieces: list[tuple[int, int, int]] = []
+    for addr, n in arena.regions():  # each tensor cut where ``cuts`` fall inside it
+        bounds = sorted({0, n, *(c % n for c in cuts if n)})
+        pieces += [(addr + lo, hi - lo, 0) for lo, hi in itertools.pairwise(bounds)]
+    order.shuffle(pieces)
+    for piece, n in zip(pieces, works):
+        land.landed([piece])
+        for _ in range(n):
+            land.work()
+    assert land.finish() == arena.checksums()
 
 
 def test_a_chunked_read_tells_its_landing_every_chunk_and_gives_it_work() -> None:
