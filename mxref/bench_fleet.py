@@ -227,6 +227,8 @@ def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: ar
     finally:
         stop.set()
         for child in children:
+            if child.pid is None:  # its start failed: nothing to join (the error goes on up)
+                continue
             child.join(CALL_TIMEOUT_S)
             if child.is_alive():
                 child.kill()
