@@ -179,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "registration and memory (no late-write guard)")
     p.add_argument("--result", type=Path, default=None, help="also write the result JSON here")
     p.add_argument("--settle-s", type=_seconds, default=0.5, metavar="SECONDS",
-                   help="after a load, wait this long and re-hash the memory (memory_digest when=settled); "
+                   help="after a load in which a READ was released before it completed (its peer may still "
+                        "write late), wait this long and re-hash the memory (memory_digest when=settled); "
                         "0 disables (default 0.5)")
+    p.add_argument("--settle-always", action="store_true",
+                   help="settle after every load, also one whose READs all completed")
     _add_debug_hooks(p)
 
     p = sub.add_parser("prepare", help="write the safetensors checkpoint of a synthetic model")
@@ -452,7 +455,7 @@ def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reade
     if result.ok and hooks is not None:
         hooks.set_arena(reader.arena)
     if result.ok:
-        reader.settle(args.settle_s, proc.stop)
+        reader.settle(args.settle_s, proc.stop, always=args.settle_always)
     if args.skip_release:
         reader.report_memory("exit")
         # The pre-fix reader: gone without a word to its source (no remove, no invalidate).

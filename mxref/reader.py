@@ -29,9 +29,10 @@ peer may still answer), *parks* the attempt's memory: it stays allocated, unused
 until the reader exits, so the allocator cannot hand its pages to the next
 attempt. Every attempt reads into a fresh registration of freshly allocated
 memory that overlaps no parked region (``target_region`` says which, and
-``region_parked`` which region was set aside). A completed load is hashed again
-after a settle window in which the agent keeps making progress (``memory_digest``
-``settled``).
+``region_parked`` which region was set aside). A completed load that followed such a released
+READ is hashed again after a settle window in which the agent keeps making progress
+(``memory_digest`` ``settled``); a load in which every posted READ completed has no late writer
+to wait for and settles only when asked to (``--settle-always``).
 
 Fixed costs are kept off the load's path (``mxref.read_target``): NIXL's one-time start-up
 and, for a synthetic model, the first target's memory are paid in a thread from the process's
@@ -165,6 +166,9 @@ class Reader:
         self._last_error: str | None = None
         self._parked: list[Arena] = []  # memory a stalled READ may still write: held until close()
         self._read_posted = False  # the current attempt posted a READ (its peer may answer late)
+        # a READ was released before it completed (a stall, a timeout, a transfer error): its peer
+        # may still write late replies, so the load settles before it is trusted (``settle``)
+        self.released_mid_read = False
         self._agents_made = 0  # READ targets prepared so far (each has a fresh agent and name)
         self._warmup_reported = False
         self._prestart: TargetPrestart | None = None
@@ -215,13 +219,17 @@ class Reader:
         self.events.emit("memory_digest", when=when, digest=held.digest, checksums=held.checksums)
         return held
 
-    def settle(self, seconds: float, stop: threading.Event) -> Reference | None:
-        """Wait ``seconds`` (cut short by ``stop``), then report ``settled``; 0 disables it.
+    def settle(self, seconds: float, stop: threading.Event, *, always: bool = False) -> Reference | None:
+        """After a load in which a READ was released before it completed (``released_mid_read``),
+        or after any load when ``always``: wait ``seconds`` (cut short by ``stop``), then report
+        ``settled``; 0 disables it. None when it did not settle.
 
         Our agent keeps making progress meanwhile (it has no progress thread: only a READ's
         polling drives it), so a late reply still queued for it lands inside the window and
-        the ``settled`` digest sees it, instead of landing unseen once something polls again."""
-        if seconds <= 0:
+        the ``settled`` digest sees it, instead of landing unseen once something polls again.
+        Without a released READ no late reply can come (a completed READ was answered in full),
+        so the window would only delay the reader (0.5 s by default)."""
+        if seconds <= 0 or not (always or self.released_mid_read):
             return None
         if self.manager is not None:
             self.manager.start_progress_pump()
@@ -517,6 +525,8 @@ class Reader:
     def _rollback(self, index: int) -> None:
         """Undo a failed attempt: shut its agent down; park its memory when a READ into it was
         posted and not completed (the peer may still answer), else release it."""
+        if self._read_posted:
+            self.released_mid_read = True
         if self.options.unguarded_retry and self._read_posted:
             return  # SIMULATED BUG: the next attempt reuses this agent, registration and memory
         if self._prestart is not None:  # never tear an agent down while the next one is being made

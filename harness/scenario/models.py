@@ -268,7 +268,10 @@ class ReaderOptions(PeerOptions):
     push_metadata: bool = False  # experimental: push the reader's NIXL metadata to the source
     mode: Literal["p2p", "central"] | None = None  # serving mode after load
     checkpoint: str | None = None  # default: the checkpoint the runner prepares in the run folder
-    settle_s: Duration | None = None  # after a load, wait this long and report what memory holds again
+    # after a load that released a READ before it completed, wait this long and report what memory
+    # holds again (mxref: 0.5 s); settle_always: after every load
+    settle_s: Duration | None = None
+    settle_always: bool = False
 
 
 Subject = Literal["mxref", "modelexpress"]

@@ -84,7 +84,7 @@ def still_cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def reader_args(*extra: str) -> tuple[str, ...]:
-    return ("--transfer-timeout", "5", "--handshake-timeout", "5", "--settle-s", "0.2", *extra)
+    return ("--transfer-timeout", "5", "--handshake-timeout", "5", "--settle-s", "0.2", "--settle-always", *extra)
 
 
 def by_worker(reader: Proc) -> dict[str, tuple[int, str]]:

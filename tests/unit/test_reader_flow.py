@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -973,7 +974,7 @@ class TestReference:
         assert loaded["digest"] == REFERENCE.digest
         # it re-hashes: a byte changed in memory shows in the next report
         loaded_arena(h).raw(2)[0] ^= 0xFF
-        assert reader.settle(0.01, threading.Event()) is not None
+        assert reader.settle(0.01, threading.Event(), always=True) is not None
         settled = h.events("memory_digest")[-1]
         assert settled["when"] == "settled" and settled["digest"] != REFERENCE.digest
         assert [n for n in want if settled["checksums"][n] != want[n]] == ["model.layers.2.weight"]
@@ -983,11 +984,22 @@ class TestReference:
         reader = h.make()
         reader.load()
         stop = threading.Event()
-        assert reader.settle(0, stop) is None
+        assert reader.settle(0, stop, always=True) is None
         stop.set()
-        assert reader.settle(5.0, stop) is None
+        assert reader.settle(5.0, stop, always=True) is None
         assert [e["when"] for e in h.events("memory_digest")] == ["loaded"]
         assert reader.report_memory("exit") is not None
+
+    def test_a_load_whose_reads_all_completed_does_not_settle_unless_asked(self, world: World, h: Harness) -> None:
+        world.add("a")
+        reader = h.make()
+        assert reader.load().ok and reader.released_mid_read is False
+        t0 = time.monotonic()
+        assert reader.settle(5.0, threading.Event()) is None  # no late writer to wait for: at once
+        assert time.monotonic() - t0 < 1.0
+        assert not [e for e in h.events("load_phase") if e["phase"] == "settle"]
+        assert reader.settle(0.01, threading.Event(), always=True) is not None
+        assert [e["when"] for e in h.events("memory_digest")] == ["loaded", "settled"]
 
     def test_the_disk_path_reports_its_memory_too(self, world: World, h: Harness, checkpoint: Path) -> None:
         result = h.load(checkpoint=checkpoint)
@@ -1041,6 +1053,7 @@ class TestLateWriteGuard:
 
     def test_late_replies_of_the_stalled_source_do_not_touch_the_verified_load(self, world: World, h: Harness) -> None:
         reader, first = self._stall_then_load(world, h)
+        assert reader.released_mid_read is True  # so it settles without being asked
         assert late_replies(world, first) == SPEC.tensors
         held = reader.settle(0.01, threading.Event())
         assert held is not None and held.digest == REFERENCE.digest
@@ -1066,7 +1079,7 @@ class TestLateWriteGuard:
         world.by_worker(first).behaviour = NO_HANDSHAKE
         assert reader.load().ok
         assert [o for _, o in h.outcomes()] == ["transfer_retry", "success"]
-        assert not h.events("region_parked")
+        assert not h.events("region_parked") and reader.released_mid_read is False
         assert [r["parked"] for r in h.events("target_region")] == [0, 0]
 
     def test_a_completed_read_with_wrong_bytes_is_not_parked(self, world: World, h: Harness) -> None:
@@ -1076,7 +1089,7 @@ class TestLateWriteGuard:
         world.by_worker(order_for_selector(reader, world)[0]).behaviour = CORRUPT
         assert reader.load().ok
         assert [o for _, o in h.outcomes()] == ["integrity_mismatch", "success"]
-        assert not h.events("region_parked")
+        assert not h.events("region_parked") and reader.released_mid_read is False  # answered in full: no late writer
 
     def test_parked_memory_is_held_until_close(self, world: World, h: Harness) -> None:
         reader, _first = self._stall_then_load(world, h)
@@ -1090,6 +1103,6 @@ class TestLateWriteGuard:
         reader = h.make()
         assert reader.load().ok
         assert reader.manager is not None and reader.manager._pump is None
-        assert reader.settle(0.01, threading.Event()) is not None
+        assert reader.settle(0.01, threading.Event(), always=True) is not None
         assert reader.manager._pump is not None and reader.manager._pump.is_alive()
         reader.close()
