@@ -201,10 +201,11 @@ class LandingChecksums:
     their final bytes. Each tensor has one streaming xxh3-64 that takes its bytes in order, so a
     tensor's landed prefix (from its start up to the first byte still in flight) can be hashed
     before the rest of it lands. ``work()``, called between polls, hashes at most
-    ``slice_bytes`` of such a prefix, so the poll loop is held ~35 us at a time and a model is
-    hashed about as fast as it lands, whatever its tensors' sizes: what ``finish()`` has left is
-    the last chunk or so (with whole tensors only, a 2 GiB model of 256 MiB tensors left a whole
-    tensor, 0.14-0.31 s here, to hash after its READ). ``finish()`` hashes what is left and
+    ``slice_bytes`` of such a prefix, so the poll loop is held ~35 us at a time, and how much is
+    left for ``finish()`` no longer depends on the tensors' sizes (with whole tensors only, a
+    2 GiB model of 256 MiB tensors always left at least one tensor for after its READ), only on
+    the CPU the poll loop can spare: on 2 cores, where the READ keeps both busy, 0.09-0.14 s of
+    hashing was left after a 2 GiB READ. ``finish()`` hashes what is left (``hash_all``) and
     returns every tensor's checksum: the same as ``Arena.checksums()`` then.
 
     Only bytes a completed transfer wrote are hashed before the end, and they are final: an
