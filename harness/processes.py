@@ -76,6 +76,9 @@ class ProcState:
         return f"exited ({how}{by}) at {self.last_exit['t']:.3f}s"
 
 
+SWEEP_WAIT_S = 5.0  # how long a sweep waits for the processes it killed to be gone
+
+
 class ProcessTable:
     """The run's processes (thread-safe: the monitor, branches and faults share it)."""
 
@@ -336,20 +339,35 @@ class ProcessTable:
                                              **({"unreachable": unreachable} if unreachable else {})}
         )
         if leftovers:
-            for host in hosts:  # each on its own host (an ssh host kills there, not here)
+            alive = self._sweep(run_id, hosts, set(found), time.monotonic() + SWEEP_WAIT_S)
+            self.timeline.append("info", "harness", "swept", {"pids": [p.pid for p in leftovers], "alive": alive})
+
+    @staticmethod
+    def _sweep(run_id: str, hosts: list[Host], pids: set[int], deadline: float) -> list[int]:
+        """SIGKILL ``pids``, each on its own host (an ssh host kills there, not here), again
+        until every host's scan has lost them or ``deadline`` passes; the ones still there then.
+        A killed process is still listed, running, until the kernel has torn it down (a
+        clean-clone run's scan found one 'R' just after a sweep that did not wait, on a busy
+        machine), so a sweep is done only when its processes are gone."""
+        while True:
+            alive: set[int] = set()
+            for host in hosts:
                 try:
-                    mine = {p.pid for p in host.run_processes(run_id)} & set(found)
+                    mine = {p.pid for p in host.run_processes(run_id)} & pids
                 except HarnessError:
                     continue
+                alive |= mine
                 killer = getattr(host, "kill_processes", None)
                 if killer is not None:
-                    killer(sorted(mine))
+                    if mine:
+                        killer(sorted(mine))
                     continue
                 for pid in mine:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
-            self.timeline.append("info", "harness", "swept", {"pids": [p.pid for p in leftovers]})
-
+            if not alive or time.monotonic() > deadline:
+                return sorted(alive)
+            time.sleep(0.02)
 
 
 def await_event(

@@ -270,6 +270,7 @@ def test_a_process_that_escapes_its_group_is_reported_as_leaked_and_swept(tmp_pa
     assert check.valid is False and check.summary.startswith("1 process(es) alive")
     swept = result.history.first(actor="harness", f="swept")
     assert swept is not None and len(swept.get("pids")) == 1
+    assert swept.get("alive") == []  # the sweep waited until what it killed was gone
 
 
 def test_parallel_branches_run_concurrently_and_a_failing_branch_fails_the_step(tmp_path: Path) -> None:
