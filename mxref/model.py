@@ -221,7 +221,8 @@ class LandingChecksums:
         self._landed = [0] * len(self._sizes)  # bytes landed, in any order
         self._frontier = [0] * len(self._sizes)  # end of the landed prefix
         self._ahead: list[dict[int, int]] = [{} for _ in self._sizes]  # landed past the prefix: start -> end
-        self._hashers: dict[int, tuple[Any, int]] = {}  # tensor -> (its hasher, bytes hashed)
+        # tensor -> (its hasher, bytes hashed); an empty tensor's prefix is whole from the start
+        self._hashers: dict[int, tuple[Any, int]] = {i: (xxhash.xxh3_64(), 0) for i, size in enumerate(self._sizes) if size == 0}
         self._ready: deque[int] = deque(i for i, size in enumerate(self._sizes) if size == 0)  # prefix not all hashed
         self._digests: list[str | None] = [None] * len(self._sizes)
         self.during_read = 0  # tensors whose checksum was complete before ``finish``
@@ -253,11 +254,6 @@ class LandingChecksums:
         if not self._ready:
             return False
         i = self._ready[0]
-        if self._sizes[i] == 0:
-            self._ready.popleft()
-            self._digests[i] = xxhash.xxh3_64().hexdigest()
-            self.during_read += 1
-            return True
         hasher, done = self._hashers[i]
         end = min(done + self._slice, self._frontier[i])
         t0 = time.perf_counter()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import json
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -994,9 +993,7 @@ class TestReference:
         world.add("a")
         reader = h.make()
         assert reader.load().ok and reader.released_mid_read is False
-        t0 = time.monotonic()
-        assert reader.settle(5.0, threading.Event()) is None  # no late writer to wait for: at once
-        assert time.monotonic() - t0 < 1.0
+        assert reader.settle(5.0, threading.Event()) is None  # no late writer to wait for
         assert not [e for e in h.events("load_phase") if e["phase"] == "settle"]
         assert reader.settle(0.01, threading.Event(), always=True) is not None
         assert [e["when"] for e in h.events("memory_digest")] == ["loaded", "settled"]
