@@ -16,7 +16,9 @@ the fleet. It then:
    identity with ``status_filter=READY``, in three shapes: the whole identity, one rank of
    it (``worker_rank_filter``), the newest ``--limit`` (``limit``); idle first;
 3. for ``--seconds``, sends UpdateStatus heartbeats (READY, round robin over the fleet's
-   workers) from ``--clients`` connections with ``--window`` calls in flight each (in this
+   workers) from ``--clients`` connections with ``--window`` calls in flight each, as fast as
+   they are answered (the server's ceiling) or, with ``--rate``, on a fixed schedule (as a
+   fleet sends them: 80k workers at ModelExpress's 30 s interval send ~2.7k/s) (in this
    process by default; with ``--client-processes N``, from N other processes of
    ``--clients`` connections each, so that the server's process holds the server alone), while the
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
@@ -149,6 +151,27 @@ class Lister:
         self._channel.close()
 
 
+class Pacer:
+    """Sends at ``per_s`` on a fixed schedule (open loop): ``wait`` sleeps until the next send is
+    due. A schedule more than ``MAX_BEHIND_S`` behind starts again from now (no catch-up burst)."""
+
+    MAX_BEHIND_S = 1.0
+
+    def __init__(self, per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = 1.0 / per_s
+        self._clock = clock
+        self._next = clock()
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Sleep until the next send is due; False if ``stop`` was set meanwhile."""
+        now = self._clock()
+        if now - self._next > self.MAX_BEHIND_S:
+            self._next = now
+        delay = self._next - now
+        self._next += self._interval
+        return not (stop.wait(delay) if delay > 0 else stop.is_set())
+
+
 def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
                    stop: threading.Event) -> dict[str, Any]:
     """UpdateStatus from ``--clients`` connections, ``--window`` in flight each, until ``stop``;
@@ -181,7 +204,10 @@ def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argpars
                     counts[key] = counts.get(key, 0) + 1
                 slots.release()
 
+            pace = Pacer(args.rate / (args.clients * max(1, args.client_processes))) if args.rate else None
             while not stop.is_set():
+                if pace is not None and not pace.wait(stop):
+                    break
                 if not slots.acquire(timeout=0.5):
                     continue
                 sid, wid, rank = take()
@@ -268,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="heartbeat connections")
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
+    parser.add_argument("--rate", type=float, default=0.0, metavar="PER_S",
+                        help="heartbeats per second in all, on a fixed schedule (open loop, as a fleet sends "
+                             "them); default 0: as fast as the server answers (closed loop, its ceiling)")
     parser.add_argument("--client-processes", type=int, default=0, metavar="N",
                         help="send the heartbeats from N processes of --clients connections each, so the "
                              "server's process holds the server alone (default 0: in this process)")
@@ -281,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("sources", "ranks", "identities", "clients", "window"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")
-    if args.client_processes < 0 or args.silent < 0:
-        parser.error("--client-processes and --silent must be >= 0")
+    if args.client_processes < 0 or args.silent < 0 or args.rate < 0:
+        parser.error("--client-processes, --silent and --rate must be >= 0")
 
     timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
                                  reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
@@ -346,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         assert reaper.stop(10)
         server.stop(1).wait(5)
     result: dict[str, Any] = {
-        "label": args.label, "store": args.store, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "label": args.label, "store": args.store, "heartbeat_rate": args.rate or "closed loop", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
         "list_sizes": lister.sizes,
         "list_idle": {name: quantiles_ms(v) for name, v in idle.items()},
@@ -366,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         i, lo = result["list_idle"][name], result["list_under_heartbeats"].get(name, quantiles_ms([]))
         print(f"{name:<22}{lister.sizes.get(name, 0):>7}{i['p50_ms']:>10}{i['p99_ms']:>10}{lo['p50_ms']:>10}"
               f"{lo['p99_ms']:>10}{lo['n']:>8}")
-    print(f"heartbeats over gRPC: {heartbeats['per_s']}/s sustained for {heartbeats['seconds']}s "
+    target = f"at a target of {args.rate:g}/s" if args.rate else "closed loop (as fast as answered)"
+    print(f"heartbeats over gRPC, {target}: {heartbeats['per_s']}/s sustained for {heartbeats['seconds']}s "
           f"({', '.join(f'{k} {v}' for k, v in heartbeats.items() if k not in ('seconds', 'per_s'))}); "
           f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s; one reaper scan: {result['reap_scan_ms']} ms")
     print(f"RSS MiB: start {result['rss_mib']['start']}, populated {result['rss_mib']['populated']}, "

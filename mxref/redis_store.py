@@ -410,6 +410,10 @@ class RedisStore:
             return records
         return self._read_all()
 
+    def listing(self, query: SourceQuery, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        """``query``'s answer: ``SourceQuery.select`` over ``candidates``."""
+        return query.select(self.candidates(query), self.now_ms(), heartbeat_timeout_s)
+
     def count(self, status: SourceStatus) -> int:
         """Records with ``status`` as of the last full read (never waits on Redis)."""
         with self._lock:

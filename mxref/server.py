@@ -48,6 +48,7 @@ from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from prometheus_client import CollectorRegistry
+from sortedcontainers import SortedKeyList
 
 from mxref import __version__, config, security
 from mxref.errors import LocalError
@@ -127,6 +128,12 @@ class SourceRecord:
         worker.status = self.status
         worker.updated_at = self.updated_at_ms
         return worker
+
+    @functools.cached_property
+    def listing_order(self) -> tuple[int, str, str]:
+        """Where this record comes in a listing: newest stamp first, then by name (computed once:
+        a record is replaced on every change)."""
+        return (-self.updated_at_ms, self.mx_source_id, self.worker_id)
 
     @functools.cached_property
     def listed(self) -> bytes:
@@ -278,6 +285,36 @@ class _AgeOrder:
         return found
 
 
+class _ListingOrder:
+    """One index bucket's records in the order a listing gives them (``listing_order``: newest
+    stamp first, then by name), kept sorted as records come and go (O(log n) each).
+
+    A listing is then a slice: the records the stamp floor and freshness keep are a prefix
+    (``SourceQuery.first_kept_stamp``), and ``limit`` cuts it.
+    """
+
+    def __init__(self) -> None:
+        self._records: SortedKeyList[SourceRecord, tuple[int, str, str]] = SortedKeyList(key=_LISTING_ORDER)
+
+    def put(self, record: SourceRecord) -> None:
+        self._records.add(record)
+
+    def discard(self, record: SourceRecord) -> None:
+        self._records.discard(record)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def all(self) -> list[SourceRecord]:
+        return list(self._records)
+
+    def stamped_from(self, stamp_ms: int | None) -> list[SourceRecord]:
+        """The records stamped ``stamp_ms`` or later (all of them for ``None``), in listing order."""
+        if stamp_ms is None:
+            return list(self._records)
+        return self._records[: self._records.bisect_key_left((1 - stamp_ms, "", ""))]  # before stamp_ms - 1
+
+
 class Store:
     """In-memory records keyed by ``(mx_source_id, worker_id)``; every method is atomic.
 
@@ -297,7 +334,7 @@ class Store:
         self._lock = threading.Lock()
         self._records: dict[Key, SourceRecord] = {}
         self._by_source: dict[str, dict[str, SourceRecord]] = {}
-        self._by_source_status: dict[tuple[str, int], dict[str, SourceRecord]] = {}
+        self._by_source_status: dict[tuple[str, int], _ListingOrder] = {}
         self._by_status: dict[int, dict[Key, SourceRecord]] = {}
         self._live_age = _AgeOrder()
         self._stale_age = _AgeOrder()
@@ -314,7 +351,10 @@ class Store:
         key = (sid, wid)
         self._records[key] = record
         self._by_source.setdefault(sid, {})[wid] = record
-        self._by_source_status.setdefault((sid, status), {})[wid] = record
+        bucket = self._by_source_status.get((sid, status))
+        if bucket is None:
+            bucket = self._by_source_status[(sid, status)] = _ListingOrder()
+        bucket.put(record)
         self._by_status.setdefault(status, {})[key] = record
         if record.status in LIVE_STATUSES:
             self._live_age.touch(key, record.updated_at_ms)
@@ -325,7 +365,11 @@ class Store:
         sid, wid, status = record.mx_source_id, record.worker_id, int(record.status)
         key = (sid, wid)
         _discard(self._by_source, sid, wid)
-        _discard(self._by_source_status, (sid, status), wid)
+        bucket = self._by_source_status.get((sid, status))
+        if bucket is not None:
+            bucket.discard(record)
+            if not bucket:
+                del self._by_source_status[(sid, status)]
         _discard(self._by_status, status, key)
         if record.status in LIVE_STATUSES:
             self._live_age.discard(key)
@@ -404,13 +448,29 @@ class Store:
         """
         with self._lock:
             if query.mx_source_id is not None and query.status is not None:
-                bucket = self._by_source_status.get((query.mx_source_id, int(query.status)), {})
-                return list(bucket.values())
+                bucket = self._by_source_status.get((query.mx_source_id, int(query.status)))
+                return bucket.all() if bucket is not None else []
             if query.mx_source_id is not None:
                 return list(self._by_source.get(query.mx_source_id, {}).values())
             if query.status is not None:
                 return list(self._by_status.get(int(query.status), {}).values())
             return list(self._records.values())
+
+    def listing(self, query: SourceQuery, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        """``query``'s answer (``SourceQuery.select`` over ``candidates``, now).
+
+        A query naming a source and a status (a reader's: an identity, READY) reads its bucket,
+        kept in listing order (``SourceQuery.select_from_bucket``): a slice, no filter pass or
+        sort of the whole bucket in Python.
+        """
+        with self._lock:
+            now_ms = self.now_ms()
+            if query.mx_source_id is not None and query.status is not None:
+                bucket = self._by_source_status.get((query.mx_source_id, int(query.status)))
+                if bucket is None:
+                    return []
+                return query.select_from_bucket(bucket, now_ms, heartbeat_timeout_s)
+        return query.select(self.candidates(query), now_ms, heartbeat_timeout_s)
 
     def count(self, status: SourceStatus) -> int:
         with self._lock:
@@ -496,6 +556,8 @@ class SourceStore(Protocol):
     def snapshot(self) -> list[SourceRecord]: ...
 
     def candidates(self, query: SourceQuery) -> list[SourceRecord]: ...
+
+    def listing(self, query: SourceQuery, heartbeat_timeout_s: float) -> list[SourceRecord]: ...
 
     def count(self, status: SourceStatus) -> int: ...
 
@@ -600,9 +662,43 @@ class SourceQuery:
         chosen.sort(key=_STAMP_ORDER, reverse=True)  # stable: equal stamps keep the name order
         return chosen[: self.limit] if self.limit > 0 else chosen
 
+    def keeps_stamp(self, stamp_ms: int, now_ms: int, heartbeat_timeout_s: float) -> bool:
+        """Whether a record stamped ``stamp_ms`` passes the stamp floor and (READY) freshness."""
+        return stamp_ms >= self.min_updated_at_ms and (
+            self.status != READY or (stamp_ms > 0 and now_ms - stamp_ms <= heartbeat_timeout_s * 1000)
+        )
+
+    def first_kept_stamp(self, now_ms: int, heartbeat_timeout_s: float) -> int | None:
+        """The lowest stamp ``keeps_stamp`` keeps (every later one is kept too); ``None``: any."""
+        if self.status != READY:
+            return self.min_updated_at_ms if self.min_updated_at_ms > 0 else None
+        stamp = max(self.min_updated_at_ms, 1, math.ceil(now_ms - heartbeat_timeout_s * 1000))
+        while not self.keeps_stamp(stamp, now_ms, heartbeat_timeout_s):  # float rounding: a step or two
+            stamp += 1
+        while stamp > 1 and self.keeps_stamp(stamp - 1, now_ms, heartbeat_timeout_s):
+            stamp -= 1
+        return stamp
+
+    def select_from_bucket(self, bucket: _ListingOrder, now_ms: int, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        """``select``'s answer from the index bucket of this query's source id and status.
+
+        The bucket is in listing order, so the records the stamp floor and freshness keep are a
+        prefix of it, and ``limit`` cuts that; the model and rank filters, where set, are one pass.
+        """
+        chosen = bucket.stamped_from(self.first_kept_stamp(now_ms, heartbeat_timeout_s))
+        if self.model_name is not None:
+            chosen = [r for r in chosen if r.identity.model_name == self.model_name]
+        if self.worker_rank is not None:
+            chosen = [r for r in chosen if r.worker.worker_rank == self.worker_rank]
+        return chosen[: self.limit] if self.limit > 0 else chosen
+
 
 _NAME_ORDER = operator.attrgetter("mx_source_id", "worker_id")
 _STAMP_ORDER = operator.attrgetter("updated_at_ms")
+
+
+_LISTING_ORDER = operator.attrgetter("listing_order")
+_LISTED = operator.attrgetter("listed")
 
 
 # --- RPCs ---------------------------------------------------------------------
@@ -705,19 +801,22 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return self._store
 
     def serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
-        """Serve one call of ``method`` from its raw bytes (``mxref.mx_service`` serves
-        ModelExpress's package through this, with every check and count of our own)."""
-        return self._serve(method, raw, context)
+        """Serve one call of ``method`` from its raw bytes, answering with a message
+        (``mxref.mx_service`` serves ModelExpress's package through this, with every check and
+        count of our own)."""
+        response = self._serve(method, raw, context)
+        return RPCS[method].response.FromString(response) if isinstance(response, bytes) else response
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        """The handler to register: every method takes the request's raw bytes."""
+        """The handler to register: every method takes the request's raw bytes (and a listing
+        answers with its encoded bytes: ``_list``)."""
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
                 functools.partial(self._serve, name),
                 request_deserializer=None,  # raw bytes: checked on the wire, parsed by _serve
-                response_serializer=rpc.response.SerializeToString,
+                response_serializer=_encoded,
             )
-            for name, rpc in RPCS.items()
+            for name in RPCS
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
@@ -726,25 +825,25 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def PublishMetadata(
         self, request: p2p_pb2.PublishMetadataRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.PublishMetadataResponse:
-        response: p2p_pb2.PublishMetadataResponse = self._serve("PublishMetadata", request.SerializeToString(), context)
+        response: p2p_pb2.PublishMetadataResponse = self.serve("PublishMetadata", request.SerializeToString(), context)
         return response
 
     def ListSources(
         self, request: p2p_pb2.ListSourcesRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.ListSourcesResponse:
-        response: p2p_pb2.ListSourcesResponse = self._serve("ListSources", request.SerializeToString(), context)
+        response: p2p_pb2.ListSourcesResponse = self.serve("ListSources", request.SerializeToString(), context)
         return response
 
     def GetMetadata(
         self, request: p2p_pb2.GetMetadataRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.GetMetadataResponse:
-        response: p2p_pb2.GetMetadataResponse = self._serve("GetMetadata", request.SerializeToString(), context)
+        response: p2p_pb2.GetMetadataResponse = self.serve("GetMetadata", request.SerializeToString(), context)
         return response
 
     def UpdateStatus(
         self, request: p2p_pb2.UpdateStatusRequest, context: grpc.ServicerContext
     ) -> p2p_pb2.UpdateStatusResponse:
-        response: p2p_pb2.UpdateStatusResponse = self._serve("UpdateStatus", request.SerializeToString(), context)
+        response: p2p_pb2.UpdateStatusResponse = self.serve("UpdateStatus", request.SerializeToString(), context)
         return response
 
     def _serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
@@ -823,17 +922,15 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         )
         return response, Outcome.OK
 
-    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse, Outcome]:
+    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse | bytes, Outcome]:
         query = SourceQuery.from_request(request)
         try:
-            records = self._store.candidates(query)
-            now_ms = self._store.now_ms()
+            chosen = self._store.listing(query, self._timers.heartbeat_timeout_s)
         except Exception:
             # As in ModelExpress: a backend failure reads as "no sources", not an RPC error.
             logger.exception("ListSources: the store failed; answering with no sources")
             return p2p_pb2.ListSourcesResponse(), Outcome.ERROR
-        chosen = query.select(records, now_ms, self._timers.heartbeat_timeout_s)
-        return p2p_pb2.ListSourcesResponse.FromString(b"".join(r.listed for r in chosen)), Outcome.OK
+        return b"".join(map(_LISTED, chosen)), Outcome.OK  # the response, encoded (``SourceRecord.listed``)
 
     def _get(self, request: p2p_pb2.GetMetadataRequest) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
         sid, wid = request.mx_source_id, request.worker_id
@@ -862,6 +959,14 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
                 f"status {status_name(request.status)} cannot be reported (use INITIALIZING, READY or STALE)"
             )
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
+
+
+def _encoded(response: Any) -> bytes:
+    """A response on the wire: a message serialized, or bytes already encoded."""
+    if isinstance(response, bytes):
+        return response
+    data: bytes = response.SerializeToString()
+    return data
 
 
 def store_failure_response(method: str, request: Any, message: str) -> Any:

@@ -314,6 +314,9 @@ class FailingStore(Store):
     def candidates(self, query: SourceQuery) -> list[SourceRecord]:
         raise RuntimeError("backend down")
 
+    def listing(self, query: SourceQuery, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        raise RuntimeError("backend down")
+
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
         raise RuntimeError("boom")
 
@@ -878,8 +881,11 @@ def test_indexed_store_answers_as_a_scan_over_random_operations(seed: int) -> No
             assert store.count(status) == sum(1 for r in model.records.values() if r.status == status)
         for _ in range(3):
             query = random_query(rng, sids)
+            answer = model.query(query, timers)
             got = [r.key for r in query.select(store.candidates(query), store.now_ms(), timers.heartbeat_timeout_s)]
-            assert got == model.query(query, timers), f"step {step}: {query}"
+            assert got == answer, f"step {step}: {query}"
+            listed = [r.key for r in store.listing(query, timers.heartbeat_timeout_s)]
+            assert listed == answer, f"step {step}: listing {query}"
     assert reaped > 0  # the reaper had something to do (else the comparison proved little)
 
 

@@ -33,6 +33,9 @@ class DownStore(Store):
     def candidates(self, query: SourceQuery) -> list[SourceRecord]:
         raise StoreUnavailable(DOWN)
 
+    def listing(self, query: SourceQuery, heartbeat_timeout_s: float) -> list[SourceRecord]:
+        raise StoreUnavailable(DOWN)
+
 
 class Context:
     """The part of ``grpc.ServicerContext`` a served call touches; an abort is a test failure."""
