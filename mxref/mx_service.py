@@ -17,9 +17,11 @@ other. How each method maps (``proto/mxref/mx/p2p.proto`` pins the client's fiel
   its ``source_load`` (0.7) is kept beside the store and listed with the worker.
 - ``ListSources``: numbered differently (MX: ``min_training_step=5``, ``min_updated_at=6``,
   ``limit=7``; its ``SourceInstanceRef`` has ``training_step`` where mxref has ``status``), so
-  the request is translated and every ref rebuilt: ``training_step`` (extra parameter
-  ``training_step``, else ``version``) and ``layout_signature`` from the stored identity,
-  ``topology`` from the stored worker, ``source_load`` from the last heartbeat. READY
+  the request is translated and every ref built in MX's form: ``training_step`` (extra
+  parameter ``training_step``, else ``version``) and ``layout_signature`` from the stored
+  identity, ``topology`` from the stored worker, ``source_load`` from the last heartbeat. A
+  ref's encoding is kept for the next listing while its record and reading stay (5000 refs:
+  ~80 ms built each time, ~6 ms kept). READY
   freshness, newest-first order, ``limit`` and "a store failure reads as no sources" are
   the servicer's; ``min_training_step`` filters before ``limit``.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -77,6 +80,8 @@ class MxP2pService:
         self._servicer = servicer
         self._loads: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._loads_lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._entries_lock = threading.Lock()
         self._max_loads = max_loads if max_loads is not None else servicer.limits.max_records
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
@@ -142,46 +147,70 @@ class MxP2pService:
         by_step = request.HasField("min_training_step")
         if request.HasField("limit") and not by_step:
             ours.limit = request.limit
-        answer = self._servicer.serve("ListSources", ours.SerializeToString(), context)
-        from mxref.server import StoreUnavailable  # (not at the top: mxref.server imports this module)
+        records = self._servicer.serve_listing(ours.SerializeToString(), context)
+        entries = self._entries_of(records)
+        if by_step:
+            entries = [e for e in entries if e.training_step is not None and e.training_step >= request.min_training_step]
+            if request.HasField("limit") and request.limit > 0:
+                entries = entries[: request.limit]
+        return b"".join(e.encoded for e in entries)  # the MX response, encoded (sent as is)
 
-        refs = []
-        for ref in answer.instances:
-            try:
-                record = self._servicer.store.get(ref.mx_source_id, ref.worker_id)
-            except StoreUnavailable:  # the store failed after listing: the ref without its extras
-                record = None
-            mx_ref = self._ref(ref, record)
-            if by_step and (not mx_ref.HasField("training_step") or mx_ref.training_step < request.min_training_step):
-                continue
-            refs.append(mx_ref)
-        if by_step and request.HasField("limit") and request.limit > 0:
-            refs = refs[: request.limit]
-        return mx_pb2.ListSourcesResponse(instances=refs)
+    def _entries_of(self, records: list[SourceRecord]) -> list[_Entry]:
+        """Each record's MX listing entry: kept from an earlier listing while the record (replaced
+        on every change) and its ``source_load`` are the ones it was built from, else built now."""
+        with self._loads_lock:
+            loads = [self._loads.get(r.key) for r in records]
+        out: list[_Entry] = []
+        with self._entries_lock:
+            kept = self._entries
+            for record, load in zip(records, loads, strict=True):
+                entry = kept.get(record.key)
+                if entry is None or entry.record is not record or entry.load != load:
+                    entry = _Entry.of(record, load)
+                    kept[record.key] = entry
+                    kept.move_to_end(record.key)
+                    while len(kept) > self._max_loads:
+                        kept.popitem(last=False)
+                out.append(entry)
+        return out
 
-    def _ref(self, ref: Any, record: SourceRecord | None) -> Any:
+
+@dataclass(frozen=True)
+class _Entry:
+    """One worker in an MX listing: its ref, encoded as a one-ref ``ListSourcesResponse``
+    (these concatenate into the response), built from ``record`` and ``load``."""
+
+    record: SourceRecord
+    load: float | None
+    training_step: int | None
+    encoded: bytes
+
+    @classmethod
+    def of(cls, record: SourceRecord, load: float | None) -> _Entry:
         mx_ref = mx_pb2.SourceInstanceRef(
-            mx_source_id=ref.mx_source_id,
-            worker_id=ref.worker_id,
-            model_name=ref.model_name,
-            worker_rank=ref.worker_rank,
-            accelerator=ref.accelerator,
-            updated_at=ref.updated_at,
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+            model_name=record.identity.model_name,
+            worker_rank=record.worker.worker_rank,
+            accelerator=record.worker.accelerator,
+            updated_at=record.updated_at_ms,
         )
-        if record is not None:
-            step, signature = lifted_extras(record.identity.extra_parameters)
-            if step is not None:
-                mx_ref.training_step = step
-            if signature is not None:
-                mx_ref.layout_signature = signature
-            worker = mx_pb2.WorkerMetadata.FromString(record.worker.SerializeToString())
-            mx_ref.topology.update(worker.topology)
-        load = self.source_load(ref.mx_source_id, ref.worker_id)
+        step, signature = lifted_extras(record.identity.extra_parameters)
+        if step is not None:
+            mx_ref.training_step = step
+        if signature is not None:
+            mx_ref.layout_signature = signature
+        worker = mx_pb2.WorkerMetadata.FromString(record.worker.SerializeToString())
+        mx_ref.topology.update(worker.topology)
         if load is not None:
             mx_ref.source_load = load
-        return mx_ref
+        encoded: bytes = mx_pb2.ListSourcesResponse(instances=[mx_ref]).SerializeToString()
+        return cls(record, load, step, encoded)
 
 
 def _serialize(response: Any) -> bytes:
+    """A message serialized, or a listing's bytes as they are."""
+    if isinstance(response, bytes):
+        return response
     data: bytes = response.SerializeToString()
     return data

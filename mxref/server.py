@@ -805,11 +805,17 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         (``mxref.mx_service`` serves ModelExpress's package through this, with every check and
         count of our own)."""
         response = self._serve(method, raw, context)
-        return RPCS[method].response.FromString(response) if isinstance(response, bytes) else response
+        return response.message() if isinstance(response, Listing) else response
+
+    def serve_listing(self, raw: bytes, context: grpc.ServicerContext) -> list[SourceRecord]:
+        """Serve one ``ListSources`` call (every check and count of ``serve``), answering with the
+        records listed, in order (none when the store failed)."""
+        response = self._serve("ListSources", raw, context)
+        return response.records if isinstance(response, Listing) else []
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        """The handler to register: every method takes the request's raw bytes (and a listing
-        answers with its encoded bytes: ``_list``)."""
+        """The handler to register: every method takes the request's raw bytes (and a listing is
+        sent as its records' encoded entries: ``Listing``)."""
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
                 functools.partial(self._serve, name),
@@ -922,7 +928,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         )
         return response, Outcome.OK
 
-    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse | bytes, Outcome]:
+    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse | Listing, Outcome]:
         query = SourceQuery.from_request(request)
         try:
             chosen = self._store.listing(query, self._timers.heartbeat_timeout_s)
@@ -930,7 +936,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             # As in ModelExpress: a backend failure reads as "no sources", not an RPC error.
             logger.exception("ListSources: the store failed; answering with no sources")
             return p2p_pb2.ListSourcesResponse(), Outcome.ERROR
-        return b"".join(map(_LISTED, chosen)), Outcome.OK  # the response, encoded (``SourceRecord.listed``)
+        return Listing(chosen), Outcome.OK
 
     def _get(self, request: p2p_pb2.GetMetadataRequest) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
         sid, wid = request.mx_source_id, request.worker_id
@@ -961,10 +967,25 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
 
 
+@dataclass(frozen=True)
+class Listing:
+    """A ``ListSources`` answer as the records it lists, in order. On the wire it is their
+    ``SourceRecord.listed`` entries joined (no message is built); ``message`` parses that."""
+
+    records: list[SourceRecord]
+
+    def encoded(self) -> bytes:
+        return b"".join(map(_LISTED, self.records))
+
+    def message(self) -> p2p_pb2.ListSourcesResponse:
+        message: p2p_pb2.ListSourcesResponse = p2p_pb2.ListSourcesResponse.FromString(self.encoded())
+        return message
+
+
 def _encoded(response: Any) -> bytes:
-    """A response on the wire: a message serialized, or bytes already encoded."""
-    if isinstance(response, bytes):
-        return response
+    """A response on the wire: a message serialized, or a ``Listing``'s entries."""
+    if isinstance(response, Listing):
+        return response.encoded()
     data: bytes = response.SerializeToString()
     return data
 

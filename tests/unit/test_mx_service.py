@@ -153,6 +153,15 @@ def test_listing_carries_what_modelexpress_lifts(stack: Mx) -> None:
     assert ref.training_step == 42 and ref.layout_signature == "sig-a"
     assert dict(ref.topology) == {"rack": "r1", "node": "n7"}
     assert ref.HasField("source_load") and ref.source_load == pytest.approx(0.25)
+    stack.clock.now += 1.5  # a listing answers from what it built before only while nothing changed
+    assert stack.ready(sid, "w1", source_load=0.75).success
+    (ref,) = stack.call("ListSources", identity=identity, status_filter=READY).instances
+    assert ref.source_load == pytest.approx(0.75) and ref.updated_at == int(stack.clock.now * 1000)
+    refused = stack.ready(sid, "w1", rank=3, source_load=0.5)  # refused: the reading is forgotten
+    assert not refused.success
+    (ref,) = stack.call("ListSources", identity=identity, status_filter=READY).instances
+    assert not ref.HasField("source_load")
+    assert stack.ready(sid, "w1", source_load=0.25).success
     assert stack.ready(sid, "w1").success  # a heartbeat without a reading clears it
     (ref,) = stack.call("ListSources", identity=identity, status_filter=READY).instances
     assert not ref.HasField("source_load")

@@ -60,7 +60,7 @@ def served() -> tuple[P2pServicer, ServerFamilies]:
 
 
 def serve(servicer: P2pServicer, method: str, request: Any) -> Any:
-    return servicer._serve(method, request.SerializeToString(), Context())
+    return servicer.serve(method, request.SerializeToString(), Context())
 
 
 def test_every_rpc_gets_its_negative_answer_when_the_store_is_down(served: tuple[P2pServicer, ServerFamilies]) -> None:
