@@ -48,7 +48,17 @@ from typing import Any
 import grpc
 
 from mxref import config
-from mxref.server import READY, STALE, P2pServicer, Reaper, SourceStore, Store, start_metadata_server
+from mxref.server import (
+    GRPC_IMPLS,
+    READY,
+    SERVICE_NAME,
+    STALE,
+    P2pServicer,
+    Reaper,
+    SourceStore,
+    Store,
+    start_metadata_server,
+)
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -135,10 +145,13 @@ class Lister:
         self._requests = requests
         self.sizes: dict[str, int] = {}
 
-    def run(self, calls: int, stop: threading.Event | None = None) -> dict[str, list[float]]:
+    def run(self, calls: int, stop: threading.Event | None = None, seconds: float = 600.0,
+            interval_s: float = 0.0) -> dict[str, list[float]]:
+        """Up to ``calls`` rounds, ``interval_s`` apart, until ``stop`` is set (``seconds``: for
+        ``NativeLister``, which cannot watch ``stop``)."""
         out: dict[str, list[float]] = {name: [] for name in self._requests}
-        for _ in range(calls):
-            if stop is not None and stop.is_set():
+        for i in range(calls):
+            if stop is not None and (stop.wait(interval_s) if i and interval_s else stop.is_set()):
                 break
             for name, request in self._requests.items():
                 started = time.perf_counter()
@@ -149,6 +162,50 @@ class Lister:
 
     def close(self) -> None:
         self._channel.close()
+
+
+class NativeLister:
+    """``Lister``'s calls sent by ``mxref_native`` (``--native-clients``): a compiled client on a
+    connection of its own, without the GIL and without parsing the answers in Python, so the
+    latency is the server's as a compiled reader would see it."""
+
+    def __init__(self, address: str, requests: dict[str, p2p_pb2.ListSourcesRequest]) -> None:
+        self._address = address
+        self._calls = [(name, f"/{SERVICE_NAME}/ListSources", r.SerializeToString()) for name, r in requests.items()]
+        self.sizes: dict[str, int] = {}
+
+    def run(self, calls: int, stop: threading.Event | None = None, seconds: float = 600.0,
+            interval_s: float = 0.0) -> dict[str, list[float]]:
+        import mxref_native
+
+        got = mxref_native.unary_latencies(self._address, self._calls, rounds=calls, seconds=seconds,
+                                           timeout_s=CALL_TIMEOUT_S, interval_s=interval_s)
+        for name, (_, last) in got.items():
+            self.sizes[name] = len(p2p_pb2.ListSourcesResponse.FromString(last).instances)
+        return {name: got[name][0] if name in got else [] for name, _, _ in self._calls}
+
+    def close(self) -> None:
+        pass
+
+
+ACCEPTED_PREFIX = p2p_pb2.UpdateStatusResponse(success=True).SerializeToString()
+"""How an accepted heartbeat's answer begins (``success = true`` is field 1, first on the wire)."""
+
+
+def native_heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace) -> dict[str, Any]:
+    """``heartbeat_load`` sent by ``mxref_native`` from this process (``--native-clients``): the
+    same connections, window, rate and round robin, the counts in the same shape."""
+    import mxref_native
+
+    requests = [p2p_pb2.UpdateStatusRequest(mx_source_id=sid, worker_id=wid, worker_rank=rank,
+                                            status=READY).SerializeToString() for sid, wid, rank in live]
+    counts = mxref_native.unary_load(address, f"/{SERVICE_NAME}/UpdateStatus", requests, connections=args.clients,
+                                     window=args.window, seconds=args.seconds, rate=args.rate,
+                                     timeout_s=CALL_TIMEOUT_S, accepted=ACCEPTED_PREFIX)
+    seconds = counts.pop("seconds")
+    ok, rejected = int(counts.pop("ok", 0)), int(counts.pop("refused", 0))
+    return {"ok": ok, "rejected": rejected, **{k: int(v) for k, v in counts.items()},
+            "seconds": round(seconds, 2), "per_s": round(ok / seconds, 1)}
 
 
 class Pacer:
@@ -294,6 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="heartbeat connections")
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
+    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default="grpcio",
+                        help="the server's gRPC: grpcio (default) or native (mxref.native_grpc)")
+    parser.add_argument("--native-clients", action="store_true",
+                        help="send the heartbeats and the listings with mxref_native from this process (no GIL): "
+                             "the same compiled load against either --grpc-impl")
+    parser.add_argument("--list-interval", type=float, default=0.0, metavar="SECONDS",
+                        help="pause between ListSources rounds under heartbeats (default 0: back to back, "
+                             "the most listing load; a fleet lists when readers start)")
     parser.add_argument("--rate", type=float, default=0.0, metavar="PER_S",
                         help="heartbeats per second in all, on a fixed schedule (open loop, as a fleet sends "
                              "them); default 0: as fast as the server answers (closed loop, its ceiling)")
@@ -310,8 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("sources", "ranks", "identities", "clients", "window"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")
-    if args.client_processes < 0 or args.silent < 0 or args.rate < 0:
-        parser.error("--client-processes, --silent and --rate must be >= 0")
+    if args.client_processes < 0 or args.silent < 0 or args.rate < 0 or args.list_interval < 0:
+        parser.error("--client-processes, --silent, --rate and --list-interval must be >= 0")
+    if args.native_clients and args.client_processes:
+        parser.error("--native-clients sends from this process without the GIL: no --client-processes")
 
     timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
                                  reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
@@ -332,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     populate_s = time.perf_counter() - t
     rss_populated = rss_mib()
     servicer = P2pServicer(store, timers, limits=limits)
-    server, port = start_metadata_server(servicer, "127.0.0.1", 0)
+    server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=args.grpc_impl)
     address = f"127.0.0.1:{port}"
     reaper = Reaper(store, timers)
     ident = fleet_identity(0)
@@ -342,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         f"identity+limit{args.limit}": p2p_pb2.ListSourcesRequest(identity=ident, status_filter=READY,
                                                                   limit=args.limit),
     }
-    lister = Lister(address, shapes)
+    lister: Lister | NativeLister = NativeLister(address, shapes) if args.native_clients else Lister(address, shapes)
     try:
         lister.run(10)  # warm up
         reaper.start()
@@ -352,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         rss: list[float] = []
 
         def list_under_load() -> None:
-            loaded.update(lister.run(10**9, stop))
+            loaded.update(lister.run(10**9, stop, seconds=args.seconds, interval_s=args.list_interval))
 
         def sample_rss() -> None:
             while not stop.wait(RSS_SAMPLE_S):
@@ -361,8 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         side = [threading.Thread(target=list_under_load), threading.Thread(target=sample_rss)]
         for thread in side:
             thread.start()
-        heartbeats = (heartbeat_processes(address, live, args, stop) if args.client_processes
-                      else heartbeat_load(address, live, args, stop))
+        if args.native_clients:
+            heartbeats = native_heartbeat_load(address, live, args)
+            stop.set()
+        elif args.client_processes:
+            heartbeats = heartbeat_processes(address, live, args, stop)
+        else:
+            heartbeats = heartbeat_load(address, live, args, stop)
         for thread in side:
             thread.join(CALL_TIMEOUT_S + 5)
         reaped = {"stale": store.count(STALE), "records": len(store)}
@@ -375,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         assert reaper.stop(10)
         server.stop(1).wait(5)
     result: dict[str, Any] = {
-        "label": args.label, "store": args.store, "heartbeat_rate": args.rate or "closed loop", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "label": args.label, "store": args.store, "grpc_impl": args.grpc_impl,
+        "clients": "native" if args.native_clients else "python", "heartbeat_rate": args.rate or "closed loop", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
         "list_sizes": lister.sizes,
         "list_idle": {name: quantiles_ms(v) for name, v in idle.items()},
@@ -387,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                     "during_min": round(min(rss)) if rss else None, "during_max": round(max(rss)) if rss else None},
         "after_run": reaped,
     }
-    print(f"fleet on {args.store}: {result['records']} workers over {args.identities} identities, reaper every "
+    print(f"fleet on {args.store}, server gRPC {args.grpc_impl}, {result['clients']} clients: {result['records']} workers over {args.identities} identities, reaper every "
           f"{args.reaper_interval:g}s; cpus={result['cpus']} load={result['load_avg_1m']}")
     print(f"{'ListSources shape':<22}{'refs':>7}{'idle p50':>10}{'idle p99':>10}{'load p50':>10}{'load p99':>10}"
           f"{'load n':>8}")

@@ -96,6 +96,10 @@ class MxP2pService:
         }
         return grpc.method_handlers_generic_handler(MX_SERVICE_NAME, handlers)
 
+    def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """Serve one call, answering with the response's bytes (a transport's entry point)."""
+        return _serialize(self._serve(method, raw, context))
+
     def source_load(self, mx_source_id: str, worker_id: str) -> float | None:
         with self._loads_lock:
             return self._loads.get((mx_source_id, worker_id))

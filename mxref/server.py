@@ -81,6 +81,10 @@ LIVE_STATUSES = frozenset({INITIALIZING, READY})
 REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
 """Statuses a worker may set; UNKNOWN is only what an unset field reads as."""
 
+GRPC_IMPLS = ("grpcio", "native")
+"""How the metadata server speaks gRPC: grpcio (Python's gRPC, the default: TLS, tokens) or
+native (``mxref.native_grpc``: the calls framed in Rust, decided by the same servicer)."""
+
 SERVER_THREADS = 16
 RATE_LIMIT_DELAY_S = 0.25
 """How long a rate-limited write waits before its RESOURCE_EXHAUSTED (``P2pServicer._hold_back``)."""
@@ -431,7 +435,8 @@ class Store:
                     f"worker_rank {worker_rank} does not match the rank {record.worker.worker_rank} "
                     f"worker {worker_id!r} published"
                 )
-            updated = dataclasses.replace(record, status=status, updated_at_ms=self.now_ms())
+            updated = SourceRecord(record.mx_source_id, record.worker_id, record.identity, record.worker, status,
+                                   self.now_ms())  # (dataclasses.replace, without its cost on every heartbeat)
             self._put(updated, record)
             if updated.status != record.status:
                 self._listener.status_changed(updated, record.status, by="rpc")
@@ -787,6 +792,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self._writes = ClientBuckets(self.limits.publish_rate_per_s, self.limits.publish_burst, clock=rate_clock)
         self._rate_limit_delay_s = rate_limit_delay_s
         self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
+        self._counted: dict[tuple[str, Outcome], tuple[Any, Any]] = {}
         self._handlers: dict[str, Callable[[Any], tuple[Any, Outcome]]] = {
             "PublishMetadata": self._publish,
             "ListSources": self._list,
@@ -806,6 +812,10 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         count of our own)."""
         response = self._serve(method, raw, context)
         return response.message() if isinstance(response, Listing) else response
+
+    def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """Serve one call, answering with the response's bytes (a transport's entry point)."""
+        return _encoded(self._serve(method, raw, context))
 
     def serve_listing(self, raw: bytes, context: grpc.ServicerContext) -> list[SourceRecord]:
         """Serve one ``ListSources`` call (every check and count of ``serve``), answering with the
@@ -859,7 +869,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         rpc = RPCS[method]
         if rpc.writes and not self._writes.take(client_key(context)):
             limits = self.limits
-            self._hold_back()
+            self._hold_back(context)
             self._refuse(method, Violation(
                 RejectReason.RATE_LIMITED, "rate",
                 f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
@@ -883,7 +893,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self._count(method, outcome, started)
         return response
 
-    def _hold_back(self) -> None:
+    def _hold_back(self, context: grpc.ServicerContext) -> None:
         """Delay a rate-limited answer by ``rate_limit_delay_s`` while a hold slot is free.
 
         Refusing at once would let a flooding connection cycle its streams as fast as the
@@ -891,7 +901,13 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         other clients need); held back, it gets at most ``MAX_STREAMS_PER_CONNECTION``
         refusals per delay. At most ``HELD_BACK_CALLS`` threads wait here, so floods on
         many connections cannot take the whole pool: beyond it a refusal is immediate.
+        A context that can delay its own answer (the native gRPC's: the delay holds
+        the caller's stream, not a thread) is asked to, every time.
         """
+        delay_answer = getattr(context, "delay_answer", None)
+        if delay_answer is not None:
+            delay_answer(self._rate_limit_delay_s)
+            return
         if self._held_back.acquire(blocking=False):
             try:
                 time.sleep(self._rate_limit_delay_s)
@@ -907,8 +923,12 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         raise AssertionError("context.abort() returned")  # not reached: abort() raises
 
     def _count(self, method: str, outcome: Outcome, started: float) -> None:
-        self._metrics.rpcs.labels(method, outcome.value).inc()
-        self._metrics.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+        counted = self._counted.get((method, outcome))
+        if counted is None:  # each (method, outcome)'s children, looked up once
+            counted = self._counted[(method, outcome)] = (
+                self._metrics.rpcs.labels(method, outcome.value), self._metrics.rpc_seconds.labels(method))
+        counted[0].inc()
+        counted[1].observe(time.perf_counter() - started)
 
     def _publish(self, request: p2p_pb2.PublishMetadataRequest) -> tuple[p2p_pb2.PublishMetadataResponse, Outcome]:
         problems = publish_problems(request)
@@ -1021,15 +1041,31 @@ def start_metadata_server(
     *,
     credentials: security.ServerCredentials | None = None,
     on_refused: Callable[[security.Refusal], None] | None = None,
-) -> tuple[grpc.Server, int]:
+    grpc_impl: str = "grpcio",
+) -> tuple[Any, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one); returns (server, bound port).
     It answers ``mxref.v1.P2pService`` and ModelExpress's ``model_express.p2p.P2pService``
-    (``mxref.mx_service``) over the same store.
+    (``mxref.mx_service``) over the same store. The server has ``stop(grace).wait(timeout)``.
 
     ``credentials`` (default plaintext): TLS and the bearer-token check (``mxref.security``);
-    ``on_refused`` hears of every call refused as unauthenticated.
-    Raises ``LocalError`` when the address cannot be bound.
+    ``on_refused`` hears of every call refused as unauthenticated. ``grpc_impl``: ``grpcio``
+    (the default) or ``native`` (``mxref.native_grpc``: plaintext only).
+    Raises ``LocalError`` when the address cannot be bound or the implementation cannot serve.
     """
+    if grpc_impl not in GRPC_IMPLS:
+        raise LocalError(f"metadata server: gRPC implementation {grpc_impl!r}: must be one of {', '.join(GRPC_IMPLS)}")
+    if grpc_impl == "native":
+        from mxref.native_grpc import NativeMetadataServer, native_available
+
+        if credentials is not None and (credentials.tls or credentials.token is not None):
+            raise LocalError("metadata server: --grpc-impl native serves plaintext only; "
+                             "TLS and the bearer token need --grpc-impl grpcio")
+        missing = native_available()
+        if missing is not None:
+            raise LocalError(f"metadata server: --grpc-impl native: {missing}")
+        native = NativeMetadataServer(servicer, host, port)
+        return native, native.port
+
     def register(s: P2pServicer, srv: grpc.Server) -> None:  # mxref.v1 and model_express.p2p, one store
         srv.add_generic_rpc_handlers((s.generic_handler(), MxP2pService(s).generic_handler()))
 
@@ -1156,6 +1192,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                              "(ModelExpress's Redis key layout; mxref.redis_store)")
     parser.add_argument("--store-timeout", type=_seconds, default=1.0, metavar="SECONDS",
                         help="bound on one Redis socket operation (default 1; one retry)")
+    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default="grpcio",
+                        help="grpcio (default) or native: gRPC framed in Rust (mxref_native, plaintext only), "
+                             "several times the calls per second (README: Server at fleet scale)")
     add_tls_server_args(parser)
     limits = parser.add_argument_group("limits (README: Server limits)")
     default = config.ServerLimits()
@@ -1252,7 +1291,8 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     with StopSignals(stop) as signals:
         try:
             server, port = start_metadata_server(servicer, args.host, args.port, credentials=credentials,
-                                                 on_refused=refusal_reporter(emit, metrics.server))
+                                                 on_refused=refusal_reporter(emit, metrics.server),
+                                                 grpc_impl=getattr(args, "grpc_impl", "grpcio"))
         except LocalError as exc:
             logger.error("%s", exc)
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))

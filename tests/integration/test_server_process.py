@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mxref.client import MxClient
 from mxref.metrics import ReaderMetrics, ServerMetrics
 from mxref.process import EXIT_STARTUP_FAILED
+from mxref.server import GRPC_IMPLS
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration
@@ -125,11 +126,12 @@ def test_server_metrics_are_the_server_families_only(launch: Callable[..., Serve
     assert not [name for name in served if name.endswith("_created")]
 
 
+@pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
 def test_reaper_demotes_then_deletes_a_silent_worker_and_sigterm_exits_0(
-    launch: Callable[..., ServerProcess],
+    launch: Callable[..., ServerProcess], grpc_impl: str,
 ) -> None:
     server = launch(
-        "--port", "0", "--metrics-port", "0",
+        "--port", "0", "--metrics-port", "0", "--grpc-impl", grpc_impl,
         "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S),
         "--reaper-interval", str(REAPER_INTERVAL_S),
         "--gc-timeout", str(GC_TIMEOUT_S),
@@ -188,12 +190,13 @@ def test_reaper_demotes_then_deletes_a_silent_worker_and_sigterm_exits_0(
     assert [(e["worker_id"], e["status"]) for e in published_events] == [("w1", "INITIALIZING")]
 
 
-def test_port_in_use_exits_3_with_an_exit_event(launch: Callable[..., ServerProcess]) -> None:
+@pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
+def test_port_in_use_exits_3_with_an_exit_event(launch: Callable[..., ServerProcess], grpc_impl: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = launch("--port", str(port), "--metrics-port", "0")
+        server = launch("--port", str(port), "--metrics-port", "0", "--grpc-impl", grpc_impl)
         assert server.proc.wait(timeout=START_TIMEOUT_S) == EXIT_STARTUP_FAILED
     [exit_event] = [e for e in server.events() if e["event"] == "exit"]
     assert exit_event["code"] == EXIT_STARTUP_FAILED

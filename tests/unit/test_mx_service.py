@@ -22,7 +22,7 @@ from harness.subjects import wire
 from mxref.client import MxClient
 from mxref.config import ServerTimers
 from mxref.metrics import ServerMetrics
-from mxref.server import P2pServicer, Store, start_metadata_server
+from mxref.server import GRPC_IMPLS, P2pServicer, Store, start_metadata_server
 from mxref.v1 import p2p_pb2
 
 T0 = 1_800_000_000.0
@@ -87,12 +87,13 @@ class Mx:
         return list(self.call("ListSources", identity=self.identity(), status_filter=READY, **fields).instances)
 
 
-@pytest.fixture
-def stack(mx: dict[str, type[Any]]) -> Iterator[Mx]:
+@pytest.fixture(params=GRPC_IMPLS)
+def stack(mx: dict[str, type[Any]], request: pytest.FixtureRequest) -> Iterator[Mx]:
+    """On each gRPC implementation (grpcio, native): ModelExpress's package is answered the same."""
     clock = ManualClock()
     store = Store(clock)
     servicer = P2pServicer(store, TIMERS, metrics=ServerMetrics().server)
-    server, port = start_metadata_server(servicer, "127.0.0.1", 0)
+    server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=request.param)
     client = MxClient(f"127.0.0.1:{port}", timeout_s=5)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -35,6 +35,7 @@ from mxref.identity import mx_source_id
 from mxref.metrics import ServerMetrics
 from mxref.request_limits import ClientBuckets
 from mxref.server import (
+    GRPC_IMPLS,
     EventJournal,
     P2pServicer,
     ReapAction,
@@ -127,6 +128,7 @@ def make_stack(
     *,
     limits: ServerLimits | None = None,
     rate_clock: Callable[[], float] = time.monotonic,
+    grpc_impl: str = "grpcio",
 ) -> Generator[Stack, None, None]:
     clock = clock if clock is not None else ManualClock()
     events_path = tmp_path / "events.jsonl"
@@ -136,7 +138,7 @@ def make_stack(
     metrics = ServerMetrics()
     servicer = P2pServicer(store, TIMERS, metrics=metrics.server, limits=limits, rate_clock=rate_clock)
     reaper = Reaper(store, TIMERS, metrics=metrics.server)
-    server, port = start_metadata_server(servicer, "127.0.0.1", 0)
+    server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=grpc_impl)
     address = f"127.0.0.1:{port}"
     client = MxClient(address, timeout_s=5)
     try:
@@ -147,9 +149,16 @@ def make_stack(
         events.close()
 
 
+@pytest.fixture(params=GRPC_IMPLS)
+def grpc_impl(request: pytest.FixtureRequest) -> str:
+    """Each server test runs on both gRPC implementations: answers, counts and events agree."""
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    yield from make_stack(tmp_path)
+def stack(tmp_path: Path, grpc_impl: str) -> Iterator[Stack]:
+    yield from make_stack(tmp_path, grpc_impl=grpc_impl)
 
 
 def publish(stack: Stack, worker_id: str, *, model: str = "acme/model-a", rank: int = 0,
@@ -296,10 +305,10 @@ def test_ready_query_hides_silent_workers_before_the_reaper_runs(stack: Stack) -
     assert [r.worker_id for r in stack.client.list_sources(status_filter=READY)] == ["w1"]
 
 
-def test_ready_record_with_no_timestamp_is_never_fresh(tmp_path: Path) -> None:
+def test_ready_record_with_no_timestamp_is_never_fresh(tmp_path: Path, grpc_impl: str) -> None:
     record = SourceRecord("sid", "w", identity(), worker(), READY, updated_at_ms=0)
     assert not is_fresh(record, now_ms=1, heartbeat_timeout_s=90)
-    for stack in make_stack(tmp_path, clock=ManualClock(now=0.0)):
+    for stack in make_stack(tmp_path, clock=ManualClock(now=0.0), grpc_impl=grpc_impl):
         publish(stack, "w1", status=READY)  # stamped at the epoch: updated_at == 0
         assert stack.client.list_sources(status_filter=READY) == []
         assert len(stack.client.list_sources()) == 1
@@ -321,16 +330,16 @@ class FailingStore(Store):
         raise RuntimeError("boom")
 
 
-def test_backend_failure_reads_as_no_sources_and_is_counted(tmp_path: Path) -> None:
-    for stack in make_stack(tmp_path, store=FailingStore(ManualClock())):
+def test_backend_failure_reads_as_no_sources_and_is_counted(tmp_path: Path, grpc_impl: str) -> None:
+    for stack in make_stack(tmp_path, store=FailingStore(ManualClock()), grpc_impl=grpc_impl):
         publish(stack, "w1", status=READY)
         assert stack.client.list_sources() == []
         samples = scrape(stack.metrics)
         assert samples[("mxref_server_rpcs_total", (("method", "ListSources"), ("result", "error")))] == 1
 
 
-def test_servicer_exception_is_internal_with_a_message_and_counted(tmp_path: Path) -> None:
-    for stack in make_stack(tmp_path, store=FailingStore(ManualClock())):
+def test_servicer_exception_is_internal_with_a_message_and_counted(tmp_path: Path, grpc_impl: str) -> None:
+    for stack in make_stack(tmp_path, store=FailingStore(ManualClock()), grpc_impl=grpc_impl):
         with pytest.raises(MetadataServerError) as caught:
             stack.client.get_metadata("sid", "w1")
         assert caught.value.code == grpc.StatusCode.INTERNAL
@@ -528,8 +537,8 @@ LIMITS = ServerLimits(max_message_bytes=1 << 20, max_blob_bytes=1024, max_name_b
 
 
 @pytest.fixture
-def limited(tmp_path: Path) -> Iterator[Stack]:
-    yield from make_stack(tmp_path, limits=LIMITS)
+def limited(tmp_path: Path, grpc_impl: str) -> Iterator[Stack]:
+    yield from make_stack(tmp_path, limits=LIMITS, grpc_impl=grpc_impl)
 
 
 def varint(value: int) -> bytes:
@@ -690,10 +699,10 @@ def test_a_message_over_the_receive_limit_never_reaches_a_handler(limited: Stack
     assert len(limited.store) == 0
 
 
-def test_a_client_over_its_write_rate_is_refused_and_others_are_not(tmp_path: Path) -> None:
+def test_a_client_over_its_write_rate_is_refused_and_others_are_not(tmp_path: Path, grpc_impl: str) -> None:
     rate_clock = ManualClock(0.0)
     limits = ServerLimits(publish_rate_per_s=1, publish_burst=3)
-    stack = make_stack(tmp_path, limits=limits, rate_clock=rate_clock)
+    stack = make_stack(tmp_path, limits=limits, rate_clock=rate_clock, grpc_impl=grpc_impl)
     s = next(stack)
     try:
         sid = publish(s, "w1")
@@ -726,8 +735,8 @@ def test_a_client_over_its_write_rate_is_refused_and_others_are_not(tmp_path: Pa
         stack.close()
 
 
-def test_a_full_store_refuses_new_records_but_not_replacements(tmp_path: Path) -> None:
-    stack = make_stack(tmp_path, store=Store(ManualClock(), max_records=2))
+def test_a_full_store_refuses_new_records_but_not_replacements(tmp_path: Path, grpc_impl: str) -> None:
+    stack = make_stack(tmp_path, store=Store(ManualClock(), max_records=2), grpc_impl=grpc_impl)
     s = next(stack)
     try:
         publish(s, "w1")

@@ -1,0 +1,153 @@
+"""The metadata server on the native gRPC implementation (``mxref_native``: HTTP/2 and gRPC in Rust).
+
+Python's grpcio server hands every call to a pool thread and back, with its own call state,
+and on 2 cores tops out near 1-2k calls per second whatever the servicer costs (the servicer's
+own heartbeat path: ~30-50 us). The native implementation (``mxref/native``, tonic on tokio) frames
+the calls in Rust and queues them; ``WORKERS`` Python threads take the queued calls in batches
+and answer each through the same ``P2pServicer.serve`` path, for both packages (``mxref.v1``
+and ModelExpress's ``model_express.p2p``), so every check, count, event and answer is the
+one the grpcio server gives. What differs, by design:
+
+- a rate-limited write is still answered after ``rate_limit_delay_s``, but the delay holds
+  only the caller's stream (the native side sleeps), not a worker: no cap on such calls is
+  needed (``P2pServicer._hold_back`` asks the context);
+- it serves plaintext only: TLS and the bearer token stay on grpcio (``start_metadata_server``
+  refuses the combination, naming it);
+- an unknown method is UNIMPLEMENTED; a request over the receive limit is refused by the
+  framing (RESOURCE_EXHAUSTED) before Python sees it.
+
+``python -m mxref.bench_fleet --grpc-impl native`` measures it with native clients, sent from
+the benchmark's process without the GIL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from mxref import config
+from mxref.errors import LocalError
+
+if TYPE_CHECKING:
+    from mxref.server import P2pServicer
+
+logger = logging.getLogger(__name__)
+
+WORKERS = 2
+"""Python threads answering calls: on 2 cores, 1-2 give the most calls per second (each more
+adds GIL hand-offs: 12k/s with 1, 9.8k with 4, 7.6k with 10, heartbeats alone, 2026-12-02); a
+slow store call (Redis) holds one of them, so not 1."""
+TAKE_MOST = 64
+"""Calls one worker takes at once."""
+TAKE_WAIT_S = 0.5
+"""How long an idle worker waits for a call before it looks at the stop flag again."""
+
+def native_available() -> str | None:
+    """None when ``mxref_native`` imports; else why not (the build is ``.ci/bootstrap``'s)."""
+    try:
+        import mxref_native  # noqa: F401
+    except ImportError as exc:
+        return f"mxref_native is not installed ({exc}): pip install ./mxref/native (needs cargo)"
+    return None
+
+
+class _Aborted(Exception):
+    """``NativeContext.abort`` was called: the call's answer is the error it recorded."""
+
+
+@dataclass
+class NativeContext:
+    """The part of ``grpc.ServicerContext`` the servicer uses, for one native call."""
+
+    _peer: str
+    code: grpc.StatusCode = grpc.StatusCode.OK
+    details: str = ""
+    trailing: list[tuple[str, str]] = field(default_factory=list)
+    delay_s: float = 0.0
+
+    def peer(self) -> str:
+        return self._peer
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.code, self.details = code, details
+        raise _Aborted
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self.trailing = [(str(k), str(v)) for k, v in metadata]
+
+    def delay_answer(self, seconds: float) -> None:
+        """Send this call's answer ``seconds`` later without holding a thread (the hold-back)."""
+        self.delay_s = seconds
+
+
+class NativeMetadataServer:
+    """A started native server and its workers. ``stop(grace)`` answers like grpcio's: an
+    object whose ``wait(timeout)`` returns once it has stopped."""
+
+    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int = WORKERS) -> None:
+        import mxref_native
+
+        from mxref.mx_service import MX_SERVICE_NAME, MxP2pService
+        from mxref.server import SERVICE_NAME
+
+        self._serve = {SERVICE_NAME: servicer.serve_encoded, MX_SERVICE_NAME: MxP2pService(servicer).serve_encoded}
+        try:
+            self._server = mxref_native.Server(
+                host, port, max_concurrent_streams=config.MAX_STREAMS_PER_CONNECTION,
+                max_message_bytes=servicer.limits.max_message_bytes,
+            )
+        except OSError as exc:
+            raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc
+        self.port: int = self._server.port
+        self._stopping = threading.Event()
+        self._workers = [threading.Thread(target=self._work, name=f"metadata-native-{i}", daemon=True)
+                         for i in range(workers)]
+        for worker in self._workers:
+            worker.start()
+
+    def _work(self) -> None:
+        while True:
+            calls = self._server.take(TAKE_MOST, TAKE_WAIT_S)
+            if calls is None:  # the server stopped and nothing is left
+                return
+            if not calls and self._stopping.is_set():
+                return
+            for call in calls:
+                self._answer(call)
+
+    def _answer(self, call: Any) -> None:
+        context = NativeContext(call.peer)
+        try:
+            response = self._serve[call.service](call.method, call.request, context)
+        except _Aborted:
+            call.answer(context.code.value[0], context.details, context.trailing, b"", context.delay_s)
+            return
+        except Exception as exc:  # never leave a call unanswered
+            logger.exception("%s/%s failed", call.service, call.method)
+            call.answer(grpc.StatusCode.INTERNAL.value[0], f"{call.method}: internal error: {exc}", [], b"")
+            return
+        call.answer(0, "", [], response, context.delay_s)
+
+    def stop(self, grace: float | None) -> _Stopped:
+        """Stop accepting and let the calls in flight finish (up to ``grace`` s, and the workers'
+        last batch); the returned object's ``wait`` says whether it is done."""
+        self._stopping.set()
+        stopped = self._server.stop(grace or 0.0)
+        for worker in self._workers:
+            worker.join(TAKE_WAIT_S + 5)
+        alive = [w.name for w in self._workers if w.is_alive()]
+        if alive or not stopped:
+            logger.warning("native metadata server: not stopped in time (workers alive: %s)", alive)
+        return _Stopped(stopped and not alive)
+
+
+@dataclass(frozen=True)
+class _Stopped:
+    done: bool
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done
