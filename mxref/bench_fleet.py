@@ -24,6 +24,11 @@ the fleet. It then:
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
 
+``--grpc-impl native`` serves with the native gRPC (``mxref.native_grpc``); ``--native-clients``
+sends the heartbeats and the listings with ``mxref_native`` from this process, without the GIL
+(``NativeLister``, ``native_heartbeat_load``), so the same compiled load measures either server;
+``--list-interval`` paces the listings under heartbeats.
+
 ``--store redis://HOST:PORT[/DB]`` runs the same on ``RedisStore`` (a running redis-server,
 e.g. ``python -m harness.redisd --dir /tmp/r --port 6390``; the database is FLUSHALLed first),
 for the side-by-side figure of memory and Redis.

@@ -191,14 +191,7 @@ class _Entry:
 
     @classmethod
     def of(cls, record: SourceRecord, load: float | None) -> _Entry:
-        mx_ref = mx_pb2.SourceInstanceRef(
-            mx_source_id=record.mx_source_id,
-            worker_id=record.worker_id,
-            model_name=record.identity.model_name,
-            worker_rank=record.worker.worker_rank,
-            accelerator=record.worker.accelerator,
-            updated_at=record.updated_at_ms,
-        )
+        mx_ref = mx_pb2.SourceInstanceRef(**record.ref_fields())
         step, signature = lifted_extras(record.identity.extra_parameters)
         if step is not None:
             mx_ref.training_step = step

@@ -148,16 +148,15 @@ class SourceRecord:
         encoded: bytes = p2p_pb2.ListSourcesResponse(instances=[self.instance_ref()]).SerializeToString()
         return encoded
 
+    def ref_fields(self) -> dict[str, Any]:
+        """What a listing says of this worker in both packages' ``SourceInstanceRef`` (mxref's
+        adds ``status``; ModelExpress's, what ``mxref.mx_service`` lifts)."""
+        return {"mx_source_id": self.mx_source_id, "worker_id": self.worker_id,
+                "model_name": self.identity.model_name, "worker_rank": self.worker.worker_rank,
+                "accelerator": self.worker.accelerator, "updated_at": self.updated_at_ms}
+
     def instance_ref(self) -> p2p_pb2.SourceInstanceRef:
-        return p2p_pb2.SourceInstanceRef(
-            mx_source_id=self.mx_source_id,
-            worker_id=self.worker_id,
-            model_name=self.identity.model_name,
-            worker_rank=self.worker.worker_rank,
-            accelerator=self.worker.accelerator,
-            updated_at=self.updated_at_ms,
-            status=self.status,
-        )
+        return p2p_pb2.SourceInstanceRef(**self.ref_fields(), status=self.status)
 
 
 @dataclass(frozen=True)

@@ -109,3 +109,28 @@ def test_a_port_in_use_and_tls_are_refused_naming_them() -> None:
         start_metadata_server(servicer, "127.0.0.1", 0, credentials=tls, grpc_impl="native")
     with pytest.raises(LocalError, match="must be one of grpcio, native"):
         start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="h2o")
+
+
+def test_a_listing_is_taken_before_the_heartbeats_queued_ahead_of_it() -> None:
+    """On the native queue, reads (ListSources, GetMetadata) go before writes: a reader's listing
+    does not wait behind a fleet's heartbeats. (No workers here: the test takes the calls.)"""
+    import mxref_native
+
+    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=16, max_message_bytes=1 << 20)
+    try:
+        with own_channel(f"127.0.0.1:{server.port}") as channel:
+            writes = [call(channel, "UpdateStatus", b"") for _ in range(5)]
+            read = call(channel, "ListSources", b"")
+            deadline = time.monotonic() + 10
+            while server.queued() != (1, 5) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.queued() == (1, 5)
+            (first,) = server.take(1, 1.0)
+            assert first.method == "ListSources"
+            rest = server.take(16, 1.0)
+            assert [c.method for c in rest] == ["UpdateStatus"] * 5
+            for taken in [first, *rest]:
+                assert taken.answer(0, "", [], b"\x08\x01")
+            assert read.result() == b"\x08\x01" and all(w.result() == b"\x08\x01" for w in writes)
+    finally:
+        assert server.stop(1)

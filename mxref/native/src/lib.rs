@@ -96,9 +96,14 @@ struct Pending {
 }
 
 struct Shared {
-    calls: crossbeam_channel::Sender<Pending>,
+    reads: crossbeam_channel::Sender<Pending>,
+    writes: crossbeam_channel::Sender<Pending>,
     max_message_bytes: usize,
 }
+
+/// Reads (a listing, a lookup) are taken before writes: a reader's ListSources does not queue
+/// behind a fleet's heartbeats.
+const READS: [&str; 2] = ["ListSources", "GetMetadata"];
 
 struct P2p<P: Package> {
     shared: Arc<Shared>,
@@ -144,8 +149,8 @@ impl tonic::server::UnaryService<Bytes> for Call {
         let (shared, service, method) = (self.shared.clone(), self.service, self.method);
         Box::pin(async move {
             let (reply, answer) = tokio::sync::oneshot::channel();
-            shared
-                .calls
+            let queue = if READS.contains(&method) { &shared.reads } else { &shared.writes };
+            queue
                 .send(Pending { service, method, body, peer, reply })
                 .map_err(|_| Status::unavailable(format!("{method}: the server is stopping")))?;
             let (code, details, trailing, response, delay_s) =
@@ -268,7 +273,8 @@ fn as_grpcio_size_refusal(headers: &mut http::HeaderMap) {
 #[pyclass(module = "mxref_native")]
 struct Server {
     port: u16,
-    calls: crossbeam_channel::Receiver<Pending>,
+    reads: crossbeam_channel::Receiver<Pending>,
+    writes: crossbeam_channel::Receiver<Pending>,
     shutdown: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     done: Mutex<Option<mpsc::Receiver<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -298,8 +304,9 @@ impl Server {
             .allow_threads(|| runtime.block_on(tokio::net::TcpListener::bind(address.as_str())))
             .map_err(|e| PyOSError::new_err(format!("cannot bind {address}: {e}")))?;
         let bound = listener.local_addr().map_err(|e| PyOSError::new_err(format!("{address}: {e}")))?.port();
-        let (calls_tx, calls_rx) = crossbeam_channel::unbounded::<Pending>();
-        let shared = Arc::new(Shared { calls: calls_tx, max_message_bytes });
+        let (reads_tx, reads_rx) = crossbeam_channel::unbounded::<Pending>();
+        let (writes_tx, writes_rx) = crossbeam_channel::unbounded::<Pending>();
+        let shared = Arc::new(Shared { reads: reads_tx, writes: writes_tx, max_message_bytes });
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -332,7 +339,8 @@ impl Server {
             .map_err(|e| PyRuntimeError::new_err(format!("native gRPC server thread: {e}")))?;
         Ok(Server {
             port: bound,
-            calls: calls_rx,
+            reads: reads_rx,
+            writes: writes_rx,
             shutdown: Mutex::new(Some(shutdown_tx)),
             done: Mutex::new(Some(done_rx)),
             thread: Mutex::new(Some(thread)),
@@ -344,23 +352,37 @@ impl Server {
         self.port
     }
 
-    /// The calls waiting, up to `most`: waits up to `timeout_s` for the first (without the GIL),
-    /// then takes what is there. None once the server has stopped and nothing is left.
+    /// How many calls wait to be taken: (reads, writes).
+    fn queued(&self) -> (usize, usize) {
+        (self.reads.len(), self.writes.len())
+    }
+
+    /// The calls waiting, up to `most`, reads first: waits up to `timeout_s` for the first
+    /// (without the GIL), then takes what is there. None once the server has stopped.
     fn take(&self, py: Python<'_>, most: usize, timeout_s: f64) -> Option<Vec<Incoming>> {
-        let calls = self.calls.clone();
+        let (reads, writes) = (self.reads.clone(), self.writes.clone());
         let wait = Duration::from_secs_f64(timeout_s.max(0.0));
+        let most = most.max(1);
         let taken = py.allow_threads(move || -> Option<Vec<Pending>> {
-            let first = match calls.recv_timeout(wait) {
-                Ok(p) => p,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Some(Vec::new()),
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
-            };
-            let mut out = vec![first];
-            while out.len() < most.max(1) {
-                match calls.try_recv() {
-                    Ok(p) => out.push(p),
-                    Err(_) => break,
+            let drain = |out: &mut Vec<Pending>| {
+                for queue in [&reads, &writes] {
+                    while out.len() < most {
+                        match queue.try_recv() {
+                            Ok(p) => out.push(p),
+                            Err(_) => break,
+                        }
+                    }
                 }
+            };
+            let mut out = Vec::new();
+            drain(&mut out);
+            if out.is_empty() {
+                crossbeam_channel::select! {
+                    recv(reads) -> p => out.push(p.ok()?),
+                    recv(writes) -> p => out.push(p.ok()?),
+                    default(wait) => return Some(out),
+                }
+                drain(&mut out);
             }
             Some(out)
         })?;
