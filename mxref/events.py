@@ -68,7 +68,8 @@ COMMON_FIELDS = ("pid", "incarnation")
 
 EVENTS: dict[str, EventSpec] = {
     "started": _ev("argv", "version", "env", "timers", notes={"env": "UCX_* / MX_*", "timers": "server"}),
-    "listening": _ev("port", "endpoint", what=("grpc", "metrics", "worker_grpc", "nixl_listener", "redis")),
+    "listening": _ev("port", "endpoint", what=("grpc", "metrics", "worker_grpc", "nixl_listener", "redis"),
+                     grpc_impl=("grpcio", "native"), notes={"grpc_impl": "the metadata server's grpc"}),
     "store": _ev("url", "reachable", notes={"url": "server: memory or redis://HOST:PORT[/DB]"}),
     "agent_ready": _ev("agent_name", "listen_port", "backend", "mem_type", "regions", "bytes"),
     "published": _ev("mx_source_id", "worker_id", mode=MODES),

@@ -1297,7 +1297,8 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))
             return EXIT_STARTUP_FAILED
         try:
-            emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port))
+            emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port),
+                 grpc_impl=getattr(args, "grpc_impl", "grpcio"))
             metrics_host = getattr(args, "metrics_host", None) or args.host
             try:
                 metrics_port = metrics.serve(args.metrics_port, metrics_host)
