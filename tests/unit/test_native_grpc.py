@@ -134,3 +134,22 @@ def test_a_listing_is_taken_before_the_heartbeats_queued_ahead_of_it() -> None:
             assert read.result() == b"\x08\x01" and all(w.result() == b"\x08\x01" for w in writes)
     finally:
         assert server.stop(1)
+
+
+def test_stop_refuses_the_calls_left_unanswered() -> None:
+    """A call nobody takes (no workers here) does not hold the stop: after the grace it is
+    dropped, and its caller is told UNAVAILABLE instead of waiting for its deadline."""
+    import mxref_native
+
+    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=8, max_message_bytes=1 << 20)
+    with own_channel(f"127.0.0.1:{server.port}") as channel:
+        waiting = call(channel, "ListSources", b"")
+        deadline = time.monotonic() + 10
+        while server.queued() != (1, 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.queued() == (1, 0)
+        assert server.stop(0.2)
+        exc = waiting.exception(timeout=10)
+        assert isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE
+        assert "stopped before answering" in (exc.details() or "")
+    assert server.stop(0.2)  # a second stop: already stopped

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -276,7 +276,7 @@ struct Server {
     reads: crossbeam_channel::Receiver<Pending>,
     writes: crossbeam_channel::Receiver<Pending>,
     shutdown: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    done: Mutex<Option<mpsc::Receiver<()>>>,
+    done: Mutex<Option<crossbeam_channel::Receiver<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -308,7 +308,7 @@ impl Server {
         let (writes_tx, writes_rx) = crossbeam_channel::unbounded::<Pending>();
         let shared = Arc::new(Shared { reads: reads_tx, writes: writes_tx, max_message_bytes });
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
-        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("mxref-native-server".to_string())
             .spawn(move || {
@@ -400,17 +400,34 @@ impl Server {
         )
     }
 
-    /// Stop accepting, let the calls in flight finish for up to `grace_s`; True once stopped.
+    /// Stop accepting; the calls in flight have `grace_s` to be answered, then the calls still
+    /// queued are dropped (their callers get UNAVAILABLE), so nothing waits on an answer that
+    /// will not come. True once the server has stopped (within `grace_s` + 2 s).
     fn stop(&self, py: Python<'_>, grace_s: f64) -> bool {
         if let Some(tx) = self.shutdown.lock().unwrap().take() {
             let _ = tx.send(());
         }
-        let Some(done) = self.done.lock().unwrap().take() else {
+        let mut done = self.done.lock().unwrap();
+        let Some(finished) = done.as_ref() else {
             return true; // stopped before
         };
-        let wait = Duration::from_secs_f64(grace_s.max(0.0) + 2.0);
-        let stopped = py.allow_threads(move || done.recv_timeout(wait).is_ok());
+        let (reads, writes) = (&self.reads, &self.writes);
+        let grace = Duration::from_secs_f64(grace_s.max(0.0));
+        let stopped = py.allow_threads(|| {
+            if finished.recv_timeout(grace).is_ok() {
+                return true;
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                while reads.try_recv().is_ok() || writes.try_recv().is_ok() {}
+                if finished.recv_timeout(Duration::from_millis(50)).is_ok() {
+                    return true;
+                }
+            }
+            false
+        });
         if stopped {
+            *done = None;
             if let Some(thread) = self.thread.lock().unwrap().take() {
                 let _ = py.allow_threads(|| thread.join());
             }
