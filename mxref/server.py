@@ -402,6 +402,7 @@ class Store:
         stored_worker.CopyFrom(worker)
         source_id = mx_source_id(identity)
         with self._lock:
+            stored_identity = self._shared_identity(source_id, stored_identity)
             previous = self._records.get((source_id, worker_id))
             if self._max_records is not None and len(self._records) >= self._max_records and previous is None:
                 raise StoreFull(f"the store holds {len(self._records)} records, its limit (--max-records)")
@@ -416,6 +417,17 @@ class Store:
             self._put(record, previous)
             self._listener.published(record)
         return record
+
+    def _shared_identity(self, source_id: str, identity: p2p_pb2.SourceIdentity) -> p2p_pb2.SourceIdentity:
+        """The identity object the source's other records hold when it is equal (the lock held):
+        the workers of one source share one message, so a fleet's records are fewer objects for
+        the garbage collector to walk (protos are read-only here)."""
+        same_source = self._by_source.get(source_id)
+        if same_source:
+            held: p2p_pb2.SourceIdentity = next(iter(same_source.values())).identity
+            if held == identity:
+                return held
+        return identity
 
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
         with self._lock:

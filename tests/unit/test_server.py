@@ -914,3 +914,16 @@ def test_reap_applies_the_reapers_rules_in_batches(tmp_path: Path) -> None:
     assert [d.action for d in done] == [ReapAction.DELETE] * 10
     assert len(store) == 0
     assert store.candidates(SourceQuery()) == []
+
+
+def test_the_workers_of_one_source_share_its_identity_message() -> None:
+    """Fewer objects for a fleet: records of one source hold one identity message (an equal one
+    is not copied again); a heartbeat keeps it, and another source has its own."""
+    store = Store(ManualClock())
+    first = store.publish(identity(), worker(0), "w0", READY)
+    second = store.publish(identity(), worker(1), "w1", READY)
+    other = store.publish(identity("acme/model-b"), worker(0), "w0", READY)
+    assert second.identity is first.identity
+    assert other.identity is not first.identity and other.identity.model_name == "acme/model-b"
+    beat = store.update_status(second.mx_source_id, "w1", 1, READY).record
+    assert beat.identity is first.identity
