@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WORKERS = 2
-"""Python threads answering calls: on 2 cores, 1-2 give the most calls per second (each more
-adds GIL hand-offs: 12k/s with 1, 9.8k with 4, 7.6k with 10, heartbeats alone, 2026-12-02); a
-slow store call (Redis) holds one of them, so not 1."""
+"""Python threads answering calls over the in-memory store, whose calls only take CPU: on 2
+cores, 1-2 give the most calls per second (each more adds GIL hand-offs: 12k/s with 1, 9.8k
+with 4, 7.6k with 10, heartbeats alone, 2026-12-02). Over a store that waits on the network
+(Redis: up to ``--store-timeout`` and a retry per call) a slow call holds its worker, so there
+are as many as grpcio's pool has threads (``workers_for``)."""
 TAKE_MOST = 16
 """Calls one worker takes at once (reads first: the native queue hands out listings and lookups
 before heartbeats). Between batches a worker lets go of the GIL, so a listing taken by the other
@@ -49,6 +51,14 @@ waits at most one batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms 
 with 64 (2026-12-02)."""
 TAKE_WAIT_S = 0.5
 """How long an idle worker waits for a call before it looks at the stop flag again."""
+
+
+def workers_for(servicer: P2pServicer) -> int:
+    """``WORKERS`` over the in-memory store, else (a store that waits on I/O) grpcio's pool size."""
+    from mxref.server import SERVER_THREADS, Store
+
+    return WORKERS if isinstance(servicer.store, Store) else SERVER_THREADS
+
 
 def native_available() -> str | None:
     """None when ``mxref_native`` imports; else why not (the build is ``.ci/bootstrap``'s)."""
@@ -92,7 +102,7 @@ class NativeMetadataServer:
     """A started native server and its workers. ``stop(grace)`` answers like grpcio's: an
     object whose ``wait(timeout)`` returns once it has stopped."""
 
-    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int = WORKERS) -> None:
+    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int | None = None) -> None:
         import mxref_native
 
         from mxref.mx_service import MX_SERVICE_NAME, MxP2pService
@@ -108,8 +118,9 @@ class NativeMetadataServer:
             raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc
         self.port: int = self._server.port
         self._stopping = threading.Event()
+        count = workers if workers is not None else workers_for(servicer)
         self._workers = [threading.Thread(target=self._work, name=f"metadata-native-{i}", daemon=True)
-                         for i in range(workers)]
+                         for i in range(count)]
         for worker in self._workers:
             worker.start()
 

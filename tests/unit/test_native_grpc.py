@@ -153,3 +153,13 @@ def test_stop_refuses_the_calls_left_unanswered() -> None:
         assert isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE
         assert "stopped before answering" in (exc.details() or "")
     assert server.stop(0.2)  # a second stop: already stopped
+
+
+def test_a_store_that_waits_on_io_gets_as_many_workers_as_grpcio_has_threads() -> None:
+    from mxref.redis_store import RedisStore
+    from mxref.server import SERVER_THREADS
+
+    memory = P2pServicer(Store(), TIMERS)
+    assert native_grpc.workers_for(memory) == native_grpc.WORKERS
+    redis = P2pServicer(RedisStore("redis://127.0.0.1:1/0", timeout_s=0.1), TIMERS)  # never connected here
+    assert native_grpc.workers_for(redis) == SERVER_THREADS > native_grpc.WORKERS
