@@ -209,13 +209,15 @@ def native_heartbeat_load(address: str, live: list[tuple[str, str, int]], args: 
                                      timeout_s=CALL_TIMEOUT_S, accepted=ACCEPTED_PREFIX)
     seconds = counts.pop("seconds")
     ok, rejected = int(counts.pop("ok", 0)), int(counts.pop("refused", 0))
-    return {"ok": ok, "rejected": rejected, **{k: int(v) for k, v in counts.items()},
-            "seconds": round(seconds, 2), "per_s": round(ok / seconds, 1)}
+    codes = {code.value[0]: code.name for code in grpc.StatusCode}  # the names heartbeat_load counts by
+    failed = {codes.get(int(k.split(":")[1]), k) if k.startswith("status:") else k: int(v) for k, v in counts.items()}
+    return {"ok": ok, "rejected": rejected, **failed, "seconds": round(seconds, 2), "per_s": round(ok / seconds, 1)}
 
 
 class Pacer:
     """Sends at ``per_s`` on a fixed schedule (open loop): ``wait`` sleeps until the next send is
-    due. A schedule more than ``MAX_BEHIND_S`` behind starts again from now (no catch-up burst)."""
+    due. A schedule more than ``MAX_BEHIND_S`` behind starts again from now (no catch-up burst).
+    ``mxref_native.unary_load`` (``--native-clients``) keeps the same rule in Rust."""
 
     MAX_BEHIND_S = 1.0
 

@@ -314,7 +314,7 @@ class _ListingOrder:
     def stamped_from(self, stamp_ms: int | None) -> list[SourceRecord]:
         """The records stamped ``stamp_ms`` or later (all of them for ``None``), in listing order."""
         if stamp_ms is None:
-            return list(self._records)
+            return self.all()
         return self._records[: self._records.bisect_key_left((1 - stamp_ms, "", ""))]  # before stamp_ms - 1
 
 
@@ -603,7 +603,12 @@ def _discard(index: dict[Any, dict[Any, SourceRecord]], bucket: Any, key: Any) -
 
 def is_fresh(record: SourceRecord, now_ms: int, heartbeat_timeout_s: float) -> bool:
     """Stamped, and no older than the heartbeat timeout."""
-    return record.updated_at_ms > 0 and record.age_ms(now_ms) <= heartbeat_timeout_s * 1000
+    return fresh_stamp(record.updated_at_ms, now_ms, heartbeat_timeout_s)
+
+
+def fresh_stamp(stamp_ms: int, now_ms: int, heartbeat_timeout_s: float) -> bool:
+    """The freshness rule on a stamp (``is_fresh``): set, and no older than the heartbeat timeout."""
+    return stamp_ms > 0 and now_ms - stamp_ms <= heartbeat_timeout_s * 1000
 
 
 def reap_action(record: SourceRecord, now_ms: int, timers: config.ServerTimers) -> ReapAction | None:
@@ -681,7 +686,7 @@ class SourceQuery:
     def keeps_stamp(self, stamp_ms: int, now_ms: int, heartbeat_timeout_s: float) -> bool:
         """Whether a record stamped ``stamp_ms`` passes the stamp floor and (READY) freshness."""
         return stamp_ms >= self.min_updated_at_ms and (
-            self.status != READY or (stamp_ms > 0 and now_ms - stamp_ms <= heartbeat_timeout_s * 1000)
+            self.status != READY or fresh_stamp(stamp_ms, now_ms, heartbeat_timeout_s)
         )
 
     def first_kept_stamp(self, now_ms: int, heartbeat_timeout_s: float) -> int | None:

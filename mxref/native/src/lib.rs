@@ -283,7 +283,7 @@ struct Server {
 #[pymethods]
 impl Server {
     /// Bind `host:port` (0: any free port) and serve; `OSError` naming the address when it
-    /// cannot be bound. `threads`: the most calls in the handler at once.
+    /// cannot be bound. The calls wait in this server's queues for `take`.
     #[new]
     #[pyo3(signature = (host, port, *, max_concurrent_streams, max_message_bytes))]
     fn new(
@@ -436,9 +436,10 @@ impl Server {
     }
 }
 
-fn runtime(threads: usize) -> PyResult<tokio::runtime::Runtime> {
+/// The clients' runtime: one thread (the calls are I/O; the server under test needs the CPU).
+fn client_runtime() -> PyResult<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads.max(1))
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("native gRPC client runtime: {e}")))
@@ -455,16 +456,18 @@ async fn connect(address: &str) -> Result<tonic::client::Grpc<tonic::transport::
     Ok(tonic::client::Grpc::new(channel))
 }
 
-fn code_name(code: Code) -> String {
-    format!("{code:?}").to_uppercase()
+/// A failed call's count key: `status:<gRPC code number>` (the caller names the codes).
+fn status_key(code: Code) -> String {
+    format!("status:{}", code as i32)
 }
 
 /// Unary calls of `path` (`/package.Service/Method`) for `seconds`: `requests` round robin, from
 /// `connections` connections (each its own TCP connection) with `window` calls in flight each,
 /// as fast as answered, or at `rate` calls per second in all on a fixed schedule (0: closed
 /// loop). Every call has `timeout_s`. Returns counts: `ok` (status OK and, when `accepted` is
-/// given, a response starting with those bytes), `refused` (OK without them), one per other
-/// status code, and `seconds`.
+/// given, a response starting with those bytes), `refused` (OK without them), `status:<code>`
+/// for each other status code, and `seconds`. The schedule is `bench_fleet.Pacer`'s rule: one
+/// more than 1 s behind starts again from now.
 #[pyfunction]
 #[pyo3(signature = (address, path, requests, *, connections, window, seconds, rate=0.0, timeout_s=10.0, accepted=None))]
 #[allow(clippy::too_many_arguments)]
@@ -488,7 +491,7 @@ fn unary_load(
     let requests: Arc<Vec<Bytes>> = Arc::new(requests.iter().map(|r| Bytes::copy_from_slice(r.as_bytes())).collect());
     let accepted = accepted.map(Bytes::from);
     py.allow_threads(move || {
-        let rt = runtime(1)?;
+        let rt = client_runtime()?;
         rt.block_on(async move {
             let mut clients = Vec::with_capacity(connections);
             for _ in 0..connections {
@@ -531,7 +534,7 @@ fn unary_load(
                                         Some(prefix) if !response.get_ref().starts_with(prefix) => "refused".to_string(),
                                         _ => "ok".to_string(),
                                     },
-                                    Err(status) => code_name(status.code()),
+                                    Err(status) => status_key(status.code()),
                                 },
                             };
                             *mine.entry(key).or_default() += 1.0;
@@ -576,7 +579,7 @@ fn unary_latencies(
         parsed.push((name, p, Bytes::copy_from_slice(body.as_bytes())));
     }
     py.allow_threads(move || {
-        let rt = runtime(1)?;
+        let rt = client_runtime()?;
         rt.block_on(async move {
             let mut client = connect(&address).await.map_err(PyOSError::new_err)?;
             let mut out: HashMap<String, (Vec<f64>, Bytes)> = HashMap::new();
