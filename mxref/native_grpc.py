@@ -11,8 +11,9 @@ one the grpcio server gives. What differs, by design:
 - a rate-limited write is still answered after ``rate_limit_delay_s``, but the delay holds
   only the caller's stream (the native side sleeps), not a worker: no cap on such calls is
   needed (``P2pServicer._hold_back`` asks the context);
-- it serves plaintext only: TLS and the bearer token stay on grpcio (``start_metadata_server``
-  refuses the combination, naming it);
+- TLS is rustls's (tonic), from the same certificate and key files; the bearer token is checked
+  in Python before the servicer (``mxref.security.check_authorization``, the same refusal,
+  count and event as grpcio's ``TokenInterceptor``), on every call of a known method;
 - an unknown method is UNIMPLEMENTED; a request over the receive limit is refused by the
   framing (RESOURCE_EXHAUSTED, as grpcio words it) before Python sees it;
 - reads (ListSources, GetMetadata) are taken before the writes queued ahead of them.
@@ -25,12 +26,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from mxref import config
+from mxref import config, security
 from mxref.errors import LocalError
 
 if TYPE_CHECKING:
@@ -102,19 +104,27 @@ class NativeMetadataServer:
     """A started native server and its workers. ``stop(grace)`` answers like grpcio's: an
     object whose ``wait(timeout)`` returns once it has stopped."""
 
-    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int | None = None) -> None:
+    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int | None = None,
+                 credentials: security.ServerCredentials | None = None,
+                 on_refused: Callable[[security.Refusal], None] | None = None) -> None:
+        """``credentials`` (default plaintext): TLS and the bearer token, as ``start_metadata_server``
+        takes them; ``on_refused`` hears of every call refused as unauthenticated."""
         import mxref_native
 
         from mxref.mx_service import MX_SERVICE_NAME, MxP2pService
         from mxref.server import SERVICE_NAME
 
+        credentials = credentials or security.ServerCredentials()
         self._serve = {SERVICE_NAME: servicer.serve_encoded, MX_SERVICE_NAME: MxP2pService(servicer).serve_encoded}
+        self._token = credentials.token
+        self._on_refused = on_refused
         try:
             self._server = mxref_native.Server(
                 host, port, max_concurrent_streams=config.MAX_STREAMS_PER_CONNECTION,
                 max_message_bytes=servicer.limits.max_message_bytes,
+                tls_cert_pem=credentials.cert_pem, tls_key_pem=credentials.key_pem,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc
         self.port: int = self._server.port
         self._stopping = threading.Event()
@@ -134,9 +144,22 @@ class NativeMetadataServer:
             for call in calls:
                 self._answer(call)
 
+    def _refusal(self, call: Any) -> security.RefusalReason | None:
+        """Why the call is refused as unauthenticated (reported), or None; always None without a token."""
+        if self._token is None:
+            return None
+        reason = security.check_authorization(call.authorization, self._token)
+        if reason is not None and self._on_refused is not None:
+            self._on_refused(security.Refusal(f"/{call.service}/{call.method}", reason, call.peer))
+        return reason
+
     def _answer(self, call: Any) -> None:
         context = NativeContext(call.peer)
         try:
+            refused = self._refusal(call)
+            if refused is not None:
+                call.answer(grpc.StatusCode.UNAUTHENTICATED.value[0], security.refusal_details(refused), [], b"")
+                return
             response = self._serve[call.service](call.method, call.request, context)
         except _Aborted:
             call.answer(context.code.value[0], context.details, context.trailing, b"", context.delay_s)

@@ -48,6 +48,7 @@ __all__ = [
     "client_default",
     "install",
     "read_token",
+    "refusal_details",
     "server_default",
 ]
 
@@ -227,6 +228,11 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc sh
         return _refusing(handler, handler_call_details.method, reason, self._on_refused)
 
 
+def refusal_details(reason: RefusalReason) -> str:
+    """The details of an UNAUTHENTICATED answer (both gRPC implementations of the metadata server)."""
+    return f"{reason.value}: this service needs a valid bearer token"
+
+
 def _refusing(
     handler: grpc.RpcMethodHandler, method: str, reason: RefusalReason, on_refused: Callable[[Refusal], None] | None
 ) -> grpc.RpcMethodHandler:
@@ -235,7 +241,7 @@ def _refusing(
     def deny(request: Any, context: grpc.ServicerContext) -> Any:
         if on_refused is not None:
             on_refused(Refusal(method, reason, context.peer()))
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{reason.value}: this service needs a valid bearer token")
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal_details(reason))
 
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,

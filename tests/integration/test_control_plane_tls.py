@@ -41,6 +41,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
+@pytest.fixture(params=["grpcio", "native"])
+def grpc_impl(request: pytest.FixtureRequest) -> list[str]:
+    """The metadata server's flag for each gRPC implementation: both serve TLS and the token."""
+    return ["--grpc-impl", str(request.param)]
+
+
 def _server_flags(creds: pki.RunCredentials) -> list[str]:
     return ["--tls-cert", str(creds.server_cert), "--tls-key", str(creds.server_key), "--token-file", str(creds.token)]
 
@@ -55,10 +61,11 @@ def _publish(address: str, credentials: ClientCredentials) -> p2p_pb2.PublishMet
 
 
 def test_a_client_without_ca_or_token_is_refused_and_one_with_both_is_served(
-    cluster: Cluster, creds: pki.RunCredentials
+    cluster: Cluster, creds: pki.RunCredentials, grpc_impl: list[str]
 ) -> None:
-    server = cluster.start("server", "server", *_server_flags(creds))
+    server = cluster.start("server", "server", *_server_flags(creds), *grpc_impl)
     address = f"127.0.0.1:{cluster.port(server, 'grpc')}"
+    assert [e["grpc_impl"] for e in server.events("listening") if e.get("what") == "grpc"] == [grpc_impl[1]]
 
     with pytest.raises(MetadataServerError) as plaintext:  # no CA: the TLS handshake never happens
         _publish(address, ClientCredentials())
@@ -107,10 +114,10 @@ def test_a_token_without_tls_stops_the_server_at_once(cluster: Cluster, creds: p
 
 
 def test_a_reader_loads_over_tls_from_a_source_with_the_run_credentials(
-    cluster: Cluster, creds: pki.RunCredentials
+    cluster: Cluster, creds: pki.RunCredentials, grpc_impl: list[str]
 ) -> None:
     server = cluster.start("server", "server", "--heartbeat-timeout", "5", "--reaper-interval", "0.5",
-                           *_server_flags(creds))
+                           *_server_flags(creds), *grpc_impl)
     cluster.server, cluster.server_address = server, f"127.0.0.1:{cluster.port(server, 'grpc')}"
     source = cluster.start_source("source-1", *_peer_flags(creds), model=MODEL)
     reader = cluster.run_reader("reader-1", "--transfer-timeout", "20", *_peer_flags(creds), model=MODEL)

@@ -8,20 +8,25 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
+from harness import pki
 from mxref import config, native_grpc, security
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import LocalError
 from mxref.metrics import ServerMetrics
+from mxref.mx_service import MX_SERVICE_NAME
 from mxref.request_limits import RejectReason
-from mxref.server import P2pServicer, Store, start_metadata_server
+from mxref.server import GRPC_IMPLS, P2pServicer, Store, start_metadata_server
 from mxref.v1 import p2p_pb2
 from mxref.worker_server import REASON_METADATA_KEY
 
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)
+IDENTITY = p2p_pb2.SourceIdentity(mx_version="0.1.0", model_name="acme/tiny", dtype="float16")
 HOLD_S = 2.0  # long against a listing on an idle loopback server (a few ms), so the order is certain
 
 
@@ -96,7 +101,7 @@ def test_stop_frees_the_port_and_refuses_later_calls() -> None:
         again.listen()
 
 
-def test_a_port_in_use_and_tls_are_refused_naming_them() -> None:
+def test_a_port_in_use_and_an_unusable_certificate_are_refused_naming_them() -> None:
     servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -105,7 +110,7 @@ def test_a_port_in_use_and_tls_are_refused_naming_them() -> None:
         with pytest.raises(LocalError, match=f"cannot bind 127.0.0.1:{port}"):
             start_metadata_server(servicer, "127.0.0.1", port, grpc_impl="native")
     tls = security.ServerCredentials(cert_pem=b"cert", key_pem=b"key")
-    with pytest.raises(LocalError, match="plaintext only"):
+    with pytest.raises(LocalError, match=r"native.*TLS certificate and key"):
         start_metadata_server(servicer, "127.0.0.1", 0, credentials=tls, grpc_impl="native")
     with pytest.raises(LocalError, match="must be one of grpcio, native"):
         start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="h2o")
@@ -182,3 +187,60 @@ def test_the_compiled_load_counts_failures_by_grpcs_code_names() -> None:
     assert got["RESOURCE_EXHAUSTED"] > 0, got  # over the write rate
     assert got["ok"] == 0 and got["rejected"] == 1, got  # the burst's one call: an unknown worker, success=false
     assert not [k for k in got if k.startswith("status:")], got
+
+
+@pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
+def test_tls_and_the_token_refuse_alike_on_both_implementations(tmp_path: Path, grpc_impl: str) -> None:
+    """The same certificate, key and token files on either gRPC: a plaintext client cannot
+    reach it, one trusting another CA neither; a call without the token or with a wrong one,
+    on either package, is UNAUTHENTICATED with the same details, reported once each (method,
+    reason, caller), and changes nothing; one with the CA and the token is served."""
+    creds = pki.generate(tmp_path, tls=True, token=True)
+    other = pki.generate(tmp_path / "other", tls=True, token=False)
+    assert creds.server_cert and creds.server_key and creds.token and creds.wrong_token
+    refusals: list[security.Refusal] = []
+    servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
+    server, port = start_metadata_server(
+        servicer, "127.0.0.1", 0, grpc_impl=grpc_impl, on_refused=refusals.append,
+        credentials=security.ServerCredentials.from_files(creds.server_cert, creds.server_key, creds.token))
+    address = f"127.0.0.1:{port}"
+    publish = p2p_pb2.PublishMetadataRequest(identity=IDENTITY, worker=p2p_pb2.WorkerMetadata(worker_rank=0),
+                                             worker_id="w-1")
+
+    def call(credentials: security.ClientCredentials, method: str, request: Any,
+             service: str = "mxref.v1.P2pService") -> tuple[grpc.StatusCode, str]:
+        with credentials.channel(address) as channel:
+            unary = channel.unary_unary(f"/{service}/{method}", request_serializer=lambda m: m.SerializeToString(),
+                                        response_deserializer=lambda b: b)
+            try:
+                unary(request, timeout=5)
+            except grpc.RpcError as exc:
+                return exc.code(), exc.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    try:
+        assert call(security.ClientCredentials(), "PublishMetadata", publish)[0] == grpc.StatusCode.UNAVAILABLE
+        foreign = security.ClientCredentials.from_files(other.ca_cert, creds.token)
+        assert call(foreign, "PublishMetadata", publish)[0] == grpc.StatusCode.UNAVAILABLE
+        assert refusals == []  # refused by the handshake, before any call
+        missing = security.ClientCredentials.from_files(creds.ca_cert)
+        wrong = security.ClientCredentials.from_files(creds.ca_cert, creds.wrong_token)
+        assert call(missing, "PublishMetadata", publish) == (
+            grpc.StatusCode.UNAUTHENTICATED, security.refusal_details(security.RefusalReason.MISSING_TOKEN))
+        assert call(wrong, "ListSources", p2p_pb2.ListSourcesRequest()) == (
+            grpc.StatusCode.UNAUTHENTICATED, security.refusal_details(security.RefusalReason.WRONG_TOKEN))
+        assert call(wrong, "ListSources", p2p_pb2.ListSourcesRequest(), MX_SERVICE_NAME)[0] == grpc.StatusCode.UNAUTHENTICATED
+        assert [(r.method, r.reason) for r in refusals] == [
+            ("/mxref.v1.P2pService/PublishMetadata", security.RefusalReason.MISSING_TOKEN),
+            ("/mxref.v1.P2pService/ListSources", security.RefusalReason.WRONG_TOKEN),
+            (f"/{MX_SERVICE_NAME}/ListSources", security.RefusalReason.WRONG_TOKEN),
+        ]
+        assert all(r.peer.startswith("ipv4:127.0.0.1:") for r in refusals)
+        honest = security.ClientCredentials.from_files(creds.ca_cert, creds.token)
+        assert call(honest, "ListSources", p2p_pb2.ListSourcesRequest())[0] == grpc.StatusCode.OK
+        assert not servicer.store.snapshot()  # the refused publish never landed
+        assert call(honest, "PublishMetadata", publish)[0] == grpc.StatusCode.OK
+        assert [r.worker_id for r in servicer.store.snapshot()] == ["w-1"]
+        assert len(refusals) == 3
+    finally:
+        server.stop(None).wait(5)

@@ -84,6 +84,9 @@ impl Package for ModelExpress {
 /// HTTP/2 flow-control windows: a 5000-worker listing (~330 KB) in one window, not six round trips.
 const WINDOW_BYTES: u32 = 8 << 20;
 
+/// The metadata key of the bearer token (gRPC's access-token call credentials send it).
+const AUTHORIZATION: &str = "authorization";
+
 const METHODS: [&str; 4] = ["PublishMetadata", "ListSources", "GetMetadata", "UpdateStatus"];
 
 /// One call waiting for Python: what it asked, and where its answer goes.
@@ -92,6 +95,7 @@ struct Pending {
     method: &'static str,
     body: Bytes,
     peer: String,
+    authorization: Vec<Bytes>,
     reply: tokio::sync::oneshot::Sender<Answer>,
 }
 
@@ -145,13 +149,20 @@ impl tonic::server::UnaryService<Bytes> for Call {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let peer = peer_name(request.remote_addr());
+        // every `authorization` value, as sent: Python checks the bearer token (mxref.security)
+        let authorization: Vec<Bytes> = request
+            .metadata()
+            .get_all(AUTHORIZATION)
+            .iter()
+            .map(|v| Bytes::copy_from_slice(v.as_bytes()))
+            .collect();
         let body = request.into_inner();
         let (shared, service, method) = (self.shared.clone(), self.service, self.method);
         Box::pin(async move {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let queue = if READS.contains(&method) { &shared.reads } else { &shared.writes };
             queue
-                .send(Pending { service, method, body, peer, reply })
+                .send(Pending { service, method, body, peer, authorization, reply })
                 .map_err(|_| Status::unavailable(format!("{method}: the server is stopping")))?;
             let (code, details, trailing, response, delay_s) =
                 answer.await.map_err(|_| Status::unavailable(format!("{method}: the server stopped before answering")))?;
@@ -185,6 +196,7 @@ struct Incoming {
     #[pyo3(get)]
     peer: String,
     body: Bytes,
+    authorization: Vec<Bytes>,
     reply: Mutex<Option<tokio::sync::oneshot::Sender<Answer>>>,
 }
 
@@ -193,6 +205,12 @@ impl Incoming {
     #[getter]
     fn request<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.body)
+    }
+
+    /// The call's `authorization` metadata values, as sent (none: an empty list).
+    #[getter]
+    fn authorization<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        self.authorization.iter().map(|v| PyBytes::new(py, v)).collect()
     }
 
     /// Send the answer (code 0: `response`; else the error with `details` and `trailing`), after
@@ -283,16 +301,31 @@ struct Server {
 #[pymethods]
 impl Server {
     /// Bind `host:port` (0: any free port) and serve; `OSError` naming the address when it
-    /// cannot be bound. The calls wait in this server's queues for `take`.
+    /// cannot be bound. With `tls_cert_pem` and `tls_key_pem` (PEM: the certificate chain and
+    /// its key) it serves TLS only (rustls); `ValueError` when they cannot be used. The calls
+    /// wait in this server's queues for `take`.
     #[new]
-    #[pyo3(signature = (host, port, *, max_concurrent_streams, max_message_bytes))]
+    #[pyo3(signature = (host, port, *, max_concurrent_streams, max_message_bytes, tls_cert_pem=None, tls_key_pem=None))]
     fn new(
         py: Python<'_>,
         host: String,
         port: u16,
         max_concurrent_streams: u32,
         max_message_bytes: usize,
+        tls_cert_pem: Option<Vec<u8>>,
+        tls_key_pem: Option<Vec<u8>>,
     ) -> PyResult<Self> {
+        let mut builder = tonic::transport::Server::builder();
+        match (tls_cert_pem, tls_key_pem) {
+            (Some(cert), Some(key)) => {
+                let identity = tonic::transport::Identity::from_pem(cert, key);
+                builder = builder
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                    .map_err(|e| PyValueError::new_err(format!("TLS certificate and key: {e}")))?;
+            }
+            (None, None) => {}
+            _ => return Err(PyValueError::new_err("TLS needs both a certificate and its key")),
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("mxref-native-grpc")
@@ -321,7 +354,7 @@ impl Server {
                         return;
                     }
                 };
-                let served = tonic::transport::Server::builder()
+                let served = builder
                     .max_concurrent_streams(max_concurrent_streams)
                     .initial_stream_window_size(WINDOW_BYTES)
                     .initial_connection_window_size(WINDOW_BYTES)
@@ -394,6 +427,7 @@ impl Server {
                     method: p.method,
                     peer: p.peer,
                     body: p.body,
+                    authorization: p.authorization,
                     reply: Mutex::new(Some(p.reply)),
                 })
                 .collect(),
