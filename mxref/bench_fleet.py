@@ -24,7 +24,7 @@ the fleet. It then:
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
 
-``--grpc-impl native`` serves with the native gRPC (``mxref.native_grpc``); ``--native-clients``
+``--grpc-impl`` picks the server's gRPC (native, ``mxref.native_grpc``, by default; or grpcio); ``--native-clients``
 sends the heartbeats and the listings with ``mxref_native`` from this process, without the GIL
 (``NativeLister``, ``native_heartbeat_load``), so the same compiled load measures either server;
 ``--list-interval`` paces the listings under heartbeats.
@@ -54,6 +54,7 @@ import grpc
 
 from mxref import config
 from mxref.server import (
+    DEFAULT_GRPC_IMPL,
     GRPC_IMPLS,
     READY,
     SERVICE_NAME,
@@ -358,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="heartbeat connections")
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
-    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default="grpcio",
-                        help="the server's gRPC: grpcio (default) or native (mxref.native_grpc)")
+    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default=DEFAULT_GRPC_IMPL,
+                        help=f"the server's gRPC: native (mxref.native_grpc) or grpcio (default {DEFAULT_GRPC_IMPL})")
     parser.add_argument("--native-clients", action="store_true",
                         help="send the heartbeats and the listings with mxref_native from this process (no GIL): "
                              "the same compiled load against either --grpc-impl")

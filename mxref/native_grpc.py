@@ -1,4 +1,4 @@
-"""The metadata server on the native gRPC implementation (``mxref_native``: HTTP/2 and gRPC in Rust).
+"""The metadata server on the native gRPC implementation, its default (``mxref_native``: HTTP/2 and gRPC in Rust).
 
 Python's grpcio server hands every call to a pool thread and back, with its own call state,
 and on 2 cores tops out near 1-2k calls per second whatever the servicer costs (the servicer's

@@ -82,8 +82,11 @@ REPORTABLE_STATUSES = frozenset({INITIALIZING, READY, STALE})
 """Statuses a worker may set; UNKNOWN is only what an unset field reads as."""
 
 GRPC_IMPLS = ("grpcio", "native")
-"""How the metadata server speaks gRPC: grpcio (Python's gRPC, the default: TLS, tokens) or
-native (``mxref.native_grpc``: the calls framed in Rust, decided by the same servicer)."""
+"""How the metadata server speaks gRPC: native (``mxref.native_grpc``: the calls framed in Rust,
+decided by the same servicer) or grpcio (Python's gRPC)."""
+DEFAULT_GRPC_IMPL = "native"
+"""The metadata server's gRPC unless told (``--grpc-impl``): native, several times grpcio's calls
+per second on the same servicer (README: Server at fleet scale)."""
 
 SERVER_THREADS = 16
 RATE_LIMIT_DELAY_S = 0.25
@@ -1057,15 +1060,15 @@ def start_metadata_server(
     *,
     credentials: security.ServerCredentials | None = None,
     on_refused: Callable[[security.Refusal], None] | None = None,
-    grpc_impl: str = "grpcio",
+    grpc_impl: str = DEFAULT_GRPC_IMPL,
 ) -> tuple[Any, int]:
     """Serve ``servicer`` on ``host:port`` (``port=0`` picks one); returns (server, bound port).
     It answers ``mxref.v1.P2pService`` and ModelExpress's ``model_express.p2p.P2pService``
     (``mxref.mx_service``) over the same store. The server has ``stop(grace).wait(timeout)``.
 
     ``credentials`` (default plaintext): TLS and the bearer-token check (``mxref.security``);
-    ``on_refused`` hears of every call refused as unauthenticated. ``grpc_impl``: ``grpcio``
-    (the default) or ``native`` (``mxref.native_grpc``).
+    ``on_refused`` hears of every call refused as unauthenticated. ``grpc_impl``: ``native``
+    (the default, ``mxref.native_grpc``) or ``grpcio``.
     Raises ``LocalError`` when the address cannot be bound or the implementation cannot serve.
     """
     if grpc_impl not in GRPC_IMPLS:
@@ -1205,9 +1208,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                              "(ModelExpress's Redis key layout; mxref.redis_store)")
     parser.add_argument("--store-timeout", type=_seconds, default=1.0, metavar="SECONDS",
                         help="bound on one Redis socket operation (default 1; one retry)")
-    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default="grpcio",
-                        help="grpcio (default) or native: gRPC framed in Rust (mxref_native; TLS and the token too), "
-                             "several times the calls per second (README: Server at fleet scale)")
+    parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default=DEFAULT_GRPC_IMPL,
+                        help=f"native: gRPC framed in Rust (mxref_native), several times grpcio's calls per "
+                             f"second (README: Server at fleet scale); or grpcio, Python's (default {DEFAULT_GRPC_IMPL})")
     add_tls_server_args(parser)
     limits = parser.add_argument_group("limits (README: Server limits)")
     default = config.ServerLimits()
@@ -1305,14 +1308,14 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
         try:
             server, port = start_metadata_server(servicer, args.host, args.port, credentials=credentials,
                                                  on_refused=refusal_reporter(emit, metrics.server),
-                                                 grpc_impl=getattr(args, "grpc_impl", "grpcio"))
+                                                 grpc_impl=getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL))
         except LocalError as exc:
             logger.error("%s", exc)
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))
             return EXIT_STARTUP_FAILED
         try:
             emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port),
-                 grpc_impl=getattr(args, "grpc_impl", "grpcio"))
+                 grpc_impl=getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL))
             metrics_host = getattr(args, "metrics_host", None) or args.host
             try:
                 metrics_port = metrics.serve(args.metrics_port, metrics_host)

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from mxref.server import DEFAULT_GRPC_IMPL
+
 SMALL = ["--sources", "40", "--ranks", "4", "--identities", "2", "--silent", "4", "--idle-calls", "5",
          "--seconds", "1.5", "--clients", "2", "--window", "2"]
 
@@ -32,7 +34,7 @@ def test_the_fleet_bench_serves_heartbeats_and_lists(processes: str, flags: list
     beats = result["heartbeats_grpc"]
     assert isinstance(beats, dict) and beats["ok"] > 0 and beats["rejected"] == 0
     assert beats.get("processes", 0) == int(processes)
-    assert result["grpc_impl"] == (flags[flags.index("--grpc-impl") + 1] if flags else "grpcio")
+    assert result["grpc_impl"] == (flags[flags.index("--grpc-impl") + 1] if flags else DEFAULT_GRPC_IMPL)
     if "--rate" in flags:  # paced: about the rate asked for, not the server's ceiling (1.5 s at 200/s)
         assert 150 <= beats["ok"] <= 320, beats
     assert result["records"] == 160
