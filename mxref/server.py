@@ -667,13 +667,13 @@ class SourceQuery:
     def select(self, records: Iterable[SourceRecord], now_ms: int, heartbeat_timeout_s: float) -> list[SourceRecord]:
         """Matching records, READY ones only while fresh, newest first, at most ``limit``.
 
-        The same answer as filtering with ``matches`` and sorting by ``(-updated_at_ms,
-        mx_source_id, worker_id)``; each filter that is set is one pass, the order two stable sorts.
+        The same answer as filtering with ``matches`` and sorting in ``listing_order``; the stamp
+        floor and (READY) freshness are one pass (``first_kept_stamp``), each other filter that
+        is set one more.
         """
-        floor_ms, sid, status, model, rank = (
-            self.min_updated_at_ms, self.mx_source_id, self.status, self.model_name, self.worker_rank
-        )
-        chosen = [r for r in records if r.updated_at_ms >= floor_ms]
+        sid, status, model, rank = self.mx_source_id, self.status, self.model_name, self.worker_rank
+        first = self.first_kept_stamp(now_ms, heartbeat_timeout_s)
+        chosen = list(records) if first is None else [r for r in records if r.updated_at_ms >= first]
         if sid is not None:
             chosen = [r for r in chosen if r.mx_source_id == sid]
         if status is not None:
@@ -682,16 +682,12 @@ class SourceQuery:
             chosen = [r for r in chosen if r.identity.model_name == model]
         if rank is not None:
             chosen = [r for r in chosen if r.worker.worker_rank == rank]
-        if status == READY:  # is_fresh, inline (it runs once per candidate)
-            timeout_ms = heartbeat_timeout_s * 1000
-            chosen = [r for r in chosen if r.updated_at_ms > 0 and now_ms - r.updated_at_ms <= timeout_ms]
         if 0 < self.limit < len(chosen) // 4:
             # The newest ``limit`` all have a stamp >= the limit-th newest stamp: sort only those
             # (the stamps sort fast: a bucket is mostly in stamp order already).
             newest = sorted(map(_STAMP_ORDER, chosen))[-self.limit]
             chosen = [r for r in chosen if r.updated_at_ms >= newest]
-        chosen.sort(key=_NAME_ORDER)
-        chosen.sort(key=_STAMP_ORDER, reverse=True)  # stable: equal stamps keep the name order
+        chosen.sort(key=_LISTING_ORDER)
         return chosen[: self.limit] if self.limit > 0 else chosen
 
     def keeps_stamp(self, stamp_ms: int, now_ms: int, heartbeat_timeout_s: float) -> bool:
@@ -725,7 +721,6 @@ class SourceQuery:
         return chosen[: self.limit] if self.limit > 0 else chosen
 
 
-_NAME_ORDER = operator.attrgetter("mx_source_id", "worker_id")
 _STAMP_ORDER = operator.attrgetter("updated_at_ms")
 
 
