@@ -352,6 +352,7 @@ class Runner:
 
     def _teardown(self) -> None:
         self._tearing_down = True
+        self.timeline.append("info", "harness", "teardown", {})  # from here on, nothing is the scenario's doing
         self.clock.abort()
         self.nemesis.heal_all()
         if self.watchers.started:  # final scrape while everything is still up

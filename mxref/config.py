@@ -111,19 +111,22 @@ def server_address(env: Mapping[str, str] | None = None) -> str:
 # cma, hides a frozen source) plus the segment size that takes TCP from ~1.2 to
 # ~3.4 GB/s here. RX is raised together with TX: a source whose TX segment exceeds
 # a reader's RX aborts (see shared notes), so every peer must use the same profile.
+#
+# The TCP-only profiles also turn UCX's memory events off (``UCX_MEM_EVENTS=no``). UCX hooks
+# mmap, munmap and their kin when a process creates its first context, so that a registration
+# cache can drop pages the program unmaps; it patches each function's code, and in a process
+# that already runs threads (gRPC's, NIXL's listener) each patch waited ~50 ms here: the first
+# NIXL agent of a process took 0.43 s, of which 0.40 s was the hooks (strace: a sched_yield
+# loop between each patch's two mprotect calls), 0.03 s without them (2026-12-02, NIXL 1.5.1,
+# UCX 1.23). TCP registers nothing with a device and NIXL registers every buffer itself, so
+# there is no cache for the events to keep true. Profiles that can use RDMA or CUDA memory
+# keep UCX's default.
+TCP_ONLY_UCX = {"UCX_TLS": "tcp", "UCX_TCP_TX_SEG_SIZE": "512K", "UCX_TCP_RX_SEG_SIZE": "512K",
+                "UCX_MEM_EVENTS": "no"}
 TRANSPORT_PROFILES: dict[str, dict[str, str]] = {
-    "ucx-tcp": {
-        "UCX_TLS": "tcp",
-        "UCX_NET_DEVICES": "lo",
-        "UCX_TCP_TX_SEG_SIZE": "512K",
-        "UCX_TCP_RX_SEG_SIZE": "512K",
-    },
+    "ucx-tcp": {**TCP_ONLY_UCX, "UCX_NET_DEVICES": "lo"},
     # Several hosts in network namespaces: TCP on whatever device routes there.
-    "ucx-tcp-any": {
-        "UCX_TLS": "tcp",
-        "UCX_TCP_TX_SEG_SIZE": "512K",
-        "UCX_TCP_RX_SEG_SIZE": "512K",
-    },
+    "ucx-tcp-any": dict(TCP_ONLY_UCX),
     # GPU memory between processes of one host, still over TCP (cuda_copy stages it).
     "ucx-tcp-cuda": {
         "UCX_TLS": "tcp,cuda_copy",

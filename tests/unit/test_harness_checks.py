@@ -286,6 +286,17 @@ def test_listed_reads_the_last_status_at_the_moment() -> None:
     assert nobody.valid == "unknown"
 
 
+def test_listed_cannot_judge_a_moment_after_the_last_step() -> None:
+    """The teardown stops every source (STALE): a moment past its start judges the harness's
+    teardown, not the scenario, so it is unknown and says why, never a false FAIL."""
+    rows = [*STATUS, (2.05, "info", "harness", "mark", {"mark": "mid"}), (2.12, "info", "harness", "teardown", {})]
+    late = run("listed", {"at": {"mark": "mid"}, "after": "100ms", "not_ready": ["source-1"], "view": "server"}, rows)
+    assert late.valid == "unknown"
+    assert late.summary.startswith("at 2.150s the run was tearing down (from 2.120s")
+    before = run("listed", {"at": {"mark": "mid"}, "after": "60ms", "not_ready": ["source-1"], "view": "server"}, rows)
+    assert before.valid is True, before.summary
+
+
 def test_listed_source_view_counts_an_exited_source_as_not_ready() -> None:
     rows = [*BASE, (2.0, "info", "source-1", "process_exit", {"incarnation": 1, "rc": -9}), (2.5, "info", "harness", "mark", {"mark": "m"})]
     result = run("listed", {"at": {"mark": "m"}, "not_ready": ["source-1"], "view": "source"}, rows)
