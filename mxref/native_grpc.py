@@ -67,7 +67,8 @@ def native_available() -> str | None:
     try:
         import mxref_native  # noqa: F401
     except ImportError as exc:
-        return f"mxref_native is not installed ({exc}): pip install ./mxref/native (needs cargo)"
+        return (f"mxref_native is not installed ({exc}): pip install ./mxref/native (needs cargo; .ci/bootstrap does it), "
+                "or serve on Python's gRPC with --grpc-impl grpcio")
     return None
 
 

@@ -5,6 +5,7 @@ implementations in ``test_server.py`` and ``test_mx_service.py``.)"""
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -244,3 +245,16 @@ def test_tls_and_the_token_refuse_alike_on_both_implementations(tmp_path: Path, 
         assert len(refusals) == 3
     finally:
         server.stop(None).wait(5)
+
+
+def test_without_the_compiled_module_the_default_server_says_how_to_build_it_or_use_grpcio(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The native gRPC is the default: where ``mxref_native`` was never built, the server does not
+    start on something else unasked; it names both ways out."""
+    monkeypatch.setitem(sys.modules, "mxref_native", None)  # import raises ImportError
+    servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
+    with pytest.raises(LocalError, match=r"mxref_native is not installed.*pip install ./mxref/native.*--grpc-impl grpcio"):
+        start_metadata_server(servicer, "127.0.0.1", 0)
+    server, _port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="grpcio")
+    server.stop(None).wait(5)
