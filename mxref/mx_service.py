@@ -41,6 +41,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
+from mxref.wire import wire_bytes
 
 if TYPE_CHECKING:
     from mxref.server import P2pServicer, SourceRecord
@@ -90,7 +91,7 @@ class MxP2pService:
             name: grpc.unary_unary_rpc_method_handler(
                 functools.partial(self._serve, name),
                 request_deserializer=None,
-                response_serializer=_serialize,
+                response_serializer=wire_bytes,
             )
             for name in _RESPONSES
         }
@@ -98,7 +99,7 @@ class MxP2pService:
 
     def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Serve one call, answering with the response's bytes (a transport's entry point)."""
-        return _serialize(self._serve(method, raw, context))
+        return wire_bytes(self._serve(method, raw, context))
 
     def source_load(self, mx_source_id: str, worker_id: str) -> float | None:
         with self._loads_lock:
@@ -205,9 +206,3 @@ class _Entry:
         return cls(record, load, step, encoded)
 
 
-def _serialize(response: Any) -> bytes:
-    """A message serialized, or a listing's bytes as they are."""
-    if isinstance(response, bytes):
-        return response
-    data: bytes = response.SerializeToString()
-    return data

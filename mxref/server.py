@@ -59,6 +59,7 @@ from mxref.mx_service import MxP2pService
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
 from mxref.request_limits import ClientBuckets, RejectReason, RequestChecker, Violation
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.wire import wire_bytes
 from mxref.worker_server import REASON_METADATA_KEY, endpoint, start_grpc_server
 
 logger = logging.getLogger("mxref.server")
@@ -837,7 +838,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
 
     def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Serve one call, answering with the response's bytes (a transport's entry point)."""
-        return _encoded(self._serve(method, raw, context))
+        return wire_bytes(self._serve(method, raw, context))
 
     def serve_listing(self, raw: bytes, context: grpc.ServicerContext) -> list[SourceRecord]:
         """Serve one ``ListSources`` call (every check and count of ``serve``), answering with the
@@ -852,7 +853,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             name: grpc.unary_unary_rpc_method_handler(
                 functools.partial(self._serve, name),
                 request_deserializer=None,  # raw bytes: checked on the wire, parsed by _serve
-                response_serializer=_encoded,
+                response_serializer=wire_bytes,
             )
             for name in RPCS
         }
@@ -1012,24 +1013,17 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
 @dataclass(frozen=True)
 class Listing:
     """A ``ListSources`` answer as the records it lists, in order. On the wire it is their
-    ``SourceRecord.listed`` entries joined (no message is built); ``message`` parses that."""
+    ``SourceRecord.listed`` entries joined (no message is built; ``SerializeToString``, as a
+    message would, so ``mxref.wire`` sends it like one); ``message`` parses that."""
 
     records: list[SourceRecord]
 
-    def encoded(self) -> bytes:
+    def SerializeToString(self) -> bytes:
         return b"".join(map(_LISTED, self.records))
 
     def message(self) -> p2p_pb2.ListSourcesResponse:
-        message: p2p_pb2.ListSourcesResponse = p2p_pb2.ListSourcesResponse.FromString(self.encoded())
+        message: p2p_pb2.ListSourcesResponse = p2p_pb2.ListSourcesResponse.FromString(self.SerializeToString())
         return message
-
-
-def _encoded(response: Any) -> bytes:
-    """A response on the wire: a message serialized, or a ``Listing``'s entries."""
-    if isinstance(response, Listing):
-        return response.encoded()
-    data: bytes = response.SerializeToString()
-    return data
 
 
 def store_failure_response(method: str, request: Any, message: str) -> Any:
