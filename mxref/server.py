@@ -1301,18 +1301,18 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits)
     reaper = Reaper(store, timers, metrics=metrics.server)
     code, error = EXIT_OK, ""
+    grpc_impl = getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL)
     with StopSignals(stop) as signals:
         try:
             server, port = start_metadata_server(servicer, args.host, args.port, credentials=credentials,
                                                  on_refused=refusal_reporter(emit, metrics.server),
-                                                 grpc_impl=getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL))
+                                                 grpc_impl=grpc_impl)
         except LocalError as exc:
             logger.error("%s", exc)
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))
             return EXIT_STARTUP_FAILED
         try:
-            emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port),
-                 grpc_impl=getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL))
+            emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port), grpc_impl=grpc_impl)
             metrics_host = getattr(args, "metrics_host", None) or args.host
             try:
                 metrics_port = metrics.serve(args.metrics_port, metrics_host)

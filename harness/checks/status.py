@@ -120,7 +120,7 @@ def listed(p: ListedParams, h: History, run: RunFacts) -> CheckResult:
     if anchor is None:
         return CheckResult("unknown", f"reference point ({p.at.describe()}) never happened")
     moment = anchor.t + (p.after or 0.0)
-    teardown = next(iter(h.select(actor="harness", f="teardown")), None)
+    teardown = h.first(actor="harness", f="teardown")
     if teardown is not None and moment >= teardown.t:
         return CheckResult("unknown", f"at {moment:.3f}s the run was tearing down (from {teardown.t:.3f}s, after the "
                                       "last step): the scenario must last past the moment it judges (a sleep step)",
