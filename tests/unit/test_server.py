@@ -126,9 +126,9 @@ def make_stack(
     store: Store | None = None,
     clock: ManualClock | None = None,
     *,
+    grpc_impl: str,
     limits: ServerLimits | None = None,
     rate_clock: Callable[[], float] = time.monotonic,
-    grpc_impl: str = "grpcio",
 ) -> Generator[Stack, None, None]:
     clock = clock if clock is not None else ManualClock()
     events_path = tmp_path / "events.jsonl"
