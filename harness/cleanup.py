@@ -8,6 +8,10 @@ toxics named after the run), then the run's network of ``netns`` hosts goes (nam
 bridge: found by the names and link aliases derived from the run id, also for a run whose
 ledger entry is lost), and the run's ledger entry is removed. A lab (``harness.lab``) whose
 ``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
+
+Only the ledger entries that are ours are read (``harness.statedir``: a state directory that is
+not ours is refused), and a run folder an entry names gets its ``CRASHED`` note only if it is the
+folder the run made (``run_dir_id``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import lab, ledger, netns, procscan, ssh
+from harness import lab, ledger, netns, procscan, ssh, statedir
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -101,11 +105,25 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             if removed:
                 report.network.setdefault(rid, []).extend(removed)
         ledger.remove_entry(rid)
-        info = live_entries.get(rid) or {}
-        run_dir = info.get("run_dir")
-        if isinstance(run_dir, str) and Path(run_dir).is_dir():
-            with contextlib.suppress(OSError):
-                (Path(run_dir) / "CRASHED").write_text(
-                    f"the harness of this run died; swept {len(targets)} process(es) at {time.ctime()}\n"
-                )
+        _mark_crashed(live_entries.get(rid) or {}, len(targets))
     return report
+
+
+def _mark_crashed(info: dict[str, object], swept: int) -> None:
+    """A ``CRASHED`` note in the run folder the (verified, ours) ledger entry names, only if that
+    folder is still the one the run made (its device and inode, ``run_dir_id``) and ours: never
+    through a symlink, never over an existing file."""
+    run_dir = info.get("run_dir")
+    if not isinstance(run_dir, str):
+        return
+    fd = statedir.open_recorded_dir(Path(run_dir), info.get("run_dir_id"))
+    if fd is None:
+        return
+    try:
+        note = os.open("CRASHED", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        with os.fdopen(note, "w") as out:
+            out.write(f"the harness of this run died; swept {swept} process(es) at {time.ctime()}\n")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

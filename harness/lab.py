@@ -15,14 +15,18 @@ loses its carrier but keeps its address and routes (an admin-down ``data0`` woul
 routes, so sends fail at once instead of going nowhere), and ``rate`` shapes what leaves by it. ``tok`` is 8 hex digits of the lab's state dir (one lab per state dir:
 ``$MXCHAOS_STATE_DIR/lab``, default ``/tmp/mxchaos-<uid>/lab``); ``M``/``D`` are a pair of /24s of
 ``10.214.0.0/16`` no root-namespace interface or route uses. The state dir holds the client key
-(``id_ed25519``), ``authorized_keys``, ``known_hosts`` (every host key, so ssh checks strictly),
-and per host its generated host key, ``sshd_config``, pid file, log and remote work dir;
-``lab.json`` records it all (``status: building`` until the lab is up).
+(``id_ed25519``), ``known_hosts`` (every host key, so ssh checks strictly), and per host its
+generated host key, ``sshd_config``, pid file, log and remote work dir; ``lab.json`` records it all
+(``status: building`` until the lab is up), sshd's pid and start time included. The state dir is
+checked as the harness's state is (``harness.statedir``: ours, 0700, no symlink on the way; a
+folder that is not is refused, by ``up`` and ``down`` alike). sshd runs with ``StrictModes``: the
+key it accepts is in ``/run/mxchaos/lab-keys/<tok>/authorized_keys`` (root's, 0600, in folders no
+one else can write: sshd refuses one under a world-writable folder such as ``/tmp``).
 
-``down()`` kills every process inside the lab's namespaces (sshd and anything a run left),
-deletes the namespaces, then the veths and bridges (found by name and by their link alias
-``mxchaos-lab <state dir>``, so a lost ``lab.json`` still goes), then the state dir with its
-keys. ``abandoned()`` is what ``mxchaos cleanup`` removes: a lab whose ``lab up`` died while
+``down()`` kills every process inside the lab's namespaces (sshd and anything a run left) and the
+sshd processes ``lab.json`` recorded (pid and start time both matching), deletes the namespaces,
+then the veths and bridges (found by name and by their link alias ``mxchaos-lab <state dir>``, so a
+lost ``lab.json`` still goes), then the state dir with its keys (never through a symlink). ``abandoned()`` is what ``mxchaos cleanup`` removes: a lab whose ``lab up`` died while
 building it. Every command is bounded.
 """
 
@@ -46,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from harness import ledger, netns, procscan
+from harness import netns, procscan, statedir
 from harness.errors import HarnessError
 
 __all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "status", "up"]
@@ -59,15 +63,29 @@ FIRST_HOST = 10
 MAX_HOSTS = 32
 CMD_TIMEOUT_S = 20.0
 SSHD_READY_S = 10.0
+KEYS_ROOT = Path("/run/mxchaos/lab-keys")  # authorized_keys, where sshd's StrictModes accepts it
 
 
 def lab_dir() -> Path:
-    """The lab's state dir (next to the run ledger)."""
-    return ledger.ledger_dir().parent / "lab"
+    """The lab's state dir (``lab/`` of the harness's state directory; not checked here)."""
+    return statedir.base() / "lab"
+
+
+def _checked(state: Path | None, *, create: bool = False) -> Path:
+    """The lab's state dir, absolute and checked (``harness.statedir``): StateDirError when it, or
+    a folder on its way, is not ours or a symlink; made 0700 with ``create``."""
+    path = Path(os.path.abspath(state or lab_dir()))
+    statedir.ensure_dir(path.parent, create=create)
+    statedir.ensure_dir(path, create=create)
+    return path
 
 
 def _token(state: Path) -> str:
-    return hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:8]
+    return hashlib.sha256(str(state).encode()).hexdigest()[:8]
+
+
+def _keys_dir(state: Path) -> Path:
+    return KEYS_ROOT / _token(state)
 
 
 @dataclass(frozen=True)
@@ -121,18 +139,18 @@ def _state_file(state: Path) -> Path:
 
 
 def status(state: Path | None = None) -> dict[str, Any] | None:
-    """The recorded lab (``lab.json``), or None when there is none."""
+    """The recorded lab (``lab.json``, only a regular file of ours in a state dir of ours), or None
+    when there is none. StateDirError when the state dir is not ours."""
+    state = _checked(state)
     try:
-        info = json.loads(_state_file(state or lab_dir()).read_text())
-    except (OSError, ValueError):
+        info = json.loads(statedir.read_owned(_state_file(state)))
+    except (OSError, ValueError, statedir.StateDirError):
         return None
     return info if isinstance(info, dict) else None
 
 
 def _write_state(state: Path, info: dict[str, Any]) -> None:
-    tmp = state / ".lab.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, _state_file(state))
+    statedir.replace(_state_file(state), json.dumps(info, indent=2).encode())
 
 
 def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = None) -> dict[str, Any]:
@@ -141,15 +159,13 @@ def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = No
         raise HarnessError(f"lab up --hosts: between 1 and {MAX_HOSTS} (got {hosts})")
     if os.geteuid() != 0:
         raise HarnessError("lab up needs root (it creates network namespaces and runs sshd)")
-    state = (state or lab_dir()).resolve()
+    state = _checked(state, create=True)
     if status(state) is not None or [x for x in leftovers(state) if not x.startswith("dir ")]:
         raise HarnessError(f"lab: one is already up (state {state}); run `mxchaos lab down` first")
     sshd = _sshd()
     for tool in ("ssh", "ssh-keygen"):
         if shutil.which(tool) is None:
             raise HarnessError(f"lab: no `{tool}` (install the openssh-client package)")
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(state, 0o700)
     tok = _token(state)
     mgmt, data = _pick_subnets()
     info: dict[str, Any] = {
@@ -177,7 +193,9 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
            mgmt: ipaddress.IPv4Network, data: ipaddress.IPv4Network) -> None:
     tok, alias = info["token"], f"{ALIAS_PREFIX}{state}"
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mxchaos-lab", "-f", str(state / "id_ed25519")])
-    (state / "authorized_keys").write_text((state / "id_ed25519.pub").read_text())
+    keys = statedir.ensure_dir(_keys_dir(state))
+    assert keys is not None
+    statedir.write_new(keys / "authorized_keys", statedir.read_owned(state / "id_ed25519.pub"), 0o600)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir (Debian)
     for bridge, net in ((info["mgmt_bridge"], mgmt), (info["data_bridge"], data)):
         _run(["ip", "link", "add", bridge, "type", "bridge"])
@@ -189,8 +207,8 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
         name = f"h{i}"
         host = LabHost(name, i, f"mxl{tok}-{name}", str(mgmt.network_address + FIRST_HOST + i),
                        str(data.network_address + FIRST_HOST + i), state / "hosts" / name)
-        host.directory.mkdir(parents=True, exist_ok=True)
-        (host.directory / "work").mkdir(exist_ok=True)
+        for folder in (state / "hosts", host.directory, host.directory / "work"):
+            statedir.ensure_dir(folder)
         _run(["ip", "netns", "add", host.netns])
         for prefix, inner, bridge in (("lm", MGMT_LINK, info["mgmt_bridge"]), ("ld", CABLE_LINK, info["data_bridge"])):
             veth = f"{prefix}{tok}-{i}"
@@ -207,17 +225,18 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
         _run(["ip", "-n", host.netns, "link", "set", "dev", "lo", "up"])
         key = host.directory / "ssh_host_ed25519_key"
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"mxchaos-lab-{name}", "-f", str(key)])
-        host.config.write_text(_sshd_config(host, state))
+        statedir.write_new(host.config, _sshd_config(host, state).encode(), 0o600)
         _run([sshd, "-t", "-f", str(host.config)])
         _run(["ip", "netns", "exec", host.netns, sshd, "-f", str(host.config), "-E", str(host.directory / "sshd.log")])
         pid = _await_sshd(host)
+        start = procscan.proc_start_time(pid)
         public = (host.directory / "ssh_host_ed25519_key.pub").read_text().split()
         known.append(f"{host.mgmt_address} {public[0]} {public[1]}")
         info["hosts"][name] = {"netns": host.netns, "mgmt_address": host.mgmt_address, "data_address": host.data_address,
-                               "data_device": CABLE_LINK, "sshd_pid": pid, "dir": str(host.directory),
+                               "data_device": CABLE_LINK, "sshd_pid": pid, "sshd_start": start, "dir": str(host.directory),
                                "work_dir": str(host.directory / "work")}
         _write_state(state, info)
-    (state / "known_hosts").write_text("\n".join(known) + "\n")
+    statedir.write_new(state / "known_hosts", ("\n".join(known) + "\n").encode(), 0o644)
 
 
 def _sshd_config(host: LabHost, state: Path) -> str:
@@ -225,13 +244,13 @@ def _sshd_config(host: LabHost, state: Path) -> str:
         f"ListenAddress {host.mgmt_address}:{SSH_PORT}",
         f"HostKey {host.directory / 'ssh_host_ed25519_key'}",
         f"PidFile {host.pid_file}",
-        f"AuthorizedKeysFile {state / 'authorized_keys'}",
+        f"AuthorizedKeysFile {_keys_dir(state) / 'authorized_keys'}",
         "PermitRootLogin prohibit-password",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
         "UsePAM no",
-        "StrictModes no",
+        "StrictModes yes",
         "X11Forwarding no",
         "PrintMotd no",
         "MaxSessions 128",  # one multiplexed connection carries every process and events tail
@@ -308,32 +327,33 @@ def _lab_links(state: Path, tok: str) -> list[str]:
 
 
 def leftovers(state: Path | None = None) -> list[str]:
-    """What of the lab still exists: namespaces, links, sshd processes, the state dir."""
-    state = (state or lab_dir()).resolve()
+    """What of the lab still exists: namespaces, links, recorded sshd processes, the state dir and
+    the authorized_keys folder. StateDirError when the state dir is not ours."""
+    state = _checked(state)
     tok = _token(state)
     found = [f"netns {ns}" for ns in _lab_namespaces(tok)] + [f"link {n}" for n in _lab_links(state, tok)]
     found += [f"sshd pid {pid}" for pid in _lab_sshd_pids(state)]
-    if state.exists():
-        found.append(f"dir {state}")
+    found += [f"dir {folder}" for folder in (state, _keys_dir(state)) if os.path.lexists(folder)]
     return found
 
 
 def _lab_sshd_pids(state: Path) -> list[int]:
-    """sshd processes started with a config file under ``state`` (found by their command line)."""
+    """The sshd processes ``lab.json`` recorded that still run (pid and start time both match: a
+    pid the kernel gave to another process since is not ours)."""
+    info = status(state) or {}
+    hosts = info.get("hosts")
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if argv and argv[0].endswith(b"sshd") and any(a.startswith(str(state).encode() + b"/") for a in argv):
-                pids.append(int(entry.name))
+    for host in hosts.values() if isinstance(hosts, dict) else ():
+        pid, start = (host.get("sshd_pid"), host.get("sshd_start")) if isinstance(host, dict) else (None, None)
+        if isinstance(pid, int) and isinstance(start, int) and procscan.proc_start_time(pid) == start and _alive(pid):
+            pids.append(pid)
     return pids
 
 
 def down(state: Path | None = None) -> list[str]:
-    """Remove the lab (idempotent); returns what went. HarnessError listing what would not go."""
-    state = (state or lab_dir()).resolve()
+    """Remove the lab (idempotent); returns what went. HarnessError listing what would not go;
+    StateDirError (before anything is touched) when the state dir is not ours or a symlink."""
+    state = _checked(state)
     tok = _token(state)
     removed: list[str] = []
     for ns in _lab_namespaces(tok):  # everything inside: sshd, its sessions, anything a run left
@@ -357,10 +377,10 @@ def down(state: Path | None = None) -> list[str]:
         if not _lab_links(state, tok) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    if state.exists():
-        shutil.rmtree(state, ignore_errors=True)
-        removed.append(f"dir {state}")
-    left = [x for x in leftovers(state) if not x.startswith("sshd pid") or _alive(int(x.split()[-1]))]
+    for folder in (state, _keys_dir(state)):
+        if statedir.remove_tree(folder):
+            removed.append(f"dir {folder}")
+    left = leftovers(state)
     if left:
         raise HarnessError(f"lab down: could not remove {', '.join(left)}")
     return removed
@@ -422,9 +442,13 @@ def _cmd_down(args: Any) -> int:
 
 
 def _cmd_status(args: Any) -> int:
-    info = status()
+    try:
+        info = status()
+        left = leftovers() if info is None else []
+    except HarnessError as exc:
+        print(f"mxchaos lab status: {exc}", file=sys.stderr)
+        return 1
     if info is None:
-        left = leftovers()
         print("no lab" + (f" (leftovers: {', '.join(left)}; run `mxchaos lab down`)" if left else ""))
         return 1
     print(json.dumps(info, indent=2))

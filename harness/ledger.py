@@ -12,20 +12,20 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import secrets
 from pathlib import Path
 from typing import Any
 
+from harness import statedir
+
 __all__ = ["entries", "ledger_dir", "new_run_id", "read_entry", "recorded_toxiproxy_api", "remove_entry", "write_entry"]
 
 
-def ledger_dir() -> Path:
-    """Where live runs are registered (one JSON file each, removed when a run ends)."""
-    base = os.environ.get("MXCHAOS_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"mxchaos-{os.getuid()}"
-    )
-    return Path(base) / "runs"
+def ledger_dir(*, create: bool = True) -> Path:
+    """Where live runs are registered (one JSON file each, removed when a run ends): ``runs/`` of
+    the state directory, checked (``harness.statedir``; StateDirError when it is not ours)."""
+    folder = statedir.subdir("runs", create=create)
+    return folder if folder is not None else statedir.base() / "runs"
 
 
 def new_run_id(scenario: str) -> str:
@@ -34,34 +34,36 @@ def new_run_id(scenario: str) -> str:
 
 
 def write_entry(run_id: str, info: dict[str, Any]) -> None:
-    """Register (or update) a live run; written whole to a temporary name, then renamed, so a
-    reader never sees half an entry. Best effort: a run without a ledger is still swept by the
+    """Register (or update) a live run; written whole to a fresh file (``O_EXCL|O_NOFOLLOW``),
+    then renamed, so a reader never sees half an entry. A state directory that is not ours is a
+    StateDirError; other failures are let go: a run without a ledger is still swept by the
     ``MXCHAOS_RUN_ID`` its processes carry."""
+    folder = ledger_dir()
     with contextlib.suppress(OSError):
-        folder = ledger_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{run_id}.json.{os.getpid()}"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, folder / f"{run_id}.json")
+        statedir.replace(folder / f"{_name(run_id)}.json", json.dumps(info).encode())
 
 
 def remove_entry(run_id: str) -> None:
-    with contextlib.suppress(OSError):
-        (ledger_dir() / f"{run_id}.json").unlink()
+    """Drop a run's entry (nothing when there is none, or no state directory of ours)."""
+    with contextlib.suppress(OSError, ValueError, statedir.StateDirError):
+        (ledger_dir(create=False) / f"{_name(run_id)}.json").unlink()
 
 
 def read_entry(run_id: str) -> dict[str, Any] | None:
+    """A run's entry, only if it is a regular file we own holding a JSON object (a symlink, a
+    file someone else made or a damaged one is no entry)."""
     try:
-        info = json.loads((ledger_dir() / f"{run_id}.json").read_text())
-    except (OSError, ValueError):
+        info = json.loads(statedir.read_owned(ledger_dir(create=False) / f"{_name(run_id)}.json"))
+    except (OSError, ValueError, statedir.StateDirError):
         return None
     return info if isinstance(info, dict) else None
 
 
 def entries() -> dict[str, dict[str, Any]]:
-    """Every registered run: run id -> its entry (unreadable entries are skipped)."""
+    """Every registered run: run id -> its entry (entries that are not ours or unreadable are
+    skipped). StateDirError when the state directory is not ours."""
     out: dict[str, dict[str, Any]] = {}
-    folder = ledger_dir()
+    folder = ledger_dir(create=False)
     if not folder.is_dir():
         return out
     for path in sorted(folder.glob("*.json")):
@@ -69,6 +71,13 @@ def entries() -> dict[str, dict[str, Any]]:
         if info is not None:
             out[path.stem] = info
     return out
+
+
+def _name(run_id: str) -> str:
+    """A run id as a file name: one path component, never a way out of the ledger."""
+    if not run_id or "/" in run_id or run_id in (".", "..") or "\0" in run_id:
+        raise ValueError(f"not a run id: {run_id!r}")
+    return run_id
 
 
 def recorded_toxiproxy_api(run_id: str) -> str | None:

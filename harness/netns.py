@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import procscan
+from harness import procscan, statedir
 from harness.errors import HostError
 from harness.host import ExecResult, LocalHost, LocalProc
 from harness.ports import try_lock
@@ -159,12 +159,12 @@ SUBNET_LOCK_DIR = Path("/run/mxchaos/subnets")  # machine-wide, whatever MXCHAOS
 
 def _lock_dir() -> Path:
     """Subnets are a resource of the machine, not of one state dir: one folder for every harness."""
-    try:
-        SUBNET_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    try:  # both checked as the state directory is (harness.statedir): ours, no symlink
+        statedir.ensure_dir(SUBNET_LOCK_DIR)
         return SUBNET_LOCK_DIR
-    except OSError:
-        path = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"mxchaos-{os.getuid()}" / "subnets"
-        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, statedir.StateDirError):  # not root: /run is not ours
+        path = statedir.default_base() / "subnets"
+        statedir.ensure_dir(path)
         return path
 
 

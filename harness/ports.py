@@ -3,7 +3,7 @@
 Scenario processes never need this: they bind port 0 and report the port in a
 ``listening`` event. When the harness has to hand a port to a program that cannot report
 its own, ``lease_port()`` asks the kernel for a free one (bind to port 0) and takes an
-exclusive ``flock`` on ``<state dir>/ports/<port>.lock`` before releasing the socket, so two
+exclusive ``flock`` on ``<state dir>/ports/<port>.lock`` (``harness.statedir``) before releasing the socket, so two
 harnesses (pytest-xdist workers, parallel CI jobs) never hand out the same port; the lock is
 held until the lease is released.
 """
@@ -16,22 +16,23 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import statedir
+
 __all__ = ["PortLease", "lease_port", "try_lock"]
 
 
 def _lock_dir() -> Path:
-    base = os.environ.get("MXCHAOS_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"mxchaos-{os.getuid()}"
-    )
-    path = Path(base) / "ports"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """``ports/`` of the state directory, checked (``harness.statedir``)."""
+    folder = statedir.subdir("ports")
+    assert folder is not None
+    return folder
 
 
 def try_lock(path: Path) -> int | None:
-    """An exclusive, non-blocking flock on ``path`` (created if needed): the open descriptor
-    (closing it releases the lock, also when the process dies), or None if someone holds it."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    """An exclusive, non-blocking flock on ``path`` (created 0600 if needed; never through a
+    symlink: ``statedir.open_lock``): the open descriptor (closing it releases the lock, also when
+    the process dies), or None if someone holds it."""
+    fd = statedir.open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

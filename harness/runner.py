@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh
+from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh, statedir
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.inventory import Inventory
@@ -242,6 +242,7 @@ class Runner:
             "scenario": sc.name,
             "scenario_path": str(sc.path) if sc.path else None,
             "run_dir": str(self.run_dir),
+            "run_dir_id": statedir.dir_identity(self.run_dir),  # cleanup writes there only if it is still this folder
             "harness_pid": self.who.pid,
             "harness_start": self.who.start,
             "ssh": self.inventory is not None,  # its faults may reach inventory machines (harness.ssh_sweep)
