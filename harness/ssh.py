@@ -115,6 +115,7 @@ class SshProc:
 
 
 PLUMBING_ENV = "MXCHAOS_SSH_RUN_ID"  # the harness's ssh clients and remote helpers of a run
+RUN_MARKER = ".mxchaos-run"  # in each per-run folder the harness made: its run id (what the sweep checks)
 CONTROL_ROOT = Path("/tmp")  # short: a control socket's path must fit a unix socket name (~104 bytes)
 
 
@@ -255,8 +256,12 @@ class SshHost:
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Connect (the master), make the per-run folder, probe the clock."""
-        self._checked(f"mkdir -p {shlex.quote(self.remote_dir)}/procs {shlex.quote(self.remote_dir)}/files", "connecting")
+        """Connect (the master), make the per-run folder (a new one: ``mkdir`` fails on one that
+        exists) with its marker ``RUN_MARKER`` holding the run id, probe the clock."""
+        work, run = shlex.quote(self.machine.work_dir), shlex.quote(self.remote_dir)
+        marker = shlex.quote(f"{self.remote_dir}/{RUN_MARKER}")
+        self._checked(f"mkdir -p {work} && mkdir {run} && printf '%s\\n' {shlex.quote(self.run_id)} > {marker} "
+                      f"&& mkdir {run}/procs {run}/files", "connecting")
         self.clock = {"start": self.probe_clock()}
         self.shell.run("true", timeout=self.machine.connect_timeout + 10)  # started now, not by the first fault
         commands.REMOTE[self.netns] = self.run_privileged
@@ -375,7 +380,8 @@ class SshHost:
         """The per-run folder's files (but the copies pushed to it) into the run folder, one tar
         stream; events files already mirrored are overwritten by the host's full copy."""
         quoted = shlex.quote(self.remote_dir)
-        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files -cf - ."], env=self.local_env,
+        with subprocess.Popen([*self.ssh_argv(), f"tar -C {quoted} --exclude=./files --exclude=./{RUN_MARKER} -cf - ."],
+                              env=self.local_env,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as source:
             untar = subprocess.run(["tar", "-C", str(self.run_dir), "-xf", "-"], stdin=source.stdout, capture_output=True,
                                    timeout=FETCH_TIMEOUT_S, check=False)
@@ -392,7 +398,9 @@ class SshHost:
     # ------------------------------------------------------------------ files
 
     def _push(self, local: str) -> str:
-        """Copy a local file to the host's per-run folder (once per run); its remote path."""
+        """Copy a local file to the host's per-run folder (once per run); its remote path. The copy
+        is 0600 and any folder made for it 0700, whatever the host's umask: it may be the run's
+        token or TLS key."""
         with self._lock:
             if local in self._pushed:
                 return self._pushed[local]
@@ -405,7 +413,8 @@ class SshHost:
         size = path.stat().st_size
         quoted = shlex.quote(target)
         with open(path, "rb") as src:
-            done = self.run_remote(f"mkdir -p $(dirname {quoted}) && cat > {quoted}.part && mv {quoted}.part {quoted}",
+            done = self.run_remote(f"umask 077 && mkdir -p \"$(dirname {quoted})\" && cat > {quoted}.part && chmod 600 {quoted}.part "
+                                   f"&& mv {quoted}.part {quoted}",
                                    timeout=30 + size / 20e6, stdin=src)
         if done.rc != 0:
             raise HostError(f"{self.name}: copying {local} to {target} failed: {done.stderr.strip()[-200:]}")

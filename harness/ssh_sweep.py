@@ -11,7 +11,10 @@ or every run with ``all_runs``:
 - our ``tbf`` qdisc (handle ``1de:``) on the data device is deleted and a data device left down
   is set up again, only when no live run of this harness's machine may use that machine
   (``may_use``: neither carries a run id);
-- per-run folders ``<work_dir>/<run id>`` of runs that are not live are removed.
+- per-run folders ``<work_dir>/<run id>`` of runs that are not live are removed, only those the
+  harness made: a folder (no symlink) owned by the ssh user holding the marker ``SshHost.open``
+  wrote (``.mxchaos-run``, a regular file of that user's naming the folder); checked again, on the
+  host, in the command that removes it. Anything else in ``work_dir`` is left alone.
 
 A machine that does not answer is reported by name, within its connect timeout; the others are
 swept anyway.
@@ -30,7 +33,7 @@ from harness import ledger, netns, procscan
 from harness.errors import HarnessError
 from harness.faults.netns import QDISC_HANDLE
 from harness.inventory import Inventory, Machine
-from harness.ssh import SshHost
+from harness.ssh import RUN_MARKER, SshHost
 
 __all__ = ["MachineSweep", "live_runs", "may_use", "sweep_inventory"]
 
@@ -89,6 +92,11 @@ def sweep_inventory(inventory: Inventory, *, run_id: str | None = None, all_runs
     return results
 
 
+# on the host, in work_dir: succeeds for a folder the harness made (``SshHost.open``)
+_MADE = (f'[ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -f "$d/{RUN_MARKER}" ] && [ ! -L "$d/{RUN_MARKER}" ] '
+         f'&& [ -O "$d/{RUN_MARKER}" ] && [ "$(cat "$d/{RUN_MARKER}")" = "$d" ]')
+
+
 def _dead(rid: str, live: set[str], run_id: str | None) -> bool:
     return rid == run_id if run_id is not None else rid not in live
 
@@ -138,10 +146,12 @@ def _sweep_machine(host: SshHost, live: set[str], busy: bool, run_id: str | None
                 host.run_privileged(["ip", "link", "set", "dev", device, "up"], 10.0)
             result.removed.append(f"{verb}set {device} up")
     work = shlex.quote(host.machine.work_dir)
-    done = host.run_remote(f"ls -1 {work} 2>/dev/null", timeout=host.machine.connect_timeout + 10)
+    done = host.run_remote(f'cd {work} 2>/dev/null || exit 0; for d in *; do {_MADE} && printf "%s\\n" "$d"; done; true',
+                           timeout=host.machine.connect_timeout + 10)
     for entry in done.stdout.split():
-        if _dead(entry, live, run_id) and entry.count("-") >= 2:  # <scenario>-<stamp>-<hex>
+        if _dead(entry, live, run_id):
             if not dry_run:
                 with contextlib.suppress(HarnessError):
-                    host.run_remote(f"rm -rf {work}/{shlex.quote(entry)}", timeout=host.machine.connect_timeout + 30)
+                    host.run_remote(f"cd {work} && d={shlex.quote(entry)} && {_MADE} && rm -rf -- \"$d\"",
+                                    timeout=host.machine.connect_timeout + 30)
             result.removed.append(f"{verb}remove {host.machine.work_dir}/{entry}")

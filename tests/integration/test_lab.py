@@ -1,6 +1,9 @@
 """``mxchaos lab up`` / ``lab down`` with real namespaces and a real OpenSSH sshd per host:
 the hosts answer ssh with strict host-key checking on their management address, reach each
-other on the data network, and ``lab down`` leaves no namespace, link, sshd or key behind."""
+other on the data network, and ``lab down`` leaves no namespace, link, sshd or key behind.
+Hostile state: ``lab down`` follows no symlinked lab folder and kills no sshd it did not record;
+copies of a run's secrets pushed to an ssh host are 0600 there, and ``cleanup --inventory``
+removes only the per-run folders the harness made."""
 
 from __future__ import annotations
 
@@ -8,14 +11,17 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness import cleanup, lab
+from harness import cleanup, lab, pki, ssh_sweep
 from harness.errors import HarnessError
-from harness.inventory import Machine, load_inventory
+from harness.inventory import Inventory, Machine, load_inventory
+from harness.ssh import SshHost
+from harness.statedir import StateDirError
 
 pytestmark = [
     pytest.mark.integration,
@@ -91,3 +97,96 @@ def test_down_finds_a_lab_whose_record_is_lost(state: Path) -> None:
     (state / "lab.json").unlink()  # by the names and link aliases derived from the state dir
     lab.down(state)
     assert lab.leftovers(state) == []
+
+
+# ---------------------------------------------------------------------------- hostile state (harness.statedir)
+
+
+def test_down_refuses_a_symlinked_lab_folder_and_touches_nothing_behind_it(state: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me\n")
+    state.symlink_to(victim)  # `lab down` used to resolve it and rmtree the target
+    with pytest.raises(StateDirError, match="symbolic link"):
+        lab.down(state)
+    assert (victim / "precious").read_text() == "keep me\n"
+    assert state.is_symlink()
+
+
+def test_down_kills_only_the_sshd_it_recorded(state: Path) -> None:
+    state.mkdir(mode=0o700)
+    # a process that looks like a lab sshd (named sshd, a path under the lab's folder in its
+    # command line) but that the lab never started: `lab down` used to SIGKILL it
+    bystander = subprocess.Popen(["bash", "-c", f"exec -a {state}/sshd sleep 300"])
+    try:
+        time.sleep(0.2)  # exec done (bounded: a test of what is left alone, not of timing)
+        lab.down(state)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait(10)
+
+
+def _crashed_ssh_run(state: Path, tmp_path: Path, run_id: str) -> tuple[Inventory, SshHost, pki.RunCredentials]:
+    """A lab of one host, and an ssh run on it whose harness "crashed" after opening the host (its
+    per-run folder stays there): the host, and the run's credentials (TLS key, token)."""
+    old_umask = os.umask(0o022)  # the lab's sshd (and so every remote command) inherits it: files 0644 by default
+    try:
+        lab.up(1, inventory_out=tmp_path / "inv.yaml", state=state)
+    finally:
+        os.umask(old_umask)
+    inventory = load_inventory(tmp_path / "inv.yaml")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    creds = pki.generate(run_dir, tls=True, token=True)
+    host = SshHost("h1", "h1", inventory.machines["h1"], run_id, run_dir)
+    host.open()
+    return inventory, host, creds
+
+
+def test_pushed_secrets_are_0600_on_the_host(state: Path, tmp_path: Path) -> None:
+    _inventory, host, creds = _crashed_ssh_run(state, tmp_path, "pushed-20260101T000000-a1b2c3")
+    modes = {}
+    try:
+        for local in (creds.token, creds.server_key):
+            assert local is not None
+            remote = host._push(str(local))
+            modes[local.name] = host.run_remote(f"stat -c %a {remote} $(dirname {remote})", timeout=15).stdout.split()
+    finally:
+        host.close()
+    assert modes == {"token": ["600", "700"], "server.key": ["600", "700"]}
+
+
+def test_inventory_cleanup_removes_only_the_run_folders_it_made(state: Path, tmp_path: Path) -> None:
+    run_id = "crashed-20260101T000000-a1b2c3"
+    inventory, host, _creds = _crashed_ssh_run(state, tmp_path, run_id)
+    host.shell.close()  # the harness "crashes": its per-run folder stays on the host
+    host.close_master()
+    machine = inventory.machines["h1"]
+    work = Path(machine.work_dir)  # the lab's hosts share this machine's file system
+    ours = work / run_id
+    assert ours.is_dir()
+    planted = []
+    for name in ("copied-20260101T000000-000001", "forged-20260101T000000-000002"):
+        planted.append(work / name)
+        (work / name).mkdir()
+        (work / name / "precious").write_text("keep me\n")
+        (work / name / ".mxchaos-run").write_text(f"{name}\n")  # a marker that names it, but not one we wrote
+    os.chown(work / "forged-20260101T000000-000002", 65534, 65534)
+    os.chown(work / "forged-20260101T000000-000002" / ".mxchaos-run", 65534, 65534)
+    (work / "copied-20260101T000000-000001" / ".mxchaos-run").unlink()  # run-looking, no marker at all
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me\n")
+    (work / "linked-20260101T000000-000003").symlink_to(victim)
+
+    # one run id at a time (as `cleanup --inventory --run-id`): the lab's hosts share this machine's
+    # processes, and a sweep of every dead run would also reach other harnesses' leftovers here
+    for folder in [*planted, work / "linked-20260101T000000-000003"]:
+        swept = ssh_sweep.sweep_inventory(inventory, run_id=folder.name)
+        assert [(m.error, m.removed) for m in swept] == [(None, [])]
+    swept = ssh_sweep.sweep_inventory(inventory, run_id=run_id)
+    assert [(m.error, m.removed) for m in swept] == [(None, [f"remove {machine.work_dir}/{run_id}"])]
+    assert not ours.exists()
+    assert all((folder / "precious").exists() for folder in planted)
+    assert (victim / "precious").exists() and (work / "linked-20260101T000000-000003").is_symlink()
