@@ -349,8 +349,13 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from harness.cleanup import sweep
+    from harness.statedir import StateDirError
 
-    report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    try:
+        report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    except StateDirError as refused:  # a state directory that is not ours: nothing of it is trusted
+        print(f"mxchaos cleanup: {refused}", file=sys.stderr)
+        return EXIT_INVALID
     remote_failed = False
     if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
         from harness.inventory import InventoryInvalid, load_inventory

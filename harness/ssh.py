@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from harness import netns, procscan
+from harness import netns, procscan, statedir
 from harness.capabilities import Hardware, hardware_lacks
 from harness.errors import FaultError, HarnessError, HostError
 from harness.faults import commands
@@ -138,7 +138,8 @@ def sweep_local(run_id: str) -> list[str]:
                 os.kill(pid, signal.SIGKILL)
                 removed.append(f"ssh client pid {pid}")
     for folder in CONTROL_ROOT.glob(f"mxc-ssh-{netns.token(run_id)}-*"):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, statedir.StateDirError):
+            statedir.ensure_dir(folder, create=False)  # only a folder of ours, never through a symlink
             for leftover in folder.iterdir():
                 leftover.unlink()
             folder.rmdir()
@@ -185,7 +186,7 @@ class SshHost:
 
     def ssh_argv(self, *, tty: bool = False) -> list[str]:
         m = self.machine
-        self._control_dir.mkdir(mode=0o700, exist_ok=True)
+        statedir.ensure_dir(self._control_dir)  # ours, 0700, no symlink: never a socket folder someone else made
         argv = ["ssh", "-p", str(m.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(m.connect_timeout))}",
                 "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3", "-o", "ControlMaster=auto",
                 "-o", f"ControlPath={self._control_dir}/%C", "-o", f"ControlPersist={CONTROL_PERSIST_S}",

@@ -184,3 +184,24 @@ def test_cleanup_does_not_write_into_a_folder_of_another_user(state: Path, tmp_p
     _crashed_run(theirs, "theirs-20260101T000000-000005", identity)
     cleanup.sweep(run_id="theirs-20260101T000000-000005", wait=0.5)
     assert list(theirs.iterdir()) == []
+
+
+def test_an_ssh_control_folder_someone_else_made_is_refused_and_never_swept_through(tmp_path: Path) -> None:
+    from harness import ssh
+    from harness.inventory import parse_inventory
+
+    machine = parse_inventory("machines:\n  h1: {address: 10.0.0.1}\n").machines["h1"]
+    run_id = f"ctl-20260101T000000-{os.getpid():06x}"[-27:]
+    host = ssh.SshHost("a", "h1", machine, run_id, tmp_path / "run")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me\n")
+    folder = ssh.control_dir(run_id, "a")
+    folder.symlink_to(victim)  # planted where the run's control socket will go
+    try:
+        with pytest.raises(StateDirError, match="symbolic link"):
+            host.ssh_argv()
+        ssh.sweep_local(run_id)  # `mxchaos cleanup` after the run "crashed"
+        assert (victim / "precious").exists()
+    finally:
+        folder.unlink()
