@@ -193,6 +193,7 @@ def _build(state: Path, info: dict[str, Any], count: int, sshd: str,
            mgmt: ipaddress.IPv4Network, data: ipaddress.IPv4Network) -> None:
     tok, alias = info["token"], f"{ALIAS_PREFIX}{state}"
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mxchaos-lab", "-f", str(state / "id_ed25519")])
+    statedir.remove_tree(_keys_dir(state))  # one a lab of this state dir left (no lab is up: checked)
     keys = statedir.ensure_dir(_keys_dir(state))
     assert keys is not None
     statedir.write_new(keys / "authorized_keys", statedir.read_owned(state / "id_ed25519.pub"), 0o600)

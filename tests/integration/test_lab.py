@@ -119,7 +119,10 @@ def test_down_kills_only_the_sshd_it_recorded(state: Path) -> None:
     # command line) but that the lab never started: `lab down` used to SIGKILL it
     bystander = subprocess.Popen(["bash", "-c", f"exec -a {state}/sshd sleep 300"])
     try:
-        time.sleep(0.2)  # exec done (bounded: a test of what is left alone, not of timing)
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{bystander.pid}/cmdline").read_bytes().startswith(f"{state}/sshd".encode()):
+            assert time.monotonic() < deadline, "bash did not exec within 10s"
+            time.sleep(0.02)
         lab.down(state)
         assert bystander.poll() is None
     finally:
