@@ -178,6 +178,7 @@ def _scenario(
     capped: list[dict[str, Any]], removed: list[dict[str, Any]],
 ) -> tuple[ScenarioNight, bool]:
     """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
+    from harness.invocation import first_failing_check
     from harness.report import judge_runs, write_run_folder
 
     path = _shown(sc.path)
@@ -198,6 +199,8 @@ def _scenario(
         capped += [{**c, "path": f"{rel}/{c['path']}"} for c in trimmed["capped"]]
         removed += [{**r, "path": f"{rel}/{r['path']}"} for r in trimmed["removed"]]
         extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+        failing = first_failing_check(result) if not result.ok else None
+        extra += f"  first failing: {failing}" if failing else ""
         log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
         failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)

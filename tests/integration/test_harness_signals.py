@@ -54,7 +54,7 @@ class Harness:
         path = tmp_path / f"{name}.yaml"
         path.write_text(SCENARIO.format(name=name, fake=FAKE, source_args=source_args))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(self.out)],
+            [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(self.out)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -272,7 +272,7 @@ def test_an_invalid_scenario_starts_nothing(tmp_path: Path) -> None:
     path.write_text(SCENARIO.format(name="typo", fake=FAKE, source_args="[]").replace("steps:", "stpes:"))
     started: list[procscan.RunProcess] = []
     with subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
+        [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(tmp_path / "runs")],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
