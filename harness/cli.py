@@ -16,6 +16,8 @@ SIGPIPE) standard output was closed early (``mxchaos list | head -1``), quietly.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib.util
 import json
 import os
@@ -90,11 +92,36 @@ def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(f"{raw}: no such file or folder")
+            named, problem = _by_name(raw)
+            files += named
+            problems += [problem] if problem else []
     unique: dict[Path, None] = {}
     for f in files:
         unique.setdefault(f, None)
     return list(unique), problems
+
+
+CATALOGUE = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def _by_name(raw: str) -> tuple[list[Path], str | None]:
+    """A scenario of the catalogue named by its file stem or its ``name:`` (``mxchaos run smoke``),
+    else a problem that suggests the closest names."""
+    if "/" in raw or raw.endswith((".yaml", ".yml")) or not CATALOGUE.is_dir():
+        return [], f"{raw}: no such file or folder"
+    candidates = sorted(f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f))
+    names: dict[str, Path] = {}
+    for f in candidates:
+        names.setdefault(f.stem, f)
+        with contextlib.suppress(OSError, ValueError):
+            match = re.search(r"^name:\s*['\"]?([\w.-]+)", f.read_text(), re.MULTILINE)
+            if match:
+                names.setdefault(match.group(1), f)
+    if raw in names:
+        return [names[raw]], None
+    close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f" (`mxchaos list` shows the {len(names)} in {_shown(CATALOGUE)})"
+    return [], f"{raw}: no such file or folder, nor a scenario of that name{hint}"
 
 
 def files_to_run(paths: Sequence[str]) -> list[Path] | None:
