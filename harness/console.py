@@ -15,7 +15,7 @@ from harness.verdict import RunResult
 if TYPE_CHECKING:
     from harness.rates import Cell
 
-__all__ = ["Progress", "rate_table", "verdict_table"]
+__all__ = ["Progress", "rate_table", "tell", "verdict_table"]
 
 _CELL_PAINT = {
     "PASS": "32",
@@ -39,6 +39,16 @@ _PROCESS_EVENTS = {
     "load_failed": ("error",),
     "attempt_outcome": ("index", "outcome"),
 }
+
+
+def tell(line: str) -> None:
+    """One line for the person at the terminal, at once (stderr, flushed; never raises: it is
+    called from signal handlers)."""
+    try:
+        sys.stderr.write(f"mxchaos: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _use_color(stream: TextIO) -> bool:

@@ -42,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh
+from harness.console import tell
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.inventory import Inventory
@@ -117,6 +118,7 @@ class Runner:
         self._run_info: dict[str, Any] = {}
         self._hang = False
         self._tearing_down = False
+        self._forced = False  # a second Ctrl-C in the teardown: stops without grace (faults still heal)
         self._interrupted: int | None = None
         self._defer_depth = 0  # > 0: inside _signals_deferred (main thread)
         self._steps: dict[type[BaseModel], Callable[[str, Any], StepValue]] = {
@@ -359,12 +361,11 @@ class Runner:
             self.scraper.closing = True
             with contextlib.suppress(Exception):
                 self.scraper.scrape_all(wait=True)
-        grace = self.scenario.budgets.stop_grace
         for st in reversed(self.table.live()):
             with contextlib.suppress(Exception):
-                self.table.stop(st.name, grace, reason="teardown")
+                self.table.stop(st.name, self._stop_grace(), reason="teardown")
         with contextlib.suppress(Exception):
-            self.proxies.stop(grace)  # after its clients: their last STALE still reaches the server
+            self.proxies.stop(self._stop_grace())  # after its clients: their last STALE still reaches the server
         self.watchers.stop()
         self.watchers.poll()
         self.table.leak_scan(self.run_id, self.hosts.values(), self.proxies.leak_probes())
@@ -407,6 +408,20 @@ class Runner:
             if not self._defer_depth and self.clock.signalled is not None:
                 raise RunInterrupted(self.clock.signalled)
 
+    def _announce_interrupt(self, signum: int) -> None:
+        """Say at once, on stderr, what the interrupt will heal and stop (read without locks: this
+        runs in a signal handler, which may have interrupted a holder of them)."""
+        faults = list(getattr(self.nemesis, "_active", ()))
+        procs = [st.name for st in list(self.table.states.values()) if st.alive]
+        heal = f"healing {len(faults)} fault(s) ({', '.join(faults)})" if faults else "no fault to heal"
+        stop = f"stopping {len(procs)} process(es) ({', '.join(procs)})" if procs else "no process to stop"
+        again = "; Ctrl-C again to kill them without their grace" if signum == signal.SIGINT and procs else ""
+        tell(f"interrupted ({signal.Signals(signum).name}): {heal}, {stop}{again}")
+
+    def _stop_grace(self) -> float:
+        """A stop's grace in the teardown: none once a second Ctrl-C forced it."""
+        return 0.0 if self._forced else self.scenario.budgets.stop_grace
+
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
@@ -416,8 +431,17 @@ class Runner:
         def handler(signum: int, frame: FrameType | None) -> None:
             if self._tearing_down:
                 self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
+                if signum == signal.SIGINT and not self._forced:  # a second Ctrl-C: no more grace
+                    self._forced = True
+                    tell("forcing: the processes still running are killed now, without their grace; "
+                         "every fault is still healed (one more Ctrl-C changes nothing)")
+                    for st in list(self.table.states.values()):  # no lock: see _announce_interrupt
+                        if st.alive and st.proc is not None:
+                            with contextlib.suppress(Exception):
+                                st.proc.signal(signal.SIGKILL)
                 return
             self.clock.interrupt(signum)  # recorded first; every wait wakes, also in a deferred section
+            self._announce_interrupt(signum)
             if self._defer_depth:
                 return
             raise RunInterrupted(signum)
