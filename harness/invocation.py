@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.machine import load_sample, oversubscribed, run_load
 from harness.verdict import RunResult
 
 __all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "next_steps", "open_invocation"]
@@ -52,6 +53,7 @@ class Invocation:
     root: Path | None
     started: dt.datetime
     started_mono: float = field(default_factory=time.monotonic)
+    load: dict[str, Any] = field(default_factory=load_sample)  # the machine's, when it started
 
     @property
     def name(self) -> str:
@@ -201,6 +203,8 @@ class SuiteProgress:
         why = f"  ({result.reason})" if result.verdict == "skip" else ""
         if result.verdict not in _PASSING:
             why = f"  first failing: {failing}" if failing else f"  {result.status}: {result.reason}"
+            if oversubscribed(result.history):
+                why += f"  (machine {run_load(result.history)})"
         line = (f"[{self.done}/{self.total}] {label}: {result.verdict.upper()} {result.seconds:.1f}s{why}"
                 f"  [{self._tallies()}{self._estimate()}]")
         if quiet and result.verdict == "pass":
@@ -242,6 +246,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
         versions=collect_versions(), hosts={"binding": "here"}, artifacts={},
     )
     doc["kind"] = "run"
+    doc["load"] = {"start": inv.load, "end": load_sample()}
     _atomic_write(inv.folder / RECORD, json.dumps(doc, indent=2, default=str) + "\n")
     _atomic_write(inv.folder / "index.html", render_night(doc))
     return doc

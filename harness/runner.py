@@ -46,6 +46,7 @@ from harness.console import tell
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.inventory import Inventory
+from harness.machine import load_sample
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
@@ -158,7 +159,7 @@ class Runner:
             try:
                 try:
                     self._setup()
-                    self.timeline.append("invoke", "harness", "run", {"run_id": self.run_id, "seed": sc.seed})
+                    self.timeline.append("invoke", "harness", "run", {"run_id": self.run_id, "seed": sc.seed, "load": load_sample()})
                     self._checkpoint = checkpoint.prepare(
                         sc, host=self._prepare_host(), run_dir=self.run_dir, env=launch.base_env(os.environ, self.who, "prepare"),
                         timeline=self.timeline,
@@ -354,7 +355,7 @@ class Runner:
 
     def _teardown(self) -> None:
         self._tearing_down = True
-        self.timeline.append("info", "harness", "teardown", {})  # from here on, nothing is the scenario's doing
+        self.timeline.append("info", "harness", "teardown", {"load": load_sample()})  # from here on, nothing is the scenario's
         self.clock.abort()
         self.nemesis.heal_all()
         if self.watchers.started:  # final scrape while everything is still up

@@ -17,6 +17,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.machine import load_text
 from harness.matrix.html import COLOURS, CSS
 
 __all__ = ["render_night"]
@@ -158,7 +159,8 @@ def _about(night: Mapping[str, Any]) -> str:
             ("binding", hosts.get("binding")),
             ("inventory", f"{inv['path']} (machines: {', '.join(inv.get('machines') or []) or '?'}; sha256 {inv['sha256'][:12]})"
              if inv else "none (this machine's local and netns hosts)"),
-            ("command", " ".join(night.get("command") or []))]
+            ("command", " ".join(night.get("command") or [])),
+            ("machine load", "; ".join(f"at {k} {load_text(v)}" for k, v in (night.get("load") or {}).items() if load_text(v)) or "-")]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(val if val is not None else '-')}</td></tr>" for k, val in rows)
     art = night.get("artifacts") or {}
     if not art:  # an invocation of `mxchaos run` trims nothing

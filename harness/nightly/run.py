@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.machine import load_sample
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
@@ -230,6 +231,7 @@ def run_night(
         raise NothingToRun(f"no scenario can be bound or run here ({binding.name}):\n{why}")
     start = clock()
     started_mono = time.monotonic()
+    start_load = load_sample()
     night, night_dir = _make_night_dir(spec.out, start)
     runs_dir = night_dir / "runs"
     runs_dir.mkdir()
@@ -264,6 +266,7 @@ def run_night(
         artifacts={"bytes": folder_bytes(night_dir), "log_cap_bytes": spec.log_cap, "capped": capped, "removed": removed},
         previous={"night": previous[0].name, "dir": str(previous[0])} if previous else None,
     )
+    doc["load"] = {"start": start_load, "end": load_sample()}  # the machine's: a timing FAIL under load says so
     if previous is not None:
         doc["comparison"] = compare_nights(previous[1], doc)
     write_night(night_dir, doc)
