@@ -16,6 +16,8 @@ SIGPIPE) standard output was closed early (``mxchaos list | head -1``), quietly.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib.util
 import json
 import os
@@ -90,11 +92,36 @@ def collect_paths(paths: Sequence[str]) -> tuple[list[Path], list[str]]:
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(f"{raw}: no such file or folder")
+            named, problem = _by_name(raw)
+            files += named
+            problems += [problem] if problem else []
     unique: dict[Path, None] = {}
     for f in files:
         unique.setdefault(f, None)
     return list(unique), problems
+
+
+CATALOGUE = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def _by_name(raw: str) -> tuple[list[Path], str | None]:
+    """A scenario of the catalogue named by its file stem or its ``name:`` (``mxchaos run smoke``),
+    else a problem that suggests the closest names."""
+    if "/" in raw or raw.endswith((".yaml", ".yml")) or not CATALOGUE.is_dir():
+        return [], f"{raw}: no such file or folder"
+    candidates = sorted(f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f))
+    names: dict[str, Path] = {}
+    for f in candidates:
+        names.setdefault(f.stem, f)
+        with contextlib.suppress(OSError, ValueError):
+            match = re.search(r"^name:\s*['\"]?([\w.-]+)", f.read_text(), re.MULTILINE)
+            if match:
+                names.setdefault(match.group(1), f)
+    if raw in names:
+        return [names[raw]], None
+    close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f" (`mxchaos list` shows the {len(names)} in {_shown(CATALOGUE)})"
+    return [], f"{raw}: no such file or folder, nor a scenario of that name{hint}"
 
 
 def files_to_run(paths: Sequence[str]) -> list[Path] | None:
@@ -231,8 +258,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from harness.subjects import prepare_subjects
 
         prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
+    from harness.invocation import SuiteProgress, open_invocation, write_record
+
     repeat = args.repeat
-    summary = Path(args.summary) if args.summary else Path(args.out) / "summary.json"
+    inv = open_invocation(args.out)
+    summary = Path(args.summary) if args.summary else inv.folder / "summary.json"
+    suite = SuiteProgress(len(scenarios) * repeat, inv.previous_durations())
+    suite.plan([sc.name for sc in scenarios for _ in range(repeat)])
+    print(f"run {inv.name}: {len(scenarios)} scenario(s) x {repeat} into {_shown(inv.folder)}", flush=True)
     results = []
     cells = {}
     interrupted = False
@@ -241,18 +274,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for index in range(repeat):
             run_sc = sc.with_seed(sc.seed + index)
             of = f" run {index + 1}/{repeat}" if repeat > 1 else ""
-            print(f"=== {sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}", flush=True)
-            observers = [] if args.quiet else [Progress(sys.stdout, sc.name)]
-            result = Runner(run_sc, out_dir=args.out, observers=observers, inventory=inventory).run()
+            if not args.quiet:
+                suite.started(f"{sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}")
+            observers = [Progress(sys.stdout, sc.name)] if args.verbose and not args.quiet else []
+            result = Runner(run_sc, out_dir=inv.folder, observers=observers, inventory=inventory).run()
             write_run_folder(result)
-            extra = f"  ({result.reason})" if result.verdict == "skip" else ""
-            print(f"--- {sc.name}{of}: {result.verdict.upper()}  {result.run_dir}/report.html{extra}", flush=True)
+            if result.verdict == "skip":  # a missing capability stays missing: one skip says it
+                suite.done += repeat - index - 1
+            suite.ended(result, f"{sc.name}{of}", quiet=args.quiet)
             results.append(result)
             runs.append(result)
             if result.status == "interrupted":
                 interrupted = True
                 break
-            if result.verdict == "skip":  # a missing capability stays missing: one skip says it
+            if result.verdict == "skip":
                 break
         cells[sc.name] = judge_runs(sc, runs, repeat, annotate=repeat > 1)
         if interrupted:
@@ -260,17 +295,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
         rate_table(list(cells.values()), repeat)
     else:
-        verdict_table(results)
+        verdict_table(results, quiet=args.quiet)
     write_summary(summary, cells, repeat)
-    print(f"summary: {_shown(summary)}")
+    if repeat > 1:
+        write_junit_cells(inv.folder / "junit.xml", list(cells.values()))
+    else:
+        write_junit(inv.folder / "junit.xml", results)
     if args.junit:
         if repeat > 1:
             write_junit_cells(Path(args.junit), list(cells.values()))
         else:
             write_junit(Path(args.junit), results)
     if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
+        code = EXIT_INTERRUPTED
+    else:
+        code = EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
+    write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    inv.link_latest()
+    print(f"summary: {_shown(summary)}")
+    print(f"index:   {_shown(inv.folder / 'index.html')}")
+    return code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -470,10 +514,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "modelexpress builds its environment on first use (harness/subjects)")
     run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
                      "(harness/inventory.py: binding by bind:, by name, then in order)")
-    run.add_argument("--out", default="runs", metavar="DIR", help="where run folders go (default: runs)")
+    run.add_argument("--out", default=None, metavar="DIR",
+                     help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
+                          "harness/invocation.py)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
-    run.add_argument("-q", "--quiet", action="store_true", help="no live progress, only the verdict table")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="only what did not pass: its [i/N] line, the next steps and its checks")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="also the live event stream of each run (steps, faults, process events)")
     run.add_argument(
         "--repeat",
         type=int,

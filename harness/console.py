@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from harness.verdict import RunResult
 if TYPE_CHECKING:
     from harness.rates import Cell
 
-__all__ = ["Progress", "rate_table", "verdict_table"]
+__all__ = ["Progress", "interrupt_line", "rate_table", "tell", "verdict_table"]
 
 _CELL_PAINT = {
     "PASS": "32",
@@ -39,6 +40,24 @@ _PROCESS_EVENTS = {
     "load_failed": ("error",),
     "attempt_outcome": ("index", "outcome"),
 }
+
+
+def tell(line: str) -> None:
+    """One line for the person at the terminal, at once (stderr, flushed; never raises: it is
+    called from signal handlers)."""
+    try:
+        sys.stderr.write(f"mxchaos: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def interrupt_line(signum: int, faults: Sequence[str], procs: Sequence[str]) -> str:
+    """What an interrupt of a run will heal and stop, in one line."""
+    heal = f"healing {len(faults)} fault(s) ({', '.join(faults)})" if faults else "no fault to heal"
+    stop = f"stopping {len(procs)} process(es) ({', '.join(procs)})" if procs else "no process to stop"
+    again = "; Ctrl-C again to kill them without their grace" if signum == signal.SIGINT and procs else ""
+    return f"interrupted ({signal.Signals(signum).name}): {heal}, {stop}{again}"
 
 
 def _use_color(stream: TextIO) -> bool:
@@ -113,10 +132,13 @@ class Progress:
         return None
 
 
-def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) -> None:
+def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *, quiet: bool = False) -> None:
+    """Each run's checks, then a row per run and the tally; ``quiet``: the runs that passed get
+    neither (every other verdict, skip and xfail too, still does), the tally counts all."""
     out = stream or sys.stdout
     if not results:
         return
+    shown = [r for r in results if not quiet or r.verdict != "pass"]
     color = _use_color(out)
     paint = {
         "pass": "32",
@@ -132,7 +154,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
     def p(text: str, key: str) -> str:
         return f"\033[{paint.get(key, '0')}m{text}\033[0m" if color else text
 
-    for result in results:
+    for result in shown:
         out.write(f"\n{result.scenario.name}  (seed {result.seed}, {result.seconds:.1f}s)  {result.run_dir}\n")
         if result.verdict == "skip":
             out.write(f"  {p('SKIP', 'skip')}: {result.reason}\n")
@@ -147,9 +169,10 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None) ->
             key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
             out.write(f"  {p(f'{key.upper():7}', key)} {c.name:{width}}  {c.summary}\n")
     out.write("\n")
-    name_w = max([len(r.scenario.name) for r in results] + [8])
-    out.write(f"{'scenario':{name_w}}  verdict  checks (pass/fail/unknown)\n")
-    for r in results:
+    name_w = max([len(r.scenario.name) for r in shown] + [8])
+    if shown:
+        out.write(f"{'scenario':{name_w}}  verdict  checks (pass/fail/unknown)\n")
+    for r in shown:
         n_pass = sum(1 for c in r.checks if c.valid is True)
         n_fail = sum(1 for c in r.checks if c.valid is False)
         n_unk = len(r.checks) - n_pass - n_fail

@@ -42,9 +42,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh, statedir
+from harness.console import interrupt_line, tell
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.host import Host, make_host
 from harness.inventory import Inventory
+from harness.machine import load_sample
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
@@ -117,6 +119,7 @@ class Runner:
         self._run_info: dict[str, Any] = {}
         self._hang = False
         self._tearing_down = False
+        self._forced = False  # a second Ctrl-C in the teardown: stops without grace (faults still heal)
         self._interrupted: int | None = None
         self._defer_depth = 0  # > 0: inside _signals_deferred (main thread)
         self._steps: dict[type[BaseModel], Callable[[str, Any], StepValue]] = {
@@ -156,7 +159,7 @@ class Runner:
             try:
                 try:
                     self._setup()
-                    self.timeline.append("invoke", "harness", "run", {"run_id": self.run_id, "seed": sc.seed})
+                    self.timeline.append("invoke", "harness", "run", {"run_id": self.run_id, "seed": sc.seed, "load": load_sample()})
                     self._checkpoint = checkpoint.prepare(
                         sc, host=self._prepare_host(), run_dir=self.run_dir, env=launch.base_env(os.environ, self.who, "prepare"),
                         timeline=self.timeline,
@@ -353,19 +356,18 @@ class Runner:
 
     def _teardown(self) -> None:
         self._tearing_down = True
-        self.timeline.append("info", "harness", "teardown", {})  # from here on, nothing is the scenario's doing
+        self.timeline.append("info", "harness", "teardown", {"load": load_sample()})  # from here on, nothing is the scenario's
         self.clock.abort()
         self.nemesis.heal_all()
         if self.watchers.started:  # final scrape while everything is still up
             self.scraper.closing = True
             with contextlib.suppress(Exception):
                 self.scraper.scrape_all(wait=True)
-        grace = self.scenario.budgets.stop_grace
         for st in reversed(self.table.live()):
             with contextlib.suppress(Exception):
-                self.table.stop(st.name, grace, reason="teardown")
+                self.table.stop(st.name, self._stop_grace(), reason="teardown")
         with contextlib.suppress(Exception):
-            self.proxies.stop(grace)  # after its clients: their last STALE still reaches the server
+            self.proxies.stop(self._stop_grace())  # after its clients: their last STALE still reaches the server
         self.watchers.stop()
         self.watchers.poll()
         self.table.leak_scan(self.run_id, self.hosts.values(), self.proxies.leak_probes())
@@ -408,6 +410,15 @@ class Runner:
             if not self._defer_depth and self.clock.signalled is not None:
                 raise RunInterrupted(self.clock.signalled)
 
+    def _announce_interrupt(self, signum: int) -> None:
+        """Say at once what the interrupt heals and stops (no locks: a signal handler runs this)."""
+        procs = [st.name for st in list(self.table.states.values()) if st.alive]
+        tell(interrupt_line(signum, list(getattr(self.nemesis, "_active", ())), procs))
+
+    def _stop_grace(self) -> float:
+        """A stop's grace in the teardown: none once a second Ctrl-C forced it."""
+        return 0.0 if self._forced else self.scenario.budgets.stop_grace
+
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
@@ -417,8 +428,17 @@ class Runner:
         def handler(signum: int, frame: FrameType | None) -> None:
             if self._tearing_down:
                 self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
+                if signum == signal.SIGINT and not self._forced:  # a second Ctrl-C: no more grace
+                    self._forced = True
+                    tell("forcing: the processes still running are killed now, without their grace; "
+                         "every fault is still healed (one more Ctrl-C changes nothing)")
+                    for st in list(self.table.states.values()):  # no lock: see _announce_interrupt
+                        if st.alive and st.proc is not None:
+                            with contextlib.suppress(Exception):
+                                st.proc.signal(signal.SIGKILL)
                 return
             self.clock.interrupt(signum)  # recorded first; every wait wakes, also in a deferred section
+            self._announce_interrupt(signum)
             if self._defer_depth:
                 return
             raise RunInterrupted(signum)

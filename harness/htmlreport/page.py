@@ -28,6 +28,7 @@ from harness.htmlreport.style import (
     _valid_text,
 )
 from harness.htmlreport.timeline import legend_html, timeline_svg
+from harness.machine import oversubscribed, run_load
 from harness.timeline import Entry, History
 from harness.verdict import RunResult
 
@@ -61,6 +62,9 @@ def _why(result: RunResult) -> str:
         items.append(f"<li><b>{_valid_text(c.valid)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
     if not items:
         return ""
+    if oversubscribed(result.history):  # a timing bound may have failed for the machine, not the subject
+        items.append(f"<li><b>machine load</b>: {_e(run_load(result.history))}: more runnable tasks than CPUs; "
+                     "a timing check may have failed for that. <code>mxchaos run --repeat 5</code> tells.</li>")
     head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
     return f"<div class='why'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
 
@@ -167,6 +171,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         ("torch", versions.get("torch")),
         ("Python", versions.get("python")),
         ("host", (versions.get("host") or {}).get("hostname")),
+        ("machine load", run_load(h) or "-"),
     ]
     parts.append("<h2>Timeline <small>(time in seconds since the run started)</small></h2>")
     parts.append(timeline_svg(h, processes, result.checks))

@@ -17,6 +17,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.machine import load_text
 from harness.matrix.html import COLOURS, CSS
 
 __all__ = ["render_night"]
@@ -158,9 +159,12 @@ def _about(night: Mapping[str, Any]) -> str:
             ("binding", hosts.get("binding")),
             ("inventory", f"{inv['path']} (machines: {', '.join(inv.get('machines') or []) or '?'}; sha256 {inv['sha256'][:12]})"
              if inv else "none (this machine's local and netns hosts)"),
-            ("command", " ".join(night.get("command") or []))]
+            ("command", " ".join(night.get("command") or [])),
+            ("machine load", "; ".join(f"at {k} {load_text(v)}" for k, v in (night.get("load") or {}).items() if load_text(v)) or "-")]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(val if val is not None else '-')}</td></tr>" for k, val in rows)
     art = night.get("artifacts") or {}
+    if not art:  # an invocation of `mxchaos run` trims nothing
+        return f"<h2>What ran</h2><table>{body}</table>"
     capped = art.get("capped") or []
     removed = art.get("removed") or []
     lines = [f"{_mib(art.get('bytes'))} in this night's folder; logs capped at {_e(art.get('log_cap_bytes'))} bytes each; "
@@ -173,19 +177,20 @@ def _about(night: Mapping[str, Any]) -> str:
 def render_night(night: Mapping[str, Any]) -> str:
     """The page (see the module docstring)."""
     passed = bool(night.get("passed"))
+    kind = "run" if night.get("kind") == "run" else "nightly"  # harness.invocation writes the same shape (no comparison)
     badge = f'<span class="badge {"passed" if passed else "failed"}">{"PASSED" if passed else "FAILED"}</span>'
     interrupted = " (interrupted)" if night.get("interrupted") else ""
     seed = f"; --seed {night['seed']}" if night.get("seed") is not None else ""
     out = [
-        f"<!doctype html><html><head><meta charset=utf-8><title>mxchaos nightly {_e(night.get('night'))}</title>"
+        f"<!doctype html><html><head><meta charset=utf-8><title>mxchaos {kind} {_e(night.get('night'))}</title>"
         f"<style>{CSS}{EXTRA_CSS}</style></head><body>",
-        f"<h1>mxchaos nightly {_e(night.get('night'))} {badge}{_e(interrupted)}</h1>",
+        f"<h1>mxchaos {kind} {_e(night.get('night'))} {badge}{_e(interrupted)}</h1>",
         f"<p class=small>{_e(night.get('started'))} to {_e(night.get('ended'))} ({_e(night.get('seconds'))}s); "
-        f"--repeat {_e(night.get('repeat'))}{_e(seed)}; a plain scenario passes only at N/N (FLAKY fails the night); "
+        f"--repeat {_e(night.get('repeat'))}{_e(seed)}; a plain scenario passes only at N/N (FLAKY fails the {_e(kind)}); "
         "a known defect is REPRODUCED at k &ge; 1 and FIXED? only at 0/N with its 95% bound below the measured rate; "
         "exit code " + _e(night.get("exit_code")) + "</p>",
         _counts(night),
-        _comparison(night),
+        _comparison(night) if kind == "nightly" else "",
         _table(night),
         _about(night),
         "</body></html>",

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.machine import load_sample
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
@@ -178,6 +179,7 @@ def _scenario(
     capped: list[dict[str, Any]], removed: list[dict[str, Any]],
 ) -> tuple[ScenarioNight, bool]:
     """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
+    from harness.invocation import first_failing_check
     from harness.report import judge_runs, write_run_folder
 
     path = _shown(sc.path)
@@ -198,6 +200,8 @@ def _scenario(
         capped += [{**c, "path": f"{rel}/{c['path']}"} for c in trimmed["capped"]]
         removed += [{**r, "path": f"{rel}/{r['path']}"} for r in trimmed["removed"]]
         extra = f"  ({result.reason})" if result.verdict == "skip" else ""
+        failing = first_failing_check(result) if not result.ok else None
+        extra += f"  first failing: {failing}" if failing else ""
         log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
         failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
@@ -227,6 +231,7 @@ def run_night(
         raise NothingToRun(f"no scenario can be bound or run here ({binding.name}):\n{why}")
     start = clock()
     started_mono = time.monotonic()
+    start_load = load_sample()
     night, night_dir = _make_night_dir(spec.out, start)
     runs_dir = night_dir / "runs"
     runs_dir.mkdir()
@@ -261,6 +266,7 @@ def run_night(
         artifacts={"bytes": folder_bytes(night_dir), "log_cap_bytes": spec.log_cap, "capped": capped, "removed": removed},
         previous={"night": previous[0].name, "dir": str(previous[0])} if previous else None,
     )
+    doc["load"] = {"start": start_load, "end": load_sample()}  # the machine's: a timing FAIL under load says so
     if previous is not None:
         doc["comparison"] = compare_nights(previous[1], doc)
     write_night(night_dir, doc)

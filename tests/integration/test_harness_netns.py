@@ -286,7 +286,7 @@ def test_cleanup_after_a_sigkilled_harness_removes_the_network_and_its_faults(tm
     path = tmp_path / "crash.yaml"
     path.write_text(SCENARIO.format(name="netns_crash", fake=FAKE, steps=steps))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
+        [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(tmp_path / "runs")],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     lines: queue.Queue[str] = queue.Queue()

@@ -52,9 +52,10 @@ class Harness:
     def __init__(self, tmp_path: Path, name: str, source_args: str = "[]") -> None:
         self.out = tmp_path / "runs"
         path = tmp_path / f"{name}.yaml"
-        path.write_text(SCENARIO.format(name=name, fake=FAKE, source_args=source_args))
+        text = SCENARIO.format(name=name, fake=FAKE, source_args=source_args)
+        path.write_text(text.replace("stop_grace: 2s", "stop_grace: 30s") if name == "twice" else text)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(self.out)],
+            [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(self.out)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -272,7 +273,7 @@ def test_an_invalid_scenario_starts_nothing(tmp_path: Path) -> None:
     path.write_text(SCENARIO.format(name="typo", fake=FAKE, source_args="[]").replace("steps:", "stpes:"))
     started: list[procscan.RunProcess] = []
     with subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(tmp_path / "runs")],
+        [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(tmp_path / "runs")],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -289,3 +290,40 @@ def test_an_invalid_scenario_starts_nothing(tmp_path: Path) -> None:
     assert f"{path}:1: steps: required key is missing" in stderr
     assert not (tmp_path / "runs").exists()
     assert started == []
+
+
+def test_ctrl_c_says_what_it_heals_and_stops_and_a_second_one_forces(tmp_path: Path) -> None:
+    """The first SIGINT names the faults it heals and the processes it stops, at once; a second
+    one, while a process that ignores TERM is given its 30 s grace, kills it now (the fault was
+    still healed first)."""
+    harness = Harness(tmp_path, "twice", source_args="[--fake-ignore-term]")
+    run_id = None
+    try:
+        harness.wait_for_line("step 4: sleep")
+        run_id = str(harness.run_info()["run_id"])
+        folder = Path(str(harness.run_info()["run_dir"]))
+        harness.proc.send_signal(signal.SIGINT)
+        harness.wait_for_line("interrupted (SIGINT): healing 1 fault(s) (freeze), stopping 2 process(es)")
+
+        def stopping_source() -> bool:  # the teardown is giving source-1 its grace
+            lines = (folder / "timeline.jsonl").read_text().splitlines()
+            return any('"actor":"source-1"' in line and '"f":"stop"' in line and '"invoke"' in line for line in lines)
+
+        deadline = time.monotonic() + 30
+        while not stopping_source():
+            assert time.monotonic() < deadline, harness.explain()
+            time.sleep(0.1)
+        harness.proc.send_signal(signal.SIGINT)
+        harness.wait_for_line("forcing: the processes still running are killed now")
+        rc = harness.proc.wait(timeout=20)  # not the 30 s grace
+        assert rc == 130, harness.explain()
+        assert alive(run_id) == []
+        history = History.from_jsonl(folder / "timeline.jsonl")
+        heal = history.last(actor="nemesis", f="heal", type="ok")
+        stop = history.last(actor="source-1", f="stop", type="ok")
+        assert heal is not None and stop is not None and heal.t < stop.t
+        assert stop.get("rc") == -signal.SIGKILL
+    finally:
+        harness.kill()
+        if run_id:
+            sweep(run_id)

@@ -140,7 +140,7 @@ def test_cleanup_after_sigkill_of_the_harness_leaves_no_toxiproxy(tmp_path: Path
     path = scenario_file(tmp_path, "crashed", sleep="60s")
     out = tmp_path / "runs"
     harness = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out)],
+        [sys.executable, "-m", "harness.cli", "run", "-v", str(path), "--out", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     run_id = None

@@ -229,7 +229,7 @@ def test_mxchaos_run_skips_and_exits_0_where_a_capability_is_missing(
     assert cli.main(["validate", str(path)]) == 0  # valid where it cannot run
     assert cli.main(["run", str(path), "--out", str(tmp_path / "runs"), "-q", "--junit", str(tmp_path / "j.xml")]) == 0
     out = capsys.readouterr().out
-    assert "--- needs_root: SKIP" in out and "(this machine lacks root (for cut (tcp_reset)))" in out
+    assert "] needs_root: SKIP" in out and "(this machine lacks root (for cut (tcp_reset)))" in out
     assert "needs_root  SKIP     0/0/0  this machine lacks root (for cut (tcp_reset))" in out
     assert 'skipped="1"' in (tmp_path / "j.xml").read_text()
 
@@ -255,7 +255,7 @@ def test_known_defects_are_xfail_or_xpass_and_never_fail_the_run(tmp_path: Path,
     code = cli.main(["run", str(reproduced), str(fixed), "--out", str(tmp_path / "runs"), "-q", "--junit", str(junit)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "--- defect_reproduced: XFAIL" in out and "--- defect_fixed: XPASS" in out
+    assert "] defect_reproduced: XFAIL" in out and "] defect_fixed: XPASS" in out
     assert "known defect (reproduced): fake 1.0: the source never heartbeats" in out
     assert "XPASS defect_fixed: every check passed, the known defect did not reproduce in this run." in out
     text = junit.read_text()

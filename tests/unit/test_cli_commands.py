@@ -160,3 +160,12 @@ def test_run_help_states_the_repeat_rule(capsys: pytest.CaptureFixture[str]) -> 
     assert "run every scenario N times (seeds seed..seed+N-1)" in out
     assert "FLAKY (fails the run)" in out and "FIXED? only at 0/N when the 95% upper bound is below its defect_rate" in out
     assert "--summary FILE" in out
+
+
+def test_a_scenario_is_found_by_its_name_and_a_typo_gets_suggestions() -> None:
+    files, problems = cli.collect_paths(["smoke", "incident_mx491_stale_record_after_crash"])
+    assert [f.name for f in files] == ["smoke.yaml", "mx491_stale_record_after_crash.yaml"] and problems == []
+    files, problems = cli.collect_paths(["frozen_sorce", "no/such.yaml"])
+    assert files == []
+    assert problems[0].startswith("frozen_sorce: no such file or folder, nor a scenario of that name; did you mean frozen_source")
+    assert problems[1] == "no/such.yaml: no such file or folder"

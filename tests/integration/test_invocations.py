@@ -1,0 +1,83 @@
+"""One folder per ``mxchaos run`` invocation (``harness.invocation``): a later invocation keeps
+an earlier one's index, summary and runs; ``runs/latest`` names the newest; the terminal shows
+``[i/N]`` lines, and a run that did not pass names its first failing check and what to do next.
+
+Fast scenarios of the fake process (``tests/fixtures/fakeproc.py``): real processes, no NIXL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+
+pytestmark = pytest.mark.integration
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+
+
+def _scenario(folder: Path, name: str, count: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f'name: {name}\nlauncher: ["{{python}}", "{FAKE}"]\nscrape: {{interval: 200ms}}\n'
+        "budgets: {step: 10s, run: 40s, stop_grace: 2s, progress: 20s, heal: 500ms}\n"
+        "processes:\n  server: {role: server}\n  source-1: {role: source}\n"
+        "steps:\n  - start: [server, source-1]\n  - await: {process: source-1, event: heartbeat}\n"
+        f"checks:\n  - count: {{process: source-1, event: heartbeat, {count}}}\n"
+    )
+    return path
+
+
+def _links(index: Path) -> list[str]:
+    return re.findall(r'href="([^"]+)"', index.read_text())
+
+
+def test_each_invocation_keeps_its_own_folder_index_and_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first_a, first_b = _scenario(tmp_path, "first_a", "min: 1"), _scenario(tmp_path, "first_b", "min: 1")
+    assert cli.main(["run", str(first_a), str(first_b)]) == 0
+    out = capsys.readouterr().out
+    assert "[1/2] first_a (seed" in out and "[2/2] first_b: PASS" in out
+    first = (tmp_path / "runs" / "latest").resolve()
+    assert first.parent == (tmp_path / "runs").resolve()
+
+    failing = _scenario(tmp_path, "second", "max: 0")  # a source heartbeats: this check fails
+    assert cli.main(["run", str(failing), "-q"]) == 1
+    out = capsys.readouterr().out
+    second = (tmp_path / "runs" / "latest").resolve()
+    assert second != first
+    # -q: the failing run's line names its first failing check, then what to do next
+    assert "[1/1] second: FAIL" in out and "first failing: count(" in out
+    assert f"rerun:  mxchaos run {failing} --seed" in out and "replay: mxchaos replay " in out
+
+    # the first invocation is intact: its summary, its index linking both of its runs
+    summary = json.loads((first / "summary.json").read_text())
+    assert set(summary["scenarios"]) == {"first_a", "first_b"}
+    links = _links(first / "index.html")
+    assert len(links) == 2 and all((first / link).is_file() for link in links), links
+    assert {Path(link).parts[0] for link in links} == {"first_a", "first_b"}
+    assert 'testsuite name="mxchaos.first_a"' in (first / "junit.xml").read_text()
+    record = json.loads((first / "invocation.json").read_text())
+    assert record["kind"] == "run" and record["passed"] is True and record["exit_code"] == 0
+
+    # the second has its own
+    assert set(json.loads((second / "summary.json").read_text())["scenarios"]) == {"second"}
+    (link,) = _links(second / "index.html")
+    assert (second / link).is_file() and "FAILED" in (second / "index.html").read_text()
+    assert json.loads((second / "invocation.json").read_text())["exit_code"] == 1
+
+
+def test_an_explicit_out_is_the_invocation_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix and the tests name the folder: runs go straight into it, and no runs/ appears."""
+    monkeypatch.chdir(tmp_path)
+    path = _scenario(tmp_path, "named", "min: 1")
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "col"), "-q"]) == 0
+    assert (tmp_path / "col" / "named" / "latest" / "verdict.json").is_file()
+    assert {"summary.json", "junit.xml", "index.html", "invocation.json"} <= {p.name for p in (tmp_path / "col").iterdir()}
+    assert not (tmp_path / "runs").exists()
