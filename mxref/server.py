@@ -743,6 +743,10 @@ class Outcome(StrEnum):
     ERROR = "error"
 
 
+RESERVED_WORKER_IDS = frozenset({"__attributes__"})
+"""Worker ids no store accepts: ``mxref.redis_store`` keeps the identity in the field of that name."""
+
+
 def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
     """Every reason to answer this publish ``success=false`` (empty: acceptable).
 
@@ -756,6 +760,9 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
         problems.append("identity.model_name is empty; a source must name its model")
     if not request.worker_id.strip():
         problems.append("worker_id is empty; each worker process needs its own id")
+    elif request.worker_id in RESERVED_WORKER_IDS:
+        problems.append(f"worker_id {request.worker_id!r} is reserved (ModelExpress's Redis layout keeps a "
+                        "source's identity under that name)")
     if not request.HasField("worker"):
         problems.append("worker is missing; a source must publish its WorkerMetadata")
     return problems
@@ -1008,6 +1015,25 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
                 Outcome.REJECTED
             )
         status = request.worker.status if request.worker.status != UNKNOWN else INITIALIZING
+        try:
+            record, secret = self._write_record(request, status, call)
+        except UpdateRejected as exc:  # the store's own rule (a reserved name)
+            return p2p_pb2.PublishMetadataResponse(success=False, message=f"publish rejected: {exc}",
+                                                   worker_id=request.worker_id), Outcome.REJECTED
+        response = p2p_pb2.PublishMetadataResponse(
+            success=True,
+            message=f"published worker {record.worker_id} of source {record.mx_source_id} as {status_name(status)}",
+            mx_source_id=record.mx_source_id,
+            worker_id=record.worker_id,
+            owner_secret=secret,
+        )
+        return response, Outcome.OK
+
+    def _write_record(
+        self, request: p2p_pb2.PublishMetadataRequest, status: SourceStatus, call: _Call
+    ) -> tuple[SourceRecord, str]:
+        """The publish's claim (``OwnerBook``), byte budget and store write, as one step; returns the
+        record and its owner secret. ``NotAllowed``, ``StoreFull`` or the store's error otherwise."""
         key = (mx_source_id(request.identity), request.worker_id)
         with self._publish_lock:
             over = self._bytes.admit(key, call.size)
@@ -1021,14 +1047,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
                 self.owners.restore(key, held)
                 raise
             self._bytes.charge(key, call.size)
-        response = p2p_pb2.PublishMetadataResponse(
-            success=True,
-            message=f"published worker {record.worker_id} of source {record.mx_source_id} as {status_name(status)}",
-            mx_source_id=record.mx_source_id,
-            worker_id=record.worker_id,
-            owner_secret=secret,
-        )
-        return response, Outcome.OK
+        return record, secret
 
     def _list(
         self, request: p2p_pb2.ListSourcesRequest, call: _Call
