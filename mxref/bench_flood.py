@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     servers: list[tuple[str, tuple[str, ...]]] = [("default limits", ())]
     if not args.no_unlimited:
-        servers.append(("unlimited write rate", ("--publish-rate", "1e9", "--publish-burst", "1000000000")))
+        servers.append(("unlimited write rate", ("--publish-rate", "1e9", "--publish-burst", "1000000000",
+                                                 "--peer-publish-rate", "1e9", "--peer-publish-burst", "1000000000")))
     results = []
     with tempfile.TemporaryDirectory(prefix="mxref-bench-flood-") as tmp:
         for label, flags in servers:

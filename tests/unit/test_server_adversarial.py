@@ -393,9 +393,11 @@ def test_a_source_refuses_a_token_without_tls(tmp_path: Path, capsys: pytest.Cap
 
     token = tmp_path / "token"
     token.write_text("t0ken")
-    args = argparse.Namespace(role="source", tls_ca=None, tls_cert=None, tls_key=None, token_file=str(token))
-    assert install_credentials(args) is False
-    assert "--token-file needs --tls-cert" in capsys.readouterr().err
+    for role, serve_after_load in (("source", False), ("reader", True)):
+        args = argparse.Namespace(role=role, tls_ca=str(token), tls_cert=None, tls_key=None, token_file=str(token),
+                                  serve_after_load=serve_after_load)
+        assert install_credentials(args) is False
+        assert "--token-file needs --tls-cert" in capsys.readouterr().err
 
 
 # --- item 7: a bounded fuzz of every RPC of both packages ---------------------------
