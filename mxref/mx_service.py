@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 _ENCODE_ERRORS = (DecodeError, ValueError, TypeError)
 
-__all__ = ["MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
+__all__ = ["MX_REQUESTS", "MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
 
 MX_SERVICE_NAME = "model_express.p2p.P2pService"
 TRAINING_STEP_KEYS = ("training_step", "version")
@@ -68,6 +68,15 @@ _RESPONSES: dict[str, type[Any]] = {
     "GetMetadata": mx_pb2.GetMetadataResponse,
     "UpdateStatus": mx_pb2.UpdateStatusResponse,
 }
+
+
+MX_REQUESTS: dict[str, type[Any]] = {
+    "PublishMetadata": mx_pb2.PublishMetadataRequest,
+    "GetMetadata": mx_pb2.GetMetadataRequest,
+    "UpdateStatus": mx_pb2.UpdateStatusRequest,
+}
+"""ModelExpress's request of each method served through ``P2pServicer.serve(..., mx=True)``: checked
+as that (``RequestChecker.parse(via=)``), served as ours (``ListSources`` is translated here)."""
 
 
 def lifted_extras(extra: Any) -> tuple[int | None, str | None]:

@@ -34,13 +34,16 @@ import hmac
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from mxref.request_limits import RejectReason, Violation
+from mxref.request_limits import ByteBudget, RejectReason, Violation
 from mxref.security import AUTHORIZATION_KEY, BEARER_PREFIX
 
-__all__ = ["MX_WRITES", "MxWrites", "NotAllowed", "OwnerBook", "WriteGate"]
+__all__ = ["MX_WRITES", "BudgetExceeded", "Claims", "MxWrites", "NotAllowed", "OwnerBook", "WriteGate"]
+
+T = TypeVar("T")
 
 SECRET_BYTES = 32
 _MX_OWNED = b""
@@ -162,6 +165,57 @@ class OwnerBook:
         self._owners.move_to_end(key)
         while len(self._owners) > self._max_entries:
             self._owners.popitem(last=False)
+
+
+class BudgetExceeded(Exception):
+    """A publish that would take the store past its byte budget (the message says by how much)."""
+
+
+class Claims:
+    """Each write's claim on its record, applied around the store write: the owner (``OwnerBook``)
+    and the bytes (``ByteBudget``). A publish's claim, budget check and store write are one step
+    (under one lock: publishes are rare next to heartbeats, which take no lock here)."""
+
+    def __init__(self, owners: OwnerBook, budget: ByteBudget) -> None:
+        self.owners = owners
+        self._budget = budget
+        self._lock = threading.Lock()
+
+    @property
+    def store_bytes(self) -> int:
+        return self._budget.total
+
+    def publish(self, key: tuple[str, str], secret: str, *, mx: bool, size: int,
+                write: Callable[[], T]) -> tuple[T, str]:
+        """``write()`` (the store's publish) once the caller may write ``key`` and ``size`` bytes fit;
+        returns what it returned and the owner secret to hand back. ``NotAllowed``,
+        ``BudgetExceeded``, or what ``write`` raised (then nothing is claimed)."""
+        with self._lock:
+            over = self._budget.admit(key, size)
+            if over is not None:
+                raise BudgetExceeded(over)
+            held = self.owners.entry(key)
+            handed = self.owners.claim(key, secret, mx=mx)
+            try:
+                written = write()
+            except BaseException:  # the store refused or failed: the claim was for nothing
+                self.owners.restore(key, held)
+                raise
+            self._budget.charge(key, size)
+        return written, handed
+
+    def heartbeat(self, key: tuple[str, str], secret: str, *, mx: bool, write: Callable[[], T]) -> T:
+        """``write()`` (the store's status update) once the caller may write ``key``; a heartbeat
+        the store accepted for a record with no owner makes its sender the owner (``adopt``)."""
+        self.owners.check(key, secret, mx=mx)
+        written = write()
+        self.owners.adopt(key, secret, mx=mx)
+        return written
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too."""
+        self.owners.forget(key)
+        self._budget.forget(key)
 
 
 def _not_owner(key: tuple[str, str], what: str, why: str) -> Violation:

@@ -429,3 +429,36 @@ class ByteBudget:
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._total -= self._sizes.pop(key, 0)
+
+
+class WriteRates:
+    """The write rate a caller is held to: per connection (``client``: its gRPC peer, address and
+    port) and per peer address (every connection of the host together, so a new connection does not
+    reset it); and a record's size (``max_record_bytes``), checked before the request is parsed."""
+
+    def __init__(self, limits: config.ServerLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._connections = ClientBuckets(limits.publish_rate_per_s, limits.publish_burst, clock=clock)
+        self._addresses = ClientBuckets(limits.peer_publish_rate_per_s, limits.peer_publish_burst, clock=clock)
+
+    def refusal(self, client: str) -> Violation | None:
+        """Spend one write of ``client``'s; the ``rate_limited`` refusal when either bucket is empty."""
+        limits = self.limits
+        if not self._connections.take(client):
+            return Violation(RejectReason.RATE_LIMITED, "rate",
+                             f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
+                             "per client (--publish-rate, --publish-burst); PublishMetadata and UpdateStatus count")
+        if not self._addresses.take(peer_address(client)):
+            return Violation(RejectReason.RATE_LIMITED, "rate",
+                             f"over the write rate of {limits.peer_publish_rate_per_s:g}/s, burst "
+                             f"{limits.peer_publish_burst}, per peer address, every connection together "
+                             "(--peer-publish-rate, --peer-publish-burst)")
+        return None
+
+    def record_refusal(self, size: int) -> Violation | None:
+        """A publish of ``size`` bytes over ``max_record_bytes``: refused before it is parsed."""
+        if size <= self.limits.max_record_bytes:
+            return None
+        return Violation(RejectReason.TOO_LARGE, "record",
+                         f"the record is {size} bytes, over the limit of {self.limits.max_record_bytes} bytes "
+                         "(--max-record-bytes)")

@@ -56,11 +56,10 @@ from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
-from mxref.mx import p2p_pb2 as mx_pb2
-from mxref.mx_service import MxP2pService
-from mxref.ownership import MX_WRITES, MxWrites, NotAllowed, OwnerBook, WriteGate
+from mxref.mx_service import MX_REQUESTS, MxP2pService
+from mxref.ownership import MX_WRITES, BudgetExceeded, Claims, MxWrites, NotAllowed, OwnerBook, WriteGate
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
-from mxref.request_limits import ByteBudget, ClientBuckets, RejectReason, RequestChecker, Violation, peer_address
+from mxref.request_limits import ByteBudget, RejectReason, RequestChecker, Violation, WriteRates
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.wire import wire_bytes
 from mxref.worker_server import REASON_METADATA_KEY, endpoint, start_grpc_server
@@ -824,13 +823,10 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self.limits = limits if limits is not None else config.ServerLimits()
         self._metrics = metrics if metrics is not None else ServerFamilies(CollectorRegistry())
         self._checker = RequestChecker(self.limits)
-        self._writes = ClientBuckets(self.limits.publish_rate_per_s, self.limits.publish_burst, clock=rate_clock)
-        self._peer_writes = ClientBuckets(self.limits.peer_publish_rate_per_s, self.limits.peer_publish_burst,
-                                          clock=rate_clock)
-        self._bytes = ByteBudget(self.limits.max_store_bytes)
-        self.owners = owners if owners is not None else OwnerBook(max_entries=2 * self.limits.max_records)
+        self._writes = WriteRates(self.limits, clock=rate_clock)
+        self.claims = Claims(owners if owners is not None else OwnerBook(max_entries=2 * self.limits.max_records),
+                             ByteBudget(self.limits.max_store_bytes))
         self._write_gate = write_gate if write_gate is not None else WriteGate()
-        self._publish_lock = threading.Lock()  # a claim, the byte budget and the store write, together
         self._rate_limit_delay_s = rate_limit_delay_s
         self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
         self._counted: dict[tuple[str, Outcome], tuple[Any, Any]] = {}
@@ -856,13 +852,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
 
     def forget(self, key: tuple[str, str]) -> None:
         """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too."""
-        self.owners.forget(key)
-        self._bytes.forget(key)
-
-    @property
-    def store_bytes(self) -> int:
-        """The bytes of the records published through this server (``--max-store-bytes``)."""
-        return self._bytes.total
+        self.claims.forget(key)
 
     def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Serve one call, answering with the response's bytes (a transport's entry point)."""
@@ -945,27 +935,14 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def _write_refusal(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Violation | None:
         """Why a write is refused before it is parsed: a reader's token, the write rate (per
         connection, then per peer address), a record over ``max_record_bytes``; else None."""
-        limits = self.limits
-        gated = self._write_gate.refusal(method, context)
-        if gated is not None:
-            return gated
-        peer = client_key(context)
-        if not self._writes.take(peer):
+        refused = self._write_gate.refusal(method, context)
+        if refused is not None:
+            return refused
+        refused = self._writes.refusal(client_key(context))
+        if refused is not None:
             self._hold_back(context)
-            return Violation(RejectReason.RATE_LIMITED, "rate",
-                             f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
-                             "per client (--publish-rate, --publish-burst); PublishMetadata and UpdateStatus count")
-        if not self._peer_writes.take(peer_address(peer)):
-            self._hold_back(context)
-            return Violation(RejectReason.RATE_LIMITED, "rate",
-                             f"over the write rate of {limits.peer_publish_rate_per_s:g}/s, burst "
-                             f"{limits.peer_publish_burst}, per peer address, every connection together "
-                             "(--peer-publish-rate, --peer-publish-burst)")
-        if method == "PublishMetadata" and len(raw) > limits.max_record_bytes:
-            return Violation(RejectReason.TOO_LARGE, "record",
-                             f"the record is {len(raw)} bytes, over the limit of {limits.max_record_bytes} bytes "
-                             "(--max-record-bytes)")
-        return None
+            return refused
+        return self._writes.record_refusal(len(raw)) if method == "PublishMetadata" else None
 
     def _hold_back(self, context: grpc.ServicerContext) -> None:
         """Delay a rate-limited answer by ``rate_limit_delay_s`` while a hold slot is free.
@@ -1035,19 +1012,12 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         """The publish's claim (``OwnerBook``), byte budget and store write, as one step; returns the
         record and its owner secret. ``NotAllowed``, ``StoreFull`` or the store's error otherwise."""
         key = (mx_source_id(request.identity), request.worker_id)
-        with self._publish_lock:
-            over = self._bytes.admit(key, call.size)
-            if over is not None:
-                raise StoreFull(over)
-            held = self.owners.entry(key)
-            secret = self.owners.claim(key, request.owner_secret, mx=call.mx)
-            try:
-                record = self._store.publish(request.identity, request.worker, request.worker_id, status)
-            except BaseException:  # the store refused or failed: the claim was for nothing
-                self.owners.restore(key, held)
-                raise
-            self._bytes.charge(key, call.size)
-        return record, secret
+        try:
+            return self.claims.publish(
+                key, request.owner_secret, mx=call.mx, size=call.size,
+                write=lambda: self._store.publish(request.identity, request.worker, request.worker_id, status))
+        except BudgetExceeded as exc:
+            raise StoreFull(str(exc)) from None
 
     def _list(
         self, request: p2p_pb2.ListSourcesRequest, call: _Call
@@ -1082,9 +1052,8 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def _update(self, request: p2p_pb2.UpdateStatusRequest, call: _Call) -> tuple[p2p_pb2.UpdateStatusResponse, Outcome]:
         key = (request.mx_source_id, request.worker_id)
         try:
-            self.owners.check(key, request.owner_secret, mx=call.mx)
-            change = self._apply_update(request)
-            self.owners.adopt(key, request.owner_secret, mx=call.mx)
+            change = self.claims.heartbeat(key, request.owner_secret, mx=call.mx,
+                                           write=functools.partial(self._apply_update, request))
         except UpdateRejected as exc:
             return p2p_pb2.UpdateStatusResponse(success=False, message=f"update rejected: {exc}"), Outcome.REJECTED
         return p2p_pb2.UpdateStatusResponse(success=True, message=status_name(change.record.status)), Outcome.OK
@@ -1106,14 +1075,6 @@ class _Call:
     size: int
     mx: bool
 
-
-MX_REQUESTS: dict[str, type[Any]] = {
-    "PublishMetadata": mx_pb2.PublishMetadataRequest,
-    "GetMetadata": mx_pb2.GetMetadataRequest,
-    "UpdateStatus": mx_pb2.UpdateStatusRequest,
-}
-"""ModelExpress's request of each method served through ``serve(..., mx=True)``: checked as that
-(``RequestChecker.parse(via=)``), served as ours (ListSources is translated by ``mxref.mx_service``)."""
 
 ENCODE_ERRORS: tuple[type[Exception], ...] = (DecodeError, EncodeError, ValueError, TypeError)
 """What encoding a stored record for a listing can raise (a string that is not UTF-8, a value out of range)."""

@@ -194,8 +194,8 @@ def test_a_reaped_record_may_be_published_afresh(server: Server) -> None:
         server.reaper.scan_once()  # STALE
         server.clock.now += TIMERS.gc_timeout_s + 1
         server.reaper.scan_once()  # deleted: its owner and bytes go with it
-        assert server.store.get(sid, "w1") is None and len(server.servicer.owners) == 0
-        assert server.servicer.store_bytes == 0
+        assert server.store.get(sid, "w1") is None and len(server.servicer.claims.owners) == 0
+        assert server.servicer.claims.store_bytes == 0
         assert second.publish_metadata(identity(), worker("10.0.0.9"), "w1").success
 
 
@@ -271,7 +271,7 @@ def test_byte_budgets_per_record_and_for_the_store(grpc_impl: str) -> None:
             except MetadataServerError as exc:
                 assert exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-store-bytes" in str(exc)
         assert accepted == 2  # 3 x ~40 KB fit in 150 KiB, a fourth does not
-        assert srv.servicer.store_bytes <= limits.max_store_bytes
+        assert srv.servicer.claims.store_bytes <= limits.max_store_bytes
         # the honest source's republish (the same size, replacing its own) still fits
         assert honest.publish_metadata(identity(), worker("10.0.0.2", blob=b"h" * 40_000), "honest").success
 
