@@ -481,3 +481,20 @@ def test_fuzz_every_rpc_of_both_packages(grpc_impl: str) -> None:
         with MxClient(srv.address, timeout_s=5) as client:
             assert client.publish_metadata(identity("after/fuzz"), worker(), "after").success
             assert "after" in [r.worker_id for r in client.list_sources()]
+
+
+def test_the_budget_and_ownership_flags_parse() -> None:
+    from mxref.server import build_parser, server_limits
+
+    args = build_parser().parse_args(["--max-record-bytes", "1000", "--max-store-bytes", "5000",
+                                      "--peer-publish-rate", "3.5", "--peer-publish-burst", "7",
+                                      "--mx-writes", "refused", "--reader-token-file", "/r"])
+    limits = server_limits(args)
+    assert (limits.max_record_bytes, limits.max_store_bytes) == (1000, 5000)
+    assert (limits.peer_publish_rate_per_s, limits.peer_publish_burst) == (3.5, 7)
+    assert MxWrites(args.mx_writes) is MxWrites.REFUSED and args.reader_token_file == "/r"
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        ServerLimits(max_record_bytes=10, max_store_bytes=5)
+    defaults = server_limits(build_parser().parse_args([]))
+    assert defaults.max_record_bytes == 8 << 20 and defaults.max_store_bytes == 2 << 30
+    assert build_parser().parse_args([]).mx_writes == "trusted"
