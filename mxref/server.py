@@ -8,8 +8,11 @@ Three parts, each usable alone:
   It reports every change to a ``StoreListener`` *under its lock*, so the
   ``source_*`` events (``EventJournal``) appear in the order the changes happened.
 - ``P2pServicer``: the ``P2pService`` RPCs, trusting no client. Before a request
-  touches the store it must pass the client's write rate (a token bucket per
-  connection; RESOURCE_EXHAUSTED) and the limits of ``config.ServerLimits``
+  touches the store it must pass the client's write rate (token buckets per
+  connection and per peer address; RESOURCE_EXHAUSTED), a write must come from a
+  caller allowed to write that record (``mxref.ownership``: its publisher's secret,
+  no reader token; PERMISSION_DENIED) and fit the byte budgets, and every request
+  must pass the limits of ``config.ServerLimits``
   checked on the wire (``mxref.request_limits``: sizes, counts, uint32 ranges seen
   before protobuf truncates them, enum numbers; INVALID_ARGUMENT); the message
   names the field, its size and the limit, and ``mxref_server_rejected_requests_total``
