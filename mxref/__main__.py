@@ -518,8 +518,14 @@ def install_credentials(args: argparse.Namespace) -> bool:
     from mxref import security
 
     try:
+        serves = args.role == "source" or getattr(args, "serve_after_load", False)
+        if serves and args.token_file and not args.tls_cert:
+            # A source (and a reader that serves after its load) serves its WorkerService: with a token but
+            # no TLS it would serve plaintext with no token check, so it refuses, as the server does.
+            raise security.SecurityError("--token-file needs --tls-cert and --tls-key on a process that serves "
+                                         "its WorkerService: it would otherwise serve plaintext with no token check")
         client = security.ClientCredentials.from_files(args.tls_ca, args.token_file)
-        # the WorkerService requires the token only when it serves TLS (a token never travels in plaintext)
+        # a reader that does not serve: its token is a client's (it travels only over TLS: --tls-ca)
         server = security.ServerCredentials.from_files(
             args.tls_cert, args.tls_key, args.token_file if args.tls_cert else None
         )

@@ -2,8 +2,8 @@
 
 ``python -m mxref.bench_fleet`` runs, in this process, a ``Store`` + ``P2pServicer`` served
 over real gRPC on loopback, with its ``Reaper`` thread scanning every ``--reaper-interval``
-seconds. The write rate limit is raised (``ServerLimits(publish_rate_per_s=1e9,
-publish_burst=10**9)``) so that heartbeats are not refused, and ``max_records`` is sized to
+seconds. The write rate limits are raised (``ServerLimits(publish_rate_per_s=1e9,
+publish_burst=10**9)``, and the same per peer address) so that heartbeats are not refused, and ``max_records`` is sized to
 the fleet. It then:
 
 1. populates the store directly (``Store.publish``, no RPC: 80k publishes over gRPC would
@@ -391,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     timers = config.ServerTimers(heartbeat_timeout_s=args.heartbeat_timeout,
                                  reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
     limits = config.ServerLimits(publish_rate_per_s=1e9, publish_burst=10**9,
+                                 peer_publish_rate_per_s=1e9, peer_publish_burst=10**9,
                                  max_records=args.sources * args.ranks + 2 * args.silent + 1)
     clock = ShiftedClock()
     store: SourceStore

@@ -46,9 +46,10 @@ def own_channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
-def flood_request(i: int, tensors: int, worker_id: str = "flood") -> p2p_pb2.PublishMetadataRequest:
-    """A publish like a source's; the flood re-publishes one worker (a restart loop), so what is
-    measured is the rate, not a store that grows (``--max-records`` bounds that)."""
+def flood_request(i: int, tensors: int, worker_id: str = "flood", owner_secret: str = "") -> p2p_pb2.PublishMetadataRequest:
+    """A publish like a source's; the flood re-publishes one worker (a restart loop, by its owner:
+    ``owner_secret``), so what is measured is the rate, not a store that grows (``--max-records``
+    bounds that)."""
     worker = p2p_pb2.WorkerMetadata(worker_rank=0, agent_name=f"flood-{i}", metadata_endpoint="127.0.0.1:1",
                                     worker_grpc_endpoint="127.0.0.1:2", accelerator="cpu")
     worker.tensor_source.tensors.extend(
@@ -56,7 +57,8 @@ def flood_request(i: int, tensors: int, worker_id: str = "flood") -> p2p_pb2.Pub
         for t in range(tensors)
     )
     identity = p2p_pb2.SourceIdentity(mx_version="0.1.0", model_name="flood/model", dtype="float16")
-    return p2p_pb2.PublishMetadataRequest(identity=identity, worker=worker, worker_id=worker_id)
+    return p2p_pb2.PublishMetadataRequest(identity=identity, worker=worker, worker_id=worker_id,
+                                          owner_secret=owner_secret)
 
 
 def run_flood(address: str, seconds: float, concurrency: int, tensors: int) -> dict[str, int]:
@@ -75,6 +77,8 @@ def run_flood(address: str, seconds: float, concurrency: int, tensors: int) -> d
     deadline = time.monotonic() + seconds
     with own_channel(address) as channel:
         stub = _STUB(channel)
+        # the first publish makes the flood its record's owner; every re-publish then carries the secret
+        secret = stub.PublishMetadata(flood_request(0, tensors), timeout=CALL_TIMEOUT_S).owner_secret
         print("flooding", flush=True)
         i = 0
 
@@ -88,7 +92,8 @@ def run_flood(address: str, seconds: float, concurrency: int, tensors: int) -> d
         while not stop.is_set() and time.monotonic() < deadline:
             if not slots.acquire(timeout=0.5):
                 continue
-            stub.PublishMetadata.future(flood_request(i, tensors), timeout=CALL_TIMEOUT_S).add_done_callback(done)
+            request = flood_request(i, tensors, owner_secret=secret)
+            stub.PublishMetadata.future(request, timeout=CALL_TIMEOUT_S).add_done_callback(done)
             i += 1
         for _ in range(concurrency):  # every call in flight has finished
             slots.acquire(timeout=CALL_TIMEOUT_S + 1)
@@ -207,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     servers: list[tuple[str, tuple[str, ...]]] = [("default limits", ())]
     if not args.no_unlimited:
-        servers.append(("unlimited write rate", ("--publish-rate", "1e9", "--publish-burst", "1000000000")))
+        servers.append(("unlimited write rate", ("--publish-rate", "1e9", "--publish-burst", "1000000000",
+                                                 "--peer-publish-rate", "1e9", "--peer-publish-burst", "1000000000")))
     results = []
     with tempfile.TemporaryDirectory(prefix="mxref-bench-flood-") as tmp:
         for label, flags in servers:

@@ -27,6 +27,7 @@ import grpc
 
 from mxref import config, security
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
+from mxref.identity import mx_source_id
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.worker_server import REASON_METADATA_KEY, RejectReason
 
@@ -43,7 +44,11 @@ _WORKER_STUB: Callable[[grpc.Channel], Any] = p2p_pb2_grpc.WorkerServiceStub
 
 
 class MxClient:
-    """Client of one metadata server at ``address`` (``host:port``). Close it, or use ``with``."""
+    """Client of one metadata server at ``address`` (``host:port``). Close it, or use ``with``.
+
+    It keeps the ``owner_secret`` each successful publish returns, per ``(mx_source_id,
+    worker_id)``, and sends it with every republish and ``UpdateStatus`` of that record (the
+    server refuses either without it: ``mxref.ownership``)."""
 
     def __init__(
         self,
@@ -54,6 +59,7 @@ class MxClient:
     ) -> None:
         self.address = address
         self.timeout_s = _check_timeout(timeout_s)
+        self._owner_secrets: dict[tuple[str, str], str] = {}
         creds = credentials if credentials is not None else security.client_default()
         self._channel = creds.channel(address, config.grpc_client_options())
         self._stub = _P2P_STUB(self._channel)
@@ -61,9 +67,17 @@ class MxClient:
     def publish_metadata(
         self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
     ) -> p2p_pb2.PublishMetadataResponse:
-        request = p2p_pb2.PublishMetadataRequest(identity=identity, worker=worker, worker_id=worker_id)
+        key = (mx_source_id(identity), worker_id)
+        request = p2p_pb2.PublishMetadataRequest(identity=identity, worker=worker, worker_id=worker_id,
+                                                 owner_secret=self._owner_secrets.get(key, ""))
         response: p2p_pb2.PublishMetadataResponse = self._call("PublishMetadata", request)
+        if response.success and response.owner_secret:
+            self._owner_secrets[key] = response.owner_secret
         return response
+
+    def owner_secret(self, mx_source_id: str, worker_id: str) -> str:
+        """The secret this client holds for the record ("" when it published none there)."""
+        return self._owner_secrets.get((mx_source_id, worker_id), "")
 
     def list_sources(
         self,
@@ -107,7 +121,8 @@ class MxClient:
         STALE must not hold a terminating process for the default 30 s).
         """
         request = p2p_pb2.UpdateStatusRequest(
-            mx_source_id=mx_source_id, worker_id=worker_id, worker_rank=worker_rank, status=status
+            mx_source_id=mx_source_id, worker_id=worker_id, worker_rank=worker_rank, status=status,
+            owner_secret=self._owner_secrets.get((mx_source_id, worker_id), ""),
         )
         response: p2p_pb2.UpdateStatusResponse = self._call("UpdateStatus", request, timeout_s)
         return response

@@ -311,6 +311,22 @@ MAX_STREAMS_PER_CONNECTION = 8
 client occupies at most this many of the server's handler threads; more calls queue at the client."""
 MAX_TRACKED_CLIENTS = 10_000
 """Rate-limit buckets kept; beyond it, buckets that have refilled (idle clients) are dropped."""
+DEFAULT_MAX_RECORD_BYTES = 8 * 1024 * 1024
+"""One PublishMetadata request's bytes (the record it stores): a 4 MiB blob plus a few thousand
+tensor descriptors fit; a larger request is refused before it is parsed."""
+DEFAULT_MAX_STORE_BYTES = 2 * 1024 * 1024 * 1024
+"""The bytes of every record the store holds together (each counted as its publish's size)."""
+DEFAULT_PEER_PUBLISH_RATE_PER_S = 200.0
+"""Per peer address (every connection of one host together): writes refilled per second."""
+DEFAULT_PEER_PUBLISH_BURST = 1000
+"""Per peer address: writes allowed back to back before the rate applies."""
+MAX_TOPOLOGY_ENTRIES = 32
+"""Entries of ModelExpress's ``worker.topology`` (listed with every ref, so kept small)."""
+MAX_TOPOLOGY_STRING_BYTES = 256
+"""Each key and value of ModelExpress's ``worker.topology``."""
+MAX_FOREIGN_UNKNOWN_BYTES = 4096
+"""Bytes of fields ModelExpress's schema does not define in one of its requests (a newer client's
+additions: kept, never listed); in ``mxref.v1`` such fields are refused."""
 
 
 @dataclass(frozen=True)
@@ -325,10 +341,14 @@ class ServerLimits:
     publish_rate_per_s: float = DEFAULT_PUBLISH_RATE_PER_S
     publish_burst: int = DEFAULT_PUBLISH_BURST
     max_records: int = DEFAULT_MAX_RECORDS
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_store_bytes: int = DEFAULT_MAX_STORE_BYTES
+    peer_publish_rate_per_s: float = DEFAULT_PEER_PUBLISH_RATE_PER_S
+    peer_publish_burst: int = DEFAULT_PEER_PUBLISH_BURST
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_blob_bytes", "max_name_bytes", "max_tensors", "publish_burst",
-                     "max_records"):
+                     "max_records", "max_record_bytes", "max_store_bytes", "peer_publish_burst"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name}={value!r}: must be an integer >= 1")
@@ -336,9 +356,13 @@ class ServerLimits:
             0 <= self.max_worker_rank <= 0xFFFFFFFF
         ):
             raise ValueError(f"ServerLimits.max_worker_rank={self.max_worker_rank!r}: must be in 0..{0xFFFFFFFF}")
-        rate = self.publish_rate_per_s
-        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-            raise ValueError(f"ServerLimits.publish_rate_per_s={rate!r}: must be a finite number > 0")
+        for name in ("publish_rate_per_s", "peer_publish_rate_per_s"):
+            rate = getattr(self, name)
+            if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+                raise ValueError(f"ServerLimits.{name}={rate!r}: must be a finite number > 0")
+        if self.max_record_bytes > self.max_store_bytes:
+            raise ValueError(f"ServerLimits.max_record_bytes={self.max_record_bytes} must not exceed "
+                             f"max_store_bytes={self.max_store_bytes} (one record must fit the store)")
         if self.max_blob_bytes >= self.max_message_bytes:
             raise ValueError(
                 f"ServerLimits.max_blob_bytes={self.max_blob_bytes} must be below "

@@ -93,6 +93,11 @@ class ServerFamilies:
             "Requests refused for breaking a limit or a rule (reason: mxref.request_limits.RejectReason)",
             ["method", "reason"], registry=r,
         )
+        self.listing_skipped = Counter(
+            "mxref_server_listing_skipped_total",
+            "Records left out of a ListSources answer because they do not encode (package: the gRPC service)",
+            ["package"], registry=r,
+        )
 
 
 class SourceFamilies:

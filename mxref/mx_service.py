@@ -23,7 +23,14 @@ other. How each method maps (``proto/mxref/mx/p2p.proto`` pins the client's fiel
   ref's encoding is kept for the next listing while its record and reading stay (5000 refs:
   ~80 ms built each time, ~6 ms kept). READY
   freshness, newest-first order, ``limit`` and "a store failure reads as no sources" are
-  the servicer's; ``min_training_step`` filters before ``limit``.
+  the servicer's; ``min_training_step`` filters before ``limit``. A record whose ref does
+  not encode (written to a shared Redis by another writer) is left out of the listing and
+  counted (``mxref_server_listing_skipped_total``), never an error for the whole listing.
+
+Every request is checked as the ModelExpress message it is (``RequestChecker.parse(via=)``):
+its own fields (``topology``, ``artifact_source``, ``transfer_engine_session_id``) meet the
+same UTF-8, size and count limits as ours. Writes carry no owner secret; ``--mx-writes``
+(``mxref.ownership``) says what they may touch.
 
 A request that does not parse as the MX message is INVALID_ARGUMENT naming the method.
 """
@@ -46,7 +53,9 @@ from mxref.wire import wire_bytes
 if TYPE_CHECKING:
     from mxref.server import P2pServicer, SourceRecord
 
-__all__ = ["MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
+_ENCODE_ERRORS = (DecodeError, ValueError, TypeError)
+
+__all__ = ["MX_REQUESTS", "MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
 
 MX_SERVICE_NAME = "model_express.p2p.P2pService"
 TRAINING_STEP_KEYS = ("training_step", "version")
@@ -59,6 +68,15 @@ _RESPONSES: dict[str, type[Any]] = {
     "GetMetadata": mx_pb2.GetMetadataResponse,
     "UpdateStatus": mx_pb2.UpdateStatusResponse,
 }
+
+
+MX_REQUESTS: dict[str, type[Any]] = {
+    "PublishMetadata": mx_pb2.PublishMetadataRequest,
+    "GetMetadata": mx_pb2.GetMetadataRequest,
+    "UpdateStatus": mx_pb2.UpdateStatusRequest,
+}
+"""ModelExpress's request of each method served through ``P2pServicer.serve(..., mx=True)``: checked
+as that (``RequestChecker.parse(via=)``), served as ours (``ListSources`` is translated here)."""
 
 
 def lifted_extras(extra: Any) -> tuple[int | None, str | None]:
@@ -108,7 +126,7 @@ class MxP2pService:
     def _serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
         if method == "ListSources":
             return self._list(raw, context)
-        response = self._servicer.serve(method, raw, context)
+        response = self._servicer.serve(method, raw, context, mx=True)
         if method == "UpdateStatus":
             self._heard(raw, bool(response.success))
         return response  # same numbers and wire types as the MX answer: serialized as is
@@ -171,7 +189,11 @@ class MxP2pService:
             for record, load in zip(records, loads, strict=True):
                 entry = kept.get(record.key)
                 if entry is None or entry.record is not record or entry.load != load:
-                    entry = _Entry.of(record, load)
+                    try:
+                        entry = _Entry.of(record, load)
+                    except _ENCODE_ERRORS as exc:  # one record that does not encode never fails a listing
+                        self._servicer.skipped_listing(MX_SERVICE_NAME, record, exc)
+                        continue
                     kept[record.key] = entry
                     kept.move_to_end(record.key)
                     while len(kept) > self._max_loads:

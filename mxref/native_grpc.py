@@ -85,9 +85,14 @@ class NativeContext:
     details: str = ""
     trailing: list[tuple[str, str]] = field(default_factory=list)
     delay_s: float = 0.0
+    authorization: tuple[Any, ...] = ()
+    """The call's ``authorization`` values (``mxref.ownership.WriteGate`` tells a reader's token)."""
 
     def peer(self) -> str:
         return self._peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((security.AUTHORIZATION_KEY, value) for value in self.authorization)
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         self.code, self.details = code, details
@@ -117,7 +122,7 @@ class NativeMetadataServer:
 
         credentials = credentials or security.ServerCredentials()
         self._serve = {SERVICE_NAME: servicer.serve_encoded, MX_SERVICE_NAME: MxP2pService(servicer).serve_encoded}
-        self._token = credentials.token
+        self._token = credentials.accepted_tokens or None
         self._on_refused = on_refused
         try:
             self._server = mxref_native.Server(
@@ -155,7 +160,7 @@ class NativeMetadataServer:
         return reason
 
     def _answer(self, call: Any) -> None:
-        context = NativeContext(call.peer)
+        context = NativeContext(call.peer, authorization=tuple(call.authorization or ()))
         try:
             refused = self._refusal(call)
             if refused is not None:

@@ -266,6 +266,8 @@ class RedisStore:
     ) -> SourceRecord:
         """Store (or replace) the worker's record, stamped now; ``StoreFull`` beyond ``max_records``
         (counted as of the last reaper scan or full read, so the limit is approximate on Redis)."""
+        if worker_id == ATTRIBUTES_FIELD:  # the servicer refuses it first (RESERVED_WORKER_IDS); never trust that
+            raise UpdateRejected(f"worker_id {worker_id!r} is reserved: the source's identity is kept under it")
         sid = mx_source_id(identity)
         now_ms = self.now_ms()
         rank = worker.worker_rank
@@ -303,6 +305,8 @@ class RedisStore:
     def update_status(self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus) -> StatusChange:
         """Set the status and stamp ``updated_at`` (a heartbeat) without rewriting the record;
         ``UpdateRejected`` for an unknown worker or a wrong rank."""
+        if worker_id == ATTRIBUTES_FIELD:
+            raise UpdateRejected(f"worker_id {worker_id!r} is reserved: the source's identity is kept under it")
         now_ms = self.now_ms()
         wkey, skey = _worker_key(mx_source_id, worker_id), KEY_PREFIX + mx_source_id
         args: list[str | int] = [worker_rank, f"{STATUS_FIELD_PREFIX}{worker_rank}", worker_id, int(status), now_ms,

@@ -12,8 +12,19 @@ Two parts, both pure (no gRPC, no store), used by ``mxref.server.P2pServicer``:
   ranges, enum numbers (proto3 enums are open, so an unknown number parses), and
   the rank against ``max_worker_rank``.
 - ``ClientBuckets``: one token bucket per client key (refill ``rate`` per second up
-  to ``burst``) for the write rate; a client over it is refused before its request
-  is parsed.
+  to ``burst``) for the write rate, kept per connection and per peer address (a new
+  connection does not reset the address's bucket); a client over either is refused
+  before its request is parsed.
+- ``ByteBudget``: the bytes the store's records hold, per record key; a publish that
+  would take the store past ``max_store_bytes`` is refused (a replacement is charged
+  only its growth).
+
+Fields the schema does not define are refused in ``mxref.v1`` (an mxref client sends
+none; a 16 MiB unknown field would otherwise ride into the store) and bounded to
+``config.MAX_FOREIGN_UNKNOWN_BYTES`` in ModelExpress's package (a newer MX client may
+add a field; it is stored, never listed). ModelExpress's own fields (``topology``,
+``artifact_source``, ...) are checked by the plan of its schema (``parse(..., via=)``):
+UTF-8, sizes, counts, like every other field.
 
 A ``Violation`` names the field, the value's size and the limit; its ``reason`` is
 the ``reason`` label of ``mxref_server_rejected_requests_total`` and its ``code``
@@ -38,6 +49,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: igno
 from google.protobuf.message import DecodeError, Message  # type: ignore[import-untyped]
 
 from mxref import config
+from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
 
 UINT32_MAX = 0xFFFFFFFF
@@ -56,10 +68,14 @@ class RejectReason(StrEnum):
     TOO_MANY = "too_many"
     OUT_OF_RANGE = "out_of_range"
     UNKNOWN_ENUM = "unknown_enum"
+    UNKNOWN_FIELD = "unknown_field"
     INVALID = "invalid"
+    FORBIDDEN = "forbidden"
+    NOT_OWNER = "not_owner"
 
 
 RESOURCE_REASONS = frozenset({RejectReason.RATE_LIMITED, RejectReason.STORE_FULL})
+PERMISSION_REASONS = frozenset({RejectReason.FORBIDDEN, RejectReason.NOT_OWNER})
 
 
 @dataclass(frozen=True)
@@ -74,18 +90,21 @@ class Violation:
     def code(self) -> grpc.StatusCode:
         if self.reason in RESOURCE_REASONS:
             return grpc.StatusCode.RESOURCE_EXHAUSTED
+        if self.reason in PERMISSION_REASONS:
+            return grpc.StatusCode.PERMISSION_DENIED
         return grpc.StatusCode.INVALID_ARGUMENT
 
 
 # --- the wide twin ----------------------------------------------------------------
 
 
-def _wide_file() -> descriptor_pb2.FileDescriptorProto:
-    """``p2p.proto`` under package ``mxref.v1.wide``: uint32 -> uint64, enum -> int64, no services."""
+def _wide_file(file: Any) -> descriptor_pb2.FileDescriptorProto:
+    """A schema file under package ``<package>.wide``: uint32 -> uint64, enum -> int64, no services."""
     proto = descriptor_pb2.FileDescriptorProto()
-    p2p_pb2.DESCRIPTOR.CopyToProto(proto)
-    proto.name = "mxref/v1/p2p_wide.proto"
-    proto.package = WIDE_PACKAGE
+    file.CopyToProto(proto)
+    package = proto.package
+    proto.name = proto.name.removesuffix(".proto") + "_wide.proto"
+    proto.package = f"{package}.wide"
     del proto.service[:]
 
     def widen(messages: Any) -> None:
@@ -96,8 +115,8 @@ def _wide_file() -> descriptor_pb2.FileDescriptorProto:
                 elif field.type == descriptor_pb2.FieldDescriptorProto.TYPE_ENUM:
                     field.type = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
                     field.ClearField("type_name")
-                elif field.type_name.startswith(".mxref.v1."):
-                    field.type_name = ".mxref.v1.wide." + field.type_name.removeprefix(".mxref.v1.")
+                elif field.type_name.startswith(f".{package}."):
+                    field.type_name = f".{package}.wide." + field.type_name.removeprefix(f".{package}.")
             widen(message.nested_type)
 
     widen(proto.message_type)
@@ -105,12 +124,14 @@ def _wide_file() -> descriptor_pb2.FileDescriptorProto:
 
 
 _WIDE_POOL = descriptor_pool.DescriptorPool()
-_WIDE_POOL.Add(_wide_file())
+_WIDE_POOL.Add(_wide_file(p2p_pb2.DESCRIPTOR))
+_WIDE_POOL.Add(_wide_file(mx_pb2.DESCRIPTOR))
 
 
 def wide_class(narrow: type[Message]) -> type[Message]:
-    """The wide twin of a ``mxref.v1`` message class."""
-    descriptor = _WIDE_POOL.FindMessageTypeByName(f"{WIDE_PACKAGE}.{narrow.DESCRIPTOR.name}")
+    """The wide twin of a ``mxref.v1`` (or ``model_express.p2p``) message class."""
+    descriptor = _WIDE_POOL.FindMessageTypeByName(f"{narrow.DESCRIPTOR.full_name.rsplit('.', 1)[0]}.wide."
+                                                  f"{narrow.DESCRIPTOR.name}")
     wide: type[Message] = message_factory.GetMessageClass(descriptor)
     return wide
 
@@ -141,6 +162,8 @@ def _plan(descriptor: Descriptor, limits: config.ServerLimits) -> tuple[_FieldCh
             count_limit, count_flag = limits.max_tensors, "--max-tensors"
         elif field.name == "extra_parameters":
             count_limit = config.MAX_EXTRA_PARAMETERS
+        elif field.name == "topology":
+            count_limit = config.MAX_TOPOLOGY_ENTRIES
         common: dict[str, Any] = {"name": field.name, "repeated": repeated, "count_limit": count_limit,
                                   "count_flag": count_flag}
         if field.type == FieldDescriptor.TYPE_STRING:
@@ -163,8 +186,10 @@ def _plan(descriptor: Descriptor, limits: config.ServerLimits) -> tuple[_FieldCh
                                       enum_name=enum.name, **common))
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.message_type.GetOptions().map_entry:
-                # map<string, string> is the only map: its keys and values are strings.
-                checks.append(_FieldCheck(kind="map", limit=config.MAX_STRING_BYTES, **common))
+                # map<string, string> is the only map: its keys and values are strings. ModelExpress's
+                # topology is listed with every ref, so each of its strings is held shorter.
+                size = config.MAX_TOPOLOGY_STRING_BYTES if field.name == "topology" else config.MAX_STRING_BYTES
+                checks.append(_FieldCheck(kind="map", limit=size, **common))
             elif repeated:
                 # Tensor descriptors: only their number. Checking 65,536 of them field by field costs the
                 # server ~0.3 s of CPU (the GIL) per publish; their total size is bounded by the message
@@ -243,6 +268,25 @@ def _check_one(check: _FieldCheck, value: Any, at: str) -> Violation | None:
     return None
 
 
+def _unknown_fields(parsed: Any, name: str, *, foreign: bool) -> Violation | None:
+    """Fields the schema does not define, anywhere in the message: refused in ``mxref.v1``, at
+    most ``MAX_FOREIGN_UNKNOWN_BYTES`` in ModelExpress's package. ``parsed`` loses them."""
+    whole = parsed.ByteSize()
+    parsed.DiscardUnknownFields()
+    unknown = whole - parsed.ByteSize()
+    if unknown <= 0:
+        return None
+    if not foreign:
+        return Violation(RejectReason.UNKNOWN_FIELD, name,
+                         f"{name} carries {unknown} bytes in fields mxref.v1 does not define (an mxref client "
+                         "sends none)")
+    if unknown > config.MAX_FOREIGN_UNKNOWN_BYTES:
+        return Violation(RejectReason.UNKNOWN_FIELD, name,
+                         f"{name} carries {unknown} bytes in fields its schema does not define, over the limit "
+                         f"of {config.MAX_FOREIGN_UNKNOWN_BYTES} bytes")
+    return None
+
+
 class RequestChecker:
     """Raw request bytes -> the message, or the ``Violation`` that refuses it."""
 
@@ -251,17 +295,27 @@ class RequestChecker:
         self._plans: dict[type[Message], tuple[type[Message], tuple[_FieldCheck, ...]]] = {}
         self._lock = threading.Lock()
 
-    def parse(self, narrow: type[Message], raw: bytes) -> Message | Violation:
-        wide, plan = self._plan_for(narrow)
+    def parse(self, narrow: type[Message], raw: bytes, *, via: type[Message] | None = None) -> Message | Violation:
+        """``raw`` as ``narrow``, once it passes the checks of ``via``'s schema (default ``narrow``'s):
+        ModelExpress's requests are checked as ModelExpress's messages, then served as ours (their
+        own fields riding as unknown fields, checked already)."""
+        schema = via if via is not None else narrow
+        wide, plan = self._plan_for(schema)
+        name = schema.DESCRIPTOR.name
         try:
             parsed = wide.FromString(raw)
         except DecodeError as exc:
-            name = narrow.DESCRIPTOR.name
             return Violation(RejectReason.MALFORMED, name, f"{name} ({len(raw)} bytes) does not parse: {exc}")
         found = _check(parsed, plan, "")
         if found is not None:
             return found
-        return narrow.FromString(raw)  # cannot fail: the same bytes parsed as a wider twin
+        found = _unknown_fields(parsed, name, foreign=schema.DESCRIPTOR.file.package != p2p_pb2.DESCRIPTOR.package)
+        if found is not None:
+            return found
+        try:
+            return narrow.FromString(raw)  # the same bytes parsed as a wider twin (or the other package's)
+        except DecodeError as exc:  # only across packages: a field one schema types differently
+            return Violation(RejectReason.MALFORMED, name, f"{name} ({len(raw)} bytes) does not parse: {exc}")
 
     def check(self, request: Message) -> Violation | None:
         """The checks of ``parse`` on a message already built (its uint32s cannot be out of range)."""
@@ -324,3 +378,87 @@ class ClientBuckets:
             idle = list(self._buckets)[: max(1, len(self._buckets) // 2)]
         for key in idle:
             del self._buckets[key]
+
+
+def peer_address(peer: str) -> str:
+    """The address part of a gRPC peer name: ``ipv4:10.0.0.7`` for ``ipv4:10.0.0.7:51234``,
+    ``ipv6:[::1]`` for ``ipv6:[::1]:40000``; any other name as it is."""
+    head, sep, port = peer.rpartition(":")
+    if sep and port.isdigit() and head and head not in ("ipv4", "ipv6"):
+        return head
+    return peer
+
+
+# --- bytes --------------------------------------------------------------------------
+
+
+class ByteBudget:
+    """What the store's records weigh (their publish's size), per record key, against ``limit``.
+
+    ``admit(key, size)`` raises ``BudgetExceeded`` when holding ``size`` for ``key`` (replacing
+    what ``key`` held) would take the total past ``limit``; ``charge`` records it once stored;
+    ``forget`` when the record is gone. Callers serialize admit+charge (the servicer holds its
+    publish lock). The table holds one int per record the store holds.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._sizes: dict[tuple[str, str], int] = {}
+        self._total = 0
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._total
+
+    def admit(self, key: tuple[str, str], size: int) -> str | None:
+        """``None`` when ``size`` fits for ``key``, else the reason it does not."""
+        with self._lock:
+            after = self._total - self._sizes.get(key, 0) + size
+            if after > self.limit:
+                return (f"the store holds {self._total} bytes of records; {size} more would pass its limit of "
+                        f"{self.limit} bytes (--max-store-bytes)")
+            return None
+
+    def charge(self, key: tuple[str, str], size: int) -> None:
+        with self._lock:
+            self._total += size - self._sizes.get(key, 0)
+            self._sizes[key] = size
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._total -= self._sizes.pop(key, 0)
+
+
+class WriteRates:
+    """The write rate a caller is held to: per connection (``client``: its gRPC peer, address and
+    port) and per peer address (every connection of the host together, so a new connection does not
+    reset it); and a record's size (``max_record_bytes``), checked before the request is parsed."""
+
+    def __init__(self, limits: config.ServerLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._connections = ClientBuckets(limits.publish_rate_per_s, limits.publish_burst, clock=clock)
+        self._addresses = ClientBuckets(limits.peer_publish_rate_per_s, limits.peer_publish_burst, clock=clock)
+
+    def refusal(self, client: str) -> Violation | None:
+        """Spend one write of ``client``'s; the ``rate_limited`` refusal when either bucket is empty."""
+        limits = self.limits
+        if not self._connections.take(client):
+            return Violation(RejectReason.RATE_LIMITED, "rate",
+                             f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
+                             "per client (--publish-rate, --publish-burst); PublishMetadata and UpdateStatus count")
+        if not self._addresses.take(peer_address(client)):
+            return Violation(RejectReason.RATE_LIMITED, "rate",
+                             f"over the write rate of {limits.peer_publish_rate_per_s:g}/s, burst "
+                             f"{limits.peer_publish_burst}, per peer address, every connection together "
+                             "(--peer-publish-rate, --peer-publish-burst)")
+        return None
+
+    def record_refusal(self, size: int) -> Violation | None:
+        """A publish of ``size`` bytes over ``max_record_bytes``: refused before it is parsed."""
+        if size <= self.limits.max_record_bytes:
+            return None
+        return Violation(RejectReason.TOO_LARGE, "record",
+                         f"the record is {size} bytes, over the limit of {self.limits.max_record_bytes} bytes "
+                         "(--max-record-bytes)")

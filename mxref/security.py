@@ -112,11 +112,13 @@ def _read(path: str | Path, what: str) -> bytes:
     return data
 
 
-def check_authorization(values: Sequence[str | bytes], token: str) -> RefusalReason | None:
+def check_authorization(values: Sequence[str | bytes], token: str | Sequence[str]) -> RefusalReason | None:
     """The refusal a call with these ``authorization`` metadata values earns, or ``None``.
 
-    Exactly one value ``Bearer <token>`` passes; the comparison takes the same time wherever
-    the first wrong byte is. No value is ``missing_token``; anything else ``wrong_token``.
+    Exactly one value ``Bearer <token>`` passes, for ``token`` or any of several accepted tokens
+    (the source's and the reader's: ``ServerCredentials.accepted_tokens``); each comparison takes
+    the same time wherever the first wrong byte is, and every token is compared. No value is
+    ``missing_token``; anything else ``wrong_token``.
     """
     if not values:
         return RefusalReason.MISSING_TOKEN
@@ -124,8 +126,11 @@ def check_authorization(values: Sequence[str | bytes], token: str) -> RefusalRea
         return RefusalReason.WRONG_TOKEN
     (value,) = values
     given = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
-    expected = (BEARER_PREFIX + token).encode("ascii")
-    return None if hmac.compare_digest(given, expected) else RefusalReason.WRONG_TOKEN
+    tokens = (token,) if isinstance(token, str) else tuple(token)
+    matched = False
+    for one in tokens:
+        matched |= hmac.compare_digest(given, (BEARER_PREFIX + one).encode("ascii"))
+    return None if matched else RefusalReason.WRONG_TOKEN
 
 
 # --- client side ----------------------------------------------------------------
@@ -174,22 +179,36 @@ class ServerCredentials:
     cert_pem: bytes | None = None
     key_pem: bytes | None = None
     token: str | None = None
+    reader_token: str | None = None
+    """A second accepted token that may only read (``mxref.ownership.WriteGate`` refuses its writes)."""
 
     def __post_init__(self) -> None:
         if (self.cert_pem is None) != (self.key_pem is None):
             raise SecurityError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
         if self.token is not None and self.cert_pem is None:
             raise SecurityError("a bearer token needs TLS (--tls-cert, --tls-key): it must not cross the wire in plaintext")
+        if self.reader_token is not None and self.token is None:
+            raise SecurityError("a reader token needs the source token too (--token-file): without it every "
+                                "caller could write")
+        if self.reader_token is not None and hmac.compare_digest(self.reader_token, self.token or ""):
+            raise SecurityError("the reader token and the source token are the same: a reader could write")
 
     @classmethod
     def from_files(
-        cls, cert: str | Path | None = None, key: str | Path | None = None, token_file: str | Path | None = None
+        cls, cert: str | Path | None = None, key: str | Path | None = None, token_file: str | Path | None = None,
+        reader_token_file: str | Path | None = None,
     ) -> ServerCredentials:
         return cls(
             cert_pem=_read(cert, "TLS certificate") if cert else None,
             key_pem=_read(key, "TLS key") if key else None,
             token=read_token(token_file) if token_file else None,
+            reader_token=read_token(reader_token_file) if reader_token_file else None,
         )
+
+    @property
+    def accepted_tokens(self) -> tuple[str, ...]:
+        """Every token a call may carry (empty: no token check)."""
+        return tuple(t for t in (self.token, self.reader_token) if t is not None)
 
     @property
     def tls(self) -> bool:
@@ -202,7 +221,7 @@ class ServerCredentials:
         return grpc.ssl_server_credentials([(self.key_pem, self.cert_pem)])
 
     def interceptors(self, on_refused: Callable[[Refusal], None] | None = None) -> list[grpc.ServerInterceptor]:
-        return [] if self.token is None else [TokenInterceptor(self.token, on_refused)]
+        return [] if self.token is None else [TokenInterceptor(self.accepted_tokens, on_refused)]
 
 
 class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type stubs
@@ -212,7 +231,7 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc sh
     call (from the server's thread pool) and must not raise.
     """
 
-    def __init__(self, token: str, on_refused: Callable[[Refusal], None] | None = None) -> None:
+    def __init__(self, token: str | Sequence[str], on_refused: Callable[[Refusal], None] | None = None) -> None:
         self._token = token
         self._on_refused = on_refused
 

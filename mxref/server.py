@@ -8,8 +8,11 @@ Three parts, each usable alone:
   It reports every change to a ``StoreListener`` *under its lock*, so the
   ``source_*`` events (``EventJournal``) appear in the order the changes happened.
 - ``P2pServicer``: the ``P2pService`` RPCs, trusting no client. Before a request
-  touches the store it must pass the client's write rate (a token bucket per
-  connection; RESOURCE_EXHAUSTED) and the limits of ``config.ServerLimits``
+  touches the store it must pass the client's write rate (token buckets per
+  connection and per peer address; RESOURCE_EXHAUSTED), a write must come from a
+  caller allowed to write that record (``mxref.ownership``: its publisher's secret,
+  no reader token; PERMISSION_DENIED) and fit the byte budgets, and every request
+  must pass the limits of ``config.ServerLimits``
   checked on the wire (``mxref.request_limits``: sizes, counts, uint32 ranges seen
   before protobuf truncates them, enum numbers; INVALID_ARGUMENT); the message
   names the field, its size and the limit, and ``mxref_server_rejected_requests_total``
@@ -47,6 +50,7 @@ from enum import StrEnum
 from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, EncodeError  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 from sortedcontainers import SortedKeyList
 
@@ -55,9 +59,10 @@ from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
-from mxref.mx_service import MxP2pService
+from mxref.mx_service import MX_REQUESTS, MxP2pService
+from mxref.ownership import MX_WRITES, BudgetExceeded, Claims, MxWrites, NotAllowed, OwnerBook, WriteGate
 from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
-from mxref.request_limits import ClientBuckets, RejectReason, RequestChecker, Violation
+from mxref.request_limits import ByteBudget, RejectReason, RequestChecker, Violation, WriteRates
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.wire import wire_bytes
 from mxref.worker_server import REASON_METADATA_KEY, endpoint, start_grpc_server
@@ -740,6 +745,10 @@ class Outcome(StrEnum):
     ERROR = "error"
 
 
+RESERVED_WORKER_IDS = frozenset({"__attributes__"})
+"""Worker ids no store accepts: ``mxref.redis_store`` keeps the identity in the field of that name."""
+
+
 def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
     """Every reason to answer this publish ``success=false`` (empty: acceptable).
 
@@ -753,6 +762,9 @@ def publish_problems(request: p2p_pb2.PublishMetadataRequest) -> list[str]:
         problems.append("identity.model_name is empty; a source must name its model")
     if not request.worker_id.strip():
         problems.append("worker_id is empty; each worker process needs its own id")
+    elif request.worker_id in RESERVED_WORKER_IDS:
+        problems.append(f"worker_id {request.worker_id!r} is reserved (ModelExpress's Redis layout keeps a "
+                        "source's identity under that name)")
     if not request.HasField("worker"):
         problems.append("worker is missing; a source must publish its WorkerMetadata")
     return problems
@@ -806,17 +818,22 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         limits: config.ServerLimits | None = None,
         rate_clock: Callable[[], float] = time.monotonic,
         rate_limit_delay_s: float = RATE_LIMIT_DELAY_S,
+        owners: OwnerBook | None = None,
+        write_gate: WriteGate | None = None,
     ) -> None:
         self._store = store
         self._timers = timers
         self.limits = limits if limits is not None else config.ServerLimits()
         self._metrics = metrics if metrics is not None else ServerFamilies(CollectorRegistry())
         self._checker = RequestChecker(self.limits)
-        self._writes = ClientBuckets(self.limits.publish_rate_per_s, self.limits.publish_burst, clock=rate_clock)
+        self._writes = WriteRates(self.limits, clock=rate_clock)
+        self.claims = Claims(owners if owners is not None else OwnerBook(max_entries=2 * self.limits.max_records),
+                             ByteBudget(self.limits.max_store_bytes))
+        self._write_gate = write_gate if write_gate is not None else WriteGate()
         self._rate_limit_delay_s = rate_limit_delay_s
         self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
         self._counted: dict[tuple[str, Outcome], tuple[Any, Any]] = {}
-        self._handlers: dict[str, Callable[[Any], tuple[Any, Outcome]]] = {
+        self._handlers: dict[str, Callable[[Any, _Call], tuple[Any, Outcome]]] = {
             "PublishMetadata": self._publish,
             "ListSources": self._list,
             "GetMetadata": self._get,
@@ -829,12 +846,16 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
     def store(self) -> SourceStore:
         return self._store
 
-    def serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
+    def serve(self, method: str, raw: bytes, context: grpc.ServicerContext, *, mx: bool = False) -> Any:
         """Serve one call of ``method`` from its raw bytes, answering with a message
-        (``mxref.mx_service`` serves ModelExpress's package through this, with every check and
-        count of our own)."""
-        response = self._serve(method, raw, context)
+        (``mxref.mx_service`` serves ModelExpress's package through this, ``mx=True``: the request
+        is checked as ModelExpress's message, and its writes follow ``OwnerBook.mx_writes``)."""
+        response = self._serve(method, raw, context, mx=mx)
         return response.message() if isinstance(response, Listing) else response
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too."""
+        self.claims.forget(key)
 
     def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Serve one call, answering with the response's bytes (a transport's entry point)."""
@@ -885,24 +906,22 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         response: p2p_pb2.UpdateStatusResponse = self.serve("UpdateStatus", request.SerializeToString(), context)
         return response
 
-    def _serve(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Any:
+    def _serve(self, method: str, raw: bytes, context: grpc.ServicerContext, *, mx: bool = False) -> Any:
         """Serve one call: the write rate first (cheapest), then the wire checks, then the handler;
         time it, count its outcome, turn a refusal into its gRPC code and an exception into INTERNAL."""
         started = time.perf_counter()
         rpc = RPCS[method]
-        if rpc.writes and not self._writes.take(client_key(context)):
-            limits = self.limits
-            self._hold_back(context)
-            self._refuse(method, Violation(
-                RejectReason.RATE_LIMITED, "rate",
-                f"over the write rate of {limits.publish_rate_per_s:g}/s, burst {limits.publish_burst}, "
-                "per client (--publish-rate, --publish-burst); PublishMetadata and UpdateStatus count",
-            ), context, started)
-        request = self._checker.parse(rpc.request, raw)
+        if rpc.writes:
+            refused = self._write_refusal(method, raw, context)
+            if refused is not None:
+                self._refuse(method, refused, context, started)
+        request = self._checker.parse(rpc.request, raw, via=MX_REQUESTS.get(method) if mx else None)
         if isinstance(request, Violation):
             self._refuse(method, request, context, started)
         try:
-            response, outcome = self._handlers[method](request)
+            response, outcome = self._handlers[method](request, _Call(len(raw), mx))
+        except NotAllowed as exc:
+            self._refuse(method, exc.violation, context, started)
         except StoreFull as exc:
             self._refuse(method, Violation(RejectReason.STORE_FULL, "store", str(exc)), context, started)
         except StoreUnavailable as exc:  # ModelExpress's answer to a backend error: negative, not an RPC error
@@ -915,6 +934,18 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             raise  # not reached: abort() raises
         self._count(method, outcome, started)
         return response
+
+    def _write_refusal(self, method: str, raw: bytes, context: grpc.ServicerContext) -> Violation | None:
+        """Why a write is refused before it is parsed: a reader's token, the write rate (per
+        connection, then per peer address), a record over ``max_record_bytes``; else None."""
+        refused = self._write_gate.refusal(method, context)
+        if refused is not None:
+            return refused
+        refused = self._writes.refusal(client_key(context))
+        if refused is not None:
+            self._hold_back(context)
+            return refused
+        return self._writes.record_refusal(len(raw)) if method == "PublishMetadata" else None
 
     def _hold_back(self, context: grpc.ServicerContext) -> None:
         """Delay a rate-limited answer by ``rate_limit_delay_s`` while a hold slot is free.
@@ -953,7 +984,9 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         counted[0].inc()
         counted[1].observe(time.perf_counter() - started)
 
-    def _publish(self, request: p2p_pb2.PublishMetadataRequest) -> tuple[p2p_pb2.PublishMetadataResponse, Outcome]:
+    def _publish(
+        self, request: p2p_pb2.PublishMetadataRequest, call: _Call
+    ) -> tuple[p2p_pb2.PublishMetadataResponse, Outcome]:
         problems = publish_problems(request)
         if problems:
             self._metrics.rejected_requests.labels("PublishMetadata", RejectReason.INVALID.value).inc()
@@ -962,16 +995,36 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
                 Outcome.REJECTED
             )
         status = request.worker.status if request.worker.status != UNKNOWN else INITIALIZING
-        record = self._store.publish(request.identity, request.worker, request.worker_id, status)
+        try:
+            record, secret = self._write_record(request, status, call)
+        except UpdateRejected as exc:  # the store's own rule (a reserved name)
+            return p2p_pb2.PublishMetadataResponse(success=False, message=f"publish rejected: {exc}",
+                                                   worker_id=request.worker_id), Outcome.REJECTED
         response = p2p_pb2.PublishMetadataResponse(
             success=True,
             message=f"published worker {record.worker_id} of source {record.mx_source_id} as {status_name(status)}",
             mx_source_id=record.mx_source_id,
             worker_id=record.worker_id,
+            owner_secret=secret,
         )
         return response, Outcome.OK
 
-    def _list(self, request: p2p_pb2.ListSourcesRequest) -> tuple[p2p_pb2.ListSourcesResponse | Listing, Outcome]:
+    def _write_record(
+        self, request: p2p_pb2.PublishMetadataRequest, status: SourceStatus, call: _Call
+    ) -> tuple[SourceRecord, str]:
+        """The publish's claim (``OwnerBook``), byte budget and store write, as one step; returns the
+        record and its owner secret. ``NotAllowed``, ``StoreFull`` or the store's error otherwise."""
+        key = (mx_source_id(request.identity), request.worker_id)
+        try:
+            return self.claims.publish(
+                key, request.owner_secret, mx=call.mx, size=call.size,
+                write=lambda: self._store.publish(request.identity, request.worker, request.worker_id, status))
+        except BudgetExceeded as exc:
+            raise StoreFull(str(exc)) from None
+
+    def _list(
+        self, request: p2p_pb2.ListSourcesRequest, call: _Call
+    ) -> tuple[p2p_pb2.ListSourcesResponse | Listing, Outcome]:
         query = SourceQuery.from_request(request)
         try:
             chosen = self._store.listing(query, self._timers.heartbeat_timeout_s)
@@ -979,9 +1032,15 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
             # As in ModelExpress: a backend failure reads as "no sources", not an RPC error.
             logger.exception("ListSources: the store failed; answering with no sources")
             return p2p_pb2.ListSourcesResponse(), Outcome.ERROR
-        return Listing(chosen), Outcome.OK
+        return Listing(listable(chosen, _LISTED, self.skipped_listing)), Outcome.OK
 
-    def _get(self, request: p2p_pb2.GetMetadataRequest) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
+    def skipped_listing(self, package: str, record: SourceRecord, exc: Exception) -> None:
+        """A record that cannot be listed (it does not encode) was left out of a listing: counted."""
+        self._metrics.listing_skipped.labels(package).inc()
+        logger.warning("listing (%s): left out worker %r of source %r, which does not encode: %s",
+                       package, record.worker_id[:64], record.mx_source_id[:32], exc)
+
+    def _get(self, request: p2p_pb2.GetMetadataRequest, call: _Call) -> tuple[p2p_pb2.GetMetadataResponse, Outcome]:
         sid, wid = request.mx_source_id, request.worker_id
         if not sid or not wid:
             return p2p_pb2.GetMetadataResponse(found=False, mx_source_id=sid, worker_id=wid), Outcome.REJECTED
@@ -993,9 +1052,11 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         )
         return response, Outcome.OK
 
-    def _update(self, request: p2p_pb2.UpdateStatusRequest) -> tuple[p2p_pb2.UpdateStatusResponse, Outcome]:
+    def _update(self, request: p2p_pb2.UpdateStatusRequest, call: _Call) -> tuple[p2p_pb2.UpdateStatusResponse, Outcome]:
+        key = (request.mx_source_id, request.worker_id)
         try:
-            change = self._apply_update(request)
+            change = self.claims.heartbeat(key, request.owner_secret, mx=call.mx,
+                                           write=functools.partial(self._apply_update, request))
         except UpdateRejected as exc:
             return p2p_pb2.UpdateStatusResponse(success=False, message=f"update rejected: {exc}"), Outcome.REJECTED
         return p2p_pb2.UpdateStatusResponse(success=True, message=status_name(change.record.status)), Outcome.OK
@@ -1008,6 +1069,33 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
                 f"status {status_name(request.status)} cannot be reported (use INITIALIZING, READY or STALE)"
             )
         return self._store.update_status(request.mx_source_id, request.worker_id, request.worker_rank, request.status)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a handler knows of its call beyond the request: its size and its package."""
+
+    size: int
+    mx: bool
+
+
+ENCODE_ERRORS: tuple[type[Exception], ...] = (DecodeError, EncodeError, ValueError, TypeError)
+"""What encoding a stored record for a listing can raise (a string that is not UTF-8, a value out of range)."""
+
+
+def listable(records: list[SourceRecord], encode: Callable[[SourceRecord], Any],
+             skipped: Callable[[str, SourceRecord, Exception], None]) -> list[SourceRecord]:
+    """The records whose ``encode`` succeeds (a record keeps its encoding), the others left out and
+    reported to ``skipped``: one bad record (written to a shared Redis by anyone) never fails a listing."""
+    out = []
+    for record in records:
+        try:
+            encode(record)
+        except ENCODE_ERRORS as exc:
+            skipped(SERVICE_NAME, record, exc)
+        else:
+            out.append(record)
+    return out
 
 
 @dataclass(frozen=True)
@@ -1109,18 +1197,22 @@ class Reaper:
     and the next one runs as usual. Events come from the store's listener.
     """
 
-    def __init__(self, store: SourceStore, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None) -> None:
+    def __init__(self, store: SourceStore, timers: config.ServerTimers, *, metrics: ServerFamilies | None = None,
+                 on_deleted: Callable[[Key], None] = lambda key: None) -> None:
         self._store = store
         self._timers = timers
         self._metrics = metrics
+        self._on_deleted = on_deleted
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mx-reaper", daemon=True)
 
     def scan_once(self) -> list[Reaped]:
         done = self._store.reap(self._timers)
-        if self._metrics is not None:
-            for item in done:
+        for item in done:
+            if self._metrics is not None:
                 self._metrics.reaper_actions.labels(item.action.value).inc()
+            if item.action is ReapAction.DELETE:
+                self._on_deleted(item.record.key)
         return done
 
     def start(self) -> None:
@@ -1228,6 +1320,18 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                         help=f"writes a client may send back to back (default {default.publish_burst})")
     limits.add_argument("--max-records", type=_positive_int, default=default.max_records, metavar="N",
                         help=f"worker records the store holds (default {default.max_records})")
+    limits.add_argument("--max-record-bytes", type=_positive_int, default=default.max_record_bytes, metavar="N",
+                        help=f"largest PublishMetadata request, the record it stores (default {default.max_record_bytes})")
+    limits.add_argument("--max-store-bytes", type=_positive_int, default=default.max_store_bytes, metavar="N",
+                        help=f"bytes of all records together, each its publish's size (default {default.max_store_bytes})")
+    limits.add_argument("--peer-publish-rate", type=_rate, default=default.peer_publish_rate_per_s, metavar="PER_S",
+                        help="writes per second per peer address, all its connections together "
+                             f"(default {default.peer_publish_rate_per_s:g})")
+    limits.add_argument("--peer-publish-burst", type=_positive_int, default=default.peer_publish_burst, metavar="N",
+                        help=f"writes one peer address may send back to back (default {default.peer_publish_burst})")
+    limits.add_argument("--mx-writes", choices=MX_WRITES, default=MxWrites.TRUSTED.value,
+                        help="model_express.p2p writes, which carry no owner secret: trusted (first come; never "
+                             "over an mxref publisher's record) or refused (README: Security; default trusted)")
 
 
 def server_limits(args: argparse.Namespace) -> config.ServerLimits:
@@ -1241,6 +1345,10 @@ def server_limits(args: argparse.Namespace) -> config.ServerLimits:
         publish_rate_per_s=args.publish_rate,
         publish_burst=args.publish_burst,
         max_records=args.max_records,
+        max_record_bytes=args.max_record_bytes,
+        max_store_bytes=args.max_store_bytes,
+        peer_publish_rate_per_s=args.peer_publish_rate,
+        peer_publish_burst=args.peer_publish_burst,
     )
 
 
@@ -1251,6 +1359,9 @@ def add_tls_server_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's private key")
     g.add_argument("--token-file", default=None, metavar="PATH",
                    help="refuse calls without 'authorization: Bearer <this file's token>' (needs TLS)")
+    g.add_argument("--reader-token-file", default=None, metavar="PATH",
+                   help="also accept this file's token, for reads only: its PublishMetadata and UpdateStatus "
+                        "are PERMISSION_DENIED (needs --token-file)")
 
 
 def run_server(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
@@ -1281,7 +1392,8 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
     try:
         credentials = security.ServerCredentials.from_files(
-            getattr(args, "tls_cert", None), getattr(args, "tls_key", None), getattr(args, "token_file", None)
+            getattr(args, "tls_cert", None), getattr(args, "tls_key", None), getattr(args, "token_file", None),
+            getattr(args, "reader_token_file", None),
         )
     except security.SecurityError as exc:
         logger.error("%s", exc)
@@ -1298,8 +1410,10 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
         emit("exit", code=EXIT_USAGE, error=str(exc))
         return EXIT_USAGE
     emit("store", url=store_url, reachable=store_reachable(store))
-    servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits)
-    reaper = Reaper(store, timers, metrics=metrics.server)
+    owners = OwnerBook(MxWrites(getattr(args, "mx_writes", MxWrites.TRUSTED.value)), max_entries=2 * limits.max_records)
+    servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits, owners=owners,
+                           write_gate=WriteGate(credentials.reader_token))
+    reaper = Reaper(store, timers, metrics=metrics.server, on_deleted=servicer.forget)
     code, error = EXIT_OK, ""
     grpc_impl = getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL)
     with StopSignals(stop) as signals:

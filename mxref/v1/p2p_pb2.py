@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12mxref/v1/p2p.proto\x12\x08mxref.v1\"\xca\x04\n\x0eSourceIdentity\x12\x12\n\nmx_version\x18\x01 \x01(\t\x12,\n\x0emx_source_type\x18\x02 \x01(\x0e\x32\x14.mxref.v1.SourceType\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x35\n\x11\x62\x61\x63kend_framework\x18\x04 \x01(\x0e\x32\x1a.mxref.v1.BackendFramework\x12\x1c\n\x14tensor_parallel_size\x18\x05 \x01(\r\x12\x1e\n\x16pipeline_parallel_size\x18\x06 \x01(\r\x12\x1c\n\x14\x65xpert_parallel_size\x18\x07 \x01(\r\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x14\n\x0cquantization\x18\t \x01(\t\x12G\n\x10\x65xtra_parameters\x18\n \x03(\x0b\x32-.mxref.v1.SourceIdentity.ExtraParametersEntry\x12\x10\n\x08revision\x18\x0b \x01(\t\x12!\n\x19\x62\x61\x63kend_framework_version\x18\x0c \x01(\t\x12\x15\n\rtorch_version\x18\r \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x0e \x01(\t\x12\x16\n\x0etriton_version\x18\x0f \x01(\t\x12\x10\n\x08gpu_arch\x18\x10 \x01(\t\x12\x1d\n\x15\x63ompile_config_digest\x18\x11 \x01(\t\x1a\x36\n\x14\x45xtraParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x7f\n\x10TensorDescriptor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\x04\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x11\n\tdevice_id\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x06 \x01(\t\x12\r\n\x05shape\x18\x07 \x03(\x04\"C\n\x14TensorSourceMetadata\x12+\n\x07tensors\x18\x01 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\"\xe8\x02\n\x0eWorkerMetadata\x12\x13\n\x0bworker_rank\x18\x01 \x01(\r\x12\x17\n\rnixl_metadata\x18\x02 \x01(\x0cH\x00\x12+\n\x07tensors\x18\x03 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\x12&\n\x06status\x18\x04 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\x12\x12\n\nupdated_at\x18\x05 \x01(\x03\x12\x19\n\x11metadata_endpoint\x18\x06 \x01(\t\x12\x12\n\nagent_name\x18\x07 \x01(\t\x12\x1c\n\x14worker_grpc_endpoint\x18\x08 \x01(\t\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\t \x01(\t\x12\x37\n\rtensor_source\x18\x14 \x01(\x0b\x32\x1e.mxref.v1.TensorSourceMetadataH\x01\x42\x12\n\x10\x62\x61\x63kend_metadataB\x10\n\x0esource_payload\"\xbb\x01\n\x16PublishMetadataRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\x12(\n\x06worker\x18\x02 \x01(\x0b\x32\x18.mxref.v1.WorkerMetadata\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08pod_name\x18\x04 \x01(\t\x12\x0f\n\x07pod_uid\x18\x05 \x01(\t\x12\x15\n\rpod_namespace\x18\x06 \x01(\t\"d\n\x17PublishMetadataResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x14\n\x0cmx_source_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\"\xb6\x01\n\x11SourceInstanceRef\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x13\n\x0bworker_rank\x18\x04 \x01(\r\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x05 \x01(\t\x12\x12\n\nupdated_at\x18\x06 \x01(\x03\x12&\n\x06status\x18\x07 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\"\x9b\x02\n\x12ListSourcesRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\x12\x32\n\rstatus_filter\x18\x02 \x01(\x0e\x32\x16.mxref.v1.SourceStatusH\x00\x88\x01\x01\x12\x1e\n\x11model_name_filter\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x1f\n\x12worker_rank_filter\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x16\n\x0emin_updated_at\x18\x05 \x01(\x03\x12\r\n\x05limit\x18\x06 \x01(\rB\x10\n\x0e_status_filterB\x14\n\x12_model_name_filterB\x15\n\x13_worker_rank_filter\"E\n\x13ListSourcesResponse\x12.\n\tinstances\x18\x01 \x03(\x0b\x32\x1b.mxref.v1.SourceInstanceRef\"=\n\x12GetMetadataRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\xa3\x01\n\x13GetMetadataResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12(\n\x06worker\x18\x02 \x01(\x0b\x32\x18.mxref.v1.WorkerMetadata\x12\x14\n\x0cmx_source_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12*\n\x08identity\x18\x05 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\"{\n\x13UpdateStatusRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x13\n\x0bworker_rank\x18\x02 \x01(\r\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\x12\x11\n\tworker_id\x18\x04 \x01(\t\"8\n\x14UpdateStatusResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x18GetTensorManifestRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x16\n\tworker_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_worker_id\"\xdd\x01\n\x19GetTensorManifestResponse\x12+\n\x07tensors\x18\x01 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\x12\x14\n\x0cmx_source_id\x18\x02 \x01(\t\x12\x19\n\x11metadata_endpoint\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x13\n\x0bworker_rank\x18\x05 \x01(\r\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x06 \x01(\t\x12\x16\n\tworker_id\x18\x07 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_worker_id*#\n\nSourceType\x12\x0b\n\x07WEIGHTS\x10\x00\x12\x08\n\x04LORA\x10\x01*T\n\x10\x42\x61\x63kendFramework\x12\x1d\n\x19\x42\x41\x43KEND_FRAMEWORK_UNKNOWN\x10\x00\x12\x08\n\x04VLLM\x10\x01\x12\n\n\x06SGLANG\x10\x02\x12\x0b\n\x07TRT_LLM\x10\x03*{\n\x0cSourceStatus\x12\x19\n\x15SOURCE_STATUS_UNKNOWN\x10\x00\x12\x1e\n\x1aSOURCE_STATUS_INITIALIZING\x10\x01\x12\x17\n\x13SOURCE_STATUS_READY\x10\x02\x12\x17\n\x13SOURCE_STATUS_STALE\x10\x03\x32\xcb\x02\n\nP2pService\x12V\n\x0fPublishMetadata\x12 .mxref.v1.PublishMetadataRequest\x1a!.mxref.v1.PublishMetadataResponse\x12J\n\x0bListSources\x12\x1c.mxref.v1.ListSourcesRequest\x1a\x1d.mxref.v1.ListSourcesResponse\x12J\n\x0bGetMetadata\x12\x1c.mxref.v1.GetMetadataRequest\x1a\x1d.mxref.v1.GetMetadataResponse\x12M\n\x0cUpdateStatus\x12\x1d.mxref.v1.UpdateStatusRequest\x1a\x1e.mxref.v1.UpdateStatusResponse2m\n\rWorkerService\x12\\\n\x11GetTensorManifest\x12\".mxref.v1.GetTensorManifestRequest\x1a#.mxref.v1.GetTensorManifestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12mxref/v1/p2p.proto\x12\x08mxref.v1\"\xca\x04\n\x0eSourceIdentity\x12\x12\n\nmx_version\x18\x01 \x01(\t\x12,\n\x0emx_source_type\x18\x02 \x01(\x0e\x32\x14.mxref.v1.SourceType\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x35\n\x11\x62\x61\x63kend_framework\x18\x04 \x01(\x0e\x32\x1a.mxref.v1.BackendFramework\x12\x1c\n\x14tensor_parallel_size\x18\x05 \x01(\r\x12\x1e\n\x16pipeline_parallel_size\x18\x06 \x01(\r\x12\x1c\n\x14\x65xpert_parallel_size\x18\x07 \x01(\r\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x14\n\x0cquantization\x18\t \x01(\t\x12G\n\x10\x65xtra_parameters\x18\n \x03(\x0b\x32-.mxref.v1.SourceIdentity.ExtraParametersEntry\x12\x10\n\x08revision\x18\x0b \x01(\t\x12!\n\x19\x62\x61\x63kend_framework_version\x18\x0c \x01(\t\x12\x15\n\rtorch_version\x18\r \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x0e \x01(\t\x12\x16\n\x0etriton_version\x18\x0f \x01(\t\x12\x10\n\x08gpu_arch\x18\x10 \x01(\t\x12\x1d\n\x15\x63ompile_config_digest\x18\x11 \x01(\t\x1a\x36\n\x14\x45xtraParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x7f\n\x10TensorDescriptor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\x04\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x11\n\tdevice_id\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x06 \x01(\t\x12\r\n\x05shape\x18\x07 \x03(\x04\"C\n\x14TensorSourceMetadata\x12+\n\x07tensors\x18\x01 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\"\xe8\x02\n\x0eWorkerMetadata\x12\x13\n\x0bworker_rank\x18\x01 \x01(\r\x12\x17\n\rnixl_metadata\x18\x02 \x01(\x0cH\x00\x12+\n\x07tensors\x18\x03 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\x12&\n\x06status\x18\x04 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\x12\x12\n\nupdated_at\x18\x05 \x01(\x03\x12\x19\n\x11metadata_endpoint\x18\x06 \x01(\t\x12\x12\n\nagent_name\x18\x07 \x01(\t\x12\x1c\n\x14worker_grpc_endpoint\x18\x08 \x01(\t\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\t \x01(\t\x12\x37\n\rtensor_source\x18\x14 \x01(\x0b\x32\x1e.mxref.v1.TensorSourceMetadataH\x01\x42\x12\n\x10\x62\x61\x63kend_metadataB\x10\n\x0esource_payload\"\xd1\x01\n\x16PublishMetadataRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\x12(\n\x06worker\x18\x02 \x01(\x0b\x32\x18.mxref.v1.WorkerMetadata\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08pod_name\x18\x04 \x01(\t\x12\x0f\n\x07pod_uid\x18\x05 \x01(\t\x12\x15\n\rpod_namespace\x18\x06 \x01(\t\x12\x14\n\x0cowner_secret\x18\x07 \x01(\t\"z\n\x17PublishMetadataResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x14\n\x0cmx_source_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x14\n\x0cowner_secret\x18\x05 \x01(\t\"\xb6\x01\n\x11SourceInstanceRef\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x13\n\x0bworker_rank\x18\x04 \x01(\r\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x05 \x01(\t\x12\x12\n\nupdated_at\x18\x06 \x01(\x03\x12&\n\x06status\x18\x07 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\"\x9b\x02\n\x12ListSourcesRequest\x12*\n\x08identity\x18\x01 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\x12\x32\n\rstatus_filter\x18\x02 \x01(\x0e\x32\x16.mxref.v1.SourceStatusH\x00\x88\x01\x01\x12\x1e\n\x11model_name_filter\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x1f\n\x12worker_rank_filter\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x16\n\x0emin_updated_at\x18\x05 \x01(\x03\x12\r\n\x05limit\x18\x06 \x01(\rB\x10\n\x0e_status_filterB\x14\n\x12_model_name_filterB\x15\n\x13_worker_rank_filter\"E\n\x13ListSourcesResponse\x12.\n\tinstances\x18\x01 \x03(\x0b\x32\x1b.mxref.v1.SourceInstanceRef\"=\n\x12GetMetadataRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\xa3\x01\n\x13GetMetadataResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12(\n\x06worker\x18\x02 \x01(\x0b\x32\x18.mxref.v1.WorkerMetadata\x12\x14\n\x0cmx_source_id\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12*\n\x08identity\x18\x05 \x01(\x0b\x32\x18.mxref.v1.SourceIdentity\"\x91\x01\n\x13UpdateStatusRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x13\n\x0bworker_rank\x18\x02 \x01(\r\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.mxref.v1.SourceStatus\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x14\n\x0cowner_secret\x18\x06 \x01(\t\"8\n\x14UpdateStatusResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x18GetTensorManifestRequest\x12\x14\n\x0cmx_source_id\x18\x01 \x01(\t\x12\x16\n\tworker_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_worker_id\"\xdd\x01\n\x19GetTensorManifestResponse\x12+\n\x07tensors\x18\x01 \x03(\x0b\x32\x1a.mxref.v1.TensorDescriptor\x12\x14\n\x0cmx_source_id\x18\x02 \x01(\t\x12\x19\n\x11metadata_endpoint\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x13\n\x0bworker_rank\x18\x05 \x01(\r\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x06 \x01(\t\x12\x16\n\tworker_id\x18\x07 \x01(\tH\x00\x88\x01\x01\x42\x0c\n\n_worker_id*#\n\nSourceType\x12\x0b\n\x07WEIGHTS\x10\x00\x12\x08\n\x04LORA\x10\x01*T\n\x10\x42\x61\x63kendFramework\x12\x1d\n\x19\x42\x41\x43KEND_FRAMEWORK_UNKNOWN\x10\x00\x12\x08\n\x04VLLM\x10\x01\x12\n\n\x06SGLANG\x10\x02\x12\x0b\n\x07TRT_LLM\x10\x03*{\n\x0cSourceStatus\x12\x19\n\x15SOURCE_STATUS_UNKNOWN\x10\x00\x12\x1e\n\x1aSOURCE_STATUS_INITIALIZING\x10\x01\x12\x17\n\x13SOURCE_STATUS_READY\x10\x02\x12\x17\n\x13SOURCE_STATUS_STALE\x10\x03\x32\xcb\x02\n\nP2pService\x12V\n\x0fPublishMetadata\x12 .mxref.v1.PublishMetadataRequest\x1a!.mxref.v1.PublishMetadataResponse\x12J\n\x0bListSources\x12\x1c.mxref.v1.ListSourcesRequest\x1a\x1d.mxref.v1.ListSourcesResponse\x12J\n\x0bGetMetadata\x12\x1c.mxref.v1.GetMetadataRequest\x1a\x1d.mxref.v1.GetMetadataResponse\x12M\n\x0cUpdateStatus\x12\x1d.mxref.v1.UpdateStatusRequest\x1a\x1e.mxref.v1.UpdateStatusResponse2m\n\rWorkerService\x12\\\n\x11GetTensorManifest\x12\".mxref.v1.GetTensorManifestRequest\x1a#.mxref.v1.GetTensorManifestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,12 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SOURCEIDENTITY_EXTRAPARAMETERSENTRY']._loaded_options = None
   _globals['_SOURCEIDENTITY_EXTRAPARAMETERSENTRY']._serialized_options = b'8\001'
-  _globals['_SOURCETYPE']._serialized_start=2740
-  _globals['_SOURCETYPE']._serialized_end=2775
-  _globals['_BACKENDFRAMEWORK']._serialized_start=2777
-  _globals['_BACKENDFRAMEWORK']._serialized_end=2861
-  _globals['_SOURCESTATUS']._serialized_start=2863
-  _globals['_SOURCESTATUS']._serialized_end=2986
+  _globals['_SOURCETYPE']._serialized_start=2807
+  _globals['_SOURCETYPE']._serialized_end=2842
+  _globals['_BACKENDFRAMEWORK']._serialized_start=2844
+  _globals['_BACKENDFRAMEWORK']._serialized_end=2928
+  _globals['_SOURCESTATUS']._serialized_start=2930
+  _globals['_SOURCESTATUS']._serialized_end=3053
   _globals['_SOURCEIDENTITY']._serialized_start=33
   _globals['_SOURCEIDENTITY']._serialized_end=619
   _globals['_SOURCEIDENTITY_EXTRAPARAMETERSENTRY']._serialized_start=565
@@ -50,29 +50,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERMETADATA']._serialized_start=820
   _globals['_WORKERMETADATA']._serialized_end=1180
   _globals['_PUBLISHMETADATAREQUEST']._serialized_start=1183
-  _globals['_PUBLISHMETADATAREQUEST']._serialized_end=1370
-  _globals['_PUBLISHMETADATARESPONSE']._serialized_start=1372
-  _globals['_PUBLISHMETADATARESPONSE']._serialized_end=1472
-  _globals['_SOURCEINSTANCEREF']._serialized_start=1475
-  _globals['_SOURCEINSTANCEREF']._serialized_end=1657
-  _globals['_LISTSOURCESREQUEST']._serialized_start=1660
-  _globals['_LISTSOURCESREQUEST']._serialized_end=1943
-  _globals['_LISTSOURCESRESPONSE']._serialized_start=1945
-  _globals['_LISTSOURCESRESPONSE']._serialized_end=2014
-  _globals['_GETMETADATAREQUEST']._serialized_start=2016
-  _globals['_GETMETADATAREQUEST']._serialized_end=2077
-  _globals['_GETMETADATARESPONSE']._serialized_start=2080
-  _globals['_GETMETADATARESPONSE']._serialized_end=2243
-  _globals['_UPDATESTATUSREQUEST']._serialized_start=2245
-  _globals['_UPDATESTATUSREQUEST']._serialized_end=2368
-  _globals['_UPDATESTATUSRESPONSE']._serialized_start=2370
-  _globals['_UPDATESTATUSRESPONSE']._serialized_end=2426
-  _globals['_GETTENSORMANIFESTREQUEST']._serialized_start=2428
-  _globals['_GETTENSORMANIFESTREQUEST']._serialized_end=2514
-  _globals['_GETTENSORMANIFESTRESPONSE']._serialized_start=2517
-  _globals['_GETTENSORMANIFESTRESPONSE']._serialized_end=2738
-  _globals['_P2PSERVICE']._serialized_start=2989
-  _globals['_P2PSERVICE']._serialized_end=3320
-  _globals['_WORKERSERVICE']._serialized_start=3322
-  _globals['_WORKERSERVICE']._serialized_end=3431
+  _globals['_PUBLISHMETADATAREQUEST']._serialized_end=1392
+  _globals['_PUBLISHMETADATARESPONSE']._serialized_start=1394
+  _globals['_PUBLISHMETADATARESPONSE']._serialized_end=1516
+  _globals['_SOURCEINSTANCEREF']._serialized_start=1519
+  _globals['_SOURCEINSTANCEREF']._serialized_end=1701
+  _globals['_LISTSOURCESREQUEST']._serialized_start=1704
+  _globals['_LISTSOURCESREQUEST']._serialized_end=1987
+  _globals['_LISTSOURCESRESPONSE']._serialized_start=1989
+  _globals['_LISTSOURCESRESPONSE']._serialized_end=2058
+  _globals['_GETMETADATAREQUEST']._serialized_start=2060
+  _globals['_GETMETADATAREQUEST']._serialized_end=2121
+  _globals['_GETMETADATARESPONSE']._serialized_start=2124
+  _globals['_GETMETADATARESPONSE']._serialized_end=2287
+  _globals['_UPDATESTATUSREQUEST']._serialized_start=2290
+  _globals['_UPDATESTATUSREQUEST']._serialized_end=2435
+  _globals['_UPDATESTATUSRESPONSE']._serialized_start=2437
+  _globals['_UPDATESTATUSRESPONSE']._serialized_end=2493
+  _globals['_GETTENSORMANIFESTREQUEST']._serialized_start=2495
+  _globals['_GETTENSORMANIFESTREQUEST']._serialized_end=2581
+  _globals['_GETTENSORMANIFESTRESPONSE']._serialized_start=2584
+  _globals['_GETTENSORMANIFESTRESPONSE']._serialized_end=2805
+  _globals['_P2PSERVICE']._serialized_start=3056
+  _globals['_P2PSERVICE']._serialized_end=3387
+  _globals['_WORKERSERVICE']._serialized_start=3389
+  _globals['_WORKERSERVICE']._serialized_end=3498
 # @@protoc_insertion_point(module_scope)

@@ -130,32 +130,36 @@ class WorkerMetadata(_message.Message):
     def __init__(self, worker_rank: _Optional[int] = ..., nixl_metadata: _Optional[bytes] = ..., tensors: _Optional[_Iterable[_Union[TensorDescriptor, _Mapping]]] = ..., status: _Optional[_Union[SourceStatus, str]] = ..., updated_at: _Optional[int] = ..., metadata_endpoint: _Optional[str] = ..., agent_name: _Optional[str] = ..., worker_grpc_endpoint: _Optional[str] = ..., accelerator: _Optional[str] = ..., tensor_source: _Optional[_Union[TensorSourceMetadata, _Mapping]] = ...) -> None: ...
 
 class PublishMetadataRequest(_message.Message):
-    __slots__ = ("identity", "worker", "worker_id", "pod_name", "pod_uid", "pod_namespace")
+    __slots__ = ("identity", "worker", "worker_id", "pod_name", "pod_uid", "pod_namespace", "owner_secret")
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SECRET_FIELD_NUMBER: _ClassVar[int]
     identity: SourceIdentity
     worker: WorkerMetadata
     worker_id: str
     pod_name: str
     pod_uid: str
     pod_namespace: str
-    def __init__(self, identity: _Optional[_Union[SourceIdentity, _Mapping]] = ..., worker: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., worker_id: _Optional[str] = ..., pod_name: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ...) -> None: ...
+    owner_secret: str
+    def __init__(self, identity: _Optional[_Union[SourceIdentity, _Mapping]] = ..., worker: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., worker_id: _Optional[str] = ..., pod_name: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., owner_secret: _Optional[str] = ...) -> None: ...
 
 class PublishMetadataResponse(_message.Message):
-    __slots__ = ("success", "message", "mx_source_id", "worker_id")
+    __slots__ = ("success", "message", "mx_source_id", "worker_id", "owner_secret")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MX_SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SECRET_FIELD_NUMBER: _ClassVar[int]
     success: bool
     message: str
     mx_source_id: str
     worker_id: str
-    def __init__(self, success: bool = ..., message: _Optional[str] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    owner_secret: str
+    def __init__(self, success: bool = ..., message: _Optional[str] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., owner_secret: _Optional[str] = ...) -> None: ...
 
 class SourceInstanceRef(_message.Message):
     __slots__ = ("mx_source_id", "worker_id", "model_name", "worker_rank", "accelerator", "updated_at", "status")
@@ -220,16 +224,18 @@ class GetMetadataResponse(_message.Message):
     def __init__(self, found: bool = ..., worker: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., mx_source_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., identity: _Optional[_Union[SourceIdentity, _Mapping]] = ...) -> None: ...
 
 class UpdateStatusRequest(_message.Message):
-    __slots__ = ("mx_source_id", "worker_rank", "status", "worker_id")
+    __slots__ = ("mx_source_id", "worker_rank", "status", "worker_id", "owner_secret")
     MX_SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_RANK_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_SECRET_FIELD_NUMBER: _ClassVar[int]
     mx_source_id: str
     worker_rank: int
     status: SourceStatus
     worker_id: str
-    def __init__(self, mx_source_id: _Optional[str] = ..., worker_rank: _Optional[int] = ..., status: _Optional[_Union[SourceStatus, str]] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    owner_secret: str
+    def __init__(self, mx_source_id: _Optional[str] = ..., worker_rank: _Optional[int] = ..., status: _Optional[_Union[SourceStatus, str]] = ..., worker_id: _Optional[str] = ..., owner_secret: _Optional[str] = ...) -> None: ...
 
 class UpdateStatusResponse(_message.Message):
     __slots__ = ("success", "message")

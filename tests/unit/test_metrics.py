@@ -29,7 +29,7 @@ from mxref.metrics import (
 
 SERVER = {"mx_build_info", "mxref_server_sources", "mxref_server_rpcs", "mxref_server_rpc_seconds",
           "mxref_server_reaper_actions", "mxref_server_rejected_requests", "mxref_server_store_errors",
-          "mxref_server_store_up"}
+          "mxref_server_store_up", "mxref_server_listing_skipped"}
 NIXL = {"mxref_registered_bytes", "mxref_nixl_remote_agents", "mxref_data_plane_healthy",
         "mx_nixl_data_plane_errors", "mx_nixl_receive"}
 SOURCE = {"mxref_source_status", "mxref_source_heartbeats", "mxref_source_manifest_requests"}
