@@ -224,7 +224,9 @@ def credential_flags(spec: MxrefProcess, creds: RunCredentials | None) -> list[s
     if spec.credentials == "wrong_token":
         if creds.wrong_token is None:
             return ca  # the run has no token, so there is none to get wrong
-        return [*ca, "--token-file", str(creds.wrong_token)]
+        # it serves its WorkerService over TLS as an honest one does (a token without TLS stops an
+        # mxref source at start): what it gets wrong is the token alone
+        return [*ca, *serving, "--token-file", str(creds.wrong_token)]
     return []  # "none": plaintext
 
 

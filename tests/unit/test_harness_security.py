@@ -59,7 +59,7 @@ def test_each_process_gets_what_its_credentials_say(tmp_path: Path) -> None:
     full = {"--tls-ca": ca, "--tls-cert": cert, "--tls-key": key, "--token-file": token}
     assert got["honest"] == full and got["reader-1"] == full
     assert got["rogue"] == {"--tls-ca": ca}
-    assert got["liar"] == {"--tls-ca": ca, "--token-file": wrong}
+    assert got["liar"] == {"--tls-ca": ca, "--tls-cert": cert, "--tls-key": key, "--token-file": wrong}
     assert got["stranger"] == {}
     secret = creds.token.read_text().strip() if creds.token else ""
     for name in sc.processes:  # the token itself is never on a command line
