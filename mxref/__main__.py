@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split the READ into chunks of this many MiB (2 in flight) and call a window that "
                         "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
                         "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
-                        "bounded only by the budget (seed 001) [MXREF_READ_CHUNK_MIB, 16]")
+                        "bounded only by the budget (docs/contract.md#read-budget) [MXREF_READ_CHUNK_MIB, 16]")
     p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=2, metavar="N",
                    help="chunks in flight of a chunked READ (default 2); the stall deadline is "
                         "N*chunk/100MB/s+0.5s")

@@ -1,6 +1,6 @@
 """Chunked READs with one window deadline: a stalled source is seen in about a second.
 
-A wedged data plane gives neither a completion nor an error (seed 000), so a single READ
+A wedged data plane gives neither a completion nor an error (docs/contract.md#health-reflects-the-data-plane), so a single READ
 handle can only time out at the whole budget. ``read_chunked`` splits the READ into chunks
 of ``ChunkPolicy.chunk_bytes`` and keeps ``window`` of them in flight; a window that
 completes nothing within ``ChunkPolicy.stall_s`` is a stall. The seed's whole-READ budget
@@ -44,7 +44,7 @@ class ChunkPolicy:
     from the later of its oldest post and the last completion; a full window: ``window *
     chunk_bytes / floor_bps + slack_s``) is a stall. The source serves
     the window's chunks round-robin, so they finish together: one deadline for the
-    window, not one per chunk (shared notes, nixl-perf: per-chunk clocks gave false
+    window, not one per chunk (docs/nixl-facts.md#false-stalls-under-cpu-load: per-chunk clocks gave false
     stalls under 8 CPU hogs on 2 cores, the window rule none in 27 runs). The defaults
     (16 MiB, W=2, 100 MB/s, 0.5 s) detect a frozen source in ~0.8 s at 0.92-0.98x
     single-handle throughput.

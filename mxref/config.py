@@ -36,7 +36,7 @@ FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
 def transfer_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
-    """Per-candidate READ budget in seconds, as seed 001 defines it.
+    """Per-candidate READ budget in seconds, as docs/contract.md#read-budget defines it.
 
     ``MX_TRANSFER_TIMEOUT`` is honoured only when explicitly set to a finite,
     positive number. Unset gives 300 s; garbage, zero, negative, NaN or infinity
@@ -110,7 +110,7 @@ def server_address(env: Mapping[str, str] | None = None) -> str:
 # ``ucx-tcp`` is what single-host chaos needs (the default same-host transport,
 # cma, hides a frozen source) plus the segment size that takes TCP from ~1.2 to
 # ~3.4 GB/s here. RX is raised together with TX: a source whose TX segment exceeds
-# a reader's RX aborts (see shared notes), so every peer must use the same profile.
+# a reader's RX aborts (docs/nixl-facts.md#segment-size-mismatch-aborts-the-source), so every peer must use the same profile.
 #
 # The TCP-only profiles also turn UCX's memory events off (``UCX_MEM_EVENTS=no``). UCX hooks
 # mmap, munmap and their kin when a process creates its first context, so that a registration

@@ -1,6 +1,6 @@
 """The NIXL transfer manager: one agent per process, its peers, its memory, its health.
 
-Behaviour contract: ``../shared/seeds/000`` (ModelExpress's peer-lifecycle test).
+Behaviour contract: ``docs/contract.md#transfer-manager`` (ModelExpress's peer-lifecycle test).
 The manager
 
 * tracks every peer it loaded (``_remote_agents``: name -> (ip, port), or None
@@ -352,7 +352,7 @@ class NixlTransferManager:
     ) -> tuple[int, int, str]:
         """READ the source's tensors into ours (matched by name), bounded by the budget.
 
-        One transfer handle (seed 001), or with ``chunks`` a window of chunk handles with a
+        One transfer handle (docs/contract.md#read-budget), or with ``chunks`` a window of chunk handles with a
         stall deadline (``ChunkPolicy``; ``on_suspect``, ``landing``: see ``read_chunked``). Returns ``(bytes, tensors, result)`` with result
         complete|partial|empty. Raises ManifestMismatchError (sizes/dtypes, or names under
         exact match), TransferTimeout (TransferStalled for a stalled window) or TransferFailed.

@@ -1,4 +1,4 @@
-"""A reader ("target"): the load flow of seed 001, ending in one result.
+"""A reader ("target"): the load flow of docs/contract.md#load-strategy, ending in one result.
 
 The reader holds a ``Reference`` (``mxref.model``) that its operator gave it (its model
 spec or model file, optionally pinned by ``--expect-digest``); nothing a peer or a file
@@ -20,7 +20,7 @@ the same content are listed.
    succeeds: the safetensors checkpoint on disk, its tensors hashed and checked
    against the reference (not against what the file records).
 
-The late-write guard (notes/nixl-perf.md: ``release_xfer_handle`` does not cancel
+The late-write guard (docs/nixl-facts.md#late-writes-after-a-released-stall: ``release_xfer_handle`` does not cancel
 a GET on the wire; a stalled source that resumes writes its late replies into the
 ranges it was asked for, 89 of 89 bare-NIXL trials). A rollback shuts the
 attempt's NIXL agent down (its registrations and endpoints go with it) and, when a
@@ -96,7 +96,7 @@ class ReaderOptions:
     # agent, registration and memory (a stalled source's late replies land in the verified load)
     unguarded_retry: bool = False
     # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
-    # handle per candidate, bounded only by the budget (seed 001). The budget bounds both.
+    # handle per candidate, bounded only by the budget (docs/contract.md#read-budget). The budget bounds both.
     chunks: ChunkPolicy | None = DEFAULT_CHUNKS
     # a chunked READ into host memory hashes each tensor whose bytes have landed between its polls
     # (``LandingChecksums``); False: every checksum after the READ (the bench's control)

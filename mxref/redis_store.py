@@ -1,7 +1,7 @@
 """The metadata server's Redis store: ``RedisStore``, the same interface as the in-memory ``Store``.
 
 ``python -m mxref server --store redis://HOST:PORT[/DB]`` keeps the records in Redis, laid out
-as ModelExpress's Redis backend lays them out (``../shared/notes/modelexpress-protocol.md`` §2):
+as ModelExpress's Redis backend lays them out (``docs/modelexpress-wire.md#redis-layout``):
 
 - ``mx:source:{mx_source_id}`` (hash): ``__attributes__`` = the ``SourceIdentity`` as JSON, once
   per source; one field per ``worker_id`` = that worker's summary (JSON ``worker_rank``,

@@ -18,7 +18,7 @@ machine's interfaces or firewall:
   veth), ingress (the bridge end) or both. Heal: delete our qdisc. ``tc netem`` (delay, loss)
   is missing on many kernels, this one included, and is not used.
 
-What NIXL + UCX-TCP does under each: notes/nixl-faults.md §5 (a DROP is a wedge: no error
+What NIXL + UCX-TCP does under each: docs/nixl-facts.md#network-faults (a DROP is a wedge: no error
 within 150 s, TCP backoff after the heal; a REJECT reset is REMOTE_DISCONNECT in ms).
 
 A host target is a host name, a process name (the host it runs on) or ``{source_of: reader}``

@@ -259,7 +259,7 @@ class ReaderOptions(PeerOptions):
     handshake_timeout: Duration | None = None
     rpc_timeout: Duration | None = None  # deadline of each metadata-server RPC (mxref: 30s)
     # chunked READ with a stall deadline (mxref's default: 16 MiB); 0: one READ handle, bounded
-    # only by transfer_timeout (seed 001)
+    # only by transfer_timeout (docs/contract.md#read-budget)
     read_chunk_mib: float | None = Field(None, ge=0)
     selector: Literal["random", "rendezvous_hash"] | None = None
     selector_seed: int | None = None  # default: the run's seed

@@ -1,4 +1,4 @@
-"""``MX_TRANSFER_TIMEOUT`` as seed 001 reads it: explicit, finite and positive, or 300 s.
+"""``MX_TRANSFER_TIMEOUT`` as the load strategy reads it (docs/contract.md#read-budget): explicit, finite and positive, or 300 s.
 
 The budget bounds every READ; a value that would mean "no timeout" (0, a negative
 number, NaN, infinity) or garbage must fall back to 300 s with a warning, never

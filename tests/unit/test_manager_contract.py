@@ -1,7 +1,7 @@
-"""The NIXL transfer manager's contract (seed 000), on scripted fake agents.
+"""The NIXL transfer manager's contract (docs/contract.md#transfer-manager), on scripted fake agents.
 
 Our own statement of the contract, plus what measurement added on UCX-TCP
-(``shared/notes/nixl-faults.md``): NIXL 1.5.1 raises instead of returning "ERR",
+(``docs/contract.md#what-measurement-added``): NIXL 1.5.1 raises instead of returning "ERR",
 a leaving peer must also send INVL (``invalidate_local_metadata``) to clear the
 source's record of it, and a fetch request can be silently lost, so it is re-sent.
 """

@@ -1,4 +1,4 @@
-"""The reader's load flow (seed 001) against fakes: no server, no NIXL, no sockets.
+"""The reader's load flow (docs/contract.md#load-strategy) against fakes: no server, no NIXL, no sockets.
 
 The metadata server (``MxClient``) and the source's WorkerService
 (``fetch_tensor_manifest``) are replaced by a scripted ``World``. The NIXL
@@ -1009,7 +1009,7 @@ class TestReference:
 
 
 def late_replies(world: World, stalled: str) -> int:
-    """What a resumed stalled source does (notes/nixl-perf.md): it answers every GET it was sent,
+    """What a resumed stalled source does (docs/nixl-facts.md#late-writes-after-a-released-stall): it answers every GET it was sent,
     writing its bytes (here: another seed's, so they show) into the local ranges of the READ
     that stalled, released or not. Returns how many ranges it wrote."""
     written = 0

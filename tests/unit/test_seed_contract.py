@@ -1,7 +1,7 @@
-"""Run ModelExpress's own peer-lifecycle test (seed 000) against mxref's manager.
+"""Run ModelExpress's own peer-lifecycle test (docs/contract.md#transfer-manager) against mxref's manager.
 
 The seed is NVIDIA's code and is never committed here: when the shared seeds
-folder sits next to the repository (``../shared/seeds``), it is copied into a
+folder sits next to the repository (``SEEDS`` below), it is copied into a
 temporary directory at test time with only its import target rewritten
 (``modelexpress.nixl_transfer`` -> ``mxref.nixl_transfer``) and the package
 header line above its source dropped, then run by a separate pytest with this
@@ -53,7 +53,7 @@ def test_rewrite_changes_only_the_import() -> None:
     )
 
 
-@pytest.mark.skipif(_seed_file() is None, reason=f"no seed 000 in {SEEDS} (CI clones do not carry the seeds)")
+@pytest.mark.skipif(_seed_file() is None, reason=f"no ModelExpress peer-lifecycle test in {SEEDS} (CI clones do not carry the seeds)")
 def test_seed_000_passes_against_mxref(tmp_path: Path) -> None:
     seed = _seed_file()
     assert seed is not None
