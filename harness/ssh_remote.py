@@ -24,6 +24,11 @@ WRAPPER = r"""
 import os, sys, json
 spec = json.loads(sys.argv[1])
 log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+try:  # a subreaper: what the program orphans stays below this wrapper, where the scan finds it
+    import ctypes
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except Exception:
+    pass
 pid = os.fork()
 if pid == 0:
     os.setsid()
@@ -49,31 +54,48 @@ except OSError:
     pass
 """
 
-# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline), or
-# with a second argument the harness's own remote plumbing of a run (MXCHAOS_SSH_RUN_ID: tails,
-# shells, wrappers), which a crashed harness leaves behind and the sweep removes.
+# Runs on the host: the processes of a run (pid, run id, proc, state, cmdline, harness pid and start):
+# those carrying MXCHAOS_RUN_ID=<run id> (empty: any), and every descendant of them and of the run's
+# wrappers (a child started with a clean environment, or one that overwrote it with its process
+# title; what a program orphaned stays below its wrapper, a subreaper), named after its nearest
+# tagged ancestor. With a second argument: the harness's own remote plumbing of a run instead
+# (MXCHAOS_SSH_RUN_ID: tails, shells, wrappers), which a crashed harness leaves behind.
 SCAN = r"""
 import os, sys, json
 want = sys.argv[1].encode()
-key = (sys.argv[2] if len(sys.argv) > 2 else "MXCHAOS_RUN_ID").encode() + b"="
-out = []
+plumbing = len(sys.argv) > 2
+key = (sys.argv[2] if plumbing else "MXCHAOS_RUN_ID").encode() + b"="
+wrap = b"MXCHAOS_SSH_RUN_ID="
+procs, tags = {}, {}
 for d in os.listdir("/proc"):
     if not d.isdigit() or int(d) == os.getpid():
         continue
     try:
+        stat = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
         env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
-        run = [e[len(key):] for e in env if e.startswith(key)]
-        if not run or (want and run[0] != want):
-            continue
+        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        continue
+    procs[int(d)] = (stat[0], int(stat[1]), cmd)
+    run = [e[len(key):] for e in env if e.startswith(key)]
+    wrapper = [e[len(wrap):] for e in env if e.startswith(wrap)] if not plumbing else []
+    if run and (not want or run[0] == want):
         proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
         hp = [e[20:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_PID=")]
         hs = [e[22:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_START=")]
-        state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
-        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300],
-                    int(hp[0]) if hp and hp[0].isdigit() else None, int(hs[0]) if hs and hs[0].isdigit() else None])
-    except OSError:
-        pass
+        tags[int(d)] = [run[0].decode(), proc[0] if proc else None, int(hp[0]) if hp and hp[0].isdigit() else None,
+                        int(hs[0]) if hs and hs[0].isdigit() else None, True]
+    elif wrapper and (not want or wrapper[0] == want):
+        tags[int(d)] = [wrapper[0].decode(), None, None, None, False]
+out = []
+for pid, (state, ppid, cmd) in procs.items():
+    tag, up, seen = tags.get(pid), ppid, {pid}
+    while tag is None and up in procs and up not in seen:
+        seen.add(up)
+        tag, up = tags.get(up), procs[up][1]
+    if tag is None or state == "Z" or (pid in tags and not tag[4]):
+        continue
+    out.append([pid, tag[0], tag[1], state, cmd[:300], tag[2], tag[3]])
 print(json.dumps(out))
 """
 
