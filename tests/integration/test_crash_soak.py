@@ -76,8 +76,10 @@ steps:
     "hogs": """processes:
   hog-1: {role: command, argv: ["{python}", "-c", "import time\\nwhile True: time.sleep(0.001)"]}
   hog-2: {role: command, argv: ["sh", "-c", "sleep 300 & exec sleep 300"]}
+  # a wrapper whose child has a clean environment and a session of its own (no tag, no group)
+  wrapper: {role: command, argv: ["{python}", "-c", "import subprocess, time; subprocess.Popen(['sleep', '301'], env={}, start_new_session=True); time.sleep(300)"]}
 steps:
-  - start: [hog-1, hog-2]
+  - start: [hog-1, hog-2, wrapper]
 """,
     "netns": """hosts: {ctl: netns, a: netns}
 processes:
@@ -206,8 +208,8 @@ def _listening(port: int) -> bool:
 
 
 def _leftovers(run_id: str, run_dir: Path, seen: dict[int, Seen]) -> list[str]:
-    left = [f"process {s.pid}: {s.cmdline[:120]}" for s in _still_alive(seen)]
-    left += [f"process {pid}: {s.cmdline[:120]}" for pid, s in _of_run(None, run_dir).items()]
+    alive = {s.pid: s for s in _still_alive(seen)} | _of_run(None, run_dir)
+    left = [f"process {pid}: {s.cmdline[:120]}" for pid, s in sorted(alive.items())]
     left += [f"port {port} open" for port in sorted(_ports(run_dir)) if _listening(port)]
     tok = netns.token(run_id)
     if shutil.which("ip"):
@@ -288,8 +290,9 @@ def test_a_sigkilled_harness_leaves_nothing_after_cleanup(kind: str, tmp_path: P
     path = tmp_path / f"soak_{kind}.yaml"
     path.write_text(HEAD.format(kind=kind) + KINDS[kind].replace("{python}", sys.executable) + SLEEP)
     out = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's harness, also in the processes it starts
     harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "-q"], cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     crash = Crash(harness, out)
     try:
         _await_sleep_step(crash, within=90)
@@ -301,7 +304,7 @@ def test_a_sigkilled_harness_leaves_nothing_after_cleanup(kind: str, tmp_path: P
         seen.update(_of_run(None, crash.run_dir))  # and whatever its processes did meanwhile
         assert _still_alive(seen), "nothing of the run outlived its harness: this soak would prove nothing"
         done = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--run-id", crash.run_id], cwd=REPO,
-                              capture_output=True, text=True, timeout=60, check=False)
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         left = _leftovers(crash.run_id, crash.run_dir, seen)
         assert left == [], f"after `mxchaos cleanup --run-id {crash.run_id}`:\n" + "\n".join(left) + \
