@@ -6,7 +6,9 @@ mechanism alone: a cgroup v2, a cgroup v1 freezer, and the ledger of sessions wi
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,3 +146,42 @@ def test_kill_ends_a_forking_process_tree_and_remove_leaves_nothing(mechanism: s
         runscope.kill(run_id, wait=5)
         runscope.remove(run_id)
         subprocess.run(["true"], check=False)
+
+
+def test_the_remote_scan_finds_a_wrappers_child_with_a_blank_environment(tmp_path: Path) -> None:
+    """``harness.ssh_remote.SCAN`` (what an ssh host runs to find a run's processes, no cgroup
+    needed): a tagged process's child with an empty environment is the run's, named after it; so
+    is the program under a remote wrapper (tagged MXCHAOS_SSH_RUN_ID) and what that program
+    orphaned; the wrapper itself is plumbing, found only by the plumbing scan."""
+    import json
+
+    from harness.ssh_remote import SCAN
+
+    run_id = f"remote-scan-{os.getpid()}"
+    child = "import subprocess, time; subprocess.Popen(['sleep', '302'], env={}); time.sleep(300)"
+    tagged = subprocess.Popen([sys.executable, "-c", child], env={**os.environ, procscan.ENV_RUN_ID: run_id,
+                                                                   procscan.ENV_PROC: "store"}, start_new_session=True)
+    wrapper = subprocess.Popen([sys.executable, "-c", child], env={"PATH": os.environ.get("PATH", ""),
+                                                                    "MXCHAOS_SSH_RUN_ID": run_id}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            done = subprocess.run([sys.executable, "-c", SCAN, run_id], capture_output=True, text=True, timeout=30, check=True)
+            rows = json.loads(done.stdout)
+            if len(rows) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        by_pid = {row[0]: row for row in rows}
+        assert by_pid[tagged.pid][1:3] == [run_id, "store"]
+        sleepers = [row for row in rows if row[4].strip() == "sleep 302"]
+        assert len(sleepers) == 2 and all(row[1] == run_id for row in sleepers), rows
+        assert {row[2] for row in sleepers} == {"store", None}  # named after its tagged parent; the wrapper's has no name
+        assert wrapper.pid not in by_pid  # plumbing, not a process of the run
+        plumbing = subprocess.run([sys.executable, "-c", SCAN, run_id, "MXCHAOS_SSH_RUN_ID"], capture_output=True, text=True,
+                                  timeout=30, check=True)
+        assert wrapper.pid in {row[0] for row in json.loads(plumbing.stdout)}
+    finally:
+        for proc in (tagged, wrapper):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
