@@ -350,7 +350,11 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from harness.cleanup import sweep
 
-    report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    try:
+        report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
+    except ValueError as bad:  # a --run-id that cannot name a run
+        print(f"mxchaos cleanup: --run-id: {bad}", file=sys.stderr)
+        return EXIT_INVALID
     remote_failed = False
     if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
         from harness.inventory import InventoryInvalid, load_inventory
@@ -502,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--out", metavar="FILE")
     schema.set_defaults(fn=_cmd_schema)
 
-    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by MXCHAOS_RUN_ID)")
+    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by their scope: cgroup, pid ledger, MXCHAOS_RUN_ID)")
     cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
     cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
     cleanup.add_argument("--dry-run", action="store_true")
