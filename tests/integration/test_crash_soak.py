@@ -209,6 +209,9 @@ def _listening(port: int) -> bool:
 
 def _leftovers(run_id: str, run_dir: Path, seen: dict[int, Seen]) -> list[str]:
     alive = {s.pid: s for s in _still_alive(seen)} | _of_run(None, run_dir)
+    for entry in os.listdir("/proc"):  # ssh control masters of its hosts (named by their control socket)
+        if entry.isdigit() and f"mxc-ssh-{netns.token(run_id)}-" in _cmdline(int(entry)):
+            alive[int(entry)] = Seen(int(entry), 0, _cmdline(int(entry)))
     left = [f"process {pid}: {s.cmdline[:120]}" for pid, s in sorted(alive.items())]
     left += [f"port {port} open" for port in sorted(_ports(run_dir)) if _listening(port)]
     tok = netns.token(run_id)
@@ -321,3 +324,88 @@ def test_a_sigkilled_harness_leaves_nothing_after_cleanup(kind: str, tmp_path: P
             for s in _of_run(None, crash.run_dir).values():
                 with contextlib.suppress(OSError):
                     os.kill(s.pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------- a lab host (ssh)
+
+LAB_KIND = """hosts: {a: netns}
+processes:
+  store: {role: redis, host: a}
+  wrapper: {role: command, host: a, argv: ["{python}", "-c", "import subprocess, time; subprocess.Popen(['sleep', '303'], env={}, start_new_session=True); time.sleep(300)"]}
+steps:
+  - start: [store, wrapper]
+  - await: {process: store, event: listening}
+"""
+LAB_TOOLS = ("ip", "ssh", "ssh-keygen", "iptables", "tc", "redis-server")
+
+
+def _ns_pids(ns: str) -> set[int]:
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10, check=False).stdout
+    return {int(x) for x in out.split() if x.isdigit()}
+
+
+@pytest.fixture(scope="module")
+def lab_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
+    from harness import lab
+
+    state = tmp_path_factory.mktemp("soaklab") / "lab"
+    info = lab.up(1, inventory_out=state.parent / "inventory.yaml", state=state)
+    try:
+        yield state.parent / "inventory.yaml", info
+    finally:
+        lab.down(state)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the lab: network namespaces running sshd)")
+@pytest.mark.skipif(any(shutil.which(t) is None for t in LAB_TOOLS) or not Path("/usr/sbin/sshd").exists(),
+                    reason=f"needs {', '.join(LAB_TOOLS)} and openssh-server")
+def test_a_sigkilled_harness_on_a_lab_host_leaves_nothing_after_cleanup(lab_host: tuple[Path, dict[str, object]],
+                                                                        tmp_path: Path) -> None:
+    """The same over ssh, on a lab host (a namespace running sshd): redis and a wrapper whose child
+    has a clean environment and a session of its own, on the host; after ``mxchaos cleanup
+    --run-id --inventory`` nothing of the run is in the host's namespace but its sshd (its
+    sessions for the run included), its per-run folder is gone, and nothing is left here."""
+    inventory, info = lab_host
+    hosts = info["hosts"]
+    assert isinstance(hosts, dict)
+    host = hosts["h1"]
+    listener = {int(host["sshd_pid"])}
+    path = tmp_path / "soak_lab.yaml"
+    path.write_text(HEAD.format(kind="lab") + LAB_KIND.replace("{python}", sys.executable) + SLEEP)
+    out = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    harness = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--out", str(out), "-q",
+                                "--inventory", str(inventory)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    crash = Crash(harness, out)
+    try:
+        _await_sleep_step(crash, within=90)
+        seen = _of_run(harness.pid, crash.run_dir)
+        remote = _ns_pids(str(host["netns"])) - listener
+        assert any("sleep 303" in _cmdline(pid) for pid in remote), [_cmdline(p) for p in remote]
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait(10)
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--run-id", crash.run_id, "--inventory",
+                               str(inventory)], cwd=REPO, env=env, capture_output=True, text=True, timeout=90, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        deadline = time.monotonic() + 15  # the sshd sessions of the run end once its ssh clients are gone
+        while (_ns_pids(str(host["netns"])) - listener) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [f"on h1: process {pid}: {_cmdline(pid)[:120]}" for pid in sorted(_ns_pids(str(host["netns"])) - listener)]
+        left += [f"on h1: dir {d}" for d in [Path(str(host["work_dir"])) / crash.run_id] if d.exists()]
+        left += _leftovers(crash.run_id, crash.run_dir, seen)
+        assert left == [], f"after `mxchaos cleanup --run-id {crash.run_id} --inventory`:\n" + "\n".join(left) + \
+            f"\ncleanup said:\n{done.stdout}{done.stderr}"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(10)
+        if crash.run_id:
+            from harness.cleanup import sweep
+
+            with contextlib.suppress(HarnessError, ValueError):
+                sweep(crash.run_id)
+            for pid in _ns_pids(str(host["netns"])) - listener:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
