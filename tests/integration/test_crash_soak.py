@@ -381,9 +381,12 @@ def test_a_sigkilled_harness_on_a_lab_host_leaves_nothing_after_cleanup(lab_host
     crash = Crash(harness, out)
     try:
         _await_sleep_step(crash, within=90)
-        seen = _of_run(harness.pid, crash.run_dir)
+        deadline = time.monotonic() + 30  # the wrapper's child is up (the wrapper reports nothing)
+        while not any(_cmdline(pid) == "sleep 303" for pid in _ns_pids(str(host["netns"]))) and time.monotonic() < deadline:
+            time.sleep(0.1)
         remote = _ns_pids(str(host["netns"])) - listener
-        assert any("sleep 303" in _cmdline(pid) for pid in remote), [_cmdline(p) for p in remote]
+        assert any(_cmdline(pid) == "sleep 303" for pid in remote), [_cmdline(p) for p in remote]
+        seen = _of_run(harness.pid, crash.run_dir)
         os.kill(harness.pid, signal.SIGKILL)
         harness.wait(10)
         done = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--run-id", crash.run_id, "--inventory",
