@@ -54,15 +54,15 @@ MECHANISMS = [
 ]
 
 
-def _sleepers_of(run_dir: Path) -> list[int]:
-    """``sleep 300`` processes whose working directory is the run folder (the oracle: not the
+def _sleepers_of(run_dir: Path, seconds: int = 300) -> list[int]:
+    """``sleep <seconds>`` processes whose working directory is the run folder (the oracle: not the
     harness's own way of finding them)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.readlink(f"/proc/{entry}/cwd") == str(run_dir) and Path(f"/proc/{entry}/cmdline").read_bytes() == b"sleep\x00300\x00":
+            if os.readlink(f"/proc/{entry}/cwd") == str(run_dir) and Path(f"/proc/{entry}/cmdline").read_bytes() == f"sleep\0{seconds}\0".encode():
                 state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 if state != "Z":
                     found.append(int(entry))
@@ -185,3 +185,49 @@ def test_the_remote_scan_finds_a_wrappers_child_with_a_blank_environment(tmp_pat
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not _kinds(), reason="no writable cgroup here")
+def test_the_remote_wrapper_joins_the_runs_cgroup_and_the_remote_scan_reads_it(tmp_path: Path) -> None:
+    """On a host where it may (root, a cgroup mounted), ``ssh_remote.WRAPPER`` puts itself and so
+    its program into ``mxchaos/<run id>``; what the program orphans (a blank environment, a session
+    of its own) is reparented to the wrapper, a subreaper, and found by the scan from the cgroup and
+    the descent alike; here, this machine plays the host."""
+    import json
+
+    from harness.ssh_remote import SCAN, WRAPPER
+
+    run_id = f"remote-cgroup-{os.getpid()}"
+    # the program's child orphans a sleeper with a blank environment in a session of its own
+    program = "import subprocess, time; subprocess.Popen(['sh', '-c', 'setsid sleep 305 & exit'], env={}); time.sleep(300)"
+    spec = {"argv": [sys.executable, "-c", program], "env": {procscan.ENV_RUN_ID: run_id, procscan.ENV_PROC: "p"},
+            "cwd": str(tmp_path), "log": str(tmp_path / "p.log"), "rc": str(tmp_path / "p.rc")}
+    wrapper = subprocess.Popen([sys.executable, "-c", WRAPPER, json.dumps(spec)], stdout=subprocess.PIPE,
+                               env={"PATH": os.environ.get("PATH", ""), "MXCHAOS_SSH_RUN_ID": run_id}, start_new_session=True)
+    try:
+        assert wrapper.stdout is not None
+        line = wrapper.stdout.readline().decode()
+        assert line.startswith("pid "), line
+        pid = int(line.split()[1])
+        deadline = time.monotonic() + 30
+        while not _sleepers_of(tmp_path, 305) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (sleeper,) = _sleepers_of(tmp_path, 305)
+        members: set[int] = set()
+        for h in runscope.hierarchies()[:1]:
+            members = {int(x) for x in (h.scope(run_id) / "cgroup.procs").read_text().split()}
+        assert {wrapper.pid, pid, sleeper} <= members
+        stat = runscope.proc_stat(sleeper)
+        assert stat is not None and stat.ppid == wrapper.pid  # the orphan is the wrapper's (a subreaper), not init's
+        rows = json.loads(subprocess.run([sys.executable, "-c", SCAN, run_id], capture_output=True, text=True, timeout=30,
+                                         check=True).stdout)
+        assert sleeper in {row[0] for row in rows} and wrapper.pid not in {row[0] for row in rows}
+        assert runscope.kill(run_id, wait=10) == []
+    finally:
+        runscope.kill(run_id, wait=5)
+        wrapper.wait(10)
+        assert wrapper.stdout is not None
+        wrapper.stdout.close()
+        runscope.remove(run_id)
+        assert runscope.scope_paths(run_id) == []
