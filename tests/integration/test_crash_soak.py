@@ -412,3 +412,41 @@ def test_a_sigkilled_harness_on_a_lab_host_leaves_nothing_after_cleanup(lab_host
             for pid in _ns_pids(str(host["netns"])) - listener:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the lab: network namespaces running sshd)")
+@pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "ssh", "ssh-keygen")) or not Path("/usr/sbin/sshd").exists(),
+                    reason="needs iproute2, openssh-client and openssh-server")
+def test_a_lab_up_sigkilled_mid_build_leaves_no_sshd_after_cleanup(tmp_path: Path) -> None:
+    """``mxchaos lab up`` SIGKILLed once its first host's sshd runs (the others still being built):
+    ``mxchaos cleanup`` removes the abandoned lab, no sshd of it (nor anything in its namespaces)
+    is left, nor its namespaces, links or state dir."""
+    from harness import lab
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MXCHAOS_STATE_DIR": str(tmp_path)}
+    state = tmp_path / "lab"
+    builder = subprocess.Popen([sys.executable, "-m", "harness.cli", "lab", "up", "--hosts", "6"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (state / "hosts" / "h1" / "sshd.pid").exists() and builder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(builder.pid, signal.SIGKILL)
+        builder.wait(10)
+        info = lab.status(state)
+        assert info is not None and info["status"] == "building", "the lab was built before the kill: nothing to prove"
+        sshd = lab._lab_sshd_pids(state)
+        assert sshd, "no sshd of the lab was running at the kill"
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        left = [f"sshd {pid}: {_cmdline(pid)}" for pid in sshd if (st := _stat(pid)) is not None and st[0] != "Z"]
+        left += lab.leftovers(state)
+        assert left == [], f"after `mxchaos cleanup`: {left}\ncleanup said:\n{done.stdout}{done.stderr}"
+    finally:
+        if builder.poll() is None:
+            builder.kill()
+            builder.wait(10)
+        with contextlib.suppress(HarnessError):
+            lab.down(state)
