@@ -1,12 +1,14 @@
 """``mxchaos cleanup``: sweep what crashed runs left behind.
 
-Processes are found by the ``MXCHAOS_RUN_ID`` in their environment (``procscan``), so
-grandchildren are found too. By default only runs whose harness is gone are swept (a
+Processes are found the one way the harness finds them (``procscan.find``: the run's scope,
+``harness.runscope``, with its cgroup and ledger of pids, and the ``MXCHAOS_RUN_ID`` in their
+environment), so a wrapper's child with a blank environment is found too, and killed with the
+rest of its cgroup at once. By default only runs whose harness is gone are swept (a
 live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_runs``
 every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
 toxics named after the run), then the run's network of ``netns`` hosts goes (namespaces, veths,
 bridge: found by the names and link aliases derived from the run id, also for a run whose
-ledger entry is lost), and the run's ledger entry is removed. A lab (``harness.lab``) whose
+ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. A lab (``harness.lab``) whose
 ``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
 
 Only the ledger entries that are ours are read (``harness.statedir``: a state directory that is
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import lab, ledger, netns, procscan, ssh, statedir
+from harness import lab, ledger, netns, procscan, runscope, ssh, statedir
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -44,9 +46,12 @@ class CleanupReport:
 
 def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = False, wait: float = 5.0) -> CleanupReport:
     report = CleanupReport(dry_run=dry_run)
-    found = procscan.scan()
+    if run_id is not None:
+        runscope.valid_run_id(run_id)
+    found = procscan.find()
     live_entries = ledger.entries()
-    runs: set[str] = {p.run_id for p in found} | set(live_entries)
+    scoped = runscope.runs()
+    runs: set[str] = {p.run_id for p in found} | set(live_entries) | scoped
     network_owners: dict[str, tuple[int | None, int | None]] = {}
     with contextlib.suppress(Exception):  # no `ip`, no netns: nothing of that kind to find
         network_owners = netns.leftover_runs()
@@ -57,7 +62,7 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             continue
         members = [p for p in found if p.run_id == rid]
         info = live_entries.get(rid, {})
-        owner = network_owners.get(rid, (None, None))
+        owner = network_owners.get(rid, runscope.owner(rid) if rid in scoped else (None, None))
         hp = members[0].harness_pid if members else info.get("harness_pid", owner[0])
         hs = members[0].harness_start if members else info.get("harness_start", owner[1])
         alive = procscan.harness_alive(hp if isinstance(hp, int) else None, hs if isinstance(hs, int) else None)
@@ -77,19 +82,21 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
                 left = netns.leftovers(rid)
                 if left:
                     report.network[rid] = left
+            scope = [f"{'cgroup' if p.suffix != '.pids' else 'pid ledger'} {p}" for p in runscope.scope_paths(rid)]
+            if scope:
+                report.network.setdefault(rid, []).extend(scope)
         return report
-    for p in targets:
+    deadline = time.monotonic() + wait
+    for p in targets:  # at once, before any one of them can notice the others going
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p.pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait
-    remaining = targets
-    while remaining and time.monotonic() < deadline:
-        alive_pids = {p.pid for p in procscan.scan() if p.run_id in chosen}
-        remaining = [p for p in targets if p.pid in alive_pids]
-        if remaining:
-            time.sleep(0.05)
+    alive_pids: set[int] = set()
+    for rid in sorted(chosen):  # its cgroup at once, then whatever else is found of it, until none is
+        alive_pids |= set(runscope.kill(rid, [p.pid for p in targets if p.run_id == rid], wait=max(0.0, deadline - time.monotonic())))
+    remaining = [p for p in targets if p.pid in alive_pids]
     report.killed = [p for p in targets if p not in remaining]
-    report.survivors = remaining
+    report.survivors = remaining + [p for p in procscan.find() if p.run_id in chosen and p.pid in alive_pids
+                                    and p.pid not in {q.pid for q in remaining}]
     for rid in chosen:
         for kind, cls in fault_registry.REGISTRY.items():
             with contextlib.suppress(Exception):
@@ -105,6 +112,10 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             if removed:
                 report.network.setdefault(rid, []).extend(removed)
         ledger.remove_entry(rid)
+        with contextlib.suppress(Exception):  # its cgroups (empty now) and ledger of pids
+            removed = runscope.remove(rid)
+            if removed:
+                report.network.setdefault(rid, []).extend(removed)
         _mark_crashed(live_entries.get(rid) or {}, len(targets))
     return report
 

@@ -400,6 +400,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     except StateDirError as refused:  # a state directory that is not ours: nothing of it is trusted
         print(f"mxchaos cleanup: {refused}", file=sys.stderr)
         return EXIT_INVALID
+    except ValueError as bad:  # a --run-id that cannot name a run
+        print(f"mxchaos cleanup: --run-id: {bad}", file=sys.stderr)
+        return EXIT_INVALID
     remote_failed = False
     if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
         from harness.inventory import InventoryInvalid, load_inventory
@@ -556,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--out", metavar="FILE")
     schema.set_defaults(fn=_cmd_schema)
 
-    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by MXCHAOS_RUN_ID)")
+    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by their scope: cgroup, pid ledger, MXCHAOS_RUN_ID)")
     cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
     cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
     cleanup.add_argument("--dry-run", action="store_true")

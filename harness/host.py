@@ -5,7 +5,10 @@ A ``Host`` spawns long-running processes (each in its own session, so signals ca
 go to its whole process group and a terminal Ctrl-C never reaches it), runs short
 commands with a deadline, reads files it produced (the runner tails events files
 through ``read``, so a remote host only has to implement it), tells whether a TCP
-port answers, and finds the processes of a run by their ``MXCHAOS_RUN_ID``.
+port answers, and finds the processes of a run (``procscan.find``). A local process whose
+environment carries ``MXCHAOS_RUN_ID`` joins that run's scope (``harness.runscope``: its cgroup,
+before it execs, and its ledger of pids), so every program started this way, and all it forks,
+is found and ended by the leak scan and ``mxchaos cleanup`` without more work.
 Every blocking call takes a timeout.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness import procscan
+from harness import procscan, runscope
 from harness.errors import HostError
 
 __all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Proc", "StopResult", "make_host", "read_slice", "tcp_port_open"]
@@ -159,7 +162,8 @@ class LocalHost:
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> LocalProc:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab", buffering=0) as log:
+        run_id = env.get(procscan.ENV_RUN_ID)
+        with open(log_path, "ab", buffering=0) as log, runscope.joining(run_id) as join:
             try:
                 popen = subprocess.Popen(
                     list(argv),
@@ -170,25 +174,31 @@ class LocalHost:
                     env=dict(env),
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=join,
                 )
             except OSError as exc:
                 raise HostError(f"{self.name}: cannot start {argv[0]!r}: {exc}") from exc
+        _record(run_id, popen.pid, env)
         return LocalProc(popen)
 
     def exec(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> ExecResult:
         started = time.monotonic()
-        try:
-            popen = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=str(cwd),
-                env=dict(env),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise HostError(f"{self.name}: cannot run {argv[0]!r}: {exc}") from exc
+        run_id = env.get(procscan.ENV_RUN_ID)
+        with runscope.joining(run_id) as join:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=str(cwd),
+                    env=dict(env),
+                    start_new_session=True,
+                    preexec_fn=join,
+                )
+            except OSError as exc:
+                raise HostError(f"{self.name}: cannot run {argv[0]!r}: {exc}") from exc
+        _record(run_id, popen.pid, env)
         try:
             out, err = popen.communicate(timeout=timeout)
             rc: int | None = popen.returncode
@@ -208,10 +218,18 @@ class LocalHost:
         return tcp_port_open(self.address, port, timeout)
 
     def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
-        return [p for p in procscan.scan() if p.run_id == run_id]
+        return procscan.find(run_id)
 
     def close(self) -> None:
         return None
+
+
+def _record(run_id: str | None, pid: int, env: Mapping[str, str]) -> None:
+    """A process of a run goes into the run's ledger of pids, naming the harness that started it."""
+    if not run_id:
+        return
+    hp, hs = env.get(procscan.ENV_HARNESS_PID, ""), env.get(procscan.ENV_HARNESS_START, "")
+    runscope.record(run_id, pid, (int(hp), int(hs) if hs.isdigit() else None) if hp.isdigit() else None)
 
 
 def make_host(name: str, kind: str) -> Host:

@@ -232,7 +232,7 @@ class NetnsHost(LocalHost):
     def run_processes(self, run_id: str) -> list[procscan.RunProcess]:
         """The run's processes inside this namespace (all of the run's when it is gone)."""
         inode = self._ns_inode()
-        found = [p for p in procscan.scan() if p.run_id == run_id]
+        found = procscan.find(run_id)
         if inode is None:
             return found
         inside = []

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import runscope
 from harness.errors import FaultError, HarnessError, StepFailed
 from harness.host import Host, Proc
 from harness.scenario import CommandProcess, Scenario
@@ -311,7 +312,10 @@ class ProcessTable:
 
     def leak_scan(self, run_id: str, hosts: Iterable[Host], harness_ports: Iterable[tuple[Host, int]] = ()) -> None:
         """Record what outlived the stop of every process, then kill it (the harness itself
-        must never leak). Grandchildren that exit right after their parent get a moment."""
+        must never leak), then remove the run's scope. Each host finds the run's processes the one
+        way (``procscan.find``: the run's cgroup and ledger of pids, so a wrapper's child, a
+        grandchild with a blank environment, counts too). Grandchildren that exit right after
+        their parent get a moment."""
         hosts = list(hosts)
         deadline = time.monotonic() + 2.0
         unreachable: dict[str, str] = {}
@@ -341,6 +345,7 @@ class ProcessTable:
         if leftovers:
             alive = self._sweep(run_id, hosts, set(found), time.monotonic() + SWEEP_WAIT_S)
             self.timeline.append("info", "harness", "swept", {"pids": [p.pid for p in leftovers], "alive": alive})
+        runscope.remove(run_id)  # its cgroups and ledger of pids (a cgroup that still holds a process stays)
 
     @staticmethod
     def _sweep(run_id: str, hosts: list[Host], pids: set[int], deadline: float) -> list[int]:
@@ -350,6 +355,8 @@ class ProcessTable:
         clean-clone run's scan found one 'R' just after a sweep that did not wait, on a busy
         machine), so a sweep is done only when its processes are gone."""
         while True:
+            if any(getattr(host, "kill_processes", None) is None for host in hosts):
+                runscope.kill(run_id, wait=0)  # the run's cgroups here at once, forks in flight included
             alive: set[int] = set()
             for host in hosts:
                 try:

@@ -1,5 +1,12 @@
-"""Find processes started by mxchaos runs: every child carries ``MXCHAOS_RUN_ID`` (and the
-harness's pid and start time) in its environment, inherited by anything it spawns.
+"""Find processes started by mxchaos runs.
+
+``find(run_id)`` is the one way the harness, its leak scan and ``mxchaos cleanup`` find a run's
+processes: its scope (``harness.runscope``: its cgroup, the ledger of what it spawned and their
+sessions, and every descendant) merged with ``scan()``, the processes whose environment carries
+``MXCHAOS_RUN_ID`` (and the harness's pid and start time). The environment alone misses a child
+started with a clean one and a program that overwrites it with its process title (redis-server,
+sshd); the scope misses nothing spawned through a host, and the tag reaches a process that
+another harness's scope does not hold (a remote host's, seen from the same /proc in the lab).
 
 ``scan()`` reads ``/proc/*/environ`` (processes we may not read are skipped);
 ``harness_alive`` tells whether the run's harness still exists (pid plus its start
@@ -8,11 +15,14 @@ time, so a reused pid does not count).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "harness_alive", "proc_start_time", "scan"]
+from harness import runscope
+
+__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "find", "harness_alive", "proc_start_time", "scan"]
 
 ENV_RUN_ID = "MXCHAOS_RUN_ID"
 ENV_PROC = "MXCHAOS_PROC"
@@ -105,3 +115,44 @@ def scan() -> list[RunProcess]:
             )
         )
     return found
+
+
+def find(run_id: str | None = None) -> list[RunProcess]:
+    """Every live process of ``run_id`` (None: of every run with a tag or a scope here): tagged
+    ones as ``scan`` reports them; the rest of the scope (a wrapper's child with a blank
+    environment) named after its nearest tagged ancestor, with the harness its ledger names."""
+    tagged = scan()
+    by_pid = {p.pid: p for p in tagged if run_id is None or p.run_id == run_id}
+    rids = {run_id} if run_id is not None else {p.run_id for p in tagged} | runscope.runs()
+    parents: dict[int, int] = {}
+    for rid in sorted(rids):
+        seeds = [p.pid for p in tagged if p.run_id == rid]
+        pids = runscope.members(rid, seeds) - set(by_pid)
+        if not pids:
+            continue
+        hp, hs = runscope.owner(rid)
+        if hp is None and seeds:
+            first = next(p for p in tagged if p.pid == seeds[0])
+            hp, hs = first.harness_pid, first.harness_start
+        for pid in sorted(pids):
+            st = runscope.proc_stat(pid)
+            if st is None:
+                continue
+            parents[pid] = st.ppid
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                cmdline = ""
+            by_pid[pid] = RunProcess(pid=pid, run_id=rid, proc=None, harness_pid=hp, harness_start=hs, state=st.state,
+                                     cmdline=cmdline[:300])
+    for pid in parents:  # a scope member's name: its nearest ancestor's that has one
+        up, seen = parents[pid], {pid}
+        while up not in seen and up > 1:
+            seen.add(up)
+            known = by_pid.get(up)
+            if known is not None and known.proc is not None:
+                by_pid[pid] = dataclasses.replace(by_pid[pid], proc=known.proc)
+                break
+            st = runscope.proc_stat(up)
+            up = st.ppid if st else 0
+    return sorted(by_pid.values(), key=lambda p: p.pid)

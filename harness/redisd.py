@@ -7,7 +7,10 @@ first), waits until it answers PING (bounded), and reports it as an mxref proces
 ``started`` event, then ``listening what=redis port=P``, then ``exit``. SIGTERM/SIGINT are
 passed on to redis-server; a group signal (the ``pause``/``kill`` faults) reaches both. A
 restart of the role passes its previous port again (``launch``), so the server's
-``--store redis://...`` stays right.
+``--store redis://...`` stays right. redis-server gets the wrapper's environment, run tag
+included (it overwrites it with its process title, so the run's scope, ``harness.runscope``, is
+what finds it), and dies with the wrapper: a parent-death SIGKILL, so a SIGKILLed wrapper leaves
+no redis-server behind.
 
 ``RedisServer`` is the same for tests: a context manager that starts one on a free port in a
 temporary folder and always stops it.
@@ -16,6 +19,7 @@ temporary folder and always stops it.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import shutil
 import signal
@@ -24,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -31,6 +36,7 @@ __all__ = ["READY_TIMEOUT_S", "RedisServer", "redis_available", "redis_server_ar
 
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
 BINARY = "redis-server"
 
 
@@ -74,7 +80,7 @@ def _start(port: int, bind: str, directory: Path, log: int | None) -> tuple[subp
     for _ in range(tries):
         chosen = port or _free_port(bind)
         proc = subprocess.Popen(redis_server_argv(chosen, bind, directory), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=os.environ.copy(), preexec_fn=_dies_with(os.getpid()))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _pings(bind, chosen):
@@ -83,6 +89,20 @@ def _start(port: int, bind: str, directory: Path, log: int | None) -> tuple[subp
         _stop(proc)
     raise RuntimeError(f"redis-server did not answer PING on {bind}:{port or 'a free port'} within "
                        f"{READY_TIMEOUT_S:g}s ({tries} tries)")
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: redis-server gets SIGKILL when its wrapper dies, however it dies (a
+    SIGKILLed or crashed wrapper forwards nothing), and ends at once if the wrapper is already
+    gone. libc is loaded here, before the fork."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int | None:

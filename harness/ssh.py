@@ -124,12 +124,31 @@ def control_dir(run_id: str, host: str) -> Path:
     return CONTROL_ROOT / f"mxc-ssh-{netns.token(run_id)}-{hashlib.sha256(host.encode()).hexdigest()[:6]}"
 
 
+def _control_masters(run_id: str) -> list[int]:
+    """The ssh control masters of a run's hosts: their process title names their control socket
+    (``ssh: /tmp/mxc-ssh-<token>-<host>/... [mux]``); the title overwrites the environment, so its
+    tag is gone, and a master left running keeps its sshd session on the host."""
+    marker = f"{CONTROL_ROOT}/mxc-ssh-{netns.token(run_id)}-".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+                if argv.startswith(b"ssh") and marker in argv:
+                    pids.append(int(entry))
+    return pids
+
+
 def sweep_local(run_id: str) -> list[str]:
-    """The ssh clients (they carry ``MXCHAOS_SSH_RUN_ID``) and control-socket folders a dead
-    run's harness left here."""
+    """The ssh clients (they carry ``MXCHAOS_SSH_RUN_ID``), their control masters and
+    control-socket folders a dead run's harness left here."""
     import json
 
     removed = []
+    for pid in _control_masters(run_id):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            removed.append(f"ssh control master pid {pid}")
     with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
         done = subprocess.run([sys.executable, "-c", SCAN, run_id, PLUMBING_ENV], capture_output=True, text=True,
                               timeout=30, check=False)

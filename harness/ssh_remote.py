@@ -19,11 +19,37 @@ if TYPE_CHECKING:
 
 __all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell"]
 
-# Runs on the host: fork the program into its own session, report its pid and its end.
+# Runs on the host: fork the program into its own session (the wrapper a subreaper, in the run's
+# cgroup where it can join one, so the program and all it forks stay findable), report its pid and
+# its end.
 WRAPPER = r"""
 import os, sys, json
 spec = json.loads(sys.argv[1])
 log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+try:  # a subreaper: what the program orphans stays below this wrapper, where the scan finds it
+    import ctypes
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except Exception:
+    pass
+rid = spec["env"].get("MXCHAOS_RUN_ID", "")
+if rid and "/" not in rid and not rid.startswith("."):  # the run's cgroup there, where one may be written
+    mounts = []  # (root, `ip netns exec` hides them: a lab host has none)
+    try:
+        for line in open("/proc/self/mountinfo"):
+            head, _, tail = line.partition(" - ")
+            t = tail.split()
+            if len(t) > 2 and (t[0] == "cgroup2" or (t[0] == "cgroup" and "freezer" in t[2].split(","))):
+                mounts.append((t[0] != "cgroup2", head.split()[4]))
+    except OSError:
+        pass
+    for _v1, mount in sorted(mounts):
+        try:
+            os.makedirs(os.path.join(mount, "mxchaos", rid), exist_ok=True)
+            with open(os.path.join(mount, "mxchaos", rid, "cgroup.procs"), "w") as procs:
+                procs.write("0")
+            break
+        except OSError:
+            pass
 pid = os.fork()
 if pid == 0:
     os.setsid()
@@ -49,31 +75,65 @@ except OSError:
     pass
 """
 
-# Runs on the host: the processes carrying MXCHAOS_RUN_ID=<run id> (pid, proc, state, cmdline), or
-# with a second argument the harness's own remote plumbing of a run (MXCHAOS_SSH_RUN_ID: tails,
-# shells, wrappers), which a crashed harness leaves behind and the sweep removes.
+# Runs on the host: the processes of a run (pid, run id, proc, state, cmdline, harness pid and start):
+# those carrying MXCHAOS_RUN_ID=<run id> (empty: any), those in the run's cgroup there (the wrapper
+# joins mxchaos/<run id> where it can: root, a cgroup v2 or v1 freezer mounted, not hidden as
+# `ip netns exec` hides it), and every descendant of them and of the run's wrappers (a child started with a clean environment, or one that overwrote it with its process
+# title; what a program orphaned stays below its wrapper, a subreaper), named after its nearest
+# tagged ancestor. With a second argument: the harness's own remote plumbing of a run instead
+# (MXCHAOS_SSH_RUN_ID: tails, shells, wrappers), which a crashed harness leaves behind.
 SCAN = r"""
 import os, sys, json
 want = sys.argv[1].encode()
-key = (sys.argv[2] if len(sys.argv) > 2 else "MXCHAOS_RUN_ID").encode() + b"="
-out = []
+plumbing = len(sys.argv) > 2
+key = (sys.argv[2] if plumbing else "MXCHAOS_RUN_ID").encode() + b"="
+wrap = b"MXCHAOS_SSH_RUN_ID="
+procs, tags = {}, {}
 for d in os.listdir("/proc"):
     if not d.isdigit() or int(d) == os.getpid():
         continue
     try:
+        stat = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
         env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
-        run = [e[len(key):] for e in env if e.startswith(key)]
-        if not run or (want and run[0] != want):
-            continue
+        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        continue
+    procs[int(d)] = (stat[0], int(stat[1]), cmd)
+    run = [e[len(key):] for e in env if e.startswith(key)]
+    wrapper = [e[len(wrap):] for e in env if e.startswith(wrap)] if not plumbing else []
+    if run and (not want or run[0] == want):
         proc = [e[13:].decode() for e in env if e.startswith(b"MXCHAOS_PROC=")]
         hp = [e[20:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_PID=")]
         hs = [e[22:].decode() for e in env if e.startswith(b"MXCHAOS_HARNESS_START=")]
-        state = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[0]
-        cmd = open("/proc/%s/cmdline" % d, "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        out.append([int(d), run[0].decode(), proc[0] if proc else None, state, cmd[:300],
-                    int(hp[0]) if hp and hp[0].isdigit() else None, int(hs[0]) if hs and hs[0].isdigit() else None])
-    except OSError:
+        tags[int(d)] = [run[0].decode(), proc[0] if proc else None, int(hp[0]) if hp and hp[0].isdigit() else None,
+                        int(hs[0]) if hs and hs[0].isdigit() else None, True]
+    elif wrapper and (not want or wrapper[0] == want):
+        tags[int(d)] = [wrapper[0].decode(), None, None, None, False]
+scoped = {}  # the run's cgroups there (the wrapper joins one where it can)
+if not plumbing:
+    try:
+        for line in open("/proc/self/mountinfo"):
+            head, _, tail = line.partition(" - ")
+            t = tail.split()
+            if len(t) > 2 and (t[0] == "cgroup2" or (t[0] == "cgroup" and "freezer" in t[2].split(","))):
+                top = os.path.join(head.split()[4], "mxchaos")
+                for rid in ([want.decode()] if want else (os.listdir(top) if os.path.isdir(top) else [])):
+                    for folder, _dirs, _files in os.walk(os.path.join(top, rid)):
+                        for p in open(os.path.join(folder, "cgroup.procs")).read().split():
+                            scoped[int(p)] = rid
+    except (OSError, ValueError):
         pass
+out = []
+for pid, (state, ppid, cmd) in procs.items():
+    tag, up, seen = tags.get(pid), ppid, {pid}
+    while tag is None and up in procs and up not in seen:
+        seen.add(up)
+        tag, up = tags.get(up), procs[up][1]
+    if tag is None and pid in scoped:
+        tag = [scoped[pid], None, None, None, True]
+    if tag is None or state == "Z" or (pid in tags and not tag[4]):
+        continue
+    out.append([pid, tag[0], tag[1], state, cmd[:300], tag[2], tag[3]])
 print(json.dumps(out))
 """
 

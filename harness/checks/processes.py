@@ -86,8 +86,17 @@ def exit_codes(p: ExitCodesParams, h: History, run: RunFacts) -> CheckResult:
 
 
 class NothingLeakedParams(CheckParams):
-    """After teardown no process of the run is alive, no port a process reported is open and
-    (netns hosts) none of the run's namespaces, veths or bridge is left."""
+    """After teardown no process of the run is alive (children and grandchildren of its processes
+    included: whatever is in the run's scope, ``harness.runscope``, or carries its tag), no port a
+    process reported is open and (netns hosts) none of the run's namespaces, veths or bridge is left."""
+
+
+def _described(process: dict[str, Any]) -> str:
+    """``pid 123 (store: redis-server 127.0.0.1:6379)``: a leftover child is named after the
+    process of the run it descends from."""
+    cmdline = str(process.get("cmdline") or "")[:60]
+    who = f"{process.get('proc') or '?'}: {cmdline}" if cmdline else str(process.get("proc") or "?")
+    return f"pid {process.get('pid')} ({who})"
 
 
 @register("nothing_leaked", NothingLeakedParams)
@@ -115,7 +124,7 @@ def nothing_leaked(p: NothingLeakedParams, h: History, run: RunFacts) -> CheckRe
     if procs or ports or net_left:
         parts = []
         if procs:
-            parts.append(f"{len(procs)} process(es) alive: " + ", ".join(str(x.get("pid")) for x in procs[:5]))
+            parts.append(f"{len(procs)} process(es) alive: " + ", ".join(_described(x) for x in procs[:5]))
         if ports:
             parts.append("ports still open: " + ", ".join(str(x) for x in ports[:5]))
         if net_left:

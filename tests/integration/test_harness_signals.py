@@ -198,7 +198,9 @@ def test_cleanup_after_sigkill_of_the_harness_leaves_no_process_of_the_run(tmp_p
             [sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, out.stdout + out.stderr
-        assert out.stdout.count(f"of run {run_id}") == 3
+        killed = [line for line in out.stdout.splitlines() if line.startswith("killed pid") and f"of run {run_id}:" in line]
+        assert len(killed) == 3, out.stdout
+        assert "deleted pid ledger" in out.stdout  # and the run's scope went with them
         assert alive(run_id) == []
         assert (Path(str(harness.run_info()["run_dir"])) / "CRASHED").is_file()
     finally:

@@ -386,7 +386,10 @@ def test_nothing_leaked_reads_the_leak_scan() -> None:
     assert run("nothing_leaked", {}, clean).summary == "no process left, 2 reported port(s) closed"
     dirty = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [{"pid": 9}], "ports": [4444], "checked_ports": [4444]})]
     result = run("nothing_leaked", {}, dirty)
-    assert (result.valid, result.summary) == (False, "1 process(es) alive: 9; ports still open: 4444")
+    assert (result.valid, result.summary) == (False, "1 process(es) alive: pid 9 (?); ports still open: 4444")
+    child = {"pid": 12, "proc": "store", "cmdline": "redis-server 127.0.0.1:6379"}  # a wrapper's child, named after it
+    result = run("nothing_leaked", {}, [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [child], "ports": []})])
+    assert (result.valid, result.summary) == (False, "1 process(es) alive: pid 12 (store: redis-server 127.0.0.1:6379)")
 
 
 def test_every_registered_check_has_params_and_a_docstring() -> None:
