@@ -63,8 +63,11 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
         members = [p for p in found if p.run_id == rid]
         info = live_entries.get(rid, {})
         owner = network_owners.get(rid, runscope.owner(rid) if rid in scoped else (None, None))
-        hp = members[0].harness_pid if members else info.get("harness_pid", owner[0])
-        hs = members[0].harness_start if members else info.get("harness_start", owner[1])
+        # a member that names its harness (one caught between fork and exec, in the run's cgroup
+        # before the ledger of pids names its harness, names none: it is no evidence of a dead one)
+        known = [p for p in members if p.harness_pid is not None]
+        hp = known[0].harness_pid if known else info.get("harness_pid", owner[0])
+        hs = known[0].harness_start if known else info.get("harness_start", owner[1])
         alive = procscan.harness_alive(hp if isinstance(hp, int) else None, hs if isinstance(hs, int) else None)
         if alive and run_id is None and not all_runs:
             report.skipped_live_runs.append(rid)

@@ -121,3 +121,21 @@ def test_remove_deletes_the_ledger_once_no_cgroup_is_left(state: Path, monkeypat
     assert [p.name for p in runscope.scope_paths("r-5")] == ["r-5.pids"]
     assert runscope.remove("r-5") == [f"pid ledger {state / 'r-5.pids'}"]
     assert runscope.scope_paths("r-5") == [] and runscope.remove("r-5") == []
+
+
+def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A child caught between fork and exec is in its run's cgroup before the ledger of pids names
+    the harness: it names none. Plain ``mxchaos cleanup`` (dead runs only) must still see the run's
+    live harness in its ledger entry and leave it alone (it used to kill a parallel run's server)."""
+    from harness import cleanup, ledger, procscan
+
+    monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
+    rid = "live-20261202T181131-abc123"
+    me = os.getpid()
+    ledger.write_entry(rid, {"run_id": rid, "harness_pid": me, "harness_start": procscan.proc_start_time(me)})
+    early = procscan.RunProcess(pid=me, run_id=rid, proc=None, harness_pid=None, harness_start=None, state="R", cmdline="python")
+    monkeypatch.setattr(procscan, "find", lambda run_id=None: [early])
+    monkeypatch.setattr(runscope, "runs", lambda: {rid})
+    report = cleanup.sweep(dry_run=True)
+    assert report.skipped_live_runs == [rid] and report.runs == [] and report.killed == []
