@@ -25,15 +25,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 # The wrapper starts its child in a process group of its own (so the stop of the wrapper's group
 # misses it), or a session of its own, with an empty environment (no MXCHAOS_RUN_ID), then waits.
-CHILD = {
-    "group": "subprocess.Popen(['sleep', '300'], env={}, process_group=0)",
-    "session": "subprocess.Popen(['sleep', '300'], env={}, start_new_session=True)",
+CHILD = {  # started by a shell (no interpreter start-up between the wrapper's start and its child)
+    "group": "perl -e 'setpgrp(0,0); %ENV=(); exec q(sleep), 300'",
+    "session": "setsid env -i sleep 300",
 }
 SCENARIO = """\
 name: {name}
 budgets: {{step: 20s, run: 60s, stop_grace: 2s}}
 processes:
-  wrapper: {{role: command, argv: ["{python}", "-c", "import subprocess, time; {child}; print('up', flush=True); time.sleep(300)"]}}
+  wrapper: {{role: command, argv: ["sh", "-c", "{child} & echo up; exec sleep 299"]}}
 steps:
   - start: wrapper
   - sleep: 1s
@@ -100,7 +100,7 @@ def test_nothing_leaked_fails_a_run_whose_wrappers_child_outlives_its_teardown(
 def test_a_clean_run_leaves_no_scope_and_passes(tmp_path: Path) -> None:
     """The same wrapper whose child stays in its group: the stop ends both, nothing leaked."""
     path = tmp_path / "clean.yaml"
-    child = "subprocess.Popen(['sleep', '300'], env={})"
+    child = "env -i sleep 300"
     path.write_text(SCENARIO.format(name="clean_wrapper", python=sys.executable, child=child))
     runner = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False)
     try:
