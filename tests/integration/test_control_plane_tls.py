@@ -84,6 +84,7 @@ def test_a_client_without_ca_or_token_is_refused_and_one_with_both_is_served(
         assert client.publish_metadata(IDENTITY, WORKER, "w-honest").success
         assert [ref.worker_id for ref in client.list_sources()] == ["w-honest"]
 
+    cluster.wait_event(server, "unauthenticated", where=lambda e: e["reason"] == "wrong_token")  # native: reported by a thread
     events = server.events("unauthenticated")
     assert [(e["method"], e["reason"]) for e in events] == [
         ("PublishMetadata", "missing_token"), ("PublishMetadata", "wrong_token"),
