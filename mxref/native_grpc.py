@@ -57,10 +57,10 @@ with 4, 7.6k with 10, heartbeats alone, 2026-12-02). Over a store that waits on 
 (Redis: up to ``--store-timeout`` and a retry per call) a slow call holds its worker, so there
 are as many as grpcio's pool has threads (``workers_for``)."""
 TAKE_MOST = 16
-"""Calls one worker takes at once (reads first: the native queue hands out listings and lookups
-before heartbeats). Between batches a worker lets go of the GIL, so a listing taken by the other
-waits at most one batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms with 16, 9.9
-with 64 (2026-12-02)."""
+"""Calls one worker takes at once (a read and a write in turn, reads first: a listing queued
+behind heartbeats is in the next batch, and so is a heartbeat behind a flood of listings).
+Between batches a worker lets go of the GIL, so a listing taken by the other waits at most one
+batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms with 16, 9.9 with 64 (2026-12-02)."""
 TAKE_WAIT_S = 0.5
 """How long an idle worker waits for a call before it looks at the stop flag again."""
 MAX_QUEUED_CALLS = 4096
