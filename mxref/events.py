@@ -136,7 +136,9 @@ EVENTS: dict[str, EventSpec] = {
     "source_status": _ev("mx_source_id", "worker_id", status=SOURCE_STATUSES, previous=SOURCE_STATUSES,
                          by=("rpc", "reaper")),
     "source_deleted": _ev("mx_source_id", "worker_id", by=("reaper",)),
-    "unauthenticated": _ev("method", "peer", reason=("missing_token", "wrong_token")),
+    "unauthenticated": _ev("method", "peer", "count", reason=("missing_token", "wrong_token"),
+                           notes={"peer": "address without port", "count": "refusals since the last line of this "
+                                  "peer, method and reason (one line a second at most)"}),
     # demo
     "raw_read": _ev("bytes", "seconds", "gbps"),
 }

@@ -11,12 +11,22 @@ one the grpcio server gives. What differs, by design:
 - a rate-limited write is still answered after ``rate_limit_delay_s``, but the delay holds
   only the caller's stream (the native side sleeps), not a worker: no cap on such calls is
   needed (``P2pServicer._hold_back`` asks the context);
-- TLS is rustls's (tonic), from the same certificate and key files; the bearer token is checked
-  in Python before the servicer (``mxref.security.check_authorization``, the same refusal,
-  count and event as grpcio's ``TokenInterceptor``), on every call of a known method;
+- TLS is rustls's, from the same certificate and key files; a call carrying none of the
+  accepted bearer values (``ServerCredentials.bearer_values``) is refused in Rust before its
+  body is read or it is queued, with grpcio's code and details; the refusals are counted there
+  per peer address and reported here (``on_refused``, with their count) by a thread of their
+  own, so a flood of them costs Python one report per peer a poll, not one per call. Python
+  still checks the token of every call it answers (``mxref.security.check_authorization``);
 - an unknown method is UNIMPLEMENTED; a request over the receive limit is refused by the
   framing (RESOURCE_EXHAUSTED, as grpcio words it) before Python sees it;
-- reads (ListSources, GetMetadata) are taken before the writes queued ahead of them.
+- the queues are bounded (``MAX_QUEUED_CALLS`` each, ``MAX_QUEUED_BYTES`` together): a call
+  finding its queue full is RESOURCE_EXHAUSTED at once;
+- reads (ListSources, GetMetadata) and writes are taken in turn, reads first: a listing does
+  not wait behind a fleet's heartbeats, nor a heartbeat behind a flood of listings;
+- its own accept loop goes on after any accept error, caps connections (in all and per peer
+  address), times out TLS handshakes, pings idle connections and closes them after
+  ``IDLE_TIMEOUT_S`` without a call or ``MAX_CONNECTION_AGE_S`` (``FRONT_DOOR``). If serving
+  ever ends without being asked, ``failure`` says why (the server process exits non-zero).
 
 ``python -m mxref.bench_fleet --grpc-impl native`` measures it with native clients, sent from
 the benchmark's process without the GIL.
@@ -47,12 +57,27 @@ with 4, 7.6k with 10, heartbeats alone, 2026-12-02). Over a store that waits on 
 (Redis: up to ``--store-timeout`` and a retry per call) a slow call holds its worker, so there
 are as many as grpcio's pool has threads (``workers_for``)."""
 TAKE_MOST = 16
-"""Calls one worker takes at once (reads first: the native queue hands out listings and lookups
-before heartbeats). Between batches a worker lets go of the GIL, so a listing taken by the other
-waits at most one batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms with 16, 9.9
-with 64 (2026-12-02)."""
+"""Calls one worker takes at once (a read and a write in turn, reads first: a listing queued
+behind heartbeats is in the next batch, and so is a heartbeat behind a flood of listings).
+Between batches a worker lets go of the GIL, so a listing taken by the other waits at most one
+batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms with 16, 9.9 with 64 (2026-12-02)."""
 TAKE_WAIT_S = 0.5
 """How long an idle worker waits for a call before it looks at the stop flag again."""
+MAX_QUEUED_CALLS = 4096
+"""Calls one queue (reads, writes) holds; a heartbeat fleet of 10k/s drains it in well under a
+second, and beyond it a caller hears RESOURCE_EXHAUSTED at once rather than waiting."""
+MAX_QUEUED_BYTES = 256 << 20
+"""Request bytes both queues hold together (64 calls at the 4 MiB receive limit)."""
+FRONT_DOOR: dict[str, float] = {
+    "max_connections": 4096,  # in all; each is a descriptor and up to 64 streams
+    "max_connections_per_peer": 1024,  # per peer address: a fleet's host opens a few each
+    "handshake_timeout_s": 10.0,  # TLS: a peer that connects and says nothing is dropped
+    "keepalive_interval_s": 30.0,  # HTTP/2 PING on a quiet connection ...
+    "keepalive_timeout_s": 20.0,  # ... unanswered this long: the peer is gone, closed
+    "idle_timeout_s": 600.0,  # no call this long: closed (GOAWAY; clients reconnect when they need to)
+    "max_connection_age_s": 7200.0,  # then GOAWAY, +-10% per connection; the calls in flight finish
+}
+"""The native server's connection limits (``mxref_native.Server``'s keywords)."""
 
 
 def workers_for(servicer: P2pServicer) -> int:
@@ -112,9 +137,13 @@ class NativeMetadataServer:
 
     def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int | None = None,
                  credentials: security.ServerCredentials | None = None,
-                 on_refused: Callable[[security.Refusal], None] | None = None) -> None:
+                 on_refused: Callable[[security.Refusal], None] | None = None,
+                 front_door: dict[str, float] | None = None,
+                 max_queued_calls: int = MAX_QUEUED_CALLS, max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
         """``credentials`` (default plaintext): TLS and the bearer token, as ``start_metadata_server``
-        takes them; ``on_refused`` hears of every call refused as unauthenticated."""
+        takes them; ``on_refused`` hears of every call refused as unauthenticated (a refusal made
+        in Rust comes with its count, within ``TAKE_WAIT_S``). ``front_door``: ``FRONT_DOOR``'s
+        keys to change; ``max_queued_*``: the queues' bounds."""
         import mxref_native
 
         from mxref.mx_service import MX_SERVICE_NAME, MxP2pService
@@ -124,11 +153,21 @@ class NativeMetadataServer:
         self._serve = {SERVICE_NAME: servicer.serve_encoded, MX_SERVICE_NAME: MxP2pService(servicer).serve_encoded}
         self._token = credentials.accepted_tokens or None
         self._on_refused = on_refused
+        unknown = set(front_door or {}) - set(FRONT_DOOR)
+        if unknown:
+            raise LocalError(f"metadata server (--grpc-impl native): unknown front-door limits {sorted(unknown)}")
+        limits = {**FRONT_DOOR, **(front_door or {})}
         try:
             self._server = mxref_native.Server(
                 host, port, max_concurrent_streams=config.MAX_STREAMS_PER_CONNECTION,
                 max_message_bytes=servicer.limits.max_message_bytes,
                 tls_cert_pem=credentials.cert_pem, tls_key_pem=credentials.key_pem,
+                accepted_authorization=credentials.bearer_values(),
+                refusal_details={reason.value: security.refusal_details(reason) for reason in security.RefusalReason},
+                max_queued_calls=max_queued_calls, max_queued_bytes=max_queued_bytes,
+                max_connections=int(limits.pop("max_connections")),
+                max_connections_per_peer=int(limits.pop("max_connections_per_peer")),
+                **limits,
             )
         except (OSError, ValueError) as exc:
             raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc
@@ -137,6 +176,8 @@ class NativeMetadataServer:
         count = workers if workers is not None else workers_for(servicer)
         self._workers = [threading.Thread(target=self._work, name=f"metadata-native-{i}", daemon=True)
                          for i in range(count)]
+        self._workers.append(threading.Thread(target=self._report_refusals, name="metadata-native-refusals",
+                                              daemon=True))
         for worker in self._workers:
             worker.start()
 
@@ -149,6 +190,31 @@ class NativeMetadataServer:
                 return
             for call in calls:
                 self._answer(call)
+
+    def _report_refusals(self) -> None:
+        """Hand the refusals Rust counted to ``on_refused``, until stopped (then once more)."""
+        while True:
+            stopping = self._stopping.is_set()
+            for service, method, reason, peer, count in self._server.refusals(0 if stopping else TAKE_WAIT_S):
+                if self._on_refused is not None:
+                    try:
+                        self._on_refused(security.Refusal(f"/{service}/{method}", security.RefusalReason(reason),
+                                                          peer, count))
+                    except Exception:  # a report that fails must not stop the reports
+                        logger.exception("reporting refused calls failed")
+            if stopping:
+                return
+
+    def stats(self) -> dict[str, int]:
+        """The front door's counts (``mxref_native.Server.stats``)."""
+        return dict(self._server.stats())
+
+    def failure(self) -> str | None:
+        """Why serving ended without being asked, or None (serving, or stopped by ``stop``)."""
+        if self._stopping.is_set():
+            return None
+        why: str | None = self._server.ended(0)
+        return why
 
     def _refusal(self, call: Any) -> security.RefusalReason | None:
         """Why the call is refused as unauthenticated (reported), or None; always None without a token."""

@@ -28,6 +28,7 @@ EXIT_OK = 0
 EXIT_LOAD_FAILED = 1  # reader: no verified load (no source worked and no usable checkpoint)
 EXIT_USAGE = 2  # bad flags or input
 EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
+EXIT_SERVING_ENDED = 4  # server: its gRPC server stopped serving without being asked
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -70,11 +70,13 @@ class RefusalReason(StrEnum):
 
 @dataclass(frozen=True)
 class Refusal:
-    """One refused call: the full gRPC method, the reason, and the peer as gRPC names it."""
+    """Refused calls: the full gRPC method, the reason, the peer as gRPC names it, and how
+    many (the native server counts refusals per peer address before it reports them)."""
 
     method: str
     reason: RefusalReason
     peer: str
+    count: int = 1
 
     @property
     def short_method(self) -> str:
@@ -213,6 +215,12 @@ class ServerCredentials:
     @property
     def tls(self) -> bool:
         return self.cert_pem is not None
+
+    def bearer_values(self) -> list[bytes] | None:
+        """The ``authorization`` values a call may carry to get past the front door (None: no
+        token, every call passes); what each may then call is ``TokenInterceptor``'s rule."""
+        tokens = self.accepted_tokens
+        return [(BEARER_PREFIX + t).encode("ascii") for t in tokens] if tokens else None
 
     def grpc_credentials(self) -> grpc.ServerCredentials | None:
         """``None`` for plaintext."""

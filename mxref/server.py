@@ -54,14 +54,14 @@ from google.protobuf.message import DecodeError, EncodeError  # type: ignore[imp
 from prometheus_client import CollectorRegistry
 from sortedcontainers import SortedKeyList
 
-from mxref import __version__, config, security
+from mxref import __version__, config, front_door, security
 from mxref.errors import LocalError
 from mxref.events import EventLog, log_to_stderr
 from mxref.identity import mx_source_id
 from mxref.metrics import ServerFamilies, ServerMetrics
 from mxref.mx_service import MX_REQUESTS, MxP2pService
 from mxref.ownership import MX_WRITES, BudgetExceeded, Claims, MxWrites, NotAllowed, OwnerBook, WriteGate
-from mxref.process import EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
+from mxref.process import EXIT_OK, EXIT_SERVING_ENDED, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
 from mxref.request_limits import ByteBudget, RejectReason, RequestChecker, Violation, WriteRates
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 from mxref.wire import wire_bytes
@@ -1129,12 +1129,23 @@ def store_failure_response(method: str, request: Any, message: str) -> Any:
 def metadata_server_options(limits: config.ServerLimits) -> list[tuple[str, int]]:
     """The metadata server's gRPC options: its receive limit, one connection's concurrent
     streams (a flooding client holds at most that many handler threads), no SO_REUSEPORT
-    (a second process must not silently share a port still in use)."""
+    (a second process must not silently share a port still in use), and the native server's
+    keepalive, idle and age limits (``mxref.native_grpc.FRONT_DOOR``)."""
+    from mxref.native_grpc import FRONT_DOOR
+
+    def ms(key: str) -> int:
+        return int(FRONT_DOOR[key] * 1000)
+
     return [
         ("grpc.max_receive_message_length", limits.max_message_bytes),
         ("grpc.max_send_message_length", config.MAX_GRPC_MESSAGE_BYTES),
         ("grpc.max_concurrent_streams", config.MAX_STREAMS_PER_CONNECTION),
         ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_time_ms", ms("keepalive_interval_s")),
+        ("grpc.keepalive_timeout_ms", ms("keepalive_timeout_s")),
+        ("grpc.max_connection_idle_ms", ms("idle_timeout_s")),
+        ("grpc.max_connection_age_ms", ms("max_connection_age_s")),
+        ("grpc.max_connection_age_grace_ms", 30_000),
     ]
 
 
@@ -1155,9 +1166,11 @@ def start_metadata_server(
     ``on_refused`` hears of every call refused as unauthenticated. ``grpc_impl``: ``native``
     (the default, ``mxref.native_grpc``) or ``grpcio``.
     Raises ``LocalError`` when the address cannot be bound or the implementation cannot serve.
+    The process's open-files limit is raised to its hard limit first (``mxref.front_door``).
     """
     if grpc_impl not in GRPC_IMPLS:
         raise LocalError(f"metadata server: gRPC implementation {grpc_impl!r}: must be one of {', '.join(GRPC_IMPLS)}")
+    front_door.raise_open_files_limit()
     if grpc_impl == "native":
         from mxref.native_grpc import NativeMetadataServer, native_available
 
@@ -1175,15 +1188,16 @@ def start_metadata_server(
                              on_refused=on_refused, options=metadata_server_options(servicer.limits))
 
 
-def refusal_reporter(emit: Callable[..., None], metrics: ServerFamilies) -> Callable[[security.Refusal], None]:
-    """Counts a refused call as ``mxref_server_rpcs_total{result="unauthenticated"}`` and
-    emits an ``unauthenticated`` event naming the method, the peer and the reason."""
+def refusal_reporter(emit: Callable[..., None], metrics: ServerFamilies) -> front_door.RefusalEvents:
+    """Counts each refused call as ``mxref_server_rpcs_total{result="unauthenticated"}`` and
+    emits ``unauthenticated`` events naming the method, the peer address, the reason and how
+    many, at most one per (peer address, method, reason) a second (``front_door.RefusalEvents``;
+    its ``report`` is the servers' ``on_refused``; ``close`` it when done)."""
 
-    def report(refusal: security.Refusal) -> None:
-        metrics.rpcs.labels(refusal.short_method, "unauthenticated").inc()
-        emit("unauthenticated", method=refusal.short_method, peer=refusal.peer, reason=refusal.reason.value)
+    def count(method: str, n: int) -> None:
+        metrics.rpcs.labels(method, "unauthenticated").inc(n)
 
-    return report
+    return front_door.RefusalEvents(lambda **fields: emit("unauthenticated", **fields), count).start()
 
 
 # --- reaper -------------------------------------------------------------------
@@ -1416,12 +1430,13 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     reaper = Reaper(store, timers, metrics=metrics.server, on_deleted=servicer.forget)
     code, error = EXIT_OK, ""
     grpc_impl = getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL)
+    refusals = refusal_reporter(emit, metrics.server)
     with StopSignals(stop) as signals:
         try:
             server, port = start_metadata_server(servicer, args.host, args.port, credentials=credentials,
-                                                 on_refused=refusal_reporter(emit, metrics.server),
-                                                 grpc_impl=grpc_impl)
+                                                 on_refused=refusals.report, grpc_impl=grpc_impl)
         except LocalError as exc:
+            refusals.close()
             logger.error("%s", exc)
             emit("exit", code=EXIT_STARTUP_FAILED, error=str(exc))
             return EXIT_STARTUP_FAILED
@@ -1437,13 +1452,19 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             else:
                 emit("listening", what="metrics", port=metrics_port, endpoint=endpoint(metrics_host, metrics_port))
                 reaper.start()
-                signals.wait(RUN_LOOP_TICK_S)
+                while not signals.stop.wait(RUN_LOOP_TICK_S):
+                    failure = front_door.serving_failure(server)
+                    if failure is not None:
+                        error, code = f"the gRPC server stopped serving: {failure}", EXIT_SERVING_ENDED
+                        logger.error("%s", error)
+                        break
                 if signals.received is not None:
                     emit("signal", signum=signals.received, name=signal.Signals(signals.received).name)
         finally:
             reaper.stop()
             metrics.close()
             stopped = server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S + 3.0)
+            refusals.close()
             emit("shutdown_step", step="stop_server", ok=stopped, detail=f"grace {SHUTDOWN_GRACE_S:g}s")
     emit("exit", code=code, **({"error": error} if error else {}))
     return code

@@ -101,14 +101,16 @@ class Cluster:
         self.server_address: str | None = None
 
     # ------------------------------------------------------------------ start
-    def start(self, role: str, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+    def start(self, role: str, name: str, *args: str, env: dict[str, str] | None = None,
+              wrap: tuple[str, ...] = ()) -> Proc:
+        """``python -m mxref role``, after ``wrap`` (a command that runs it: ``prlimit --nofile=64:64``)."""
         events = self.workdir / f"{name}.events.jsonl"
         log = self.workdir / f"{name}.log"
         out = self.workdir / f"{name}.stdout"
         for path in (events, log, out):
             if path.exists():  # a restarted name gets fresh files
                 path.rename(path.with_name(f"{path.name}.{time.monotonic_ns()}"))
-        argv = [sys.executable, "-m", "mxref", role, "--name", name, "--events", str(events), *args]
+        argv = [*wrap, sys.executable, "-m", "mxref", role, "--name", name, "--events", str(events), *args]
         with log.open("wb") as log_f, out.open("wb") as out_f:
             popen = subprocess.Popen(
                 argv, cwd=ROOT, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,

@@ -84,9 +84,12 @@ def test_a_client_without_ca_or_token_is_refused_and_one_with_both_is_served(
         assert client.publish_metadata(IDENTITY, WORKER, "w-honest").success
         assert [ref.worker_id for ref in client.list_sources()] == ["w-honest"]
 
+    # the native server reports its refusals from a thread, counted per peer address, method and reason
+    cluster.wait_event(server, "unauthenticated", where=lambda e: e["reason"] == "missing_token")
+    cluster.wait_event(server, "unauthenticated", where=lambda e: e["reason"] == "wrong_token")
     events = server.events("unauthenticated")
-    assert [(e["method"], e["reason"]) for e in events] == [
-        ("PublishMetadata", "missing_token"), ("PublishMetadata", "wrong_token"),
+    assert sorted((e["method"], e["reason"], e["count"]) for e in events) == [
+        ("PublishMetadata", "missing_token", 1), ("PublishMetadata", "wrong_token", 1),
     ]
     assert all(e["peer"] for e in events)
     families = cluster.scrape(server)

@@ -1,19 +1,24 @@
 //! mxref's native gRPC transport for the metadata server: HTTP/2 and gRPC framing in Rust
-//! (tonic on tokio), every call's decision in Python.
+//! (hyper and tonic on tokio), every call's decision in Python.
 //!
-//! `Server` accepts calls of `mxref.v1.P2pService` and `model_express.p2p.P2pService` and queues
-//! each one, as raw bytes with its caller's address; Python threads take the queued calls in
-//! batches (`Server.take`, which waits without the GIL) and answer each (`Incoming.answer`), so
-//! the servicer's checks, store, counts and events stay the ones the grpcio server runs, and a
-//! busy server hands calls to Python without a thread switch per call. `unary_load` and
-//! `unary_latencies` are clients of the same framing, for the fleet benchmark: they send from
-//! this process without the GIL.
+//! `Server` accepts calls of `mxref.v1.P2pService` and `model_express.p2p.P2pService` (its own
+//! accept loop, caps and timeouts: `front`) and queues each one, as raw bytes with its caller's
+//! address; Python threads take the queued calls in batches (`Server.take`, which waits without
+//! the GIL) and answer each (`Incoming.answer`), so the servicer's checks, store, counts and
+//! events stay the ones the grpcio server runs, and a busy server hands calls to Python without
+//! a thread switch per call. What is refused here, before a body is read or a call queued: a
+//! call carrying none of the accepted `authorization` values Python gave (counted per peer
+//! address for `Server.refusals`), and a call finding its queue full (RESOURCE_EXHAUSTED).
+//! `unary_load` and `unary_latencies` (`clients`) are clients of the same framing, for the
+//! benchmarks: they send from this process without the GIL.
+
+mod clients;
+mod front;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,13 +28,13 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::{empty_body, http, Body, BoxFuture, Context, Poll, Service, StdError};
+use tonic::codegen::{http, BoxFuture};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 /// Messages as bytes, unparsed: the Python side parses and checks them.
 #[derive(Clone, Copy, Default)]
-struct RawCodec;
+pub(crate) struct RawCodec;
 
 impl Codec for RawCodec {
     type Encode = Bytes;
@@ -66,20 +71,8 @@ impl Decoder for RawCodec {
     }
 }
 
-/// A service name the server answers (one type each: tonic routes by a constant name).
-trait Package: Send + Sync + 'static {
-    const NAME: &'static str;
-}
 
-struct Mxref;
-impl Package for Mxref {
-    const NAME: &'static str = "mxref.v1.P2pService";
-}
-
-struct ModelExpress;
-impl Package for ModelExpress {
-    const NAME: &'static str = "model_express.p2p.P2pService";
-}
+const SERVICES: [&str; 2] = ["mxref.v1.P2pService", "model_express.p2p.P2pService"];
 
 /// HTTP/2 flow-control windows: a 5000-worker listing (~330 KB) in one window, not six round trips.
 const WINDOW_BYTES: u32 = 8 << 20;
@@ -89,6 +82,17 @@ const AUTHORIZATION: &str = "authorization";
 
 const METHODS: [&str; 4] = ["PublishMetadata", "ListSources", "GetMetadata", "UpdateStatus"];
 
+/// Reads (a listing, a lookup) and writes wait in queues of their own, taken in turn.
+const READS: [&str; 2] = ["ListSources", "GetMetadata"];
+
+/// The refusal reasons, as `mxref.security.RefusalReason` names them.
+const MISSING_TOKEN: &str = "missing_token";
+const WRONG_TOKEN: &str = "wrong_token";
+
+/// Distinct (peer, method, reason) refusal counts kept between two `Server.refusals`; beyond,
+/// a refusal counts under the peer `other`.
+const MAX_REFUSAL_KEYS: usize = 4096;
+
 /// One call waiting for Python: what it asked, and where its answer goes.
 struct Pending {
     service: &'static str,
@@ -97,39 +101,98 @@ struct Pending {
     peer: String,
     authorization: Vec<Bytes>,
     reply: tokio::sync::oneshot::Sender<Answer>,
+    _queued: Queued,
+}
+
+/// A queued call's bytes, counted against `Shared::max_queued_bytes` until it is taken or dropped.
+struct Queued {
+    bytes: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.bytes.fetch_sub(self.n, Ordering::Relaxed);
+    }
+}
+
+/// Who may call: the `authorization` values accepted, and the details of each refusal.
+struct Tokens {
+    accepted: Vec<Vec<u8>>,
+    missing_details: String,
+    wrong_details: String,
+}
+
+impl Tokens {
+    /// Why `values` are refused (a reason name), or None: exactly one value, one of the accepted.
+    fn refusal(&self, values: &[&[u8]]) -> Option<&'static str> {
+        match values {
+            [] => Some(MISSING_TOKEN),
+            [value] => {
+                // compared with every accepted value, each in time independent of where it differs
+                let matched = self.accepted.iter().fold(false, |any, a| any | same_bytes(a, value));
+                if matched {
+                    None
+                } else {
+                    Some(WRONG_TOKEN)
+                }
+            }
+            _ => Some(WRONG_TOKEN),
+        }
+    }
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+type RefusalKey = (String, &'static str, &'static str, &'static str);
+
+/// Refusals counted per (peer address, service, method, reason) until Python takes them.
+#[derive(Default)]
+struct Refusals {
+    counts: Mutex<HashMap<RefusalKey, u64>>,
+    wake: Option<crossbeam_channel::Sender<()>>,
+}
+
+impl Refusals {
+    fn add(&self, peer: String, service: &'static str, method: &'static str, reason: &'static str) {
+        let mut counts = self.counts.lock().unwrap();
+        let full = counts.len() >= MAX_REFUSAL_KEYS;
+        let key = (peer, service, method, reason);
+        let key = if full && !counts.contains_key(&key) { ("other".to_string(), service, method, reason) } else { key };
+        *counts.entry(key).or_insert(0) += 1;
+        drop(counts);
+        if let Some(wake) = &self.wake {
+            let _ = wake.try_send(());
+        }
+    }
 }
 
 struct Shared {
     reads: crossbeam_channel::Sender<Pending>,
     writes: crossbeam_channel::Sender<Pending>,
+    queued_bytes: Arc<AtomicUsize>,
+    max_queued_bytes: usize,
+    queue_full: AtomicU64,
     max_message_bytes: usize,
-}
-
-/// Reads (a listing, a lookup) are taken before writes: a reader's ListSources does not queue
-/// behind a fleet's heartbeats.
-const READS: [&str; 2] = ["ListSources", "GetMetadata"];
-
-struct P2p<P: Package> {
-    shared: Arc<Shared>,
-    package: PhantomData<P>,
-}
-
-impl<P: Package> Clone for P2p<P> {
-    fn clone(&self) -> Self {
-        P2p { shared: self.shared.clone(), package: PhantomData }
-    }
-}
-
-impl<P: Package> tonic::server::NamedService for P2p<P> {
-    const NAME: &'static str = P::NAME;
+    tokens: Option<Tokens>,
+    refusals: Refusals,
 }
 
 /// The caller as grpcio's `context.peer()` names it (`ipv4:127.0.0.1:51234`), the write-rate key.
-fn peer_name(addr: Option<SocketAddr>) -> String {
+fn peer_name(addr: SocketAddr) -> String {
     match addr {
-        Some(SocketAddr::V4(a)) => format!("ipv4:{a}"),
-        Some(SocketAddr::V6(a)) => format!("ipv6:[{}]:{}", a.ip(), a.port()),
-        None => "unknown".to_string(),
+        SocketAddr::V4(a) => format!("ipv4:{a}"),
+        SocketAddr::V6(a) => format!("ipv6:[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// The caller's address without its port (`ipv4:127.0.0.1`): whom refusals are counted against.
+fn peer_address(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("ipv4:{}", a.ip()),
+        SocketAddr::V6(a) => format!("ipv6:[{}]", a.ip()),
     }
 }
 
@@ -137,6 +200,8 @@ struct Call {
     shared: Arc<Shared>,
     service: &'static str,
     method: &'static str,
+    peer: String,
+    authorization: Vec<Bytes>,
 }
 
 /// (gRPC code, details, trailing metadata, response, delay): code 0 answers with the response;
@@ -148,22 +213,35 @@ impl tonic::server::UnaryService<Bytes> for Call {
     type Future = BoxFuture<tonic::Response<Bytes>, Status>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let peer = peer_name(request.remote_addr());
-        // every `authorization` value, as sent: Python checks the bearer token (mxref.security)
-        let authorization: Vec<Bytes> = request
-            .metadata()
-            .get_all(AUTHORIZATION)
-            .iter()
-            .map(|v| Bytes::copy_from_slice(v.as_bytes()))
-            .collect();
         let body = request.into_inner();
         let (shared, service, method) = (self.shared.clone(), self.service, self.method);
+        let (peer, authorization) = (std::mem::take(&mut self.peer), std::mem::take(&mut self.authorization));
         Box::pin(async move {
             let (reply, answer) = tokio::sync::oneshot::channel();
+            let n = body.len();
+            if shared.queued_bytes.fetch_add(n, Ordering::Relaxed) + n > shared.max_queued_bytes {
+                shared.queued_bytes.fetch_sub(n, Ordering::Relaxed);
+                shared.queue_full.fetch_add(1, Ordering::Relaxed);
+                return Err(Status::resource_exhausted(format!(
+                    "{method}: the server is busy ({} bytes of calls queued); try again later",
+                    shared.max_queued_bytes
+                )));
+            }
+            let queued = Queued { bytes: shared.queued_bytes.clone(), n };
             let queue = if READS.contains(&method) { &shared.reads } else { &shared.writes };
-            queue
-                .send(Pending { service, method, body, peer, authorization, reply })
-                .map_err(|_| Status::unavailable(format!("{method}: the server is stopping")))?;
+            match queue.try_send(Pending { service, method, body, peer, authorization, reply, _queued: queued }) {
+                Ok(()) => {}
+                Err(crossbeam_channel::TrySendError::Full(_)) => {
+                    shared.queue_full.fetch_add(1, Ordering::Relaxed);
+                    return Err(Status::resource_exhausted(format!(
+                        "{method}: the server is busy ({} calls queued); try again later",
+                        queue.capacity().unwrap_or(0)
+                    )));
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                    return Err(Status::unavailable(format!("{method}: the server is stopping")));
+                }
+            }
             let (code, details, trailing, response, delay_s) =
                 answer.await.map_err(|_| Status::unavailable(format!("{method}: the server stopped before answering")))?;
             if delay_s > 0.0 {
@@ -224,35 +302,46 @@ impl Incoming {
     }
 }
 
-impl<P: Package, B> Service<http::Request<B>> for P2p<P>
-where
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
+/// One connection's calls: routed by path, refused before their body is read when they carry no
+/// accepted token, else framed (tonic) and queued for Python.
+#[derive(Clone)]
+pub struct Router {
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    activity: Arc<front::Activity>,
+}
+
+fn answer_now(status: Status) -> BoxFuture<http::Response<tonic::body::BoxBody>, Infallible> {
+    Box::pin(async move { Ok(status.into_http()) })
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Router {
     type Response = http::Response<tonic::body::BoxBody>;
     type Error = Infallible;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let path = req.uri().path();
-        let name = path.rsplit('/').next().unwrap_or("");
-        let Some(method) = METHODS.iter().copied().find(|m| *m == name) else {
-            return Box::pin(async move {
-                let mut response = http::Response::new(empty_body());
-                let headers = response.headers_mut();
-                headers.insert("grpc-status", http::HeaderValue::from(Code::Unimplemented as i32));
-                headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
-                Ok(response)
-            });
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let mut parts = req.uri().path().trim_start_matches('/').splitn(2, '/');
+        let service = parts.next().and_then(|s| SERVICES.iter().copied().find(|known| *known == s));
+        let method = parts.next().and_then(|m| METHODS.iter().copied().find(|known| *known == m));
+        let (Some(service), Some(method)) = (service, method) else {
+            let path = req.uri().path().to_string();
+            return answer_now(Status::unimplemented(format!("{path}: no such method")));
         };
-        let shared = self.shared.clone();
+        let values: Vec<&[u8]> = req.headers().get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()).collect();
+        if let Some(tokens) = &self.shared.tokens {
+            if let Some(reason) = tokens.refusal(&values) {
+                self.shared.refusals.add(peer_address(self.peer), service, method, reason);
+                let details = if reason == MISSING_TOKEN { &tokens.missing_details } else { &tokens.wrong_details };
+                return answer_now(Status::unauthenticated(details.clone()));
+            }
+        }
+        let authorization = values.iter().map(|v| Bytes::copy_from_slice(v)).collect();
+        let busy = self.activity.begin();
+        let call = Call { shared: self.shared.clone(), service, method, peer: peer_name(self.peer), authorization };
+        let limit = self.shared.max_message_bytes;
         Box::pin(async move {
-            let limit = shared.max_message_bytes;
-            let call = Call { shared, service: P::NAME, method };
+            let _busy = busy;
             let mut grpc = tonic::server::Grpc::new(RawCodec).max_decoding_message_size(limit);
             let mut response = grpc.unary(call, req).await;
             as_grpcio_size_refusal(response.headers_mut());
@@ -287,25 +376,51 @@ fn as_grpcio_size_refusal(headers: &mut http::HeaderMap) {
     }
 }
 
-/// A running native server: its port, and `stop`.
+/// A running native server: its port, its queues, and `stop`.
 #[pyclass(module = "mxref_native")]
 struct Server {
     port: u16,
+    shared: Arc<Shared>,
     reads: crossbeam_channel::Receiver<Pending>,
     writes: crossbeam_channel::Receiver<Pending>,
-    shutdown: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    wake: crossbeam_channel::Receiver<()>,
+    stats: Arc<front::Stats>,
+    stop_tx: watch_sender::Sender,
+    ended: Arc<Mutex<Option<String>>>,
     done: Mutex<Option<crossbeam_channel::Receiver<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+mod watch_sender {
+    /// The stop signal: its value is the grace (seconds) the calls in flight have.
+    pub type Sender = tokio::sync::watch::Sender<Option<f64>>;
+}
+
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    if !(value.is_finite() && value > 0.0) {
+        return Err(PyValueError::new_err(format!("{name} must be a positive number of seconds, not {value}")));
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
 #[pymethods]
 impl Server {
     /// Bind `host:port` (0: any free port) and serve; `OSError` naming the address when it
     /// cannot be bound. With `tls_cert_pem` and `tls_key_pem` (PEM: the certificate chain and
-    /// its key) it serves TLS only (rustls); `ValueError` when they cannot be used. The calls
-    /// wait in this server's queues for `take`.
+    /// its key) it serves TLS only (rustls); `ValueError` when they cannot be used. With
+    /// `accepted_authorization` (the `authorization` values that pass, e.g. `b"Bearer <token>"`)
+    /// a call carrying none of them, or more than one value, is refused UNAUTHENTICATED with
+    /// `refusal_details[reason]` (reasons `missing_token`, `wrong_token`) before its body is
+    /// read, and counted for `refusals`. Calls wait in two queues (reads, writes) of
+    /// `max_queued_calls` each and `max_queued_bytes` together; beyond, RESOURCE_EXHAUSTED.
+    /// Connections: `front::Limits`.
     #[new]
-    #[pyo3(signature = (host, port, *, max_concurrent_streams, max_message_bytes, tls_cert_pem=None, tls_key_pem=None))]
+    #[pyo3(signature = (host, port, *, max_concurrent_streams, max_message_bytes, tls_cert_pem=None, tls_key_pem=None,
+                        accepted_authorization=None, refusal_details=None, max_queued_calls=4096,
+                        max_queued_bytes=256 << 20, max_connections=4096, max_connections_per_peer=1024,
+                        handshake_timeout_s=10.0, keepalive_interval_s=30.0, keepalive_timeout_s=20.0,
+                        idle_timeout_s=600.0, max_connection_age_s=7200.0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         host: String,
@@ -314,18 +429,52 @@ impl Server {
         max_message_bytes: usize,
         tls_cert_pem: Option<Vec<u8>>,
         tls_key_pem: Option<Vec<u8>>,
+        accepted_authorization: Option<Vec<Vec<u8>>>,
+        refusal_details: Option<HashMap<String, String>>,
+        max_queued_calls: usize,
+        max_queued_bytes: usize,
+        max_connections: usize,
+        max_connections_per_peer: usize,
+        handshake_timeout_s: f64,
+        keepalive_interval_s: f64,
+        keepalive_timeout_s: f64,
+        idle_timeout_s: f64,
+        max_connection_age_s: f64,
     ) -> PyResult<Self> {
-        let mut builder = tonic::transport::Server::builder();
-        match (tls_cert_pem, tls_key_pem) {
-            (Some(cert), Some(key)) => {
-                let identity = tonic::transport::Identity::from_pem(cert, key);
-                builder = builder
-                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-                    .map_err(|e| PyValueError::new_err(format!("TLS certificate and key: {e}")))?;
-            }
-            (None, None) => {}
+        let tls = match (tls_cert_pem, tls_key_pem) {
+            (Some(cert), Some(key)) => Some(
+                front::tls_acceptor(&cert, &key).map_err(|e| PyValueError::new_err(format!("TLS certificate and key: {e}")))?,
+            ),
+            (None, None) => None,
             _ => return Err(PyValueError::new_err("TLS needs both a certificate and its key")),
+        };
+        let tokens = match accepted_authorization {
+            None => None,
+            Some(accepted) if accepted.is_empty() => {
+                return Err(PyValueError::new_err("accepted_authorization: give at least one value, or None (no check)"))
+            }
+            Some(accepted) => {
+                let details = refusal_details.unwrap_or_default();
+                let text = |reason: &str| {
+                    details.get(reason).cloned().unwrap_or_else(|| format!("{reason}: this service needs a valid bearer token"))
+                };
+                Some(Tokens { accepted, missing_details: text(MISSING_TOKEN), wrong_details: text(WRONG_TOKEN) })
+            }
+        };
+        if max_queued_calls == 0 || max_connections == 0 || max_connections_per_peer == 0 || max_queued_bytes == 0 {
+            return Err(PyValueError::new_err("max_queued_calls, max_queued_bytes and the connection caps must be > 0"));
         }
+        let limits = front::Limits {
+            max_connections,
+            max_connections_per_peer,
+            handshake_timeout: seconds("handshake_timeout_s", handshake_timeout_s)?,
+            keepalive_interval: seconds("keepalive_interval_s", keepalive_interval_s)?,
+            keepalive_timeout: seconds("keepalive_timeout_s", keepalive_timeout_s)?,
+            idle_timeout: seconds("idle_timeout_s", idle_timeout_s)?,
+            max_age: seconds("max_connection_age_s", max_connection_age_s)?,
+            max_concurrent_streams,
+            window_bytes: WINDOW_BYTES,
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("mxref-native-grpc")
@@ -337,44 +486,62 @@ impl Server {
             .allow_threads(|| runtime.block_on(tokio::net::TcpListener::bind(address.as_str())))
             .map_err(|e| PyOSError::new_err(format!("cannot bind {address}: {e}")))?;
         let bound = listener.local_addr().map_err(|e| PyOSError::new_err(format!("{address}: {e}")))?.port();
-        let (reads_tx, reads_rx) = crossbeam_channel::unbounded::<Pending>();
-        let (writes_tx, writes_rx) = crossbeam_channel::unbounded::<Pending>();
-        let shared = Arc::new(Shared { reads: reads_tx, writes: writes_tx, max_message_bytes });
-        let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let (reads_tx, reads_rx) = crossbeam_channel::bounded::<Pending>(max_queued_calls);
+        let (writes_tx, writes_rx) = crossbeam_channel::bounded::<Pending>(max_queued_calls);
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(1);
+        let shared = Arc::new(Shared {
+            reads: reads_tx,
+            writes: writes_tx,
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+            max_queued_bytes,
+            queue_full: AtomicU64::new(0),
+            max_message_bytes,
+            tokens,
+            refusals: Refusals { counts: Mutex::new(HashMap::new()), wake: Some(wake_tx) },
+        });
+        let stats = Arc::new(front::Stats::default());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel::<Option<f64>>(None);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let ended = Arc::new(Mutex::new(None));
+        let make_shared = shared.clone();
+        let make: Arc<front::MakeService> =
+            Arc::new(move |peer, activity| Router { shared: make_shared.clone(), peer, activity });
+        let (thread_stats, thread_ended, asked) = (stats.clone(), ended.clone(), stop_rx.clone());
         let thread = std::thread::Builder::new()
             .name("mxref-native-server".to_string())
             .spawn(move || {
-                let _guard = runtime.enter(); // the listener's stream registers with this runtime
-                let incoming = match tonic::transport::server::TcpIncoming::from_listener(listener, true, None) {
-                    Ok(incoming) => incoming,
-                    Err(e) => {
-                        eprintln!("mxref native gRPC server: {e}");
-                        let _ = done_tx.send(());
-                        return;
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(front::serve(listener, tls, limits, thread_stats, make, stop_rx));
+                }));
+                let why = match (served, asked.borrow().is_some()) {
+                    (Ok(()), true) => "stopped".to_string(),
+                    (Ok(()), false) => "the accept loop ended without being asked to".to_string(),
+                    (Err(panic), _) => {
+                        let text = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        format!("the server thread panicked: {text}")
                     }
                 };
-                let served = builder
-                    .max_concurrent_streams(max_concurrent_streams)
-                    .initial_stream_window_size(WINDOW_BYTES)
-                    .initial_connection_window_size(WINDOW_BYTES)
-                    .add_service(P2p::<Mxref> { shared: shared.clone(), package: PhantomData })
-                    .add_service(P2p::<ModelExpress> { shared, package: PhantomData })
-                    .serve_with_incoming_shutdown(incoming, async {
-                        let _ = shutdown_rx.await;
-                    });
-                if let Err(e) = runtime.block_on(served) {
-                    eprintln!("mxref native gRPC server: {e}");
+                if why != "stopped" {
+                    eprintln!("mxref native gRPC server: serving ended: {why}");
                 }
+                *thread_ended.lock().unwrap() = Some(why);
                 runtime.shutdown_timeout(Duration::from_secs(1));
                 let _ = done_tx.send(());
             })
             .map_err(|e| PyRuntimeError::new_err(format!("native gRPC server thread: {e}")))?;
         Ok(Server {
             port: bound,
+            shared,
             reads: reads_rx,
             writes: writes_rx,
-            shutdown: Mutex::new(Some(shutdown_tx)),
+            wake: wake_rx,
+            stats,
+            stop_tx,
+            ended,
             done: Mutex::new(Some(done_rx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -390,20 +557,28 @@ impl Server {
         (self.reads.len(), self.writes.len())
     }
 
-    /// The calls waiting, up to `most`, reads first: waits up to `timeout_s` for the first
-    /// (without the GIL), then takes what is there. None once the server has stopped.
+    /// The calls waiting, up to `most`, a read and a write in turn (reads first) while both
+    /// queues hold some, so neither kind waits behind a flood of the other: waits up to
+    /// `timeout_s` for the first (without the GIL), then takes what is there. None once the
+    /// server has stopped.
     fn take(&self, py: Python<'_>, most: usize, timeout_s: f64) -> Option<Vec<Incoming>> {
         let (reads, writes) = (self.reads.clone(), self.writes.clone());
         let wait = Duration::from_secs_f64(timeout_s.max(0.0));
         let most = most.max(1);
         let taken = py.allow_threads(move || -> Option<Vec<Pending>> {
             let drain = |out: &mut Vec<Pending>| {
-                for queue in [&reads, &writes] {
-                    while out.len() < most {
-                        match queue.try_recv() {
-                            Ok(p) => out.push(p),
-                            Err(_) => break,
+                while out.len() < most {
+                    let mut took = false;
+                    for queue in [&reads, &writes] {
+                        if out.len() < most {
+                            if let Ok(p) = queue.try_recv() {
+                                out.push(p);
+                                took = true;
+                            }
                         }
+                    }
+                    if !took {
+                        break;
                     }
                 }
             };
@@ -434,19 +609,77 @@ impl Server {
         )
     }
 
+    /// The calls refused for their token since the last time, as (service, method, reason,
+    /// peer address, count); waits up to `timeout_s` (without the GIL) when there are none.
+    fn refusals(&self, py: Python<'_>, timeout_s: f64) -> Vec<(&'static str, &'static str, &'static str, String, u64)> {
+        let take = || -> Vec<(&'static str, &'static str, &'static str, String, u64)> {
+            let counts = std::mem::take(&mut *self.shared.refusals.counts.lock().unwrap());
+            counts.into_iter().map(|((peer, service, method, reason), n)| (service, method, reason, peer, n)).collect()
+        };
+        let now = take();
+        if !now.is_empty() {
+            return now;
+        }
+        let wake = self.wake.clone();
+        let wait = Duration::from_secs_f64(timeout_s.max(0.0));
+        py.allow_threads(move || {
+            let _ = wake.recv_timeout(wait);
+        });
+        take()
+    }
+
+    /// What the front door saw: connections accepted, open, refused over a cap, failed
+    /// handshakes, closed idle or for their age, accept errors; calls refused for a full queue.
+    fn stats(&self) -> HashMap<&'static str, u64> {
+        let s = &self.stats;
+        HashMap::from([
+            ("accepted", s.accepted.load(Ordering::Relaxed)),
+            ("open", s.open.load(Ordering::Relaxed) as u64),
+            ("over_cap", s.over_cap.load(Ordering::Relaxed)),
+            ("handshake_failures", s.handshake_failures.load(Ordering::Relaxed)),
+            ("closed_idle", s.closed_idle.load(Ordering::Relaxed)),
+            ("closed_age", s.closed_age.load(Ordering::Relaxed)),
+            ("accept_errors", s.accept_errors.load(Ordering::Relaxed)),
+            ("queue_full", self.shared.queue_full.load(Ordering::Relaxed)),
+        ])
+    }
+
+    /// None while serving; else why serving ended (`stopped` after `stop`). Waits up to
+    /// `timeout_s` (without the GIL) for it to end.
+    fn ended(&self, py: Python<'_>, timeout_s: f64) -> Option<String> {
+        let ended = self.ended.clone();
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
+        py.allow_threads(move || loop {
+            if let Some(why) = ended.lock().unwrap().clone() {
+                return Some(why);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+        })
+    }
+
     /// Stop accepting; the calls in flight have `grace_s` to be answered, then the calls still
     /// queued are dropped (their callers get UNAVAILABLE), so nothing waits on an answer that
     /// will not come. True once the server has stopped (within `grace_s` + 2 s).
     fn stop(&self, py: Python<'_>, grace_s: f64) -> bool {
-        if let Some(tx) = self.shutdown.lock().unwrap().take() {
-            let _ = tx.send(());
-        }
+        let grace_s = grace_s.max(0.0);
+        self.stop_tx.send_if_modified(|value| {
+            if value.is_none() {
+                *value = Some(grace_s);
+                true
+            } else {
+                false
+            }
+        });
         let mut done = self.done.lock().unwrap();
         let Some(finished) = done.as_ref() else {
             return true; // stopped before
         };
         let (reads, writes) = (&self.reads, &self.writes);
-        let grace = Duration::from_secs_f64(grace_s.max(0.0));
+        let grace = Duration::from_secs_f64(grace_s);
         let stopped = py.allow_threads(|| {
             if finished.recv_timeout(grace).is_ok() {
                 return true;
@@ -470,191 +703,11 @@ impl Server {
     }
 }
 
-/// The clients' runtime: one thread (the calls are I/O; the server under test needs the CPU).
-fn client_runtime() -> PyResult<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|e| PyRuntimeError::new_err(format!("native gRPC client runtime: {e}")))
-}
-
-async fn connect(address: &str) -> Result<tonic::client::Grpc<tonic::transport::Channel>, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("{address}: {e}"))?
-        .tcp_nodelay(true)
-        .initial_stream_window_size(WINDOW_BYTES)
-        .initial_connection_window_size(WINDOW_BYTES)
-        .connect_timeout(Duration::from_secs(5));
-    let channel = endpoint.connect().await.map_err(|e| format!("cannot connect to {address}: {e}"))?;
-    Ok(tonic::client::Grpc::new(channel))
-}
-
-/// A failed call's count key: `status:<gRPC code number>` (the caller names the codes).
-fn status_key(code: Code) -> String {
-    format!("status:{}", code as i32)
-}
-
-/// Unary calls of `path` (`/package.Service/Method`) for `seconds`: `requests` round robin, from
-/// `connections` connections (each its own TCP connection) with `window` calls in flight each,
-/// as fast as answered, or at `rate` calls per second in all on a fixed schedule (0: closed
-/// loop). Every call has `timeout_s`. Returns counts: `ok` (status OK and, when `accepted` is
-/// given, a response starting with those bytes), `refused` (OK without them), `status:<code>`
-/// for each other status code, and `seconds`. The schedule is `bench_fleet.Pacer`'s rule: one
-/// more than 1 s behind starts again from now.
-#[pyfunction]
-#[pyo3(signature = (address, path, requests, *, connections, window, seconds, rate=0.0, timeout_s=10.0, accepted=None))]
-#[allow(clippy::too_many_arguments)]
-fn unary_load(
-    py: Python<'_>,
-    address: String,
-    path: String,
-    requests: Vec<Bound<'_, PyBytes>>,
-    connections: usize,
-    window: usize,
-    seconds: f64,
-    rate: f64,
-    timeout_s: f64,
-    accepted: Option<Vec<u8>>,
-) -> PyResult<HashMap<String, f64>> {
-    if requests.is_empty() || connections == 0 || window == 0 || seconds <= 0.0 || rate < 0.0 {
-        return Err(PyValueError::new_err("requests, connections, window and seconds must be > 0, rate >= 0"));
-    }
-    let path: http::uri::PathAndQuery =
-        path.parse().map_err(|e| PyValueError::new_err(format!("path {path:?}: {e}")))?;
-    let requests: Arc<Vec<Bytes>> = Arc::new(requests.iter().map(|r| Bytes::copy_from_slice(r.as_bytes())).collect());
-    let accepted = accepted.map(Bytes::from);
-    py.allow_threads(move || {
-        let rt = client_runtime()?;
-        rt.block_on(async move {
-            let mut clients = Vec::with_capacity(connections);
-            for _ in 0..connections {
-                clients.push(connect(&address).await.map_err(PyOSError::new_err)?);
-            }
-            let next = Arc::new(AtomicUsize::new(0));
-            let counts: Arc<Mutex<HashMap<String, f64>>> = Arc::new(Mutex::new(HashMap::new()));
-            let stop = Arc::new(AtomicBool::new(false));
-            let started = Instant::now();
-            let deadline = started + Duration::from_secs_f64(seconds);
-            let senders = (connections * window) as f64;
-            let interval = if rate > 0.0 { Some(Duration::from_secs_f64(senders / rate)) } else { None };
-            let mut tasks = Vec::new();
-            for (c, client) in clients.into_iter().enumerate() {
-                for w in 0..window {
-                    let (mut client, path, requests, accepted) =
-                        (client.clone(), path.clone(), requests.clone(), accepted.clone());
-                    let (next, counts, stop) = (next.clone(), counts.clone(), stop.clone());
-                    let offset = interval.map(|i| i.mul_f64((c * window + w) as f64 / senders));
-                    tasks.push(tokio::spawn(async move {
-                        let mut due = tokio::time::Instant::now() + offset.unwrap_or_default();
-                        let mut mine: HashMap<String, f64> = HashMap::new();
-                        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-                            if let Some(i) = interval {
-                                let now = tokio::time::Instant::now();
-                                if now.saturating_duration_since(due) > Duration::from_secs(1) {
-                                    due = now; // far behind: start again from now, no burst
-                                }
-                                tokio::time::sleep_until(due).await;
-                                due += i;
-                            }
-                            let n = next.fetch_add(1, Ordering::Relaxed);
-                            let body = requests[n % requests.len()].clone();
-                            let mut request = tonic::Request::new(body);
-                            request.set_timeout(Duration::from_secs_f64(timeout_s));
-                            let key = match client.ready().await {
-                                Err(e) => format!("NOT_READY: {e}"),
-                                Ok(()) => match client.unary::<Bytes, Bytes, RawCodec>(request, path.clone(), RawCodec).await {
-                                    Ok(response) => match &accepted {
-                                        Some(prefix) if !response.get_ref().starts_with(prefix) => "refused".to_string(),
-                                        _ => "ok".to_string(),
-                                    },
-                                    Err(status) => status_key(status.code()),
-                                },
-                            };
-                            *mine.entry(key).or_default() += 1.0;
-                        }
-                        let mut all = counts.lock().unwrap();
-                        for (k, v) in mine {
-                            *all.entry(k).or_default() += v;
-                        }
-                    }));
-                }
-            }
-            for task in tasks {
-                if task.await.is_err() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-            let mut all = counts.lock().unwrap().clone();
-            all.insert("seconds".to_string(), started.elapsed().as_secs_f64());
-            Ok(all)
-        })
-    })
-}
-
-/// Sequential unary calls of each named `(name, path, request)` in turn, round robin, on one
-/// connection of its own, until `rounds` rounds are done or `seconds` pass, `interval_s` apart;
-/// per name, each call's latency in seconds and the last answer. A call that fails raises.
-#[pyfunction]
-#[pyo3(signature = (address, calls, *, rounds, seconds, timeout_s=10.0, interval_s=0.0))]
-fn unary_latencies(
-    py: Python<'_>,
-    address: String,
-    calls: Vec<(String, String, Bound<'_, PyBytes>)>,
-    rounds: usize,
-    seconds: f64,
-    timeout_s: f64,
-    interval_s: f64,
-) -> PyResult<HashMap<String, (Vec<f64>, Py<PyBytes>)>> {
-    let mut parsed = Vec::new();
-    for (name, path, body) in calls {
-        let p: http::uri::PathAndQuery =
-            path.parse().map_err(|e| PyValueError::new_err(format!("path {path:?}: {e}")))?;
-        parsed.push((name, p, Bytes::copy_from_slice(body.as_bytes())));
-    }
-    py.allow_threads(move || {
-        let rt = client_runtime()?;
-        rt.block_on(async move {
-            let mut client = connect(&address).await.map_err(PyOSError::new_err)?;
-            let mut out: HashMap<String, (Vec<f64>, Bytes)> = HashMap::new();
-            let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-            'rounds: for round in 0..rounds {
-                if round > 0 && interval_s > 0.0 {
-                    let rest = deadline.saturating_duration_since(Instant::now());
-                    tokio::time::sleep(Duration::from_secs_f64(interval_s).min(rest)).await;
-                }
-                for (name, path, body) in &parsed {
-                    if Instant::now() >= deadline {
-                        break 'rounds;
-                    }
-                    let mut request = tonic::Request::new(body.clone());
-                    request.set_timeout(Duration::from_secs_f64(timeout_s));
-                    client.ready().await.map_err(|e| PyOSError::new_err(format!("{address}: {e}")))?;
-                    let started = Instant::now();
-                    let response = client
-                        .unary::<Bytes, Bytes, RawCodec>(request, path.clone(), RawCodec)
-                        .await
-                        .map_err(|s| PyRuntimeError::new_err(format!("{name}: {:?} {}", s.code(), s.message())))?;
-                    let entry = out.entry(name.clone()).or_default();
-                    entry.0.push(started.elapsed().as_secs_f64());
-                    entry.1 = response.into_inner();
-                }
-            }
-            Ok(out)
-        })
-    })
-    .map(|out| {
-        out.into_iter()
-            .map(|(name, (latencies, last))| (name, (latencies, PyBytes::new(py, &last).unbind())))
-            .collect()
-    })
-}
-
 #[pymodule]
 fn mxref_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Server>()?;
     m.add_class::<Incoming>()?;
-    m.add_function(wrap_pyfunction!(unary_load, m)?)?;
-    m.add_function(wrap_pyfunction!(unary_latencies, m)?)?;
+    m.add_function(wrap_pyfunction!(clients::unary_load, m)?)?;
+    m.add_function(wrap_pyfunction!(clients::unary_latencies, m)?)?;
     Ok(())
 }
