@@ -60,8 +60,9 @@ class Creds:
         return f"Bearer {self.token.read_text().strip()}"
 
 
-def publish(address: str, creds: Creds, worker_id: str = "w-heartbeat") -> tuple[str, str]:
-    """Publish one worker with the token; (mx_source_id, worker_id)."""
+def publish(address: str, creds: Creds, worker_id: str = "w-heartbeat") -> tuple[str, str, str]:
+    """Publish one worker with the token; (mx_source_id, worker_id, owner_secret: what its
+    heartbeats must carry, as the record's owner)."""
     import mxref_native
 
     request = p2p_pb2.PublishMetadataRequest(
@@ -75,17 +76,17 @@ def publish(address: str, creds: Creds, worker_id: str = "w-heartbeat") -> tuple
     response = p2p_pb2.PublishMetadataResponse.FromString(got["publish"][1])
     if not response.success:
         raise RuntimeError(f"publish refused: {response.message}")
-    return response.mx_source_id, worker_id
+    return response.mx_source_id, worker_id, response.owner_secret
 
 
-def heartbeats(address: str, creds: Creds, record: tuple[str, str], seconds: float, interval_s: float,
+def heartbeats(address: str, creds: Creds, record: tuple[str, str, str], seconds: float, interval_s: float,
                timeout_s: float = CALL_TIMEOUT_S) -> tuple[list[float], int]:
     """Each heartbeat's seconds for ``seconds``, and the worker's status after the last (a
     failed heartbeat raises, naming its code)."""
     import mxref_native
 
-    sid, wid = record
-    beat = p2p_pb2.UpdateStatusRequest(mx_source_id=sid, worker_id=wid, worker_rank=0, status=READY)
+    sid, wid, secret = record
+    beat = p2p_pb2.UpdateStatusRequest(mx_source_id=sid, worker_id=wid, worker_rank=0, status=READY, owner_secret=secret)
     got = mxref_native.unary_latencies(
         address, [("heartbeat", f"/{SERVICE_NAME}/UpdateStatus", beat.SerializeToString()),
                   ("get", f"/{SERVICE_NAME}/GetMetadata",
@@ -135,7 +136,7 @@ class Window:
     flood: dict[str, float]
 
 
-def flooded(address: str, creds: Creds, record: tuple[str, str], seconds: float, interval_s: float,
+def flooded(address: str, creds: Creds, record: tuple[str, str, str], seconds: float, interval_s: float,
             connections: int, window: int, ramp_s: float = 0.5, rate: float = 0.0) -> Window:
     """Heartbeats for ``seconds`` while a flood runs (started ``ramp_s`` before, ending after)."""
     flood: dict[str, float] = {}
