@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from harness.doctor import EXIT_ENV_BROKEN
 from harness.errors import ScenarioInvalid
 from harness.explore import is_template
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
@@ -44,6 +45,9 @@ EXIT_CODES: dict[int, str] = {
     "(--repeat: passed in some runs only); cleanup: a process survived",
     EXIT_INVALID: "invalid input: a scenario file, a path, a run folder, an option",
     EXIT_INTERRUPTED: "interrupted (SIGINT / SIGTERM), after healing every fault and tearing down",
+    EXIT_ENV_BROKEN: "environment broken (run --inventory, matrix, nightly, doctor): a place the run needs cannot play its role "
+    "(NIXL or the native extension does not import, a host does not answer); nothing was started, or every run of "
+    "a cell failed before its first step for that reason (see mxchaos doctor)",
     EXIT_BROKEN_PIPE: "standard output was closed early (e.g. piped into head); nothing more is printed",
 }
 
@@ -227,6 +231,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.subject is not None:
         scenarios = [s.with_subject(args.subject) for s in scenarios]
+    if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
+        from harness.doctor import places_for, preflight
+
+        refused = preflight(scenarios, places_for(inventory=Path(args.inventory), here=False), "mxchaos run --inventory")
+        if refused is not None:
+            return refused
     if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
         from harness.subjects import prepare_subjects
 
@@ -533,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.lab import add_parser as add_lab_parser
 
     add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
+    from harness.doctor import add_parser as add_doctor_parser
+
+    add_doctor_parser(sub)  # mxchaos doctor: harness/doctor.py
     return parser
 
 
