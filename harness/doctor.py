@@ -45,6 +45,7 @@ __all__ = ["EXIT_ENV_BROKEN", "Place", "add_parser", "blocking", "cmd_doctor", "
 EXIT_ENV_BROKEN = 4  # a place the run needs cannot play its role: nothing was started
 REPO = Path(__file__).resolve().parent.parent
 PROBE_TIMEOUT_S = 120.0
+PROBE_ATTEMPTS = 2
 CAPABILITIES = ("root", "netns", "toxiproxy", "redis-server", "sshd", "iptables", "tc", "ip", "ss", "cuda", "rdma")
 NATIVE = "mxref-native"  # the requirement of a scenario whose server is the native one (the default)
 BLOCKING = ("nixl", NATIVE, "reachable", "probe")
@@ -205,8 +206,11 @@ def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[Place]:
             env = f"PYTHONPATH={shlex.quote(machine.repo)} " if machine.repo else ""
             line = (f"{env}{shlex.quote(machine.interpreter)} -m harness.doctor --probe "
                     f"--capabilities {shlex.quote(','.join(capabilities))}")
-            done = host.run_remote(line, timeout=PROBE_TIMEOUT_S)
-            found = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            for _attempt in range(PROBE_ATTEMPTS):  # a fresh sshd may drop the first connection
+                done = host.run_remote(line, timeout=PROBE_TIMEOUT_S)
+                found = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+                if (done.rc == 0 and found) or done.timed_out or host.lost:
+                    break
             if done.rc == 0 and found:
                 place.facts = json.loads(found[-1])
                 place.clock = host.probe_clock()
@@ -292,7 +296,8 @@ def render(places: Sequence[Place], scenarios: Sequence[Any]) -> str:
             lines.append(f"   clock offset: {place.clock.get('offset_s', 0.0):+.6f}s (+/- {place.clock.get('error_s', 0.0):.6f}s)")
     if scenarios:
         lines.append("")
-        lines.append("what can run where (ok: runs; SKIP: lacks a capability; BLOCKED: would fail before its first step)")
+        lines.append("what can run where (ok: runs; SKIP: lacks a capability; BLOCKED: would fail before its first step;"
+                     " an inventory host: whether it can play its roles, its fault levers are probed per run)")
         width = max(len(sc.name) for sc in scenarios)
         for sc in scenarios:
             needs = scenario_needs(sc)
