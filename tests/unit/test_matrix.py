@@ -460,3 +460,38 @@ def test_a_cell_is_held_to_a_raw_read_of_its_own_model_size(tmp_path: Path) -> N
     assert read_bytes(load_scenario(f)) == 32 << 20
     f.write_text("name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n")
     assert read_bytes(load_scenario(f)) is None  # no reader: nothing to hold to a raw READ
+
+
+def test_a_column_whose_every_run_died_of_its_environment_is_broken_not_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    gone = "metadata server: --grpc-impl native: mxref_native is not installed (No module named 'mxref_native')"
+
+    def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+        if argv[3:] == ["run", "--help"]:
+            return 0, "usage: mxchaos run [--repeat N]"
+        out = Path(argv[argv.index("--out") + 1])
+        nixl = "1.4.1" if "1.4.1" in argv[0] else "1.5.1"
+        runs = []
+        for i in range(2):
+            run = write_run(out / "smoke" / f"run{i}", "smoke", "fail", nixl=nixl)
+            if nixl == "1.4.1":  # the server died at its start, before any fault: its env lacks the extension
+                (Path(run["run_dir"]) / "procs").mkdir()
+                (Path(run["run_dir"]) / "procs" / "server.events.jsonl").write_text(
+                    json.dumps({"event": "exit", "proc": "server", "code": 3, "error": gone}) + "\n")
+            runs.append(run)
+        (out / "summary.json").write_text(json.dumps({"repeat": 2, "scenarios": {
+            "smoke": {"cell": "FAIL", "rate": {"k": 2, "n": 2}, "bound": None, "measured": None, "runs": runs}}}))
+        return 1, ""
+
+    envs = {v: EnvResult(v, tmp_path / f"env-{v}") for v in ("1.4.1", "1.5.1")}
+    spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
+                      columns=columns_for(["1.4.1", "1.5.1"], []), repeat=2, out=tmp_path / "out", raw_read=False)
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=execute)
+    broken, failed = matrix["cells"]["smoke"]["nixl-1.4.1"], matrix["cells"]["smoke"]["nixl-1.5.1"]
+    assert broken["verdict"] == "env_broken" and broken["error"] == f"environment broken: server: {gone}"
+    assert failed["verdict"] == "FAIL"  # a failure with no environment words is NIXL's (or ours): a verdict
+    from harness.matrix.command import format_table
+
+    assert "environment broken: server: metadata server: --grpc-impl native" in format_table(matrix)
+    page = (tmp_path / "out" / "matrix.html").read_text()
+    assert "environment broken: server:" in page
