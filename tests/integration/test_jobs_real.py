@@ -6,7 +6,8 @@
   columns PASS, each run loaded its own NIXL, and each column's server ran on the native gRPC
   (the default), from the extension installed in that env: an env built without it fails here.
 - **The nightly through the lab**: ``mxchaos lab up`` (ssh hosts in namespaces, root), then
-  ``mxchaos doctor --inventory`` and ``mxchaos nightly --inventory`` on them.
+  ``mxchaos doctor --inventory`` and ``mxchaos nightly --inventory`` on them; then ``mxchaos run
+  --inventory`` with a host whose interpreter cannot import the native extension: refused, exit 4.
 - **A broken environment is not a verdict**: a nightly whose server cannot load the native
   extension ends ``ENV_BROKEN`` ("environment broken: ..."), exit 4, not FAIL.
 - **Explore, then replay**: ``mxchaos explore`` finds and shrinks a failure; ``mxchaos replay`` of
@@ -19,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import cli, lab
 from harness.errors import HarnessError
@@ -126,6 +129,25 @@ def test_a_nightly_through_the_lab_with_an_inventory(tmp_path: Path, capsys: pyt
         (run,) = sc["runs"]
         run_dir = out / "latest" / str(run["run_dir"])  # relative to the night
         assert _grpc_impls(run_dir) == ["native"]
+
+        # a host whose interpreter cannot import the extension (as a checkout with no build): `run
+        # --inventory` refuses before starting anything, naming the host, the lack and the fix
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        (hide / "mxref_native.py").write_text("raise ModuleNotFoundError(\"No module named 'mxref_native'\")\n")
+        wrapper = tmp_path / "python-without-native"
+        wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={hide}:$PYTHONPATH exec {sys.executable} \"$@\"\n")
+        wrapper.chmod(0o755)
+        data = yaml.safe_load(inventory.read_text())
+        data["machines"]["h1"]["python"] = str(wrapper)
+        broken = tmp_path / "broken-inventory.yaml"
+        broken.write_text(yaml.safe_dump(data))
+        code = cli.main(["run", "-q", "--inventory", str(broken), "--out", str(tmp_path / "runs"), str(SMOKE)])
+        printed = "".join(capsys.readouterr())
+        assert code == 4, printed
+        assert ("host h1: smoke cannot run: the native extension (mxref_native, the default server) does not import: "
+                "ModuleNotFoundError: No module named 'mxref_native' -> fix:") in printed
+        assert not (tmp_path / "runs").exists()  # nothing started
     finally:
         try:
             lab.down(state)
