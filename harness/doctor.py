@@ -52,7 +52,7 @@ BLOCKING = ("nixl", NATIVE, "reachable", "probe")
 
 FIXES: dict[str, str] = {
     "nixl": "pip install --no-deps nixl-cu12==V nixl==V (./.ci/bootstrap does, for the project's .venv)",
-    NATIVE: "./.ci/bootstrap (builds mxref/native with cargo); for a matrix env: mxchaos doctor --nixl V reinstalls it",
+    NATIVE: "./.ci/bootstrap here; mxchaos doctor --nixl V for a matrix env; on an ssh host: ./.ci/bootstrap in its checkout",
     "toxiproxy": "./.ci/bootstrap (go install of the toxiproxy server; needs Go)",
     "redis-server": "apt-get install redis-server",
     "sshd": "apt-get install openssh-server",
@@ -167,6 +167,18 @@ class Place:
             return f"the native extension (mxref_native, the default server) does not import: {self.facts.get('native_import')}"
         return f"no {need}"
 
+    def fix(self, need: str) -> str:
+        """The command that gives this place ``need``."""
+        if need == NATIVE and self.kind == "host":
+            return ("on the host, in its checkout: ./.ci/bootstrap (or pip install --no-deps the wheel of "
+                    "~/.cache/mxchaos/wheels/mxref_native-<hash>/ into its interpreter's environment)")
+        if need == NATIVE and self.kind in ("env", "subject"):
+            return (f"mxchaos doctor --{'nixl' if self.kind == 'env' else 'subject'} {self.name.split('-', 1)[1]} "
+                    "(installs the cached wheel; building it needs cargo: https://rustup.rs)")
+        if need == NATIVE:
+            return "./.ci/bootstrap (builds mxref/native with cargo), or .venv/bin/python -m pip install ./mxref/native"
+        return FIXES.get(need, "")
+
 
 def _probe_in(python: Sequence[str], capabilities: Sequence[str]) -> tuple[dict[str, Any], str | None]:
     argv = [*python, "-m", "harness.doctor", "--probe", "--capabilities", ",".join(capabilities)]
@@ -262,7 +274,7 @@ def blocking(places: Sequence[Place], scenarios: Sequence[Any]) -> list[str]:
             bad = [n for n in place.lacks(needs) if n in BLOCKING]
             if bad:
                 out.append(f"{place.name}: {sc.name} cannot run: " + "; ".join(place.why(n) for n in bad)
-                           + " -> fix: " + "; ".join(FIXES.get(n, "") for n in bad))
+                           + " -> fix: " + "; ".join(place.fix(n) for n in bad))
     return out
 
 
@@ -326,7 +338,8 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
                capabilities: Sequence[str] = CAPABILITIES, log: Callable[[str], None] = lambda _m: None,
                here: bool = True) -> list[Place]:
     from harness.matrix.envs import ensure_env
-    from harness.subjects.envs import SUBJECTS, subject_env_dir
+    from harness.subjects import env_ready
+    from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
 
     places = []
     if here:
@@ -345,6 +358,8 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
         if not spec.needs_env:
             continue
         path = subject_env_dir(spec)
+        if env_ready(subject):  # built for these inputs: its native extension is topped up (never a rebuild here)
+            ensure_subject_env(spec, REPO, log=log)
         if (path / "bin" / "python").exists():
             places.append(probe_env(f"subject-{subject}", "subject", path / "bin" / "python", capabilities))
         else:

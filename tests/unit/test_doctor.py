@@ -40,7 +40,9 @@ def test_a_place_without_the_native_extension_blocks_only_the_scenarios_that_nee
     bad = _place(native=False)
     lines = blocking([bad], [SMOKE, GRPCIO])
     assert len(lines) == 1 and lines[0].startswith("nixl-1.4.1: smoke cannot run: the native extension")
-    assert "No module named 'mxref_native'" in lines[0] and "fix: ./.ci/bootstrap" in lines[0]
+    assert "No module named 'mxref_native'" in lines[0] and "fix: mxchaos doctor --nixl 1.4.1 (installs the cached wheel" in lines[0]
+    host = Place("host h1", "host", _place(native=False).facts)
+    assert "fix: on the host, in its checkout: ./.ci/bootstrap" in blocking([host], [SMOKE])[0]
     assert blocking([_place()], [SMOKE, GRPCIO]) == []
     assert blocking([_place(nixl=False)], [GRPCIO])[0].startswith("nixl-1.4.1: grpcio_server cannot run: NIXL does not import")
 
