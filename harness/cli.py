@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly, replay, explore (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -8,7 +8,9 @@ Exit codes (``EXIT_CODES``, also the epilog of ``mxchaos --help``): 0 every scen
 (or was xfail / xpass: a ``known_defect`` scenario, or skip: a capability is missing; with
 ``--repeat``: no cell is FAIL, FLAKY, HANG, ERROR or UNKNOWN); 1 a
 check failed or was unknown, a step failed, a run hung or errored, a scenario was FLAKY, ``cleanup`` left a
-survivor; 2 invalid input (a scenario file, a path, a run folder, an option); 130 the
+survivor; 2 invalid input (a scenario file, a path, a run folder, an option); 4 an environment is broken
+(``harness.doctor``: ``run --inventory``, ``matrix``, ``nightly`` refuse before starting anything; a cell
+whose every run failed before any fault for its environment); 130 the
 harness was interrupted (SIGINT/SIGTERM) after healing and tearing down; 141 (128 +
 SIGPIPE) standard output was closed early (``mxchaos list | head -1``), quietly.
 """
@@ -30,6 +32,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from harness.doctor import EXIT_ENV_BROKEN
 from harness.errors import ScenarioInvalid
 from harness.explore import is_template
 from harness.scenario import Scenario, load_scenario, scenario_json_schema
@@ -45,6 +48,9 @@ EXIT_CODES: dict[int, str] = {
     EXIT_FAILED: "a check failed or was unknown, a step failed, a run hung or errored, a scenario was FLAKY "
     "(--repeat: passed in some runs only); cleanup: a process survived",
     EXIT_INVALID: "invalid input: a scenario file, a path, a run folder, an option",
+    EXIT_ENV_BROKEN: "environment broken (run --inventory, matrix, nightly, doctor): a place the run needs cannot play its role "
+    "(NIXL or the native extension does not import, a host does not answer); nothing was started, or every run of "
+    "a cell failed before its first step for that reason (see mxchaos doctor)",
     EXIT_INTERRUPTED: "interrupted (SIGINT / SIGTERM), after healing every fault and tearing down",
     EXIT_BROKEN_PIPE: "standard output was closed early (e.g. piped into head); nothing more is printed",
 }
@@ -254,6 +260,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.subject is not None:
         scenarios = [s.with_subject(args.subject) for s in scenarios]
+    if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
+        from harness.doctor import places_for, preflight
+
+        refused = preflight(scenarios, places_for(inventory=Path(args.inventory), here=False), "mxchaos run --inventory")
+        if refused is not None:
+            return refused
     if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
         from harness.subjects import prepare_subjects
 
@@ -590,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.lab import add_parser as add_lab_parser
 
     add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
+    from harness.doctor import add_parser as add_doctor_parser
+
+    add_doctor_parser(sub)  # mxchaos doctor: harness/doctor.py
     return parser
 
 

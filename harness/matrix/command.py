@@ -7,7 +7,9 @@ then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per sce
 column per NIXL version x subject x env value, each cell its verdict, failures and median times), the headlines and the baseline changes. Exit 0: the
 matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
 or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
-why, not a failure); 1: a cell is failing or regressed; 2: invalid input. Heavy imports happen
+why, not a failure); 1: a cell is failing or regressed; 2: invalid input; 4 (``harness.doctor.EXIT_ENV_BROKEN``):
+an environment cannot play the roles its scenarios give it (the preflight, ``mxchaos doctor``'s words, before any
+cell runs), or a column's every run failed before its first step for an environment reason. Heavy imports happen
 when it runs, not when the parser is built.
 """
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "cmd_matrix", "format_table"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_ENV_BROKEN = 4  # harness.doctor.EXIT_ENV_BROKEN (not imported: the parser stays light)
 
 
 def add_parser(sub: Any) -> None:
@@ -61,6 +64,8 @@ def add_parser(sub: Any) -> None:
 
 def format_table(matrix: dict[str, Any]) -> str:
     """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
+    from harness.matrix.envbroken import ENV_BROKEN, LABEL
+
     cols = matrix["columns"]
     header = ["scenario", *[c["id"] for c in cols]]
     rows = [header, ["(loaded)", *[
@@ -71,6 +76,9 @@ def format_table(matrix: dict[str, Any]) -> str:
         for c in cols:
             cell = matrix["cells"][sc["name"]].get(c["id"], {})
             text = str(cell.get("verdict", "none")).upper()
+            if cell.get("verdict") == ENV_BROKEN:  # no verdict on NIXL: say why instead
+                row.append(str(cell.get("error") or LABEL)[:100])
+                continue
             f = cell.get("failures") or {}
             if f.get("n"):
                 text += f" {f['k']}/{f['n']} failed"
@@ -108,6 +116,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.errors import ScenarioInvalid
     from harness.matrix.cells import FAILING, columns_for, parse_env_axis
     from harness.matrix.defects import defect_info
+    from harness.matrix.envbroken import ENV_BROKEN
     from harness.matrix.run import MatrixSpec, run_matrix
     from harness.scenario import load_scenario
     from harness.subjects.envs import SUBJECTS
@@ -164,6 +173,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs, resume=args.resume,
     )
+    # the preflight (mxchaos doctor): every env built and probed; one that cannot play a role its
+    # scenarios give it (NIXL or the native server does not import) refuses the matrix before any cell runs
+    from harness.doctor import places_for, preflight
+
+    places = places_for(nixl=versions, here=not versions, log=lambda m: print(m, flush=True))
+    refused = preflight(loaded, places, "mxchaos matrix")
+    if refused is not None:
+        return refused
     matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
     print(format_table(matrix))
     for h in matrix["headlines"]:
@@ -175,6 +192,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             mark = "REGRESSION" if c.get("regression") else "change"
             print(f"  {mark} {c.get('scenario') or ''} @ {c['column']}: {c['text']}")
     print(f"wrote {spec.out / 'matrix.json'} and {spec.out / 'matrix.html'}")
+    broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
+              for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]
+    if broken:
+        print(f"{len(broken)} cell(s) not judged, their environment is broken (mxchaos doctor says more):")
+        for line in broken:
+            print(f"  {line}")
+        return EXIT_ENV_BROKEN
     bad_cell = any(
         str(cell.get("verdict")).lower() in FAILING for row in matrix["cells"].values() for cell in row.values()
     )

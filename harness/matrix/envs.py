@@ -7,7 +7,9 @@ require torch, which a CPU machine does not need), then the project's dependenci
 project: every command in the env runs the code of the checkout that started it, through
 ``PYTHONPATH``, so one cached env serves every clone), then what the release's loader needs
 beyond that (``harness.matrix.nixl_loader``: torch, for 1.3.x), then ``python -c 'import
-nixl._api'``. A stamp file holds the hash of the inputs (the version, the project's
+nixl._api'``; then, reused or new, the checkout's native extension (``mxref_native``, the
+metadata server's default gRPC: ``harness.matrix.native``, one wheel per source hash, reinstalled
+when the Rust source changes). A stamp file holds the hash of the inputs (the version, the project's
 dependencies, the interpreter, this recipe); an env whose stamp matches is reused as is. A version that cannot be installed or imported is not an exception:
 ``EnvResult.error`` says why (the last line of pip's or Python's error), and the matrix shows
 that column as unavailable; the failure is remembered with the inputs' hash (not retried until
@@ -29,7 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash"]
+__all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash",
+           "install_native", "locked"]
 
 RECIPE = "mxchaos-matrix-env/3"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-matrix-stamp"
@@ -114,7 +117,8 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (made when absent) for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -139,16 +143,20 @@ def build_cached_env(
     log: Callable[[str], None] = lambda _msg: None,
     rebuild: bool = False,
     building: str = "",
+    finish: Callable[[Path], str | None] | None = None,
 ) -> EnvResult:
     """The cached env at ``path`` built by ``steps`` from inputs hashed as ``want``: reused when
     its stamp matches, else rebuilt from scratch, the steps run in order (each bounded by its
     timeout). A build that failed with the same inputs is not tried again (its reason is
     returned) unless ``rebuild``. Builds of one env are serialised by a lock file beside it;
-    the project's toxiproxy server binary is linked in."""
+    the project's toxiproxy server binary is linked in. ``finish``, still under the lock, tops
+    up a built or reused env (the native extension: ``harness.matrix.native``) and says why it
+    could not (the env is then returned with that error, and not marked failed: it is retried)."""
     stamp, failed = path / stamp_name, path.parent / f"{path.name}{failed_suffix}"
-    with _locked(path.parent / f".{path.name}.lock"):
+    with locked(path.parent / f".{path.name}.lock"):
         if not rebuild and stamp.is_file() and stamp.read_text().split()[:1] == [want] and (path / "bin" / "python").exists():
-            return EnvResult(label, path, cached=True)
+            why = finish(path) if finish is not None else None
+            return EnvResult(label, path, error=f"native extension: {why}" if why else None, cached=True)
         if not rebuild and failed.is_file():
             seen, _, why = failed.read_text().partition("\n")
             if seen == want:
@@ -171,7 +179,20 @@ def build_cached_env(
         took = time.monotonic() - started
         stamp.write_text(f"{want} built_in_s={took:.0f}\n")
         log(f"{label}: environment ready in {took:.0f}s")
-        return EnvResult(label, path)
+        why = finish(path) if finish is not None else None
+        return EnvResult(label, path, error=f"native extension: {why}" if why else None)
+
+
+def install_native(repo: Path, root: Path | None, log: Callable[[str], None],
+                   run: Runner = _run) -> Callable[[Path], str | None]:
+    """``build_cached_env``'s ``finish`` that installs ``repo``'s native extension into the env."""
+
+    def finish(path: Path) -> str | None:
+        from harness.matrix.native import ensure_installed
+
+        return ensure_installed(path, repo, root=root, run=run, log=log)
+
+    return finish
 
 
 def ensure_env(
@@ -182,9 +203,12 @@ def ensure_env(
     run: Runner = _run,
     log: Callable[[str], None] = lambda _msg: None,
     rebuild: bool = False,
+    native: bool = True,
 ) -> EnvResult:
     """The env for ``version``: reused when its stamp matches the inputs, else (re)built. A build
-    that failed with the same inputs is not tried again (its reason is returned) unless ``rebuild``."""
+    that failed with the same inputs is not tried again (its reason is returned) unless ``rebuild``.
+    ``native``: install the checkout's native extension (the default server), built once per
+    source hash (``harness.matrix.native``); an env without it is returned with the reason."""
     path = env_dir(version, root)
     py = str(path / "bin" / "python")
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
@@ -198,5 +222,6 @@ def ensure_env(
     ]
     result = build_cached_env(path, inputs_hash(version, repo), f"NIXL {version}", steps, stamp_name=STAMP,
                               failed_suffix=FAILED, run=run, log=log, rebuild=rebuild,
-                              building=f"building env for NIXL {version} in {path}")
+                              building=f"building env for NIXL {version} in {path}",
+                              finish=install_native(repo, root, log, run) if native else None)
     return EnvResult(version, result.path, result.error, result.cached, repo=repo.resolve())

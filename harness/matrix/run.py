@@ -12,7 +12,9 @@ version whose env cannot be built is a column with ``error`` and no runs. Withou
 (``--subject`` alone) the columns run in this project's own environment (``here_env``). Then
 ``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
 ``--baseline`` diff (``harness.matrix.baseline``) when one is given; both are rewritten after
-every column. With ``resume`` a column whose folder already holds all its runs (an earlier,
+every column. A cell whose every run failed before any fault for an environment reason
+(``harness.matrix.envbroken``) is ``env_broken``, with ``error`` "environment broken: <reason>", not a
+verdict. With ``resume`` a column whose folder already holds all its runs (an earlier,
 interrupted matrix into the same ``--out``) is kept, not run again; its raw READs are measured anew.
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 from harness.matrix.baseline import diff_matrices
 from harness.matrix.cells import Column, read_column
 from harness.matrix.defects import defect_status
+from harness.matrix.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
@@ -198,6 +201,12 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
             cell = read.cells[name]
             if cell["verdict"] == "none" and info.get("run_error"):
                 cell["error"] = info["run_error"]
+            # every run failed before any fault, for its environment (or no run, the tool itself did not
+            # start there): no verdict on NIXL (harness.matrix.envbroken)
+            broken = (cell_reason(str(r.get("run_dir", "")) for r in cell["runs"]) if cell["runs"]
+                      else text_reason(str(info.get("run_error") or "")))
+            if broken:
+                cell["verdict"], cell["error"] = ENV_BROKEN, f"{LABEL}: {broken}"
             for run in cell["runs"]:  # links relative to matrix.json
                 rd = Path(str(run.get("run_dir", "")))
                 if rd.is_absolute():

@@ -10,7 +10,10 @@ night's ``index.html``, ``nightly.json`` and ``junit.xml`` are.
 Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
 UNKNOWN, and at least one scenario ran); 1 it did not; 2 invalid input (a scenario file, a
 path, an option, the inventory) or no scenario can be bound or run here (each one's reason
-is printed); 130 interrupted (the night's folder is still written, marked interrupted).
+is printed); 4 (``harness.doctor.EXIT_ENV_BROKEN``) an environment is broken: the preflight (``mxchaos
+doctor``) found a place that cannot play its role (nothing ran), or a scenario's every run failed before any
+fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"); 130 interrupted (the
+night's folder is still written, marked interrupted).
 """
 
 from __future__ import annotations
@@ -107,6 +110,19 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     except InventoryError as exc:  # invalid: named file, key and rule, before anything runs
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    # the preflight (mxchaos doctor): this machine, or every inventory machine, must be able to play the
+    # roles the scenarios give it; else the night is refused before anything starts (not a FAIL per cell)
+    from harness.doctor import places_for, preflight
+    from harness.errors import HarnessError
+
+    try:
+        places = places_for(inventory=inventory, here=inventory is None)
+    except HarnessError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    refused = preflight(scenarios, places, "mxchaos nightly")
+    if refused is not None:
+        return refused
     try:
         outcome = run_night(
             spec, binding, log=lambda m: print(m, flush=True),

@@ -117,7 +117,8 @@ def scenario_json(s: ScenarioNight, night_dir: Path) -> dict[str, Any]:
 
 
 def night_passed(scenarios: Sequence[ScenarioNight], interrupted: bool) -> bool:
-    return not interrupted and any(s.ran for s in scenarios) and not any(s.cell.fails_run for s in scenarios)
+    return (not interrupted and any(s.ran for s in scenarios)
+            and not any(s.cell.fails_run or s.cell.name == "ENV_BROKEN" for s in scenarios))  # nightly.run's cell
 
 
 def night_json(

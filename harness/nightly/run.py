@@ -10,7 +10,9 @@
    scenario that skips stops repeating (a missing capability stays missing), an interrupted
    run (SIGINT/SIGTERM, healed and torn down by the runner) ends the night;
 3. judges each scenario's runs as one cell (``harness.rates.cell_of``, as ``mxchaos run
-   --repeat``) and notes its place on each run (``annotate_repeat``);
+   --repeat``) and notes its place on each run (``annotate_repeat``); a cell whose every run
+   failed before any fault for an environment reason (``harness.matrix.envbroken``) is
+   ``ENV_BROKEN`` ("environment broken: <reason>"), no verdict on NIXL, and the night exits 4;
 4. writes ``DIR/<night>/``: ``runs/`` (the run folders and ``runs/summary.json``, the
    ``--repeat`` contract), ``junit.xml`` (one testcase per scenario: its cell),
    ``nightly.json`` (``harness.nightly.night``) with the comparison against the night before
@@ -26,6 +28,7 @@ a readable ``nightly.json``. A night id is the UTC start time (``20261201T013000
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.machine import load_sample
+from harness.matrix.envbroken import LABEL, cell_reason
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
@@ -50,7 +54,8 @@ from harness.scenario import Scenario
 __all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "prune_nights", "run_night",
            "write_night"]
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ENV_BROKEN = 0, 1, 130, 4  # 4: harness.doctor.EXIT_ENV_BROKEN
+ENV_BROKEN_CELL = "ENV_BROKEN"  # a cell whose every run failed before any fault for its environment
 _NIGHT_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 
 
@@ -213,6 +218,10 @@ def _scenario(
             break
     cell = judge_runs(sc, runs, spec.repeat)
     skip = runs[0].reason if cell.name == "SKIP" and runs else None
+    broken = cell_reason(r.run_dir for r in runs) if cell.fails_run and not interrupted else None
+    if broken:  # every run failed before any fault for its environment: no verdict on NIXL
+        log(f"--- {sc.name}: {LABEL}: {broken}")
+        cell = dataclasses.replace(cell, name=ENV_BROKEN_CELL, note=f"{LABEL}: {broken}")
     return ScenarioNight(sc.name, path, cell, b.hosts, sc.known_defect, skip, tuple(details)), interrupted
 
 
@@ -256,6 +265,8 @@ def run_night(
     write_summary(runs_dir / "summary.json", {c.scenario: c for c in cells}, spec.repeat)
     _write_junit(night_dir / "junit.xml", cells, night, start.isoformat(timespec="seconds"))
     exit_code = EXIT_INTERRUPTED if interrupted else (EXIT_OK if night_passed(results, interrupted) else EXIT_FAILED)
+    if not interrupted and any(c.name == ENV_BROKEN_CELL for c in cells):
+        exit_code = EXIT_ENV_BROKEN
     from harness.report import collect_versions
 
     doc = night_json(

@@ -10,7 +10,8 @@ and the cu13 build, because ``nixl`` picks ``nixl_cu13`` under the registry's CU
 project's dependencies (not the project itself: the adapter runs from whichever checkout
 started it, through ``PYTHONPATH``, so one cached env serves every clone), then the subject's
 pinned packages (which bring torch), then an import check that loads the client's NIXL
-wrapper. The stamp hashes the recipe, the pins, the interpreter and the project's
+wrapper; then, built or reused, the checkout's native extension (``harness.matrix.native``:
+reinstalled when the Rust source changes, without rebuilding the env). The stamp hashes the recipe, the pins, the interpreter and the project's
 ``dependencies`` list (not the whole ``pyproject.toml``: a README-only change does not cost
 a 3 GB rebuild); a failed build is remembered with that hash and not retried until the
 inputs change or ``rebuild``. Builds of one env are serialised by a lock file.
@@ -25,7 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix.envs import PIP_TIMEOUT_S, EnvResult, Runner, Step, build_cached_env, cache_dir, project_dependencies
+from harness.matrix.envs import (
+    PIP_TIMEOUT_S,
+    EnvResult,
+    Runner,
+    Step,
+    build_cached_env,
+    cache_dir,
+    install_native,
+    project_dependencies,
+)
 from harness.matrix.envs import _run as run_bounded
 
 __all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
@@ -112,4 +122,6 @@ def ensure_subject_env(
     return build_cached_env(
         path, inputs_hash(subject, repo), label, steps, stamp_name=STAMP, failed_suffix=FAILED, run=run, log=log,
         rebuild=rebuild, building=f"building the {label} environment in {path} (torch and its CUDA libraries: a few GB, minutes)",
+        # the checkout's native extension (the default server), installed into it as into a matrix env
+        finish=install_native(repo, root, log, run),
     )

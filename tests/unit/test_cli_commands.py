@@ -53,7 +53,8 @@ def test_help_documents_every_exit_code_the_cli_returns(capsys: pytest.CaptureFi
     section = out[out.index("exit codes:") :]
     documented = {int(m) for m in re.findall(r"^  (\d+)  ", section, re.MULTILINE)}
     returned = {v for k, v in vars(cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
-    assert documented == returned == {0, 1, 2, 130, 141}
+    assert documented == returned == {0, 1, 2, 4, 130, 141}
+    assert re.search(r"^  4\s+environment broken", section, re.MULTILINE)
     assert re.search(r"^  130  interrupted \(SIGINT / SIGTERM\)", section, re.MULTILINE)
     assert re.search(r"^  141  standard output was closed early", section, re.MULTILINE)
 

@@ -65,6 +65,8 @@ class FakePip:
         if argv[1:3] == ["-m", "venv"]:
             (Path(argv[3]) / "bin").mkdir(parents=True)
             (Path(argv[3]) / "bin" / "python").write_text("")
+        if "wheel" in argv and "--wheel-dir" in argv:  # the native extension's build: a wheel appears
+            (Path(argv[argv.index("--wheel-dir") + 1]) / "mxref_native-0.1.0-cp311-abi3-linux_x86_64.whl").write_text("")
         if self.fail and any(self.fail in a for a in argv):
             return subprocess.CompletedProcess(argv, 1, "", "Looking in indexes\nERROR: Could not find a version\n"
                                                "ERROR: No matching distribution found for nixl-cu12==9.9.9\n")
@@ -89,8 +91,12 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     assert not any(" -e " in c for c in installs)  # not the project: runs put their checkout on PYTHONPATH
     assert first.repo == repo.resolve() and first.run_env() == {"PYTHONPATH": str(repo.resolve())}
     assert first.mxchaos() == [str(first.python), "-m", "harness.cli"]
-    assert pip.calls[-2][-2:] == ["harness.matrix.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
-    assert pip.calls[-1][-2:] == ["-c", "import nixl._api"]
+    assert pip.calls[-5][-2:] == ["harness.matrix.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
+    assert pip.calls[-4][-2:] == ["-c", "import nixl._api"]
+    # then the checkout's native extension (the default server): a wheel built once, installed, imported
+    assert "wheel" in pip.calls[-3] and pip.calls[-3][-1].endswith("mxref/native")
+    assert pip.calls[-2][:3] == [str(first.python), "-m", "pip"] and pip.calls[-2][-1].endswith("abi3-linux_x86_64.whl")
+    assert pip.calls[-1][-2:] == ["-c", "import mxref_native"]
     n = len(pip.calls)
     again = ensure_env("1.5.1", repo, root=root, run=pip)
     assert again.ok and again.cached and len(pip.calls) == n
@@ -100,7 +106,46 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     assert other.cached and len(pip.calls) == n and other.run_env() == {"PYTHONPATH": str(clone.resolve())}
     _repo(tmp_path, deps="numpy>=2")  # the project's dependencies changed: rebuild
     third = ensure_env("1.5.1", repo, root=root, run=pip)
-    assert third.ok and not third.cached and len(pip.calls) == 2 * n
+    assert third.ok and not third.cached and len(pip.calls) == 2 * n - 1  # the cached native wheel: not built again
+
+
+def _native_source(repo: Path, body: str = "fn main() {}") -> None:
+    src = repo / "mxref" / "native"
+    (src / "src").mkdir(parents=True, exist_ok=True)
+    (src / "Cargo.toml").write_text("[package]\nname='mxref-native'\n")
+    (src / "src" / "lib.rs").write_text(body)
+
+
+def test_the_native_extension_is_built_once_per_source_and_reinstalled_when_it_changes(tmp_path: Path) -> None:
+    from harness.matrix.native import find_wheel, installed_hash, source_hash
+
+    repo, root, pip = _repo(tmp_path), tmp_path / "cache", FakePip()
+    _native_source(repo)
+    first = ensure_env("1.5.1", repo, root=root, run=pip)
+    assert first.ok and installed_hash(first.path) == source_hash(repo)
+    assert find_wheel(source_hash(repo), root) is not None  # <cache>/wheels/mxref_native-<hash>/
+    ensure_env("1.4.1", repo, root=root, run=pip)  # a second env: the same wheel, no second build
+    assert sum("--wheel-dir" in c for c in pip.calls) == 1
+    n = len(pip.calls)
+    assert ensure_env("1.5.1", repo, root=root, run=pip).cached and len(pip.calls) == n  # nothing to do
+    _native_source(repo, "fn main() { changed(); }")  # the Rust source changed: a new wheel, reinstalled
+    again = ensure_env("1.5.1", repo, root=root, run=pip)
+    assert again.ok and again.cached  # the env itself is not rebuilt
+    assert [c[-1] for c in pip.calls[n:]][-1] == "import mxref_native" and len(pip.calls) == n + 3
+    assert installed_hash(again.path) == source_hash(repo)
+
+
+def test_an_env_without_the_native_extension_is_broken_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, root = _repo(tmp_path), tmp_path / "cache"
+    _native_source(repo)
+    env = ensure_env("1.5.1", repo, root=root, run=FakePip(fail="--wheel-dir"))
+    assert not env.ok and (env.error or "").startswith("native extension: building mxref_native failed")
+    again = ensure_env("1.5.1", repo, root=root, run=FakePip())  # not remembered as failed: retried, and now in
+    assert again.ok and again.cached
+    monkeypatch.setattr("harness.matrix.native.cargo_path", lambda: None)
+    _native_source(repo, "changed")
+    env = ensure_env("1.5.1", repo, root=root, run=FakePip())
+    assert not env.ok and "no cargo (Rust) to build mxref_native" in (env.error or "")
 
 
 def test_the_loader_step_installs_nothing_when_nixl_imports_without_torch(capsys: pytest.CaptureFixture[str]) -> None:
@@ -415,3 +460,38 @@ def test_a_cell_is_held_to_a_raw_read_of_its_own_model_size(tmp_path: Path) -> N
     assert read_bytes(load_scenario(f)) == 32 << 20
     f.write_text("name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n")
     assert read_bytes(load_scenario(f)) is None  # no reader: nothing to hold to a raw READ
+
+
+def test_a_column_whose_every_run_died_of_its_environment_is_broken_not_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    gone = "metadata server: --grpc-impl native: mxref_native is not installed (No module named 'mxref_native')"
+
+    def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+        if argv[3:] == ["run", "--help"]:
+            return 0, "usage: mxchaos run [--repeat N]"
+        out = Path(argv[argv.index("--out") + 1])
+        nixl = "1.4.1" if "1.4.1" in argv[0] else "1.5.1"
+        runs = []
+        for i in range(2):
+            run = write_run(out / "smoke" / f"run{i}", "smoke", "fail", nixl=nixl)
+            if nixl == "1.4.1":  # the server died at its start, before any fault: its env lacks the extension
+                (Path(run["run_dir"]) / "procs").mkdir()
+                (Path(run["run_dir"]) / "procs" / "server.events.jsonl").write_text(
+                    json.dumps({"event": "exit", "proc": "server", "code": 3, "error": gone}) + "\n")
+            runs.append(run)
+        (out / "summary.json").write_text(json.dumps({"repeat": 2, "scenarios": {
+            "smoke": {"cell": "FAIL", "rate": {"k": 2, "n": 2}, "bound": None, "measured": None, "runs": runs}}}))
+        return 1, ""
+
+    envs = {v: EnvResult(v, tmp_path / f"env-{v}") for v in ("1.4.1", "1.5.1")}
+    spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
+                      columns=columns_for(["1.4.1", "1.5.1"], []), repeat=2, out=tmp_path / "out", raw_read=False)
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=execute)
+    broken, failed = matrix["cells"]["smoke"]["nixl-1.4.1"], matrix["cells"]["smoke"]["nixl-1.5.1"]
+    assert broken["verdict"] == "env_broken" and broken["error"] == f"environment broken: server: {gone}"
+    assert failed["verdict"] == "FAIL"  # a failure with no environment words is NIXL's (or ours): a verdict
+    from harness.matrix.command import format_table
+
+    assert "environment broken: server: metadata server: --grpc-impl native" in format_table(matrix)
+    page = (tmp_path / "out" / "matrix.html").read_text()
+    assert "environment broken: server:" in page

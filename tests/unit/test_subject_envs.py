@@ -24,6 +24,8 @@ class FakePip:
         if argv[1:3] == ["-m", "venv"]:
             (Path(argv[3]) / "bin").mkdir(parents=True)
             (Path(argv[3]) / "bin" / "python").write_text("")
+        if "wheel" in argv and "--wheel-dir" in argv:  # the native extension's build: a wheel appears
+            (Path(argv[argv.index("--wheel-dir") + 1]) / "mxref_native-0.1.0-cp311-abi3-linux_x86_64.whl").write_text("")
         if self.fail and any(self.fail in a for a in argv):
             return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching distribution found for torch>=2.6.0\n")
         return subprocess.CompletedProcess(argv, 0, "", "")
@@ -46,7 +48,9 @@ def test_the_env_holds_nixl_the_project_and_the_pinned_client(tmp_path: Path) ->
     assert any(s.endswith("--disable-pip-version-check numpy") for s in steps)  # the project's dependencies
     assert not any(" -e " in s for s in steps)  # not the project: runs put their own checkout on PYTHONPATH
     assert any(s.endswith("modelexpress[metrics]==0.7.0") for s in steps)
-    assert "import torch, nixl._api, modelexpress" in pip.calls[-1][-1]
+    assert "import torch, nixl._api, modelexpress" in pip.calls[-4][-1]
+    assert pip.calls[-1][-2:] == ["-c", "import mxref_native"]  # the checkout's native extension, as in a matrix env
+    assert (env.path / ".mxchaos-native").is_file()
     assert (env.path / ".mxchaos-subject-stamp").read_text().startswith(inputs_hash(MX, repo))
 
 
@@ -59,7 +63,7 @@ def test_it_is_reused_until_the_project_dependencies_change(tmp_path: Path) -> N
     assert again.ok and again.cached and len(pip.calls) == n
     _repo(tmp_path, deps="numpy>=2")
     rebuilt = ensure_subject_env(MX, repo, root=root, run=pip)
-    assert rebuilt.ok and not rebuilt.cached and len(pip.calls) == 2 * n
+    assert rebuilt.ok and not rebuilt.cached and len(pip.calls) == 2 * n - 1  # the native wheel: cached
 
 
 def test_a_failed_build_is_remembered_with_its_reason(tmp_path: Path) -> None:
