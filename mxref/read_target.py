@@ -15,10 +15,12 @@ once, without a page-fault trap each, and are already zero (no fill).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,10 +62,13 @@ def prepare_target(
     initial_error: str | None = None,
     manager_cls: Callable[..., NixlTransferManager] = NixlTransferManager,
     warmup: NixlWarmup | None = None,
+    agent_lock: AbstractContextManager[Any] | None = None,
 ) -> ReadTarget:
     """Allocate zeroed memory, create an agent (no progress thread: the READ's polling drives
     it; after ``warmup``, when given) and register the memory with it. On an error nothing is
-    left behind."""
+    left behind. ``agent_lock`` is held from the agent's creation to its registration only (the
+    reader holds it to shut a failed attempt's agent down): the allocation, most of the time a
+    target takes, never holds up a rollback."""
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     accelerator.set_device(device_id)
@@ -81,14 +86,18 @@ def prepare_target(
     try:
         if warmup is not None and "warmup_wait" not in phases:
             phases["warmup_wait"] = warmup.wait()
-        t0 = time.perf_counter()
-        manager.create_agent_on_free_port("127.0.0.1", progress_thread=False)
-        phases["agent"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        manager.register_tensors(local_tensors(arena, device_id))
-        phases["register"] = time.perf_counter() - t0
+        with agent_lock if agent_lock is not None else contextlib.nullcontext():
+            try:
+                t0 = time.perf_counter()
+                manager.create_agent_on_free_port("127.0.0.1", progress_thread=False)
+                phases["agent"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                manager.register_tensors(local_tensors(arena, device_id))
+                phases["register"] = time.perf_counter() - t0
+            except BaseException:
+                manager.shutdown()
+                raise
     except BaseException:
-        manager.shutdown()
         arena.release()
         raise
     return ReadTarget(manager, arena, agent_name, phases)
@@ -192,10 +201,6 @@ class TargetPrestart:
             self._target = self._make()
         except BaseException as exc:  # noqa: BLE001 - handed to the taker, who prepares a target itself
             self._error = exc
-
-    def wait(self) -> None:
-        """Until the target is made (bounded), without taking it."""
-        self._thread.join(PRESTART_JOIN_S)
 
     @property
     def taken(self) -> bool:

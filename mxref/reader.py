@@ -172,6 +172,7 @@ class Reader:
         self._agents_made = 0  # READ targets prepared so far (each has a fresh agent and name)
         self._warmup_reported = False
         self._prestart: TargetPrestart | None = None
+        self._agent_lock = threading.Lock()  # an agent is made (and registered) or shut down, not both at once
         self._phases: dict[str, float] = {}  # seconds per load phase, summed over attempts
 
     # ------------------------------------------------------------------ flow
@@ -458,7 +459,7 @@ class Reader:
         return prepare_target(self.accelerator, self.specs, self.options.device_id,
                               self.agent_base if n == 0 else f"{self.agent_base}.{n}",
                               events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
-                              manager_cls=NixlTransferManager, warmup=self._warmup)
+                              manager_cls=NixlTransferManager, warmup=self._warmup, agent_lock=self._agent_lock)
 
     def _next_target_early(self, index: int) -> Callable[[], None] | None:
         """What a READ that has gone quiet for half its stall deadline calls: prepare the next
@@ -529,11 +530,10 @@ class Reader:
             self.released_mid_read = True
         if self.options.unguarded_retry and self._read_posted:
             return  # SIMULATED BUG: the next attempt reuses this agent, registration and memory
-        if self._prestart is not None:  # never tear an agent down while the next one is being made
-            self._prestart.wait()
-        if self.manager is not None:
-            self._last_error = self.manager.data_plane_error
-            self.manager.shutdown()
+        if self.manager is not None:  # never while the next attempt's agent is being made (only
+            self._last_error = self.manager.data_plane_error  # that: its memory's allocation goes on)
+            with self._agent_lock:
+                self.manager.shutdown()
             self.manager = None
         if self.arena is not None:
             if self._read_posted:
