@@ -200,3 +200,22 @@ def test_stale_from_a_live_worker_is_its_own() -> None:
     assert rec.events[-1][1] == {"mx_source_id": "5a5f555570065064", "worker_id": "w1", "status": "STALE",
                                  "previous": "READY", "by": "rpc"}
     assert rec.events[0] == ("source_published", {"mx_source_id": "5a5f555570065064", "worker_id": "w1", "worker_rank": 0})
+
+
+def test_launch_runs_the_role_process_on_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``launch.process_argv``: a ModelExpress server runs ``mx_serverd`` with its store's URL, the
+    host's address, and after a restart its previous port (as mxref's server keeps its address)."""
+    from harness import launch
+
+    monkeypatch.setenv(mx_server.ENV_BINARY, str(fake_binary(tmp_path)))
+    played = mx_server.with_subjects(scenario(), {"server": "modelexpress"})
+    where = launch.Placement(run_dir=tmp_path, events_path=tmp_path / "procs" / "server.events.jsonl",
+                             log_path=tmp_path / "procs" / "server.log", host_address="10.0.0.2", in_netns=True,
+                             incarnation=2, store_address="10.0.0.2:7777", last_grpc_port=5151)
+    argv = launch.process_argv(played, "server", where)
+    assert argv[1:3] == ["-m", "harness.subjects.mx_serverd"]
+    given = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert given["--redis-url"] == "redis://10.0.0.2:7777/0"
+    assert (given["--host"], given["--port"]) == ("10.0.0.2", "5151")
+    mxref_played = launch.process_argv(scenario(), "server", where)
+    assert "harness.subjects.mx_serverd" not in mxref_played
