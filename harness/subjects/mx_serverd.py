@@ -54,7 +54,9 @@ READY_TIMEOUT_S = 20.0  # its port accepting connections (it connects to Redis f
 PORT_TRIES = 5
 STATUS_NAMES = {0: "UNKNOWN", 1: "INITIALIZING", 2: "READY", 3: "STALE"}
 # tracing's text format: "2026-12-02T17:50:00.123456Z  INFO modelexpress_server::p2p::service: message"
-_LINE = re.compile(r"^(?P<ts>\S+)\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+(?P<target>[\w:]+):\s(?P<message>.*)$")
+# (spans, when a line has any, come between the level and the target: "Connection{peer=Server}: h2::...")
+_LINE = re.compile(r"^(?P<ts>\S+)\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+(?:[^\s:{}]*\{[^{}]*\}:\s*)*"
+                   r"(?P<target>\w+(?:::\w+)*):\s(?P<message>.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PUBLISHED = re.compile(r"^PublishMetadata: model='(?P<model>.*)' source_id=(?P<sid>\S+) worker_id=(?P<wid>\S+) "
                         r"worker_rank=(?P<rank>\d+) tensors=(?P<tensors>\d+)$")
@@ -170,8 +172,10 @@ class LogTranslator:
 
 
 def server_env(base: dict[str, str], redis_url: str, timers: dict[str, int]) -> dict[str, str]:
-    """The binary's environment: the Redis backend, the timers, logs at info (p2p at debug: each
-    status update), no colours."""
+    """The binary's environment: the Redis backend, the timers, no colours. ``RUST_LOG`` asks for
+    info with ``p2p`` at debug, but 0.7.0 ignores it (its logger's ``--log-level`` replaces the
+    environment's filter), so ``--log-level debug`` logs every crate at debug (h2 frames too):
+    the price of seeing each status update."""
     env = dict(base)
     env.update({
         "MX_METADATA_BACKEND": "redis",

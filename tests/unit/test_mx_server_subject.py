@@ -160,6 +160,8 @@ def test_parse_line_strips_colours() -> None:
                       "Starting gRPC server on: 127.0.0.1:1\n")
     assert line is not None and line.level == "INFO" and line.message == "Starting gRPC server on: 127.0.0.1:1"
     assert parse_line("thread 'main' panicked at src/main.rs:1") is None
+    spanned = parse_line("2026-12-02T18:10:05Z DEBUG Connection{peer=Server}: h2::codec::framed_read: received frame=Reset {}")
+    assert spanned is not None and spanned.target == "h2::codec::framed_read" and spanned.message == "received frame=Reset {}"
 
 
 def test_publish_then_ready_then_heartbeats() -> None:
