@@ -11,6 +11,8 @@ Capabilities::
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
     <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
+    modelexpress-server  the real ModelExpress server is built (``harness.subjects.mx_server``;
+                ``.ci/bootstrap`` builds it into the cache), for a ``server`` with ``subject: modelexpress``
     cuda        a GPU: ``nvidia-smi -L`` lists one, else a ``/dev/nvidia<N>`` exists (``HARDWARE_PROBE``)
     rdma        an RDMA device: ``/sys/class/infiniband/*``, else ``ibv_devices`` lists one
     inventory   never here: hosts that ``requires:`` hardware (``hosts: {a: {requires: {accelerator:
@@ -156,6 +158,12 @@ def hardware_lacks(
     return lacks
 
 
+def _mx_server_built() -> bool:
+    from harness.subjects.mx_server import server_binary
+
+    return server_binary() is not None
+
+
 # Capabilities that are not simply a program on PATH.
 PROBES: dict[str, Callable[[], bool]] = {
     "root": _root,
@@ -164,7 +172,9 @@ PROBES: dict[str, Callable[[], bool]] = {
     "cuda": lambda: _local_hardware().gpus > 0,
     "rdma": lambda: bool(_local_hardware().rdma),
     "inventory": lambda: False,  # hardware hosts are an inventory's machines (harness.ssh.missing_on_ssh)
+    "modelexpress-server": _mx_server_built,
 }
+
 
 
 def _forced_missing() -> set[str]:
@@ -214,9 +224,11 @@ def scenario_requirements(scenario: BaseModel) -> dict[str, list[str]]:
         needs["netns"] = [f"hosts ({', '.join(netns_hosts)})"]
     default = getattr(scenario, "subject", "mxref")
     for name, spec in getattr(scenario, "processes", {}).items():  # each subject but mxref has an env of its own
-        subject = getattr(spec, "subject", None) or (default if getattr(spec, "role", "") in ("source", "reader") else "mxref")
-        if subject != "mxref":
-            needs.setdefault(f"{subject}-env", []).append(f"{name} (subject {subject})")
+        role = getattr(spec, "role", "")
+        subject = getattr(spec, "subject", None) or (default if role in ("source", "reader") else "mxref")
+        if subject != "mxref":  # a server: the subject's server binary (harness.subjects.mx_server)
+            needs.setdefault(f"{subject}-server" if role == "server" else f"{subject}-env", []).append(
+                f"{name} (subject {subject})")
     proxies = getattr(scenario, "proxies", None)
     if proxies:  # the runner starts a toxiproxy server for them, faults or not
         needs["toxiproxy"] = [f"proxies ({', '.join(proxies)})"]

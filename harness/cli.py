@@ -235,6 +235,16 @@ def scenarios_to_run(paths: Sequence[str], seed: int | None, k: str | None,
     return scenarios
 
 
+def _subjects_arg(text: str) -> dict[str, str]:
+    """``--subject``: a subject, or role=subject pairs (``harness.subjects.mx_server.parse_subjects``)."""
+    from harness.subjects.mx_server import parse_subjects
+
+    try:
+        return parse_subjects(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
     one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run."""
@@ -259,7 +269,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if scenarios is None:
         return EXIT_INVALID
     if args.subject is not None:
-        scenarios = [s.with_subject(args.subject) for s in scenarios]
+        from harness.subjects.mx_server import with_subjects
+
+        scenarios = [with_subjects(s, args.subject) for s in scenarios]
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
         from harness.doctor import places_for, preflight
 
@@ -473,7 +485,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     scenarios, invalid = _load_all(files, None)
     if args.subject is not None:
-        scenarios = [s.with_subject(args.subject) for s in scenarios]
+        from harness.subjects.mx_server import with_subjects
+
+        scenarios = [with_subjects(s, args.subject) for s in scenarios]
     skipped: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
     n_skip = 0
     for sc in scenarios:
@@ -524,9 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", choices=("memory", "redis"), default=None,
                      help="redis: run every scenario's servers on a Redis store (a redis process added where "
                           "the scenario has none; harness.scenario.stores); default: each scenario's own store key")
-    run.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
+    run.add_argument("--subject", type=_subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
                      help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
-                          "modelexpress builds its environment on first use (harness/subjects)")
+                          "modelexpress builds its environment on first use (harness/subjects); per role: "
+                          "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
+                          "server runs the real binary on the scenario's Redis store)")
     run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
                      "(harness/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default=None, metavar="DIR",
@@ -583,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("paths", nargs="*", metavar="PATH")
     lst.add_argument("--faults", action="store_true")
     lst.add_argument("--checks", action="store_true")
-    lst.add_argument("--subject", choices=["mxref", "modelexpress"], default=None,
+    lst.add_argument("--subject", type=_subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
                      help="as played by this subject: which scenarios it cannot play (their subjects:) and why")
     lst.set_defaults(fn=_cmd_list)
 

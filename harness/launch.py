@@ -31,6 +31,7 @@ from harness.scenario import (
     SourceProcess,
 )
 from harness.subjects import subject_launcher
+from harness.subjects.mx_server import server_of_subject, serverd_argv
 
 __all__ = [
     "HarnessIdentity",
@@ -138,6 +139,8 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         return redis_argv(name, spec, where)
     if where.events_path is None:
         raise ValueError(f"process {name}: an mxref process needs an events file")
+    if isinstance(spec, ServerProcess) and server_of_subject(spec) != "mxref":
+        return _mx_server_argv(name, spec, where, where.events_path)
     argv = [*launcher(sc, spec, where.run_dir), spec.role, "--name", name, "--events", str(where.events_path), "--metrics-port", "0"]
     if isinstance(spec, ServerProcess):
         options = spec.options
@@ -173,6 +176,14 @@ def process_argv(sc: Scenario, name: str, where: Placement) -> list[str]:
         argv += _host_accelerator(spec, where)
     argv += [fill(part, sc, where.run_dir, proc_dir) for part in spec.extra_args]
     return argv
+
+
+def _mx_server_argv(name: str, spec: ServerProcess, where: Placement, events_path: Path) -> list[str]:
+    """A server the real ModelExpress binary plays (``harness.subjects.mx_server``): same port
+    rules as mxref's (a restart binds its previous port), bound to the host's address."""
+    port = spec.options.port or where.last_grpc_port or 0
+    return serverd_argv(name, spec, events_path=events_path, proc_dir=where.log_path.parent,
+                        host=spec.options.host or where.host_address, port=port, store_address=where.store_address)
 
 
 def redis_argv(name: str, spec: RedisProcess, where: Placement) -> list[str]:

@@ -59,8 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mxchaos-seed", type=int, default=None, metavar="N", help="override every scenario's seed")
     group.addoption("--mxchaos-store", choices=("memory", "redis"), default=None,
                     help="redis: every scenario's servers on a Redis store (harness.scenario.stores)")
-    group.addoption("--mxchaos-subject", choices=["mxref", "modelexpress"], default=None,
-                    help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's)")
+    group.addoption("--mxchaos-subject", default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
+                    help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's); "
+                         "per role: server=modelexpress,reader=mxref (harness.subjects.mx_server)")
     group.addoption("--mxchaos-inventory", default=None, metavar="FILE",
                     help="run the scenarios' hosts on this inventory's machines over ssh (harness/inventory.py)")
     group.addoption(
@@ -210,7 +211,13 @@ class ScenarioFile(pytest.File):
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"),
                                  store=self.config.getoption("mxchaos_store"))
         if self.config.getoption("mxchaos_subject"):
-            scenario = scenario.with_subject(self.config.getoption("mxchaos_subject"))
+            from harness.subjects.mx_server import parse_subjects, with_subjects
+
+            try:
+                subjects = parse_subjects(self.config.getoption("mxchaos_subject"))
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            scenario = with_subjects(scenario, subjects)
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
         markers = ["mxchaos"]
         if "integration" in _declared_markers(self.config):

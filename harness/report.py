@@ -51,6 +51,7 @@ from harness.errors import HarnessError
 from harness.htmlreport import render_html, timeline_svg
 from harness.scenario import Scenario, parse_scenario_json
 from harness.subjects import subject_versions
+from harness.subjects.mx_server import server_versions
 from harness.timeline import History
 from harness.verdict import RunResult, judge, result_to_json, verdict_of
 
@@ -184,7 +185,8 @@ def write_run_folder(result: RunResult) -> Path:
     (no live file, a write failed, entries after its sink closed) it is rewritten atomically."""
     run_dir = result.run_dir
     write_scenario_files(run_dir, result.scenario)
-    versions = {**collect_versions(), "subjects": subject_versions(result.scenario)}
+    versions = {**collect_versions(), "subjects": subject_versions(result.scenario),
+                "servers": server_versions(result.scenario)}
     (run_dir / "versions.json").write_text(json.dumps(versions, indent=2))
     timeline_file = run_dir / "timeline.jsonl"
     if not _holds_entries(timeline_file, len(result.history)):

@@ -11,6 +11,10 @@ UNAVAILABLE / DEADLINE_EXCEEDED). Negative answers (``success=false``,
 worker is the source's fault and raises ``ManifestError``; a manifest answered
 by a different worker (a reused endpoint) raises its subclass ``WorkerIdMismatch``.
 
+``MxClient`` speaks ``mxref.v1`` unless its server answers UNIMPLEMENTED (the real ModelExpress
+server), then ``model_express.p2p`` (``mxref.mx_control``); ``wire=`` or ``$MXREF_SERVER_WIRE``
+chooses one outright.
+
 Both dial with ``mxref.security`` credentials: the ones given, else the process's
 (``security.install``), which are plaintext unless the process was started with TLS flags.
 A server that refuses the token answers UNAUTHENTICATED (not retryable).
@@ -25,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from mxref import config, security
+from mxref import config, mx_control, security
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.identity import mx_source_id
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
@@ -56,13 +60,16 @@ class MxClient:
         timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S,
         *,
         credentials: security.ClientCredentials | None = None,
+        wire: str | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = _check_timeout(timeout_s)
         self._owner_secrets: dict[tuple[str, str], str] = {}
         creds = credentials if credentials is not None else security.client_default()
         self._channel = creds.channel(address, config.grpc_client_options())
-        self._stub = _P2P_STUB(self._channel)
+        # mxref.v1, or ModelExpress's model_express.p2p on its own server (mxref.mx_control)
+        self.wire = mx_control.wire(wire)
+        self._stub = mx_control.MxP2pStub(self._channel) if self.wire == "model_express.p2p" else _P2P_STUB(self._channel)
 
     def publish_metadata(
         self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str
@@ -140,8 +147,17 @@ class MxClient:
 
     def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         rpc = getattr(self._stub, method)
+        timeout = self.timeout_s if timeout_s is None else _check_timeout(timeout_s)
         try:
-            return rpc(request, timeout=self.timeout_s if timeout_s is None else _check_timeout(timeout_s))
+            try:
+                return rpc(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                if self.wire != "auto" or _status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # no mxref.v1 here: a ModelExpress server; speak its package from now on
+                self.wire = "model_express.p2p"
+                self._stub = mx_control.MxP2pStub(self._channel)
+                return getattr(self._stub, method)(request, timeout=timeout)
         except grpc.RpcError as exc:
             code, details = _status(exc)
             name = code.name if code is not None else "UNKNOWN"

@@ -297,6 +297,8 @@ class ServerProcess(MxrefProcess):
     options: ServerOptions = ServerOptions()
     store: Name | None = None
     store_via: Name | None = None  # reach the store through this proxy (its upstream: the redis process)
+    # who plays it: mxref's server, or the real ModelExpress server (harness.subjects.mx_server; needs a store)
+    subject: Subject | None = None
 
 
 class SourceProcess(MxrefProcess):

@@ -4,8 +4,9 @@
 runs the real ModelExpress client (``modelexpress==0.7.0``) through its adapter,
 ``<subject env>/bin/python -m mxref.mx_adapter`` (``mxref/mx_adapter.py`` says which client
 paths run unmodified and what the adapter stands in for), in an environment of its own built
-on first use (``harness.subjects.envs``: torch is a few GB). The metadata server is always
-mxref's: it serves both ``mxref.v1`` and ModelExpress's ``model_express.p2p``.
+on first use (``harness.subjects.envs``: torch is a few GB). The metadata server is mxref's
+(it serves both ``mxref.v1`` and ModelExpress's ``model_express.p2p``) unless a ``server``
+process says ``subject: modelexpress``: the real ModelExpress server (``harness.subjects.mx_server``).
 
 A scenario chooses with ``subject:`` (a source or reader with its own ``subject:``: a mixed
 fleet); ``mxchaos run --subject`` overrides every scenario's default.

@@ -89,7 +89,7 @@ def _check_subjects(cx: Context) -> None:
         cx.add(("subject",), f"{sc.subject!r} is not among the scenario's subjects ({allowed})")
     for name, spec in sc.processes.items():
         own = getattr(spec, "subject", None)
-        if own is not None and own not in sc.subjects:
+        if own is not None and spec.role != "server" and own not in sc.subjects:  # subjects: who plays clients
             cx.add(("processes", name, "subject"), f"{own!r} is not among the scenario's subjects ({allowed})")
 
 
@@ -97,6 +97,12 @@ def _check_store(cx: Context, loc: Loc, spec: ServerProcess) -> None:
     """A server's ``store`` is a redis process; its ``store_via`` a proxy leading to that store."""
     if spec.store is not None:
         cx.need_process((*loc, "store"), spec.store, ("redis",), "redis process")
+    elif spec.subject not in (None, "mxref"):
+        cx.add((*loc, "subject"), f"a {spec.subject} server keeps its records only in Redis: give it a store "
+               "(the scenario's store: redis, or store: a redis process)")
+    if spec.subject not in (None, "mxref") and cx.sc.security.tls and "security" not in cx.broken:
+        cx.add((*loc, "subject"), f"a {spec.subject} server is not staged with the run's TLS and token "
+               "(its security is Kubernetes service-account review): drop security or the server's subject")
     if spec.store_via is None or not cx.need_proxy((*loc, "store_via"), spec.store_via):
         return
     upstream = cx.sc.proxies[spec.store_via].upstream

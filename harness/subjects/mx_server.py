@@ -1,0 +1,204 @@
+"""The real ModelExpress metadata server as a subject: where its binary is, how a scenario's
+``server`` process becomes it, and who plays which role.
+
+``modelexpress-server`` is published as a Rust crate; ``.ci/bootstrap`` builds it once
+(``cargo install --locked``, ~20 min of one low-priority job, needs Debian's ``protobuf-compiler``)
+into ``<cache>/mx-server/<version>`` (``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``),
+shared by every clone. ``server_binary`` finds it; without it a scenario with such a server is
+a SKIP naming the capability ``modelexpress-server`` (``harness.capabilities``).
+
+A ``server`` process with ``subject: modelexpress`` runs ``python -m harness.subjects.mx_serverd``
+(the same host spawn path, session and run tags as every process), which starts the binary
+against the server's ``store`` (a redis process: ModelExpress keeps its records only in Redis or
+Kubernetes) and reports it as mxref's server would (``mx_serverd`` says what it observes and
+what it cannot). The scenario's timers map to the server's whole-second settings, rounded up
+(``ServerTimers``): the run's ``started`` event records both. ``store_timeout`` has no
+counterpart and is recorded as not staged.
+
+``parse_subjects`` / ``with_subjects`` read ``mxchaos run --subject``: a bare name plays the
+sources and readers (as before); ``server=modelexpress,reader=mxref`` names a subject per role
+(``server``, ``source``, ``reader``, ``client`` = sources and readers). A server made
+ModelExpress's gets the scenario's Redis store (``harness.scenario.stores.with_store``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.matrix.envs import cache_dir
+from harness.scenario import ReaderProcess, Scenario, ServerProcess, SourceProcess
+from harness.scenario.stores import with_store
+
+__all__ = [
+    "BINARY",
+    "CAPABILITY",
+    "ROLES",
+    "SERVER_SUBJECTS",
+    "VERSION",
+    "ServerTimers",
+    "parse_subjects",
+    "server_binary",
+    "server_of_subject",
+    "server_root",
+    "server_timers",
+    "server_versions",
+    "serverd_argv",
+    "with_subjects",
+]
+
+VERSION = "0.7.0"
+BINARY = "modelexpress-server"
+CAPABILITY = "modelexpress-server"
+STAMP = ".mxchaos-built"  # written by .ci/bootstrap once the build succeeded
+SERVER_SUBJECTS = ("modelexpress",)
+ROLES = ("server", "source", "reader", "client")
+SUBJECT_NAMES = ("mxref", "modelexpress")
+ENV_BINARY = "MXCHAOS_MX_SERVER_BIN"  # a binary built elsewhere (a nightly, a local checkout)
+
+
+def server_root(version: str = VERSION, root: Path | None = None) -> Path:
+    """Where ``cargo install --root`` puts the server of ``version`` (shared by every clone)."""
+    return (root or cache_dir()) / "mx-server" / version
+
+
+def server_binary(version: str = VERSION, root: Path | None = None) -> Path | None:
+    """The built ``modelexpress-server`` (``$MXCHAOS_MX_SERVER_BIN`` first), or None."""
+    override = os.environ.get(ENV_BINARY)
+    path = Path(override) if override else server_root(version, root) / "bin" / BINARY
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def server_of_subject(spec: Any) -> str:
+    """Who plays a server process (``mxref`` unless it says ``subject:``)."""
+    return getattr(spec, "subject", None) or "mxref"
+
+
+@dataclass(frozen=True)
+class ServerTimers:
+    """A scenario's server timers as ModelExpress's whole-second settings (None: its default)."""
+
+    heartbeat_timeout_s: int | None
+    reaper_interval_s: int | None
+    gc_timeout_s: int | None
+    rounded: tuple[str, ...]  # "reaper_interval 250ms -> 1s"
+    not_staged: tuple[str, ...]  # options ModelExpress has no setting for
+
+    ENV = (("heartbeat_timeout_s", "MX_HEARTBEAT_TIMEOUT_SECS"), ("reaper_interval_s", "MX_REAPER_SCAN_INTERVAL_SECS"),
+           ("gc_timeout_s", "MX_GC_TIMEOUT_SECS"))
+
+    def env(self) -> dict[str, str]:
+        return {var: str(getattr(self, field)) for field, var in self.ENV if getattr(self, field) is not None}
+
+    def flags(self) -> list[str]:
+        """The wrapper's flags (``--heartbeat-timeout-s 5`` ...), plus what was rounded / not staged."""
+        out: list[str] = []
+        for field, _var in self.ENV:
+            value = getattr(self, field)
+            if value is not None:
+                out += ["--" + field.replace("_", "-"), str(value)]
+        for note in self.rounded:
+            out += ["--rounded", note]
+        for note in self.not_staged:
+            out += ["--not-staged", note]
+        return out
+
+
+def _seconds_text(value: float) -> str:
+    return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
+
+
+def server_timers(spec: ServerProcess) -> ServerTimers:
+    """``spec``'s timers rounded up to whole seconds (at least 1: a 0 s reaper interval would
+    stop ModelExpress's reaper loop from starting)."""
+    values: dict[str, int | None] = {}
+    rounded: list[str] = []
+    for key in ("heartbeat_timeout", "reaper_interval", "gc_timeout"):
+        given = getattr(spec.options, key)
+        if given is None:
+            values[f"{key}_s"] = None
+            continue
+        whole = max(1, math.ceil(given - 1e-9))
+        values[f"{key}_s"] = whole
+        if whole != given:
+            rounded.append(f"{key} {_seconds_text(given)} -> {whole}s")
+    not_staged = []
+    if spec.options.store_timeout is not None:
+        not_staged.append(f"store_timeout {_seconds_text(spec.options.store_timeout)} (ModelExpress has no such setting)")
+    return ServerTimers(values["heartbeat_timeout_s"], values["reaper_interval_s"], values["gc_timeout_s"],
+                        tuple(rounded), tuple(not_staged))
+
+
+def serverd_argv(name: str, spec: ServerProcess, *, events_path: Path, proc_dir: Path, host: str, port: int,
+                 store_address: str | None) -> list[str]:
+    """The argv of a ``server`` process played by ModelExpress: its wrapper (``mx_serverd``).
+    ``ValueError`` naming the process when it has no store, or no binary is built."""
+    if store_address is None:
+        raise ValueError(f"process {name}: the ModelExpress server keeps its records only in Redis: "
+                         f"give it a store (the scenario's `store: redis`, or the server's `store:`)")
+    binary = server_binary()
+    if binary is None:
+        raise ValueError(f"process {name}: {BINARY} {VERSION} is not built (the capability {CAPABILITY}; "
+                         f".ci/bootstrap builds it into {server_root()})")
+    argv = [sys.executable, "-m", "harness.subjects.mx_serverd", "--name", name, "--events", str(events_path),
+            "--binary", str(binary), "--version", VERSION, "--host", host, "--port", str(port),
+            "--redis-url", f"redis://{store_address}/0", "--dir", str(proc_dir / f"{name}.mx")]
+    return argv + server_timers(spec).flags()
+
+
+def parse_subjects(text: str) -> dict[str, str]:
+    """``--subject``: a bare subject (sources and readers, ``{"client": NAME}``) or
+    ``role=NAME[,role=NAME...]``; ``ValueError`` naming the part and the rule."""
+    text = text.strip()
+    if "=" not in text:
+        if text not in SUBJECT_NAMES:
+            raise ValueError(f"--subject {text!r}: expected one of {', '.join(SUBJECT_NAMES)} or role=subject pairs "
+                             f"(roles: {', '.join(ROLES)})")
+        return {"client": text}
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        role, sep, subject = (piece.strip() for piece in part.partition("="))
+        if not sep or role not in ROLES:
+            raise ValueError(f"--subject {text!r}: {part.strip()!r} is not role=subject (roles: {', '.join(ROLES)})")
+        if subject not in SUBJECT_NAMES:
+            raise ValueError(f"--subject {text!r}: {subject!r} is not a subject (known: {', '.join(SUBJECT_NAMES)})")
+        if role in out:
+            raise ValueError(f"--subject {text!r}: role {role} is named twice")
+        out[role] = subject
+    return out
+
+
+def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
+    """``sc`` played as ``subjects`` (``parse_subjects``) says: ``client`` sets the scenario's
+    ``subject`` (sources and readers without their own), ``source``/``reader`` every process of
+    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store)."""
+    if "client" in subjects:
+        sc = sc.with_subject(subjects["client"])
+    processes = dict(sc.processes)
+    for name, spec in sc.processes.items():
+        role_subject = subjects.get(spec.role)
+        if role_subject is not None and isinstance(spec, ServerProcess | SourceProcess | ReaderProcess):
+            processes[name] = spec.model_copy(update={"subject": role_subject})
+    sc = sc.model_copy(update={"processes": processes})
+    needs_store = any(isinstance(spec, ServerProcess) and server_of_subject(spec) in SERVER_SUBJECTS
+                      and spec.store is None for spec in processes.values())
+    return with_store(sc, "redis") if needs_store else sc
+
+
+def server_versions(sc: Any) -> dict[str, Any]:
+    """What played the servers (``versions.json``): ModelExpress's name, version and binary."""
+    played = {server_of_subject(spec) for spec in getattr(sc, "processes", {}).values()
+              if getattr(spec, "role", "") == "server"}
+    out: dict[str, Any] = {}
+    for subject in sorted(played):
+        if subject == "mxref":
+            out[subject] = {"version": "this repository"}
+        else:
+            binary = server_binary()
+            out[subject] = {"package": f"{BINARY} (crates.io)", "version": VERSION,
+                            "binary": str(binary) if binary else None}
+    return out
