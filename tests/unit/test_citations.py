@@ -59,7 +59,7 @@ OUTSIDE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bmodelexpress-protocol(?:\.md)?\s*§?\s*2(?!\d)"), "docs/modelexpress-wire.md#the-grpc-api"),
     (re.compile(r"\bmodelexpress-protocol(?:\.md)?\s*§?\s*3(?!\d)"), "docs/contract.md#source-lifecycle"),
     (re.compile(r"\bmodelexpress-protocol(?:\.md)?\s*§?\s*4(?!\d)"), "docs/contract.md#load-strategy"),
-    (re.compile(r"\bmodelexpress-(?:protocol|server)\b"),
+    (re.compile(r"\bmodelexpress-(?:protocol\b|server\.md\b)"),  # the crate and binary modelexpress-server are ours to name
      "docs/modelexpress-wire.md or docs/contract.md#source-lifecycle"),
     (re.compile(r"\bfield-incidents\b"), "the incident's public tracker item (ai-dynamo/modelexpress#N)"),
     (re.compile(r"\bnotes/[\w.-]+"), "the docs/ section that states the fact (docs/nixl-facts.md, docs/contract.md)"),
