@@ -279,7 +279,7 @@ def logged_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 # --- metadata server limits ---------------------------------------------------
 # The server trusts no peer: every request is checked against these before it
 # touches the store. ``ServerLimits`` holds the ones an operator may change (each
-# has a ``server`` flag); the others are fixed here. README "Server limits" lists all.
+# has a ``server`` flag); the others are fixed here. docs/mxref.md "Server limits" lists all.
 
 DEFAULT_SERVER_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """gRPC ``max_receive_message_length`` of the metadata server (a larger message never

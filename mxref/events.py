@@ -19,7 +19,7 @@ Schema (every line)::
 ``EVENTS`` is the machine-readable schema: per event, its fields and, for a field
 with a fixed set of values (a status, an outcome), those values. The harness
 validates scenario ``where:`` clauses against it; a unit test keeps it in step with
-the ``emit`` calls. ``EVENT_NAMES`` is the same as one line per event (README.md has
+the ``emit`` calls. ``EVENT_NAMES`` is the same as one line per event (docs/mxref.md has
 the same table for readers of the files).
 """
 

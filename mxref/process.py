@@ -23,7 +23,7 @@ from mxref.metrics import ProcessMetrics
 
 logger = logging.getLogger("mxref.process")
 
-# Exit codes shared by every role (README documents them).
+# Exit codes shared by every role (docs/mxref.md documents them).
 EXIT_OK = 0
 EXIT_LOAD_FAILED = 1  # reader: no verified load (no source worked and no usable checkpoint)
 EXIT_USAGE = 2  # bad flags or input

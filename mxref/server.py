@@ -92,7 +92,7 @@ GRPC_IMPLS = ("grpcio", "native")
 decided by the same servicer) or grpcio (Python's gRPC)."""
 DEFAULT_GRPC_IMPL = "native"
 """The metadata server's gRPC unless told (``--grpc-impl``): native, several times grpcio's calls
-per second on the same servicer (README: Server at fleet scale)."""
+per second on the same servicer (docs/mxref.md: Server at fleet scale)."""
 
 SERVER_THREADS = 16
 RATE_LIMIT_DELAY_S = 0.25
@@ -1313,9 +1313,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                         help="bound on one Redis socket operation (default 1; one retry)")
     parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default=DEFAULT_GRPC_IMPL,
                         help=f"native: gRPC framed in Rust (mxref_native), several times grpcio's calls per "
-                             f"second (README: Server at fleet scale); or grpcio, Python's (default {DEFAULT_GRPC_IMPL})")
+                             f"second (docs/mxref.md: Server at fleet scale); or grpcio, Python's (default {DEFAULT_GRPC_IMPL})")
     add_tls_server_args(parser)
-    limits = parser.add_argument_group("limits (README: Server limits)")
+    limits = parser.add_argument_group("limits (docs/mxref.md: Server limits)")
     default = config.ServerLimits()
     limits.add_argument("--max-message-bytes", type=_positive_int, default=default.max_message_bytes, metavar="N",
                         help=f"largest request gRPC accepts (default {default.max_message_bytes})")
@@ -1345,7 +1345,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                         help=f"writes one peer address may send back to back (default {default.peer_publish_burst})")
     limits.add_argument("--mx-writes", choices=MX_WRITES, default=MxWrites.TRUSTED.value,
                         help="model_express.p2p writes, which carry no owner secret: trusted (first come; never "
-                             "over an mxref publisher's record) or refused (README: Security; default trusted)")
+                             "over an mxref publisher's record) or refused (docs/security.md; default trusted)")
 
 
 def server_limits(args: argparse.Namespace) -> config.ServerLimits:

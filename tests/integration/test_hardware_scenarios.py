@@ -4,7 +4,7 @@ reason names what is missing, and nothing starts (no process, no host opened, no
 Without an inventory the reason says it needs one with GPU/RDMA hosts; with a lab inventory
 (``mxchaos lab up``: namespaces running sshd, CPU only, no RDMA NIC) the hosts are probed over
 ssh and the reason names the lab host and "no cuda" / "no rdma". The real run needs a pair of
-GPU hosts with RDMA NICs (README: "Hardware scenarios")."""
+GPU hosts with RDMA NICs (docs/gpu-hosts.md: "Hardware scenarios")."""
 
 from __future__ import annotations
 

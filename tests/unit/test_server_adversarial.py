@@ -1,6 +1,6 @@
 """The metadata server against callers who mean harm, on both gRPC implementations.
 
-Each test pins one defence (README: Security): a record belongs to its publisher (a hijack
+Each test pins one defence (docs/security.md): a record belongs to its publisher (a hijack
 by a caller that knows its ids is refused, the victim's record untouched); a reader's token
 cannot write; byte budgets per record and for the whole store, unknown fields refused, and a
 write rate per peer address that new connections do not reset; ModelExpress's own fields
@@ -46,7 +46,7 @@ READY = p2p_pb2.SOURCE_STATUS_READY
 STALE = p2p_pb2.SOURCE_STATUS_STALE
 OURS = "mxref.v1.P2pService"
 FUZZ_EXAMPLES = 200
-"""Fuzz cases per gRPC implementation (README: Security gives the cases and seconds measured)."""
+"""Fuzz cases per gRPC implementation (docs/security.md gives the cases and seconds measured)."""
 FUZZ_CALL_TIMEOUT_S = 5.0
 
 
