@@ -25,9 +25,10 @@ from harness import cleanup, lab, netns, procscan, ssh, ssh_sweep
 from harness.errors import HarnessError
 from harness.inventory import Inventory, load_inventory
 from harness.runner import Runner
-from harness.scenario import load_scenario
+from harness.scenario import Scenario, load_scenario
 from harness.ssh import SshHost
-from harness.timeline import Entry
+from harness.timeline import Entry, History
+from harness.verdict import RunResult
 
 pytestmark = [
     pytest.mark.integration,
@@ -160,7 +161,25 @@ def test_network_scenarios_pass_on_lab_ssh_hosts(name: str, lab_inventory: Inven
     scenario = load_scenario(SCENARIOS / f"{name}.yaml")
     result = Runner(scenario, out_dir=tmp_path, inventory=lab_inventory, install_signal_handlers=False).run()
     failed = [f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True]
+    if result.verdict != "pass" and _source_died_after_a_heal(result.history, scenario):
+        # NIXL 1.5.1's known defect (scenario partition_heal_serves_later_reader, 2 of ~6 runs on
+        # lab ssh hosts): a source whose departed reader's host resets its retransmits once the
+        # link is back dies of SIGSEGV; what this test judges, ssh hosts, is checked all the same
+        _check_hosts_and_folders(result, scenario, lab_inventory)
+        pytest.xfail(f"NIXL 1.5.1: a source died of SIGSEGV after the heal (known defect): {failed} ({result.run_dir})")
     assert result.verdict == "pass", f"{result.status} {result.reason} {failed} ({result.run_dir})"
+    _check_hosts_and_folders(result, scenario, lab_inventory)
+
+
+def _source_died_after_a_heal(history: History, scenario: Scenario) -> bool:
+    heal = history.last(actor="nemesis", f="heal", type="ok")
+    sources = {name for name, role in scenario.roles().items() if role == "source"}
+    return heal is not None and any(
+        e.f == "process_exit" and e.actor in sources and e.get("signal") == "SIGSEGV" and not e.get("stopped_by_harness")
+        and e.t > heal.t for e in history)
+
+
+def _check_hosts_and_folders(result: RunResult, scenario: Scenario, lab_inventory: Inventory) -> None:
     info = json.loads((result.run_dir / "run.json").read_text())
     hosts = info["hosts"]
     assert set(hosts) == set(scenario.hosts) and all(h["kind"] == "ssh" for h in hosts.values())
