@@ -46,12 +46,8 @@ class RunProcess:
 
 def proc_start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    st = runscope.proc_stat(pid)
+    return st.start if st is not None else None
 
 
 def _state(pid: int) -> str:

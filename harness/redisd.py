@@ -19,7 +19,6 @@ temporary folder and always stops it.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import shutil
 import signal
@@ -28,15 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+
+from harness.wrapped import dies_with, forward_signals
 
 __all__ = ["READY_TIMEOUT_S", "RedisServer", "redis_available", "redis_server_argv"]
 
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
-PR_SET_PDEATHSIG = 1
 BINARY = "redis-server"
 
 
@@ -80,7 +79,7 @@ def _start(port: int, bind: str, directory: Path, log: int | None) -> tuple[subp
     for _ in range(tries):
         chosen = port or _free_port(bind)
         proc = subprocess.Popen(redis_server_argv(chosen, bind, directory), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=os.environ.copy(), preexec_fn=_dies_with(os.getpid()))
+                                stdin=subprocess.DEVNULL, env=os.environ.copy(), preexec_fn=dies_with(os.getpid()))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _pings(bind, chosen):
@@ -89,20 +88,6 @@ def _start(port: int, bind: str, directory: Path, log: int | None) -> tuple[subp
         _stop(proc)
     raise RuntimeError(f"redis-server did not answer PING on {bind}:{port or 'a free port'} within "
                        f"{READY_TIMEOUT_S:g}s ({tries} tries)")
-
-
-def _dies_with(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: redis-server gets SIGKILL when its wrapper dies, however it dies (a
-    SIGKILLed or crashed wrapper forwards nothing), and ends at once if the wrapper is already
-    gone. libc is loaded here, before the fork."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int | None:
@@ -176,12 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         events.emit("exit", code=3, error=str(exc))
         return 3
 
-    def forward(signum: int, frame: object) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    forward_signals(proc)
     events.emit("listening", what="redis", port=port, endpoint=f"{args.bind}:{port}")
     code = proc.wait()
     events.emit("exit", code=code)

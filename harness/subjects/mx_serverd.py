@@ -31,8 +31,6 @@ on SIGINT only, so TERM ends it at once, as it would in a pod.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
 import re
@@ -46,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from harness.wrapped import dies_with, forward_signals
 
 __all__ = ["LogLine", "LogTranslator", "StoreProbe", "main", "parse_line", "server_env"]
 
@@ -205,13 +205,6 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the wrapper dies (PR_SET_PDEATHSIG), so a wrapper killed alone
-    never leaves the server behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
 def _pump(stdout: IO[bytes], translator: LogTranslator) -> threading.Thread:
     """Copy the server's log to ours (the process log) and translate each line, until it ends."""
 
@@ -241,7 +234,7 @@ def _start(args: argparse.Namespace, env: dict[str, str], metrics_port: int,
         argv = [args.binary, "--host", args.host, "--port", str(port), "--metrics-port", str(metrics_port),
                 "--cache-directory", str(Path(args.dir) / "cache"), "--log-level", "debug"]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)  # no other thread runs yet
+                                stdin=subprocess.DEVNULL, preexec_fn=dies_with(os.getpid()))  # no other thread runs yet
         assert proc.stdout is not None
         pump = _pump(proc.stdout, translator)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -299,12 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         events.emit("exit", code=3, error=str(exc))
         return 3
 
-    def forward(signum: int, frame: object) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    forward_signals(proc)
     events.emit("listening", what="grpc", port=port, endpoint=f"{args.host}:{port}")
     events.emit("listening", what="metrics", port=metrics_port, endpoint=f"{args.host}:{metrics_port}")
     code = proc.wait()
