@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from fixtures.wire import varint
 from procs import Cluster, Proc
 
 from mxref.server import RATE_LIMIT_DELAY_S
@@ -48,15 +49,6 @@ def own_channel(address: str) -> grpc.Channel:
     """Its own connection: channels of one process share one unless told not to."""
     return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1),
                                                    ("grpc.max_send_message_length", 64 << 20)])
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def publish_request(worker_id: str = "w1", **worker_fields: Any) -> p2p_pb2.PublishMetadataRequest:

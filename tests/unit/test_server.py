@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from fixtures.wire import field
 from prometheus_client.parser import text_string_to_metric_families
 
 from mxref.client import MxClient
@@ -539,23 +540,6 @@ LIMITS = ServerLimits(max_message_bytes=1 << 20, max_blob_bytes=1024, max_name_b
 @pytest.fixture
 def limited(tmp_path: Path, grpc_impl: str) -> Iterator[Stack]:
     yield from make_stack(tmp_path, limits=LIMITS, grpc_impl=grpc_impl)
-
-
-def varint(value: int) -> bytes:
-    """``value`` as a protobuf varint (any width: the point is to send what a typed client cannot)."""
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes | int) -> bytes:
-    """One wire field: a varint, or length-delimited bytes."""
-    if isinstance(payload, int):
-        return varint(number << 3) + varint(payload)
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 @dataclass(frozen=True)

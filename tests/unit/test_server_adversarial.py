@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+from fixtures.wire import field, varint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -278,8 +279,8 @@ def test_byte_budgets_per_record_and_for_the_store(grpc_impl: str) -> None:
 
 def test_unknown_fields_are_refused_in_our_package(server: Server) -> None:
     request = p2p_pb2.PublishMetadataRequest(identity=identity(), worker=worker(), worker_id="w1")
-    tensor = p2p_pb2.TensorDescriptor(name="t", size=1).SerializeToString() + _field(99, b"u" * 100_000)
-    payload = request.SerializeToString() + _field(2, _field(3, tensor))  # merged into worker.tensors[0]
+    tensor = p2p_pb2.TensorDescriptor(name="t", size=1).SerializeToString() + field(99, b"u" * 100_000)
+    payload = request.SerializeToString() + field(2, field(3, tensor))  # merged into worker.tensors[0]
     code, details = server.raw(OURS, "PublishMetadata", payload)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "does not define" in str(details)
     assert server.store.snapshot() == []
@@ -301,26 +302,12 @@ def test_the_write_rate_holds_per_peer_address_across_new_connections(grpc_impl:
 # --- item 5: ModelExpress's own fields, and listings that never fail ----------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field, built by hand (a generated message would refuse bad UTF-8)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _mx_publish(worker_id: str, worker_extra: bytes = b"") -> bytes:
     request = mx_pb2.PublishMetadataRequest(
         identity=mx_pb2.SourceIdentity(mx_version="0.7.0", model_name="acme/m", dtype="float32"), worker_id=worker_id)
     worker_bytes: bytes = mx_pb2.WorkerMetadata(worker_rank=0, agent_name=worker_id).SerializeToString() + worker_extra
     head: bytes = request.SerializeToString()
-    return head + _field(2, worker_bytes)
+    return head + field(2, worker_bytes)
 
 
 def _mx_listing(srv: Server) -> list[str]:
@@ -332,13 +319,13 @@ def _mx_listing(srv: Server) -> list[str]:
 
 def test_a_poisoned_modelexpress_field_is_refused_and_listings_answer(server: Server) -> None:
     assert server.raw(MX_SERVICE_NAME, "PublishMetadata", _mx_publish("honest"))[0] == grpc.StatusCode.OK
-    not_utf8 = _field(11, _field(1, b"rack") + _field(2, b"\xff\xfe"))  # topology {"rack": <not UTF-8>}
+    not_utf8 = field(11, field(1, b"rack") + field(2, b"\xff\xfe"))  # topology {"rack": <not UTF-8>}
     code, details = server.raw(MX_SERVICE_NAME, "PublishMetadata", _mx_publish("bad", not_utf8))
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
-    huge = _field(11, _field(1, b"k") + _field(2, b"v" * (15 << 20)))  # 15 MiB of topology
+    huge = field(11, field(1, b"k") + field(2, b"v" * (15 << 20)))  # 15 MiB of topology
     code, details = server.raw(MX_SERVICE_NAME, "PublishMetadata", _mx_publish("huge", huge))
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
-    many = b"".join(_field(11, _field(1, f"k{i}".encode()) + _field(2, b"v")) for i in range(40))
+    many = b"".join(field(11, field(1, f"k{i}".encode()) + field(2, b"v")) for i in range(40))
     code, details = server.raw(MX_SERVICE_NAME, "PublishMetadata", _mx_publish("many", many))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "topology" in str(details)
     assert _mx_listing(server) == ["honest"]
@@ -348,7 +335,7 @@ def test_a_record_that_does_not_encode_is_left_out_and_counted(server: Server) -
     """As a shared Redis may hand back: a record whose ModelExpress fields are not UTF-8. Both
     packages' listings answer with the good records, and the skip is counted."""
     bad_worker = p2p_pb2.WorkerMetadata.FromString(
-        worker().SerializeToString() + _field(11, _field(1, b"rack") + _field(2, b"\xff")))
+        worker().SerializeToString() + field(11, field(1, b"rack") + field(2, b"\xff")))
     server.store.publish(identity(), bad_worker, "bad", READY)  # behind the servicer's back
     server.store.publish(identity(), worker(), "good", READY)
     assert _mx_listing(server) == ["good"]
@@ -410,14 +397,14 @@ def _fields(depth: int) -> st.SearchStrategy[bytes]:
     """Protobuf-shaped bytes: fields of every wire type with random numbers, strings of any
     bytes (not UTF-8 too), nested messages; sometimes plain garbage."""
     scalar = st.one_of(
-        st.tuples(_FIELD, st.integers(min_value=0, max_value=2**64 - 1)).map(lambda t: _varint(t[0] << 3) + _varint(t[1])),
-        st.tuples(_FIELD, st.binary(max_size=300)).map(lambda t: _field(t[0], t[1])),
-        st.tuples(_FIELD, st.binary(min_size=4, max_size=4)).map(lambda t: _varint(t[0] << 3 | 5) + t[1]),
-        st.tuples(_FIELD, st.binary(min_size=8, max_size=8)).map(lambda t: _varint(t[0] << 3 | 1) + t[1]),
+        st.tuples(_FIELD, st.integers(min_value=0, max_value=2**64 - 1)).map(lambda t: varint(t[0] << 3) + varint(t[1])),
+        st.tuples(_FIELD, st.binary(max_size=300)).map(lambda t: field(t[0], t[1])),
+        st.tuples(_FIELD, st.binary(min_size=4, max_size=4)).map(lambda t: varint(t[0] << 3 | 5) + t[1]),
+        st.tuples(_FIELD, st.binary(min_size=8, max_size=8)).map(lambda t: varint(t[0] << 3 | 1) + t[1]),
     )
     if depth == 0:
         return st.lists(scalar, max_size=6).map(b"".join)
-    nested = st.tuples(_FIELD, _fields(depth - 1)).map(lambda t: _field(t[0], t[1]))
+    nested = st.tuples(_FIELD, _fields(depth - 1)).map(lambda t: field(t[0], t[1]))
     return st.lists(st.one_of(scalar, nested), max_size=6).map(b"".join)
 
 
@@ -440,8 +427,8 @@ def _payloads(draw: st.DrawFn, rpc: tuple[str, str]) -> bytes:
     if kind == "valid+fields" or rpc[1] != "PublishMetadata":
         return valid + draw(_fields(2))
     entries = st.lists(st.tuples(st.binary(max_size=40), st.binary(max_size=40)).map(
-        lambda kv: _field(11, _field(1, kv[0]) + _field(2, kv[1]))), max_size=4).map(b"".join)  # topology
-    return valid + _field(2, _WORKER + draw(st.one_of(_fields(2), entries)))
+        lambda kv: field(11, field(1, kv[0]) + field(2, kv[1]))), max_size=4).map(b"".join)  # topology
+    return valid + field(2, _WORKER + draw(st.one_of(_fields(2), entries)))
 _ANSWERS = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
             grpc.StatusCode.PERMISSION_DENIED}
 
