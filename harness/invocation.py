@@ -40,8 +40,9 @@ __all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check",
 DEFAULT_ROOT = Path("runs")
 RECORD = "invocation.json"
 _PASSING = ("pass", "xfail", "xpass", "skip")
-# check kinds whose verdict is a time bound: one run's FAIL may be the machine's load (repeat it)
-_TIMING_KINDS = ("within", "before", "after", "duration", "latency", "stall", "fallback_within", "seconds")
+# how the checks word a missed time bound (harness/checks: elapsed, loaded, fell_back): one run's
+# FAIL of such a bound may be the machine's load, so the rerun repeats it
+_MISSED_BOUND = ("later than", "earlier than", ", budget ")
 
 
 @dataclass
@@ -115,11 +116,13 @@ def first_failing_check(result: RunResult) -> str | None:
     return None
 
 
-def _failing_kind(result: RunResult) -> str | None:
+def _missed_a_time_bound(result: RunResult) -> bool:
+    """Whether the first check that did not pass is a time bound (an ``elapsed`` check, or a
+    bound a ``loaded``/``fell_back`` check words as missed)."""
     for c in result.checks:
-        if c.valid is not True:
-            return str(getattr(c, "kind", "") or c.name)
-    return None
+        if c.valid is False:
+            return c.kind == "elapsed" or any(words in c.summary for words in _MISSED_BOUND)
+    return False
 
 
 def _process_log(result: RunResult) -> Path | None:
@@ -145,8 +148,7 @@ def next_steps(result: RunResult, mxchaos: str = "mxchaos") -> list[str]:
     if result.verdict in _PASSING:
         return []
     path = str(result.scenario.path) if result.scenario.path else result.scenario.name
-    kind = _failing_kind(result) or ""
-    repeat = " --repeat 5" if any(word in kind for word in _TIMING_KINDS) else ""
+    repeat = " --repeat 5" if _missed_a_time_bound(result) else ""
     steps = [f"rerun:  {mxchaos} run {shlex.quote(path)} --seed {result.seed}{repeat}",
              f"replay: {mxchaos} replay {shlex.quote(str(result.run_dir))} -o again.yaml"]
     log = _process_log(result)

@@ -200,6 +200,11 @@ class Nemesis:
         with self._lock:
             return list(self._active)
 
+    def active_unlocked(self) -> list[str]:
+        """``active`` without the lock, for a signal handler (it may have interrupted the lock's
+        holder): a copy taken under the GIL, at worst a step behind."""
+        return list(self._active)
+
     def inject(self, spec: fault_registry.FaultSpec) -> str | None:
         """Inject ``spec`` (recorded); None once injected, or why it was skipped (a target is
         gone and ``if_gone`` is ``skip``). FaultError / StepFailed when it failed."""

@@ -413,7 +413,7 @@ class Runner:
     def _announce_interrupt(self, signum: int) -> None:
         """Say at once what the interrupt heals and stops (no locks: a signal handler runs this)."""
         procs = [st.name for st in list(self.table.states.values()) if st.alive]
-        tell(interrupt_line(signum, list(getattr(self.nemesis, "_active", ())), procs))
+        tell(interrupt_line(signum, self.nemesis.active_unlocked(), procs))
 
     def _stop_grace(self) -> float:
         """A stop's grace in the teardown: none once a second Ctrl-C forced it."""

@@ -61,12 +61,17 @@ def _refuse(path: Path, rule: str) -> StateDirError:
     return StateDirError(f"harness state: refusing {path}{where}: {rule}")
 
 
-def _trusted_ancestor(path: Path, st: os.stat_result) -> None:
-    euid = os.geteuid()
+def _a_real_folder(path: Path, st: os.stat_result, link_hint: str) -> None:
+    """A folder, not a symbolic link (``link_hint``: what to do instead of the link)."""
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r}); give the real path, with no symlink in it")
+        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r}); {link_hint}")
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(path, "it is not a directory")
+
+
+def _trusted_ancestor(path: Path, st: os.stat_result) -> None:
+    euid = os.geteuid()
+    _a_real_folder(path, st, "give the real path, with no symlink in it")
     if st.st_uid not in (0, euid):
         raise _refuse(path, f"a folder on the way is owned by uid {st.st_uid}, not by root or us (uid {euid})")
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
@@ -76,10 +81,7 @@ def _trusted_ancestor(path: Path, st: os.stat_result) -> None:
 
 def _own(path: Path, st: os.stat_result) -> None:
     euid = os.geteuid()
-    if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r}); the harness uses only a folder it owns")
-    if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "it is not a directory")
+    _a_real_folder(path, st, "the harness uses only a folder it owns")
     if st.st_uid != euid:
         raise _refuse(path, f"it is owned by uid {st.st_uid}, not by us (uid {euid}); remove it or choose another ${ENV}")
     if st.st_mode & 0o022:
