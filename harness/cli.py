@@ -304,7 +304,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = Runner(run_sc, out_dir=inv.folder, observers=observers, inventory=inventory).run()
             write_run_folder(result)
             if result.verdict == "skip":  # a missing capability stays missing: one skip says it
-                suite.done += repeat - index - 1
+                suite.skipped_rest(repeat - index - 1)
             suite.ended(result, f"{sc.name}{of}", quiet=args.quiet)
             results.append(result)
             runs.append(result)

@@ -250,7 +250,8 @@ def scenario_needs(sc: Any) -> dict[str, list[str]]:
 
     needs = {"nixl": ["readers and sources"], **scenario_requirements(sc)}
     native = [name for name, spec in getattr(sc, "processes", {}).items()
-              if getattr(spec, "role", "") == "server" and not _grpcio(getattr(spec, "extra_args", ()))]
+              if getattr(spec, "role", "") == "server" and not _grpcio(getattr(spec, "extra_args", ()))
+              and getattr(spec, "subject", None) in (None, "mxref")]  # ModelExpress's own server is its binary
     if native:
         needs[NATIVE] = [f"server ({', '.join(native)})"]
     return needs

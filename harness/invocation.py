@@ -192,6 +192,10 @@ class SuiteProgress:
     def _tallies(self) -> str:
         return " ".join(f"{n} {v.upper()}" for v, n in sorted(self.tally.items())) or "-"
 
+    def skipped_rest(self, runs: int) -> None:
+        """The scenario skipped: its ``runs`` repeats still planned will not run."""
+        self.done += runs
+
     def started(self, label: str) -> None:
         self.stream.write(f"[{self.done + 1}/{self.total}] {label}\n")
         self.stream.flush()
