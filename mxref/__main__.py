@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mxref.debug_hooks import CorruptionToggle
     from mxref.metrics import ReaderMetrics
     from mxref.model import Arena, ModelSpec, Reference, TensorSpec
-    from mxref.reader import Reader
+    from mxref.roles.reader import Reader
 
 
 def _seconds(text: str) -> float:
@@ -106,7 +106,7 @@ def _add_debug_hooks(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mxref.server import add_server_args
+    from mxref.metadata.main import add_server_args
 
     parser = argparse.ArgumentParser(prog="python -m mxref", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="role", required=True)
@@ -305,7 +305,7 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
 
 def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-untyped-def]
     """How this process serves as a source (a source, or a reader after its load)."""
-    from mxref.source import ServeOptions
+    from mxref.roles.source import ServeOptions
 
     return ServeOptions(
         server=server, worker_rank=args.rank, mode=args.mode, advertise_host=args.advertise_host,
@@ -320,7 +320,7 @@ def _serve(service, proc: Process, seconds: float | None,  # type: ignore[no-unt
            before_close: Callable[[], object] = lambda: None) -> None:
     """Serve until signalled (or ``seconds``), then ``before_close`` and the source teardown,
     whatever happened."""
-    from mxref.source import wait_for_stop
+    from mxref.roles.source import wait_for_stop
 
     service.start()
     try:
@@ -348,8 +348,8 @@ def run_source(args: argparse.Namespace) -> int:
     from mxref.accelerators import get_backend
     from mxref.metrics import SourceMetrics
     from mxref.model import Reference, fill_from_seed
-    from mxref.nixl_transfer import NixlTransferManager
-    from mxref.source import SourceService, identity_for, local_tensors
+    from mxref.roles.source import SourceService, identity_for, local_tensors
+    from mxref.transfer.manager import NixlTransferManager
 
     metrics = SourceMetrics()
     with Process(args.name, "source", args.events, args.metrics_port, metrics,
@@ -399,11 +399,11 @@ def run_source(args: argparse.Namespace) -> int:
 
 
 def run_reader(args: argparse.Namespace) -> int:
-    from mxref.chunked_read import ChunkPolicy
     from mxref.metrics import ReaderMetrics
-    from mxref.read_target import NixlWarmup
-    from mxref.reader import Reader, ReaderOptions
-    from mxref.source import identity_for
+    from mxref.roles.reader import Reader, ReaderOptions
+    from mxref.roles.source import identity_for
+    from mxref.transfer.chunked import ChunkPolicy
+    from mxref.transfer.read_target import NixlWarmup
 
     metrics = ReaderMetrics(serve_after_load=args.serve_after_load)
     with Process(args.name, "reader", args.events, args.metrics_port, metrics,
@@ -443,7 +443,7 @@ def run_reader(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,
           hooks: CorruptionToggle | None) -> int:
     """The reader after its setup: load, report, settle, then exit or serve."""
-    from mxref.source import SourceService, local_tensors
+    from mxref.roles.source import SourceService, local_tensors
 
     options = reader.options
     identity = reader.identity
@@ -470,7 +470,7 @@ def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reade
         assert reader.arena is not None
         mgr = reader.manager
         if mgr is None:  # loaded from disk: register the loaded tensors with a new agent
-            from mxref.nixl_transfer import NixlTransferManager
+            from mxref.transfer.manager import NixlTransferManager
 
             mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
                                       events=proc.events, metrics=metrics.nixl)
@@ -540,15 +540,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:  # its own flags (mxref.bench_load)
-        from mxref.bench_load import main as bench
+    if argv[:1] == ["bench"]:  # its own flags (mxref.bench.load)
+        from mxref.bench.load import main as bench
 
         return bench(["--raw", *argv[1:]])
     args = build_parser().parse_args(argv)
     if hasattr(args, "transport"):
         config.apply_transport_profile(args.transport)
     if args.role == "server":
-        from mxref.server import run_server
+        from mxref.metadata.main import run_server
 
         return run_server(args)
     if args.role in ("source", "reader") and not install_credentials(args):
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "prepare":
         return run_prepare(args)
     if args.role == "demo":
-        from mxref.demo import run_demo
+        from mxref.bench.demo import run_demo
 
         return run_demo(args)
     return EXIT_USAGE

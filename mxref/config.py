@@ -19,7 +19,7 @@ logger = logging.getLogger("mxref.config")
 # Seed 001: the RDMA path's per-candidate budget when MX_TRANSFER_TIMEOUT is not
 # explicitly set (the env helper's own 900 s default is deliberately not inherited).
 DEFAULT_TRANSFER_TIMEOUT_S = 300.0
-DEFAULT_READ_CHUNK_MIB = 16.0  # chunked READs with a stall deadline (mxref.chunked_read); 0: one handle
+DEFAULT_READ_CHUNK_MIB = 16.0  # chunked READs with a stall deadline (mxref.transfer.chunked); 0: one handle
 MAX_SOURCE_RETRIES = 3
 # ModelExpress hard-codes 120 s for the NIXL metadata handshake poll.
 DEFAULT_HANDSHAKE_TIMEOUT_S = 120.0

@@ -90,7 +90,7 @@ class ServerFamilies:
         self.store_up.set(1)
         self.rejected_requests = Counter(
             "mxref_server_rejected_requests_total",
-            "Requests refused for breaking a limit or a rule (reason: mxref.request_limits.RejectReason)",
+            "Requests refused for breaking a limit or a rule (reason: mxref.metadata.limits.RejectReason)",
             ["method", "reason"], registry=r,
         )
         self.listing_skipped = Counter(

@@ -182,7 +182,7 @@ class ServerCredentials:
     key_pem: bytes | None = None
     token: str | None = None
     reader_token: str | None = None
-    """A second accepted token that may only read (``mxref.ownership.WriteGate`` refuses its writes)."""
+    """A second accepted token that may only read (``mxref.metadata.ownership.WriteGate`` refuses its writes)."""
 
     def __post_init__(self) -> None:
         if (self.cert_pem is None) != (self.key_pem is None):

@@ -8,7 +8,7 @@ from typing import Any
 
 def wire_bytes(response: Any) -> bytes:
     """``bytes`` as they are (an answer encoded ahead of time, as ModelExpress's listing is);
-    anything else serializes itself: a protobuf message, or ``mxref.server.Listing``."""
+    anything else serializes itself: a protobuf message, or ``mxref.metadata.servicer.Listing``."""
     if isinstance(response, bytes):
         return response
     data: bytes = response.SerializeToString()

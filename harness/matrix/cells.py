@@ -12,7 +12,7 @@ who played: ``subjects``) and ``timeline.jsonl`` (timings). Timings, each the me
 run), ``detection_s`` (first fault injected -> first ``transfer_error``), ``recovery_s`` (first
 fault -> the next ``load_done``), ``fallback_s`` (first fault -> the first ``fallback``),
 ``read_gbps`` (the ``gbps`` of every ``transfer_done``) and ``read_ratio`` (``read_gbps`` over
-the column's raw NIXL READ of the same size, ``mxref.bench``, measured in the same env).
+the column's raw NIXL READ of the same size, ``mxref.bench.raw``, measured in the same env).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ For each column (``cells.Column``: a NIXL version x a subject x one value of eac
 env's own ``mxchaos run --repeat N --out OUT/<column id> -q [--subject S] SCENARIOS`` runs with the axis values set
 in its environment, bounded by ``timeout_per_run`` x runs (+ a margin). An env whose
 ``mxchaos run`` has no ``--repeat`` is run N times instead (the folders are then read without
-a ``summary.json``). Before the scenarios, ``python -m mxref.bench`` measures a raw NIXL READ
+a ``summary.json``). Before the scenarios, ``python -m mxref.bench.raw`` measures a raw NIXL READ
 in the same env and environment, once per READ size among the scenarios (their models' sizes:
 ``raw_reads``, bytes -> GB/s): a cell's ``read_ratio`` is its READ over the raw READ of the same
 size. A
@@ -96,7 +96,7 @@ def here_nixl() -> str:
 
 
 def _raw_read(env: EnvResult, column: Column, execute: Execute, nbytes: int) -> tuple[float | None, str | None]:
-    argv = [*env.module("mxref.bench"), "--bytes", str(nbytes), "--repeat", "3"]
+    argv = [*env.module("mxref.bench.raw"), "--bytes", str(nbytes), "--repeat", "3"]
     rc, out = execute(argv, {**column.env_dict(), **env.run_env()}, RAW_READ_TIMEOUT_S)
     for line in reversed(out.splitlines()):
         if line.startswith('{"raw_read"'):

@@ -2,7 +2,7 @@
 
 ``mxref`` (the default) runs ``{python} -m mxref`` in the project's environment. ``modelexpress``
 runs the real ModelExpress client (``modelexpress==0.7.0``) through its adapter,
-``<subject env>/bin/python -m mxref.mx_adapter`` (``mxref/mx_adapter.py`` says which client
+``<subject env>/bin/python -m mxref.modelexpress.adapter`` (``mxref/modelexpress/adapter.py`` says which client
 paths run unmodified and what the adapter stands in for), in an environment of its own built
 on first use (``harness.subjects.envs``: torch is a few GB). The metadata server is mxref's
 (it serves both ``mxref.v1`` and ModelExpress's ``model_express.p2p``) unless a ``server``
@@ -27,7 +27,7 @@ __all__ = ["ADAPTER_MODULE", "REPO", "capability", "env_ready", "prepare_subject
            "subjects_of"]
 
 REPO = Path(__file__).resolve().parents[2]
-ADAPTER_MODULE = "mxref.mx_adapter"
+ADAPTER_MODULE = "mxref.modelexpress.adapter"
 
 
 def capability(subject: str) -> str:

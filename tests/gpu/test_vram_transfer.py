@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # imported at run time only after the UCX environment is set
-    from mxref.nixl_transfer import NixlTransferManager
+    from mxref.transfer.manager import NixlTransferManager
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines
@@ -81,8 +81,8 @@ def _reader(transport: str, info: dict[str, Any]) -> tuple[NixlTransferManager, 
     os.environ.update(env)
     from mxref.accelerators import get_backend
     from mxref.model import TensorSpec
-    from mxref.nixl_transfer import LocalTensor, NixlTransferManager
     from mxref.process import free_port
+    from mxref.transfer.manager import LocalTensor, NixlTransferManager
 
     cuda = get_backend("cuda")
     specs = [TensorSpec(t["name"], (t["size"] // 2,), t["dtype"]) for t in info["tensors"]]

@@ -27,7 +27,7 @@ def main() -> int:
 
     from mxref.accelerators import get_backend
     from mxref.model import ModelSpec, generate
-    from mxref.nixl_transfer import LocalTensor, NixlTransferManager
+    from mxref.transfer.manager import LocalTensor, NixlTransferManager
 
     cuda = get_backend("cuda")
     spec = ModelSpec(tensors=args.tensors, tensor_bytes=args.tensor_mib << 20)

@@ -1,4 +1,4 @@
-"""``python -m mxref.bench_fleet`` at a small size: a real gRPC server on loopback, heartbeats
+"""``python -m mxref.bench.fleet`` at a small size: a real gRPC server on loopback, heartbeats
 from this process and from client processes, the reaper acting mid-run, the JSON it prints."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from mxref.server import DEFAULT_GRPC_IMPL
+from mxref.metadata.transport import DEFAULT_GRPC_IMPL
 
 SMALL = ["--sources", "40", "--ranks", "4", "--identities", "2", "--silent", "4", "--idle-calls", "5",
          "--seconds", "1.5", "--clients", "2", "--window", "2"]
 
 
 def run_bench(*extra: str) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-m", "mxref.bench_fleet", *SMALL, *extra], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "mxref.bench.fleet", *SMALL, *extra], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -51,6 +51,6 @@ def test_the_fleet_bench_serves_heartbeats_and_lists(processes: str, flags: list
     (["--rate", "-1"], "must be >= 0"),
 ])
 def test_bad_flags_name_the_flag(flags: list[str], message: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "mxref.bench_fleet", *flags], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "mxref.bench.fleet", *flags], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and message in done.stderr

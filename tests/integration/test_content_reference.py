@@ -24,9 +24,9 @@ from procs import Cluster, Proc
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from mxref.client import MxClient
-from mxref.selection import RandomSelector, Target
-from mxref.source import identity_for
+from mxref.roles.client import MxClient
+from mxref.roles.selection import RandomSelector, Target
+from mxref.roles.source import identity_for
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import pytest
 from procs import Cluster
 
 from harness import pki
-from mxref.client import MxClient
 from mxref.errors import MetadataServerError
 from mxref.process import EXIT_USAGE
+from mxref.roles.client import MxClient
 from mxref.security import ClientCredentials
 from mxref.v1 import p2p_pb2
 

@@ -26,8 +26,8 @@ import pytest
 
 from harness.redisd import RedisServer, redis_available
 from harness.subjects.mx_server import server_binary
-from mxref.client import MxClient
 from mxref.identity import mx_source_id
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 WAIT_S = 30.0

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from procs import Cluster, Proc
 
-from mxref.chunked_read import ChunkPolicy
-from mxref.client import MxClient
 from mxref.metrics import ReaderMetrics, SourceMetrics
 from mxref.model import ModelSpec, generate, save_checkpoint
+from mxref.roles.client import MxClient
+from mxref.transfer.chunked import ChunkPolicy
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration

@@ -29,19 +29,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.redisd import RedisServer, redis_available
 from mxref import config
-from mxref.client import MxClient
 from mxref.identity import mx_source_id
-from mxref.redis_store import RedisStore
-from mxref.server import (
-    READY,
-    STALE,
-    ReapAction,
-    SourceQuery,
-    SourceStore,
-    Store,
-    StoreUnavailable,
-    UpdateRejected,
-)
+from mxref.metadata.query import SourceQuery
+from mxref.metadata.records import READY, STALE, ReapAction, StoreUnavailable, UpdateRejected
+from mxref.metadata.redis_store import RedisStore
+from mxref.metadata.store import SourceStore, Store
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 pytestmark = [

@@ -18,8 +18,8 @@ import grpc
 import pytest
 from procs import Cluster, Proc
 
-from mxref.client import MxClient
-from mxref.server import GRPC_IMPLS
+from mxref.metadata.transport import GRPC_IMPLS
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@
   within the reaper's timeout and the worker stays READY (the native server used to queue the
   refused reads ahead of every heartbeat until the reaper marked the worker STALE); the
   refusals cost a bounded number of event lines, whose counts add up to the metric's.
-  The heartbeats' p99 idle vs flooded is measured by ``python -m mxref.bench_refusals``
+  The heartbeats' p99 idle vs flooded is measured by ``python -m mxref.bench.refusals``
   (its goal, 3x, is a benchmark's, not an assert here).
 """
 
@@ -24,11 +24,11 @@ import pytest
 from procs import Cluster, Proc
 
 from harness import pki
-from mxref import bench_refusals
-from mxref.client import MxClient
+from mxref.bench import refusals as bench_refusals
 from mxref.errors import MetadataServerError
+from mxref.metadata.transport import GRPC_IMPLS
+from mxref.roles.client import MxClient
 from mxref.security import ClientCredentials
-from mxref.server import GRPC_IMPLS
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ message naming the field, its size and the limit, and counted on /metrics: a 10 
 NIXL blob, a megabyte model name, a rank past uint32 (which protobuf would have
 truncated) or past ``--max-worker-rank``. And a one-client publish flood: the flood
 is rate-limited (RESOURCE_EXHAUSTED) while another client's every ListSources
-completes within its deadline. The 2x p99 goal is a benchmark (``mxref.bench_flood``),
+completes within its deadline. The 2x p99 goal is a benchmark (``mxref.bench.flood``),
 not an assert here.
 """
 
@@ -23,7 +23,7 @@ import pytest
 from fixtures.wire import varint
 from procs import Cluster, Proc
 
-from mxref.server import RATE_LIMIT_DELAY_S
+from mxref.metadata.servicer import RATE_LIMIT_DELAY_S
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,6 @@
 """The metadata server as a real process: events, gRPC, reaper, /metrics, SIGTERM.
 
-Runs ``python -m mxref server`` (or ``mxref.server.main`` while the CLI module
-does not exist) with timers compressed from 90 s / 30 s / 3600 s to 2 s / 0.5 s /
+Runs ``python -m mxref server`` with timers compressed from 90 s / 30 s / 3600 s to 2 s / 0.5 s /
 4 s, and pins that a worker whose heartbeats stop is demoted to STALE by the
 reaper (not earlier than the heartbeat timeout), then deleted, and that SIGTERM
 ends the process with exit code 0 and an ``exit`` event.
@@ -23,10 +22,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mxref.client import MxClient
+from mxref.metadata.transport import GRPC_IMPLS
 from mxref.metrics import ReaderMetrics, ServerMetrics
 from mxref.process import EXIT_STARTUP_FAILED
-from mxref.server import GRPC_IMPLS
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 pytestmark = pytest.mark.integration
@@ -45,9 +44,7 @@ Event = dict[str, Any]
 
 
 def server_argv(*flags: str) -> list[str]:
-    if (ROOT / "mxref" / "__main__.py").exists():
-        return [sys.executable, "-m", "mxref", "server", *flags]
-    return [sys.executable, "-c", "import sys; from mxref.server import main; sys.exit(main())", *flags]
+    return [sys.executable, "-m", "mxref", "server", *flags]
 
 
 class ServerProcess:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mxref.nixl_transfer import NixlTransferManager
+from mxref.transfer.manager import NixlTransferManager
 
 
 class FlakyBind(NixlTransferManager):

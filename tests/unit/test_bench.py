@@ -1,6 +1,6 @@
 """``python -m mxref bench`` without NIXL: its flags, the summary arithmetic on fake rows (medians,
 the fastest raw baseline, chunked vs single handle, the ceiling ratios, the goal marks), the table,
-``python -m mxref.bench``'s fastest-variant JSON, and the TCP loopback ceiling at a small size."""
+``python -m mxref.bench.raw``'s fastest-variant JSON, and the TCP loopback ceiling at a small size."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from mxref import bench, bench_load
 from mxref.__main__ import main as mxref_main
-from mxref.bench_report import summarize, table
-from mxref.loopback import loopback_ceiling, loopback_gbps
+from mxref.bench import load as bench_load
+from mxref.bench import raw as bench
+from mxref.bench.loopback import loopback_ceiling, loopback_gbps
+from mxref.bench.report import summarize, table
 
 MIB = 1 << 20
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from mxref import bench_fleet
+from mxref.bench import fleet as bench_fleet
 
 
 def test_a_client_process_that_cannot_start_raises_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from mxref.bench_fleet import Pacer
+from mxref.bench.fleet import Pacer
 
 
 class Clock:

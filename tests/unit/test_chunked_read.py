@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mxref.chunked_read import ChunkPolicy, split_ranges
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
-from mxref.nixl_transfer import LocalTensor, NixlTransferManager
+from mxref.transfer.chunked import ChunkPolicy, split_ranges
+from mxref.transfer.manager import LocalTensor, NixlTransferManager
 
 MIB = 1 << 20
 

@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
-from mxref import client as client_mod
 from mxref import config
+from mxref.roles import client as client_mod
 
 
 def test_the_client_options_cap_the_reconnect_backoff() -> None:

@@ -72,7 +72,7 @@ def test_cli_durations(raw: str, expected: float) -> None:
 
 def test_the_manager_uses_the_configured_budget_when_given_none(monkeypatch: pytest.MonkeyPatch) -> None:
     """``timeout_seconds=None`` is the env budget, not an unbounded wait."""
-    import mxref.nixl_transfer as nt
+    import mxref.transfer.manager as nt
 
     class Stuck:
         def check_xfer_state(self, handle: object) -> str:

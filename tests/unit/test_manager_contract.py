@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-import mxref.nixl_transfer as nt
+import mxref.transfer.manager as nt
 from mxref.errors import HandshakeTimeout, TransferFailed, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
-from mxref.nixl_transfer import LocalTensor, NixlTransferManager, PostedRead, PumpPacing
+from mxref.transfer.manager import LocalTensor, NixlTransferManager, PostedRead, PumpPacing
 
 
 class ScriptedAgent:
@@ -272,8 +272,8 @@ class TestAtexit:
     def test_registered_once_and_unregistered_on_shutdown(self, monkeypatch: pytest.MonkeyPatch) -> None:
         registered: list[Any] = []
         unregistered: list[Any] = []
-        monkeypatch.setattr("mxref.nixl_transfer.atexit.register", registered.append)
-        monkeypatch.setattr("mxref.nixl_transfer.atexit.unregister", unregistered.append)
+        monkeypatch.setattr("mxref.transfer.manager.atexit.register", registered.append)
+        monkeypatch.setattr("mxref.transfer.manager.atexit.unregister", unregistered.append)
         mgr = manager()
         mgr._register_atexit()
         mgr._register_atexit()
@@ -284,8 +284,8 @@ class TestAtexit:
 
     def test_create_agent_registers_the_hook(self, monkeypatch: pytest.MonkeyPatch) -> None:
         registered: list[Any] = []
-        monkeypatch.setattr("mxref.nixl_transfer.atexit.register", registered.append)
-        monkeypatch.setattr("mxref.nixl_transfer.atexit.unregister", lambda fn: None)
+        monkeypatch.setattr("mxref.transfer.manager.atexit.register", registered.append)
+        monkeypatch.setattr("mxref.transfer.manager.atexit.unregister", lambda fn: None)
 
         class Api:
             @staticmethod

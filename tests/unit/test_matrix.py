@@ -337,7 +337,7 @@ class FakeExecute:
     def __call__(self, argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
         argv = list(argv)
         self.calls.append((argv, dict(env), timeout))
-        if "mxref.bench" in argv:  # 2 GB/s at 32 MiB; 0.25 at 4 MiB
+        if "mxref.bench.raw" in argv:  # 2 GB/s at 32 MiB; 0.25 at 4 MiB
             gbps = int(argv[argv.index("--bytes") + 1]) / (16 << 20)
             return 0, f'nixl log line\n{{"raw_read": {{"bytes": 1, "gbps": [{gbps}], "median_gbps": {gbps}}}}}\n'
         if argv[3:] == ["run", "--help"]:
@@ -414,7 +414,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     resumed = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
     run_calls = [c for c in fake.calls if c[0][3:5] == ["run", "--repeat"]]
     assert [c[1]["AB"] for c in run_calls] == ["y"] and run_calls[0][0][:3] == envs["1.4.1"].mxchaos()
-    assert any("mxref.bench" in c[0] for c in fake.calls)  # raw READs are measured anew
+    assert any("mxref.bench.raw" in c[0] for c in fake.calls)  # raw READs are measured anew
     assert resumed["cells"] == matrix["cells"]
     assert (tmp_path / "out" / "nixl-1.4.1+AB=y.interrupted" / "smoke" / "run0").is_dir()  # set aside, not lost
     assert [c.get("resumed", False) for c in resumed["columns"] if c["available"]] == [False, True, True, True]

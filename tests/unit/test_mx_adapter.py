@@ -1,4 +1,4 @@
-"""The modelexpress adapter's reading of the client (``mxref.mx_adapter.ClientObserver``).
+"""The modelexpress adapter's reading of the client (``mxref.modelexpress.adapter.ClientObserver``).
 
 The lines below are the real client's, as ModelExpress 0.7.0 logged them in a run here; the
 observer must turn them into the harness's events (and nothing else into anything). Where the
@@ -16,7 +16,7 @@ import pytest
 
 from harness.subjects import wire
 from mxref.events import EVENTS
-from mxref.mx_adapter import ClientObserver, CpuBackend, build_parser
+from mxref.modelexpress.adapter import ClientObserver, CpuBackend, build_parser
 
 READER_LINES = [
     ("modelexpress.load_strategy", "[Worker 0] Trying strategy: rdma"),
@@ -141,7 +141,7 @@ def test_the_phrases_are_the_client_s() -> None:
         for module, phrases in PHRASES.items():
             source = archive.read(f"modelexpress/{module}").decode()
             missing = [p for p in phrases if p not in source]
-            assert missing == [], f"modelexpress/{module} no longer logs {missing}: update mxref.mx_adapter._PATTERNS"
+            assert missing == [], f"modelexpress/{module} no longer logs {missing}: update mxref.modelexpress.adapter._PATTERNS"
 
 
 def test_each_refused_heartbeat_is_a_heartbeat_event_then_the_client_publishes_again() -> None:

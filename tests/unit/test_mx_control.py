@@ -15,14 +15,15 @@ from concurrent import futures
 import grpc
 import pytest
 
-from mxref import mx_control
-from mxref.client import MxClient
 from mxref.config import ServerTimers
 from mxref.errors import MetadataServerError
+from mxref.metadata.modelexpress import MxP2pService
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
 from mxref.metrics import ServerMetrics
+from mxref.modelexpress import control as mx_control
 from mxref.mx import p2p_pb2 as mx_pb2
-from mxref.mx_service import MxP2pService
-from mxref.server import P2pServicer, Store
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)

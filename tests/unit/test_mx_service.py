@@ -19,10 +19,12 @@ import grpc
 import pytest
 
 from harness.subjects import wire
-from mxref.client import MxClient
 from mxref.config import ServerTimers
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import GRPC_IMPLS, start_metadata_server
 from mxref.metrics import ServerMetrics
-from mxref.server import GRPC_IMPLS, P2pServicer, Store, start_metadata_server
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 T0 = 1_800_000_000.0

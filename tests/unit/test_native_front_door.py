@@ -1,4 +1,4 @@
-"""The native server's front door (``mxref_native.Server``, ``mxref.native_grpc``), over real
+"""The native server's front door (``mxref_native.Server``, ``mxref.metadata.native``), over real
 loopback connections: refusals before any queue, bounded queues, reads and writes taken in
 turn, connection caps, the TLS handshake and idle timeouts, and a server that stops serving
 making the process exit non-zero."""
@@ -18,11 +18,16 @@ import grpc
 import pytest
 
 from harness import pki
-from mxref import native_grpc, security
+from mxref import security
+from mxref.__main__ import build_parser
 from mxref.config import ServerTimers
+from mxref.metadata import native as native_grpc
+from mxref.metadata.main import run_server
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import start_metadata_server
 from mxref.metrics import ServerMetrics
 from mxref.process import EXIT_SERVING_ENDED
-from mxref.server import P2pServicer, Store, build_parser, run_server, start_metadata_server
 
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)
 LIST = "ListSources"
@@ -193,9 +198,9 @@ class _Ended:
 
 def test_a_server_that_stops_serving_makes_the_process_say_so_and_exit_non_zero(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mxref.server.start_metadata_server", lambda *a, **k: (_Ended(), 1))
+    monkeypatch.setattr("mxref.metadata.main.start_metadata_server", lambda *a, **k: (_Ended(), 1))
     events = tmp_path / "events.jsonl"
-    args = build_parser().parse_args(["--port", "0", "--metrics-port", "0", "--events", str(events)])
+    args = build_parser().parse_args(["server", "--port", "0", "--metrics-port", "0", "--events", str(events)])
     stop = threading.Event()
     give_up = threading.Timer(30, stop.set)  # without the check, the run loop would wait for a signal forever
     give_up.start()

@@ -1,4 +1,4 @@
-"""The metadata server's native gRPC (``mxref.native_grpc`` over ``mxref_native``), over real
+"""The metadata server's native gRPC (``mxref.metadata.native`` over ``mxref_native``), over real
 loopback gRPC: what it does differently from grpcio, by design. (Everything else runs on both
 implementations in ``test_server.py`` and ``test_mx_service.py``.)"""
 
@@ -16,15 +16,18 @@ import grpc
 import pytest
 
 from harness import pki
-from mxref import config, native_grpc, security
+from mxref import config, security
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import LocalError
+from mxref.metadata import native as native_grpc
+from mxref.metadata.limits import RejectReason
+from mxref.metadata.modelexpress import MX_SERVICE_NAME
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import GRPC_IMPLS, start_metadata_server
 from mxref.metrics import ServerMetrics
-from mxref.mx_service import MX_SERVICE_NAME
-from mxref.request_limits import RejectReason
-from mxref.server import GRPC_IMPLS, P2pServicer, Store, start_metadata_server
+from mxref.rpc import REASON_METADATA_KEY
 from mxref.v1 import p2p_pb2
-from mxref.worker_server import REASON_METADATA_KEY
 
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)
 IDENTITY = p2p_pb2.SourceIdentity(mx_version="0.1.0", model_name="acme/tiny", dtype="float16")
@@ -162,8 +165,8 @@ def test_stop_refuses_the_calls_left_unanswered() -> None:
 
 
 def test_a_store_that_waits_on_io_gets_as_many_workers_as_grpcio_has_threads() -> None:
-    from mxref.redis_store import RedisStore
-    from mxref.server import SERVER_THREADS
+    from mxref.metadata.redis_store import RedisStore
+    from mxref.metadata.servicer import SERVER_THREADS
 
     memory = P2pServicer(Store(), TIMERS)
     assert native_grpc.workers_for(memory) == native_grpc.WORKERS
@@ -175,7 +178,7 @@ def test_the_compiled_load_counts_failures_by_grpcs_code_names() -> None:
     """``bench_fleet.native_heartbeat_load`` reports refusals under the names grpcio's load uses."""
     import argparse
 
-    from mxref.bench_fleet import native_heartbeat_load
+    from mxref.bench.fleet import native_heartbeat_load
 
     servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server,
                            limits=ServerLimits(publish_rate_per_s=1, publish_burst=1), rate_limit_delay_s=0.01)

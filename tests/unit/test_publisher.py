@@ -14,11 +14,11 @@ import time
 import grpc
 import pytest
 
-from mxref import source as source_mod
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.metrics import SourceMetrics
-from mxref.source import Publisher
+from mxref.roles import source as source_mod
+from mxref.roles.source import Publisher
 from mxref.v1 import p2p_pb2
 
 READY, STALE = p2p_pb2.SOURCE_STATUS_READY, p2p_pb2.SOURCE_STATUS_STALE

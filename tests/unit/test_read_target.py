@@ -16,7 +16,7 @@ import pytest
 
 from mxref import model
 from mxref.model import Arena, TensorSpec
-from mxref.read_target import ReadTarget, TargetPrestart
+from mxref.transfer.read_target import ReadTarget, TargetPrestart
 
 SPECS = [TensorSpec(f"t{i}", (3, 1000), "float16") for i in range(3)]
 
@@ -74,9 +74,9 @@ def test_a_target_nobody_took_is_discarded() -> None:
 
 
 def test_a_failed_warmup_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mxref import nixl_transfer
     from mxref.errors import NixlUnavailable
-    from mxref.read_target import NixlWarmup
+    from mxref.transfer import manager as nixl_transfer
+    from mxref.transfer.read_target import NixlWarmup
 
     def missing() -> None:
         raise NixlUnavailable("the nixl package is not installed")

@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 import xxhash
 
-import mxref.reader as reader_mod
-from mxref.chunked_read import ChunkPolicy
+import mxref.roles.reader as reader_mod
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, ModelSpec, Reference, generate, save_checkpoint
-from mxref.nixl_transfer import NixlTransferManager
-from mxref.reader import Reader, ReaderOptions
-from mxref.selection import Target
-from mxref.source import identity_for
+from mxref.roles.reader import Reader, ReaderOptions
+from mxref.roles.selection import Target
+from mxref.roles.source import identity_for
+from mxref.transfer.chunked import ChunkPolicy
+from mxref.transfer.manager import NixlTransferManager
 from mxref.v1 import p2p_pb2
 
 SPEC = ModelSpec(name="mxref/unit", tensors=3, tensor_bytes=2048, dtype="float16", seed=7)
@@ -491,7 +491,7 @@ class TestMetadataMiss:
 
 
 def order_for_selector(reader: Reader, world: World) -> list[str]:
-    from mxref.selection import Target
+    from mxref.roles.selection import Target
 
     target = Target(reader.identity.model_name, reader.worker_id, reader.options.worker_rank)
     return [r.worker_id for r in reader.selector.order([s.ref() for s in world.sources], target)]

@@ -138,7 +138,7 @@ def test_a_subject_matrix_runs_each_column_with_its_subject(tmp_path: Path) -> N
     def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
         argv = list(argv)
         calls.append(argv)
-        if "mxref.bench" in argv:
+        if "mxref.bench.raw" in argv:
             return 0, '{"raw_read": {"bytes": 1, "gbps": [2.0], "median_gbps": 2.0}}\n'
         if argv[3:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--repeat N]"
@@ -161,7 +161,7 @@ def test_a_subject_matrix_runs_each_column_with_its_subject(tmp_path: Path) -> N
     matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}"))
     runs = [c for c in calls if "--out" in c]
     assert [c[c.index("--subject") + 1] for c in runs] == ["mxref", "modelexpress"]
-    assert sum(1 for c in calls if "mxref.bench" in c) == 1  # one environment: one raw READ
+    assert sum(1 for c in calls if "mxref.bench.raw" in c) == 1  # one environment: one raw READ
     cells = matrix["cells"]["smoke"]
     assert cells["subject-mxref"]["verdict"] == "PASS" and cells["subject-mxref"]["subjects"] == {"mxref": "this repository"}
     assert cells["subject-modelexpress"]["verdict"] == "FAIL"

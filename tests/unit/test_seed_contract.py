@@ -3,7 +3,7 @@
 The seed is NVIDIA's code and is never committed here: when the shared seeds
 folder sits next to the repository (``SEEDS`` below), it is copied into a
 temporary directory at test time with only its import target rewritten
-(``modelexpress.nixl_transfer`` -> ``mxref.nixl_transfer``) and the package
+(``modelexpress.nixl_transfer`` -> ``mxref.transfer.manager``) and the package
 header line above its source dropped, then run by a separate pytest with this
 repository's ``conftest.py`` (for ``mock_accelerator_backend_cls``). CI clones
 have no seeds folder: the test skips.
@@ -36,8 +36,8 @@ def rewrite(text: str) -> str:
     if lines and re.fullmatch(r"[A-Za-z0-9_.-]+ \d[\w.+-]*\s*", lines[0]):
         lines = lines[1:]
     body = "".join(lines)
-    rewritten = body.replace("from modelexpress.nixl_transfer import", "from mxref.nixl_transfer import")
-    rewritten = rewritten.replace('"modelexpress.nixl_transfer.atexit.', '"mxref.nixl_transfer.atexit.')
+    rewritten = body.replace("from modelexpress.nixl_transfer import", "from mxref.transfer.manager import")
+    rewritten = rewritten.replace('"modelexpress.nixl_transfer.atexit.', '"mxref.transfer.manager.atexit.')
     assert "modelexpress.nixl_transfer" not in rewritten, "an import of the seed was not rewritten"
     return rewritten
 
@@ -48,8 +48,8 @@ def test_rewrite_changes_only_the_import() -> None:
         'x = patch("modelexpress.nixl_transfer.atexit.register")\n'
     )
     assert rewrite(text) == (
-        "\n# header\nfrom mxref.nixl_transfer import NixlTransferManager\n"
-        'x = patch("mxref.nixl_transfer.atexit.register")\n'
+        "\n# header\nfrom mxref.transfer.manager import NixlTransferManager\n"
+        'x = patch("mxref.transfer.manager.atexit.register")\n'
     )
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from mxref.selection import RandomSelector, RendezvousHashSelector, Target, get_selector
+from mxref.roles.selection import RandomSelector, RendezvousHashSelector, Target, get_selector
 from mxref.v1 import p2p_pb2
 
 TARGET = Target(model_name="mxref/unit", worker_id="reader-1", worker_rank=0)
@@ -74,12 +74,12 @@ class TestGetSelector:
     @pytest.mark.parametrize("name, cls", [("random", RandomSelector), (None, RandomSelector), ("", RandomSelector),
                                            ("rendezvous_hash", RendezvousHashSelector)])
     def test_known_names(self, name: str | None, cls: type, caplog: pytest.LogCaptureFixture) -> None:
-        with caplog.at_level(logging.WARNING, logger="mxref.selection"):
+        with caplog.at_level(logging.WARNING, logger="mxref.roles.selection"):
             assert isinstance(get_selector(name), cls)
         assert not caplog.records
 
     def test_unknown_name_is_random_with_a_warning(self, caplog: pytest.LogCaptureFixture) -> None:
-        with caplog.at_level(logging.WARNING, logger="mxref.selection"):
+        with caplog.at_level(logging.WARNING, logger="mxref.roles.selection"):
             sel = get_selector("least_loaded", seed=3)
         assert isinstance(sel, RandomSelector) and sel.name == "random"
         assert any("least_loaded" in r.getMessage() for r in caplog.records)

@@ -28,29 +28,21 @@ import pytest
 from fixtures.wire import field
 from prometheus_client.parser import text_string_to_metric_families
 
-from mxref.client import MxClient
+from mxref.__main__ import build_parser
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.identity import mx_source_id
+from mxref.metadata.limits import ClientBuckets
+from mxref.metadata.main import server_limits
+from mxref.metadata.query import SourceQuery, is_fresh, reap_action
+from mxref.metadata.reaper import Reaper
+from mxref.metadata.records import EventJournal, ReapAction, SourceRecord, UpdateRejected
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import GRPC_IMPLS, start_metadata_server
 from mxref.metrics import ServerMetrics
-from mxref.request_limits import ClientBuckets
-from mxref.server import (
-    GRPC_IMPLS,
-    EventJournal,
-    P2pServicer,
-    ReapAction,
-    Reaper,
-    SourceQuery,
-    SourceRecord,
-    Store,
-    UpdateRejected,
-    build_parser,
-    is_fresh,
-    reap_action,
-    server_limits,
-    start_metadata_server,
-)
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 T0 = 1_800_000_000.0  # a fixed wall-clock instant, seconds
@@ -761,15 +753,15 @@ def test_server_limits_refuse_inconsistent_values() -> None:
 
 
 def test_limit_flags_reach_the_servicer() -> None:
-    args = build_parser().parse_args(["--max-blob-bytes", "10", "--max-worker-rank", "3", "--publish-rate", "0.5",
+    args = build_parser().parse_args(["server", "--max-blob-bytes", "10", "--max-worker-rank", "3", "--publish-rate", "0.5",
                                       "--publish-burst", "2", "--max-records", "9", "--max-tensors", "5",
                                       "--max-name-bytes", "12", "--max-message-bytes", "1000"])
     assert server_limits(args) == ServerLimits(
         max_message_bytes=1000, max_blob_bytes=10, max_name_bytes=12, max_tensors=5, max_worker_rank=3,
         publish_rate_per_s=0.5, publish_burst=2, max_records=9)
-    assert server_limits(build_parser().parse_args([])) == ServerLimits()
+    assert server_limits(build_parser().parse_args(["server"])) == ServerLimits()
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--publish-rate", "0"])
+        build_parser().parse_args(["server", "--publish-rate", "0"])
 
 
 # --- the indexed store answers as a scan would ------------------------------------------

@@ -30,15 +30,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import pki
 from mxref import security
-from mxref.client import MxClient
+from mxref.__main__ import build_parser
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import MetadataServerError
 from mxref.identity import mx_source_id
+from mxref.metadata.modelexpress import MX_SERVICE_NAME
+from mxref.metadata.ownership import MxWrites, OwnerBook, WriteGate
+from mxref.metadata.reaper import Reaper
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import GRPC_IMPLS, start_metadata_server
 from mxref.metrics import ServerMetrics
 from mxref.mx import p2p_pb2 as mx_pb2
-from mxref.mx_service import MX_SERVICE_NAME
-from mxref.ownership import MxWrites, OwnerBook, WriteGate
-from mxref.server import GRPC_IMPLS, P2pServicer, Reaper, Store, start_metadata_server
+from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
 T0 = 1_800_000_000.0
@@ -356,8 +360,8 @@ def test_the_worker_id_attributes_is_refused(server: Server) -> None:
 
 def test_a_redis_store_keeps_the_identity_from_a_worker_named_attributes(tmp_path: Path) -> None:
     from harness.redisd import RedisServer, redis_available
-    from mxref.redis_store import RedisStore
-    from mxref.server import UpdateRejected
+    from mxref.metadata.records import UpdateRejected
+    from mxref.metadata.redis_store import RedisStore
 
     if redis_available() is None:
         pytest.skip("redis-server is not installed (.ci/bootstrap installs it)")
@@ -471,9 +475,9 @@ def test_fuzz_every_rpc_of_both_packages(grpc_impl: str) -> None:
 
 
 def test_the_budget_and_ownership_flags_parse() -> None:
-    from mxref.server import build_parser, server_limits
+    from mxref.metadata.main import server_limits
 
-    args = build_parser().parse_args(["--max-record-bytes", "1000", "--max-store-bytes", "5000",
+    args = build_parser().parse_args(["server", "--max-record-bytes", "1000", "--max-store-bytes", "5000",
                                       "--peer-publish-rate", "3.5", "--peer-publish-burst", "7",
                                       "--mx-writes", "refused", "--reader-token-file", "/r"])
     limits = server_limits(args)
@@ -482,6 +486,6 @@ def test_the_budget_and_ownership_flags_parse() -> None:
     assert MxWrites(args.mx_writes) is MxWrites.REFUSED and args.reader_token_file == "/r"
     with pytest.raises(ValueError, match="max_record_bytes"):
         ServerLimits(max_record_bytes=10, max_store_bytes=5)
-    defaults = server_limits(build_parser().parse_args([]))
+    defaults = server_limits(build_parser().parse_args(["server"]))
     assert defaults.max_record_bytes == 8 << 20 and defaults.max_store_bytes == 2 << 30
-    assert build_parser().parse_args([]).mx_writes == "trusted"
+    assert build_parser().parse_args(["server"]).mx_writes == "trusted"

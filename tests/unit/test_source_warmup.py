@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mxref.events import EventLog
 from mxref.metrics import SourceMetrics
-from mxref.source import Publisher, warming_gate
+from mxref.roles.source import Publisher, warming_gate
 from mxref.v1 import p2p_pb2
 
 

@@ -11,8 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mxref import config
+from mxref.metadata.query import SourceQuery
+from mxref.metadata.records import SourceRecord, StoreUnavailable
+from mxref.metadata.servicer import P2pServicer, store_failure_response
+from mxref.metadata.store import Store
 from mxref.metrics import ServerFamilies
-from mxref.server import P2pServicer, SourceQuery, SourceRecord, Store, StoreUnavailable, store_failure_response
 from mxref.v1 import p2p_pb2
 
 DOWN = "redis store redis://127.0.0.1:1/0: list failed: TimeoutError: Timeout reading from socket"

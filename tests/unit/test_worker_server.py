@@ -14,20 +14,22 @@ import grpc
 import pytest
 
 from mxref import config
-from mxref.client import fetch_tensor_manifest
 from mxref.config import ServerTimers
 from mxref.errors import LocalError, ManifestError, SourceError, WorkerIdMismatch
+from mxref.metadata.servicer import P2pServicer
+from mxref.metadata.store import Store
+from mxref.metadata.transport import start_metadata_server
 from mxref.metrics import SourceMetrics
-from mxref.server import P2pServicer, Store, start_metadata_server
-from mxref.v1 import p2p_pb2, p2p_pb2_grpc
-from mxref.worker_server import (
+from mxref.roles.client import fetch_tensor_manifest
+from mxref.roles.worker_server import (
     RejectReason,
     WorkerManifest,
     WorkerServicer,
     check_request,
-    start_grpc_server,
     start_worker_server,
 )
+from mxref.rpc import start_grpc_server
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 SID = "0123456789abcdef"
 TENSORS = (

@@ -1,6 +1,6 @@
 """A reader's READ target: fresh memory registered with a fresh NIXL agent, and its head start.
 
-A target is what one attempt reads into (the late-write guard, ``mxref.reader``: never memory
+A target is what one attempt reads into (the late-write guard, ``mxref.roles.reader``: never memory
 or an agent a stalled READ may still write through). Preparing one costs the load most of its
 fixed time: the first NIXL agent of a process initialises UCX (~0.4 s here; later agents
 ~0.02 s) and the memory's pages must be faulted in. ``TargetPrestart`` prepares the first
@@ -28,10 +28,10 @@ from mxref.accelerators import AcceleratorBackend
 from mxref.events import EventLog
 from mxref.metrics import NixlFamilies
 from mxref.model import TensorSpec
-from mxref.nixl_transfer import NixlTransferManager
-from mxref.source import local_tensors
+from mxref.roles.source import local_tensors
+from mxref.transfer.manager import NixlTransferManager
 
-logger = logging.getLogger("mxref.read_target")
+logger = logging.getLogger("mxref.transfer.read_target")
 
 PRESTART_JOIN_S = 120.0  # a bound on waiting for the head start (agent creation is ~0.4 s)
 
@@ -121,7 +121,7 @@ class NixlWarmup:
         self._thread.start()
 
     def _run(self) -> None:
-        from mxref.nixl_transfer import import_nixl
+        from mxref.transfer.manager import import_nixl
 
         # the memory in a thread of its own: populating pages and NIXL's start-up both run
         # outside the GIL, so on two cores the first target is ready at the later of the two

@@ -12,7 +12,7 @@ worker is the source's fault and raises ``ManifestError``; a manifest answered
 by a different worker (a reused endpoint) raises its subclass ``WorkerIdMismatch``.
 
 ``MxClient`` speaks ``mxref.v1`` unless its server answers UNIMPLEMENTED (the real ModelExpress
-server), then ``model_express.p2p`` (``mxref.mx_control``); ``wire=`` or ``$MXREF_SERVER_WIRE``
+server), then ``model_express.p2p`` (``mxref.modelexpress.control``); ``wire=`` or ``$MXREF_SERVER_WIRE``
 chooses one outright.
 
 Both dial with ``mxref.security`` credentials: the ones given, else the process's
@@ -29,11 +29,13 @@ from typing import Any
 
 import grpc
 
-from mxref import config, mx_control, security
+from mxref import config, security
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.identity import mx_source_id
+from mxref.modelexpress import control as mx_control
+from mxref.roles.worker_server import RejectReason
+from mxref.rpc import REASON_METADATA_KEY
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
-from mxref.worker_server import REASON_METADATA_KEY, RejectReason
 
 
 def _check_timeout(timeout_s: float) -> float:
@@ -52,7 +54,7 @@ class MxClient:
 
     It keeps the ``owner_secret`` each successful publish returns, per ``(mx_source_id,
     worker_id)``, and sends it with every republish and ``UpdateStatus`` of that record (the
-    server refuses either without it: ``mxref.ownership``)."""
+    server refuses either without it: ``mxref.metadata.ownership``)."""
 
     def __init__(
         self,
@@ -67,7 +69,7 @@ class MxClient:
         self._owner_secrets: dict[tuple[str, str], str] = {}
         creds = credentials if credentials is not None else security.client_default()
         self._channel = creds.channel(address, config.grpc_client_options())
-        # mxref.v1, or ModelExpress's model_express.p2p on its own server (mxref.mx_control)
+        # mxref.v1, or ModelExpress's model_express.p2p on its own server (mxref.modelexpress.control)
         self.wire = mx_control.wire(wire)
         self._stub = mx_control.MxP2pStub(self._channel) if self.wire == "model_express.p2p" else _P2P_STUB(self._channel)
 

@@ -9,7 +9,7 @@ stays the outer bound.
 Descriptor lists are prepared once per READ (``prep_xfer_dlist`` for each side, one entry
 per piece of every chunk) and each chunk's handle is made from them by index
 (``make_prepped_xfer``), instead of validating and preparing both lists again per chunk
-with ``initialize_xfer``. The manager (``mxref.nixl_transfer``) owns health: this module
+with ``initialize_xfer``. The manager (``mxref.transfer.manager``) owns health: this module
 only raises ``ChunkedReadError`` saying what happened and which error the caller raises.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
 
-logger = logging.getLogger("mxref.chunked_read")
+logger = logging.getLogger("mxref.transfer.chunked")
 
 DONE_STATES = frozenset({"DONE", "SUCCESS"})
 ERROR_STATES = frozenset({"ERR", "ERROR", "FAIL"})

@@ -1,4 +1,4 @@
-"""The arithmetic and the table of ``python -m mxref bench`` (``mxref.bench_load``), apart from the runs.
+"""The arithmetic and the table of ``python -m mxref bench`` (``mxref.bench.load``), apart from the runs.
 
 ``summarize`` turns one model size's measured rows into its summary: medians per reader variant,
 the raw two-process NIXL READ per source-progress variant and the fastest of them (the honest

@@ -1,6 +1,6 @@
 """What the metadata server checks in a request before it believes a word of it.
 
-Two parts, both pure (no gRPC, no store), used by ``mxref.server.P2pServicer``:
+Two parts, both pure (no gRPC, no store), used by ``mxref.metadata.P2pServicer``:
 
 - ``RequestChecker`` turns the raw bytes of a request into its message, or into the
   ``Violation`` that refuses it. It parses the bytes twice: first as a *wide twin*
@@ -56,6 +56,15 @@ UINT32_MAX = 0xFFFFFFFF
 NAME_FIELDS = frozenset({"model_name", "worker_id", "agent_name", "mx_source_id", "model_name_filter"})
 RANK_FIELDS = frozenset({"worker_rank", "worker_rank_filter"})
 WIDE_PACKAGE = "mxref.v1.wide"
+
+MX_REQUESTS: dict[str, type[Any]] = {
+    "PublishMetadata": mx_pb2.PublishMetadataRequest,
+    "GetMetadata": mx_pb2.GetMetadataRequest,
+    "UpdateStatus": mx_pb2.UpdateStatusRequest,
+}
+"""ModelExpress's request of each method served through ``P2pServicer.serve(..., mx=True)``: checked
+as that (``RequestChecker.parse(via=)``), served as ours (``ListSources`` is translated here)."""
+
 
 
 class RejectReason(StrEnum):

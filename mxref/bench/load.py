@@ -1,6 +1,6 @@
 """Where a load's time goes: whole load vs READ, this tree against a baseline, side by side.
 
-``python -m mxref.bench_load --mib 256 --rounds 5 [--baseline PATH]`` starts a metadata server
+``python -m mxref.bench.load --mib 256 --rounds 5 [--baseline PATH]`` starts a metadata server
 and one source (central mode) holding a synthetic model of ``--mib`` MiB, then runs readers to
 completion in interleaved rounds (so drift in the machine's load hits every variant alike):
 
@@ -13,19 +13,19 @@ completion in interleaved rounds (so drift in the machine's load hits every vari
   taken on it, the transfer alone; the default's READ is shown beside them;
 * ``baseline`` (with ``--baseline PATH``): the same command from another checkout of mxref
   (``PYTHONPATH=PATH``), e.g. the commit before a change, against the same source;
-* ``raw`` (with ``--raw``): a raw two-process NIXL READ of the same size (``mxref.bench``: one
+* ``raw`` (with ``--raw``): a raw two-process NIXL READ of the same size (``mxref.bench.raw``: one
   descriptor, one handle, tight polling), a fresh raw source per round and per source progress
   (``--raw-progress``: pumped every 1 ms, NIXL's own progress thread; both by default): its
   first READ (cold, as mxref's reader makes one READ on a fresh connection) and its second
   (warm). The baseline is the fastest of them; each one's median is reported too;
-* the TCP loopback ceiling (``mxref.loopback``, unless ``--no-ceiling``): the same bytes copied
+* the TCP loopback ceiling (``mxref.bench.loopback``, unless ``--no-ceiling``): the same bytes copied
   over 127.0.0.1 inside this process, what any TCP transport could reach here.
 
 ``python -m mxref bench [--mib 64 256 ...]`` is this with ``--raw``.
 
 Each reader's result line gives the whole load (``seconds``: ListSources to a verified load)
 and the READ (``transfer_seconds``); ``load_done.phases`` says where the rest went. Printed
-(``mxref.bench_report``): a table of medians, the goal terms as ratios (mxref READ >= 0.95 x
+(``mxref.bench.report``): a table of medians, the goal terms as ratios (mxref READ >= 0.95 x
 the fastest raw READ, chunked >= 0.95 x single handle; whole load <= 1.5 x READ + 0.25 s at
 256 MiB, <= 1.1 x READ at 2 GiB), raw and mxref over the ceiling, and one JSON line. Absolute
 GB/s drift with the machine's load; the ratios, measured in the same rounds, are the figures.
@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from mxref import config
-from mxref.bench_report import NOHASH, SINGLE, summarize, table
-from mxref.demo import STARTUP_TIMEOUT_S, Child
+from mxref.bench.demo import STARTUP_TIMEOUT_S, Child
+from mxref.bench.report import NOHASH, SINGLE, summarize, table
 from mxref.process import die_with_parent
 
 READER_TIMEOUT_S = 300.0
@@ -92,9 +92,9 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mxref.bench import SOURCE_PROGRESS
+    from mxref.bench.raw import SOURCE_PROGRESS
 
-    parser = argparse.ArgumentParser(prog="python -m mxref.bench_load", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mxref.bench.load", description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=config.whole_number_arg("a model size", 1, MAX_MIB, "MiB"), nargs="+", default=[64, 256],
                         help=f"model sizes in MiB, 1..{MAX_MIB} (8 tensors each; default 64 256)")
     parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1), default=5, help="interleaved rounds per size (default 5)")
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
 def _size(args: argparse.Namespace, mib: int, workdir: Path,
           variants: dict[str, tuple[Path, tuple[str, ...]]]) -> dict[str, Any]:
     """Every variant at one model size, interleaved rounds; prints its table, returns its summary."""
-    from mxref.bench import raw_read
-    from mxref.loopback import loopback_gbps
+    from mxref.bench.loopback import loopback_gbps
+    from mxref.bench.raw import raw_read
 
     workdir.mkdir(parents=True, exist_ok=True)
     model = ["--tensors", "8", "--tensor-mib", str(mib / 8), "--transport", args.transport]

@@ -1,6 +1,6 @@
 """How well the metadata server serves other clients while one client floods it with publishes.
 
-``python -m mxref.bench_flood`` starts real ``python -m mxref server`` processes on
+``python -m mxref.bench.flood`` starts real ``python -m mxref server`` processes on
 loopback and, against each, measures ListSources latency from one client (this
 process, sequential calls) twice in the same run: while idle, then while a second
 process floods PublishMetadata from one connection (``--concurrency`` calls in
@@ -168,7 +168,7 @@ def measure(server: Server, label: str, args: argparse.Namespace) -> dict[str, A
         for _ in range(args.rounds):
             idle += list_latencies(stub, per_round)
             flood = subprocess.Popen(
-                [sys.executable, "-m", "mxref.bench_flood", "--flood", server.address, "--flood-seconds",
+                [sys.executable, "-m", "mxref.bench.flood", "--flood", server.address, "--flood-seconds",
                  str(args.flood_seconds), "--concurrency", str(args.concurrency), "--tensors", str(args.tensors)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )
@@ -195,7 +195,7 @@ def measure(server: Server, label: str, args: argparse.Namespace) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mxref.bench_flood", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mxref.bench.flood", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="ListSources calls per phase (default 2000)")
     parser.add_argument("--rounds", type=int, default=4, help="idle/flood alternations (default 4)")
     parser.add_argument("--warmup", type=int, default=200)

@@ -3,7 +3,7 @@
 mxref speaks ``mxref.v1`` to its server; the real ModelExpress server serves only
 ``model_express.p2p.P2pService`` (a ``mxref.v1`` call is UNIMPLEMENTED). ``MxP2pStub`` is a
 stub with the same four methods as ``mxref.v1``'s, taking and returning ``mxref.v1`` messages,
-that calls ``model_express.p2p`` (the inverse of the server side's ``mxref.mx_service``):
+that calls ``model_express.p2p`` (the inverse of the server side's ``mxref.metadata.modelexpress``):
 
 - ``PublishMetadata``, ``GetMetadata``, ``UpdateStatus``: the two packages number these
   messages alike (``proto/mxref/mx/p2p.proto``), so the ``mxref.v1`` bytes are sent as they are

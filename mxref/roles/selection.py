@@ -16,7 +16,7 @@ from typing import Protocol
 
 from mxref.v1 import p2p_pb2
 
-logger = logging.getLogger("mxref.selection")
+logger = logging.getLogger("mxref.roles.selection")
 
 
 @dataclass(frozen=True)

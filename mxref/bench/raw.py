@@ -1,6 +1,6 @@
 """A raw two-process NIXL READ: the baseline the reference flow is measured against.
 
-``python -m mxref.bench --bytes N --repeat K [--progress pump|thread|fastest]`` starts a raw
+``python -m mxref.bench.raw --bytes N --repeat K [--progress pump|thread|fastest]`` starts a raw
 source process (one registered buffer) and reads the buffer from this process with the NIXL API
 directly: one descriptor, one handle, tight polling. Same transport profile as mxref's source and
 reader, so the ratio between the two isolates what mxref's flow adds (control plane, handshake,
@@ -34,7 +34,7 @@ SOURCE_PROGRESS = ("pump", "thread")
 
 
 def _source(port: int, nbytes: int, seconds: float, progress: str = "pump") -> int:
-    from mxref.nixl_transfer import import_nixl
+    from mxref.transfer.manager import import_nixl
 
     if progress not in SOURCE_PROGRESS:
         raise ValueError(f"progress {progress!r}: one of {', '.join(SOURCE_PROGRESS)}")
@@ -59,12 +59,12 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = 
     progress is ``progress`` (``SOURCE_PROGRESS``)."""
     if progress not in SOURCE_PROGRESS:
         raise ValueError(f"progress {progress!r}: one of {', '.join(SOURCE_PROGRESS)}")
-    from mxref.nixl_transfer import import_nixl
     from mxref.process import die_with_parent, free_port, read_json_line
+    from mxref.transfer.manager import import_nixl
 
     port = free_port()
     src = subprocess.Popen(
-        [sys.executable, "-m", "mxref.bench", "--serve", str(port), "--bytes", str(nbytes),
+        [sys.executable, "-m", "mxref.bench.raw", "--serve", str(port), "--bytes", str(nbytes),
          "--seconds", str(timeout_s + 30), "--progress", progress],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True, preexec_fn=die_with_parent,
     )
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def raw_summary(nbytes: int, samples: dict[str, list[float]]) -> dict[str, object]:
-    """The JSON of ``python -m mxref.bench``: the fastest variant's samples and median (``gbps``,
+    """The JSON of ``python -m mxref.bench.raw``: the fastest variant's samples and median (``gbps``,
     ``median_gbps``, ``progress``) and every variant's median (``variants``)."""
     medians = {k: statistics.median(v) for k, v in samples.items() if v}
     if not medians:

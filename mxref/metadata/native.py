@@ -28,7 +28,7 @@ one the grpcio server gives. What differs, by design:
   ``IDLE_TIMEOUT_S`` without a call or ``MAX_CONNECTION_AGE_S`` (``FRONT_DOOR``). If serving
   ever ends without being asked, ``failure`` says why (the server process exits non-zero).
 
-``python -m mxref.bench_fleet --grpc-impl native`` measures it with native clients, sent from
+``python -m mxref.bench.fleet --grpc-impl native`` measures it with native clients, sent from
 the benchmark's process without the GIL.
 """
 
@@ -38,15 +38,15 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from mxref import config, security
 from mxref.errors import LocalError
-
-if TYPE_CHECKING:
-    from mxref.server import P2pServicer
+from mxref.metadata.modelexpress import MX_SERVICE_NAME, MxP2pService
+from mxref.metadata.servicer import SERVER_THREADS, SERVICE_NAME, P2pServicer
+from mxref.metadata.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +82,6 @@ FRONT_DOOR: dict[str, float] = {
 
 def workers_for(servicer: P2pServicer) -> int:
     """``WORKERS`` over the in-memory store, else (a store that waits on I/O) grpcio's pool size."""
-    from mxref.server import SERVER_THREADS, Store
-
     return WORKERS if isinstance(servicer.store, Store) else SERVER_THREADS
 
 
@@ -111,7 +109,7 @@ class NativeContext:
     trailing: list[tuple[str, str]] = field(default_factory=list)
     delay_s: float = 0.0
     authorization: tuple[Any, ...] = ()
-    """The call's ``authorization`` values (``mxref.ownership.WriteGate`` tells a reader's token)."""
+    """The call's ``authorization`` values (``mxref.metadata.ownership.WriteGate`` tells a reader's token)."""
 
     def peer(self) -> str:
         return self._peer
@@ -146,8 +144,6 @@ class NativeMetadataServer:
         keys to change; ``max_queued_*``: the queues' bounds."""
         import mxref_native
 
-        from mxref.mx_service import MX_SERVICE_NAME, MxP2pService
-        from mxref.server import SERVICE_NAME
 
         credentials = credentials or security.ServerCredentials()
         self._serve = {SERVICE_NAME: servicer.serve_encoded, MX_SERVICE_NAME: MxP2pService(servicer).serve_encoded}

@@ -29,17 +29,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mxref import __version__, config
-from mxref.client import MxClient
 from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.metrics import SourceFamilies
 from mxref.model import Arena
-from mxref.mx_worker import MxWorkerService
-from mxref.nixl_transfer import LocalTensor, NixlTransferManager
+from mxref.modelexpress.worker import MxWorkerService
+from mxref.roles.client import MxClient
+from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
+from mxref.rpc import endpoint
+from mxref.transfer.manager import LocalTensor, NixlTransferManager
 from mxref.v1 import p2p_pb2
-from mxref.worker_server import WorkerManifest, WorkerServicer, endpoint, start_worker_server
 
-logger = logging.getLogger("mxref.source")
+logger = logging.getLogger("mxref.roles.source")
 
 STATUS_NAMES = {v: k.removeprefix("SOURCE_STATUS_") for k, v in p2p_pb2.SourceStatus.items()}
 PUBLISH_BACKOFF_S = (1.0, 2.0)

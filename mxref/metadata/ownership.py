@@ -38,7 +38,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from mxref.request_limits import ByteBudget, RejectReason, Violation
+from mxref.metadata.limits import ByteBudget, RejectReason, Violation
 from mxref.security import AUTHORIZATION_KEY, BEARER_PREFIX
 
 __all__ = ["MX_WRITES", "BudgetExceeded", "Claims", "MxWrites", "NotAllowed", "OwnerBook", "WriteGate"]

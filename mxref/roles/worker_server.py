@@ -26,22 +26,19 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import grpc
 
-from mxref import config, security
-from mxref.errors import LocalError
+from mxref import security
 from mxref.metrics import SourceFamilies
+from mxref.rpc import REASON_METADATA_KEY, start_grpc_server
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
-logger = logging.getLogger("mxref.worker_server")
+logger = logging.getLogger("mxref.roles.worker_server")
 
 WORKER_SERVER_THREADS = 4
-REASON_METADATA_KEY = "mxref-reject-reason"
 
 
 class RejectReason(StrEnum):
@@ -186,7 +183,7 @@ class WorkerServicer(p2p_pb2_grpc.WorkerServiceServicer):
         return manifest.to_response()
 
     def count(self, result: str) -> None:
-        """Count one answer as ``mxref_source_manifest_requests_total{result}`` (``mxref.mx_worker``
+        """Count one answer as ``mxref_source_manifest_requests_total{result}`` (``mxref.modelexpress.worker``
         counts ModelExpress's WorkerService calls here too)."""
         self._count(result)
 
@@ -225,64 +222,3 @@ def start_worker_server(
     return start_grpc_server(register, servicer, host, port,
                              threads=WORKER_SERVER_THREADS, what="worker gRPC server", credentials=creds,
                              on_refused=refused)
-
-
-def start_grpc_server(
-    register: Callable[[Any, grpc.Server], None],
-    servicer: Any,
-    host: str,
-    port: int,
-    *,
-    threads: int,
-    what: str,
-    credentials: security.ServerCredentials | None = None,
-    on_refused: Callable[[security.Refusal], None] | None = None,
-    options: list[tuple[str, int]] | None = None,
-) -> tuple[grpc.Server, int]:
-    """A started gRPC server for one servicer on ``host:port``; returns (server, bound port).
-
-    ``credentials`` (default: plaintext, no token) decide TLS and the token check;
-    ``on_refused`` hears of every call the token check refuses; ``options``: gRPC server
-    options (default ``server_options()``).
-    ``LocalError`` naming ``what`` and the address when it cannot be bound.
-    """
-    creds = credentials if credentials is not None else security.ServerCredentials()
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=what.replace(" ", "-")),
-        options=options if options is not None else server_options(),
-        interceptors=creds.interceptors(on_refused),
-    )
-    register(servicer, server)
-    bound = bind(server, host, port, what=what, credentials=creds.grpc_credentials())
-    server.start()
-    return server, bound
-
-
-def server_options() -> list[tuple[str, int]]:
-    """Message limits, and no SO_REUSEPORT: gRPC sets it by default, which would let a
-    second process bind a port still in use and silently share its traffic."""
-    return [*config.grpc_message_options(), ("grpc.so_reuseport", 0)]
-
-
-def bind(
-    server: grpc.Server, host: str, port: int, *, what: str, credentials: grpc.ServerCredentials | None = None
-) -> int:
-    """Add a port (TLS with ``credentials``, else plaintext); ``LocalError`` naming the address
-    when it cannot be bound."""
-    address = endpoint(host, port)
-    try:
-        if credentials is None:
-            bound: int = server.add_insecure_port(address)
-        else:
-            bound = server.add_secure_port(address, credentials)
-    except RuntimeError as exc:
-        raise LocalError(f"{what}: cannot bind {address}: {exc}") from exc
-    if bound == 0:
-        raise LocalError(f"{what}: cannot bind {address}")
-    return bound
-
-
-def endpoint(host: str, port: int) -> str:
-    """``host:port``, with an IPv6 literal bracketed."""
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-

@@ -49,13 +49,13 @@ from redis.retry import Retry
 
 from mxref import config
 from mxref.identity import mx_source_id
-from mxref.server import (
+from mxref.metadata.query import SourceQuery, reap_action
+from mxref.metadata.records import (
     LIVE_STATUSES,
     STALE,
     Clock,
     ReapAction,
     Reaped,
-    SourceQuery,
     SourceRecord,
     SourceStatus,
     StatusChange,
@@ -63,7 +63,6 @@ from mxref.server import (
     StoreListener,
     StoreUnavailable,
     UpdateRejected,
-    reap_action,
 )
 from mxref.v1 import p2p_pb2
 

@@ -2,7 +2,7 @@
 
 Moves a model of a few hundred MiB over UCX-over-TCP with the full reference
 flow, prints the reader's result, then a raw two-process NIXL READ of the same
-size in the same run (``mxref.bench``) for comparison, and stops everything it
+size in the same run (``mxref.bench.raw``) for comparison, and stops everything it
 started (SIGTERM, then SIGKILL after a grace period) before returning.
 """
 
@@ -80,7 +80,7 @@ def _read_once(workdir: Path, children: list[Child], name: str, addr: str, flags
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from mxref.bench import raw_read
+    from mxref.bench.raw import raw_read
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mxref-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 The real ModelExpress client (0.7.0) speaks ``model_express.p2p``; mxref's own contract is
 ``mxref.v1``. ``MxP2pService`` answers the former on the same port, over the same store and
-the same servicer (``mxref.server.P2pServicer``), so the write rate, the wire limits, the
+the same servicer (``mxref.metadata.P2pServicer``), so the write rate, the wire limits, the
 ModelExpress negative answers, the metrics and the ``source_*`` events are the ones every
 mxref call gets, and an MX worker and an mxref worker that hold the same thing see each
 other. How each method maps (``proto/mxref/mx/p2p.proto`` pins the client's field numbers):
@@ -30,7 +30,7 @@ other. How each method maps (``proto/mxref/mx/p2p.proto`` pins the client's fiel
 Every request is checked as the ModelExpress message it is (``RequestChecker.parse(via=)``):
 its own fields (``topology``, ``artifact_source``, ``transfer_engine_session_id``) meet the
 same UTF-8, size and count limits as ours. Writes carry no owner secret; ``--mx-writes``
-(``mxref.ownership``) says what they may touch.
+(``mxref.metadata.ownership``) says what they may touch.
 
 A request that does not parse as the MX message is INVALID_ARGUMENT naming the method.
 """
@@ -46,12 +46,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
+from mxref.metadata.limits import MX_REQUESTS
 from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
 from mxref.wire import wire_bytes
 
 if TYPE_CHECKING:
-    from mxref.server import P2pServicer, SourceRecord
+    from mxref.metadata.records import SourceRecord
+    from mxref.metadata.servicer import P2pServicer
 
 _ENCODE_ERRORS = (DecodeError, ValueError, TypeError)
 
@@ -68,15 +70,6 @@ _RESPONSES: dict[str, type[Any]] = {
     "GetMetadata": mx_pb2.GetMetadataResponse,
     "UpdateStatus": mx_pb2.UpdateStatusResponse,
 }
-
-
-MX_REQUESTS: dict[str, type[Any]] = {
-    "PublishMetadata": mx_pb2.PublishMetadataRequest,
-    "GetMetadata": mx_pb2.GetMetadataRequest,
-    "UpdateStatus": mx_pb2.UpdateStatusRequest,
-}
-"""ModelExpress's request of each method served through ``P2pServicer.serve(..., mx=True)``: checked
-as that (``RequestChecker.parse(via=)``), served as ours (``ListSources`` is translated here)."""
 
 
 def lifted_extras(extra: Any) -> tuple[int | None, str | None]:

@@ -34,13 +34,13 @@ READ is hashed again after a settle window in which the agent keeps making progr
 (``memory_digest`` ``settled``); a load in which every posted READ completed has no late writer
 to wait for and settles only when asked to (``--settle-always``).
 
-Fixed costs are kept off the load's path (``mxref.read_target``): NIXL's one-time start-up
+Fixed costs are kept off the load's path (``mxref.transfer.read_target``): NIXL's one-time start-up
 and, for a synthetic model, the first target's memory are paid in a thread from the process's
 start (``NixlWarmup``); the first target's agent and registration while the control plane is
 asked (``TargetPrestart``). Neither was ever read into, so the guard holds. A ``load_phase``
 event per phase says where the time went; ``overlapped`` marks work beside the path.
 
-The READ is chunked by default (``mxref.chunked_read``): a window that completes nothing within
+The READ is chunked by default (``mxref.transfer.chunked``): a window that completes nothing within
 one deadline (0.84 s with 16 MiB chunks, 2 in flight) is a stall, well before the budget.
 
 After a load, ``memory_digest`` events report what the reader's memory holds (it is
@@ -61,18 +61,18 @@ from pathlib import Path
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
-from mxref.chunked_read import ChunkPolicy
-from mxref.client import MxClient, fetch_tensor_manifest
 from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
-from mxref.nixl_transfer import NixlTransferManager
-from mxref.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
-from mxref.selection import Target, get_selector
+from mxref.roles.client import MxClient, fetch_tensor_manifest
+from mxref.roles.selection import Target, get_selector
+from mxref.transfer.chunked import ChunkPolicy
+from mxref.transfer.manager import NixlTransferManager
+from mxref.transfer.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.v1 import p2p_pb2
 
-logger = logging.getLogger("mxref.reader")
+logger = logging.getLogger("mxref.roles.reader")
 
 DEFAULT_CHUNKS = ChunkPolicy()  # frozen: one shared instance is safe
 

@@ -1,6 +1,6 @@
 """How a source's heartbeats fare while a peer without the token floods the metadata server.
 
-``python -m mxref.bench_refusals`` starts a real ``python -m mxref server`` with TLS and a
+``python -m mxref.bench.refusals`` starts a real ``python -m mxref server`` with TLS and a
 bearer token on loopback, once per gRPC implementation (``--grpc-impl``, default both),
 publishes one source worker with the token, and measures its heartbeats (UpdateStatus, one
 connection, sequential, ``--interval`` apart) in alternating windows: idle, then while this
@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxref.bench_flood import Server, p99
-from mxref.mx_service import MX_SERVICE_NAME
-from mxref.server import GRPC_IMPLS, SERVICE_NAME
+from mxref.bench.flood import Server, p99
+from mxref.metadata.modelexpress import MX_SERVICE_NAME
+from mxref.metadata.servicer import SERVICE_NAME
+from mxref.metadata.transport import GRPC_IMPLS
 from mxref.v1 import p2p_pb2
 
 READY = p2p_pb2.SourceStatus.Value("SOURCE_STATUS_READY")
@@ -217,7 +218,7 @@ def throwaway_creds(directory: Path) -> Creds:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mxref.bench_refusals", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mxref.bench.refusals", description=__doc__.splitlines()[0])
     parser.add_argument("--grpc-impl", choices=(*GRPC_IMPLS, "both"), default="both")
     parser.add_argument("--seconds", type=float, default=4.0, help="each idle and each flood window (default 4)")
     parser.add_argument("--rounds", type=int, default=2, help="idle/flood alternations (default 2)")

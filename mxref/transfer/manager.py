@@ -35,7 +35,6 @@ import numpy as np
 
 from mxref import config
 from mxref.accelerators import AcceleratorBackend, CpuBackend
-from mxref.chunked_read import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, Landing, read_chunked
 from mxref.errors import (
     HandshakeTimeout,
     ManifestMismatchError,
@@ -45,8 +44,9 @@ from mxref.errors import (
 )
 from mxref.events import NULL, EventLog
 from mxref.metrics import NixlFamilies
+from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, Landing, read_chunked
 
-logger = logging.getLogger("mxref.nixl_transfer")
+logger = logging.getLogger("mxref.transfer.manager")
 
 HANDSHAKE_POLL_S = 0.01
 HANDSHAKE_REFETCH_S = 1.0  # a fetch request can be lost (dead cached socket): ask again

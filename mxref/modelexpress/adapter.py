@@ -2,7 +2,7 @@
 
 Run in the subject's own environment (``harness.subjects.envs``: torch, nixl, modelexpress)::
 
-    <subject python> -m mxref.mx_adapter source|reader --server HOST:PORT --name N --events PATH [model flags]
+    <subject python> -m mxref.modelexpress.adapter source|reader --server HOST:PORT --name N --events PATH [model flags]
 
 What runs unmodified, from the published package: the strategy chain
 (``run_load_strategy_chain``: RDMA first, then the engine's native loader), the RDMA strategy
@@ -57,7 +57,7 @@ from mxref.events import EventLog, log_to_stderr
 from mxref.model import Arena, ModelSpec, Reference, fill_from_seed, load_checkpoint
 from mxref.process import free_port
 
-logger = logging.getLogger("mxref.mx_adapter")
+logger = logging.getLogger("mxref.modelexpress.adapter")
 
 EXIT_OK, EXIT_LOAD_FAILED, EXIT_USAGE = 0, 1, 2
 SUBJECT_VERSION = "0.7.0"
@@ -305,7 +305,7 @@ def _add_args(p: argparse.ArgumentParser, role: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mxref.mx_adapter", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mxref.modelexpress.adapter", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="role", required=True)
     for role in ("source", "reader"):
         _add_args(sub.add_parser(role), role)

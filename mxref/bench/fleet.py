@@ -1,6 +1,6 @@
 """The metadata server holding a fleet: ListSources latency and heartbeat throughput at 10k sources x 8 ranks.
 
-``python -m mxref.bench_fleet`` runs, in this process, a ``Store`` + ``P2pServicer`` served
+``python -m mxref.bench.fleet`` runs, in this process, a ``Store`` + ``P2pServicer`` served
 over real gRPC on loopback, with its ``Reaper`` thread scanning every ``--reaper-interval``
 seconds. The write rate limits are raised (``ServerLimits(publish_rate_per_s=1e9,
 publish_burst=10**9)``, and the same per peer address) so that heartbeats are not refused, and ``max_records`` is sized to
@@ -24,7 +24,7 @@ the fleet. It then:
    ListSources client keeps measuring and RSS is sampled (``/proc/self/status`` VmRSS) every
    0.5 s; and, apart from gRPC, times ``Store.update_status`` alone (the store's share).
 
-``--grpc-impl`` picks the server's gRPC (native, ``mxref.native_grpc``, by default; or grpcio); ``--native-clients``
+``--grpc-impl`` picks the server's gRPC (native, ``mxref.metadata.native``, by default; or grpcio); ``--native-clients``
 sends the heartbeats and the listings with ``mxref_native`` from this process, without the GIL
 (``NativeLister``, ``native_heartbeat_load``), so the same compiled load measures either server;
 ``--list-interval`` paces the listings under heartbeats.
@@ -53,18 +53,11 @@ from typing import Any
 import grpc
 
 from mxref import config
-from mxref.server import (
-    DEFAULT_GRPC_IMPL,
-    GRPC_IMPLS,
-    READY,
-    SERVICE_NAME,
-    STALE,
-    P2pServicer,
-    Reaper,
-    SourceStore,
-    Store,
-    start_metadata_server,
-)
+from mxref.metadata.reaper import Reaper
+from mxref.metadata.records import READY, STALE
+from mxref.metadata.servicer import SERVICE_NAME, P2pServicer
+from mxref.metadata.store import SourceStore, Store
+from mxref.metadata.transport import DEFAULT_GRPC_IMPL, GRPC_IMPLS, start_metadata_server
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -348,7 +341,7 @@ def store_heartbeat_rate(store: SourceStore, live: list[tuple[str, str, int]], s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mxref.bench_fleet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mxref.bench.fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=10_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--identities", type=int, default=16, help="identities the sources spread over")
@@ -360,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=6,
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
     parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default=DEFAULT_GRPC_IMPL,
-                        help=f"the server's gRPC: native (mxref.native_grpc) or grpcio (default {DEFAULT_GRPC_IMPL})")
+                        help=f"the server's gRPC: native (mxref.metadata.native) or grpcio (default {DEFAULT_GRPC_IMPL})")
     parser.add_argument("--native-clients", action="store_true",
                         help="send the heartbeats and the listings with mxref_native from this process (no GIL): "
                              "the same compiled load against either --grpc-impl")
@@ -398,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.store == "memory":
         store = Store(clock, max_records=limits.max_records)
     else:
-        from mxref.redis_store import RedisStore
+        from mxref.metadata.redis_store import RedisStore
 
         store = RedisStore(args.store, clock, max_records=limits.max_records, timeout_s=CALL_TIMEOUT_S)
         store.flushall()
