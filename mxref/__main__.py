@@ -348,7 +348,8 @@ def run_source(args: argparse.Namespace) -> int:
     from mxref.accelerators import get_backend
     from mxref.metrics import SourceMetrics
     from mxref.model import Reference, fill_from_seed
-    from mxref.roles.source import SourceService, identity_for, local_tensors
+    from mxref.roles.source import SourceService, identity_for
+    from mxref.transfer.local import local_tensors
     from mxref.transfer.manager import NixlTransferManager
 
     metrics = SourceMetrics()
@@ -443,7 +444,8 @@ def run_reader(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,
           hooks: CorruptionToggle | None) -> int:
     """The reader after its setup: load, report, settle, then exit or serve."""
-    from mxref.roles.source import SourceService, local_tensors
+    from mxref.roles.source import SourceService
+    from mxref.transfer.local import local_tensors
 
     options = reader.options
     identity = reader.identity

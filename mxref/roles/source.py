@@ -37,7 +37,7 @@ from mxref.modelexpress.worker import MxWorkerService
 from mxref.roles.client import MxClient
 from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.rpc import endpoint
-from mxref.transfer.manager import LocalTensor, NixlTransferManager
+from mxref.transfer.manager import NixlTransferManager
 from mxref.v1 import p2p_pb2
 
 logger = logging.getLogger("mxref.roles.source")
@@ -60,13 +60,6 @@ def identity_for(model_name: str, dtype: str, tp: int = 1, revision: str = "") -
         backend_framework=p2p_pb2.VLLM, tensor_parallel_size=tp, pipeline_parallel_size=1,
         expert_parallel_size=0, dtype=dtype, revision=revision,
     )
-
-
-def local_tensors(arena: Arena, device_id: int = 0) -> list[LocalTensor]:
-    return [
-        LocalTensor(name=s.name, addr=addr, size=size, dtype=s.dtype, device_id=device_id)
-        for s, (addr, size) in zip(arena.specs, arena.regions())
-    ]
 
 
 def tensor_descriptors(arena: Arena, checksums: list[str], device_id: int = 0) -> list[p2p_pb2.TensorDescriptor]:

@@ -28,7 +28,7 @@ from mxref.accelerators import AcceleratorBackend
 from mxref.events import EventLog
 from mxref.metrics import NixlFamilies
 from mxref.model import TensorSpec
-from mxref.roles.source import local_tensors
+from mxref.transfer.local import local_tensors
 from mxref.transfer.manager import NixlTransferManager
 
 logger = logging.getLogger("mxref.transfer.read_target")
