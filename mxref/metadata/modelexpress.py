@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-from mxref.metadata.limits import MX_REQUESTS
 from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
 from mxref.wire import wire_bytes
@@ -57,7 +56,7 @@ if TYPE_CHECKING:
 
 _ENCODE_ERRORS = (DecodeError, ValueError, TypeError)
 
-__all__ = ["MX_REQUESTS", "MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
+__all__ = ["MX_METHODS", "MX_SERVICE_NAME", "MxP2pService", "lifted_extras"]
 
 MX_SERVICE_NAME = "model_express.p2p.P2pService"
 TRAINING_STEP_KEYS = ("training_step", "version")
@@ -70,6 +69,8 @@ _RESPONSES: dict[str, type[Any]] = {
     "GetMetadata": mx_pb2.GetMetadataResponse,
     "UpdateStatus": mx_pb2.UpdateStatusResponse,
 }
+MX_METHODS = tuple(_RESPONSES)
+"""The methods of ``model_express.p2p.P2pService`` served here (each as its ``mxref.v1`` namesake)."""
 
 
 def lifted_extras(extra: Any) -> tuple[int | None, str | None]:

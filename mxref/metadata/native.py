@@ -44,8 +44,8 @@ import grpc
 
 from mxref import config, security
 from mxref.errors import LocalError
-from mxref.metadata.modelexpress import MX_SERVICE_NAME, MxP2pService
-from mxref.metadata.servicer import SERVER_THREADS, SERVICE_NAME, P2pServicer
+from mxref.metadata.modelexpress import MX_METHODS, MX_SERVICE_NAME, MxP2pService
+from mxref.metadata.servicer import RPCS, SERVER_THREADS, SERVICE_NAME, P2pServicer
 from mxref.metadata.store import Store
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,21 @@ FRONT_DOOR: dict[str, float] = {
     "max_connection_age_s": 7200.0,  # then GOAWAY, +-10% per connection; the calls in flight finish
 }
 """The native server's connection limits (``mxref_native.Server``'s keywords)."""
+
+
+def method_table() -> list[tuple[str, str, bool]]:
+    """What the Rust server routes, as ``(service, method, is_read)``: every method of the
+    servicer's table (``RPCS``) in ``mxref.v1`` and in ModelExpress's package, a read unless it
+    ``writes`` (reads and writes wait in queues of their own). Rust keeps no list of its own: a
+    method added to ``RPCS`` is served."""
+    return [(service, name, not RPCS[name].writes)
+            for service, names in ((SERVICE_NAME, tuple(RPCS)), (MX_SERVICE_NAME, MX_METHODS)) for name in names]
+
+
+def routing() -> dict[str, Any]:
+    """``mxref_native.Server``'s routing keywords: the method table and the token's metadata key
+    (``mxref.security``'s)."""
+    return {"methods": method_table(), "authorization_key": security.AUTHORIZATION_KEY}
 
 
 def workers_for(servicer: P2pServicer) -> int:
@@ -155,7 +170,7 @@ class NativeMetadataServer:
         limits = {**FRONT_DOOR, **(front_door or {})}
         try:
             self._server = mxref_native.Server(
-                host, port, max_concurrent_streams=config.MAX_STREAMS_PER_CONNECTION,
+                host, port, **routing(), max_concurrent_streams=config.MAX_STREAMS_PER_CONNECTION,
                 max_message_bytes=servicer.limits.max_message_bytes,
                 tls_cert_pem=credentials.cert_pem, tls_key_pem=credentials.key_pem,
                 accepted_authorization=credentials.bearer_values(),

@@ -105,8 +105,7 @@ def test_a_call_without_the_token_is_refused_before_any_queue_and_reported_with_
 def test_a_full_queue_answers_resource_exhausted_at_once() -> None:
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=64, max_message_bytes=1 << 20,
-                                 max_queued_calls=4)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20, max_queued_calls=4)
     try:
         got = mxref_native.unary_load(f"127.0.0.1:{server.port}", f"/mxref.v1.P2pService/{LIST}", [b""],
                                       connections=1, window=16, seconds=0.5, timeout_s=1.0)
@@ -120,7 +119,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once() -> None:
 def test_reads_and_writes_are_taken_in_turn_so_a_read_flood_cannot_starve_heartbeats() -> None:
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=64, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20)
     try:
         with own_channel(f"127.0.0.1:{server.port}") as channel:
             reads = [call(channel, LIST) for _ in range(20)]

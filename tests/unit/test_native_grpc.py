@@ -19,7 +19,9 @@ from harness import pki
 from mxref import config, security
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import LocalError
+from mxref.metadata import modelexpress as modelexpress_module
 from mxref.metadata import native as native_grpc
+from mxref.metadata import servicer as servicer_module
 from mxref.metadata.limits import RejectReason
 from mxref.metadata.modelexpress import MX_SERVICE_NAME
 from mxref.metadata.servicer import P2pServicer
@@ -91,6 +93,40 @@ def test_an_unknown_method_is_unimplemented(native: Native) -> None:
             assert isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED, (service, method)
 
 
+def test_a_method_added_to_the_python_table_is_served_without_a_rust_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rust routes what ``method_table`` lists: a method added to ``RPCS`` (and its handler) is
+    answered by the same compiled module, in both packages, and what is not listed stays UNIMPLEMENTED."""
+    monkeypatch.setitem(servicer_module.RPCS, "Echo", servicer_module._Rpc(
+        p2p_pb2.GetMetadataRequest, p2p_pb2.GetMetadataResponse, writes=False))
+    monkeypatch.setattr(modelexpress_module, "MX_METHODS", (*modelexpress_module.MX_METHODS, "Echo"))
+    monkeypatch.setattr(native_grpc, "MX_METHODS", modelexpress_module.MX_METHODS)
+    assert ("mxref.v1.P2pService", "Echo", True) in native_grpc.method_table()
+    servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
+
+    def echo(request: p2p_pb2.GetMetadataRequest, _call: Any) -> tuple[Any, servicer_module.Outcome]:
+        return p2p_pb2.GetMetadataResponse(found=True, worker_id=f"echo:{request.worker_id}"), servicer_module.Outcome.OK
+
+    servicer._handlers["Echo"] = echo
+    server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="native")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            raw = call(channel, "Echo", p2p_pb2.GetMetadataRequest(mx_source_id="s", worker_id="w").SerializeToString())
+            assert p2p_pb2.GetMetadataResponse.FromString(raw.result()).worker_id == "echo:w"
+            exc = call(channel, "Echo2", b"").exception()
+            assert isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        assert server.stop(1).wait(5)
+
+
+def test_the_native_server_refuses_an_empty_or_malformed_method_table() -> None:
+    import mxref_native
+
+    for methods, words in (([], "at least one"), ([("a/b", "M", True)], "not a service and a method name")):
+        with pytest.raises(ValueError, match=words):
+            mxref_native.Server("127.0.0.1", 0, methods=methods, authorization_key="authorization",
+                                max_concurrent_streams=8, max_message_bytes=1 << 20)
+
+
 def test_stop_frees_the_port_and_refuses_later_calls() -> None:
     servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
     server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="native")
@@ -125,7 +161,7 @@ def test_a_listing_is_taken_before_the_heartbeats_queued_ahead_of_it() -> None:
     does not wait behind a fleet's heartbeats. (No workers here: the test takes the calls.)"""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=16, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20)
     try:
         with own_channel(f"127.0.0.1:{server.port}") as channel:
             writes = [call(channel, "UpdateStatus", b"") for _ in range(5)]
@@ -150,7 +186,7 @@ def test_stop_refuses_the_calls_left_unanswered() -> None:
     dropped, and its caller is told UNAVAILABLE instead of waiting for its deadline."""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, max_concurrent_streams=8, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8, max_message_bytes=1 << 20)
     with own_channel(f"127.0.0.1:{server.port}") as channel:
         waiting = call(channel, "ListSources", b"")
         deadline = time.monotonic() + 10

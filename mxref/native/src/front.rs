@@ -172,7 +172,7 @@ impl Drop for Busy {
 }
 
 /// Makes the service of one connection (it knows the peer and the connection's activity).
-pub type MakeService = dyn Fn(SocketAddr, Arc<Activity>) -> crate::Router + Send + Sync;
+pub type MakeService = dyn Fn(SocketAddr, Arc<Activity>) -> crate::server::Router + Send + Sync;
 
 /// Serve `listener` until `stop` says so (its value: the grace the calls in flight have), then
 /// wait for every connection to end. Never returns before: an accept error is logged, backed
