@@ -86,10 +86,9 @@ def tensor_bytes(seed: int, index: int, nbytes: int) -> bytes:
 
 
 def _from_generator(flags: list[str]) -> ExpectedModel:
-    from mxref.__main__ import build_parser, model_spec
+    from mxref.model import spec_from_flags
 
-    args = build_parser().parse_args(["prepare", "--checkpoint", "-", *flags])
-    spec = model_spec(args)
+    spec = spec_from_flags(flags)
     tensors = tuple(
         ExpectedTensor(t.name, t.dtype, tuple(t.shape), _xxh(tensor_bytes(spec.seed, i, t.nbytes)))
         for i, t in enumerate(spec.tensor_specs())

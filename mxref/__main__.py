@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxref import config
+from mxref.model import add_model_args, model_spec
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
 
 if TYPE_CHECKING:
     from mxref.accelerators import AcceleratorBackend
     from mxref.debug_hooks import CorruptionToggle
     from mxref.metrics import ReaderMetrics
-    from mxref.model import Arena, ModelSpec, Reference, TensorSpec
+    from mxref.model import Arena, Reference, TensorSpec
     from mxref.roles.reader import Reader
 
 
@@ -83,22 +84,6 @@ def _add_nixl_common(p: argparse.ArgumentParser) -> None:
                    help="send (and, serving, require) 'authorization: Bearer <this file's token>' (needs TLS)")
 
 
-def _add_model(p: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
-    g = p.add_argument_group("model (a synthetic spec, or a safetensors file)")
-    g.add_argument("--model-name", default="mxref/synthetic")
-    g.add_argument("--tensors", type=int, default=16)
-    g.add_argument("--tensor-mib", type=float, default=4.0, help="MiB per tensor (default 4)")
-    g.add_argument("--dtype", default="float16")
-    g.add_argument("--seed", type=int, default=0, help="seed of the synthetic bytes")
-    g.add_argument("--model-file", type=Path, default=None,
-                   help="this safetensors file is the model (a source serves its tensors, verified first "
-                        "against the checksums recorded in it; a reader expects its content)")
-    g.add_argument("--expect-digest", default=None, metavar="DIGEST",
-                   help="the whole-model digest (sha256:<64 hex>) the model must have; exit 2 otherwise")
-    p.add_argument("--checkpoint", type=Path, default=None, required=checkpoint_required,
-                   help="safetensors checkpoint (reader: disk fallback; prepare: output)")
-
-
 def _add_debug_hooks(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug-hooks", action="store_true",
                    help="DEBUG HOOK (tests only): SIGUSR2 toggles corruption of the registered memory (byte 0 "
@@ -118,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("source", help="hold a model in NIXL-registered memory and advertise it")
     _add_common(p, "source")
     _add_nixl_common(p)
-    _add_model(p)
+    add_model_args(p)
     p.add_argument("--mode", choices=["p2p", "central"], default="p2p")
     p.add_argument("--nixl-port", type=int, default=0, help="NIXL metadata listener port (0 picks one)")
     p.add_argument("--worker-port", type=int, default=0, help="WorkerService port (0 picks one)")
@@ -140,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reader", help="load the model from a READY source, else from the checkpoint")
     _add_common(p, "reader")
     _add_nixl_common(p)
-    _add_model(p)
+    add_model_args(p)
     p.add_argument("--transfer-timeout", type=_seconds, default=None,
                    help="per-candidate READ budget [MX_TRANSFER_TIMEOUT, 300]")
     p.add_argument("--handshake-timeout", type=_seconds, default=config.DEFAULT_HANDSHAKE_TIMEOUT_S)
@@ -151,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "completes nothing within 2*chunk/100MB/s+0.5s a stall, so a frozen source is left in "
                         "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
                         "bounded only by the budget (docs/contract.md#read-budget) [MXREF_READ_CHUNK_MIB, 16]")
-    p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=2, metavar="N",
+    p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=config.DEFAULT_READ_WINDOW, metavar="N",
                    help="chunks in flight of a chunked READ (default 2); the stall deadline is "
                         "N*chunk/100MB/s+0.5s")
     p.add_argument("--read-ramp", action=argparse.BooleanOptionalAction, default=True,
@@ -188,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare", help="write the safetensors checkpoint of a synthetic model")
     _add_common(p, "prepare")
-    _add_model(p, checkpoint_required=True)
+    add_model_args(p, checkpoint_required=True)
     p.add_argument("--data-seed", type=int, default=None, metavar="N",
                    help="DEBUG HOOK (tests only): write the bytes of seed N but record the reference of the "
                         "model given (a tampered checkpoint)")
@@ -207,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baseline", action="store_true", help="skip the raw NIXL READ comparison")
     p.add_argument("--compare-chunked-runs", type=int, default=0, metavar="N",
                    help="also run N single-handle and N chunked loads, interleaved, and compare GB/s")
-    p.add_argument("--chunk-mib", type=float, default=16.0, help="chunk size for --compare-chunked-runs")
+    p.add_argument("--chunk-mib", type=float, default=config.DEFAULT_READ_CHUNK_MIB,
+                   help="chunk size for --compare-chunked-runs")
     return parser
 
 
@@ -290,17 +276,6 @@ def model_from_args(args: argparse.Namespace, emit: Callable[..., Any]) -> tuple
         raise BadInput(f"model: {exc}") from None
     arena = generate(spec)
     return _pin(Reference.from_arena(arena, "spec"), args), arena
-
-
-def model_spec(args: argparse.Namespace) -> ModelSpec:
-    import numpy as np
-
-    from mxref.model import ModelSpec
-
-    tensor_bytes = int(args.tensor_mib * (1 << 20))
-    tensor_bytes -= tensor_bytes % np.dtype(args.dtype).itemsize
-    return ModelSpec(name=args.model_name, tensors=args.tensors, tensor_bytes=tensor_bytes, dtype=args.dtype,
-                     seed=args.seed)
 
 
 def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ logger = logging.getLogger("mxref.config")
 # explicitly set (the env helper's own 900 s default is deliberately not inherited).
 DEFAULT_TRANSFER_TIMEOUT_S = 300.0
 DEFAULT_READ_CHUNK_MIB = 16.0  # chunked READs with a stall deadline (mxref.transfer.chunked); 0: one handle
+DEFAULT_READ_WINDOW = 2  # chunks of a chunked READ in flight (its stall deadline: window x chunk / 100 MB/s + 0.5 s)
 MAX_SOURCE_RETRIES = 3
 # ModelExpress hard-codes 120 s for the NIXL metadata handshake poll.
 DEFAULT_HANDSHAKE_TIMEOUT_S = 120.0

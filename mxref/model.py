@@ -17,6 +17,7 @@ tensors. The digest travels in the source identity's ``revision``.
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import functools
 import hashlib
@@ -501,3 +502,38 @@ def load_checkpoint(path: Path) -> Arena:
 
 def _natural_key(name: str) -> list[object]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def add_model_args(p: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
+    """The model flags every role that holds a model takes (a synthetic spec, or a safetensors file)."""
+    g = p.add_argument_group("model (a synthetic spec, or a safetensors file)")
+    g.add_argument("--model-name", default="mxref/synthetic")
+    g.add_argument("--tensors", type=int, default=16)
+    g.add_argument("--tensor-mib", type=float, default=4.0, help="MiB per tensor (default 4)")
+    g.add_argument("--dtype", default="float16")
+    g.add_argument("--seed", type=int, default=0, help="seed of the synthetic bytes")
+    g.add_argument("--model-file", type=Path, default=None,
+                   help="this safetensors file is the model (a source serves its tensors, verified first "
+                        "against the checksums recorded in it; a reader expects its content)")
+    g.add_argument("--expect-digest", default=None, metavar="DIGEST",
+                   help="the whole-model digest (sha256:<64 hex>) the model must have; exit 2 otherwise")
+    p.add_argument("--checkpoint", type=Path, default=None, required=checkpoint_required,
+                   help="safetensors checkpoint (reader: disk fallback; prepare: output)")
+
+
+def model_spec(args: argparse.Namespace) -> ModelSpec:
+    """The synthetic model the flags of ``add_model_args`` name (its tensor size cut to whole elements)."""
+    tensor_bytes = int(args.tensor_mib * (1 << 20))
+    tensor_bytes -= tensor_bytes % np.dtype(args.dtype).itemsize
+    return ModelSpec(name=args.model_name, tensors=args.tensors, tensor_bytes=tensor_bytes, dtype=args.dtype,
+                     seed=args.seed)
+
+
+def spec_from_flags(flags: Sequence[str]) -> ModelSpec:
+    """The synthetic model named by model flags, as ``python -m mxref ROLE`` reads them (the
+    harness's oracle parses a scenario's model with this, so both mean the same model). Flags
+    that are not model flags are ignored."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_model_args(parser)
+    args, _ = parser.parse_known_args(list(flags))
+    return model_spec(args)

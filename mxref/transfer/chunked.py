@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from mxref import config
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
 
 logger = logging.getLogger("mxref.transfer.chunked")
@@ -54,8 +55,8 @@ class ChunkPolicy:
     and verifies every checksum after the load, never per chunk.
     """
 
-    chunk_bytes: int = 16 << 20
-    window: int = 2
+    chunk_bytes: int = int(config.DEFAULT_READ_CHUNK_MIB * (1 << 20))
+    window: int = config.DEFAULT_READ_WINDOW
     floor_bps: float = 100e6
     slack_s: float = 0.5
     ramp: bool = True  # the first window's chunks ramp up in size (``split_ranges``)
