@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest_plugins = ["fixtures.metadata_stack"]  # the metadata server tests' fixtures (grpc_impl, stack)
+
 
 class MockAcceleratorBackend:
     name = "mock"
