@@ -12,7 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["fixtures.metadata_stack"]  # the metadata server tests' fixtures (grpc_impl, stack)
+pytest_plugins = [
+    "fixtures.metadata_stack",  # the metadata server tests' fixtures (grpc_impl, stack)
+    "fixtures.reader_world",  # the reader flow tests' (world, checkpoint, h)
+]
 
 
 class MockAcceleratorBackend:
