@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def reader_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, tuple[Path, tuple[str, ...]]]:
     """Reader variant -> (the mxref checkout it runs from, its extra reader flags)."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     variants: dict[str, tuple[Path, tuple[str, ...]]] = {"this": (here, ())}
     if args.single:
         variants[SINGLE] = (here, ("--read-chunk-mib", "0"))

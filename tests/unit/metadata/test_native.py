@@ -1,6 +1,6 @@
 """The metadata server's native gRPC (``mxref.metadata.native`` over ``mxref_native``), over real
 loopback gRPC: what it does differently from grpcio, by design. (Everything else runs on both
-implementations in ``metadata/test_servicer.py`` and ``test_mx_service.py``.)"""
+implementations in ``metadata/test_servicer.py`` and ``metadata/test_modelexpress.py``.)"""
 
 from __future__ import annotations
 
