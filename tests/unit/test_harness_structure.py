@@ -48,6 +48,9 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("mxref.transfer", "mxref.metadata", "the data path does not know the control plane"),
     ("mxref.transfer", "mxref.modelexpress", "the data path does not know the control plane"),
     ("mxref.modelexpress", "mxref.metadata", "the ModelExpress pieces outside the server stay outside it"),
+    *(("harness", package, "the harness drives mxref as processes, reading only its common definitions")
+      for package in ("mxref.metadata", "mxref.roles", "mxref.transfer", "mxref.modelexpress", "mxref.bench",
+                      "mxref.__main__")),
     *((common, package, "a common module imports none of mxref's packages")
       for common in MXREF_COMMON for package in ("mxref.metadata", "mxref.roles", "mxref.transfer",
                                                  "mxref.modelexpress", "mxref.bench", "mxref.__main__")),
