@@ -229,7 +229,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
                  seed: int | None, command: Sequence[str], interrupted: bool, exit_code: int) -> dict[str, Any]:
     """``invocation.json`` and ``index.html`` of the invocation (each written atomically); the document."""
     from harness.nightly.html import render_night
-    from harness.nightly.night import RunDetail, ScenarioNight, night_json
+    from harness.nightly.night import ScenarioNight, night_json, run_detail
     from harness.report import collect_versions
 
     by_scenario: dict[str, list[RunResult]] = {}
@@ -239,8 +239,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
     for name, cell in cells.items():
         runs = by_scenario.get(name, [])
         first = runs[0] if runs else None
-        details = tuple(RunDetail(r.status, r.reason, tuple(f"{c.name}: {c.summary}" for c in r.checks if c.valid is not True))
-                        for r in runs)
+        details = tuple(run_detail(r) for r in runs)
         skip = first.reason if cell.name == "SKIP" and first is not None else None
         path = _relative(first.scenario.path) if first is not None and first.scenario.path else ""
         scenarios.append(ScenarioNight(name, path, cell, {}, first.known_defect if first else None, skip, details))

@@ -47,7 +47,7 @@ from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_fold
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
 from harness.nightly.html import render_night
-from harness.nightly.night import RunDetail, ScenarioNight, night_json, night_passed
+from harness.nightly.night import ScenarioNight, night_json, night_passed, run_detail
 from harness.rates import Cell, Rate, write_summary
 from harness.scenario import Scenario
 
@@ -209,8 +209,7 @@ def _scenario(
         extra += f"  first failing: {failing}" if failing else ""
         log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
-        failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
-        details.append(RunDetail(result.status, result.reason, failed))
+        details.append(run_detail(result))
         if result.status == "interrupted":
             interrupted = True
             break

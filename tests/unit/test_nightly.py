@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.htmltree import by_class, parse_html, text_of
 
 from harness.cli import main
 from harness.nightly.artifacts import cap_file, trim_run_folder
@@ -165,9 +166,11 @@ def test_the_page_shows_counts_the_comparison_and_a_row_per_scenario_with_run_li
     assert 'Since night <a href="../n1/index.html">n1</a>' in page
     assert "Newly failing (1)" in page and "newly failing: PASS 2/2 -&gt; FLAKY 1/2" in page
     assert '<a href="runs/coin/r1/report.html">run 2: fail</a>' in page
-    assert page.count("<th>run ") == 2
-    assert '<a href="runs/coin/r1/report.html"><span class="v">fail</span></a>' in page
-    assert '<div class="why">loaded: 2.6s, later than 2.5s</div>' in page  # why a run failed, beside it
+    tree = parse_html(page)
+    rows = {(r.find("th").text or "").strip(): r for r in by_class(tree, "table", "scenarios")[0].iter("tr") if r.find("td") is not None}  # type: ignore[union-attr]
+    chips = {name: [(a.get("data-verdict"), a.get("href"), text_of(a)) for a in by_class(r, "a", "chip")] for name, r in rows.items()}
+    assert chips["coin"] == [("pass", "runs/coin/r0/report.html", "\u2713 1"), ("fail", "runs/coin/r1/report.html", "\u2717 2")]
+    assert [text_of(w) for w in by_class(rows["coin"], "div", "why")] == ["run 2: loaded: 2.6s, later than 2.5s"]  # beside it
     assert page.count('class="why"') == 1
     assert "skipped: this machine lacks root" in page
     assert "&lt;netns&gt;" in page and "<netns>" not in page  # escaped
@@ -427,3 +430,20 @@ def test_a_night_with_keep_leaves_the_newest_nights(tmp_path: Path) -> None:
         run_night(NightSpec([scenario("s")], tmp_path, keep=2), ScriptedBinding(script))
     nights = sorted(p.name for p in tmp_path.iterdir() if p.name != "latest")
     assert len(nights) == 2 and (tmp_path / "latest").resolve().name == nights[-1]
+
+
+def test_eight_runs_wrap_as_chips_in_one_column_and_a_loaded_run_says_so() -> None:
+    c = cell("wide", ["pass"] * 7 + ["fail"])
+    sn = scenario_night(c)
+    loaded = (*sn.details[:-1], RunDetail("completed", "", ("elapsed: 3.2s, later than 2s",), "load 5.1 on 2 CPUs"))
+    doc = night_json(night="n8", night_dir=Path("/nights/n8"), started="s", ended="e", seconds=1.0, repeat=8, seed=None,
+                     command=[], scenarios=[ScenarioNight("wide", "w.yaml", c, {}, None, None, loaded)], interrupted=False,
+                     exit_code=1, versions={}, hosts={}, artifacts={})
+    tree = parse_html(render_night(doc))
+    table = by_class(tree, "table", "scenarios")[0]
+    header, row = list(table.iter("tr"))
+    assert [text_of(th) for th in header.iter("th")] == ["scenario", "cell", "rate", "median", "runs"]  # no column per run
+    strip = by_class(row, "div", "chips")
+    assert len(strip) == 1 and len(by_class(strip[0], "a", "chip")) == 8
+    assert "flex-wrap:wrap" in "".join(s.text or "" for s in tree.iter("style"))
+    assert [text_of(w) for w in by_class(row, "div", "why")] == ["run 8: elapsed: 3.2s, later than 2s (machine load 5.1 on 2 CPUs)"]
