@@ -100,5 +100,6 @@ def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float =
 
 def count_changes(comparison: Mapping[str, Any] | None) -> dict[str, int]:
     """How many items each list of a comparison holds (all 0 without one)."""
-    keys = ("newly_failing", "fixed", "rates_moved", "other", "slower", "new_scenarios", "gone_scenarios")
+    keys = ("newly_failing", "still_failing", "flaky", "fixed", "rates_moved", "other", "slower", "new_scenarios",
+            "gone_scenarios")
     return {k: len((comparison or {}).get(k) or []) for k in keys}

@@ -43,6 +43,8 @@ text-align:center;text-decoration:none;color:#1f2328}
 
 SECTIONS = (
     ("newly_failing", "Newly failing", "newfail"),
+    ("still_failing", "Still failing", "newfail"),
+    ("flaky", "Flaky (failed some nights, passed others)", ""),
     ("fixed", "Fixed", "fixed"),
     ("rates_moved", "Rates moved beyond their 95% confidence bounds", ""),
     ("other", "Other cell changes", ""),
@@ -96,7 +98,7 @@ def _comparison(night: Mapping[str, Any]) -> str:
     if not comp or not prev:
         return "<h2>Since the night before</h2><p>The first night in this folder: nothing to compare.</p>"
     link = f'<a href="../{_e(prev["night"])}/index.html">{_e(prev["night"])}</a>'
-    out = [f"<h2>Since night {link}</h2>"]
+    out = [f'<h2>Since night {link}</h2><p class=small><a href="../history.html">every night of this folder</a></p>']
     any_change = False
     for key, title, cls in SECTIONS:
         items = comp.get(key) or []
@@ -123,7 +125,8 @@ def _comparison(night: Mapping[str, Any]) -> str:
 def _since_marks(night: Mapping[str, Any]) -> dict[str, str]:
     comp = night.get("comparison") or {}
     marks: dict[str, str] = {}
-    for key, text, cls in (("rates_moved", "rate moved", ""), ("other", "changed", ""),
+    for key, text, cls in (("rates_moved", "rate moved", ""), ("other", "changed", ""), ("flaky", "flaky", ""),
+                           ("still_failing", "still failing", "newfail"),
                            ("fixed", "fixed", "fixed"), ("newly_failing", "newly failing", "newfail")):
         for item in comp.get(key) or []:
             marks[item["scenario"]] = f'<div class="since {cls}">{text}</div>'

@@ -4,6 +4,7 @@ binding whose runs end as the test says (no process starts)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Sequence
@@ -428,7 +429,7 @@ def test_a_night_with_keep_leaves_the_newest_nights(tmp_path: Path) -> None:
     script = {"s": ["pass"] * 3}
     for _ in range(3):
         run_night(NightSpec([scenario("s")], tmp_path, keep=2), ScriptedBinding(script))
-    nights = sorted(p.name for p in tmp_path.iterdir() if p.name != "latest")
+    nights = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("latest", "history.html"))
     assert len(nights) == 2 and (tmp_path / "latest").resolve().name == nights[-1]
 
 
@@ -447,3 +448,28 @@ def test_eight_runs_wrap_as_chips_in_one_column_and_a_loaded_run_says_so() -> No
     assert len(strip) == 1 and len(by_class(strip[0], "a", "chip")) == 8
     assert "flex-wrap:wrap" in "".join(s.text or "" for s in tree.iter("style"))
     assert [text_of(w) for w in by_class(row, "div", "why")] == ["run 8: elapsed: 3.2s, later than 2s (machine load 5.1 on 2 CPUs)"]
+
+
+def test_four_nights_say_still_failing_since_flaky_and_fixed_and_draw_a_strip_per_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "nights"
+    script = {"stuck": ["pass", "fail", "fail", "fail"], "coin": ["pass", "fail", "pass", "fail"], "mended": ["fail", "fail", "fail", "pass"]}
+    binding = ScriptedBinding(script)
+    outcomes = []
+    for day in range(1, 5):  # one night a day
+        at = dt.datetime(2026, 12, day, 1, 0, tzinfo=dt.UTC)
+        outcomes.append(run_night(NightSpec([scenario(n) for n in script], out), binding, clock=lambda at=at: at))
+    last = outcomes[-1].night["comparison"]
+    names = [o.night_dir.name for o in outcomes]
+    assert [(i["scenario"], i["nights"], i["since"]) for i in last["still_failing"]] == [("stuck", 3, names[1])]
+    assert last["still_failing"][0]["text"] == f"still failing (3 nights, since {names[1]}): FAIL now"
+    assert [(i["scenario"], i["failed"], i["of"]) for i in last["flaky"]] == [("stuck", 3, 4), ("coin", 2, 4), ("mended", 3, 4)]
+    assert [i["scenario"] for i in last["fixed"]] == ["mended"] and [i["scenario"] for i in last["newly_failing"]] == ["coin"]
+    page = parse_html((out / "history.html").read_text())
+    rows = {r.get("data-scenario"): r for r in page.iter("tr") if r.get("data-scenario")}
+    assert list(rows) == ["stuck", "coin", "mended"]
+    strips = {n: [(a.get("data-cell"), a.get("href")) for a in by_class(r, "a", "chip")] for n, r in rows.items()}
+    assert strips["coin"] == [("PASS", f"{names[0]}/index.html"), ("FAIL", f"{names[1]}/index.html"),
+                              ("PASS", f"{names[2]}/index.html"), ("FAIL", f"{names[3]}/index.html")]
+    assert "still failing (3 nights" in text_of(rows["stuck"]) and "flaky: failed 2 of the last 4 nights" in text_of(rows["coin"])
+    index = (outcomes[-1].night_dir / "index.html").read_text()
+    assert "Still failing (1)" in index and '<a href="../history.html">' in index
