@@ -5,6 +5,7 @@ binding whose runs end as the test says (no process starts)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -342,6 +343,7 @@ def test_a_scenario_that_skips_at_run_time_stops_repeating(tmp_path: Path) -> No
 
 def test_night_ids_are_utc_stamps_made_unique(tmp_path: Path) -> None:
     import datetime as dt
+import functools
 
     when = dt.datetime(2026, 12, 1, 1, 30, tzinfo=dt.UTC)
     assert new_night_id(tmp_path, when) == "20261201T013000Z"
@@ -457,7 +459,7 @@ def test_four_nights_say_still_failing_since_flaky_and_fixed_and_draw_a_strip_pe
     outcomes = []
     for day in range(1, 5):  # one night a day
         at = dt.datetime(2026, 12, day, 1, 0, tzinfo=dt.UTC)
-        outcomes.append(run_night(NightSpec([scenario(n) for n in script], out), binding, clock=lambda at=at: at))
+        outcomes.append(run_night(NightSpec([scenario(n) for n in script], out), binding, clock=functools.partial(lambda t: t, at)))
     last = outcomes[-1].night["comparison"]
     names = [o.night_dir.name for o in outcomes]
     assert [(i["scenario"], i["nights"], i["since"]) for i in last["still_failing"]] == [("stuck", 3, names[1])]
