@@ -342,7 +342,6 @@ def test_a_scenario_that_skips_at_run_time_stops_repeating(tmp_path: Path) -> No
 
 
 def test_night_ids_are_utc_stamps_made_unique(tmp_path: Path) -> None:
-
     when = dt.datetime(2026, 12, 1, 1, 30, tzinfo=dt.UTC)
     assert new_night_id(tmp_path, when) == "20261201T013000Z"
     (tmp_path / "20261201T013000Z").mkdir()
