@@ -5,6 +5,7 @@ the verdict tally."""
 from __future__ import annotations
 
 import io
+import json
 import platform
 import re
 from importlib import metadata
@@ -65,7 +66,7 @@ def test_list_says_which_scenarios_this_machine_would_skip_and_why(
     write(tmp_path, "plain")
     write(tmp_path, "needs_root", RESET)
     monkeypatch.setenv(capabilities.ENV_MISSING, "root")
-    assert cli.main(["list", str(tmp_path)]) == 0
+    assert cli.main(["list", "--long", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     skips = [line.strip() for line in lines if "would SKIP" in line]
@@ -78,6 +79,41 @@ def test_list_says_which_scenarios_this_machine_would_skip_and_why(
     assert cli.main(["list", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "would SKIP" not in out and out.splitlines()[-1] == "2 scenarios; this machine can run every one"
+
+
+def test_list_is_a_line_a_scenario_and_json_holds_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, "plain")
+    write(tmp_path, "needs_root", RESET)
+    monkeypatch.setenv(capabilities.ENV_MISSING, "root")
+    assert cli.main(["list", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["needs_root", "would", "plain"]  # no file lines: compact
+    assert lines[1].strip().startswith("would SKIP here: this machine lacks root")
+    assert cli.main(["list", "--json", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["skip"] is not None) for s in doc["scenarios"]] == [("needs_root", True), ("plain", False)]
+    assert doc["scenarios"][1]["path"] == str(tmp_path / "plain.yaml") and doc["invalid"] == [] and doc["problems"] == []
+    assert cli.main(["list", "--faults", "--json"]) == 0
+    assert "tcp_reset" in {f["kind"] for f in json.loads(capsys.readouterr().out)["faults"]}
+
+
+def test_validate_json_names_each_file_and_its_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "s", "good")
+    bad = write(tmp_path / "s", "h_bad")
+    bad.write_text(bad.read_text().replace("steps:", "stpes:"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "--json", "s", "missing.yaml"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert captured.err == ""
+    assert [(f["path"], f["ok"]) for f in doc["files"]] == [("s/good.yaml", True), ("s/h_bad.yaml", False)]
+    assert doc["files"][0]["counts"] == {"processes": 2, "steps": 2, "checks": 0}
+    assert len(doc["files"][1]["problems"]) == 2 and any("stpes" in p for p in doc["files"][1]["problems"])
+    assert doc["problems"] == ["missing.yaml: no such file or folder"] and (doc["valid"], doc["invalid"]) == (1, 1)
 
 
 def test_validate_prints_each_file_in_order_then_a_tally(
