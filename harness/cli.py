@@ -115,14 +115,18 @@ def _by_name(raw: str) -> tuple[list[Path], str | None]:
     else a problem that suggests the closest names."""
     if "/" in raw or raw.endswith((".yaml", ".yml")) or not CATALOGUE.is_dir():
         return [], f"{raw}: no such file or folder"
-    candidates = sorted(f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f))
+    # a scenario's name: first; then a file stem, the shallowest first (smoke is scenarios/smoke.yaml,
+    # not scenarios/mx_server/smoke.yaml, whose name is mx_server_smoke)
+    candidates = sorted((f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f)),
+                        key=lambda f: (len(f.parts), f))
     names: dict[str, Path] = {}
     for f in candidates:
-        names.setdefault(f.stem, f)
         with contextlib.suppress(OSError, ValueError):
             match = re.search(r"^name:\s*['\"]?([\w.-]+)", f.read_text(), re.MULTILINE)
             if match:
                 names.setdefault(match.group(1), f)
+    for f in candidates:
+        names.setdefault(f.stem, f)
     if raw in names:
         return [names[raw]], None
     close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5)
