@@ -151,6 +151,9 @@ def test_a_slower_night_is_listed_but_fails_nothing() -> None:
     new = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2", previous=old)
     assert [i["text"] for i in new["comparison"]["slower"]] == ["median run grew 4s -> 9s (+125%)"]
     assert new["passed"]
+    loaded = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2")
+    loaded["load"] = {"end": {"load1": 6.0, "cpus": 2, "per_cpu": 3.0}}
+    assert compare_nights(old, loaded)["slower"][0]["text"].endswith(" (machine: ? then, load 6 on 2 CPUs (3 per CPU) now)")
     same = night([cell("s", ["pass", "pass"], seconds=4.3, night="n3")], name="n3", previous=old)
     assert same["comparison"]["slower"] == []  # +7%, 0.3 s: noise
 
