@@ -78,7 +78,8 @@ _CSS = (
     "td.word{font-weight:600;white-space:nowrap}"
     # reflow: figures scale to the page (scrolling only themselves below ~640 px), tables wrap
     ".fig{overflow-x:auto;max-width:100%}.fig svg{width:100%;height:auto;min-width:640px}"
-    "td{overflow-wrap:anywhere}table{max-width:100%}@media (max-width:700px){body{margin:8px}}"
+    "td{overflow-wrap:break-word}td pre,td code{word-break:break-all}table{max-width:100%}"
+    "@media (max-width:700px){body{margin:8px}}"
     ".why li{margin:2px 0}.note{color:#57606a;margin:4px 0}"
     ".legend{list-style:none;padding:0;margin:4px 0 20px;display:flex;flex-wrap:wrap;gap:4px 18px;font-size:12px}"
     ".legend li{display:flex;align-items:center;gap:6px}"

@@ -238,11 +238,12 @@ _PHASE_COLORS = {"allocate": "#d4a72c", "register": "#bf3989", "handshake": "#1b
 _OTHER_PHASE = "#afb8c1"
 _SERVER_COLORS = {"READY": _GREEN, "STALE": _ORANGE, "INITIALIZING": _GREY}
 _INTERRUPT = "#24292f"
+_DARK_RED = "#82071e"
 # a failed attempt is hatched (a shape, not only a colour)
 _DEFS = (
     "<defs><pattern id='hatch-fail' width='6' height='6' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
-    f"<rect width='6' height='6' fill='{_RED}'/><line x1='0' y1='0' x2='0' y2='6' stroke='#fff' stroke-width='2.5'/>"
-    "</pattern></defs>"
+    f"<rect width='6' height='6' fill='{swatch('fail').light}'/><line x1='0' y1='0' x2='0' y2='6' stroke='{_RED}' "
+    "stroke-width='2'/></pattern></defs>"
 )
 
 
@@ -297,14 +298,16 @@ def _attempt_rows(body: list[str], tried: Sequence[Attempt], axis: _Axis, end: f
         until = "the end of the run (no outcome)" if a.end is None else f"{a.end:.3f}s: {a.outcome}"
         tip = f"attempt {a.index} at {a.source}, {a.start:.3f}s to {until}" + (f" ({a.error})" if a.error else "")
         dashed = "" if a.outcome is not None else " stroke-dasharray='3 2'"
+        failed = a.outcome is not None and not a.ok
         outcome = a.outcome or "unfinished"
         body.append(
             f"<g class='attempt' data-index='{a.index}' data-source='{_e(a.source)}' data-outcome='{_e(outcome)}'>"
-            f"<rect x='{x0:.1f}' y='{ty:.1f}' width='{x1 - x0:.1f}' height='12' rx='2' fill='{fill}' stroke='{_STEP}' "
-            f"stroke-width='0.8'{dashed}/>"
+            f"<rect x='{x0:.1f}' y='{ty:.1f}' width='{x1 - x0:.1f}' height='12' rx='2' fill='{fill}' "
+            f"stroke='{_RED if failed else _STEP}' stroke-width='{1.2 if failed else 0.8}'{dashed}/>"
         )
-        if fits:  # inside its bar; on hatching, white with a dark outline stays readable
-            tx, paint = x0 + 3, "fill='#fff'" + ("" if a.ok else " stroke='#1f2328' stroke-width='2.5' paint-order='stroke'")
+        if fits:  # inside its bar: white on green; on the light hatching, dark red with a light halo
+            tx, paint = x0 + 3, "fill='#fff'" if a.ok else (f"fill='{_DARK_RED}' stroke='{swatch('fail').light}' "
+                                                             "stroke-width='3' paint-order='stroke'")
         else:
             tx, paint = x1 + 4, f"fill='{_GREEN if a.ok else _RED if a.outcome else _STEP}'"
         body.append(f"<text class='attempt-label' x='{tx:.1f}' y='{ty + 10:.1f}' {paint} font-weight='600'>"
@@ -313,11 +316,11 @@ def _attempt_rows(body: list[str], tried: Sequence[Attempt], axis: _Axis, end: f
             py = ty + 13 if not p.overlapped else ty + 18.5
             height = 5 if not p.overlapped else 2.5
             color = _PHASE_COLORS.get(p.name, _OTHER_PHASE)
-            failed = "" if p.ok else f" stroke='{_RED}' stroke-width='1'"
+            edge = "" if p.ok else f" stroke='{_RED}' stroke-width='1'"
             aside = " (beside the load's path: a prestarted target)" if p.overlapped else ""
             body.append(
                 f"<rect class='phase' data-phase='{_e(p.name)}' x='{x(p.start):.1f}' y='{py:.1f}' "
-                f"width='{max(x(p.end) - x(p.start), 1):.1f}' height='{height}' fill='{color}'{failed}>"
+                f"width='{max(x(p.end) - x(p.start), 1):.1f}' height='{height}' fill='{color}'{edge}>"
                 f"<title>attempt {a.index} {_e(p.name)}: {p.end - p.start:.3f}s{'' if p.ok else ', failed'}{aside}</title></rect>"
             )
         body.append("</g>")
@@ -360,7 +363,7 @@ def legend_html() -> str:
         (_swatch(f"<rect y='5' width='10' height='4' fill='{_GREEN}'/><rect x='11' y='5' width='11' height='4' fill='{_ORANGE}'/>"),
          "the server's view of a source: READY / STALE / INITIALIZING (grey)"),
         (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='{_GREEN}'/>"), "reader attempt #index at a source, succeeded \u2713"),
-        (_swatch(f"{_DEFS}<rect y='1' width='22' height='12' rx='2' fill='url(#hatch-fail)'/>"),
+        (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='url(#hatch-fail)' stroke='{_RED}'/>"),
          "attempt failed \u2717 (hatched): the reader moved on"),
         (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='#fff' stroke='{_STEP}' stroke-dasharray='3 2'/>"),
          "attempt with no outcome by the end"),
