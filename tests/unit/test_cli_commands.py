@@ -164,6 +164,16 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
     assert empty.getvalue() == ""
 
 
+def test_an_interrupted_runs_unfinished_checks_are_not_judged_in_the_table() -> None:
+    checks = [SimpleNamespace(valid=True, name="loaded", summary="ok"), SimpleNamespace(valid=False, name="exit_codes", summary="-9")]
+    run = SimpleNamespace(scenario=SimpleNamespace(name="cut", path=None), verdict="error", seconds=1.0, seed=1,
+                          run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks)
+    out = io.StringIO()
+    verdict_table(cast(Any, [run]), out)
+    lines = [line.split() for line in out.getvalue().splitlines() if "loaded" in line or "exit_codes" in line]
+    assert lines == [["PASS", "loaded", "ok"], ["NOT", "JUDGED", "exit_codes", "-9"]]
+
+
 def test_the_rate_table_shows_each_cell_its_rate_bound_and_failing_runs() -> None:
     def recs(*verdicts: str) -> list[RunRecord]:
         return [RunRecord(v, f"runs/x/{i}", 5 + i, 1.0) for i, v in enumerate(verdicts)]
