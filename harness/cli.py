@@ -270,9 +270,9 @@ def _run_suite(args: argparse.Namespace, record: dict[str, object] | None = None
     ``--lf``: only what failed in the last invocation under ``runs/``; ``--maxfail N`` (``-x``: 1):
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
     from harness.console import Progress, rate_table, verdict_table
+    from harness.play import run_scenario
     from harness.rates import write_summary
-    from harness.report import judge_runs, write_junit, write_junit_cells, write_run_folder
-    from harness.runner import Runner
+    from harness.report import judge_runs, write_junit, write_junit_cells
 
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
@@ -349,8 +349,7 @@ def _run_suite(args: argparse.Namespace, record: dict[str, object] | None = None
             if not args.quiet:
                 suite.started(f"{sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}")
             observers = [Progress(sys.stdout, sc.name)] if args.verbose and not args.quiet else []
-            result = Runner(run_sc, out_dir=inv.folder, observers=observers, inventory=inventory).run()
-            write_run_folder(result)
+            result = run_scenario(run_sc, inv.folder, observers=observers, inventory=inventory)
             if result.verdict == "skip":  # a missing capability stays missing: one skip says it
                 suite.skipped_rest(repeat - index - 1)
             suite.ended(result, f"{sc.name}{of}", quiet=args.quiet)
