@@ -60,7 +60,7 @@ def test_help_documents_every_exit_code_the_cli_returns(capsys: pytest.CaptureFi
     assert re.search(r"^  141  standard output was closed early", section, re.MULTILINE)
 
 
-def test_list_says_which_scenarios_this_machine_would_skip_and_why(
+def test_list_says_which_scenarios_this_machine_would_skip_and_why_in_lines_or_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write(tmp_path, "plain")
@@ -73,23 +73,10 @@ def test_list_says_which_scenarios_this_machine_would_skip_and_why(
     assert len(skips) == 1 and skips[0].startswith("would SKIP here: this machine lacks root (for cut (tcp_reset))"), out
     assert lines.index(f"{'':36} {tmp_path / 'needs_root.yaml'}") == lines.index(f"{'':36} {skips[0]}") - 1
     assert lines[-1] == "2 scenarios; 1 would be skipped on this machine (it lacks root)"
-
-    monkeypatch.setenv(capabilities.ENV_MISSING, "")
-    monkeypatch.setattr(capabilities, "have", lambda capability: True)
-    assert cli.main(["list", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "would SKIP" not in out and out.splitlines()[-1] == "2 scenarios; this machine can run every one"
-
-
-def test_list_is_a_line_a_scenario_and_json_holds_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write(tmp_path, "plain")
-    write(tmp_path, "needs_root", RESET)
-    monkeypatch.setenv(capabilities.ENV_MISSING, "root")
+    # without --long: a line a scenario, no file lines; --json: the same as data
     assert cli.main(["list", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[:3]] == ["needs_root", "would", "plain"]  # no file lines: compact
+    assert [line.split()[0] for line in lines[:3]] == ["needs_root", "would", "plain"]
     assert lines[1].strip().startswith("would SKIP here: this machine lacks root")
     assert cli.main(["list", "--json", str(tmp_path)]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -97,6 +84,12 @@ def test_list_is_a_line_a_scenario_and_json_holds_the_same(
     assert doc["scenarios"][1]["path"] == str(tmp_path / "plain.yaml") and doc["invalid"] == [] and doc["problems"] == []
     assert cli.main(["list", "--faults", "--json"]) == 0
     assert "tcp_reset" in {f["kind"] for f in json.loads(capsys.readouterr().out)["faults"]}
+
+    monkeypatch.setenv(capabilities.ENV_MISSING, "")
+    monkeypatch.setattr(capabilities, "have", lambda capability: True)
+    assert cli.main(["list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "would SKIP" not in out and out.splitlines()[-1] == "2 scenarios; this machine can run every one"
 
 
 def test_validate_json_names_each_file_and_its_problems(
