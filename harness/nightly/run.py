@@ -197,9 +197,11 @@ def _scenario(
         extra = f"  ({result.reason})" if result.verdict == "skip" else ""
         failing = first_failing_check(result) if not result.ok else None
         extra += f"  first failing: {failing}" if failing else ""
+        detail = run_detail(result)
+        extra += f"  (machine {detail.load})" if failing and detail.load else ""
         log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
-        details.append(run_detail(result))
+        details.append(detail)
         if result.status == "interrupted":
             interrupted = True
             break
