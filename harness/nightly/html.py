@@ -31,13 +31,13 @@ EXTRA_CSS = """
 .passed{background:#c8f0c8}.failed{background:#f5b5b5}
 .counts span{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
 .since{font-size:12px;font-weight:bold}.newfail{color:#a00000}.fixed{color:#006000}
-ul.changes li{margin:2px 0}td.run{min-width:90px;max-width:260px}
-.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:320px}th.name{max-width:440px}
+ul.changes li{margin:2px 0}td.run{min-width:170px}
+.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:240px}th.name{max-width:320px}
 .verdict{color:#fff;padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap}
 .chips{display:flex;flex-wrap:wrap;gap:3px;max-width:420px}
 .chip{display:inline-block;min-width:34px;padding:1px 4px;border:1px solid;border-radius:3px;font-size:12px;
 text-align:center;text-decoration:none;color:#1f2328}
-.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th{overflow-wrap:anywhere}
+.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th{overflow-wrap:break-word}
 @media (max-width:700px){body{margin:6px}th.name{max-width:none}}
 """
 
@@ -167,7 +167,8 @@ def _table(night: Mapping[str, Any]) -> str:
     marks = _since_marks(night)
     rows = ["<tr><th>scenario</th><th>cell</th><th>rate</th><th>median</th><th>runs</th></tr>"]
     for s in scenarios:
-        defect = f'<div class="small">known defect: {_e(s["known_defect"])}</div>' if s.get("known_defect") else ""
+        defect = (f'<details class="small"><summary>known defect</summary>{_e(s["known_defect"])}</details>'
+                  if s.get("known_defect") else "")
         name = f'<th class="name">{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
         note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
         look = swatch(s.get("cell"))
