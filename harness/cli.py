@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, open, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -35,7 +35,7 @@ from pathlib import Path
 from harness.doctor import EXIT_ENV_BROKEN
 from harness.errors import ScenarioInvalid
 from harness.explore import is_template
-from harness.scenario import Scenario, load_scenario, scenario_json_schema
+from harness.scenario import Scenario, load_scenario
 
 __all__ = ["EXIT_CODES", "build_parser", "collect_paths", "files_to_run", "keyword_matcher", "main", "version_line"]
 
@@ -115,14 +115,18 @@ def _by_name(raw: str) -> tuple[list[Path], str | None]:
     else a problem that suggests the closest names."""
     if "/" in raw or raw.endswith((".yaml", ".yml")) or not CATALOGUE.is_dir():
         return [], f"{raw}: no such file or folder"
-    candidates = sorted(f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f))
+    # a scenario's name: first; then a file stem, the shallowest first (smoke is scenarios/smoke.yaml,
+    # not scenarios/mx_server/smoke.yaml, whose name is mx_server_smoke)
+    candidates = sorted((f for f in {*CATALOGUE.rglob("*.yaml"), *CATALOGUE.rglob("*.yml")} if not is_template(f)),
+                        key=lambda f: (len(f.parts), f))
     names: dict[str, Path] = {}
     for f in candidates:
-        names.setdefault(f.stem, f)
         with contextlib.suppress(OSError, ValueError):
             match = re.search(r"^name:\s*['\"]?([\w.-]+)", f.read_text(), re.MULTILINE)
             if match:
                 names.setdefault(match.group(1), f)
+    for f in candidates:
+        names.setdefault(f.stem, f)
     if raw in names:
         return [names[raw]], None
     close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5)
@@ -246,15 +250,35 @@ def _subjects_arg(text: str) -> dict[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """``run``; with ``--json`` every line goes to stderr and stdout gets one JSON document
+    (``harness.invocation.json_summary``: paths relative to the invocation's folder)."""
+    if not args.json:
+        return _run_suite(args)
+    record: dict[str, object] = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _run_suite(args, record)
+    if record:
+        from harness.invocation import json_summary
+
+        print(json.dumps(json_summary(record), indent=1))
+    return code
+
+
+def _run_suite(args: argparse.Namespace, record: dict[str, object] | None = None) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
-    one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run."""
+    one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run.
+    ``--lf``: only what failed in the last invocation under ``runs/``; ``--maxfail N`` (``-x``: 1):
+    stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
     from harness.console import Progress, rate_table, verdict_table
+    from harness.play import run_scenario
     from harness.rates import write_summary
-    from harness.report import judge_runs, write_junit, write_junit_cells, write_run_folder
-    from harness.runner import Runner
+    from harness.report import judge_runs, write_junit, write_junit_cells
 
     if args.repeat < 1:
         print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    if args.maxfail is not None and args.maxfail < 1:
+        print(f"--maxfail {args.maxfail}: give a number of runs >= 1", file=sys.stderr)
         return EXIT_INVALID
     inventory = None
     if args.inventory:
@@ -265,9 +289,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except InventoryInvalid as bad:
             print(bad, file=sys.stderr)
             return EXIT_INVALID
-    scenarios = scenarios_to_run(args.paths, args.seed, args.k, args.store)
+    paths, wanted = list(args.paths), None
+    if args.lf:
+        from harness.invocation import DEFAULT_ROOT, last_failed
+
+        failed = last_failed(DEFAULT_ROOT)
+        if failed is None or not failed:
+            print(f"--lf: {'no earlier invocation in ' + str(DEFAULT_ROOT) if failed is None else 'nothing failed last time'}"
+                  + ("; running what was given" if paths else "; nothing to run"))
+            if not paths:
+                return EXIT_OK
+        else:
+            wanted = set(failed)
+            paths = paths or sorted(set(failed.values()))
+            print(f"--lf: {len(failed)} scenario(s) failed last time: {', '.join(failed)}")
+    if not paths:
+        print("run: give scenario files, folders or names (or --lf)", file=sys.stderr)
+        return EXIT_INVALID
+    scenarios = scenarios_to_run(paths, args.seed, args.k, args.store)
     if scenarios is None:
         return EXIT_INVALID
+    if wanted is not None:
+        scenarios = [s for s in scenarios if s.name in wanted]
     if args.subject is not None:
         from harness.subjects.mx_server import with_subjects
 
@@ -293,7 +336,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     results = []
     cells = {}
     interrupted = False
+    maxfail = 1 if args.exitfirst else args.maxfail
+    not_passed = 0
     for sc in scenarios:
+        if maxfail is not None and not_passed >= maxfail:
+            print(f"stopping: {not_passed} run(s) did not pass (--maxfail {maxfail}); {sc.name} and the rest not run")
+            break
         runs = []
         for index in range(repeat):
             run_sc = sc.with_seed(sc.seed + index)
@@ -301,13 +349,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 suite.started(f"{sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}")
             observers = [Progress(sys.stdout, sc.name)] if args.verbose and not args.quiet else []
-            result = Runner(run_sc, out_dir=inv.folder, observers=observers, inventory=inventory).run()
-            write_run_folder(result)
+            result = run_scenario(run_sc, inv.folder, observers=observers, inventory=inventory)
             if result.verdict == "skip":  # a missing capability stays missing: one skip says it
                 suite.skipped_rest(repeat - index - 1)
             suite.ended(result, f"{sc.name}{of}", quiet=args.quiet)
             results.append(result)
             runs.append(result)
+            not_passed += result.verdict not in ("pass", "xfail", "xpass", "skip")
             if result.status == "interrupted":
                 interrupted = True
                 break
@@ -334,184 +382,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         code = EXIT_INTERRUPTED
     else:
         code = EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
-    write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    doc = write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    if record is not None:
+        record.update(doc, summary=str(summary.resolve()))
     inv.link_latest()
     print(f"summary: {_shown(summary)}")
     print(f"index:   {_shown(inv.folder / 'index.html')}")
     return code
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    """Re-judge saved runs with the current checks; write nothing unless ``--write``. The folder
-    of a harness that died mid-run is judged on what its timeline recorded: CRASHED, an error."""
-    from harness.console import verdict_table
-    from harness.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
-
-    results = []
-    bad = False
-    for raw in args.run_dirs:
-        try:
-            result = load_run(raw)
-        except ScenarioInvalid as exc:
-            print(exc.render(), file=sys.stderr)
-            print(f"{raw}: the saved scenario is not valid for this harness; cannot re-judge it", file=sys.stderr)
-            bad = True
-            continue
-        except RunFolderError as exc:
-            print(exc, file=sys.stderr)
-            bad = True
-            continue
-        previous = saved_verdict(result.run_dir)
-        change = "" if previous in (None, result.verdict) else f" (was {previous.upper()})"
-        crashed = " (CRASHED)" if result.status == "crashed" else ""
-        print(f"--- {result.scenario.name}: {result.verdict.upper()}{crashed}{change}  {result.run_dir}", flush=True)
-        if args.write:
-            rewrite_verdict(result, previous)
-            print(f"    rewrote verdict.json, junit.xml, report.html in {result.run_dir}")
-        results.append(result)
-    if results:
-        verdict_table(results)
-    if bad:
-        return EXIT_INVALID
-    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    """Each file in the order given: ``ok`` (stdout) or its problems (stderr); then a tally."""
-    files, problems = collect_paths(args.paths)
-    for problem in problems:
-        print(problem, file=sys.stderr, flush=True)
-    n_invalid = 0
-    for file in files:
-        try:
-            if is_template(file):  # named on its own: validated as an exploration template
-                from harness.explore.template import load_template
-
-                sc = load_template(file).base
-            else:
-                sc = load_scenario(file)
-        except ScenarioInvalid as exc:
-            n_invalid += 1
-            print(exc.render(), file=sys.stderr, flush=True)
-            continue
-        counts = f"{len(sc.processes)} processes, {len(sc.steps)} steps, {len(sc.checks)} checks"
-        kind = "template " if is_template(file) else ""
-        print(f"ok  {_shown(file)}  ({kind}{sc.name}: {counts})", flush=True)
-    n_files = len(files)
-    tally = f"{n_files} file{'s' if n_files != 1 else ''}: {n_files - n_invalid} valid, {n_invalid} invalid"
-    if problems:
-        tally += f"; {len(problems)} path problem{'s' if len(problems) != 1 else ''}"
-    bad = bool(n_invalid or problems or not files)
-    print(tally, file=sys.stderr if bad else sys.stdout)
-    return EXIT_INVALID if bad else EXIT_OK
-
-
-def _cmd_schema(args: argparse.Namespace) -> int:
-    text = json.dumps(scenario_json_schema(), indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
-    return EXIT_OK
-
-
-def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from harness.cleanup import sweep
-    from harness.statedir import StateDirError
-
-    try:
-        report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
-    except StateDirError as refused:  # a state directory that is not ours: nothing of it is trusted
-        print(f"mxchaos cleanup: {refused}", file=sys.stderr)
-        return EXIT_INVALID
-    except ValueError as bad:  # a --run-id that cannot name a run
-        print(f"mxchaos cleanup: --run-id: {bad}", file=sys.stderr)
-        return EXIT_INVALID
-    remote_failed = False
-    if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
-        from harness.inventory import InventoryInvalid, load_inventory
-        from harness.ssh_sweep import sweep_inventory
-
-        try:
-            inventory = load_inventory(args.inventory)
-        except InventoryInvalid as bad:
-            print(bad, file=sys.stderr)
-            return EXIT_INVALID
-        for machine in sweep_inventory(inventory, run_id=args.run_id, all_runs=args.all, dry_run=args.dry_run):
-            for item in machine.removed:
-                print(f"{machine.machine}: {item}")
-            if machine.error:
-                remote_failed = True
-                print(f"{machine.machine}: not swept: {machine.error}", file=sys.stderr)
-    verb = "would kill" if report.dry_run else "killed"
-    for p in report.killed:
-        print(f"{verb} pid {p.pid} ({p.proc or '?'}) of run {p.run_id}: {p.cmdline[:100]}")
-    for p in report.survivors:
-        print(f"still alive: pid {p.pid} ({p.proc or '?'}) of run {p.run_id}", file=sys.stderr)
-    for kind, items in report.fault_leftovers.items():
-        for item in items:
-            print(f"removed {kind} leftover: {item}")
-    for rid, items in report.network.items():
-        for item in items:
-            print(f"{'would delete' if report.dry_run else 'deleted'} {item} of run {rid}")
-    for rid in report.skipped_live_runs:
-        print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
-    if not report.killed and not report.fault_leftovers and not report.network:
-        print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
-    return EXIT_FAILED if report.survivors or remote_failed else EXIT_OK
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    if args.faults:
-        from harness import faults
-
-        for kind, cls in sorted(faults.REGISTRY.items()):
-            doc = (cls.Spec.__doc__ or "").strip().splitlines()
-            keys = ", ".join(k for k in cls.Spec.model_fields if k != "kind")
-            needs = f"; requires: {', '.join(cls.requires)}" if cls.requires else ""
-            print(f"{kind:10} {'(healable) ' if cls.healable else ''}{doc[0] if doc else ''}\n{'':10} keys: {keys}{needs}")
-        return EXIT_OK
-    if args.checks:
-        from harness import checks
-
-        for kind, definition in sorted(checks.REGISTRY.items()):
-            text = (definition.params.__doc__ or "").strip()
-            print(f"{kind:15} {' '.join(text.split())}")
-        return EXIT_OK
-    from harness.capabilities import describe_missing, scenario_requirements
-
-    files, problems = collect_paths(args.paths or ["scenarios"])
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    scenarios, invalid = _load_all(files, None)
-    if args.subject is not None:
-        from harness.subjects.mx_server import with_subjects
-
-        scenarios = [with_subjects(s, args.subject) for s in scenarios]
-    skipped: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
-    n_skip = 0
-    for sc in scenarios:
-        refs = f"  [{', '.join(sc.references)}]" if sc.references else ""
-        refs += "  (known defect)" if sc.known_defect else ""
-        first = sc.description.strip().splitlines()[0] if sc.description.strip() else ""
-        print(f"{sc.name:36} {first}{refs}\n{'':36} {_shown(sc.path)}")
-        lacking, why = describe_missing(scenario_requirements(sc))
-        if sc.not_playable():
-            lacking, why = [*lacking, f"subject {sc.subject}"], str(sc.not_playable())
-        if lacking:
-            n_skip += 1
-            skipped.update(dict.fromkeys(lacking))
-            print(f"{'':36} would SKIP here: {why}")
-    for exc in invalid:
-        print(f"{'INVALID':36} {exc.file} ({len(exc.issues)} problem(s); run `mxchaos validate`)")
-    if scenarios:
-        n = len(scenarios)
-        where = f"{n} scenario{'s' if n != 1 else ''}"
-        if n_skip:
-            print(f"\n{where}; {n_skip} would be skipped on this machine (it lacks {', '.join(skipped)})")
-        else:
-            print(f"\n{where}; this machine can run every one")
-    return EXIT_INVALID if invalid or problems else EXIT_OK
 
 
 def _epilog() -> str:
@@ -533,7 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
-    run.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
+    run.add_argument("paths", nargs="*", metavar="PATH", help="scenario files, folders or names (mxchaos run smoke)")
+    run.add_argument("--lf", "--last-failed", dest="lf", action="store_true",
+                     help="only the scenarios that failed in the last invocation under runs/ (runs/latest); with no PATH, "
+                          "their files")
+    run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first run that does not pass")
+    run.add_argument("--maxfail", type=int, metavar="N", help="stop after N runs that do not pass")
+    run.add_argument("--json", action="store_true",
+                     help="stdout: one JSON document of the invocation (paths relative to its folder); lines go to stderr")
     run.add_argument("--seed", type=int, help="override every scenario's seed")
     run.add_argument("--store", choices=("memory", "redis"), default=None,
                      help="redis: run every scenario's servers on a Redis store (a redis process added where "
@@ -568,41 +452,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(fn=_cmd_run)
 
-    check = sub.add_parser(
-        "check",
-        help="re-judge saved runs (timeline.jsonl + scenario.json) with the current checks, also the folder "
-        "of a crashed harness (status crashed: an error); exit codes as run",
-    )
-    check.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (or runs/<scenario>: its latest run)"
-    )
-    check.add_argument("--write", action="store_true", help="rewrite verdict.json, junit.xml and report.html")
-    check.set_defaults(fn=_cmd_check)
+    from harness.commands.saved import add_parser as add_saved_parser
 
-    validate = sub.add_parser("validate", help="validate scenario files (exit 2 if any is invalid)")
-    validate.add_argument("paths", nargs="+", metavar="PATH")
-    validate.set_defaults(fn=_cmd_validate)
+    add_saved_parser(sub)  # mxchaos check, schema, cleanup: harness/commands/saved.py
+    from harness.commands.listing import add_parser as add_listing_parser
 
-    schema = sub.add_parser("schema", help="print the scenario JSON Schema")
-    schema.add_argument("--out", metavar="FILE")
-    schema.set_defaults(fn=_cmd_schema)
+    add_listing_parser(sub, _subjects_arg)  # mxchaos list, validate: harness/commands/listing.py
+    from harness.commands.open import add_parser as add_open_parser
 
-    cleanup = sub.add_parser("cleanup", help="kill what crashed runs left behind (found by their scope: cgroup, pid ledger, MXCHAOS_RUN_ID)")
-    cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
-    cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
-    cleanup.add_argument("--dry-run", action="store_true")
-    cleanup.add_argument("--inventory", metavar="FILE", help="also sweep every machine of this inventory over ssh: "
-                         "processes, iptables chains, qdiscs and per-run folders of dead runs")
-    cleanup.set_defaults(fn=_cmd_cleanup)
-
-    lst = sub.add_parser("list", help="list scenarios (default folder: scenarios/), fault kinds or check kinds")
-    lst.add_argument("paths", nargs="*", metavar="PATH")
-    lst.add_argument("--faults", action="store_true")
-    lst.add_argument("--checks", action="store_true")
-    lst.add_argument("--subject", type=_subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
-                     help="as played by this subject: which scenarios it cannot play (their subjects:) and why")
-    lst.set_defaults(fn=_cmd_list)
-
+    add_open_parser(sub)  # mxchaos open: harness/commands/open.py
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py

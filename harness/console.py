@@ -165,9 +165,11 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
             word = {"xfail": "reproduced", "xpass": "NOT reproduced"}.get(result.verdict, "")
             out.write(f"  known defect{f' ({word})' if word else ''}: {result.known_defect}\n")
         width = max([len(c.name) for c in result.checks] + [5])
+        cut = result.status == "interrupted"  # a check it did not pass: the run ended before it was judged whole
         for c in result.checks:
             key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
-            out.write(f"  {p(f'{key.upper():7}', key)} {c.name:{width}}  {c.summary}\n")
+            word = "NOT JUDGED" if cut and c.valid is not True else key.upper()
+            out.write(f"  {p(f'{word:7}', 'skip' if word == 'NOT JUDGED' else key)} {c.name:{width}}  {c.summary}\n")
     out.write("\n")
     name_w = max([len(r.scenario.name) for r in shown] + [8])
     if shown:

@@ -35,7 +35,8 @@ from typing import Any, TextIO
 from harness.machine import load_sample, oversubscribed, run_load
 from harness.verdict import RunResult
 
-__all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "next_steps", "open_invocation"]
+__all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "json_summary", "last_failed", "next_steps",
+           "open_invocation"]
 
 DEFAULT_ROOT = Path("runs")
 RECORD = "invocation.json"
@@ -229,7 +230,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
                  seed: int | None, command: Sequence[str], interrupted: bool, exit_code: int) -> dict[str, Any]:
     """``invocation.json`` and ``index.html`` of the invocation (each written atomically); the document."""
     from harness.nightly.html import render_night
-    from harness.nightly.night import RunDetail, ScenarioNight, night_json
+    from harness.nightly.night import ScenarioNight, night_json, run_detail
     from harness.report import collect_versions
 
     by_scenario: dict[str, list[RunResult]] = {}
@@ -239,8 +240,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
     for name, cell in cells.items():
         runs = by_scenario.get(name, [])
         first = runs[0] if runs else None
-        details = tuple(RunDetail(r.status, r.reason, tuple(f"{c.name}: {c.summary}" for c in r.checks if c.valid is not True))
-                        for r in runs)
+        details = tuple(run_detail(r) for r in runs)
         skip = first.reason if cell.name == "SKIP" and first is not None else None
         path = _relative(first.scenario.path) if first is not None and first.scenario.path else ""
         scenarios.append(ScenarioNight(name, path, cell, {}, first.known_defect if first else None, skip, details))
@@ -252,10 +252,42 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
         versions=collect_versions(), hosts={"binding": "here"}, artifacts={},
     )
     doc["kind"] = "run"
+    doc["dir"] = str(inv.folder)
     doc["load"] = {"start": inv.load, "end": load_sample()}
     _atomic_write(inv.folder / RECORD, json.dumps(doc, indent=2, default=str) + "\n")
     _atomic_write(inv.folder / "index.html", render_night(doc))
     return doc
+
+
+def last_failed(root: Path) -> dict[str, str] | None:
+    """The scenarios whose cell failed in the last invocation under ``root`` (``root/latest``):
+    name -> its file as recorded; None when there is no readable invocation there."""
+    try:
+        doc = json.loads((root / "latest" / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("scenarios"), list):
+        return None
+    return {str(s["name"]): str(s.get("path") or s["name"]) for s in doc["scenarios"]
+            if isinstance(s, dict) and s.get("fails_night") and s.get("name")}
+
+
+def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``run --json`` prints of ``invocation.json``'s document: the folder (absolute), every
+    other path relative to it (run folders, pages, summary), each run's first failing check."""
+    folder = Path(str(doc.get("dir") or doc.get("folder") or "."))
+    summary = Path(str(doc.get("summary") or folder / "summary.json"))
+    scenarios = []
+    for s in doc.get("scenarios") or []:
+        runs = [{k: r.get(k) for k in ("index", "seed", "verdict", "status", "seconds", "run_dir", "report")}
+                | {"first_failing": (r.get("failed_checks") or [None])[0], "load": r.get("load") or None}
+                for r in s.get("runs") or []]
+        scenarios.append({"name": s.get("name"), "path": s.get("path"), "cell": s.get("cell"), "rate": s.get("rate"),
+                          "fails": s.get("fails_night"), "skip": s.get("skip"), "runs": runs})
+    return {"invocation": doc.get("night"), "folder": str(folder), "index": "index.html",
+            "summary": os.path.relpath(summary, folder), "junit": "junit.xml", "passed": doc.get("passed"),
+            "exit_code": doc.get("exit_code"), "interrupted": doc.get("interrupted"), "counts": doc.get("counts"),
+            "scenarios": scenarios}
 
 
 def _relative(path: Path | str) -> str:

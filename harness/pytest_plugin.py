@@ -241,8 +241,7 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
-        from harness.report import write_run_folder
-        from harness.runner import Runner
+        from harness.play import run_scenario
 
         out = self.config.getoption("mxchaos_out") or (self.config.rootpath / "runs")
         repeat = self.config.getoption("mxchaos_repeat")
@@ -251,8 +250,7 @@ class ScenarioItem(pytest.Item):
         if repeat > 1:
             self._run_repeated(out, repeat)
             return
-        result = Runner(self.scenario, out_dir=out, inventory=_inventory(self.config)).run()
-        write_run_folder(result)
+        result = run_scenario(self.scenario, out, inventory=_inventory(self.config))
         self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
         self.user_properties.append(("mxchaos_verdict", result.verdict))
         if result.status == "interrupted":
@@ -279,14 +277,13 @@ class ScenarioItem(pytest.Item):
 
     def _run_repeated(self, out: Path | str, repeat: int) -> None:
         """N runs, one cell, one outcome (the rule of ``harness.rates``)."""
-        from harness.report import judge_runs, write_run_folder
-        from harness.runner import Runner
+        from harness.play import run_scenario
+        from harness.report import judge_runs
 
         sc = self.scenario
         results = []
         for index in range(repeat):
-            result = Runner(sc.with_seed(sc.seed + index), out_dir=out, inventory=_inventory(self.config)).run()
-            write_run_folder(result)
+            result = run_scenario(sc.with_seed(sc.seed + index), out, inventory=_inventory(self.config))
             results.append(result)
             self.user_properties.append(("mxchaos_run_dir", str(result.run_dir)))
             if result.status == "interrupted":

@@ -211,8 +211,7 @@ class _Explorer:
     # ------------------------------------------------------------------ runs
 
     def run(self, schedule: Schedule, phase: str, *, seed: int | None = None, scenario_file: Path | None = None) -> Trial:
-        from harness.report import write_run_folder
-        from harness.runner import Runner
+        from harness.play import run_scenario
 
         ex = self.ex
         trial = Trial(len(ex.trials) + len(ex.reproduction) + 1, phase, schedule)
@@ -229,8 +228,7 @@ class _Explorer:
         if clamped:
             scenario = scenario.model_copy(update={"budgets": scenario.budgets.model_copy(update={"run": left})})
         self.echo(f"--- [{phase} {trial.index}] {schedule.describe(ex.template)}")
-        result = Runner(scenario, out_dir=ex.out_dir / "runs").run()
-        write_run_folder(result)
+        result = run_scenario(scenario, ex.out_dir / "runs")
         trial.verdict, trial.status, trial.reason = result.verdict, result.status, result.reason
         if clamped and result.verdict == "hang":
             trial.inapplicable = f"cut short at {left:.0f}s by the exploration's budget (budgets.run lowered to fit it)"

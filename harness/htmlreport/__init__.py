@@ -8,8 +8,11 @@ HTML, CSS and inline SVG written here; no JavaScript. ``harness.report`` writes 
 
 The package, each module depending only on those above it:
 
+    palette.py    the one verdict palette of every page: colours and a glyph per verdict
     style.py      colours and what they stand for, shared geometry, escaping, check order, CSS
     axis.py       ``nice_ticks``, the time axis, rows for overlapping spans
+    lanes.py      what a lane shows, read from the history: attempts and their phases, the
+                  server's view of each source, host faults, scrape gaps, the interrupt
     timeline.py   ``timeline_svg`` (the lanes) and ``legend_html``
     charts.py     ``MetricChart``, ``METRIC_CHARTS`` (which metrics are charted), ``metric_charts``
     page.py       ``render_html``: the whole page and its tables

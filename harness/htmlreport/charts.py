@@ -6,11 +6,13 @@ draws one chart per metric that some process reported, one line per process.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.htmlreport.axis import _Axis
+from harness.htmlreport.lanes import scrape_gaps
 from harness.htmlreport.style import _AXIS, _LEFT, _RIGHT, _SERIES, _WIDTH, _e
 from harness.timeline import History
 
@@ -72,12 +74,18 @@ def _human(value: float, unit: str) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
 
 
+def _held(holes: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    """How far a value scraped at ``t0`` holds toward ``t1``: to the first failed scrape after it."""
+    return min([t1, *(a for a, _ in holes if t0 <= a < t1)])
+
+
 def _chart_svg(
     chart: MetricChart,
     series: Mapping[str, list[tuple[float, float]]],
     until: Mapping[str, float],
     colors: Mapping[str, str],
     axis: _Axis,
+    gaps: Mapping[str, list[tuple[float, float]]],
 ) -> str:
     plot_top, plot_h = 8.0, 64.0
     peak = max((v for points in series.values() for _, v in points), default=0.0)
@@ -86,7 +94,7 @@ def _chart_svg(
     def y(v: float) -> float:
         return plot_top + plot_h - (v / top_value) * plot_h
 
-    out = [axis.grid(plot_top, plot_top + plot_h)]
+    out = [_GAP_DEFS, axis.grid(plot_top, plot_top + plot_h)]
     out.append(
         f"<line x1='{_LEFT}' x2='{_LEFT + _WIDTH}' y1='{plot_top + plot_h}' y2='{plot_top + plot_h}' stroke='{_AXIS}'/>"
         f"<text x='{_LEFT - 6}' y='{plot_top + 4}' text-anchor='end' fill='{_AXIS}'>{_e(_human(top_value, chart.unit))}</text>"
@@ -94,11 +102,21 @@ def _chart_svg(
     )
     for i, (process, points) in enumerate(series.items()):
         nudge = -1.5 * i  # equal values of several processes stay visible as parallel lines
+        holes = gaps.get(process, [])
+        for a, b in holes:  # no value is known here: the line stops, a hatched band says why
+            out.append(
+                f"<rect class='gap' data-process='{_e(process)}' x='{axis.x(a):.1f}' y='{plot_top:.1f}' "
+                f"width='{max(axis.x(b) - axis.x(a), 2):.1f}' height='{plot_h}' fill='url(#not-scraped)' "
+                f"stroke='{colors[process]}' stroke-dasharray='2 2' stroke-width='0.8'>"
+                f"<title>{_e(process)} could not be scraped {a:.3f}s - {b:.3f}s (no value shown)</title></rect>"
+            )
+
         d = [f"M{axis.x(points[0][0]):.1f} {y(points[0][1]) + nudge:.1f}"]
-        for t, v in points[1:]:
-            d.append(f"H{axis.x(t):.1f} V{y(v) + nudge:.1f}")
+        for (t0, _v0), (t, v) in itertools.pairwise(points):
+            stop = _held(holes, t0, t)
+            d.append(f"H{axis.x(stop):.1f} " + (f"V{y(v) + nudge:.1f}" if stop >= t else f"M{axis.x(t):.1f} {y(v) + nudge:.1f}"))
         last_t, last_v = points[-1]
-        d.append(f"H{axis.x(until[process]):.1f}")
+        d.append(f"H{axis.x(_held(holes, last_t, until[process])):.1f}")
         tip = f"{process}: {_human(last_v, chart.unit)} at {last_t:.3f}s (last scrape), {len(points)} scrape(s)"
         out.append(
             f"<path class='series' data-process='{_e(process)}' d='{' '.join(d)}' fill='none' stroke='{colors[process]}' "
@@ -111,11 +129,17 @@ def _chart_svg(
             )
     out.append(axis.labels(plot_top + plot_h + 14))
     height = plot_top + plot_h + 20
+    w = _LEFT + _WIDTH + _RIGHT
     return (
-        f"<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='{_LEFT + _WIDTH + _RIGHT}' height='{height:.0f}'>"
-        + "".join(out)
-        + "</svg>"
+        f"<div class='fig'><svg xmlns='http://www.w3.org/2000/svg' class='chart' viewBox='0 0 {w} {height:.0f}' width='{w}' "
+        f"height='{height:.0f}' preserveAspectRatio='xMinYMin meet'>" + "".join(out) + "</svg></div>"
     )
+
+
+_GAP_DEFS = (
+    "<defs><pattern id='not-scraped' width='5' height='5' patternUnits='userSpaceOnUse' patternTransform='rotate(-45)'>"
+    "<line x1='0' y1='0' x2='0' y2='5' stroke='#afb8c1' stroke-width='1.5'/></pattern></defs>"
+)
 
 
 def metric_charts(h: History, processes: Sequence[str], charts: Sequence[MetricChart] = METRIC_CHARTS) -> str:
@@ -130,6 +154,7 @@ def metric_charts(h: History, processes: Sequence[str], charts: Sequence[MetricC
             continue
         ordered = {p: series[p] for p in processes if p in series}
         until = {p: _held_until(h, p, points[-1][0]) for p, points in ordered.items()}
+        gaps = {p: scrape_gaps(h, p) for p in ordered}
         keys = "".join(
             f"<span class='key'><svg xmlns='http://www.w3.org/2000/svg' width='14' height='4'><rect width='14' height='4' "
             f"fill='{colors[p]}'/></svg>{_e(p)}</span>"
@@ -138,11 +163,12 @@ def metric_charts(h: History, processes: Sequence[str], charts: Sequence[MetricC
         names = " / ".join(chart.names)
         parts.append(
             f"<figure class='metric' data-metric='{_e(chart.names[0])}'><figcaption><b>{_e(chart.title)}</b> "
-            f"<code>{_e(names)}</code> {keys}</figcaption>{_chart_svg(chart, ordered, until, colors, axis)}</figure>"
+            f"<code>{_e(names)}</code> {keys}</figcaption>{_chart_svg(chart, ordered, until, colors, axis, gaps)}</figure>"
         )
     if not parts:
         return ""
     return (
         "<h2>Metrics</h2><p class='note'>As scraped from each process's /metrics (summed over labels), held "
-        "until the next scrape or the process's exit; dots are scrapes; same time axis as the timeline.</p>" + "".join(parts)
+        "until the next scrape or the process's exit; dots are scrapes; a hatched band: the process could not be scraped "
+        "there (no value is drawn, not the last one held); same time axis as the timeline.</p>" + "".join(parts)
     )

@@ -15,10 +15,9 @@ from typing import Any
 
 from harness.checks import NamedResult
 from harness.htmlreport.charts import metric_charts
+from harness.htmlreport.palette import glyph_badge, swatch
 from harness.htmlreport.style import (
-    _AMBER,
     _CELL_COLORS,
-    _CHECK_COLORS,
     _CSS,
     _GREY,
     _RED,
@@ -33,11 +32,12 @@ from harness.timeline import Entry, History
 from harness.verdict import RunResult
 
 
-def _check_rows(checks: Sequence[NamedResult]) -> str:
+def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str:
     rows = []
     for check in _by_severity(checks):
-        c = _CHECK_COLORS.get(check.valid, _AMBER)
-        cls = {True: "pass", False: "fail"}.get(check.valid, "unknown") if isinstance(check.valid, bool) else "unknown"
+        word = _valid_text(check.valid, interrupted)
+        look = swatch(word)
+        cls = {"pass": "pass", "fail": "fail", "neutral": "neutral"}.get(look.kind, "unknown")
         details = ""
         if check.valid is not True and check.details:
             details = (
@@ -47,26 +47,46 @@ def _check_rows(checks: Sequence[NamedResult]) -> str:
             )
         rows.append(
             f"<tr class='{cls}'><td>{check.index + 1}</td><td>{_e(check.name)}</td>"
-            f"<td style='color:{c};font-weight:600'>{_valid_text(check.valid)}</td><td>{_e(check.summary)}{details}</td></tr>"
+            f"<td class='word' style='color:{look.strong}'><span aria-hidden='true'>{look.glyph}</span> {word}</td>"
+            f"<td>{_e(check.summary)}{details}</td></tr>"
         )
     return "".join(rows)
 
 
 def _why(result: RunResult) -> str:
-    """Right under the badge: what went wrong, so no one has to scroll for it."""
+    """Right under the badge: what went wrong, so no one has to scroll for it (a red box; amber
+    for a known defect that reproduced, grey for a skip or an interrupted run)."""
+    interrupted = result.status == "interrupted"
     bad = [c for c in _by_severity(result.checks) if c.valid is not True]
     items = []
     if result.reason:
         items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
     for c in bad:
-        items.append(f"<li><b>{_valid_text(c.valid)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
+        items.append(f"<li><b>{_valid_text(c.valid, interrupted)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
     if not items:
         return ""
+    kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")
     if oversubscribed(result.history):  # a timing bound may have failed for the machine, not the subject
         items.append(f"<li><b>machine load</b>: {_e(run_load(result.history))}: more runnable tasks than CPUs; "
                      "a timing check may have failed for that. <code>mxchaos run --repeat 5</code> tells.</li>")
     head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
-    return f"<div class='why'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+    if interrupted:
+        head = f"the run was interrupted: {len(bad)} of {len(result.checks)} checks not judged (the run ended before them)"
+    elif result.verdict == "skip":
+        head = "skipped: nothing ran"
+    elif result.verdict == "xfail":
+        head = f"the known defect reproduced: {len(bad)} of {len(result.checks)} checks did not pass, as expected"
+    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+
+
+def _next(result: RunResult) -> str:
+    """What to do next about a run that did not pass (the commands the terminal printed too)."""
+    from harness.invocation import next_steps
+
+    steps = next_steps(result)
+    if not steps:
+        return ""
+    return "<div class='next'><b>What next</b><pre>" + _e("\n".join(steps)) + "</pre></div>"
 
 
 def _ssh_hosts(result: RunResult) -> str:
@@ -134,10 +154,10 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
     passed = sum(1 for c in result.checks if c.valid is True)
     crashed = f" <span class='badge' style='background:{_RED}'>CRASHED</span>" if result.status == "crashed" else ""
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>{_e(sc.name)} <span class='badge' style='background:{color}'>{_e(result.verdict.upper())}</span>{crashed}</h1>",
+        f"<h1>{_e(sc.name)} {glyph_badge(result.verdict)}{crashed}</h1>",
         f"<p>{_e(sc.description)}</p>" if sc.description else "",
     ]
     if result.known_defect:
@@ -152,11 +172,12 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         )
     parts.append(_repeat(result, repeat))
     parts.append(_why(result))
+    parts.append(_next(result))
     parts.append(_ssh_hosts(result))
     parts.append(f"<h2>Checks <small>({passed}/{len(result.checks)} passed)</small></h2>")
     if result.checks:
         parts.append("<table class='checks'><tr><th>#</th><th>check</th><th>verdict</th><th>summary</th></tr>")
-        parts.append(_check_rows(result.checks) + "</table>")
+        parts.append(_check_rows(result.checks, result.status == "interrupted") + "</table>")
     else:
         parts.append("<p class='note'>No check was judged.</p>")
     facts = [
@@ -174,7 +195,9 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         ("machine load", run_load(h) or "-"),
     ]
     parts.append("<h2>Timeline <small>(time in seconds since the run started)</small></h2>")
-    parts.append(timeline_svg(h, processes, result.checks))
+    host_of = {p: sc.host_of(p) for p in processes}
+    parts.append("<div class='fig'>" + timeline_svg(h, processes, result.checks, host_of, result.status == "interrupted")
+                 + "</div>")
     parts.append(legend_html())
     parts.append(metric_charts(h, processes))
     parts.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")

@@ -1,7 +1,8 @@
 """Style of the HTML report: the colours and what each stands for, the geometry the timeline
 and the charts share (so their time axes line up), escaping, check ordering and the CSS.
 
-Every other module of ``harness.htmlreport`` draws with these tables; this one imports none of them.
+Every other module of ``harness.htmlreport`` draws with these tables; this one imports only
+``palette`` (the one verdict palette of every page).
 """
 
 from __future__ import annotations
@@ -11,26 +12,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.checks import NamedResult
+from harness.htmlreport.palette import NOT_JUDGED, swatch
 
 _GREEN, _RED, _AMBER, _PURPLE, _BLUE, _ORANGE, _VIOLET, _GREY = (
     "#1a7f37", "#cf222e", "#9a6700", "#8250df", "#0969da", "#bc4c00", "#6639ba", "#6e7781",
 )
-_CHECK_COLORS: dict[object, str] = {True: _GREEN, False: _RED, "unknown": _AMBER}
-_VERDICT_COLORS = {
-    "pass": _GREEN,
-    "fail": _RED,
-    "unknown": _AMBER,
-    "hang": _PURPLE,
-    "error": _GREY,
-    "xfail": _ORANGE,
-    "xpass": _BLUE,
-    "skip": _GREY,
-}
+_CHECK_COLORS: dict[object, str] = {True: swatch("pass").strong, False: swatch("fail").strong,
+                                     "unknown": swatch("unknown").strong}
+_VERDICT_COLORS = {v: swatch(v).strong for v in ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip")}
 # a scenario's cell over its --repeat N runs (harness.rates.CELLS)
-_CELL_COLORS = {
-    "PASS": _GREEN, "FLAKY": _RED, "FAIL": _RED, "UNKNOWN": _AMBER, "ERROR": _GREY, "HANG": _PURPLE, "SKIP": _GREY,
-    "REPRODUCED": _ORANGE, "FIXED?": _BLUE, "NOT_REPRODUCED": _BLUE,
-}
+_CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED",
+                                               "FIXED?", "NOT_REPRODUCED")}
 # events drawn as dots on a process lane: colour, legend text
 _EVENT_STYLE = {
     "load_done": (_GREEN, "load_done"),
@@ -54,7 +46,10 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _valid_text(valid: Any) -> str:
+def _valid_text(valid: Any, interrupted: bool = False) -> str:
+    """A check's word; in an interrupted run a check that did not pass was never judged whole."""
+    if interrupted and valid is not True:
+        return NOT_JUDGED
     return "PASS" if valid is True else "FAIL" if valid is False else "UNKNOWN"
 
 
@@ -73,8 +68,18 @@ _CSS = (
     "text-align:left;vertical-align:top}th{background:#f6f8fa}.badge{color:#fff;padding:2px 10px;"
     "border-radius:10px;font-weight:600}code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap}"
     "svg text{font:11px system-ui,sans-serif}svg text.lane{font-weight:600}"
-    "tr.fail td{background:#ffebe9}tr.unknown td{background:#fff8c5}"
-    ".why{border-left:4px solid #cf222e;padding:4px 10px;margin:8px 0 16px;background:#fff5f5}"
+    f"tr.fail td{{background:{swatch('fail').light}}}tr.unknown td{{background:{swatch('unknown').light}}}"
+    f"tr.neutral td{{background:{swatch('skip').light};color:#57606a}}"
+    f".why{{border-left:4px solid {swatch('fail').strong};padding:4px 10px;margin:8px 0 16px;background:#fff5f5}}"
+    f".why.warn{{border-color:{swatch('xfail').strong};background:{swatch('xfail').light}}}"
+    f".why.neutral{{border-color:{swatch('skip').strong};background:{swatch('skip').light}}}"
+    ".next{border-left:4px solid #0969da;padding:4px 10px;margin:8px 0 16px;background:#f6f8fa}"
+    ".verdict{color:#fff;padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap}"
+    "td.word{font-weight:600;white-space:nowrap}"
+    # reflow: figures scale to the page (scrolling only themselves below ~640 px), tables wrap
+    ".fig{overflow-x:auto;max-width:100%}.fig svg{width:100%;height:auto;min-width:640px}"
+    "td{overflow-wrap:break-word}td pre,td code{word-break:break-all}table{max-width:100%}"
+    "@media (max-width:700px){body{margin:8px}}"
     ".why li{margin:2px 0}.note{color:#57606a;margin:4px 0}"
     ".legend{list-style:none;padding:0;margin:4px 0 20px;display:flex;flex-wrap:wrap;gap:4px 18px;font-size:12px}"
     ".legend li{display:flex;align-items:center;gap:6px}"

@@ -73,9 +73,9 @@ class HereBinding:
         return Bound(hosts, scenario.not_playable() or (why if lacking else None))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
-        from harness.runner import Runner  # the runner is heavy; the parser must not need it
+        from harness.play import run_scenario  # the night writes and trims the folder itself
 
-        return Runner(scenario, out_dir=out_dir, observers=observers).run()
+        return run_scenario(scenario, out_dir, observers=observers, write=False)
 
 
 class InventoryBinding:
@@ -102,9 +102,9 @@ class InventoryBinding:
             return Bound({name: "unbound" for name in scenario.hosts}, str(exc))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
-        from harness.runner import Runner
+        from harness.play import run_scenario
 
-        return Runner(scenario, out_dir=out_dir, observers=observers, inventory=self.inventory).run()
+        return run_scenario(scenario, out_dir, observers=observers, inventory=self.inventory, write=False)
 
 
 def inventory_binding(path: Path) -> Binding:

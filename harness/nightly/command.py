@@ -64,8 +64,8 @@ def print_comparison(comparison: Mapping[str, Any] | None) -> None:
         print("the first night in this folder: nothing to compare")
         return
     against = comparison.get("against")
-    lists = [("NEWLY FAILING", "newly_failing"), ("FIXED", "fixed"), ("RATE MOVED", "rates_moved"),
-             ("changed", "other"), ("slower", "slower")]
+    lists = [("NEWLY FAILING", "newly_failing"), ("STILL FAILING", "still_failing"), ("FLAKY", "flaky"), ("FIXED", "fixed"),
+             ("RATE MOVED", "rates_moved"), ("changed", "other"), ("slower", "slower")]
     lines = [f"  {label} {item['scenario']}: {item['text']}" for label, key in lists for item in comparison.get(key) or []]
     for label, key in (("new", "new_scenarios"), ("gone", "gone_scenarios")):
         if comparison.get(key):

@@ -15,7 +15,7 @@ one-column view of each night):
   bounds: the 95% Wilson intervals of the two rates do not overlap (2/2 -> 0/2 is no move;
   0/10 -> 6/10 is);
 * ``slower``: the median run duration grew by more than 20% and at least 0.5 s (noisy on a
-  loaded machine: listed, never a failure).
+  loaded machine: listed, never a failure, with each night's machine load beside it).
 
 Plus ``new_scenarios`` and ``gone_scenarios`` (names). A change never fails the night by itself:
 a newly failing cell already does.
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.machine import load_text
 from harness.matrix.baseline import diff_matrices
 from harness.rates import FAILING_CELLS
 
@@ -69,6 +70,12 @@ def _item(name: str, old: Mapping[str, Any] | None, new: Mapping[str, Any], what
     return item
 
 
+def _loads(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """The machine's load at the end of each night, beside a timing change (a loaded machine is slower)."""
+    then, now = (load_text((n.get("load") or {}).get("end")) for n in (old, new))
+    return f" (machine: {then or '?'} then, {now or '?'} now)" if then or now else ""
+
+
 def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 0.2) -> dict[str, Any]:
     """The comparison of ``new`` against ``old`` (both ``nightly.json``), by the rules above."""
     old_by = {s["name"]: s for s in old.get("scenarios") or []}
@@ -94,11 +101,12 @@ def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float =
                                        "up": bool(change["regression"]), "text": change["text"]})
         elif change["kind"] == "timing":
             out["slower"].append({"scenario": name, "old": change["old"], "new": change["new"],
-                                  "text": change["text"].replace("seconds grew", "median run grew")})
+                                  "text": change["text"].replace("seconds grew", "median run grew") + _loads(old, new)})
     return out
 
 
 def count_changes(comparison: Mapping[str, Any] | None) -> dict[str, int]:
     """How many items each list of a comparison holds (all 0 without one)."""
-    keys = ("newly_failing", "fixed", "rates_moved", "other", "slower", "new_scenarios", "gone_scenarios")
+    keys = ("newly_failing", "still_failing", "flaky", "fixed", "rates_moved", "other", "slower", "new_scenarios",
+            "gone_scenarios")
     return {k: len((comparison or {}).get(k) or []) for k in keys}

@@ -5,10 +5,13 @@ skipped, failing, each cell kind); what changed since the night before (newly fa
 then fixed, rates moved beyond their bounds, other changes, slower, new and gone scenarios)
 with links to that night's page; then the table, a row per scenario and a column per repeat:
 the cell, its rate (and bound, for a known defect), the median duration, a "since" mark, and
-per run its verdict (linked to the run's ``report.html``), duration and seed; a skipped
-scenario's row gives the reason. Last, what ran (versions, host, inventory) and the artifacts
-(size, the log cap, what was cut). Links are relative, so the output folder can move whole.
-Colours and table style are the matrix page's (``harness.matrix.html``).
+the runs as a strip of chips that wraps (a chip per run: its glyph and number, linked to the
+run's ``report.html``; its verdict, duration and seed in its title), then under the strip why
+each run that did not pass failed (its first checks, and the machine's load when it had more
+runnable tasks than CPUs); a skipped scenario's row gives the reason. Last, what ran
+(versions, host, inventory) and the artifacts (size, the log cap, what was cut). Links are
+relative, so the output folder can move whole. Verdict colours and glyphs are the one palette
+of every page (``harness.htmlreport.palette``); the table style is the matrix page's.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.htmlreport.palette import glyph_badge, swatch
 from harness.machine import load_text
-from harness.matrix.html import COLOURS, CSS
+from harness.matrix.html import CSS
 
 __all__ = ["render_night"]
 
@@ -27,12 +31,20 @@ EXTRA_CSS = """
 .passed{background:#c8f0c8}.failed{background:#f5b5b5}
 .counts span{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
 .since{font-size:12px;font-weight:bold}.newfail{color:#a00000}.fixed{color:#006000}
-ul.changes li{margin:2px 0}td.run{min-width:90px;max-width:260px}
-.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:320px}th.name{max-width:440px}
+ul.changes li{margin:2px 0}td.run{min-width:170px}
+.why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:240px}th.name{max-width:320px}
+.verdict{color:#fff;padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap}
+.chips{display:flex;flex-wrap:wrap;gap:3px;max-width:420px}
+.chip{display:inline-block;min-width:34px;padding:1px 4px;border:1px solid;border-radius:3px;font-size:12px;
+text-align:center;text-decoration:none;color:#1f2328}
+.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th{overflow-wrap:break-word}
+@media (max-width:700px){body{margin:6px}th.name{max-width:none}}
 """
 
 SECTIONS = (
     ("newly_failing", "Newly failing", "newfail"),
+    ("still_failing", "Still failing", "newfail"),
+    ("flaky", "Flaky (failed some nights, passed others)", ""),
     ("fixed", "Fixed", "fixed"),
     ("rates_moved", "Rates moved beyond their 95% confidence bounds", ""),
     ("other", "Other cell changes", ""),
@@ -45,7 +57,16 @@ def _e(value: Any) -> str:
 
 
 def _colour(verdict: Any) -> str:
-    return COLOURS.get(str(verdict).lower(), "#ffffff")
+    return swatch(verdict).light
+
+
+def _chip(r: Mapping[str, Any]) -> str:
+    """One run: its glyph and number, linked to its page; verdict, duration and seed in its title."""
+    verdict = str(r.get("verdict"))
+    look = swatch(verdict)
+    title = f"run {r.get('index')}: {verdict.upper()}, {r.get('seconds')}s, seed {r.get('seed')}"
+    return (f'<a class="chip" data-verdict="{_e(verdict)}" href="{_e(r.get("report"))}" title="{_e(title)}" '
+            f'style="background:{look.light};border-color:{look.strong}">{look.glyph} {_e(r.get("index"))}</a>')
 
 
 def _mib(n: Any) -> str:
@@ -77,7 +98,7 @@ def _comparison(night: Mapping[str, Any]) -> str:
     if not comp or not prev:
         return "<h2>Since the night before</h2><p>The first night in this folder: nothing to compare.</p>"
     link = f'<a href="../{_e(prev["night"])}/index.html">{_e(prev["night"])}</a>'
-    out = [f"<h2>Since night {link}</h2>"]
+    out = [f'<h2>Since night {link}</h2><p class=small><a href="../history.html">every night of this folder</a></p>']
     any_change = False
     for key, title, cls in SECTIONS:
         items = comp.get(key) or []
@@ -104,7 +125,8 @@ def _comparison(night: Mapping[str, Any]) -> str:
 def _since_marks(night: Mapping[str, Any]) -> dict[str, str]:
     comp = night.get("comparison") or {}
     marks: dict[str, str] = {}
-    for key, text, cls in (("rates_moved", "rate moved", ""), ("other", "changed", ""),
+    for key, text, cls in (("rates_moved", "rate moved", ""), ("other", "changed", ""), ("flaky", "flaky", ""),
+                           ("still_failing", "still failing", "newfail"),
                            ("fixed", "fixed", "fixed"), ("newly_failing", "newly failing", "newfail")):
         for item in comp.get(key) or []:
             marks[item["scenario"]] = f'<div class="since {cls}">{text}</div>'
@@ -113,39 +135,53 @@ def _since_marks(night: Mapping[str, Any]) -> dict[str, str]:
     return marks
 
 
+def _runs(s: Mapping[str, Any], repeat: int) -> str:
+    """The runs cell: a strip of chips, then why each run that did not pass failed."""
+    runs = s.get("runs") or []
+    chips = "".join(_chip(r) for r in runs)
+    missing = repeat - len(runs)
+    if missing > 0:
+        look = swatch("not run")
+        chips += "".join(f'<span class="chip" data-verdict="not run" style="border-color:{look.strong}" '
+                         f'title="not run (the run was interrupted, or a run skipped)">{look.glyph}</span>'
+                         for _ in range(missing))
+    lines = []
+    for r in runs:
+        verdict = str(r.get("verdict"))
+        if len(runs) == 1:
+            lines.append(f'<div class="small">{_e(r.get("seconds"))}s, seed {_e(r.get("seed"))}</div>')
+        if verdict in ("pass", "xfail", "skip", "xpass"):
+            continue
+        why = [str(r["reason"])] if r.get("reason") else []
+        why += list(r.get("failed_checks") or [])
+        load = f' <span class="load">(machine {_e(r["load"])})</span>' if r.get("load") else ""
+        for w in why[:3]:
+            lines.append(f'<div class="why">run {_e(r.get("index"))}: {_e(w)}{load}</div>')
+            load = ""
+    return f'<td class="run"><div class="chips">{chips}</div>{"".join(lines)}</td>'
+
+
 def _table(night: Mapping[str, Any]) -> str:
     repeat = int(night.get("repeat") or 1)
     scenarios: Sequence[Mapping[str, Any]] = night.get("scenarios") or []
-    width = max([repeat, *(len(s.get("runs") or []) for s in scenarios)])
     marks = _since_marks(night)
-    head = "".join(f"<th>run {i}</th>" for i in range(1, width + 1))
-    rows = [f"<tr><th>scenario</th><th>cell</th><th>rate</th><th>median</th>{head}</tr>"]
+    rows = ["<tr><th>scenario</th><th>cell</th><th>rate</th><th>median</th><th>runs</th></tr>"]
     for s in scenarios:
-        defect = f'<div class="small">known defect: {_e(s["known_defect"])}</div>' if s.get("known_defect") else ""
+        defect = (f'<details class="small"><summary>known defect</summary>{_e(s["known_defect"])}</details>'
+                  if s.get("known_defect") else "")
         name = f'<th class="name">{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
         note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
-        cell = f'<td class="note" style="background:{_colour(s.get("cell"))}"><span class="v">{_e(s.get("cell"))}</span>{note}</td>'
+        look = swatch(s.get("cell"))
+        cell = (f'<td class="note" style="background:{look.light}"><span class="v">{look.glyph} {_e(s.get("cell"))}</span>'
+                f"{note}</td>")
         median = s.get("median_seconds")
         row = [name, cell, f"<td>{_e(_rate(s))}</td>", f"<td>{f'{median:.1f}s' if isinstance(median, int | float) else '-'}</td>"]
-        runs = s.get("runs") or []
         if s.get("skip"):
-            row.append(f'<td colspan="{width}" class="small">skipped: {_e(s["skip"])}</td>')
+            row.append(f'<td class="small">skipped: {_e(s["skip"])}</td>')
         else:
-            for r in runs:
-                verdict = str(r.get("verdict"))
-                why = [str(r["reason"])] if r.get("reason") else []
-                why += list(r.get("failed_checks") or []) if verdict not in ("pass", "xfail", "skip") else []
-                shown = "".join(f'<div class="why">{_e(w)}</div>' for w in why[:3])
-                row.append(
-                    f'<td class="run" style="background:{_colour(verdict)}"><a href="{_e(r.get("report"))}">'
-                    f'<span class="v">{_e(verdict)}</span></a><div class="small">{_e(r.get("seconds"))}s, seed {_e(r.get("seed"))}</div>'
-                    f"{shown}</td>"
-                )
-            if len(runs) < width:
-                note = "not run (the run was interrupted, or a run skipped)" if runs else "not run"
-                row.append(f'<td colspan="{width - len(runs)}" class="small">{note}</td>')
+            row.append(_runs(s, repeat))
         rows.append("<tr>" + "".join(row) + "</tr>")
-    return "<h2>Scenarios x runs</h2><table>" + "".join(rows) + "</table>"
+    return "<h2>Scenarios x runs</h2><table class=scenarios>" + "".join(rows) + "</table>"
 
 
 def _about(night: Mapping[str, Any]) -> str:
@@ -178,11 +214,12 @@ def render_night(night: Mapping[str, Any]) -> str:
     """The page (see the module docstring)."""
     passed = bool(night.get("passed"))
     kind = "run" if night.get("kind") == "run" else "nightly"  # harness.invocation writes the same shape (no comparison)
-    badge = f'<span class="badge {"passed" if passed else "failed"}">{"PASSED" if passed else "FAILED"}</span>'
+    badge = glyph_badge("passed" if passed else "failed")
     interrupted = " (interrupted)" if night.get("interrupted") else ""
     seed = f"; --seed {night['seed']}" if night.get("seed") is not None else ""
     out = [
-        f"<!doctype html><html><head><meta charset=utf-8><title>mxchaos {kind} {_e(night.get('night'))}</title>"
+        "<!doctype html><html><head><meta charset=utf-8><meta name=viewport content='width=device-width, initial-scale=1'>"
+        f"<title>mxchaos {kind} {_e(night.get('night'))}</title>"
         f"<style>{CSS}{EXTRA_CSS}</style></head><body>",
         f"<h1>mxchaos {kind} {_e(night.get('night'))} {badge}{_e(interrupted)}</h1>",
         f"<p class=small>{_e(night.get('started'))} to {_e(night.get('ended'))} ({_e(night.get('seconds'))}s); "

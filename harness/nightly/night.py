@@ -18,7 +18,7 @@ host not bound) does not either.
                     "cell", "rate": {k, n}, "bound", "measured", "note", "fails_night": bool,
                     "failures": {k, n}, "median_seconds",
                     "runs": [{"index", "seed", "verdict", "status", "reason", "seconds",
-                              "failed_checks", "run_dir", "report"}]}],  # run_dir, report: relative to the night
+                              "failed_checks", "load", "run_dir", "report"}]}],  # run_dir, report: relative to the night
      "artifacts": {"bytes", "log_cap_bytes", "capped": [...], "removed": [...]},
      "previous": {"night", "dir"} | null,
      "comparison": harness.nightly.compare.compare_nights(...) | null}
@@ -40,8 +40,9 @@ from typing import Any
 
 from harness.matrix.cells import BAD
 from harness.rates import Cell, Rate
+from harness.verdict import RunResult
 
-__all__ = ["SCHEMA", "RunDetail", "ScenarioNight", "failures_of", "night_json", "night_passed", "scenario_json"]
+__all__ = ["SCHEMA", "RunDetail", "ScenarioNight", "failures_of", "night_json", "night_passed", "run_detail", "scenario_json"]
 
 SCHEMA = 1
 
@@ -53,6 +54,7 @@ class RunDetail:
     status: str = "completed"
     reason: str = ""
     failed_checks: tuple[str, ...] = ()  # the checks that failed or were unknown: "name: summary"
+    load: str = ""  # the machine's load during the run when it had more runnable tasks than CPUs (else "")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,14 @@ class ScenarioNight:
     @property
     def ran(self) -> bool:
         return self.skip is None and any(r.verdict != "skip" for r in self.cell.runs)
+
+
+def run_detail(result: RunResult) -> RunDetail:
+    """How a run ended, its checks that did not pass, and the machine's load when it was oversubscribed."""
+    from harness.machine import oversubscribed, run_load
+
+    failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
+    return RunDetail(result.status, result.reason, failed, run_load(result.history) if oversubscribed(result.history) else "")
 
 
 def failures_of(cell: Cell) -> Rate:
@@ -95,7 +105,8 @@ def scenario_json(s: ScenarioNight, night_dir: Path) -> dict[str, Any]:
         detail = s.details[index - 1] if index - 1 < len(s.details) else RunDetail()
         link = _link(record.run_dir, night_dir)
         runs.append({"index": index, "seed": record.seed, "verdict": record.verdict, "status": detail.status,
-                     "reason": detail.reason, "failed_checks": list(detail.failed_checks), "seconds": record.seconds, "run_dir": link,
+                     "reason": detail.reason, "failed_checks": list(detail.failed_checks), "load": detail.load,
+                     "seconds": record.seconds, "run_dir": link,
                      "report": f"{link}/report.html"})
     seconds = [r.seconds for r in s.cell.runs if r.verdict != "skip"]
     return {

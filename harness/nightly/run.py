@@ -16,8 +16,9 @@
 4. writes ``DIR/<night>/``: ``runs/`` (the run folders and ``runs/summary.json``, the
    ``--repeat`` contract), ``junit.xml`` (one testcase per scenario: its cell),
    ``nightly.json`` (``harness.nightly.night``) with the comparison against the night before
-   (``harness.nightly.compare``), ``index.html`` (``harness.nightly.html``); then points
-   ``DIR/latest`` at it.
+   (``harness.nightly.compare``) and, over every night of ``DIR``, what is still failing and what
+   is flaky (``harness.nightly.history``), ``index.html`` (``harness.nightly.html``); then points
+   ``DIR/latest`` at it and rewrites ``DIR/history.html``, a strip per scenario across the nights.
 
 The night before is the one ``DIR/latest`` points at, else the newest folder of ``DIR`` with
 a readable ``nightly.json``. A night id is the UTC start time (``20261201T013000Z``; ``-2``,
@@ -32,7 +33,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import time
 import xml.etree.ElementTree as ET
@@ -46,8 +46,9 @@ from harness.matrix.envbroken import LABEL, cell_reason
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
+from harness.nightly.history import history_lines, night_folders, read_night, read_nights, render_history
 from harness.nightly.html import render_night
-from harness.nightly.night import RunDetail, ScenarioNight, night_json, night_passed
+from harness.nightly.night import ScenarioNight, night_json, night_passed, run_detail
 from harness.rates import Cell, Rate, write_summary
 from harness.scenario import Scenario
 
@@ -56,7 +57,6 @@ __all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_ni
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ENV_BROKEN = 0, 1, 130, 4  # 4: harness.doctor.EXIT_ENV_BROKEN
 ENV_BROKEN_CELL = "ENV_BROKEN"  # a cell whose every run failed before any fault for its environment
-_NIGHT_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 
 
 class NothingToRun(Exception):
@@ -105,27 +105,17 @@ def _make_night_dir(out: Path, start: dt.datetime) -> tuple[str, Path]:
     raise FileExistsError(f"{out}: no free night id for {start.isoformat()}")
 
 
-def _read_night(folder: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((folder / "nightly.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
-
-
 def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, dict[str, Any]] | None:
     """The night before: ``out/latest``'s, else the newest night folder with a readable ``nightly.json``."""
     latest = out / "latest"
     candidates: list[Path] = []
     if latest.is_symlink() or latest.is_dir():
         candidates.append(latest.resolve())
-    if out.is_dir():
-        candidates += sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and _NIGHT_ID.match(p.name)),
-                             key=_night_order, reverse=True)
+    candidates += reversed(night_folders(out))
     for folder in candidates:
         if folder.name == exclude:
             continue
-        night = _read_night(folder)
+        night = read_night(folder)
         if night is not None:
             return folder, night
     return None
@@ -207,10 +197,11 @@ def _scenario(
         extra = f"  ({result.reason})" if result.verdict == "skip" else ""
         failing = first_failing_check(result) if not result.ok else None
         extra += f"  first failing: {failing}" if failing else ""
+        detail = run_detail(result)
+        extra += f"  (machine {detail.load})" if failing and detail.load else ""
         log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
-        failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
-        details.append(RunDetail(result.status, result.reason, failed))
+        details.append(detail)
         if result.status == "interrupted":
             interrupted = True
             break
@@ -279,19 +270,15 @@ def run_night(
     )
     doc["load"] = {"start": start_load, "end": load_sample()}  # the machine's: a timing FAIL under load says so
     if previous is not None:
-        doc["comparison"] = compare_nights(previous[1], doc)
+        before = [n for n in read_nights(spec.out) if n[0] != night]
+        doc["comparison"] = {**compare_nights(previous[1], doc), **history_lines(before, (night, doc))}
     write_night(night_dir, doc)
     _link_latest(spec.out, night)
     if spec.keep is not None:
         for old in prune_nights(spec.out, spec.keep):
             log(f"pruned night {old.name} (--keep {spec.keep})")
+    _atomic_write(spec.out / "history.html", render_history(read_nights(spec.out)))
     return NightOutcome(night_dir, doc, cells, exit_code)
-
-
-def _night_order(folder: Path) -> tuple[str, int]:
-    """Oldest first: the start stamp, then the ``-N`` of nights started in the same second."""
-    stamp, _, n = folder.name.partition("-")
-    return stamp, int(n or 1)
 
 
 def prune_nights(out: Path, keep: int) -> list[Path]:
@@ -299,8 +286,7 @@ def prune_nights(out: Path, keep: int) -> list[Path]:
     holding a ``nightly.json``; nothing else in ``out`` is touched); the folders deleted."""
     if keep < 1:
         raise ValueError(f"keep {keep}: keep at least the newest night")
-    nights = sorted((p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and _NIGHT_ID.match(p.name)
-                     and (p / "nightly.json").is_file()), key=_night_order)
+    nights = [p for p in night_folders(out) if (p / "nightly.json").is_file()]
     doomed = nights[:-keep]
     for folder in doomed:
         shutil.rmtree(folder, ignore_errors=True)

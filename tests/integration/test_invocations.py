@@ -81,3 +81,34 @@ def test_an_explicit_out_is_the_invocation_folder(tmp_path: Path, monkeypatch: p
     assert (tmp_path / "col" / "named" / "latest" / "verdict.json").is_file()
     assert {"summary.json", "junit.xml", "index.html", "invocation.json"} <= {p.name for p in (tmp_path / "col").iterdir()}
     assert not (tmp_path / "runs").exists()
+
+
+def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_the_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    good, bad, later = (_scenario(tmp_path, "good", "min: 1"), _scenario(tmp_path, "bad", "max: 0"),
+                        _scenario(tmp_path, "later", "min: 1"))
+    assert cli.main(["run", str(good), str(bad), str(later), "-x", "-q"]) == 1
+    assert "stopping: 1 run(s) did not pass (--maxfail 1); later and the rest not run" in capsys.readouterr().out
+    first = (tmp_path / "runs" / "latest").resolve()
+    assert set(json.loads((first / "summary.json").read_text())["scenarios"]) == {"good", "bad"}
+
+    assert cli.main(["run", "--lf", "--json"]) == 1  # no PATH: the files of what failed last time
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout is the document alone; the lines went to stderr
+    assert "--lf: 1 scenario(s) failed last time: bad" in captured.err and "[1/1] bad" in captured.err
+    assert [s["name"] for s in doc["scenarios"]] == ["bad"] and doc["exit_code"] == 1
+    folder = Path(doc["folder"])
+    assert folder == (tmp_path / "runs" / "latest").resolve() != first
+    run = doc["scenarios"][0]["runs"][0]
+    assert not Path(run["run_dir"]).is_absolute() and (folder / run["report"]).is_file()
+    assert run["first_failing"].startswith("count(") and (folder / doc["summary"]).is_file()
+
+    assert cli.main(["open"]) == 0
+    assert capsys.readouterr().out.strip() == str(folder / "index.html")
+    assert cli.main(["open", "bad"]) == 0
+    assert capsys.readouterr().out.strip() == str((folder / "bad" / "latest" / "report.html").resolve())
+    assert cli.main(["open", str(first)]) == 0 and capsys.readouterr().out.strip() == str(first / "index.html")
+    assert cli.main(["open", "nothing_by_that_name"]) == 2
+    assert "no page; looked at" in capsys.readouterr().err

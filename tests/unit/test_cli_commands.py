@@ -5,6 +5,7 @@ the verdict tally."""
 from __future__ import annotations
 
 import io
+import json
 import platform
 import re
 from importlib import metadata
@@ -59,25 +60,53 @@ def test_help_documents_every_exit_code_the_cli_returns(capsys: pytest.CaptureFi
     assert re.search(r"^  141  standard output was closed early", section, re.MULTILINE)
 
 
-def test_list_says_which_scenarios_this_machine_would_skip_and_why(
+def test_list_says_which_scenarios_this_machine_would_skip_and_why_in_lines_or_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write(tmp_path, "plain")
     write(tmp_path, "needs_root", RESET)
     monkeypatch.setenv(capabilities.ENV_MISSING, "root")
-    assert cli.main(["list", str(tmp_path)]) == 0
+    assert cli.main(["list", "--long", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     skips = [line.strip() for line in lines if "would SKIP" in line]
     assert len(skips) == 1 and skips[0].startswith("would SKIP here: this machine lacks root (for cut (tcp_reset))"), out
     assert lines.index(f"{'':36} {tmp_path / 'needs_root.yaml'}") == lines.index(f"{'':36} {skips[0]}") - 1
     assert lines[-1] == "2 scenarios; 1 would be skipped on this machine (it lacks root)"
+    # without --long: a line a scenario, no file lines; --json: the same as data
+    assert cli.main(["list", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["needs_root", "would", "plain"]
+    assert lines[1].strip().startswith("would SKIP here: this machine lacks root")
+    assert cli.main(["list", "--json", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["skip"] is not None) for s in doc["scenarios"]] == [("needs_root", True), ("plain", False)]
+    assert doc["scenarios"][1]["path"] == str(tmp_path / "plain.yaml") and doc["invalid"] == [] and doc["problems"] == []
+    assert cli.main(["list", "--faults", "--json"]) == 0
+    assert "tcp_reset" in {f["kind"] for f in json.loads(capsys.readouterr().out)["faults"]}
 
     monkeypatch.setenv(capabilities.ENV_MISSING, "")
     monkeypatch.setattr(capabilities, "have", lambda capability: True)
     assert cli.main(["list", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "would SKIP" not in out and out.splitlines()[-1] == "2 scenarios; this machine can run every one"
+
+
+def test_validate_json_names_each_file_and_its_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "s", "good")
+    bad = write(tmp_path / "s", "h_bad")
+    bad.write_text(bad.read_text().replace("steps:", "stpes:"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "--json", "s", "missing.yaml"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert captured.err == ""
+    assert [(f["path"], f["ok"]) for f in doc["files"]] == [("s/good.yaml", True), ("s/h_bad.yaml", False)]
+    assert doc["files"][0]["counts"] == {"processes": 2, "steps": 2, "checks": 0}
+    assert len(doc["files"][1]["problems"]) == 2 and any("stpes" in p for p in doc["files"][1]["problems"])
+    assert doc["problems"] == ["missing.yaml: no such file or folder"] and (doc["valid"], doc["invalid"]) == (1, 1)
 
 
 def test_validate_prints_each_file_in_order_then_a_tally(
@@ -128,6 +157,16 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
     assert empty.getvalue() == ""
 
 
+def test_an_interrupted_runs_unfinished_checks_are_not_judged_in_the_table() -> None:
+    checks = [SimpleNamespace(valid=True, name="loaded", summary="ok"), SimpleNamespace(valid=False, name="exit_codes", summary="-9")]
+    run = SimpleNamespace(scenario=SimpleNamespace(name="cut", path=None), verdict="error", seconds=1.0, seed=1,
+                          run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks)
+    out = io.StringIO()
+    verdict_table(cast(Any, [run]), out)
+    lines = [line.split() for line in out.getvalue().splitlines() if "loaded" in line or "exit_codes" in line]
+    assert lines == [["PASS", "loaded", "ok"], ["NOT", "JUDGED", "exit_codes", "-9"]]
+
+
 def test_the_rate_table_shows_each_cell_its_rate_bound_and_failing_runs() -> None:
     def recs(*verdicts: str) -> list[RunRecord]:
         return [RunRecord(v, f"runs/x/{i}", 5 + i, 1.0) for i, v in enumerate(verdicts)]
@@ -166,6 +205,8 @@ def test_run_help_states_the_repeat_rule(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_scenario_is_found_by_its_name_and_a_typo_gets_suggestions() -> None:
     files, problems = cli.collect_paths(["smoke", "incident_mx491_stale_record_after_crash"])
     assert [f.name for f in files] == ["smoke.yaml", "mx491_stale_record_after_crash.yaml"] and problems == []
+    assert files[0] == cli.CATALOGUE / "smoke.yaml"  # the scenario named smoke, not mx_server/smoke.yaml (mx_server_smoke)
+    assert cli.collect_paths(["mx_server_smoke"])[0] == [cli.CATALOGUE / "mx_server" / "smoke.yaml"]
     files, problems = cli.collect_paths(["frozen_sorce", "no/such.yaml"])
     assert files == []
     assert problems[0].startswith("frozen_sorce: no such file or folder, nor a scenario of that name; did you mean frozen_source")

@@ -343,8 +343,10 @@ def test_coincident_marks_are_kept_apart_and_a_failure_is_not_hidden(tmp_path: P
     checks = [named(0, True), named(1, False), named(2, "unknown")]  # all marked at t=2.0
     root = _svg(timeline_svg(History.build(ROWS), ["server", "source-1", "reader-1"], checks))
     marks = _of_class(root, "g", "check-mark")
-    where = {m.get("data-valid"): (m.find(SVG + "circle").get("cx"), float(m.find(SVG + "circle").get("cy", "0"))) for m in marks}  # type: ignore[union-attr]
+    where = {m.get("data-valid"): (m.find(SVG + "text").get("x"), float(m.find(SVG + "text").get("y", "0"))) for m in marks}  # type: ignore[union-attr]
     assert set(where) == {"PASS", "FAIL", "UNKNOWN"}
+    # a shape per verdict as well as a colour: a circle passed, a square failed, a diamond neither
+    assert {m.get("data-valid"): m[0].tag.removeprefix(SVG) for m in marks} == {"PASS": "circle", "FAIL": "rect", "UNKNOWN": "path"}
     assert len({cy for _, cy in where.values()}) == 3  # stacked, not drawn over each other
     assert where["FAIL"][1] < where["UNKNOWN"][1] < where["PASS"][1]  # the failure keeps the first row
     assert len({cx for cx, _ in where.values()}) == 1  # at the same time
@@ -419,7 +421,7 @@ def test_a_metric_chart_has_one_series_per_process_on_the_timeline_axis(tmp_path
     rows.append((1.0, "info", "source-1", "scrape", {"ok": False, "error": "refused"}))
     h = History.build(sorted(rows, key=lambda r: r[0]))
     html_ = metric_charts(h, ["server", "source-1", "reader-1"])
-    charts = re.findall(r"<figure class='metric' data-metric='([^']+)'>.*?(<svg [^>]*class='chart'.*?</svg>)</figure>", html_)
+    charts = re.findall(r"<figure class='metric' data-metric='([^']+)'>.*?(<svg [^>]*class='chart'.*?</svg>)</div></figure>", html_)
     assert [name for name, _ in charts] == [METRIC_CHARTS[0].names[0], METRIC_CHARTS[1].names[0]]  # only what was scraped
     root = _svg(charts[0][1])
     series = {p.get("data-process"): p.get("d", "") for p in _of_class(root, "path", "series")}

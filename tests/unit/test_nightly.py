@@ -4,6 +4,8 @@ binding whose runs end as the test says (no process starts)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.htmltree import by_class, parse_html, text_of
 
 from harness.cli import main
 from harness.nightly.artifacts import cap_file, trim_run_folder
@@ -148,6 +151,9 @@ def test_a_slower_night_is_listed_but_fails_nothing() -> None:
     new = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2", previous=old)
     assert [i["text"] for i in new["comparison"]["slower"]] == ["median run grew 4s -> 9s (+125%)"]
     assert new["passed"]
+    loaded = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2")
+    loaded["load"] = {"end": {"load1": 6.0, "cpus": 2, "per_cpu": 3.0}}
+    assert compare_nights(old, loaded)["slower"][0]["text"].endswith(" (machine: ? then, load 6 on 2 CPUs (3 per CPU) now)")
     same = night([cell("s", ["pass", "pass"], seconds=4.3, night="n3")], name="n3", previous=old)
     assert same["comparison"]["slower"] == []  # +7%, 0.3 s: noise
 
@@ -165,9 +171,11 @@ def test_the_page_shows_counts_the_comparison_and_a_row_per_scenario_with_run_li
     assert 'Since night <a href="../n1/index.html">n1</a>' in page
     assert "Newly failing (1)" in page and "newly failing: PASS 2/2 -&gt; FLAKY 1/2" in page
     assert '<a href="runs/coin/r1/report.html">run 2: fail</a>' in page
-    assert page.count("<th>run ") == 2
-    assert '<a href="runs/coin/r1/report.html"><span class="v">fail</span></a>' in page
-    assert '<div class="why">loaded: 2.6s, later than 2.5s</div>' in page  # why a run failed, beside it
+    tree = parse_html(page)
+    rows = {(r.find("th").text or "").strip(): r for r in by_class(tree, "table", "scenarios")[0].iter("tr") if r.find("td") is not None}  # type: ignore[union-attr]
+    chips = {name: [(a.get("data-verdict"), a.get("href"), text_of(a)) for a in by_class(r, "a", "chip")] for name, r in rows.items()}
+    assert chips["coin"] == [("pass", "runs/coin/r0/report.html", "\u2713 1"), ("fail", "runs/coin/r1/report.html", "\u2717 2")]
+    assert [text_of(w) for w in by_class(rows["coin"], "div", "why")] == ["run 2: loaded: 2.6s, later than 2.5s"]  # beside it
     assert page.count('class="why"') == 1
     assert "skipped: this machine lacks root" in page
     assert "&lt;netns&gt;" in page and "<netns>" not in page  # escaped
@@ -337,8 +345,6 @@ def test_a_scenario_that_skips_at_run_time_stops_repeating(tmp_path: Path) -> No
 
 
 def test_night_ids_are_utc_stamps_made_unique(tmp_path: Path) -> None:
-    import datetime as dt
-
     when = dt.datetime(2026, 12, 1, 1, 30, tzinfo=dt.UTC)
     assert new_night_id(tmp_path, when) == "20261201T013000Z"
     (tmp_path / "20261201T013000Z").mkdir()
@@ -425,5 +431,47 @@ def test_a_night_with_keep_leaves_the_newest_nights(tmp_path: Path) -> None:
     script = {"s": ["pass"] * 3}
     for _ in range(3):
         run_night(NightSpec([scenario("s")], tmp_path, keep=2), ScriptedBinding(script))
-    nights = sorted(p.name for p in tmp_path.iterdir() if p.name != "latest")
+    nights = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("latest", "history.html"))
     assert len(nights) == 2 and (tmp_path / "latest").resolve().name == nights[-1]
+
+
+def test_eight_runs_wrap_as_chips_in_one_column_and_a_loaded_run_says_so() -> None:
+    c = cell("wide", ["pass"] * 7 + ["fail"])
+    sn = scenario_night(c)
+    loaded = (*sn.details[:-1], RunDetail("completed", "", ("elapsed: 3.2s, later than 2s",), "load 5.1 on 2 CPUs"))
+    doc = night_json(night="n8", night_dir=Path("/nights/n8"), started="s", ended="e", seconds=1.0, repeat=8, seed=None,
+                     command=[], scenarios=[ScenarioNight("wide", "w.yaml", c, {}, None, None, loaded)], interrupted=False,
+                     exit_code=1, versions={}, hosts={}, artifacts={})
+    tree = parse_html(render_night(doc))
+    table = by_class(tree, "table", "scenarios")[0]
+    header, row = list(table.iter("tr"))
+    assert [text_of(th) for th in header.iter("th")] == ["scenario", "cell", "rate", "median", "runs"]  # no column per run
+    strip = by_class(row, "div", "chips")
+    assert len(strip) == 1 and len(by_class(strip[0], "a", "chip")) == 8
+    assert "flex-wrap:wrap" in "".join(s.text or "" for s in tree.iter("style"))
+    assert [text_of(w) for w in by_class(row, "div", "why")] == ["run 8: elapsed: 3.2s, later than 2s (machine load 5.1 on 2 CPUs)"]
+
+
+def test_four_nights_say_still_failing_since_flaky_and_fixed_and_draw_a_strip_per_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "nights"
+    script = {"stuck": ["pass", "fail", "fail", "fail"], "coin": ["pass", "fail", "pass", "fail"], "mended": ["fail", "fail", "fail", "pass"]}
+    binding = ScriptedBinding(script)
+    outcomes = []
+    for day in range(1, 5):  # one night a day
+        at = dt.datetime(2026, 12, day, 1, 0, tzinfo=dt.UTC)
+        outcomes.append(run_night(NightSpec([scenario(n) for n in script], out), binding, clock=functools.partial(lambda t: t, at)))
+    last = outcomes[-1].night["comparison"]
+    names = [o.night_dir.name for o in outcomes]
+    assert [(i["scenario"], i["nights"], i["since"]) for i in last["still_failing"]] == [("stuck", 3, names[1])]
+    assert last["still_failing"][0]["text"] == f"still failing (3 nights, since {names[1]}): FAIL now"
+    assert [(i["scenario"], i["failed"], i["of"]) for i in last["flaky"]] == [("stuck", 3, 4), ("coin", 2, 4), ("mended", 3, 4)]
+    assert [i["scenario"] for i in last["fixed"]] == ["mended"] and [i["scenario"] for i in last["newly_failing"]] == ["coin"]
+    page = parse_html((out / "history.html").read_text())
+    rows = {r.get("data-scenario"): r for r in page.iter("tr") if r.get("data-scenario")}
+    assert list(rows) == ["stuck", "coin", "mended"]
+    strips = {n: [(a.get("data-cell"), a.get("href")) for a in by_class(r, "a", "chip")] for n, r in rows.items()}
+    assert strips["coin"] == [("PASS", f"{names[0]}/index.html"), ("FAIL", f"{names[1]}/index.html"),
+                              ("PASS", f"{names[2]}/index.html"), ("FAIL", f"{names[3]}/index.html")]
+    assert "still failing (3 nights" in text_of(rows["stuck"]) and "flaky: failed 2 of the last 4 nights" in text_of(rows["coin"])
+    index = (outcomes[-1].night_dir / "index.html").read_text()
+    assert "Still failing (1)" in index and '<a href="../history.html">' in index
