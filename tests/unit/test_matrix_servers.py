@@ -148,3 +148,17 @@ def test_a_server_matrix_runs_each_column_with_its_server(tmp_path: Path) -> Non
     assert cells["mx-server-mxref"]["verdict"] == "PASS" and cells["mx-server-mxref"]["servers"] == {"mxref": "this repository"}
     assert cells["mx-server-0.7.0"]["verdict"] == "XFAIL" and cells["mx-server-0.7.0"]["servers"] == {"modelexpress": "0.7.0"}
     assert [c["mx_server"] for c in matrix["columns"]] == ["mxref", "0.7.0"]
+
+
+def test_the_build_script_refuses_a_bad_version_and_skips_a_built_one(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MXCHAOS_CACHE_DIR": str(tmp_path)}
+    bad = subprocess.run([str(BUILD_SCRIPT), "0.7.0/../x"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert bad.returncode == 2 and "not a crate version" in bad.stderr
+    _built(tmp_path, "0.7.0")  # stamped: nothing to do, no cargo asked for
+    done = subprocess.run([str(BUILD_SCRIPT), "0.7.0"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert done.returncode == 0 and done.stderr == ""
+    failed = tmp_path / "mx-server" / "0.6.0"
+    failed.mkdir(parents=True)
+    (failed / ".mxchaos-failed").write_text("build failed\n")  # remembered: not retried without the override
+    again = subprocess.run([str(BUILD_SCRIPT), "0.6.0"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert again.returncode == 1 and "MXCHAOS_REBUILD_MX_SERVER=1" in again.stderr
