@@ -52,21 +52,37 @@ class Column:
     nixl: str  # "": this project's own environment (no per-version env)
     env: tuple[tuple[str, str], ...] = ()
     subject: str = ""  # "": each scenario's own subject
+    # who plays the servers: "" each scenario's own, "mxref" mxref's, else a modelexpress-server
+    # version (built once and cached: harness.subjects.mx_build)
+    mx_server: str = ""
 
     @property
     def id(self) -> str:
         head = [f"nixl-{self.nixl}"] if self.nixl else []
         head += [f"subject-{self.subject}"] if self.subject else []
+        head += [f"mx-server-{self.mx_server}"] if self.mx_server else []
         return "+".join([*(head or ["here"]), *(f"{k}={v}" for k, v in self.env)])
 
     @property
     def label(self) -> str:
         head = [f"NIXL {self.nixl}"] if self.nixl else []
         head += [f"subject {self.subject}"] if self.subject else []
+        head += [f"server {self.mx_server}"] if self.mx_server == "mxref" else []
+        head += [f"server modelexpress {self.mx_server}"] if self.mx_server not in ("", "mxref") else []
         return " ".join([*(head or ["this environment"]), *(f"{k}={v}" for k, v in self.env)])
 
     def env_dict(self) -> dict[str, str]:
-        return dict(self.env)
+        """The column's environment: its env axes, and the server version a server column plays."""
+        served = {} if self.mx_server in ("", "mxref") else {"MXCHAOS_MX_SERVER_VERSION": self.mx_server}
+        return {**dict(self.env), **served}
+
+    def subject_arg(self) -> list[str]:
+        """``mxchaos run --subject ...`` for this column (none: each scenario's own): the client
+        subject, and ``server=`` for a server column (``harness.subjects.mx_server.parse_subjects``)."""
+        if not self.mx_server:
+            return ["--subject", self.subject] if self.subject else []
+        server = "mxref" if self.mx_server == "mxref" else "modelexpress"
+        return ["--subject", ",".join([f"server={server}", *([f"client={self.subject}"] if self.subject else [])])]
 
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -84,11 +100,12 @@ def parse_env_axis(text: str) -> tuple[str, list[str]]:
 
 
 def columns_for(versions: Sequence[str], axes: Sequence[tuple[str, list[str]]],
-                subjects: Sequence[str] = ()) -> list[Column]:
-    """Every NIXL version (none: ``[""]``, this environment) x every subject x every combination
-    of the env axes, versions outermost."""
+                subjects: Sequence[str] = (), servers: Sequence[str] = ()) -> list[Column]:
+    """Every NIXL version (none: ``[""]``, this environment) x every server (``--mx-server``) x
+    every subject x every combination of the env axes, versions outermost."""
     combos = list(itertools.product(*[[(k, v) for v in vals] for k, vals in axes])) if axes else [()]
-    return [Column(v, tuple(combo), s) for v in versions or [""] for s in subjects or [""] for combo in combos]
+    return [Column(v, tuple(combo), s, m) for v in versions or [""] for m in servers or [""] for s in subjects or [""]
+            for combo in combos]
 
 
 def cell_verdict(verdicts: Iterable[str]) -> str:
@@ -143,10 +160,11 @@ def run_timings(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _played(run_dir: Path) -> dict[str, str]:
-    """Who played the run's sources and readers, from ``versions.json``: subject -> its version."""
+def _played(run_dir: Path, key: str = "subjects") -> dict[str, str]:
+    """Who played the run's sources and readers (``servers``: its servers), from ``versions.json``:
+    subject -> its version."""
     data = _read_json(run_dir / "versions.json")
-    subjects = data.get("subjects") if isinstance(data, dict) else None
+    subjects = data.get(key) if isinstance(data, dict) else None
     if not isinstance(subjects, dict):
         return {}
     return {str(k): str(v.get("version", "")) if isinstance(v, dict) else str(v) for k, v in subjects.items()}
@@ -224,6 +242,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
         seconds, detect, recover, fallback, gbps = [], [], [], [], []
         nixl, ucx = set(), set()
         played: dict[str, str] = {}
+        served: dict[str, str] = {}
         for r in runs:
             if isinstance(r.get("seconds"), int | float):
                 seconds.append(float(r["seconds"]))
@@ -236,6 +255,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             fallback += [t["fallback_s"]] if t["fallback_s"] is not None else []
             gbps += t["gbps"]
             played.update(_played(rd))
+            served.update(_played(rd, "servers"))
             n, u = _loaded(rd)
             nixl.update([n] if n else [])
             ucx.update([u] if u else [])
@@ -250,6 +270,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             nixl=sorted(nixl),
             ucx=sorted(ucx),
             subjects=dict(sorted(played.items())),
+            servers=dict(sorted(served.items())),
         )
         col.cells[name] = cell
         col.nixl = sorted({*col.nixl, *nixl})

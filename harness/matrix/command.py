@@ -1,6 +1,6 @@
 """The ``mxchaos matrix`` sub-command: its options and what it prints.
 
-``mxchaos matrix --nixl 1.3.2,1.4.1,1.5.1 [--subject mxref,modelexpress] [--env KEY=v1,v2 ...]
+``mxchaos matrix --nixl 1.3.2,1.4.1,1.5.1 [--subject mxref,modelexpress] [--mx-server mxref,0.7.0] [--env KEY=v1,v2 ...]
 [--repeat N] [--out DIR] [--baseline OLD/matrix.json] SCENARIOS...`` (``--nixl``, ``--subject``
 or both: without versions the columns run in this environment) validates the scenario files with this harness,
 then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per scenario, a
@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
                    "without it the columns run in this environment")
     p.add_argument("--subject", metavar="S1,S2", help="a subject axis: who plays the sources and readers "
                    "(mxref,modelexpress: the differential table; mxchaos run --subject)")
+    p.add_argument("--mx-server", metavar="V1,V2", help="a server axis: who plays the servers (mxref, or "
+                   "modelexpress-server versions such as 0.7.0, each built once into the cache by .ci/build-mx-server; "
+                   "a version that cannot be built is a column whose scenarios SKIP)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=v1,v2",
                    help="an environment axis: every column runs once per value (repeatable)")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per cell (default 1)")
@@ -121,8 +124,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.scenario import load_scenario
     from harness.subjects.envs import SUBJECTS
 
-    if args.nixl is None and args.subject is None:
-        print("give --nixl V1,V2 (versions), --subject S1,S2 (subjects), or both", file=sys.stderr)
+    if args.nixl is None and args.subject is None and args.mx_server is None:
+        print("give --nixl V1,V2 (versions), --subject S1,S2 (subjects), --mx-server V1,V2 (servers), or several",
+              file=sys.stderr)
+        return EXIT_INVALID
+    from harness.matrix.servers import prepare_servers, server_axis
+
+    try:
+        servers = server_axis(args.mx_server)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return EXIT_INVALID
     versions = [v.strip() for v in (args.nixl or "").split(",") if v.strip()]
     if args.nixl is not None and (not versions or len(set(versions)) != len(versions)):
@@ -169,7 +180,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     spec = MatrixSpec(
         scenarios=files, names=names, defects={sc.name: d for sc in loaded if (d := defect_info(sc))},
         read_bytes={sc.name: n for sc in loaded if (n := read_bytes(sc))},
-        columns=columns_for(versions, axes, subjects), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
+        columns=columns_for(versions, axes, subjects, servers), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs, resume=args.resume,
     )
@@ -181,6 +192,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     refused = preflight(loaded, places, "mxchaos matrix")
     if refused is not None:
         return refused
+    prepare_servers(servers, log=lambda m: print(m, flush=True))  # never fatal: an unbuilt version's cells SKIP
     matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
     print(format_table(matrix))
     for h in matrix["headlines"]:

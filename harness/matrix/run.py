@@ -151,7 +151,7 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     mxchaos, run_env = env.mxchaos(), {**column.env_dict(), **env.run_env()}
     rc_help, help_text = execute([*mxchaos, "run", "--help"], env.run_env(), 60.0)
     paths = [str(p.resolve()) for p in spec.scenarios]
-    subject = ["--subject", column.subject] if column.subject else []
+    subject = column.subject_arg()
     runs = spec.repeat * len(paths)
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
@@ -183,6 +183,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
         env = envs[column.nixl]
         info = dict(infos.get(column.id, {}))
         col: dict[str, Any] = {"id": column.id, "label": column.label, "nixl": column.nixl, "subject": column.subject,
+                               "mx_server": column.mx_server,
                                "env": column.env_dict(),
                                "available": env.ok, "error": env.error, "env_path": str(env.path),
                                "out_dir": column.id, **info}

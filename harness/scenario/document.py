@@ -122,6 +122,11 @@ class Scenario(Strict):
     # or events lists [mxref] and says why in subjects_note: played by another subject it SKIPs
     subjects: tuple[Subject, ...] = SUBJECT_NAMES
     subjects_note: str = ""  # required when a subject is left out (harness.scenario.rules.processes)
+    # who can play its servers (default: both): a scenario staged with mxref's server's own options,
+    # events or metrics lists [mxref] and says why in servers_note; served by the real ModelExpress
+    # server (`--subject server=modelexpress`) it SKIPs naming that reason
+    servers: tuple[Subject, ...] = SUBJECT_NAMES
+    servers_note: str = ""  # required when a server is left out
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     # where servers keep their records: memory, or redis (every server without a ``store`` gets
@@ -144,23 +149,25 @@ class Scenario(Strict):
             )
         return value
 
-    @field_validator("subjects")
+    @field_validator("subjects", "servers")
     @classmethod
-    def _subjects(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _subjects(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        key = info.field_name or "subjects"
         if not value:
-            raise custom_error("subjects", f"name who can play the scenario (from {', '.join(SUBJECT_NAMES)}), or drop the key")
+            raise custom_error(key, f"name who can play the scenario (from {', '.join(SUBJECT_NAMES)}), or drop the key")
         if len(set(value)) != len(value):
-            raise custom_error("subjects", "name each subject once", value=list(value))
+            raise custom_error(key, "name each subject once", value=list(value))
         return value
 
-    @field_validator("subjects_note")
+    @field_validator("subjects_note", "servers_note")
     @classmethod
     def _subjects_note(cls, value: str, info: ValidationInfo) -> str:
-        subjects = info.data.get("subjects")
+        key = info.field_name or "subjects_note"
+        subjects = info.data.get(key.removesuffix("_note"))
         if subjects is None:  # subjects did not validate: reported there
             return value.strip()
         if set(subjects) == set(SUBJECT_NAMES) and value.strip():
-            raise custom_error("subjects_note", "every subject can play the scenario: there is nothing to explain (drop the key)")
+            raise custom_error(key, "every subject can play the scenario: there is nothing to explain (drop the key)")
         return value.strip()
 
     @field_validator("known_defect")
@@ -273,13 +280,18 @@ class Scenario(Strict):
         return self.model_copy(update={"subject": subject})
 
     def not_playable(self) -> str | None:
-        """Why the subjects that play this scenario's sources and readers cannot stage it
-        (one of them is not in ``subjects``), or None when they can."""
+        """Why the subjects that play this scenario's sources and readers, or its servers, cannot
+        stage it (one of them is not in ``subjects`` / ``servers``), or None when they can."""
         players = {getattr(spec, "subject", None) or self.subject for spec in self.processes.values()
                    if spec.role in ("source", "reader")}
         outside = sorted(players - set(self.subjects))
-        if not outside:
-            return None
-        return (f"not staged for {', '.join(outside)} (subjects: [{', '.join(self.subjects)}]): "
-                f"{self.subjects_note}")
+        if outside:
+            return (f"not staged for {', '.join(outside)} (subjects: [{', '.join(self.subjects)}]): "
+                    f"{self.subjects_note}")
+        servers = {getattr(spec, "subject", None) or "mxref" for spec in self.processes.values() if spec.role == "server"}
+        outside = sorted(servers - set(self.servers))
+        if outside:
+            return (f"not staged for a {', '.join(outside)} server (servers: [{', '.join(self.servers)}]): "
+                    f"{self.servers_note}")
+        return None
 

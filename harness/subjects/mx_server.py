@@ -1,9 +1,10 @@
 """The real ModelExpress metadata server as a subject: where its binary is, how a scenario's
 ``server`` process becomes it, and who plays which role.
 
-``modelexpress-server`` is published as a Rust crate; ``.ci/bootstrap`` builds it once
-(``cargo install --locked``, ~20 min of one low-priority job, needs Debian's ``protobuf-compiler``)
-into ``<cache>/mx-server/<version>`` (``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``),
+``modelexpress-server`` is published as a Rust crate; ``.ci/bootstrap`` builds 0.7.0 once
+with ``.ci/build-mx-server`` (``cargo install --locked``, ~20-40 min at the lowest priority, needs
+Debian's ``protobuf-compiler``; ``harness.subjects.mx_build`` runs the same script for a matrix's
+server columns) into ``<cache>/mx-server/<version>`` (``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``),
 shared by every clone. ``server_binary`` finds it; without it a scenario with such a server is
 a SKIP naming the capability ``modelexpress-server`` (``harness.capabilities``).
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,8 @@ __all__ = [
     "server_of_subject",
     "server_root",
     "server_timers",
+    "reported_version",
+    "selected_version",
     "server_versions",
     "serverd_argv",
     "with_subjects",
@@ -59,18 +63,44 @@ SERVER_SUBJECTS = ("modelexpress",)
 ROLES = ("server", "source", "reader", "client")
 SUBJECT_NAMES = ("mxref", "modelexpress")
 ENV_BINARY = "MXCHAOS_MX_SERVER_BIN"  # a binary built elsewhere (a nightly, a local checkout)
+ENV_VERSION = "MXCHAOS_MX_SERVER_VERSION"  # which cached version plays (a matrix server column sets it)
 
 
-def server_root(version: str = VERSION, root: Path | None = None) -> Path:
-    """Where ``cargo install --root`` puts the server of ``version`` (shared by every clone)."""
-    return (root or cache_dir()) / "mx-server" / version
+def selected_version() -> str:
+    """The ModelExpress server version this process runs (``$MXCHAOS_MX_SERVER_VERSION``, else 0.7.0)."""
+    return os.environ.get(ENV_VERSION, "").strip() or VERSION
 
 
-def server_binary(version: str = VERSION, root: Path | None = None) -> Path | None:
-    """The built ``modelexpress-server`` (``$MXCHAOS_MX_SERVER_BIN`` first), or None."""
+def server_root(version: str | None = None, root: Path | None = None) -> Path:
+    """Where ``cargo install --root`` puts the server of ``version`` (default: ``selected_version``;
+    shared by every clone)."""
+    return (root or cache_dir()) / "mx-server" / (version or selected_version())
+
+
+def server_binary(version: str | None = None, root: Path | None = None) -> Path | None:
+    """The built ``modelexpress-server`` (``$MXCHAOS_MX_SERVER_BIN`` first), or None. Only a
+    build that finished (its stamp) counts: a cut-off build leaves no binary, a rebuild an old one."""
     override = os.environ.get(ENV_BINARY)
-    path = Path(override) if override else server_root(version, root) / "bin" / BINARY
+    if override:
+        path = Path(override)
+    else:
+        home = server_root(version, root)
+        path = home / "bin" / BINARY
+        if not (home / STAMP).is_file():
+            return None
     return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def reported_version(binary: Path | None) -> str | None:
+    """What the binary says it is (``--version``: "modelexpress-server 0.7.0"), bounded; None when
+    it cannot say. Recorded beside the version asked for, so a misplaced binary shows."""
+    if binary is None:
+        return None
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def server_of_subject(spec: Any) -> str:
@@ -142,10 +172,10 @@ def serverd_argv(name: str, spec: ServerProcess, *, events_path: Path, proc_dir:
                          f"give it a store (the scenario's `store: redis`, or the server's `store:`)")
     binary = server_binary()
     if binary is None:
-        raise ValueError(f"process {name}: {BINARY} {VERSION} is not built (the capability {CAPABILITY}; "
-                         f".ci/bootstrap builds it into {server_root()})")
+        raise ValueError(f"process {name}: {BINARY} {selected_version()} is not built (the capability {CAPABILITY}; "
+                         f".ci/build-mx-server builds it into {server_root()})")
     argv = [sys.executable, "-m", "harness.subjects.mx_serverd", "--name", name, "--events", str(events_path),
-            "--binary", str(binary), "--version", VERSION, "--host", host, "--port", str(port),
+            "--binary", str(binary), "--version", selected_version(), "--host", host, "--port", str(port),
             "--redis-url", f"redis://{store_address}/0", "--dir", str(proc_dir / f"{name}.mx")]
     return argv + server_timers(spec).flags()
 
@@ -199,6 +229,6 @@ def server_versions(sc: Any) -> dict[str, Any]:
             out[subject] = {"version": "this repository"}
         else:
             binary = server_binary()
-            out[subject] = {"package": f"{BINARY} (crates.io)", "version": VERSION,
-                            "binary": str(binary) if binary else None}
+            out[subject] = {"package": f"{BINARY} (crates.io)", "version": selected_version(),
+                            "binary": str(binary) if binary else None, "reports": reported_version(binary)}
     return out

@@ -91,6 +91,22 @@ def _check_subjects(cx: Context) -> None:
         own = getattr(spec, "subject", None)
         if own is not None and spec.role != "server" and own not in sc.subjects:  # subjects: who plays clients
             cx.add(("processes", name, "subject"), f"{own!r} is not among the scenario's subjects ({allowed})")
+    _check_servers(cx)
+
+
+def _check_servers(cx: Context) -> None:
+    """Who plays the scenario's servers (a server's ``subject``) is among its ``servers``."""
+    sc = cx.sc
+    if "servers" in cx.broken:
+        return
+    left_out = [s for s in SUBJECT_NAMES if s not in sc.servers]
+    if left_out and not sc.servers_note.strip() and "servers_note" not in cx.broken:
+        cx.add(("servers",), f"say why a {', '.join(left_out)} server cannot play this scenario in servers_note "
+               "(what of mxref's server it is staged with, or what the real server lacks)")
+    for name, spec in sc.processes.items():
+        own = getattr(spec, "subject", None)
+        if spec.role == "server" and own is not None and own not in sc.servers:
+            cx.add(("processes", name, "subject"), f"{own!r} is not among the scenario's servers ({', '.join(sc.servers)})")
 
 
 def _check_store(cx: Context, loc: Loc, spec: ServerProcess) -> None:
