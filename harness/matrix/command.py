@@ -59,6 +59,9 @@ def add_parser(sub: Any) -> None:
                    "matrix: same scenarios and --repeat); run the others")
     p.add_argument("--rebuild-envs", action="store_true",
                    help="rebuild every version's env, also one that failed before with the same inputs")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="scenarios of a column side by side, at most N at once (default: the machine's cores); "
+                   "one with tight timing windows or global faults runs alone (harness.matrix.schedule)")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the mxchaos source installed into each env (default: this checkout)")
@@ -121,6 +124,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.matrix.defects import defect_info
     from harness.matrix.envbroken import ENV_BROKEN
     from harness.matrix.run import MatrixSpec, run_matrix
+    from harness.matrix.schedule import default_jobs, place
     from harness.scenario import load_scenario
     from harness.subjects.envs import SUBJECTS
 
@@ -147,6 +151,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.repeat < 1:
         print("--repeat must be at least 1", file=sys.stderr)
+        return EXIT_INVALID
+    if args.jobs is not None and args.jobs < 1:
+        print(f"--jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return EXIT_INVALID
     try:
         axes = [parse_env_axis(text) for text in args.env]
@@ -183,6 +190,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         columns=columns_for(versions, axes, subjects, servers), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs, resume=args.resume,
+        jobs=args.jobs or default_jobs(), placements=[place(sc) for sc in loaded],
     )
     # the preflight (mxchaos doctor): every env built and probed; one that cannot play a role its
     # scenarios give it (NIXL or the native server does not import) refuses the matrix before any cell runs

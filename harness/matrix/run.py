@@ -37,6 +37,7 @@ from harness.matrix.cells import Column, read_column
 from harness.matrix.defects import defect_status
 from harness.matrix.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.envs import EnvResult, ensure_env, error_line
+from harness.matrix.schedule import Placement, plan_column, run_plan
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
 
@@ -61,6 +62,8 @@ class MatrixSpec:
     drop: float = 0.2
     rebuild_envs: bool = False
     resume: bool = False  # reuse a column whose folder already holds all its runs (summary.json)
+    jobs: int = 1  # lanes of a column at once (harness.matrix.schedule); 1: one run after another
+    placements: list[Placement] = field(default_factory=list)  # who may run beside others (none: all in one run)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -155,7 +158,19 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     runs = spec.repeat * len(paths)
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
-    if rc_help == 0 and "--repeat" in help_text:
+    plan = plan_column(spec.placements, spec.jobs, _seconds(spec.baseline)) if spec.placements else None
+    if rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
+        by_name = dict(zip(spec.names, paths))
+
+        def group(names: Sequence[str], folder: Path) -> tuple[int, str]:
+            argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(folder.resolve()), "-q", *subject,
+                    *(by_name[n] for n in names)]
+            return execute(argv, run_env, spec.timeout_per_run * spec.repeat * len(names) + 120.0)
+
+        info["rc"], texts = run_plan(plan, out_dir, group, spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
+        info["schedule"] = {"lanes": [list(lane) for lane in plan.lanes], "alone": list(plan.alone)}
+        logs += texts
+    elif rc_help == 0 and "--repeat" in help_text:
         argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
         log(f"[{column.id}] run --repeat {spec.repeat} ... ({runs} runs, at most {budget:g}s)")
         rc, text = execute(argv, run_env, budget)
@@ -172,6 +187,17 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     if info["rc"] not in (0, 1):  # 0/1: the runs ran (pass / something failed); else say what the tool said
         info["run_error"] = f"mxchaos run exited {info['rc']}: {error_line(logs[-1] if logs else '')}"
     return info
+
+
+def _seconds(baseline: Mapping[str, Any] | None) -> dict[str, float]:
+    """Each scenario's run seconds in an earlier matrix (its cells' median, the longest column's):
+    what the lanes are balanced on."""
+    out: dict[str, float] = {}
+    for name, row in ((baseline or {}).get("cells") or {}).items():
+        times = [float(c["seconds"]) for c in (row or {}).values() if isinstance(c, dict) and isinstance(c.get("seconds"), int | float)]
+        if times:
+            out[name] = max(times)
+    return out
 
 
 def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping[str, dict[str, Any]]) -> dict[str, Any]:

@@ -111,6 +111,9 @@ class Scenario(Strict):
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
+    # beside other scenarios in a matrix column (shared) or with nothing beside it (alone);
+    # unset: inferred from its faults, hosts, processes and timing checks (harness.matrix.schedule)
+    schedule: Literal["alone", "shared"] | None = None
     budgets: Budgets = Budgets()
     scrape: ScrapeSpec = ScrapeSpec()
     hosts: dict[Name, HostSpec] = Field(default_factory=_default_hosts, min_length=1)

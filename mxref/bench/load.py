@@ -24,7 +24,10 @@ completion in interleaved rounds (so drift in the machine's load hits every vari
 ``python -m mxref bench [--mib 64 256 ...]`` is this with ``--raw``.
 
 Each reader's result line gives the whole load (``seconds``: ListSources to a verified load)
-and the READ (``transfer_seconds``); ``load_done.phases`` says where the rest went. Printed
+and the READ (``transfer_seconds``); ``load_done.phases`` says where the rest went, and a chunked
+READ's ``transfer_done`` each chunk's post and completion and where its window idled
+(``mxref.transfer.chunked.window_idle``: the reader's lag from a completion to the post refilling
+its slot, the time the window was not kept full). Printed
 (``mxref.bench.report``): a table of medians, the goal terms as ratios (mxref READ >= 0.95 x
 the fastest raw READ, chunked >= 0.95 x single handle; whole load <= 1.5 x READ + 0.25 s at
 256 MiB, <= 1.1 x READ at 2 GiB), raw and mxref over the ceiling, and one JSON line. Absolute
@@ -81,14 +84,16 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
         raise RuntimeError(f"{name} did not load over rdma verified: {result}")
     phases: dict[str, float] = {}
     hashing = 0.0
+    window: dict[str, float] = {}
     for line in events.read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "load_done":
             phases = dict(ev.get("phases") or {})
         elif ev["event"] == "transfer_done":
             hashing = float(ev.get("hashing_s") or 0.0)  # the READ's polls' share of the checksums
+            window = dict(ev.get("window") or {})  # where a chunked READ's window idled (one handle: none)
     return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall,
-            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases}
+            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -74,6 +74,9 @@ def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, 
             "load_s": round(load, 4), "read_s": round(read, 4), "read_gbps": round(nbytes / read / 1e9, 3),
             "ratio": round(load / read, 3), "wall_s": round(wall, 4), "phases": phases,
             "load_samples": [round(r["load_s"], 4) for r in rs], "read_samples": [round(r["read_s"], 4) for r in rs]}
+        windows = [r["window"] for r in rs if r.get("window")]
+        if windows:  # a chunked READ: medians of where its window idled
+            summary["variants"][v]["window"] = {k: round(_med([w[k] for w in windows]), 6) for k in sorted(windows[0])}
     variants = summary["variants"]
     transfer = NOHASH if NOHASH in variants else CHUNKED  # the chunked READ without checksum work in it
     summary["transfer_variant"] = transfer
@@ -142,6 +145,13 @@ def table(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"{v:12s} {s['load_s']:7.3f} {s['read_s']:7.3f} {s['read_gbps']:9.2f} {s['ratio']:9.2f} "
                    f"{1.5 * s['read_s'] + 0.25:13.3f} {s['wall_s']:9.3f}  "
                    + " ".join(f"{p}={x:.3f}" for p, x in s["phases"].items() if x))
+    idle = {v: s["window"] for v, s in summary["variants"].items() if s.get("window")}
+    if idle:
+        out.append(f"{'chunked':12s} {'chunks':>7s} {'1st post ms':>11s} {'post lag ms':>11s} {'not full ms':>11s}"
+                   "   (where the window idled, medians)")
+        for v, w in idle.items():
+            out.append(f"{v:12s} {w['chunks']:7.0f} {w['first_post_s'] * 1e3:11.2f} {w['post_lag_s'] * 1e3:11.2f} "
+                       f"{w['underfull_s'] * 1e3:11.2f}")
     raw = summary.get("raw")
     if raw:
         out.append(f"{'raw source':12s} {'cold GB/s':>9s} {'warm GB/s':>9s}   (two processes, one handle, tight-polling reader)")

@@ -96,6 +96,39 @@ class Landing(Protocol):
         """A bounded slice of work between polls; False when there was none."""
 
 
+class ChunkTime(NamedTuple):
+    """One completed chunk of a READ: when it was posted and when the reader saw it done,
+    in seconds from the READ's start (what the bench reads to find where the window idles)."""
+
+    nbytes: int
+    posted_s: float
+    done_s: float
+
+
+def window_idle(trace: Sequence[ChunkTime], window: int) -> dict[str, float]:
+    """Where a READ's window idled, from its ``trace``: ``post_lag_s``, the time from each
+    completion to the post that refilled its slot (the reader's share, summed), and
+    ``underfull_s``, the time before the last post with fewer than ``window`` chunks in flight
+    (the window not kept full); ``first_post_s`` is the READ's start to its first post."""
+    if not trace:
+        return {"chunks": 0, "first_post_s": 0.0, "post_lag_s": 0.0, "underfull_s": 0.0}
+    posts = sorted(t.posted_s for t in trace)
+    dones = sorted(t.done_s for t in trace)
+    lag = 0.0
+    for i, posted in enumerate(posts[window:]):
+        lag += max(0.0, posted - dones[i])  # the i-th completion freed the slot of post window+i
+    edges = sorted([(p, 1) for p in posts] + [(d, -1) for d in dones])
+    inflight, last, underfull = 0, posts[0], 0.0
+    for at, step in edges:
+        if at > posts[-1]:
+            break
+        if inflight < window:
+            underfull += at - last
+        inflight, last = inflight + step, at
+    return {"chunks": len(trace), "first_post_s": round(posts[0], 6), "post_lag_s": round(lag, 6),
+            "underfull_s": round(underfull, 6)}
+
+
 class ChunkedReadError(Exception):
     """A chunked READ that did not complete: ``message`` for health, ``kind`` for the
     data-plane error metric (timeout | status_error), ``error`` the class the caller raises."""
@@ -142,14 +175,15 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list
 
 def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_name: str, budget_s: float,
                  policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None,
-                 landing: Landing | None = None) -> None:
+                 landing: Landing | None = None, trace: list[ChunkTime] | None = None) -> None:
     """Keep ``policy.window`` chunk READs in flight; raise ``ChunkedReadError`` on an error,
     a stall or the budget. Every handle still in flight then is released (NIXL cancels it;
     the memory behind it stays tainted), and both prepared lists are released in any case.
     ``on_suspect`` is called once, when a window has gone half its deadline without a
     completion or half the budget has passed (it must return at once: the caller's chance to
     get its next attempt ready). ``landing`` is told each completed chunk's local ranges and
-    given a slice of work between polls (the checksums of what has landed)."""
+    given a slice of work between polls (the checksums of what has landed). ``trace``, when
+    given, gets each completed chunk's ``ChunkTime`` in completion order."""
     pieces = [piece for chunk in chunks for piece in chunk]
     bounds: list[tuple[int, int, int]] = []  # (first piece, last piece + 1, bytes) of each chunk
     first = 0
@@ -167,7 +201,7 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
                                "status_error", TransferFailed) from exc
     try:
         _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
-              [piece[0] for piece in pieces])
+              [piece[0] for piece in pieces], trace)
     finally:
         _release_dlists(agent, prepped)
 
@@ -182,46 +216,62 @@ class _InFlight(NamedTuple):
 
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
           policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landing: Landing | None = None,
-          local: Sequence[Range] = ()) -> None:
+          local: Sequence[Range] = (), trace: list[ChunkTime] | None = None) -> None:
     """``local``: every piece's local range, by piece index (what ``landing`` is told)."""
     pending = list(reversed(bounds))
     inflight: list[_InFlight] = []
     start = time.monotonic()
     last_done = start
+
+    def refill() -> None:
+        while pending and len(inflight) < policy.window:
+            lo, hi, nbytes = pending.pop()
+            indices = list(range(lo, hi))
+            try:
+                handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
+            except Exception as exc:
+                raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
+                                       "status_error", TransferFailed) from exc
+            inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
+            try:
+                state = agent.transfer(handle)
+            except Exception as exc:
+                raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
+                                       "status_error", TransferFailed) from exc
+            if state in ERROR_STATES:
+                raise ChunkedReadError(f"chunked READ failed at post: NIXL state {state}", "status_error",
+                                       TransferFailed)
+
     try:
-        while pending or inflight:
-            while pending and len(inflight) < policy.window:
-                lo, hi, nbytes = pending.pop()
-                indices = list(range(lo, hi))
+        refill()
+        while inflight:
+            done: list[_InFlight] = []
+            for item in inflight:
                 try:
-                    handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
-                except Exception as exc:
-                    raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
-                                           "status_error", TransferFailed) from exc
-                inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
-                try:
-                    state = agent.transfer(handle)
-                except Exception as exc:
-                    raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
-                                           "status_error", TransferFailed) from exc
-                if state in ERROR_STATES:
-                    raise ChunkedReadError(f"chunked READ failed at post: NIXL state {state}", "status_error",
-                                           TransferFailed)
-            for item in list(inflight):
-                handle = item.handle
-                try:
-                    state = agent.check_xfer_state(handle)
+                    state = agent.check_xfer_state(item.handle)
                 except Exception as exc:
                     raise ChunkedReadError(f"chunked READ failed: NIXL raised {type(exc).__name__}: {exc}",
                                            "status_error", TransferFailed) from exc
                 if state in DONE_STATES:
-                    inflight.remove(item)  # before the release: `finally` releases only what is left
-                    agent.release_xfer_handle(handle)
-                    last_done = time.monotonic()
-                    if landing is not None:
-                        landing.landed(local[item.lo:item.hi])
+                    done.append(item)
                 elif state in ERROR_STATES:
                     raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
+            if done:
+                for item in done:
+                    inflight.remove(item)  # before the release: `finally` releases only what is left
+                last_done = time.monotonic()
+                # The freed slots are posted first, the bookkeeping after: the window's chunks complete
+                # together (the bench's chunk times), so until the next post nothing is on the wire.
+                try:
+                    refill()
+                finally:
+                    for item in done:
+                        agent.release_xfer_handle(item.handle)
+                for item in done:
+                    if trace is not None:
+                        trace.append(ChunkTime(item.nbytes, item.posted - start, last_done - start))
+                    if landing is not None:
+                        landing.landed(local[item.lo:item.hi])
             now = time.monotonic()
             quiet = now - max(inflight[0].posted, last_done) if inflight else 0.0
             deadline = policy.deadline(sum(item.nbytes for item in inflight))
@@ -229,10 +279,10 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 suspect, on_suspect = on_suspect, None
                 suspect()
             if inflight and quiet > deadline:
-                done = len(bounds) - len(pending) - len(inflight)
+                finished = len(bounds) - len(pending) - len(inflight)
                 raise ChunkedReadError(
                     f"READ stalled: no chunk completed for {deadline:.2f}s "
-                    f"({done} of {len(bounds)} chunks done, no error status from NIXL)", "timeout", TransferStalled)
+                    f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", "timeout", TransferStalled)
             if (pending or inflight) and now - start > budget_s:
                 raise ChunkedReadError(
                     f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "

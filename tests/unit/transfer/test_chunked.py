@@ -33,7 +33,8 @@ class ChunkAgent:
         self.fail_at = fail_at
         self.posted: list[int] = []
         self.released: list[int] = []
-        self.max_inflight = 0
+        self.max_inflight = 0  # posted and not yet seen DONE (a DONE handle is released after its slot is refilled)
+        self.seen_done: set[int] = set()
 
         self.prepped: dict[int, tuple[str, Any]] = {}  # dlist handle -> (agent name, Nx3 descriptors)
         self.dlists_released: list[int] = []
@@ -54,14 +55,17 @@ class ChunkAgent:
 
     def transfer(self, handle):  # type: ignore[no-untyped-def]
         self.posted.append(handle)
-        inflight = len(self.posted) - len(self.released)
+        inflight = len(set(self.posted) - self.seen_done)
         self.max_inflight = max(self.max_inflight, inflight)
         return "PROC"
 
     def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
         if self.fail_at is not None and handle == self.fail_at:
             raise RuntimeError("NIXL_ERR_REMOTE_DISCONNECT")
-        return "DONE" if handle < self.complete else "PROC"
+        if handle < self.complete:
+            self.seen_done.add(handle)
+            return "DONE"
+        return "PROC"
 
     def release_xfer_handle(self, handle):  # type: ignore[no-untyped-def]
         self.released.append(handle)
@@ -357,3 +361,64 @@ def test_a_chunked_read_tells_its_landing_every_chunk_and_gives_it_work() -> Non
     assert sum(size for _a, size, _d in rec.ranges) == 32 * MIB and rec.calls > 0
     starts = sorted(a for a, _s, _d in rec.ranges)
     assert len(starts) == len(set(starts))  # no range twice
+
+
+# ------------------------------------------------------------------ where the window idles
+
+
+def test_a_freed_slot_is_posted_before_the_done_chunk_is_released() -> None:
+    class Ordered(ChunkAgent):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, int]] = []
+
+        def transfer(self, handle: int) -> str:
+            self.calls.append(("post", handle))
+            return str(super().transfer(handle))  # type: ignore[no-untyped-call]
+
+        def release_xfer_handle(self, handle: int) -> None:
+            self.calls.append(("release", handle))
+            super().release_xfer_handle(handle)  # type: ignore[no-untyped-call]
+
+    agent = Ordered()
+    mgr, remote = manager(agent)
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, window=1))
+    assert agent.calls[:4] == [("post", 0), ("post", 1), ("release", 0), ("post", 2)]
+    assert sorted(agent.released) == list(range(len(agent.posted)))
+
+
+def test_a_failed_refill_still_releases_the_chunks_that_completed() -> None:
+    class PostFails(ChunkAgent):
+        def transfer(self, handle: int) -> str:
+            if handle == 2:
+                raise RuntimeError("NIXL_ERR_BACKEND")
+            return str(super().transfer(handle))  # type: ignore[no-untyped-call]
+
+    agent = PostFails()
+    mgr, remote = manager(agent)
+    with pytest.raises(TransferFailed):
+        mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
+    assert sorted(agent.released) == [0, 1, 2]
+
+
+def test_the_trace_holds_every_chunk_posted_before_it_completed() -> None:
+    from mxref.transfer.chunked import ChunkTime
+
+    agent = ChunkAgent()
+    mgr, remote = manager(agent)
+    trace: list[ChunkTime] = []
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB), trace=trace)
+    assert len(trace) == len(agent.posted) and sum(t.nbytes for t in trace) == 32 * MIB
+    assert all(0 <= t.posted_s <= t.done_s for t in trace)
+
+
+def test_window_idle_sums_the_lag_to_each_refill_and_the_time_the_window_was_not_full() -> None:
+    from mxref.transfer.chunked import ChunkTime, window_idle
+
+    # W=2: two chunks posted at 0, both done at 10; the next two posted at 11 and 12, done at 20
+    trace = [ChunkTime(1, 0.0, 10.0), ChunkTime(1, 0.0, 10.0), ChunkTime(1, 11.0, 20.0), ChunkTime(1, 12.0, 20.0)]
+    idle = window_idle(trace, 2)
+    assert idle["chunks"] == 4 and idle["first_post_s"] == 0.0
+    assert idle["post_lag_s"] == pytest.approx(1.0 + 2.0)  # each refill after the completion that freed its slot
+    assert idle["underfull_s"] == pytest.approx(2.0)  # 10..11 empty, 11..12 one in flight; the tail does not count
+    assert window_idle([], 2)["chunks"] == 0

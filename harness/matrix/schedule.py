@@ -1,0 +1,184 @@
+"""Which scenarios of a matrix column run side by side, and how many at once.
+
+A column used to be one ``mxchaos run`` of every scenario, one after another. Most scenarios
+share nothing but the CPU (each run has its own processes, ports, folders and stores), so a
+column deals them into lanes that run at once, at most ``jobs`` lanes (the machine's cores by
+default: ``default_jobs``), and then runs, one at a time with nothing beside it, every scenario
+that must run alone (``Placement.alone``):
+
+* one that says so: ``schedule: alone`` in its file (``schedule: shared`` overrides what would
+  be inferred);
+* one whose faults or hosts touch state the whole machine shares: a capability in
+  ``GLOBAL_CAPABILITIES`` (root, network namespaces, iptables, tc, ss socket kills, lab hosts,
+  a GPU or RDMA device; ``harness.capabilities.scenario_requirements`` names them);
+* one with ``command`` processes (CPU hogs, arbitrary programs: load and state we cannot bound);
+* one whose timing windows are tight: an ``elapsed`` check bounded ``within`` at most
+  ``TIGHT_WITHIN_S``. Its verdict is about latency; a neighbour's load would move it.
+
+Lanes are balanced longest first on the cells' ``seconds`` of an earlier matrix when one is
+given (``--baseline``), else on equal weights in file order. ``plan_column`` decides (pure);
+``run_plan`` runs a plan through the matrix's runner: each lane and the lone set one
+``mxchaos run`` into a folder of its own under the column's, their ``summary.json`` joined into
+the column's (``merge_summaries``), which the matrix reads as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "Placement", "Plan", "RunGroup", "default_jobs",
+           "merge_summaries", "place", "plan_column", "run_plan"]
+
+# capabilities whose faults or hosts act on what every process of the machine shares
+GLOBAL_CAPABILITIES = frozenset({"root", "netns", "iptables", "tc", "ss", "inventory", "cuda", "rdma"})
+TIGHT_WITHIN_S = 3.0  # an elapsed check bounded within this is a latency verdict: its scenario runs alone
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Whether a scenario may run beside others in a column, and why not."""
+
+    name: str
+    alone: bool
+    reason: str  # why alone ("" when shared)
+
+
+def place(scenario: Any) -> Placement:
+    """``scenario``'s placement: its own ``schedule`` when given, else inferred (module docstring)."""
+    name = str(scenario.name)
+    declared = getattr(scenario, "schedule", None)
+    if declared == "alone":
+        return Placement(name, True, "declared schedule: alone")
+    if declared == "shared":
+        return Placement(name, False, "")
+    reason = _inferred_reason(scenario)
+    return Placement(name, bool(reason), reason)
+
+
+def _inferred_reason(scenario: Any) -> str:
+    from harness.capabilities import scenario_requirements
+
+    needs = scenario_requirements(scenario)
+    touched = sorted(set(needs) & GLOBAL_CAPABILITIES)
+    if touched:
+        cap = touched[0]
+        return f"needs {', '.join(touched)} ({'; '.join(needs[cap])})"
+    commands = sorted(name for name, spec in scenario.processes.items() if getattr(spec, "role", "") == "command")
+    if commands:
+        return f"runs commands ({', '.join(commands)})"
+    tight = _tight_check(scenario)
+    if tight:
+        return tight
+    return ""
+
+
+def _tight_check(scenario: Any) -> str:
+    for entry in getattr(scenario, "checks", ()):
+        body = _check_body(entry, "elapsed")
+        within = getattr(body, "within", None) if body is not None else None
+        if within is not None and float(within) <= TIGHT_WITHIN_S:
+            label = getattr(body, "name", None) or "elapsed"
+            return f"timing window within {float(within):g}s ({label})"
+    return ""
+
+
+def _check_body(entry: Any, kind: str) -> Any:
+    """The parameters of a check entry of ``kind`` (``{elapsed: {...}}``), else None."""
+    root = getattr(entry, "root", entry)
+    if isinstance(root, Mapping):
+        return root.get(kind)
+    return getattr(root, kind, None)
+
+
+def default_jobs() -> int:
+    """Lanes at once: the machine's cores (each run's readers poll a core while they READ)."""
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A column's order: ``lanes`` run at once (each its scenarios one after another), then
+    ``alone`` one at a time with nothing beside them."""
+
+    lanes: tuple[tuple[str, ...], ...]
+    alone: tuple[str, ...]
+
+    @property
+    def side_by_side(self) -> bool:
+        return len(self.lanes) > 1
+
+
+def plan_column(placements: Sequence[Placement], jobs: int, seconds: Mapping[str, float] | None = None) -> Plan:
+    """Deal the shared scenarios into at most ``jobs`` lanes, longest first onto the least loaded
+    lane (``seconds``: an earlier run's duration per scenario; unknown ones weigh the median,
+    or 1 when none is known); each lane keeps file order. ``jobs`` 1: one lane, as before."""
+    if jobs < 1:
+        raise ValueError(f"jobs {jobs}: at least 1 lane")
+    shared = [p.name for p in placements if not p.alone]
+    alone = tuple(p.name for p in placements if p.alone)
+    count = min(jobs, len(shared))
+    if count <= 1:
+        return Plan((tuple(shared),) if shared else (), alone)
+    known = sorted(float(v) for v in (seconds or {}).values() if v and v > 0)
+    default = known[len(known) // 2] if known else 1.0
+    weight = {n: float((seconds or {}).get(n) or default) for n in shared}
+    order = {n: i for i, n in enumerate(shared)}
+    loads = [0.0] * count
+    members: list[list[str]] = [[] for _ in range(count)]
+    for name in sorted(shared, key=lambda n: (-weight[n], order[n])):
+        lane = min(range(count), key=lambda i: (loads[i], i))
+        loads[lane] += weight[name]
+        members[lane].append(name)
+    return Plan(tuple(tuple(sorted(m, key=order.__getitem__)) for m in members), alone)
+
+
+def merge_summaries(parts: Sequence[Mapping[str, Any]], repeat: int) -> dict[str, Any]:
+    """One ``summary.json`` (``harness.rates``' shape) from the lanes' and the lone runs' own: the
+    scenarios of each, which no two share."""
+    scenarios: dict[str, Any] = {}
+    for part in parts:
+        for name, cell in (part.get("scenarios") or {}).items():
+            if name in scenarios:
+                raise ValueError(f"scenario {name!r} ran in two lanes of one column")
+            scenarios[name] = cell
+    return {"repeat": repeat, "scenarios": scenarios}
+
+
+# (scenario names, the folder their ``mxchaos run`` writes) -> (returncode, its output)
+RunGroup = Callable[[Sequence[str], Path], tuple[int, str]]
+
+
+def run_plan(plan: Plan, out_dir: Path, run: RunGroup, repeat: int,
+             log: Callable[[str], None] = lambda _m: None) -> tuple[int, list[str]]:
+    """Run ``plan`` into ``out_dir``: every lane at once (``lane-<i>/``), then the lone scenarios
+    one after another in one run (``alone/``); then ``out_dir/summary.json`` joins their
+    summaries. Returns the worst exit code (0 < 1 < anything else) and every run's output."""
+    groups = [(f"lane-{i + 1}", lane) for i, lane in enumerate(plan.lanes)]
+    log(f"{len(groups)} lanes side by side: " + "; ".join(f"{folder}: {', '.join(names)}" for folder, names in groups))
+    results: list[tuple[int, str]] = []
+    with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+        results += list(pool.map(lambda g: run(g[1], out_dir / g[0]), groups))
+    folders = [folder for folder, _ in groups]
+    if plan.alone:
+        log(f"then alone, one at a time: {', '.join(plan.alone)}")
+        results.append(run(plan.alone, out_dir / "alone"))
+        folders.append("alone")
+    parts = []
+    for folder in folders:
+        try:
+            parts.append(json.loads((out_dir / folder / "summary.json").read_text()))
+        except (OSError, ValueError):
+            continue  # a run that wrote no summary: its cells read as having no runs
+    merged = merge_summaries(parts, repeat)
+    tmp = out_dir / ".summary.json.tmp"
+    tmp.write_text(json.dumps(merged, indent=2) + "\n")
+    os.replace(tmp, out_dir / "summary.json")
+    codes = [rc for rc, _ in results]
+    worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
+    return worst, [text for _, text in results]
