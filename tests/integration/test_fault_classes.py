@@ -1,0 +1,61 @@
+"""The fault classes of the disk, clock, system-call and transport kinds, each against real mxref
+processes: its scenario passes, and a planted regression of mxref (``MXREF_SIMULATED_BUG`` in
+the process's environment) makes the same scenario FAIL on a check that is not a time bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import capabilities, procscan
+from harness.report import write_run_folder
+from harness.runner import Runner
+from harness.scenario import load_scenario
+from harness.verdict import RunResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def run(path: Path, tmp_path: Path, bug: dict[str, str] | None = None) -> RunResult:
+    """Run scenario ``path``; ``bug``: process name -> the simulated bug planted in it."""
+    sc = load_scenario(path)
+    if bug:
+        procs = dict(sc.processes)
+        for name, which in bug.items():
+            spec = procs[name]
+            procs[name] = spec.model_copy(update={"env": {**spec.env, "MXREF_SIMULATED_BUG": which}})
+        sc = sc.model_copy(update={"processes": procs})
+    result = Runner(sc, out_dir=tmp_path / "runs", install_signal_handlers=False).run()
+    write_run_folder(result)
+    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
+    return result
+
+
+def failed(result: RunResult) -> dict[str, str]:
+    return {c.name: c.summary for c in result.checks if c.valid is False}
+
+
+def needs(*caps: str) -> pytest.MarkDecorator:
+    lacking = capabilities.missing(caps)
+    return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
+
+
+def fuse_mounts() -> list[str]:
+    from harness.faults.disk import FSNAME, mounts_named
+
+    return mounts_named(FSNAME)
+
+
+@needs("root", "fuse")
+def test_disk_eio_passes_and_catches_a_mapped_checkpoint_read(tmp_path: Path) -> None:
+    path = SCENARIOS / "disk_fallback_eio.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    bad = run(path, tmp_path / "bad", {"reader-1": "mapped_checkpoint"})
+    assert bad.verdict == "fail"
+    assert {"it failed clearly", "exit_codes"} <= set(failed(bad)), failed(bad)
+    assert "exited -7" in failed(bad)["exit_codes"]  # SIGBUS
+    assert fuse_mounts() == []
