@@ -16,19 +16,17 @@ names) meet the fault:
 a read that is under way). The layer runs in the foreground with ``direct_io`` off (readers
 may ``mmap``) and ``kernel_cache`` off (every open drops the pages, so every read reaches it),
 counts the calls it faulted and prints one ``faultfs ready`` line once mounted. It dies with
-its parent (``PR_SET_PDEATHSIG``) and unmounts on SIGTERM/SIGINT (libfuse's handlers), so a
-harness killed outright leaves no live mount behind; one whose layer was SIGKILLed leaves a
+the harness (``harness.faults._tether`` runs it) and unmounts on SIGTERM/SIGINT (libfuse's
+handlers), so a harness killed outright leaves no live mount behind; one whose layer was SIGKILLed leaves a
 dead one, which ``harness.faults.disk.sweep`` unmounts by its ``fsname``.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import errno
 import fnmatch
 import os
-import signal
 import sys
 import threading
 import time
@@ -39,7 +37,6 @@ import mfusepy
 __all__ = ["MODES", "FaultFs", "main"]
 
 MODES = ("eio", "short", "slow", "enospc")
-_PR_SET_PDEATHSIG = 1
 
 
 class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
@@ -160,16 +157,6 @@ class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
         os.close(fh)
 
 
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent is gone already
-        sys.exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.faults._faultfs", description=__doc__.splitlines()[0])
     parser.add_argument("folder")
@@ -180,7 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-bytes", type=int, default=512)
     parser.add_argument("--after-bytes", type=int, default=0)
     args = parser.parse_args(argv)
-    _die_with_parent()
     root = os.open(args.folder, os.O_PATH | os.O_DIRECTORY)
     fs = FaultFs(root, args.mode, tuple(args.match or ["*"]), delay=args.delay, short_bytes=args.short_bytes,
                  after_bytes=args.after_bytes)

@@ -10,7 +10,8 @@ the first ``after_bytes`` of each.
 
 The token is the layer's pid and the folder; heal sends it SIGTERM (libfuse unmounts on it),
 waits, bounded, for the mount to go, and otherwise kills the layer and detaches the mount
-(``umount -l``). A layer outlives no harness: it dies with its parent, and ``sweep`` detaches
+(``umount -l``). A layer outlives no harness (``harness.faults._tether`` ends it when the
+harness is gone), and ``sweep`` detaches
 every mount named after the run (``mxchaos-faultfs.<run id>``), a layer killed outright leaving
 a dead one behind. Needs root (mounting) and ``fuse`` (``/dev/fuse``, libfuse 3 and mfusepy).
 """
@@ -178,7 +179,8 @@ class Disk(Fault[DiskSpec, Mounted]):
             raise FaultError(f"disk: {folder} is already behind a fault layer")
         log = ctx.run_dir / "faults" / f"{self.name}.faultfs.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "harness.faults._faultfs", str(folder), "--fsname", name, "--mode", spec.mode,
+        argv = [sys.executable, "-m", "harness.faults._tether", str(os.getpid()), "--",
+                sys.executable, "-m", "harness.faults._faultfs", str(folder), "--fsname", name, "--mode", spec.mode,
                 "--short-bytes", str(spec.short_bytes), "--after-bytes", str(spec.after_bytes)]
         argv += [f"--match={pattern}" for pattern in spec.match]
         if spec.delay:

@@ -19,15 +19,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
-def run(path: Path, tmp_path: Path, bug: dict[str, str] | None = None) -> RunResult:
-    """Run scenario ``path``; ``bug``: process name -> the simulated bug planted in it."""
+def run(path: Path, tmp_path: Path, bug: dict[str, str] | None = None,
+        options: dict[str, dict[str, object]] | None = None) -> RunResult:
+    """Run scenario ``path``; ``bug``: process name -> the simulated bug planted in it
+    (``MXREF_SIMULATED_BUG``); ``options``: process name -> options it runs with instead."""
     sc = load_scenario(path)
-    if bug:
-        procs = dict(sc.processes)
-        for name, which in bug.items():
-            spec = procs[name]
-            procs[name] = spec.model_copy(update={"env": {**spec.env, "MXREF_SIMULATED_BUG": which}})
-        sc = sc.model_copy(update={"processes": procs})
+    procs = dict(sc.processes)
+    for name, which in (bug or {}).items():
+        spec = procs[name]
+        procs[name] = spec.model_copy(update={"env": {**spec.env, "MXREF_SIMULATED_BUG": which}})
+    for name, changed in (options or {}).items():
+        spec = procs[name]
+        opts = spec.options.model_copy(update=changed)  # type: ignore[union-attr]
+        procs[name] = spec.model_copy(update={"options": opts})
+    sc = sc.model_copy(update={"processes": procs})
     result = Runner(sc, out_dir=tmp_path / "runs", install_signal_handlers=False).run()
     write_run_folder(result)
     assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
@@ -59,3 +64,15 @@ def test_disk_eio_passes_and_catches_a_mapped_checkpoint_read(tmp_path: Path) ->
     assert {"it failed clearly", "exit_codes"} <= set(failed(bad)), failed(bad)
     assert "exited -7" in failed(bad)["exit_codes"]  # SIGBUS
     assert fuse_mounts() == []
+
+
+
+@needs("root", "strace")
+def test_syscall_crawl_passes_and_catches_a_reader_without_progress_detection(tmp_path: Path) -> None:
+    path = SCENARIOS / "incidents" / "nixl2047_reader_recv_crawls.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    # the regression: one READ handle bounded only by its budget (no stall deadline), 10 s here
+    bad = run(path, tmp_path / "bad", options={"reader-1": {"read_chunk_mib": 0.0, "transfer_timeout": 10.0}})
+    assert bad.verdict == "fail"
+    assert "the READ was called a stall by progress" in failed(bad), failed(bad)
