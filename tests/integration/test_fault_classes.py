@@ -20,14 +20,18 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def run(path: Path, tmp_path: Path, bug: dict[str, str] | None = None,
-        options: dict[str, dict[str, object]] | None = None) -> RunResult:
+        options: dict[str, dict[str, object]] | None = None, env: dict[str, dict[str, str]] | None = None) -> RunResult:
     """Run scenario ``path``; ``bug``: process name -> the simulated bug planted in it
-    (``MXREF_SIMULATED_BUG``); ``options``: process name -> options it runs with instead."""
+    (``MXREF_SIMULATED_BUG``); ``options``: process name -> options it runs with instead;
+    ``env``: process name -> environment variables added to its own."""
     sc = load_scenario(path)
     procs = dict(sc.processes)
-    for name, which in (bug or {}).items():
+    added = {name: {"MXREF_SIMULATED_BUG": which} for name, which in (bug or {}).items()}
+    for name, more in (env or {}).items():
+        added.setdefault(name, {}).update(more)
+    for name, more in added.items():
         spec = procs[name]
-        procs[name] = spec.model_copy(update={"env": {**spec.env, "MXREF_SIMULATED_BUG": which}})
+        procs[name] = spec.model_copy(update={"env": {**spec.env, **more}})
     for name, changed in (options or {}).items():
         spec = procs[name]
         opts = spec.options.model_copy(update=changed)  # type: ignore[union-attr]
@@ -76,3 +80,23 @@ def test_syscall_crawl_passes_and_catches_a_reader_without_progress_detection(tm
     bad = run(path, tmp_path / "bad", options={"reader-1": {"read_chunk_mib": 0.0, "transfer_timeout": 10.0}})
     assert bad.verdict == "fail"
     assert "the READ was called a stall by progress" in failed(bad), failed(bad)
+
+
+
+def test_transport_check_passes_over_tcp_and_catches_an_rdma_deployment_running_over_tcp(tmp_path: Path) -> None:
+    from harness.checks import RunFacts, evaluate
+    from harness.checks.transport import TransportParams
+
+    good = run(SCENARIOS / "transport_is_tcp.yaml", tmp_path)
+    assert good.verdict == "pass", failed(good)
+    # the same real run judged as an RDMA deployment would be (the field case: a backend meant
+    # for RDMA that silently ran over TCP): the check sees the READ lanes over tcp and fails
+    rdma = TransportParams(process="reader-1", allow=("rc_mlx5", "rc_verbs", "dc_mlx5", "srd"))
+    judged = evaluate(0, "transport", rdma, good.history, RunFacts())
+    assert judged.valid is False, judged
+    assert "READ lanes over tcp" in judged.summary
+    # and with UCX's transport list widened on both peers, this machine (no shared-memory
+    # transport under UCX_NET_DEVICES) still reads over tcp: the check says so, not what was asked
+    widened = {"UCX_TLS": "all", "UCX_NET_DEVICES": "all"}
+    wide = run(SCENARIOS / "transport_is_tcp.yaml", tmp_path / "wide", env={"reader-1": widened, "source-1": widened})
+    assert wide.verdict == "pass", failed(wide)
