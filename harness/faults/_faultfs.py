@@ -1,6 +1,6 @@
 """The FUSE pass-through layer the ``disk`` fault mounts over a folder (its own process).
 
-``python -m harness.faults._faultfs FOLDER --fsname NAME --mode MODE ...`` opens ``FOLDER``
+``python harness/faults/_faultfs.py FOLDER --fsname NAME --mode MODE ...`` opens ``FOLDER``
 (an ``O_PATH`` descriptor), then mounts a FUSE file system on top of it whose every call is
 passed through to that descriptor (``openat``, ``pread``, ``fstatat`` ...), so the folder's own
 files stay reachable under the mount. Calls on the files that ``--match`` (shell patterns of
@@ -158,7 +158,7 @@ class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.faults._faultfs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python harness/faults/_faultfs.py", description=__doc__.splitlines()[0])
     parser.add_argument("folder")
     parser.add_argument("--fsname", required=True)
     parser.add_argument("--mode", choices=MODES, required=True)

@@ -18,9 +18,7 @@ a dead one behind. Needs root (mounting) and ``fuse`` (``/dev/fuse``, libfuse 3 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -32,12 +30,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, Injected, register, undo_on_failure
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, _tether, register, undo_on_failure
 from harness.spec import Duration, Name, custom_error
 
 __all__ = ["Disk", "DiskSpec", "Mounted", "checkpoint_folder", "fsname", "mounts_named"]
 
-MOUNT_WAIT_S = 5.0
+MOUNT_WAIT_S = 10.0  # a Python start and a mount, on a loaded machine too
 FSNAME = "mxchaos-faultfs"
 
 
@@ -136,27 +134,11 @@ def _detach(folder: str) -> None:
     subprocess.run(["umount", "-l", folder], capture_output=True, timeout=10, check=False)
 
 
-# the layers this harness started, by pid: heal waits for (reaps) its own child
-_LAYERS: dict[int, subprocess.Popen[bytes]] = {}
-
-
 def _end(pid: int, folder: str, name: str) -> bool:
-    """SIGTERM the layer (it unmounts), wait bounded; else kill it and detach. True if it was mounted."""
+    """End the layer (SIGTERM: it unmounts), bounded; detach the mount if it is still there. True
+    if it was mounted."""
     was = _mounted(folder, name)
-    proc = _LAYERS.pop(pid, None)
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + MOUNT_WAIT_S
-    while time.monotonic() < deadline and _mounted(folder, name):
-        time.sleep(0.05)
-    if proc is not None:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(MOUNT_WAIT_S)
+    _tether.end(pid, lambda: not _mounted(folder, name), MOUNT_WAIT_S)
     if _mounted(folder, name):
         _detach(folder)
     return was
@@ -179,15 +161,15 @@ class Disk(Fault[DiskSpec, Mounted]):
             raise FaultError(f"disk: {folder} is already behind a fault layer")
         log = ctx.run_dir / "faults" / f"{self.name}.faultfs.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "harness.faults._tether", str(os.getpid()), "--",
-                sys.executable, "-m", "harness.faults._faultfs", str(folder), "--fsname", name, "--mode", spec.mode,
+        # run as a file, not ``-m harness.faults._faultfs``: that would import every fault kind first
+        argv = [sys.executable, "-P", str(Path(__file__).with_name("_faultfs.py")), str(folder), "--fsname", name,
+                "--mode", spec.mode,
                 "--short-bytes", str(spec.short_bytes), "--after-bytes", str(spec.after_bytes)]
         argv += [f"--match={pattern}" for pattern in spec.match]
         if spec.delay:
             argv += ["--delay", f"{spec.delay:g}"]
         with undo_on_failure() as undo, log.open("ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-            _LAYERS[proc.pid] = proc
+            proc = _tether.spawn(argv, out)
             undo.callback(_end, proc.pid, str(folder), name)
             deadline = time.monotonic() + MOUNT_WAIT_S
             while not _mounted(str(folder), name):

@@ -24,8 +24,6 @@ import errno
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register, undo_on_failure
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, _tether, process_of, register, undo_on_failure
 from harness.spec import Duration, Target, custom_error
 
 __all__ = ["Syscall", "SyscallSpec", "Traced", "traced_threads"]
@@ -125,10 +123,6 @@ class Traced:
     log: str
 
 
-# the tethers this harness started, by pid: heal waits for (reaps) its own child
-_TRACERS: dict[int, subprocess.Popen[bytes]] = {}
-
-
 def _faulted(log: str) -> int | None:
     try:
         text = Path(log).read_text(errors="replace")
@@ -139,24 +133,11 @@ def _faulted(log: str) -> int | None:
 
 def _detach(token: Traced) -> bool:
     """End strace (SIGTERM to its tether), wait bounded until ``pid`` is untraced; True when it is
-    (or is gone)."""
-    proc = _TRACERS.pop(token.tether, None)
-    try:
-        os.kill(token.tether, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + DETACH_WAIT_S
-    while time.monotonic() < deadline and any(traced_threads(token.pid).values()):
-        time.sleep(0.02)
-    for tracer in set(traced_threads(token.pid).values()) - {0}:  # a strace that did not detach: killed,
-        if _is_strace(tracer):  # its tracees are detached by the kernel
+    (or is gone). A strace that did not let go is killed: the kernel detaches its tracees."""
+    _tether.end(token.tether, lambda: not any(traced_threads(token.pid).values()), DETACH_WAIT_S)
+    for tracer in set(traced_threads(token.pid).values()) - {0}:
+        if _is_strace(tracer):
             os.kill(tracer, signal.SIGKILL)
-    if proc is not None:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(DETACH_WAIT_S)
     end = time.monotonic() + 1.0
     while time.monotonic() < end and any(traced_threads(token.pid).values()):
         time.sleep(0.02)
@@ -187,12 +168,10 @@ class Syscall(Fault[SyscallSpec, Traced]):
             raise FaultError(f"syscall: {target} (pid {pid}) is already traced")
         log = ctx.run_dir / "faults" / f"{self.name}.strace"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "harness.faults._tether", str(os.getpid()), "--",
-                "strace", "-f", "-p", str(pid), "-o", str(log), "-e", f"trace={','.join(spec.calls)}",
+        argv = ["strace", "-f", "-p", str(pid), "-o", str(log), "-e", f"trace={','.join(spec.calls)}",
                 "-e", f"inject={spec.inject_arg()}"]
         with undo_on_failure() as undo, open(f"{log}.stderr", "ab") as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT)
-            _TRACERS[proc.pid] = proc
+            proc = _tether.spawn(argv, err)
             token = Traced(target, pid, proc.pid, str(log))
             undo.callback(_detach, token)
             deadline = time.monotonic() + spec.attach
