@@ -72,15 +72,18 @@ def test_disk_eio_passes_and_catches_a_mapped_checkpoint_read(tmp_path: Path) ->
 
 
 @needs("root", "strace")
-def test_syscall_crawl_passes_and_catches_a_reader_without_progress_detection(tmp_path: Path) -> None:
+def test_syscall_crawl_judges_by_behaviour_and_catches_a_reader_without_progress_detection(tmp_path: Path) -> None:
     path = SCENARIOS / "incidents" / "nixl2047_reader_recv_crawls.yaml"
     good = run(path, tmp_path / "good")
-    assert good.verdict == "pass", failed(good)
-    # the regression: one READ handle bounded only by its budget (no stall deadline), 10 s here
+    # passed (xpass: the known defect did not show), or the known defect (the reader's deadline checks slip behind progress calls blocked
+    # in the kernel) on exactly the check it is about
+    assert good.verdict == "xpass" or (good.verdict == "xfail" and "the READ was called a stall by progress"
+                                      in failed(good)), (good.verdict, failed(good))
+    # the regression: one READ handle bounded only by its budget (no stall deadline), 10 s here:
+    # it can never call a stall, whatever the timing
     bad = run(path, tmp_path / "bad", options={"reader-1": {"read_chunk_mib": 0.0, "transfer_timeout": 10.0}})
-    assert bad.verdict == "fail"
+    assert bad.verdict == "xfail"  # the checks failed (a known-defect scenario says xfail)
     assert "the READ was called a stall by progress" in failed(bad), failed(bad)
-
 
 
 def test_transport_check_passes_over_tcp_and_catches_an_rdma_deployment_running_over_tcp(tmp_path: Path) -> None:
