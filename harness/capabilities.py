@@ -10,6 +10,7 @@ Capabilities::
     root        the effective uid is 0
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
+    fuse        ``/dev/fuse`` and libfuse 3 that mfusepy loads (``disk`` faults mount a FUSE layer)
     <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
     modelexpress-server  the real ModelExpress server is built (``harness.subjects.mx_server``;
                 ``.ci/bootstrap`` builds it into the cache), for a ``server`` with ``subject: modelexpress``
@@ -158,6 +159,17 @@ def hardware_lacks(
     return lacks
 
 
+def _fuse() -> bool:
+    """``/dev/fuse``, and mfusepy finding libfuse (it loads the library on import)."""
+    if not os.path.exists("/dev/fuse"):
+        return False
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return True
+
+
 def _mx_server_built() -> bool:
     from harness.subjects.mx_server import server_binary
 
@@ -167,6 +179,7 @@ def _mx_server_built() -> bool:
 # Capabilities that are not simply a program on PATH.
 PROBES: dict[str, Callable[[], bool]] = {
     "root": _root,
+    "fuse": _fuse,
     "toxiproxy": lambda: toxiproxy_server() is not None,
     "netns": _netns,
     "cuda": lambda: _local_hardware().gpus > 0,

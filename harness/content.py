@@ -190,14 +190,48 @@ def tamper_copy(src: Path, dst: Path, tamper: TamperCheckpoint, metadata: Mappin
 def reader_checkpoint(sc: Scenario, name: str, prepared: Path | None, run_dir: Path, timeline: Timeline) -> Path | None:
     """The checkpoint reader ``name`` is started with: ``prepared``, or for a reader with
     ``tamper_checkpoint`` a tampered copy of it in the run folder (written once, recorded as
-    the harness's ``tamper_checkpoint`` entry)."""
+    the harness's ``tamper_checkpoint`` entry), or for a reader a fault on its checkpoint
+    folder targets (``disk``) the same file in a folder of its own there."""
     from harness.scenario import ReaderProcess
 
     spec = sc.processes[name]
+    if prepared is not None and isinstance(spec, ReaderProcess) and _checkpoint_faulted(sc, name):
+        return _own_folder_copy(prepared, run_dir, name, timeline)
     if not isinstance(spec, ReaderProcess) or spec.tamper_checkpoint is None or prepared is None:
         return prepared
     dst = run_dir / "checkpoints" / f"{name}.tampered.safetensors"
     if not dst.is_file():
         record = tamper_copy(prepared, dst, spec.tamper_checkpoint)
         timeline.append("info", "harness", "tamper_checkpoint", {"reader": name, **record})
+    return dst
+
+
+def _checkpoint_faulted(sc: Scenario, reader: str) -> bool:
+    """Whether a fault of the scenario acts on ``reader``'s checkpoint folder (its spec's
+    ``on_checkpoint``, e.g. ``disk``)."""
+    from harness.scenario import FaultStep, iter_steps
+
+    return any(isinstance(ref.step, FaultStep) and getattr(type(ref.step.fault), "on_checkpoint", False)
+               and getattr(ref.step.fault, "target", None) == reader for ref in iter_steps(sc.steps))
+
+
+def _own_folder_copy(prepared: Path, run_dir: Path, reader: str, timeline: Timeline) -> Path:
+    """``prepared`` in ``<run>/checkpoints/<reader>/``: a hard link (the cache's file is only
+    ever replaced, never written in place), else a copy; recorded as ``checkpoint_folder``."""
+    import os
+    import shutil
+
+    from harness.faults.disk import checkpoint_folder
+
+    folder = checkpoint_folder(run_dir, reader)
+    dst = folder / prepared.name
+    if not dst.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(prepared, dst)
+            how = "hard link"
+        except OSError:
+            shutil.copyfile(prepared, dst)
+            how = "copy"
+        timeline.append("info", "harness", "checkpoint_folder", {"reader": reader, "folder": str(folder), "how": how})
     return dst

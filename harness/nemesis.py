@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from harness import faults as fault_registry
@@ -81,6 +82,7 @@ class RunFaultContext:
         self,
         *,
         run_id: str,
+        run_dir: Path,
         table: ProcessTable,
         hosts: Mapping[str, Host],
         clock: RunClock,
@@ -91,6 +93,7 @@ class RunFaultContext:
         healing: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.run_dir = run_dir
         self._table = table
         self._hosts = hosts
         self._clock = clock
@@ -103,7 +106,7 @@ class RunFaultContext:
     def healing(self) -> RunFaultContext:
         """The same context for a heal: it never creates a proxy."""
         return RunFaultContext(
-            run_id=self.run_id, table=self._table, hosts=self._hosts, clock=self._clock, proxies=self._proxies,
+            run_id=self.run_id, run_dir=self.run_dir, table=self._table, hosts=self._hosts, clock=self._clock, proxies=self._proxies,
             start=self._start, ensure_proxy=self._ensure_proxy, proxy_names=self._proxy_names, healing=True,
         )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import runscope
+from harness import runscope, ucxlog
 from harness.errors import FaultError, HarnessError, StepFailed
 from harness.host import Host, Proc
 from harness.scenario import CommandProcess, Scenario
@@ -58,6 +58,7 @@ class ProcState:
     last_ports: dict[str, int] = field(default_factory=dict)  # the last port reported per ``what``
     pids: dict[int, int] = field(default_factory=dict)  # pid -> incarnation
     last_exit: dict[str, Any] | None = None  # the latest process_exit value, with its t
+    log_start: int = 0  # where the current incarnation's writes begin in log_path
 
     @property
     def alive(self) -> bool:
@@ -126,6 +127,7 @@ class ProcessTable:
             incarnation = st.incarnation + 1
             self.timeline.append("invoke", name, "start", {"incarnation": incarnation})
             st.start_index = len(self.timeline)
+            st.log_start = st.log_path.stat().st_size if st.log_path.is_file() else 0
             proc = st.host.spawn(argv, env=env, cwd=cwd, log_path=st.log_path)
             st.ports = {}
             self._start_counter += 1
@@ -276,6 +278,9 @@ class ProcessTable:
             st.ports = {}
             entry = self.timeline.append("info", st.name, "process_exit", value)
             st.last_exit = {**value, "t": entry.t}
+            found = ucxlog.endpoints(st.log_path, st.log_start)  # what UCX built (UCX_LOG_LEVEL=info)
+            if found:
+                self.timeline.append("info", st.name, "ucx_endpoints", {"incarnation": st.incarnation, "endpoints": found})
 
     # ------------------------------------------------------------------ endpoints
 

@@ -164,6 +164,8 @@ class Runner:
                         sc, host=self._prepare_host(), run_dir=self.run_dir, env=launch.base_env(os.environ, self.who, "prepare"),
                         timeline=self.timeline,
                     )
+                    for name in sc.processes:  # folders a fault acts on exist before any step (disk)
+                        content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline)
                     self._start_proxies()
                     self.watchers.start()
                     self._run_steps(sc.steps, "")
@@ -454,8 +456,8 @@ class Runner:
 
     def _fault_context(self) -> RunFaultContext:
         return RunFaultContext(
-            run_id=self.run_id, table=self.table, hosts=self.hosts, clock=self.clock, proxies=self.proxies,
-            start=lambda name: self.start_process(name, self.clock.step_deadline()),
+            run_id=self.run_id, run_dir=self.run_dir, table=self.table, hosts=self.hosts, clock=self.clock,
+            proxies=self.proxies, start=lambda name: self.start_process(name, self.clock.step_deadline()),
             ensure_proxy=lambda name: self._proxy(name, self.clock.step_deadline()),
             proxy_names=frozenset(self.scenario.proxies),
         )

@@ -54,6 +54,7 @@ import signal
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar, Union
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
@@ -222,6 +223,11 @@ class FaultContext(Protocol):
 
     @property
     def run_id(self) -> str: ...
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's folder (a fault keeps its own files under ``faults/`` there)."""
+        ...
 
     def proc(self, name: str) -> ProcessView:
         """The current incarnation of process ``name``."""

@@ -1,0 +1,105 @@
+"""The fault classes of the disk, clock, system-call and transport kinds, each against real mxref
+processes: its scenario passes, and a planted regression of mxref (``MXREF_SIMULATED_BUG`` in
+the process's environment) makes the same scenario FAIL on a check that is not a time bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import capabilities, procscan
+from harness.report import write_run_folder
+from harness.runner import Runner
+from harness.scenario import load_scenario
+from harness.verdict import RunResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def run(path: Path, tmp_path: Path, bug: dict[str, str] | None = None,
+        options: dict[str, dict[str, object]] | None = None, env: dict[str, dict[str, str]] | None = None) -> RunResult:
+    """Run scenario ``path``; ``bug``: process name -> the simulated bug planted in it
+    (``MXREF_SIMULATED_BUG``); ``options``: process name -> options it runs with instead;
+    ``env``: process name -> environment variables added to its own."""
+    sc = load_scenario(path)
+    procs = dict(sc.processes)
+    added = {name: {"MXREF_SIMULATED_BUG": which} for name, which in (bug or {}).items()}
+    for name, more in (env or {}).items():
+        added.setdefault(name, {}).update(more)
+    for name, more in added.items():
+        spec = procs[name]
+        procs[name] = spec.model_copy(update={"env": {**spec.env, **more}})
+    for name, changed in (options or {}).items():
+        spec = procs[name]
+        opts = spec.options.model_copy(update=changed)  # type: ignore[union-attr]
+        procs[name] = spec.model_copy(update={"options": opts})
+    sc = sc.model_copy(update={"processes": procs})
+    result = Runner(sc, out_dir=tmp_path / "runs", install_signal_handlers=False).run()
+    write_run_folder(result)
+    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
+    return result
+
+
+def failed(result: RunResult) -> dict[str, str]:
+    return {c.name: c.summary for c in result.checks if c.valid is False}
+
+
+def needs(*caps: str) -> pytest.MarkDecorator:
+    lacking = capabilities.missing(caps)
+    return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
+
+
+def fuse_mounts() -> list[str]:
+    from harness.faults.disk import FSNAME, mounts_named
+
+    return mounts_named(FSNAME)
+
+
+@needs("root", "fuse")
+def test_disk_eio_passes_and_catches_a_mapped_checkpoint_read(tmp_path: Path) -> None:
+    path = SCENARIOS / "disk_fallback_eio.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    bad = run(path, tmp_path / "bad", {"reader-1": "mapped_checkpoint"})
+    assert bad.verdict == "fail"
+    assert {"it failed clearly", "exit_codes"} <= set(failed(bad)), failed(bad)
+    assert "exited -7" in failed(bad)["exit_codes"]  # SIGBUS
+    assert fuse_mounts() == []
+
+
+
+@needs("root", "strace")
+def test_syscall_crawl_judges_by_behaviour_and_catches_a_reader_without_progress_detection(tmp_path: Path) -> None:
+    path = SCENARIOS / "incidents" / "nixl2047_reader_recv_crawls.yaml"
+    good = run(path, tmp_path / "good")
+    # passed (xpass: the known defect did not show), or the known defect (the reader's deadline checks slip behind progress calls blocked
+    # in the kernel) on exactly the check it is about
+    assert good.verdict == "xpass" or (good.verdict == "xfail" and "the READ was called a stall by progress"
+                                      in failed(good)), (good.verdict, failed(good))
+    # the regression: one READ handle bounded only by its budget (no stall deadline), 10 s here:
+    # it can never call a stall, whatever the timing
+    bad = run(path, tmp_path / "bad", options={"reader-1": {"read_chunk_mib": 0.0, "transfer_timeout": 10.0}})
+    assert bad.verdict == "xfail"  # the checks failed (a known-defect scenario says xfail)
+    assert "the READ was called a stall by progress" in failed(bad), failed(bad)
+
+
+def test_transport_check_passes_over_tcp_and_catches_an_rdma_deployment_running_over_tcp(tmp_path: Path) -> None:
+    from harness.checks import RunFacts, evaluate
+    from harness.checks.transport import TransportParams
+
+    good = run(SCENARIOS / "transport_is_tcp.yaml", tmp_path)
+    assert good.verdict == "pass", failed(good)
+    # the same real run judged as an RDMA deployment would be (the field case: a backend meant
+    # for RDMA that silently ran over TCP): the check sees the READ lanes over tcp and fails
+    rdma = TransportParams(process="reader-1", allow=("rc_mlx5", "rc_verbs", "dc_mlx5", "srd"))
+    judged = evaluate(0, "transport", rdma, good.history, RunFacts())
+    assert judged.valid is False, judged
+    assert "READ lanes over tcp" in judged.summary
+    # and with UCX's transport list widened on both peers, this machine (no shared-memory
+    # transport under UCX_NET_DEVICES) still reads over tcp: the check says so, not what was asked
+    widened = {"UCX_TLS": "all", "UCX_NET_DEVICES": "all"}
+    wide = run(SCENARIOS / "transport_is_tcp.yaml", tmp_path / "wide", env={"reader-1": widened, "source-1": widened})
+    assert wide.verdict == "pass", failed(wide)
