@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -79,9 +79,9 @@ class ListingObserver:
         try:
             wire, offered = self._ask(address)
             value = {"ok": True, "wire": wire, "offered": offered}
-        except grpc.RpcError as exc:
-            code = exc.code() if callable(getattr(exc, "code", None)) else None
-            value = {"ok": False, "error": f"{getattr(code, 'name', 'UNKNOWN')}: {exc.details() if callable(getattr(exc, 'details', None)) else exc}"}
+        except grpc.RpcError as exc:  # a grpc.Call too: its code and details say why
+            call = cast(grpc.Call, exc)
+            value = {"ok": False, "error": f"{call.code().name}: {call.details()}"}
         except Exception as exc:  # noqa: BLE001 - an observation that failed is recorded, never fatal to the run
             value = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         value["seconds"] = round(time.monotonic() - started, 4)

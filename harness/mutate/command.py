@@ -74,8 +74,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
         finally:
             scratch.discard()
 
-    matrix: dict[str, Any] = {"command": "mxchaos mutate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
-                              "package": args.package, "repo": str(scratch.repo), "mutants": []}
+    matrix: dict[str, Any] = {"command": _command_line(args), "package": args.package, "repo": str(scratch.repo),
+                              "mutants": []}
     try:
         baseline = selection(None, out / "baseline", list(args.paths), args.k)
     except MutantError as exc:
@@ -125,3 +125,11 @@ def _path_of(outcome: Any) -> str:
         return str(json.loads((Path(outcome.run_dir) / "run.json").read_text())["scenario_path"])
     except (OSError, ValueError, KeyError, TypeError):
         return str(Path(outcome.run_dir) / "scenario.yaml")  # the copy the run folder keeps
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The invocation as a shell line (for the matrix's reader to run again)."""
+    words = ["mxchaos", "mutate", "--mutants", args.mutants, "--package", args.package, "--repeat", str(args.repeat),
+             "--min-kills", str(args.min_kills)]
+    words += [w for flag, value in (("-k", args.k), ("--only", args.only)) if value for w in (flag, value)]
+    return shlex.join([*words, *args.paths])
