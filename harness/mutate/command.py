@@ -3,7 +3,8 @@
 ``mxchaos mutate --mutants DIR [--package mxref] [--repo DIR] [--repeat N] [--out DIR] [-k EXPR]
 SCENARIOS...`` runs the scenario selection once with the unmutated subject (the baseline), then
 once per mutant (a ``git diff`` of the subject's package, applied to a scratch copy), rerunning a
-scenario ``N`` more times where a mutant killed it only through time bounds; it writes
+scenario ``N`` more times where a mutant killed it only through time bounds or by a failed step
+(a process that crashed or an event that never came: maybe the machine, not the mutant); it writes
 ``mutate.json`` and ``mutate.html`` under ``--out`` and prints one line per mutant. Exit 0: every
 mutant was killed by at least ``--min-kills`` scenarios through a check that is not a time bound;
 1: one was not (or did not apply); 2: invalid input.
@@ -98,9 +99,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             print(f"{mutant.name}: NOT APPLIED: {exc}", flush=True)
             weak += 1
             continue
-        for n in range(1, args.repeat + 1):  # timing-only kills: rerun those scenarios alone
-            again = [s for s, rs in runs.items() if rs and all(o.timing_only for o in rs if o.killed)
-                     and any(o.killed for o in rs) and s not in failing]
+        for n in range(1, args.repeat + 1):  # kills to confirm: rerun those scenarios alone
+            again = [s for s, rs in runs.items() if s not in failing and killmatrix.to_confirm(rs)]
             for name in again:
                 more = selection(mutant, out / mutant.name / f"rerun-{n}-{name}", [_path_of(runs[name][0])], None)
                 runs[name].extend(more.get(name, []))

@@ -3,7 +3,9 @@
 A cell (mutant x scenario) is ``killed`` when a run of the scenario failed through a check that
 is not a time bound (or a step that failed on what happened, not on a wait running out);
 ``timing`` when every failure was a time bound (the machine's load can do that: such cells are
-rerun, and ``rate`` says in how many runs it failed); ``survived`` when it passed; ``baseline``
+rerun, and ``rate`` says in how many runs it failed); ``flaky`` when a kill through a failed step
+(a process that crashed, an event that never came: the machine may have done it) did not
+reproduce in every rerun (``to_confirm``); ``survived`` when it passed; ``baseline``
 when the scenario did not pass with the unmutated subject (it judges nothing then). A mutant is
 ``killed`` by the scenarios of its killed cells. ``write`` saves ``mutate.json`` and a plain
 ``mutate.html``.
@@ -19,7 +21,13 @@ from typing import Any
 
 from harness.mutate.runs import Outcome
 
-__all__ = ["cell", "mutant_row", "write"]
+__all__ = ["cell", "mutant_row", "to_confirm", "write"]
+
+
+def to_confirm(runs: Sequence[Outcome]) -> bool:
+    """Whether a cell's kills need reruns: every kill so far was timing-only or came with a failed step."""
+    killed = [o for o in runs if o.killed]
+    return bool(killed) and all(o.timing_only or o.step is not None for o in killed)
 
 
 def cell(runs: Sequence[Outcome], baseline: Sequence[Outcome]) -> dict[str, Any]:
@@ -28,8 +36,11 @@ def cell(runs: Sequence[Outcome], baseline: Sequence[Outcome]) -> dict[str, Any]
         state = "baseline"
     elif not runs:
         state = "not_run"
-    elif any(o.killed and not o.timing_only for o in runs):
+    elif any(o.killed and not o.timing_only for o in runs) and (
+            not all(o.step is not None for o in runs if o.killed) or all(o.killed for o in runs)):
         state = "killed"
+    elif any(o.killed and not o.timing_only for o in runs):
+        state = "flaky"
     elif any(o.killed for o in runs):
         state = "timing"
     else:
@@ -46,7 +57,8 @@ def mutant_row(name: str, summary: str, cells: Mapping[str, dict[str, Any]], err
     timing_by = sorted(s for s, c in cells.items() if c["state"] == "timing")
     verdict = "not_applied" if error else "killed" if killed_by else "timing_only" if timing_by else "survived"
     return {"name": name, "summary": summary, "verdict": verdict, "error": error, "killed_by": killed_by,
-            "timing_only_by": timing_by, "cells": dict(cells)}
+            "timing_only_by": timing_by, "flaky_by": sorted(s for s, c in cells.items() if c["state"] == "flaky"),
+            "cells": dict(cells)}
 
 
 def write(out: Path, matrix: dict[str, Any]) -> tuple[Path, Path]:
@@ -57,7 +69,7 @@ def write(out: Path, matrix: dict[str, Any]) -> tuple[Path, Path]:
     return js, page
 
 
-_COLOURS = {"killed": "#c8f0c8", "timing": "#fff0b0", "survived": "#f8c8c8", "baseline": "#e0e0e0",
+_COLOURS = {"killed": "#c8f0c8", "timing": "#fff0b0", "flaky": "#ffd8a8", "survived": "#f8c8c8", "baseline": "#e0e0e0",
             "not_run": "#ffffff"}
 
 
@@ -82,7 +94,7 @@ def _html(matrix: dict[str, Any]) -> str:
         killers = len(m.get("killed_by") or [])
         rows.append(f'<tr><td>{label}</td><td>{html.escape(m["verdict"])} ({killers})</td>{"".join(tds)}</tr>')
     legend = ("killed: a check that is not a time bound failed; timing: only time bounds failed (rerun: k/n "
-              "runs failed); survived: every run passed; baseline: the scenario failed without a mutant")
+              "runs failed); flaky: a kill through a failed step that a rerun did not reproduce; survived: every run passed; baseline: the scenario failed without a mutant")
     return ("<!doctype html><meta charset=utf-8><title>mxchaos mutate</title>"
             "<style>body{font-family:sans-serif}td,th{border:1px solid #999;padding:4px;vertical-align:top;"
             "font-size:13px}table{border-collapse:collapse}</style>"

@@ -65,6 +65,10 @@ def test_a_cell_is_killed_only_by_a_check_that_is_no_time_bound() -> None:
     assert killmatrix.cell([_outcome("fail", ("count", "c", False))], [_outcome("fail")])["state"] == "baseline"
     waited = killmatrix.cell([_outcome("error", step="await reader-1 load_done: not within 30s")], base)
     assert waited["state"] == "timing"
+    crashed = _outcome("fail", ("count", "c", False), step="source-2 did not emit status_change in time")
+    assert killmatrix.to_confirm([crashed]) and not killmatrix.to_confirm([_outcome("fail", ("count", "c", False))])
+    assert killmatrix.cell([crashed, _outcome("pass")], base)["state"] == "flaky"
+    assert killmatrix.cell([crashed, crashed], base)["state"] == "killed"
     row = killmatrix.mutant_row("m", "", {"a": killed, "b": timing})
     assert row["verdict"] == "killed" and row["killed_by"] == ["a"] and row["timing_only_by"] == ["b"]
 
