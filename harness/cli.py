@@ -479,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.doctor import add_parser as add_doctor_parser
 
     add_doctor_parser(sub)  # mxchaos doctor: harness/doctor.py
+    from harness.mutate.command import add_parser as add_mutate_parser
+
+    add_mutate_parser(sub)  # mxchaos mutate: harness/mutate/
     return parser
 
 

@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from harness.machine import load_sample, oversubscribed, run_load
 from harness.verdict import RunResult
 
-__all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "json_summary", "last_failed", "next_steps",
+__all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "last_failed", "next_steps",
            "open_invocation"]
 
 DEFAULT_ROOT = Path("runs")
@@ -117,12 +117,17 @@ def first_failing_check(result: RunResult) -> str | None:
     return None
 
 
+def is_time_bound(kind: str, summary: str) -> bool:
+    """Whether a failed check failed on a time bound (an ``elapsed`` check, or a bound a
+    ``loaded``/``fell_back`` check words as missed)."""
+    return kind == "elapsed" or any(words in summary for words in _MISSED_BOUND)
+
+
 def _missed_a_time_bound(result: RunResult) -> bool:
-    """Whether the first check that did not pass is a time bound (an ``elapsed`` check, or a
-    bound a ``loaded``/``fell_back`` check words as missed)."""
+    """Whether the first check that did not pass is a time bound (``is_time_bound``)."""
     for c in result.checks:
         if c.valid is False:
-            return c.kind == "elapsed" or any(words in c.summary for words in _MISSED_BOUND)
+            return is_time_bound(c.kind, c.summary)
     return False
 
 

@@ -48,6 +48,7 @@ from harness.host import Host, make_host
 from harness.inventory import Inventory
 from harness.machine import load_sample
 from harness.nemesis import Nemesis, RunFaultContext
+from harness.observer import ListingObserver, start_observer, stop_observer
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
 from harness.report import write_scenario_files
@@ -115,6 +116,7 @@ class Runner:
         )
         self.nemesis = Nemesis(scenario, self.timeline, self._fault_context())
         self._checkpoint: Path | None = None
+        self._observer: ListingObserver | None = None  # the client's view, when a check asks for it
         self._credentials: pki.RunCredentials | None = None
         self._run_info: dict[str, Any] = {}
         self._hang = False
@@ -168,6 +170,7 @@ class Runner:
                         content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline)
                     self._start_proxies()
                     self.watchers.start()
+                    self._observer = start_observer(sc, self.table, self.timeline, self._credentials)
                     self._run_steps(sc.steps, "")
                 except StepFailed as exc:
                     status, reason, failed_step = "step_failed", exc.reason, exc.step
@@ -371,6 +374,7 @@ class Runner:
         with contextlib.suppress(Exception):
             self.proxies.stop(self._stop_grace())  # after its clients: their last STALE still reaches the server
         self.watchers.stop()
+        stop_observer(self._observer)
         self.watchers.poll()
         self.table.leak_scan(self.run_id, self.hosts.values(), self.proxies.leak_probes())
         for host in self.hosts.values():

@@ -63,7 +63,7 @@ EntryType = Literal["invoke", "ok", "fail", "info"]
 ENTRY_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
 
 # Entries that do not count as progress for the watchdog.
-_NOT_PROGRESS = frozenset({"scrape"})
+_NOT_PROGRESS = frozenset({"scrape", "observed"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,8 @@ def _ev(*names: str, notes: Mapping[str, str] | None = None, **enums: tuple[str,
 # Fields of every record that a harness ``where`` may also test (the runner keeps these and
 # adds ``incarnation``; event, ts, mono, proc and role are not event fields).
 COMMON_FIELDS = ("pid", "incarnation")
+# the NIXL resource audit's counts on a failed READ's events (mxref.audit.NixlAudit.open_fields)
+AUDIT_OPEN = ("handles_open", "dlists_open", "registrations_open", "remote_agents_open")
 
 EVENTS: dict[str, EventSpec] = {
     "started": _ev("argv", "version", "env", "timers", notes={"env": "UCX_* / MX_*", "timers": "server"}),
@@ -89,9 +91,13 @@ EVENTS: dict[str, EventSpec] = {
                          notes={"hashing_s": "of seconds, hashing landed tensors between polls (null: none)",
                                 "window": "chunked READ: where its window idled (transfer.chunked.window_idle; null: one handle)",
                                 "chunk_ms": "chunked READ: [bytes, posted, done] of each chunk, ms from the READ's start"}),
-    "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "error",
-                            notes={"stalled": "chunked READ: no progress within stall_s"}),
-    "transfer_error": _ev("index", "seconds", "error"),
+    "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "error", *AUDIT_OPEN,
+                            notes={"stalled": "chunked READ: no progress within stall_s",
+                                   "handles_open": "the attempt's agent: made and not released (mxref.audit)"}),
+    "transfer_error": _ev("index", "seconds", "error", *AUDIT_OPEN),
+    # a NIXL agent dropped: its resources made, released and still open (a leak the drop hid)
+    "nixl_audit": _ev("agent_name", "made", "released", "open", "balanced",
+                      notes={"open": "{handles|dlists|registrations|remote_agents: made - released}"}),
     # reader, the late-write guard: which memory an attempt reads into (fresh: newly allocated and
     # registered with a fresh agent; parked: regions set aside), and a stalled attempt's memory set aside
     "target_region": _ev("index", "agent_name", "addr", "bytes", "fresh", "parked"),

@@ -131,6 +131,12 @@ class NixlFamilies:
             "mx_nixl_data_plane_errors_total", "Transfers that timed out or failed", ["kind"], registry=r
         )
         self.receives = Counter("mx_nixl_receive_total", "Receives by result", ["result"], registry=r)
+        # the resource audit (mxref.audit): op made | released; resource handles | dlists | registrations |
+        # remote_agents
+        self.resources = Counter("mxref_nixl_resources_total", "NIXL resources made and released",
+                                 ["resource", "op"], registry=r)
+        self.resources_open = Gauge("mxref_nixl_resources_open", "NIXL resources made and not released",
+                                    ["resource"], registry=r)
 
 
 class ReaderFamilies:

@@ -9,9 +9,11 @@ from pydantic import Field
 
 from harness.checks import CheckParams, CheckResult, RunFacts, ref_or_start, register, resolve_ref
 from harness.spec import Duration, Name, Ref, format_seconds
-from harness.timeline import History
+from harness.timeline import Entry, History
 
 View = Literal["source", "server"]
+ListedView = Literal["source", "server", "client"]
+OBSERVED_FRESH_S = 1.0  # the client's view at a moment: an observation at most this old (harness.observer)
 
 
 def worker_ids(h: History, source: str) -> set[str]:
@@ -94,14 +96,16 @@ class ListedParams(CheckParams):
     """Which sources are READY at a moment (``at`` plus ``after``): ``ready`` must be READY,
     ``not_ready`` must not be; ``exact``: nobody else is READY. ``view: server`` reads the
     server's source_status events, ``view: source`` each source's own status (a source
-    that exited is not READY)."""
+    that exited is not READY), ``view: client`` what a reader is offered: the harness's own
+    ListSources (READY) and GetMetadata answers (``harness.observer``; READY when listed with
+    metadata found, else NOT_OFFERED or LISTED_NO_METADATA)."""
 
     at: Ref
     after: Duration | None = None
     ready: tuple[Name, ...] = ()
     not_ready: tuple[Name, ...] = ()
     exact: bool = False
-    view: View = "server"
+    view: ListedView = "server"
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
         for i, name in enumerate(self.ready):
@@ -127,15 +131,14 @@ def listed(p: ListedParams, h: History, run: RunFacts) -> CheckResult:
                            {"t": round(moment, 6), "teardown_t": round(teardown.t, 6), "view": p.view})
     candidates = set(run.processes("source")) | set(p.ready) | set(p.not_ready)
     status: dict[str, str | None] = {}
-    for name in sorted(candidates):
-        changes = status_changes(h, name, p.view, until=moment)
-        current = changes[-1][1] if changes else None
-        if p.view == "source" and current is not None:
-            exits = [e for e in h.select(actor=name, f="process_exit", until=moment)]
-            starts = [e for e in h.select(actor=name, f="start", type="ok", until=moment)]
-            if exits and (not starts or exits[-1].t >= starts[-1].t):
-                current = "EXITED"
-        status[name] = current
+    if p.view == "client":
+        seen = [e for e in h.select(f="observed", since=moment - OBSERVED_FRESH_S, until=moment) if e.get("ok")]
+        if not seen:
+            return CheckResult("unknown", f"no client-side observation in the {OBSERVED_FRESH_S:g}s before {moment:.3f}s",
+                               {"t": round(moment, 6), "view": p.view})
+        status = {name: offered_status(h, name, seen[-1]) for name in sorted(candidates)}
+    else:
+        status = {name: stored_status(h, name, p.view, moment) for name in sorted(candidates)}
     ready_now = sorted(n for n, s in status.items() if s == "READY")
     details = {"t": round(moment, 6), "status": status, "ready": ready_now, "view": p.view}
     marks = ((moment, f"listed: {', '.join(ready_now) or 'none'} READY"),)
@@ -150,3 +153,26 @@ def listed(p: ListedParams, h: History, run: RunFacts) -> CheckResult:
     if unknown:
         return CheckResult("unknown", f"at {moment:.3f}s: no {p.view}-side status for {', '.join(unknown)}", details, marks)
     return CheckResult(True, f"at {moment:.3f}s READY: {', '.join(ready_now) or 'none'}", details, marks)
+
+
+def offered_status(h: History, source: str, observed: Entry) -> str:
+    """READY when an observation (``harness.observer``) lists one of the source's worker ids with
+    metadata found; LISTED_NO_METADATA when listed without; else NOT_OFFERED."""
+    ids = worker_ids(h, source)
+    offered = [o for o in observed.get("offered") or [] if str(o.get("worker_id")) in ids]
+    if any(o.get("metadata") for o in offered):
+        return "READY"
+    return "LISTED_NO_METADATA" if offered else "NOT_OFFERED"
+
+
+def stored_status(h: History, source: str, view: View, moment: float) -> str | None:
+    """The last status the server stored (``view: server``) or the source reported (``view:
+    source``; EXITED once it exited) at ``moment``."""
+    changes = status_changes(h, source, view, until=moment)
+    current = changes[-1][1] if changes else None
+    if view == "source" and current is not None:
+        exits = h.select(actor=source, f="process_exit", until=moment)
+        starts = h.select(actor=source, f="start", type="ok", until=moment)
+        if exits and (not starts or exits[-1].t >= starts[-1].t):
+            current = "EXITED"
+    return current

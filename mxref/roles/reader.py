@@ -426,12 +426,12 @@ class Reader:
                 seconds = time.perf_counter() - t0
                 self._phase("read", t0, "error", index)
                 self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
-                                 stalled=isinstance(exc, TransferStalled), error=str(exc))
+                                 stalled=isinstance(exc, TransferStalled), error=str(exc), **mgr.audit.open_fields())
                 raise
             except Exception as exc:
                 self._phase("read", t0, "error", index)
                 self.events.emit("transfer_error", index=index, seconds=round(time.perf_counter() - t0, 6),
-                                 error=f"{type(exc).__name__}: {exc}")
+                                 error=f"{type(exc).__name__}: {exc}", **mgr.audit.open_fields())
                 raise
             seconds = time.perf_counter() - t0
             self._phase("read", t0, "ok", index)

@@ -35,6 +35,7 @@ import numpy as np
 
 from mxref import config
 from mxref.accelerators import AcceleratorBackend, CpuBackend
+from mxref.audit import AuditedAgent, NixlAudit
 from mxref.errors import (
     HandshakeTimeout,
     ManifestMismatchError,
@@ -145,6 +146,7 @@ class NixlTransferManager:
         self._accelerator: AcceleratorBackend = accelerator_backend or CpuBackend()
         self._events = events
         self._metrics = metrics
+        self.audit = NixlAudit(metrics)  # what the agent made and gave back (mxref.audit)
         self._agent: Any = None
         self._metadata: bytes = b""
         self._remote_agents: dict[str, tuple[str, int] | None] = {}
@@ -172,7 +174,7 @@ class NixlTransferManager:
             listen_port=listen_port,
             backends=["UCX"],
         )
-        self._agent = api.nixl_agent(self.agent_name, conf)
+        self._agent = AuditedAgent(api.nixl_agent(self.agent_name, conf), self.audit)
         self._listen_port = listen_port
         self._metadata = self._agent.get_agent_metadata()
         self._register_atexit()
@@ -575,6 +577,8 @@ class NixlTransferManager:
                     logger.warning("deregister_memory failed: %s", exc)
             if self._registered_memory:
                 self._events.emit("shutdown_step", step="deregister", ok=True, detail=len(self._registered_memory))
+        if agent is not None:  # what the drop would release unseen: a leak (mxref.audit)
+            self._events.emit("nixl_audit", agent_name=self.agent_name, **self.audit.balance())
         self._registered_memory = []
         self._local_tensors = {}
         self._remote_agents = {}

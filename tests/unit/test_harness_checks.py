@@ -407,3 +407,31 @@ def test_every_registered_check_has_params_and_a_docstring() -> None:
     }
     assert {k: checks.REGISTRY[k].params for k in expected} == expected
     assert all(d.doc for d in checks.REGISTRY.values())
+
+
+OBSERVED = [
+    *BASE,
+    (0.11, "ok", "source-2", "start", {"incarnation": 1, "pid": 101}),
+    (0.35, "info", "source-2", "published", {"worker_id": "w2", "mx_source_id": "m"}),
+    (0.36, "info", "source-2", "status_change", {"status": "READY"}),
+    (0.40, "info", "server", "source_status", {"worker_id": "w1", "status": "READY"}),
+    (0.41, "info", "server", "source_status", {"worker_id": "w2", "status": "READY"}),
+    (1.90, "info", "server", "observed", {"ok": True, "offered": [{"worker_id": "w2", "metadata": True},
+                                                                   {"worker_id": "w1", "metadata": False}]}),
+    (2.00, "info", "harness", "mark", {"mark": "m"}),
+]
+
+
+def test_listed_client_view_judges_what_the_observer_was_offered_not_the_stored_status() -> None:
+    at = {"at": {"mark": "m"}}
+    assert run("listed", {**at, "ready": ["source-1", "source-2"], "view": "server"}, OBSERVED).valid is True
+    seen = run("listed", {**at, "ready": ["source-2"], "not_ready": ["source-1"], "view": "client"}, OBSERVED)
+    assert seen.valid is True, seen.summary
+    assert seen.details["status"]["source-1"] == "LISTED_NO_METADATA"
+    wrong = run("listed", {**at, "ready": ["source-1"], "view": "client"}, OBSERVED)
+    assert wrong.valid is False and "source-1 is LISTED_NO_METADATA" in wrong.summary
+
+
+def test_listed_client_view_is_unknown_without_a_recent_observation() -> None:
+    rows = [r for r in OBSERVED if r[3] != "observed"]
+    assert run("listed", {"at": {"mark": "m"}, "ready": ["source-2"], "view": "client"}, rows).valid == "unknown"

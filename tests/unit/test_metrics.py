@@ -31,7 +31,7 @@ SERVER = {"mx_build_info", "mxref_server_sources", "mxref_server_rpcs", "mxref_s
           "mxref_server_reaper_actions", "mxref_server_rejected_requests", "mxref_server_store_errors",
           "mxref_server_store_up", "mxref_server_listing_skipped"}
 NIXL = {"mxref_registered_bytes", "mxref_nixl_remote_agents", "mxref_data_plane_healthy",
-        "mx_nixl_data_plane_errors", "mx_nixl_receive"}
+        "mx_nixl_data_plane_errors", "mx_nixl_receive", "mxref_nixl_resources", "mxref_nixl_resources_open"}
 SOURCE = {"mxref_source_status", "mxref_source_heartbeats", "mxref_source_manifest_requests"}
 READER = {"mx_p2p_list_sources", "mx_p2p_candidates", "mx_p2p_source_selection_seconds",
           "mx_p2p_source_selections", "mx_p2p_source_attempts", "mx_p2p_metadata_lookup_failures",

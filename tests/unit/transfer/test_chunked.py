@@ -10,76 +10,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from fixtures.chunk_agent import MIB, ChunkAgent, manager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
 from mxref.transfer.chunked import ChunkPolicy, split_ranges
-from mxref.transfer.manager import LocalTensor, NixlTransferManager
-
-MIB = 1 << 20
-
-
-class ChunkAgent:
-    """Completes ``complete`` chunk handles, then stays in PROC forever (a frozen source)."""
-
-    def __init__(self, complete: int = 10**9, fail_at: int | None = None) -> None:
-        self.complete = complete
-        self.fail_at = fail_at
-        self.posted: list[int] = []
-        self.released: list[int] = []
-        self.max_inflight = 0  # posted and not yet seen DONE (a DONE handle is released after its slot is refilled)
-        self.seen_done: set[int] = set()
-
-        self.prepped: dict[int, tuple[str, Any]] = {}  # dlist handle -> (agent name, Nx3 descriptors)
-        self.dlists_released: list[int] = []
-        self.chunk_indices: list[tuple[list[int], list[int]]] = []
-
-    def prep_xfer_dlist(self, name: str, descs: Any, mem: str) -> Any:
-        handle = 1000 + len(self.prepped)
-        self.prepped[handle] = (name, descs.copy())
-        return handle
-
-    def make_prepped_xfer(self, op, local_side, local_idx, remote_side, remote_idx):  # type: ignore[no-untyped-def]
-        assert op == "READ" and local_side in self.prepped and remote_side in self.prepped
-        self.chunk_indices.append((list(local_idx), list(remote_idx)))
-        return len(self.chunk_indices) - 1
-
-    def release_dlist_handle(self, handle):  # type: ignore[no-untyped-def]
-        self.dlists_released.append(handle)
-
-    def transfer(self, handle):  # type: ignore[no-untyped-def]
-        self.posted.append(handle)
-        inflight = len(set(self.posted) - self.seen_done)
-        self.max_inflight = max(self.max_inflight, inflight)
-        return "PROC"
-
-    def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
-        if self.fail_at is not None and handle == self.fail_at:
-            raise RuntimeError("NIXL_ERR_REMOTE_DISCONNECT")
-        if handle < self.complete:
-            self.seen_done.add(handle)
-            return "DONE"
-        return "PROC"
-
-    def release_xfer_handle(self, handle):  # type: ignore[no-untyped-def]
-        self.released.append(handle)
-
-
-def manager(agent: ChunkAgent, tensors: int = 4, size: int = 8 * MIB) -> tuple[NixlTransferManager, list[Any]]:
-    mgr = NixlTransferManager("rd", 0)
-    mgr._agent = agent
-    mgr._metadata = b"md"
-    for i in range(tensors):
-        mgr._local_tensors[f"t{i}"] = LocalTensor(f"t{i}", 0x1000_0000 + i * size, size, "float16")
-    remote = [SimpleNamespace(name=f"t{i}", addr=0x9000_0000 + i * size, size=size, device_id=0, dtype="float16")
-              for i in range(tensors)]
-    return mgr, remote
 
 
 def test_split_ranges_covers_every_byte_once_in_bounded_chunks() -> None:

@@ -263,7 +263,7 @@ class TestDisconnect:
         events = [json.loads(line) for line in path.read_text().splitlines()]
         assert [(e["event"], e.get("step")) for e in events] == [
             ("peer_disconnected", None), ("shutdown_step", "disconnect_peers"),
-            ("shutdown_step", "deregister"), ("shutdown_step", "drop_agent"),
+            ("shutdown_step", "deregister"), ("nixl_audit", None), ("shutdown_step", "drop_agent"),
         ]
         assert events[0]["agent_name"] == "src-a" and events[0]["invalidated"] is True
 

@@ -1,0 +1,130 @@
+"""Run a scenario selection against one copy of the subject and read back what each run judged.
+
+The selection runs in a child ``mxchaos run`` (``python -I -m harness.cli``): ``-I`` keeps the
+harness on its own code, while ``PYTHONPATH`` (which ``-I`` ignores for the harness itself) puts
+the scratch copy first for every process the harness starts, so the subject's processes import
+the mutant. Every wait is bounded: the child gets ``timeout_s``; past it, SIGINT (the harness
+heals its faults and stops its processes), then SIGKILL of its whole session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.invocation import is_time_bound
+
+__all__ = ["FailedCheck", "Outcome", "read_outcomes", "run_selection"]
+
+PASSING = ("pass", "xfail", "xpass", "skip")
+INTERRUPT_GRACE_S = 60.0
+# how a failed step words a wait that ran out (harness.runner): the machine's load may be the cause
+_STEP_TIMING = ("within", "budget", "timed out", "deadline")
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    kind: str
+    name: str
+    summary: str
+    timing: bool  # a time bound (``harness.invocation.is_time_bound``)
+    valid: Any = False  # False, or "unknown"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "summary": self.summary[:300], "timing": self.timing,
+                "valid": self.valid}
+
+
+@dataclass
+class Outcome:
+    """One run of one scenario: its verdict and what did not pass."""
+
+    scenario: str
+    verdict: str
+    run_dir: str = ""
+    failed: list[FailedCheck] = field(default_factory=list)
+    step: str | None = None  # why a step failed (status step_failed), else None
+
+    @property
+    def killed(self) -> bool:
+        return self.verdict not in PASSING
+
+    @property
+    def timing_only(self) -> bool:
+        """Killed, and only by time bounds (a failed step whose wait ran out counts as one)."""
+        if not self.killed:
+            return False
+        behaviour = [c for c in self.failed if not c.timing and c.valid is False]
+        step_behaviour = self.step is not None and not any(w in self.step for w in _STEP_TIMING)
+        timed = any(c.timing for c in self.failed) or (self.step is not None and not step_behaviour)
+        return timed and not behaviour and not step_behaviour
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "verdict": self.verdict, "killed": self.killed,
+                "timing_only": self.timing_only, "step": self.step, "run_dir": self.run_dir,
+                "failed": [c.to_json() for c in self.failed]}
+
+
+def run_selection(pythonpath: Path, paths: Sequence[str], out: Path, *, k: str | None = None,
+                  timeout_s: float = 1800.0, log: Path | None = None) -> dict[str, list[Outcome]]:
+    """``mxchaos run`` of ``paths`` with ``pythonpath`` first on the subject's path; the outcomes
+    by scenario (several runs each with ``--repeat``). An empty dict when nothing ran."""
+    argv = [sys.executable, "-I", "-m", "harness.cli", "run", "--out", str(out), "-q",
+            *(["-k", k] if k else []), *paths]
+    inherited = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), *([inherited] if inherited else [])])}
+    out.mkdir(parents=True, exist_ok=True)
+    with open(log or out / "mutate-run.log", "ab") as sink:
+        proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+    return read_outcomes(out)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (the harness heals and tears down), then SIGKILL of the child's session."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=INTERRUPT_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+def read_outcomes(out: Path) -> dict[str, list[Outcome]]:
+    """The outcomes an ``mxchaos run --out`` folder holds (its ``summary.json`` and each run's
+    ``verdict.json``); a run without a verdict is an ``error`` naming why."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, list[Outcome]] = {}
+    for name, cell in dict(summary.get("scenarios") or {}).items():
+        for run in cell.get("runs") or []:
+            found.setdefault(name, []).append(_outcome(name, run))
+    return found
+
+
+def _outcome(name: str, run: dict[str, Any]) -> Outcome:
+    run_dir = str(run.get("run_dir") or "")
+    try:
+        verdict = json.loads((Path(run_dir) / "verdict.json").read_text())
+    except (OSError, ValueError) as exc:
+        return Outcome(name, str(run.get("verdict") or "error"), run_dir, step=f"no verdict.json: {exc}")
+    failed = [FailedCheck(str(c.get("kind")), str(c.get("name")), str(c.get("summary") or ""),
+                          is_time_bound(str(c.get("kind")), str(c.get("summary") or "")), c.get("valid"))
+              for c in verdict.get("checks") or [] if c.get("valid") is not True]
+    step = str(verdict.get("reason") or "") if verdict.get("status") not in (None, "completed") else None
+    return Outcome(name, str(verdict.get("verdict")), run_dir, failed, step)

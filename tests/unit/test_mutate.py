@@ -1,0 +1,94 @@
+"""``mxchaos mutate``'s parts without real runs: mutants read and applied in a scratch copy
+(never the user's tree, also from inside a repository), outcomes read from a run folder, and
+the kill matrix's classification (a time bound alone is a timing-only kill)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.mutate import killmatrix
+from harness.mutate.runs import FailedCheck, Outcome, read_outcomes
+from harness.mutate.subject import MutantError, ScratchSubject, find_mutants
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANTS = ROOT / "tests" / "mutants"
+
+
+def test_every_shipped_mutant_applies_to_a_scratch_copy_and_leaves_the_tree_alone(tmp_path: Path) -> None:
+    before = subprocess.run(["git", "status", "--porcelain", "--", "mxref"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    mutants = find_mutants(MUTANTS)
+    assert len(mutants) >= 10 and all(m.summary for m in mutants)
+    scratch = ScratchSubject(ROOT, "mxref", tmp_path / "scratch")
+    for mutant in mutants:
+        scratch.prepare(mutant)
+        copy = scratch.pythonpath / "mxref"
+        changed = [p for p in copy.rglob("*.py") if p.read_text() != (ROOT / "mxref" / p.relative_to(copy)).read_text()]
+        assert changed, f"{mutant.name} changed nothing"
+        assert all("MUTANT" in p.read_text() for p in changed)
+    scratch.discard()
+    assert not scratch.pythonpath.exists()
+    after = subprocess.run(["git", "status", "--porcelain", "--", "mxref"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    assert after == before
+
+
+def test_a_mutant_that_does_not_apply_or_is_no_diff_is_named(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "junk.diff").write_text("hello\n")
+    with pytest.raises(MutantError, match=r"junk.diff: not a unified diff"):
+        find_mutants(tmp_path / "m")
+    (tmp_path / "m" / "junk.diff").write_text("--- a/mxref/nothere.py\n+++ b/mxref/nothere.py\n@@ -1 +1 @@\n-a\n+b\n")
+    scratch = ScratchSubject(ROOT, "mxref", tmp_path / "s")
+    with pytest.raises(MutantError, match=r"junk.diff: does not apply"):
+        scratch.prepare(find_mutants(tmp_path / "m")[0])
+    with pytest.raises(MutantError, match="holds no mutant"):
+        find_mutants(tmp_path / "s")
+
+
+def _outcome(verdict: str, *failed: tuple[str, str, bool], step: str | None = None) -> Outcome:
+    return Outcome("sc", verdict, "", [FailedCheck(k, n, "", t) for k, n, t in failed], step)
+
+
+def test_a_cell_is_killed_only_by_a_check_that_is_no_time_bound() -> None:
+    base = [_outcome("pass")]
+    killed = killmatrix.cell([_outcome("fail", ("nixl_balance", "nixl_balance", False), ("elapsed", "e", True))], base)
+    assert killed["state"] == "killed" and killed["by"] == ["nixl_balance"] and killed["timing_by"] == ["e"]
+    timing = killmatrix.cell([_outcome("fail", ("elapsed", "e", True)), _outcome("pass")], base)
+    assert timing["state"] == "timing" and timing["rate"] == {"k": 1, "n": 2}
+    assert killmatrix.cell([_outcome("pass")], base)["state"] == "survived"
+    assert killmatrix.cell([_outcome("fail", ("count", "c", False))], [_outcome("fail")])["state"] == "baseline"
+    waited = killmatrix.cell([_outcome("error", step="await reader-1 load_done: not within 30s")], base)
+    assert waited["state"] == "timing"
+    crashed = _outcome("fail", ("count", "c", False), step="source-2 did not emit status_change in time")
+    assert killmatrix.to_confirm([crashed]) and not killmatrix.to_confirm([_outcome("fail", ("count", "c", False))])
+    assert killmatrix.cell([crashed, _outcome("pass")], base)["state"] == "flaky"
+    assert killmatrix.cell([crashed, crashed], base)["state"] == "killed"
+    row = killmatrix.mutant_row("m", "", {"a": killed, "b": timing})
+    assert row["verdict"] == "killed" and row["killed_by"] == ["a"] and row["timing_only_by"] == ["b"]
+
+
+def test_outcomes_are_read_from_a_run_folder(tmp_path: Path) -> None:
+    run_dir = tmp_path / "sc" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "fail", "status": "completed", "checks": [
+        {"kind": "loaded", "name": "loaded", "valid": True, "summary": "ok"},
+        {"kind": "loaded", "name": "late", "valid": False, "summary": "reader-1 loaded later than 1s"},
+        {"kind": "integrity", "name": "integrity", "valid": False, "summary": "reader-1 holds other bytes"}]}))
+    (tmp_path / "summary.json").write_text(json.dumps({"scenarios": {"sc": {"runs": [{"run_dir": str(run_dir)}]}}}))
+    (only,) = read_outcomes(tmp_path)["sc"]
+    assert only.killed and not only.timing_only
+    assert [(c.name, c.timing) for c in only.failed] == [("late", True), ("integrity", False)]
+    assert read_outcomes(tmp_path / "nothing") == {}
+
+
+def test_the_command_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["mutate", "--mutants", str(tmp_path), "scenarios/smoke.yaml"]) == 2
+    assert "holds no mutant" in capsys.readouterr().err
+    assert cli.main(["mutate", "--mutants", str(MUTANTS), "--only", "nope", "scenarios/smoke.yaml"]) == 2
+    assert "--only names nope" in capsys.readouterr().err
