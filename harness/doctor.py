@@ -98,7 +98,7 @@ def probe(capabilities: Iterable[str] = CAPABILITIES) -> dict[str, Any]:
 
     from harness.capabilities import _local_hardware, have
     from harness.matrix.native import installed_hash, source_hash
-    from harness.report import _ucx_version
+    from harness.versions import ucx_version
 
     facts: dict[str, Any] = {"python": sys.executable, "python_version": platform.python_version(),
                              "machine": platform.node()}
@@ -108,7 +108,7 @@ def probe(capabilities: Iterable[str] = CAPABILITIES) -> dict[str, Any]:
         facts["nixl_version"] = None
     ok, why = _child_ok("import nixl._api")
     facts["nixl_import"] = None if ok else (why or "import nixl._api failed")
-    facts["ucx_version"] = _ucx_version()
+    facts["ucx_version"] = ucx_version()
     facts["ucx_transports"] = _transports()
     ok, why = _child_ok("import mxref_native")
     facts["native_import"] = None if ok else (why or "import mxref_native failed")
@@ -401,7 +401,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps(probe(caps or CAPABILITIES)))
         return 0
     from harness.capabilities import scenario_requirements
-    from harness.cli import scenarios_to_run
+    from harness.commands.select import scenarios_to_run
     from harness.errors import HarnessError
     from harness.subjects.envs import SUBJECTS
 

@@ -236,7 +236,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
     """``invocation.json`` and ``index.html`` of the invocation (each written atomically); the document."""
     from harness.nightly.html import render_night
     from harness.nightly.night import ScenarioNight, night_json, run_detail
-    from harness.report import collect_versions
+    from harness.versions import collect_versions
 
     by_scenario: dict[str, list[RunResult]] = {}
     for r in results:

@@ -30,17 +30,9 @@ scenario with its cell (the failing runs in the message).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
-import glob
-import importlib.metadata
 import json
 import os
-import platform
-import socket
-import subprocess
-import sys
-import sysconfig
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +46,7 @@ from harness.subjects import subject_versions
 from harness.subjects.mx_server import server_versions
 from harness.timeline import History
 from harness.verdict import RunResult, judge, result_to_json, verdict_of
+from harness.versions import collect_versions, git_commit
 
 if TYPE_CHECKING:
     from harness.rates import Cell
@@ -76,81 +69,6 @@ __all__ = [
     "write_scenario_files",
     "write_verdict_files",
 ]
-
-
-# ------------------------------------------------------------------------ versions
-
-
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return f"{importlib.metadata.version(name)} ({name})"
-    return None
-
-
-def _ucx_version() -> str | None:
-    """UCX bundled with the NIXL wheel (or on the system), asked in a child process so a
-    broken library cannot take the harness down."""
-    purelib = sysconfig.get_paths()["purelib"]
-    candidates = sorted(glob.glob(os.path.join(purelib, "nixl*.libs", "libucp*.so*")))
-    code = (
-        "import ctypes,sys\n"
-        "lib=ctypes.CDLL(sys.argv[1]); f=lib.ucp_get_version_string; f.restype=ctypes.c_char_p\n"
-        "print(f().decode())\n"
-    )
-    for lib in [*candidates, "libucp.so.0"]:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-c", code, lib], capture_output=True, text=True, timeout=10, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip():
-            return f"{out.stdout.strip()} ({os.path.basename(lib)})"
-    return None
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent.parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
-_VERSIONS: dict[str, Any] | None = None
-
-
-def collect_versions() -> dict[str, Any]:
-    """What ran: NIXL, UCX, torch, Python, this package, the host (cached per process)."""
-    global _VERSIONS
-    if _VERSIONS is None:
-        _ = ctypes  # ctypes is used in the child; imported here so a missing module shows early
-        _VERSIONS = {
-            "nixl": _dist_version("nixl", "nixl-cu12", "nixl-cu13"),
-            "nixl_cu": _dist_version("nixl-cu12", "nixl-cu13"),
-            "ucx": _ucx_version(),
-            "torch": _dist_version("torch"),
-            "python": sys.version.split()[0],
-            "python_executable": sys.executable,
-            "mxchaos": _dist_version("mxchaos"),
-            "git_commit": _git_commit(),
-            "host": {
-                "hostname": socket.gethostname(),
-                "platform": platform.platform(),
-                "kernel": platform.release(),
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
-        }
-    return dict(_VERSIONS)
 
 
 # ------------------------------------------------------------------------ folder
@@ -331,7 +249,7 @@ def rewrite_verdict(result: RunResult, previous: str | None) -> None:
         "rejudged": {
             "at": dt.datetime.now(dt.UTC).isoformat(),
             "previous_verdict": previous,
-            "harness_git_commit": _git_commit(),
+            "harness_git_commit": git_commit(),
         }
     }
     saved = _read_json(result.run_dir / "verdict.json") or {}

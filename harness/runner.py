@@ -2,16 +2,14 @@
 
 ``Runner(scenario).run()`` goes through, in order:
 
-1. **skip** when a capability the scenario needs is missing (``harness.capabilities``):
-   nothing starts, the verdict is ``skip``;
+1. **skip** when a capability the scenario needs is missing (``harness.capabilities``);
 2. **setup**: the run folder, ``scenario.json``, ``timeline.jsonl`` (written as entries come),
    ``run.json`` and the ledger entry (``harness.ledger``), the network of netns hosts
    (``harness.netns``), the run's throwaway CA, certificate and token when the scenario asks for
-   ``security`` (``harness.pki``), the hosts and the process table
-   (``harness.processes``);
+   ``security`` (``harness.pki``), the hosts and the process table (``harness.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.checkpoint``, cached between runs);
 4. **proxies**: the run's toxiproxy server when the scenario has proxies (``harness.proxies``);
-5. **watch**: monitor, scraper and watchdog threads (``harness.watch``);
+5. **watch**: monitor, scraper and watchdog threads (``harness.watch``), the listing observer;
 6. **steps**, interpreted here (sequence; ``parallel`` branches in threads); every wait is
    bounded by ``harness.waits.RunClock`` and wakes on abort; faults go through the nemesis
    (``harness.nemesis``); command lines come from ``harness.launch``;

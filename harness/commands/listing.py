@@ -73,10 +73,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.faults or args.checks:
         return _kinds(args)
     from harness.capabilities import describe_missing, scenario_requirements
-    from harness.cli import _load_all, _shown, collect_paths
+    from harness.commands.select import collect_paths, load_all, shown
 
     files, problems = collect_paths(args.paths or ["scenarios"])
-    scenarios, invalid = _load_all(files, None)
+    scenarios, invalid = load_all(files, None)
     if args.subject is not None:
         from harness.subjects.mx_server import with_subjects
 
@@ -88,7 +88,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if sc.not_playable():
             lacking, why = [*lacking, f"subject {sc.subject}"], str(sc.not_playable())
         lacks.update(dict.fromkeys(lacking))
-        rows.append({"name": sc.name, "path": _shown(sc.path), "description": sc.description.strip(),
+        rows.append({"name": sc.name, "path": shown(sc.path), "description": sc.description.strip(),
                      "references": list(sc.references), "known_defect": sc.known_defect, "skip": why if lacking else None})
     code = EXIT_INVALID if invalid or problems else EXIT_OK
     if args.json:
@@ -124,7 +124,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Each file in the order given: ``ok`` (stdout) or its problems (stderr); then a tally."""
-    from harness.cli import _shown, collect_paths
+    from harness.commands.select import collect_paths, shown
     from harness.errors import ScenarioInvalid
     from harness.explore import is_template
     from harness.scenario import load_scenario
@@ -144,16 +144,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             else:
                 sc = load_scenario(file)
         except ScenarioInvalid as exc:
-            done.append({"path": _shown(file), "ok": False, "problems": [i.render(exc.file) for i in exc.issues]})
+            done.append({"path": shown(file), "ok": False, "problems": [i.render(exc.file) for i in exc.issues]})
             if not quiet:
                 print(exc.render(), file=sys.stderr, flush=True)
             continue
         counts = {"processes": len(sc.processes), "steps": len(sc.steps), "checks": len(sc.checks)}
-        done.append({"path": _shown(file), "ok": True, "name": sc.name, "kind": "template" if template else "scenario",
+        done.append({"path": shown(file), "ok": True, "name": sc.name, "kind": "template" if template else "scenario",
                      "counts": counts})
         if not quiet:
             text = f"{counts['processes']} processes, {counts['steps']} steps, {counts['checks']} checks"
-            print(f"ok  {_shown(file)}  ({'template ' if template else ''}{sc.name}: {text})", flush=True)
+            print(f"ok  {shown(file)}  ({'template ' if template else ''}{sc.name}: {text})", flush=True)
     n_files, n_invalid = len(done), sum(1 for d in done if not d["ok"])
     bad = bool(n_invalid or problems or not files)
     if quiet:

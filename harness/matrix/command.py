@@ -118,7 +118,7 @@ def read_bytes(sc: Scenario) -> int | None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.cli import files_to_run
+    from harness.commands.select import files_to_run
     from harness.errors import ScenarioInvalid
     from harness.matrix.cells import FAILING, columns_for, parse_env_axis
     from harness.matrix.defects import defect_info

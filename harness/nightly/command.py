@@ -76,7 +76,7 @@ def print_comparison(comparison: Mapping[str, Any] | None) -> None:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from harness.cli import scenarios_to_run
+    from harness.commands.select import scenarios_to_run
     from harness.console import Progress, rate_table
     from harness.nightly.binding import InventoryError, binding_for, inventory_summary
     from harness.nightly.run import NightSpec, NothingToRun, run_night

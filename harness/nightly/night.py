@@ -12,7 +12,7 @@ host not bound) does not either.
      "repeat": N, "seed": int | null (--seed), "command": [argv], "passed": bool,
      "interrupted": bool, "exit_code": int,
      "counts": {"scenarios", "ran", "skipped", "runs", "failing", "cells": {CELL: n}},
-     "versions": {...harness.report.collect_versions},
+     "versions": {...harness.versions.collect_versions},
      "hosts": {"binding": "here" | "inventory", "inventory": {path, bytes, sha256, hosts} | null},
      "scenarios": [{"name", "path", "known_defect", "hosts": {host: where}, "skip": str | null,
                     "cell", "rate": {k, n}, "bound", "measured", "note", "fails_night": bool,

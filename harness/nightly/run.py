@@ -258,7 +258,7 @@ def run_night(
     exit_code = EXIT_INTERRUPTED if interrupted else (EXIT_OK if night_passed(results, interrupted) else EXIT_FAILED)
     if not interrupted and any(c.name == ENV_BROKEN_CELL for c in cells):
         exit_code = EXIT_ENV_BROKEN
-    from harness.report import collect_versions
+    from harness.versions import collect_versions
 
     doc = night_json(
         night=night, night_dir=night_dir, started=start.isoformat(timespec="seconds"),

@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 
 from harness import capabilities, cli
+from harness.commands import select
 from harness.console import Progress, rate_table, verdict_table
 from harness.rates import Rate, RunRecord, cell_of
 from harness.timeline import Entry
@@ -203,11 +204,11 @@ def test_run_help_states_the_repeat_rule(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_a_scenario_is_found_by_its_name_and_a_typo_gets_suggestions() -> None:
-    files, problems = cli.collect_paths(["smoke", "incident_mx491_stale_record_after_crash"])
+    files, problems = select.collect_paths(["smoke", "incident_mx491_stale_record_after_crash"])
     assert [f.name for f in files] == ["smoke.yaml", "mx491_stale_record_after_crash.yaml"] and problems == []
-    assert files[0] == cli.CATALOGUE / "smoke.yaml"  # the scenario named smoke, not mx_server/smoke.yaml (mx_server_smoke)
-    assert cli.collect_paths(["mx_server_smoke"])[0] == [cli.CATALOGUE / "mx_server" / "smoke.yaml"]
-    files, problems = cli.collect_paths(["frozen_sorce", "no/such.yaml"])
+    assert files[0] == select.CATALOGUE / "smoke.yaml"  # the scenario named smoke, not mx_server/smoke.yaml (mx_server_smoke)
+    assert select.collect_paths(["mx_server_smoke"])[0] == [select.CATALOGUE / "mx_server" / "smoke.yaml"]
+    files, problems = select.collect_paths(["frozen_sorce", "no/such.yaml"])
     assert files == []
     assert problems[0].startswith("frozen_sorce: no such file or folder, nor a scenario of that name; did you mean frozen_source")
     assert problems[1] == "no/such.yaml: no such file or folder"

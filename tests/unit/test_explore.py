@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from harness import cli
 from harness.checks import NamedResult
+from harness.commands import select
 from harness.errors import ScenarioInvalid
 from harness.explore.report import write_report
 from harness.explore.schedule import Schedule, scenario_data, schedules
@@ -106,7 +107,7 @@ def test_a_file_without_explore_is_not_a_template(tmp_path: Path) -> None:
 def test_folders_skip_templates_but_a_template_is_no_scenario(tmp_path: Path) -> None:
     (tmp_path / "demo.explore.yaml").write_text(TEMPLATE)
     (tmp_path / "plain.yaml").write_text(TEMPLATE.split("explore:")[0])
-    files, problems = cli.collect_paths([str(tmp_path)])
+    files, problems = select.collect_paths([str(tmp_path)])
     assert [f.name for f in files] == ["plain.yaml"] and not problems
     with pytest.raises(ScenarioInvalid, match="explore: unknown key"):
         load_scenario(tmp_path / "demo.explore.yaml")

@@ -17,6 +17,7 @@ import pytest
 
 from harness import cli
 from harness.checks import NamedResult
+from harness.commands import select
 from harness.htmlreport import nice_ticks
 from harness.procscan import proc_start_time
 from harness.report import RunFolderError, junit_xml, load_run, render_html, timeline_svg, write_run_folder, write_scenario_files
@@ -175,14 +176,14 @@ def test_run_folder_has_every_file_and_a_latest_link(tmp_path: Path) -> None:
 
 
 def test_keyword_expressions() -> None:
-    match = cli.keyword_matcher("smoke and not (slow or kill)")
+    match = select.keyword_matcher("smoke and not (slow or kill)")
     assert match("smoke_basic")
     assert not match("smoke_kill")
     assert not match("other")
-    assert cli.keyword_matcher("KILL")("source_kill_midway")
+    assert select.keyword_matcher("KILL")("source_kill_midway")
     for bad in ("", "and x", "(a", "a b"):
         with pytest.raises(ValueError):
-            cli.keyword_matcher(bad)
+            select.keyword_matcher(bad)
 
 
 def test_validate_and_schema_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,8 +16,8 @@ MAX_LINES = 700
 GENERATED = (ROOT / "mxref" / "v1", ROOT / "mxref" / "mx")  # protoc's output (mxref/codegen.py)
 
 KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    # harness circles being reworked elsewhere (the scenario model and its rules, the CLI's
-    # commands, the ssh hosts, the matrix's envs and native wheel): a circle may shrink inside
+    # harness circles being reworked elsewhere (the scenario model and its rules, the ssh hosts,
+    # the matrix's envs and native wheel): a circle may shrink inside
     # one of these, never grow beyond it, and mxref has none.
     frozenset({
         "harness.checks", "harness.checks.processes", "harness.content", "harness.rates", "harness.scenario",
@@ -26,7 +26,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
         "harness.scenario.rules.processes", "harness.scenario.rules.steps", "harness.scenario.steps",
         "harness.scenario.stores", "harness.verdict",
     }),
-    frozenset({"harness.cli", "harness.doctor", "harness.matrix.command", "harness.nightly.command"}),
     frozenset({"harness.ssh", "harness.ssh_remote"}),
     frozenset({"harness.matrix.envs", "harness.matrix.native"}),
 )

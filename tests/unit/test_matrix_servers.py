@@ -117,7 +117,7 @@ def test_a_server_matrix_runs_each_column_with_its_server(tmp_path: Path) -> Non
     def execute(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
         argv = list(argv)
         calls.append((argv, dict(env)))
-        if "mxref.bench" in argv:
+        if "mxref.bench.raw" in argv:
             return 0, '{"raw_read": {"bytes": 1, "gbps": [2.0], "median_gbps": 2.0}}\n'
         if argv[3:] == ["run", "--help"]:
             return 0, "usage: mxchaos run [--repeat N]"

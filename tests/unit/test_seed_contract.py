@@ -64,7 +64,7 @@ def test_seed_000_passes_against_mxref(tmp_path: Path) -> None:
     shutil.copy(REPO / "tests" / "conftest.py", work / "conftest.py")
     (work / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")) if p)
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:mxchaos", "-q",

@@ -18,10 +18,10 @@ from harness import checks
 from harness.checks import RunFacts, evaluate
 from harness.timeline import History
 from mxref.audit import AuditedAgent, NixlAudit
-from mxref.transfer.chunked import ChunkPolicy
 from mxref.errors import TransferStalled
 from mxref.events import EventLog
 from mxref.metrics import NixlFamilies
+from mxref.transfer.chunked import ChunkPolicy
 
 
 class PeerAgent(ChunkAgent):
