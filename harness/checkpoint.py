@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,10 +93,18 @@ def evict(folder: Path, keep: Path, budget: int, now: float | None = None) -> li
     return removed
 
 
-def cache_key(model_flags: list[str]) -> str:
-    """Names a checkpoint by what determines its bytes: the model flags and the generator."""
+MXREF_LAUNCHER = ("{python}", "-m", "mxref")
+
+
+def cache_key(model_flags: list[str], launcher: Sequence[str] = MXREF_LAUNCHER) -> str:
+    """Names a checkpoint by what determines its bytes: the model flags, the generator, and the
+    launcher that writes it when it is not mxref's own (a test's fake writes other bytes, and
+    must never leave them where a real run would take them for weights)."""
     generator = hashlib.sha256(Path(mxref.model.__file__).read_bytes()).hexdigest()
-    blob = json.dumps({"flags": model_flags, "generator": generator}, sort_keys=True)
+    parts: dict[str, object] = {"flags": model_flags, "generator": generator}
+    if tuple(launcher) != MXREF_LAUNCHER:
+        parts["launcher"] = list(launcher)
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -134,7 +143,9 @@ def prepare(
         return need.path
     folder = cache_dir() / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{cache_key(sc.model.flags(sc.seed, sc.directory))}.safetensors"
+    spec = sc.processes[need.reader]
+    launcher = (spec.launcher if isinstance(spec, ReaderProcess) else None) or sc.launcher
+    path = folder / f"{cache_key(sc.model.flags(sc.seed, sc.directory), launcher)}.safetensors"
     if path.is_file():
         os.utime(path)  # used now: the eviction keeps it
         timeline.append("ok", "harness", "prepare", {"checkpoint": str(path), "cached": True, "seconds": 0.0})

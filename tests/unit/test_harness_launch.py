@@ -168,6 +168,22 @@ def test_the_checkpoint_is_prepared_once_into_the_cache_and_shared(tmp_path: Pat
     assert checkpoint.cache_key(other.model.flags(other.seed, other.directory)) != checkpoint.cache_key(sc.model.flags(sc.seed, sc.directory))
 
 
+def test_a_checkpoint_another_launcher_writes_is_cached_under_its_own_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test's fake launcher writes other bytes: a real run with the same model must not find them."""
+    monkeypatch.setenv("MXCHAOS_CACHE_DIR", str(tmp_path / "cache"))
+    real = load(LOCAL)
+    fake = load(LOCAL.replace("seed: 7", "seed: 7\nlauncher: ['{python}', fake.py]"))
+    assert fake.launcher != real.launcher and fake.model.flags(fake.seed, fake.directory) == real.model.flags(real.seed, real.directory)
+    paths = []
+    for sc in (fake, real):
+        run_dir = tmp_path / sc.launcher[-1]
+        (run_dir / "procs").mkdir(parents=True)
+        paths.append(checkpoint.prepare(sc, host=_WritingHost(), run_dir=run_dir, env={}, timeline=Timeline()))  # type: ignore[arg-type]
+    assert paths[0] != paths[1]
+    flags = real.model.flags(real.seed, real.directory)
+    assert checkpoint.cache_key(flags, ("{python}", "-m", "mxref")) == checkpoint.cache_key(flags)  # mxref's keys did not move
+
+
 def test_no_checkpoint_is_prepared_when_readers_name_theirs_or_there_is_no_reader(tmp_path: Path) -> None:
     named = load(LOCAL.replace("options: {transfer_timeout: 2s}", "options: {checkpoint: mine.safetensors}"))
     assert checkpoint.needed(named) == checkpoint.Needed()
