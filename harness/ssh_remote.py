@@ -10,14 +10,26 @@ import secrets
 import subprocess
 import threading
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
 from harness.host import ExecResult
 
-if TYPE_CHECKING:
-    from harness.ssh import SshHost
+__all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell", "ShellHost"]
 
-__all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell"]
+
+class ShellHost(Protocol):
+    """What a remote shell needs of its host (``harness.ssh.SshHost``)."""
+
+    name: str
+    plumbing: str
+    local_env: dict[str, str]
+    lost: str | None
+
+    def ssh_argv(self, *, tty: bool = False) -> list[str]: ...
+
+    def mark_lost(self, why: str) -> None: ...
+
+    def check_alive(self) -> None: ...
 
 # Runs on the host: fork the program into its own session (the wrapper a subreaper, in the run's
 # cgroup where it can join one, so the program and all it forks stay findable), report its pid and
@@ -149,7 +161,7 @@ class RemoteShell:
 
     MARK = "__mxchaos_rc__"
 
-    def __init__(self, host: SshHost) -> None:
+    def __init__(self, host: ShellHost) -> None:
         self.host = host
         self._proc: subprocess.Popen[bytes] | None = None
         self._lines: queue.Queue[bytes | None] = queue.Queue()

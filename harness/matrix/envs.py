@@ -18,18 +18,18 @@ they change, or ``rebuild``: ``mxchaos matrix --rebuild-envs``). Builds of one e
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.matrix.cache import Runner, cache_dir, error_line, locked
+from harness.matrix.cache import run_bounded as _run
 
 __all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash",
            "install_native", "locked"]
@@ -39,9 +39,6 @@ STAMP = ".mxchaos-matrix-stamp"
 FAILED = ".mxchaos-matrix-failed"  # the inputs' hash and why: a failed build is not retried unless rebuild
 PIP_TIMEOUT_S = 900.0
 LOADER_TIMEOUT_S = 1800.0  # a release whose loader needs torch: the registry's CUDA torch, a few GB
-
-Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
-
 
 @dataclass(frozen=True)
 class EnvResult:
@@ -75,10 +72,6 @@ class EnvResult:
         return {"PYTHONPATH": str(self.repo)} if self.repo is not None else {}
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("MXCHAOS_CACHE_DIR") or Path.home() / ".cache" / "mxchaos")
-
-
 def env_dir(version: str, root: Path | None = None) -> Path:
     return (root or cache_dir()) / "envs" / f"nixl-{version}"
 
@@ -98,34 +91,6 @@ def inputs_hash(version: str, repo: Path, python: str = sys.executable) -> str:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
-
-
-def error_line(text: str) -> str:
-    """The line that says why: pip's last ``ERROR:`` line, else the last non-empty line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("ERROR:")]
-    return (errors or lines or ["(no output)"])[-1]
-
-
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout:g}s: {' '.join(argv[:6])}")
-    except OSError as exc:
-        return subprocess.CompletedProcess(argv, 127, "", f"{type(exc).__name__}: {exc}")
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (made when absent) for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 Step = tuple[str, list[str], float]  # (what, argv, timeout)

@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.matrix.envs import Runner, cache_dir, error_line, locked
-from harness.matrix.envs import _run as run_bounded
+from harness.matrix.cache import Runner, cache_dir, error_line, locked, run_bounded
 
 __all__ = ["MODULE", "STAMP", "cargo_path", "ensure_installed", "ensure_wheel", "find_wheel", "installed_hash",
            "source_hash", "wheel_dir"]

@@ -26,17 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.matrix.cache import Runner, cache_dir, run_bounded
 from harness.matrix.envs import (
     PIP_TIMEOUT_S,
     EnvResult,
-    Runner,
     Step,
     build_cached_env,
-    cache_dir,
     install_native,
     project_dependencies,
 )
-from harness.matrix.envs import _run as run_bounded
 
 __all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.envs import cache_dir
+from harness.matrix.cache import cache_dir
 from harness.scenario import ReaderProcess, Scenario, ServerProcess, SourceProcess
 from harness.scenario.stores import with_store
 

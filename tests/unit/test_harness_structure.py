@@ -16,9 +16,8 @@ MAX_LINES = 700
 GENERATED = (ROOT / "mxref" / "v1", ROOT / "mxref" / "mx")  # protoc's output (mxref/codegen.py)
 
 KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    # harness circles being reworked elsewhere (the scenario model and its rules, the ssh hosts,
-    # the matrix's envs and native wheel): a circle may shrink inside
-    # one of these, never grow beyond it, and mxref has none.
+    # the one harness circle left (the scenario model and its rules, the checks and rates that
+    # judge it): it may shrink, never grow beyond this, and mxref has none.
     frozenset({
         "harness.checks", "harness.checks.processes", "harness.content", "harness.rates", "harness.scenario",
         "harness.scenario.document", "harness.scenario.load", "harness.scenario.locate", "harness.scenario.rules",
@@ -26,8 +25,6 @@ KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
         "harness.scenario.rules.processes", "harness.scenario.rules.steps", "harness.scenario.steps",
         "harness.scenario.stores", "harness.verdict",
     }),
-    frozenset({"harness.ssh", "harness.ssh_remote"}),
-    frozenset({"harness.matrix.envs", "harness.matrix.native"}),
 )
 
 MXREF_COMMON = ("mxref.accelerators", "mxref.codegen", "mxref.config", "mxref.debug_hooks", "mxref.errors",
