@@ -18,7 +18,10 @@ read it unchanged:
   logged): ``source_published`` per ``PublishMetadata`` line (its stored status read back from
   Redis), ``source_status`` per change of a worker's status (``Updated status ... -> N``),
   ``source_deleted by=reaper`` for each STALE worker whose record is gone after a reaper pass
-  that says it garbage-collected some.
+  that says it garbage-collected some. After each reaper pass every known worker's status is
+  read back from Redis and noted: with several servers over one store, a change made through
+  another one never shows in this log, so a later line that repeats what this log last said is
+  still a change when the store held something else in between.
 
 What it cannot observe, and how it says so: the server logs a status update without saying
 who made it. A STALE set when the worker's previous update is older than the heartbeat timeout
@@ -62,6 +65,7 @@ _PUBLISHED = re.compile(r"^PublishMetadata: model='(?P<model>.*)' source_id=(?P<
                         r"worker_rank=(?P<rank>\d+) tensors=(?P<tensors>\d+)$")
 _STATUS = re.compile(r"^Updated status for source '(?P<sid>[^']*)' worker '(?P<wid>[^']*)' rank (?P<rank>\d+) -> (?P<status>\d+)$")
 _REAPED = re.compile(r"^Reaper: marked (?P<stale>\d+) stale, garbage-collected (?P<gc>\d+)$")
+_SCANNED = re.compile(r"^Reaper: no action needed \((?P<workers>\d+) workers scanned\)$")
 _CONNECTED = re.compile(r"^P2P state manager connected \(backend: (?P<backend>.*)\)$")
 _REAPER_STARTED = re.compile(r"^Reaper started \((?P<settings>.*)\)$")
 
@@ -90,9 +94,17 @@ class StoreProbe:
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
     def published_status(self, sid: str, wid: str, rank: int) -> str | None:
-        """The status a just-published worker record holds (the publisher's, often UNKNOWN)."""
+        """The status in the record a publish wrote (the publisher's, often INITIALIZING)."""
+        return self._status(sid, wid, str(rank))
+
+    def stored_status(self, sid: str, wid: str, rank: int) -> str | None:
+        """The status the store holds now: the rank's summary, which heartbeats rewrite."""
+        return self._status(sid, wid, f"status:{rank}", str(rank))
+
+    def _status(self, sid: str, wid: str, *fields: str) -> str | None:
+        """The status in the first of ``fields`` of the worker's hash that is set."""
         try:
-            raw = self._client.hget(f"mx:source:{sid}:{wid}", str(rank))
+            raw = next((v for v in self._client.hmget(f"mx:source:{sid}:{wid}", list(fields)) if v), None)
             record = json.loads(raw) if raw else None
         except Exception:  # noqa: BLE001 - an observer's question; the answer is "unknown"
             return None
@@ -111,6 +123,8 @@ class StoreProbe:
 class _Worker:
     status: str
     last_update: float  # monotonic seconds of its last status update (or publish)
+    rank: int = 0
+    elsewhere: str | None = None  # the store's status after a reaper pass, when it differs from ``status``
 
 
 @dataclass
@@ -135,32 +149,50 @@ class LogTranslator:
         if (m := _PUBLISHED.match(message)) is not None:
             self._published(m["sid"], m["wid"], int(m["rank"]))
         elif (m := _STATUS.match(message)) is not None:
-            self._status(m["sid"], m["wid"], STATUS_NAMES.get(int(m["status"]), "UNKNOWN"))
+            self._status(m["sid"], m["wid"], int(m["rank"]), STATUS_NAMES.get(int(m["status"]), "UNKNOWN"))
         elif (m := _REAPED.match(message)) is not None:
             if int(m["gc"]) > 0:
                 self._collected()
+            self._refresh()
+        elif _SCANNED.match(message) is not None:
+            self._refresh()
         elif (m := _CONNECTED.match(message)) is not None and not self.connected:
             self.connected = True
             self.emit("store", url=m["backend"], reachable=True)
 
     def _published(self, sid: str, wid: str, rank: int) -> None:
         status = self.probe.published_status(sid, wid, rank) if self.probe is not None else None
-        self.workers[(sid, wid)] = _Worker(status or "UNKNOWN", self.clock())
+        self.workers[(sid, wid)] = _Worker(status or "UNKNOWN", self.clock(), rank)
         fields: dict[str, Any] = {"mx_source_id": sid, "worker_id": wid, "worker_rank": rank}
         if status is not None:
             fields["status"] = status
         self.emit("source_published", **fields)
 
-    def _status(self, sid: str, wid: str, status: str) -> None:
+    def _status(self, sid: str, wid: str, rank: int, status: str) -> None:
         now = self.clock()
         worker = self.workers.get((sid, wid))
         previous = worker.status if worker is not None else "UNKNOWN"
+        if status == previous and worker is not None and worker.elsewhere not in (None, status):
+            previous = worker.elsewhere  # changed through another server since this log last said
         silent = worker is not None and now - worker.last_update > self.heartbeat_timeout_s
-        self.workers[(sid, wid)] = _Worker(status, now)
+        self.workers[(sid, wid)] = _Worker(status, now, rank)
         if status == previous:
             return  # a heartbeat: mxref's server reports changes only
         by = "reaper" if status == "STALE" and silent else "rpc"
         self.emit("source_status", mx_source_id=sid, worker_id=wid, status=status, previous=previous, by=by)
+
+    def _refresh(self) -> None:
+        """After each reaper pass, note each known worker's status as the store holds it when it
+        differs from what this log last said: another server over the same store may have
+        changed it (a source heartbeating through a replica this log never shows). A later line
+        of this server's that repeats the old status is then a change from the store's. Only
+        noted, never emitted, and never taken over a line's own status: the store may already
+        hold what a line this log has not yet been read to says."""
+        if self.probe is None:
+            return
+        for worker_key, worker in self.workers.items():
+            stored = self.probe.stored_status(*worker_key, worker.rank)
+            worker.elsewhere = stored if stored != worker.status else None
 
     def _collected(self) -> None:
         if self.probe is None:

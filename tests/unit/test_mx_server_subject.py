@@ -126,14 +126,20 @@ READY = ("2026-12-02T17:50:00.200000Z DEBUG modelexpress_server::p2p::backend::r
          "'5a5f555570065064' worker 'w1' rank 0 -> 2")
 STALE = READY.replace("-> 2", "-> 3")
 REAPED = "2026-12-02T17:51:00.000000Z  INFO modelexpress_server::p2p::reaper: Reaper: marked 0 stale, garbage-collected 1"
+SCANNED = "2026-12-02T17:51:01.000000Z DEBUG modelexpress_server::p2p::reaper: Reaper: no action needed (2 workers scanned)"
+KEY = ("5a5f555570065064", "w1")
 
 
 class FakeProbe:
     def __init__(self) -> None:
         self.gone: set[tuple[str, str]] = set()
+        self.stored: dict[tuple[str, str], str] = {}  # what the store holds; unset: INITIALIZING
 
     def published_status(self, sid: str, wid: str, rank: int) -> str | None:
-        return "INITIALIZING"
+        return None if (sid, wid) in self.gone else "INITIALIZING"
+
+    def stored_status(self, sid: str, wid: str, rank: int) -> str | None:
+        return None if (sid, wid) in self.gone else self.stored.get((sid, wid), "INITIALIZING")
 
     def exists(self, sid: str, wid: str) -> bool | None:
         return (sid, wid) not in self.gone
@@ -184,12 +190,43 @@ def test_stale_after_silence_is_the_reapers_and_gc_deletes() -> None:
     tr.feed(READY)
     rec.now += 3.5  # longer than the heartbeat timeout without an update
     tr.feed(STALE)
+    probe.stored[KEY] = "STALE"
     assert rec.events[-1][1]["by"] == "reaper"
     tr.feed(REAPED)  # nothing gone yet: no deletion
     assert rec.events[-1][0] == "source_status"
     probe.gone.add(("5a5f555570065064", "w1"))
     tr.feed(REAPED)
     assert rec.events[-1] == ("source_deleted", {"mx_source_id": "5a5f555570065064", "worker_id": "w1", "by": "reaper"})
+
+
+def test_a_change_made_through_another_server_is_read_back_after_each_reaper_pass() -> None:
+    """Two servers over one store: this one's reaper marked a just-published record STALE before
+    its first heartbeat, which went through the other server (READY, never in this log). When this
+    reaper later marks it STALE again, that is a change, not a repeat."""
+    rec, probe = Recorder(), FakeProbe()
+    tr = translator(rec, probe)
+    tr.feed(STALE)  # a worker this log never saw published
+    assert rec.events[-1][1]["status"] == "STALE"
+    probe.stored[KEY] = "READY"  # its heartbeats, through the other server
+    tr.feed(SCANNED)
+    assert len(rec.events) == 1  # read back silently: this server did not change it
+    rec.now += 3.5
+    tr.feed(STALE)
+    assert rec.events[-1] == ("source_status", {"mx_source_id": KEY[0], "worker_id": "w1", "status": "STALE",
+                                                "previous": "READY", "by": "reaper"})
+
+
+def test_a_store_read_ahead_of_the_log_loses_no_change() -> None:
+    """The store may already hold what a line not yet read says: the READY still counts once."""
+    rec, probe = Recorder(), FakeProbe()
+    tr = translator(rec, probe)
+    tr.feed(PUBLISH)
+    probe.stored[KEY] = "READY"  # this server's own update, its log line still to come
+    tr.feed(SCANNED)
+    tr.feed(READY)
+    tr.feed(READY)
+    assert [e for e, f in rec.events if e == "source_status"] == ["source_status"]
+    assert rec.events[-1][1]["previous"] == "INITIALIZING"
 
 
 def test_stale_from_a_live_worker_is_its_own() -> None:
