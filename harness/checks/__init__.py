@@ -108,6 +108,10 @@ class RunFacts:
 
     roles: Mapping[str, str] = field(default_factory=dict)  # process name -> role
     expected: Callable[[], ExpectedModel] | None = None
+    players: Mapping[str, str] = field(default_factory=dict)  # process name -> subject playing it (unset: mxref)
+
+    def played_by(self, name: str) -> str:
+        return self.players.get(name, "mxref")
 
     def processes(self, role: str) -> list[str]:
         return [name for name, r in self.roles.items() if r == role]

@@ -38,7 +38,12 @@ class NixlBalanceParams(CheckParams):
 @register("nixl_balance", NixlBalanceParams)
 def nixl_balance(p: NixlBalanceParams, h: History, run: RunFacts) -> CheckResult:
     """Reads each judged process's ``nixl_audit`` events and its failed READs' ``*_open`` fields."""
-    names = list(p.processes) or run.processes("reader")
+    asked = list(p.processes) or run.processes("reader")
+    names = [n for n in asked if run.played_by(n) == "mxref"]
+    unobserved = {n: run.played_by(n) for n in asked if n not in names}
+    if asked and not names:
+        return CheckResult(True, "not observable: " + ", ".join(f"{n} is played by {s}" for n, s in unobserved.items())
+                           + ", which reports no NIXL resource audit (nothing judged)", {"not_observed": unobserved})
     problems: list[str] = []
     balances: dict[str, list[dict[str, int]]] = {}
     failures = 0
@@ -56,7 +61,9 @@ def nixl_balance(p: NixlBalanceParams, h: History, run: RunFacts) -> CheckResult
                 problems.append(f"{name}: {f.f} at {f.t:.3f}s with {_words(held)} still open")
             if not any(a.t > f.t for a in audits):
                 problems.append(f"{name}: no balance (nixl_audit) after the {f.f} at {f.t:.3f}s")
-    details = {"open": balances, "failures": failures}
+    details: dict[str, object] = {"open": balances, "failures": failures}
+    if unobserved:
+        details["not_observed"] = unobserved
     if problems:
         return CheckResult(False, "; ".join(problems[:5]), details)
     agents = sum(len(v) for v in balances.values())

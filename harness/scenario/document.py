@@ -238,6 +238,18 @@ class Scenario(Strict):
     def roles(self) -> dict[str, str]:
         return {name: spec.role for name, spec in self.processes.items()}
 
+    def players(self) -> dict[str, str]:
+        """Who plays each server, source and reader: its own ``subject``, else (sources and
+        readers) the scenario's, else mxref."""
+        out: dict[str, str] = {}
+        for name, spec in self.processes.items():
+            own = getattr(spec, "subject", None)
+            if spec.role in ("source", "reader"):
+                out[name] = own or self.subject
+            elif spec.role == "server":
+                out[name] = own or "mxref"
+        return out
+
     def host_of(self, process: str) -> str:
         return self.processes[process].host or next(iter(self.hosts))
 

@@ -13,6 +13,8 @@
 - **Explore, then replay**: ``mxchaos explore`` finds and shrinks a failure; ``mxchaos replay`` of
   its minimal run writes a scenario that validates and fails the same way when run.
 - **The doctor on this machine**: what it has, and where the given scenarios run.
+- **The real client as a subject**: ``mxchaos run smoke --subject modelexpress`` passes (every
+  check of the smoke either judges the real client or says it cannot observe it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, lab
+from harness import cli, lab, subjects
 from harness.errors import HarnessError
 from harness.matrix.envs import env_dir
 from harness.matrix.native import installed_hash, source_hash
@@ -180,3 +182,14 @@ def test_explore_then_replay_its_minimal_run(tmp_path: Path, capsys: pytest.Capt
     assert verdict["verdict"] == "fail"
     assert sorted(c["name"] for c in verdict["checks"] if c["valid"] is False) == \
         ["the reader loads over rdma", "the reader never falls back to disk"]
+
+
+@pytest.mark.skipif(not subjects.env_ready("modelexpress"),
+                    reason="the modelexpress subject's environment is not built (.ci/bootstrap builds it)")
+def test_the_smoke_passes_with_the_real_client_as_subject(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["run", "-q", "--subject", "modelexpress", "--out", str(tmp_path), str(SMOKE)])
+    out = capsys.readouterr().out
+    verdict = json.loads((tmp_path / "smoke" / "latest" / "verdict.json").read_text())
+    assert (code, verdict["verdict"]) == (0, "pass"), out[-3000:]
+    versions = json.loads((tmp_path / "smoke" / "latest" / "versions.json").read_text())
+    assert versions["subjects"]["modelexpress"]["version"] == "0.7.0"

@@ -134,3 +134,19 @@ def test_balance_fails_on_an_undisconnected_peer_and_on_a_failure_never_balanced
 
 def test_balance_is_unknown_without_any_dropped_agent() -> None:
     assert _judge({}, []).valid == "unknown"
+
+
+def test_only_the_processes_mxref_plays_are_judged() -> None:
+    """ModelExpress's client reports no audit: its reader is named as not observed, never failed;
+    an mxref reader beside it is still judged."""
+    definition = checks.REGISTRY["nixl_balance"]
+    facts = RunFacts(roles={"reader-1": "reader", "reader-2": "reader"},
+                     players={"reader-1": "modelexpress", "reader-2": "mxref"})
+    leak: dict[str, Any] = {"agent_name": "b", "open": {**ZERO, "handles": 1}}
+    judged = evaluate(0, "nixl_balance", definition.params.model_validate({}),
+                      History.build([(1.0, "info", "reader-2", "nixl_audit", leak)]), facts)
+    assert judged.valid is False and "reader-2" in judged.summary
+    assert judged.details["not_observed"] == {"reader-1": "modelexpress"}
+    alone = RunFacts(roles={"reader-1": "reader"}, players={"reader-1": "modelexpress"})
+    unobserved = evaluate(0, "nixl_balance", definition.params.model_validate({}), History.build([]), alone)
+    assert unobserved.valid is True and unobserved.summary.startswith("not observable: reader-1 is played by modelexpress")
