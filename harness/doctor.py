@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.exits import EXIT_ENV_BROKEN
+
 __all__ = ["EXIT_ENV_BROKEN", "Place", "add_parser", "blocking", "cmd_doctor", "preflight", "probe", "render",
            "scenario_needs"]
 
-EXIT_ENV_BROKEN = 4  # a place the run needs cannot play its role: nothing was started
 REPO = Path(__file__).resolve().parent.parent
 PROBE_TIMEOUT_S = 120.0
 PROBE_ATTEMPTS = 2

@@ -20,9 +20,9 @@ import shutil
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "cmd_list", "cmd_validate"]
+from harness.exits import EXIT_INVALID, EXIT_OK
 
-EXIT_OK, EXIT_INVALID = 0, 2
+__all__ = ["add_parser", "cmd_list", "cmd_validate"]
 
 
 def add_parser(sub: Any, subjects_arg: Any) -> None:

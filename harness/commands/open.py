@@ -14,9 +14,9 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cmd_open", "page_of"]
+from harness.exits import EXIT_INVALID, EXIT_OK
 
-EXIT_OK, EXIT_INVALID = 0, 2
+__all__ = ["add_parser", "cmd_open", "page_of"]
 
 
 def add_parser(sub: Any) -> None:

@@ -1,6 +1,6 @@
 """``mxchaos check`` (re-judge saved runs), ``mxchaos schema`` (the scenario JSON Schema) and
 ``mxchaos cleanup`` (end what crashed runs left): the commands about what is already on disk
-or on the machine, not about running scenarios. Exit codes as ``harness.cli.EXIT_CODES``."""
+or on the machine, not about running scenarios. Exit codes as ``harness.exits.EXIT_CODES``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ScenarioInvalid
+from harness.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from harness.scenario import scenario_json_schema
 
 __all__ = ["add_parser", "cmd_check", "cmd_cleanup", "cmd_schema"]
-
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
 def add_parser(sub: Any) -> None:

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+
 if TYPE_CHECKING:
     from harness.scenario import Scenario
 
 __all__ = ["add_parser", "cmd_matrix", "format_table"]
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-EXIT_ENV_BROKEN = 4  # harness.doctor.EXIT_ENV_BROKEN (not imported: the parser stays light)
 
 
 def add_parser(sub: Any) -> None:

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cmd_mutate"]
+from harness.exits import EXIT_FAILED as EXIT_WEAK  # a mutant survived
+from harness.exits import EXIT_INVALID, EXIT_OK
 
-EXIT_OK, EXIT_WEAK, EXIT_INVALID = 0, 1, 2
+__all__ = ["add_parser", "cmd_mutate"]
 
 
 def add_parser(sub: Any) -> None:

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cmd_nightly", "print_comparison"]
+from harness.exits import EXIT_INVALID
 
-EXIT_INVALID = 2
+__all__ = ["add_parser", "cmd_nightly", "print_comparison"]
 
 
 def add_parser(sub: Any) -> None:

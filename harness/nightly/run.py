@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from harness.machine import load_sample
 from harness.matrix.envbroken import LABEL, cell_reason
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
@@ -55,7 +56,6 @@ from harness.scenario import Scenario
 __all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "prune_nights", "run_night",
            "write_night"]
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ENV_BROKEN = 0, 1, 130, 4  # 4: harness.doctor.EXIT_ENV_BROKEN
 ENV_BROKEN_CELL = "ENV_BROKEN"  # a cell whose every run failed before any fault for its environment
 
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from harness import capabilities, cli
+from harness import capabilities, cli, exits
 from harness.commands import select
 from harness.console import Progress, rate_table, verdict_table
 from harness.rates import Rate, RunRecord, cell_of
@@ -54,7 +54,7 @@ def test_help_documents_every_exit_code_the_cli_returns(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     section = out[out.index("exit codes:") :]
     documented = {int(m) for m in re.findall(r"^  (\d+)  ", section, re.MULTILINE)}
-    returned = {v for k, v in vars(cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    returned = {v for k, v in vars(exits).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert documented == returned == {0, 1, 2, 4, 130, 141}
     assert re.search(r"^  4\s+environment broken", section, re.MULTILINE)
     assert re.search(r"^  130  interrupted \(SIGINT / SIGTERM\)", section, re.MULTILINE)

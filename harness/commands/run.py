@@ -1,0 +1,215 @@
+"""``mxchaos run``: validate, then run scenario files, each ``--repeat`` times, into one
+invocation folder (``harness.invocation``), judging each scenario's runs as one cell
+(``harness.rates``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.commands.select import scenarios_to_run
+from harness.commands.select import shown as _shown
+from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+
+__all__ = ["add_parser", "cmd_run", "run_suite", "subjects_arg"]
+
+
+def subjects_arg(text: str) -> dict[str, str]:
+    """``--subject``: a subject, or role=subject pairs (``harness.subjects.mx_server.parse_subjects``)."""
+    from harness.subjects.mx_server import parse_subjects
+
+    try:
+        return parse_subjects(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``run``; with ``--json`` every line goes to stderr and stdout gets one JSON document
+    (``harness.invocation.json_summary``: paths relative to the invocation's folder)."""
+    if not args.json:
+        return run_suite(args)
+    record: dict[str, object] = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = run_suite(args, record)
+    if record:
+        from harness.invocation import json_summary
+
+        print(json.dumps(json_summary(record), indent=1))
+    return code
+
+
+def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None) -> int:
+    """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
+    one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run.
+    ``--lf``: only what failed in the last invocation under ``runs/``; ``--maxfail N`` (``-x``: 1):
+    stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
+    from harness.console import Progress, rate_table, verdict_table
+    from harness.play import run_scenario
+    from harness.rates import write_summary
+    from harness.report import judge_runs, write_junit, write_junit_cells
+
+    if args.repeat < 1:
+        print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    if args.maxfail is not None and args.maxfail < 1:
+        print(f"--maxfail {args.maxfail}: give a number of runs >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    inventory = None
+    if args.inventory:
+        from harness.inventory import InventoryInvalid, load_inventory
+
+        try:
+            inventory = load_inventory(args.inventory)
+        except InventoryInvalid as bad:
+            print(bad, file=sys.stderr)
+            return EXIT_INVALID
+    paths, wanted = list(args.paths), None
+    if args.lf:
+        from harness.invocation import DEFAULT_ROOT, last_failed
+
+        failed = last_failed(DEFAULT_ROOT)
+        if failed is None or not failed:
+            print(f"--lf: {'no earlier invocation in ' + str(DEFAULT_ROOT) if failed is None else 'nothing failed last time'}"
+                  + ("; running what was given" if paths else "; nothing to run"))
+            if not paths:
+                return EXIT_OK
+        else:
+            wanted = set(failed)
+            paths = paths or sorted(set(failed.values()))
+            print(f"--lf: {len(failed)} scenario(s) failed last time: {', '.join(failed)}")
+    if not paths:
+        print("run: give scenario files, folders or names (or --lf)", file=sys.stderr)
+        return EXIT_INVALID
+    scenarios = scenarios_to_run(paths, args.seed, args.k, args.store)
+    if scenarios is None:
+        return EXIT_INVALID
+    if wanted is not None:
+        scenarios = [s for s in scenarios if s.name in wanted]
+    if args.subject is not None:
+        from harness.subjects.mx_server import with_subjects
+
+        scenarios = [with_subjects(s, args.subject) for s in scenarios]
+    if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
+        from harness.doctor import places_for, preflight
+
+        refused = preflight(scenarios, places_for(inventory=Path(args.inventory), here=False), "mxchaos run --inventory")
+        if refused is not None:
+            return refused
+    if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
+        from harness.subjects import prepare_subjects
+
+        prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
+    from harness.invocation import SuiteProgress, open_invocation, write_record
+
+    repeat = args.repeat
+    inv = open_invocation(args.out)
+    summary = Path(args.summary) if args.summary else inv.folder / "summary.json"
+    suite = SuiteProgress(len(scenarios) * repeat, inv.previous_durations())
+    suite.plan([sc.name for sc in scenarios for _ in range(repeat)])
+    print(f"run {inv.name}: {len(scenarios)} scenario(s) x {repeat} into {_shown(inv.folder)}", flush=True)
+    results = []
+    cells = {}
+    interrupted = False
+    maxfail = 1 if args.exitfirst else args.maxfail
+    not_passed = 0
+    for sc in scenarios:
+        if maxfail is not None and not_passed >= maxfail:
+            print(f"stopping: {not_passed} run(s) did not pass (--maxfail {maxfail}); {sc.name} and the rest not run")
+            break
+        runs = []
+        for index in range(repeat):
+            run_sc = sc.with_seed(sc.seed + index)
+            of = f" run {index + 1}/{repeat}" if repeat > 1 else ""
+            if not args.quiet:
+                suite.started(f"{sc.name}{of} (seed {run_sc.seed}) {_shown(sc.path)}")
+            observers = [Progress(sys.stdout, sc.name)] if args.verbose and not args.quiet else []
+            result = run_scenario(run_sc, inv.folder, observers=observers, inventory=inventory)
+            if result.verdict == "skip":  # a missing capability stays missing: one skip says it
+                suite.skipped_rest(repeat - index - 1)
+            suite.ended(result, f"{sc.name}{of}", quiet=args.quiet)
+            results.append(result)
+            runs.append(result)
+            not_passed += result.verdict not in ("pass", "xfail", "xpass", "skip")
+            if result.status == "interrupted":
+                interrupted = True
+                break
+            if result.verdict == "skip":
+                break
+        cells[sc.name] = judge_runs(sc, runs, repeat, annotate=repeat > 1)
+        if interrupted:
+            break
+    if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
+        rate_table(list(cells.values()), repeat)
+    else:
+        verdict_table(results, quiet=args.quiet)
+    write_summary(summary, cells, repeat)
+    if repeat > 1:
+        write_junit_cells(inv.folder / "junit.xml", list(cells.values()))
+    else:
+        write_junit(inv.folder / "junit.xml", results)
+    if args.junit:
+        if repeat > 1:
+            write_junit_cells(Path(args.junit), list(cells.values()))
+        else:
+            write_junit(Path(args.junit), results)
+    if interrupted:
+        code = EXIT_INTERRUPTED
+    else:
+        code = EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
+    doc = write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    if record is not None:
+        record.update(doc, summary=str(summary.resolve()))
+    inv.link_latest()
+    print(f"summary: {_shown(summary)}")
+    print(f"index:   {_shown(inv.folder / 'index.html')}")
+    return code
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
+    run.add_argument("paths", nargs="*", metavar="PATH", help="scenario files, folders or names (mxchaos run smoke)")
+    run.add_argument("--lf", "--last-failed", dest="lf", action="store_true",
+                     help="only the scenarios that failed in the last invocation under runs/ (runs/latest); with no PATH, "
+                          "their files")
+    run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first run that does not pass")
+    run.add_argument("--maxfail", type=int, metavar="N", help="stop after N runs that do not pass")
+    run.add_argument("--json", action="store_true",
+                     help="stdout: one JSON document of the invocation (paths relative to its folder); lines go to stderr")
+    run.add_argument("--seed", type=int, help="override every scenario's seed")
+    run.add_argument("--store", choices=("memory", "redis"), default=None,
+                     help="redis: run every scenario's servers on a Redis store (a redis process added where "
+                          "the scenario has none; harness.scenario.stores); default: each scenario's own store key")
+    run.add_argument("--subject", type=subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
+                     help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
+                          "modelexpress builds its environment on first use (harness/subjects); per role: "
+                          "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
+                          "server runs the real binary on the scenario's Redis store)")
+    run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
+                     "(harness/inventory.py: binding by bind:, by name, then in order)")
+    run.add_argument("--out", default=None, metavar="DIR",
+                     help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
+                          "harness/invocation.py)")
+    run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
+    run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="only what did not pass: its [i/N] line, the next steps and its checks")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="also the live event stream of each run (steps, faults, process events)")
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run every scenario N times (seeds seed..seed+N-1) and judge its rate: PASS only at N/N, "
+        "FLAKY (fails the run) when it passes sometimes; a known defect REPRODUCED at >= 1, FIXED? only at "
+        "0/N when the 95%% upper bound is below its defect_rate (default: 1)",
+    )
+    run.add_argument(
+        "--summary", metavar="FILE", help="where the run-level summary goes (default: <out>/summary.json)"
+    )
+    run.set_defaults(fn=cmd_run)
