@@ -114,7 +114,7 @@ def _run_suite(args: argparse.Namespace, record: dict[str, object] | None = None
         return EXIT_INVALID
     inventory = None
     if args.inventory:
-        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.inventory import InventoryInvalid, load_inventory
 
         try:
             inventory = load_inventory(args.inventory)
@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
                           "server runs the real binary on the scenario's Redis store)")
     run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
-                     "(harness/inventory.py: binding by bind:, by name, then in order)")
+                     "(harness/hosts/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/invocation.py)")
@@ -305,9 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.explore.command import add_parser as add_explore_parser
 
     add_explore_parser(sub)  # mxchaos explore: harness/explore/
-    from harness.lab import add_parser as add_lab_parser
+    from harness.hosts.lab import add_parser as add_lab_parser
 
-    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
+    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/hosts/lab.py
     from harness.doctor import add_parser as add_doctor_parser
 
     add_doctor_parser(sub)  # mxchaos doctor: harness/doctor.py

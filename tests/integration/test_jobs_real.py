@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, lab
+from harness import cli
 from harness.errors import HarnessError
+from harness.hosts import lab
 from harness.matrix.envs import env_dir
 from harness.matrix.native import installed_hash, source_hash
 

@@ -47,6 +47,9 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     *(("harness", package, "the harness drives mxref as processes, reading only its common definitions")
       for package in ("mxref.metadata", "mxref.roles", "mxref.transfer", "mxref.modelexpress", "mxref.bench",
                       "mxref.__main__")),
+    *(("harness.hosts", module, "a host runs processes and faults' commands; it knows nothing of how a run is judged")
+      for module in ("harness.runner", "harness.processes", "harness.nemesis", "harness.checks", "harness.verdict",
+                     "harness.report")),
     *((common, package, "a common module imports none of mxref's packages")
       for common in MXREF_COMMON for package in ("mxref.metadata", "mxref.roles", "mxref.transfer",
                                                  "mxref.modelexpress", "mxref.bench", "mxref.__main__")),
