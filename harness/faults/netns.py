@@ -26,7 +26,7 @@ A host target is a host name, a process name (the host it runs on) or ``{source_
 ``mxchaos cleanup`` first removes the run's chains (``partition``'s ``sweep``), then its network
 sweep deletes the namespaces and veths, and with them every rule, qdisc and link state.
 
-Each inject returns a token naming exactly what it changed (``Chain``: namespace and chain;
+Each inject returns a token naming exactly what it changed (``Chain``: its place and chain;
 ``link_down``: the link; ``Qdiscs``: the devices), which its heal undoes. Every command runs
 through ``harness.faults.commands`` (the seam the unit tests stub).
 """
