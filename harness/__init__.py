@@ -15,7 +15,7 @@ Data flows one way::
     capabilities.py  what this machine lets faults do (root, ss, toxiproxy ...): skip, not fail
 
 Extension points are registries: a fault kind is a module in ``harness/faults/``, a check
-kind a module in ``harness/checks/``; a host kind goes behind ``harness.host.Host``.
+kind a module in ``harness/checks/``; a host kind goes behind ``harness.hosts.base.Host``.
 Submodules are imported lazily, so ``import harness`` stays cheap for the pytest plugin.
 """
 

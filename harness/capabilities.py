@@ -18,7 +18,7 @@ Capabilities::
     rdma        an RDMA device: ``/sys/class/infiniband/*``, else ``ibv_devices`` lists one
     inventory   never here: hosts that ``requires:`` hardware (``hosts: {a: {requires: {accelerator:
                 cuda, transport: rdma}}}``) run only on an inventory's machines (``--inventory``),
-                which ``harness.ssh.missing_on_ssh`` probes over ssh with the same ``HARDWARE_PROBE``
+                which ``harness.hosts.ssh.missing_on_ssh`` probes over ssh with the same ``HARDWARE_PROBE``
     <other>     a program of that name on PATH (``ss``, ``tc``, ``iptables`` ...)
 
 ``MXCHAOS_MISSING_CAPABILITIES=root,tc`` makes the listed capabilities count as missing,
@@ -184,7 +184,7 @@ PROBES: dict[str, Callable[[], bool]] = {
     "netns": _netns,
     "cuda": lambda: _local_hardware().gpus > 0,
     "rdma": lambda: bool(_local_hardware().rdma),
-    "inventory": lambda: False,  # hardware hosts are an inventory's machines (harness.ssh.missing_on_ssh)
+    "inventory": lambda: False,  # hardware hosts are an inventory's machines (harness.hosts.ssh.missing_on_ssh)
     "modelexpress-server": _mx_server_built,
 }
 

@@ -27,7 +27,7 @@ from typing import Any
 import mxref.model
 from harness import launch
 from harness.errors import HarnessError
-from harness.host import Host
+from harness.hosts.base import Host
 from harness.ports import try_lock
 from harness.scenario import ReaderProcess, Scenario
 from harness.timeline import Timeline

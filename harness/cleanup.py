@@ -8,7 +8,7 @@ live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_r
 every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
 toxics named after the run), then the run's network of ``netns`` hosts goes (namespaces, veths,
 bridge: found by the names and link aliases derived from the run id, also for a run whose
-ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. A lab (``harness.lab``) whose
+ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. A lab (``harness.hosts.lab``) whose
 ``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
 
 Only the ledger entries that are ours are read (``harness.statedir``: a state directory that is
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import faults as fault_registry
-from harness import lab, ledger, netns, procscan, runscope, ssh, statedir
+from harness import ledger, procscan, runscope, statedir
+from harness.hosts import lab, netns, ssh
 
 __all__ = ["CleanupReport", "sweep"]
 
@@ -110,7 +111,7 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
             removed = netns.sweep(rid)
             if removed:
                 report.network[rid] = removed
-        with contextlib.suppress(Exception):  # the control sockets of its ssh hosts (harness.ssh)
+        with contextlib.suppress(Exception):  # the control sockets of its ssh hosts (harness.hosts.ssh)
             removed = ssh.sweep_local(rid)
             if removed:
                 report.network.setdefault(rid, []).extend(removed)

@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.explore.command import add_parser as add_explore_parser
 
     add_explore_parser(sub)  # mxchaos explore: harness/explore/
-    from harness.lab import add_parser as add_lab_parser
+    from harness.hosts.lab import add_parser as add_lab_parser
 
-    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/lab.py
+    add_lab_parser(sub)  # mxchaos lab up/down/status: harness/hosts/lab.py
     from harness.doctor import add_parser as add_doctor_parser
 
     add_doctor_parser(sub)  # mxchaos doctor: harness/doctor.py

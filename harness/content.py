@@ -6,7 +6,8 @@ scenario's own model flags (parsed by mxref's command line, so the harness means
 model its processes were started with) with the generator's definition (tensor ``i`` is
 the raw outputs of ``PCG64([seed, i])``: a unit test holds this to ``mxref.model.generate``); a model
 ``file`` is read with the ``safetensors`` library. Each tensor is hashed here with
-``xxhash`` (xxh3-64), one tensor at a time, so a large model never sits in memory whole.
+``xxhash`` (xxh3-64), one tensor at a time, so a large model never sits in memory whole. The
+result's types (``ExpectedModel``) live in ``harness.expected``, which the checks import.
 
 Also here: the tampered checkpoint copy a reader with ``tamper_checkpoint`` falls back to
 (``reader_checkpoint``, called by the runner when it starts that reader).
@@ -15,11 +16,9 @@ Also here: the tampered checkpoint copy a reader with ``tamper_checkpoint`` fall
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ import numpy as np
 import xxhash
 
 from harness.errors import HarnessError
+from harness.expected import ExpectedModel, ExpectedTensor, digest_of
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -43,36 +43,6 @@ __all__ = [
     "tamper_copy",
     "tensor_bytes",
 ]
-
-
-@dataclass(frozen=True)
-class ExpectedTensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    checksum: str  # xxh3-64 hex of its bytes, computed by the harness
-
-
-@dataclass(frozen=True)
-class ExpectedModel:
-    """The model as the harness computed it; ``origin`` says from what."""
-
-    origin: str
-    tensors: tuple[ExpectedTensor, ...]
-
-    def checksums(self) -> dict[str, str]:
-        return {t.name: t.checksum for t in self.tensors}
-
-    def digest(self) -> str:
-        return digest_of(self.tensors)
-
-
-def digest_of(tensors: tuple[ExpectedTensor, ...]) -> str:
-    """Whole-model digest: ``sha256:`` + SHA-256 hex of the canonical JSON (no whitespace) of
-    ``[name, dtype, [shape], checksum]`` per tensor, in the order given (the format readers
-    report in ``memory_digest``; computed here, from the harness's own checksums)."""
-    rows = [[t.name, t.dtype, list(t.shape), t.checksum] for t in tensors]
-    return "sha256:" + hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
 
 
 def _xxh(data: bytes | memoryview) -> str:

@@ -206,8 +206,8 @@ def probe_env(name: str, kind: str, python: Path, capabilities: Sequence[str]) -
 def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[Place]:
     """Each machine of the inventory, probed over ssh with its own interpreter and checkout."""
     from harness.errors import HarnessError
-    from harness.inventory import load_inventory
-    from harness.ssh import SshHost
+    from harness.hosts.inventory import load_inventory
+    from harness.hosts.ssh import SshHost
 
     inventory = load_inventory(path)
     places = []

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import faults as fault_registry
-from harness import netns
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
-from harness.host import Host
+from harness.hosts.base import Host, Place
 from harness.processes import ProcessTable, await_event
 from harness.proxies import ProxyView, RunProxies
 from harness.scenario import Scenario
@@ -61,7 +60,7 @@ class HostView:
     name: str
     kind: str
     address: str
-    netns: str | None
+    place: Place | None
     link: str | None
     inner_link: str | None
 
@@ -125,11 +124,7 @@ class RunFaultContext:
         else:
             name = self._table.state(self._known(self.resolve(target))).host.name
         host = self._hosts[name]
-        if isinstance(host, netns.NetnsHost):
-            return HostView(name, host.kind, host.address, host.netns, host.link, host.inner_link)
-        # an ssh host: its commands key (harness.faults.commands.REMOTE) and its data device
-        return HostView(name, getattr(host, "kind", "local"), host.address, getattr(host, "netns", None), None,
-                        getattr(host, "inner_link", None))
+        return HostView(name, host.kind, host.address, host.fault_place(), host.link, host.inner_link)
 
     def resolve(self, target: str | SourceOf) -> str:
         if isinstance(target, str):

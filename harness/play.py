@@ -17,7 +17,7 @@ from harness.timeline import Entry
 from harness.verdict import RunResult
 
 if TYPE_CHECKING:
-    from harness.inventory import Inventory
+    from harness.hosts.inventory import Inventory
     from harness.scenario import Scenario
 
 __all__ = ["run_scenario"]

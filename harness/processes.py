@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import threading
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from harness import runscope, ucxlog
 from harness.errors import FaultError, HarnessError, StepFailed
-from harness.host import Host, Proc
+from harness.hosts.base import Host, Proc
 from harness.scenario import CommandProcess, Scenario
 from harness.spec import Scalar
 from harness.timeline import Entry, Timeline, matches
@@ -243,9 +242,7 @@ class ProcessTable:
         pid = record.get("pid")
         if isinstance(pid, int) and pid in st.pids:
             value["incarnation"] = st.pids[pid]
-        to_local = getattr(st.host, "local_mono", None)  # an ssh host's clock, mapped onto ours
-        if to_local is not None:
-            mono = to_local(mono)
+        mono = st.host.local_mono(mono)  # an ssh host's clock, mapped onto ours
         self.timeline.append("info", st.name, event, value, t=self.timeline.t_of_mono(mono))
         port = record.get("port")
         if event == "listening" and isinstance(port, int):
@@ -360,7 +357,7 @@ class ProcessTable:
         clean-clone run's scan found one 'R' just after a sweep that did not wait, on a busy
         machine), so a sweep is done only when its processes are gone."""
         while True:
-            if any(getattr(host, "kill_processes", None) is None for host in hosts):
+            if any(host.local_files for host in hosts):  # processes of this machine
                 runscope.kill(run_id, wait=0)  # the run's cgroups here at once, forks in flight included
             alive: set[int] = set()
             for host in hosts:
@@ -369,14 +366,8 @@ class ProcessTable:
                 except HarnessError:
                     continue
                 alive |= mine
-                killer = getattr(host, "kill_processes", None)
-                if killer is not None:
-                    if mine:
-                        killer(sorted(mine))
-                    continue
-                for pid in mine:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
+                if mine:
+                    host.kill_processes(sorted(mine))
             if not alive or time.monotonic() > deadline:
                 return sorted(alive)
             time.sleep(0.02)

@@ -19,7 +19,7 @@ from typing import Any
 from harness import capabilities
 from harness import toxiproxy as toxi
 from harness.errors import HarnessError
-from harness.host import Host, Proc, make_host
+from harness.hosts.base import Host, Proc, make_host
 from harness.ports import PortLease, lease_port
 from harness.timeline import Timeline
 

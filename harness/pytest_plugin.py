@@ -63,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's); "
                          "per role: server=modelexpress,reader=mxref (harness.subjects.mx_server)")
     group.addoption("--mxchaos-inventory", default=None, metavar="FILE",
-                    help="run the scenarios' hosts on this inventory's machines over ssh (harness/inventory.py)")
+                    help="run the scenarios' hosts on this inventory's machines over ssh (harness/hosts/inventory.py)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -197,7 +197,7 @@ def _inventory(config: pytest.Config) -> Any:
     if path is None:
         return None
     if _INVENTORY_KEY not in config.stash:
-        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.inventory import InventoryInvalid, load_inventory
 
         try:
             config.stash[_INVENTORY_KEY] = load_inventory(path)

@@ -35,7 +35,8 @@ tools read (the NIXL-version matrix); its shape is exactly::
                           "measured": {"k": int, "n": int} | null,
                           "runs": [{"verdict": str, "run_dir": str, "seed": int, "seconds": float}]}}}
 
-Pure: nothing here runs a scenario; ``RunRecord.of`` reads what a ``RunResult`` holds.
+Pure: nothing here runs a scenario; ``RunRecord.of`` reads what a run's result holds (``Judged``:
+``harness.verdict.RunResult`` is one; a protocol, so this module imports none of the harness).
 """
 
 from __future__ import annotations
@@ -47,16 +48,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from harness.verdict import RunResult
+from typing import Any, Protocol
 
 __all__ = [
     "CELLS",
     "CONFIDENCE",
     "FAILING_CELLS",
     "Cell",
+    "Judged",
     "Rate",
     "RunRecord",
     "cell_of",
@@ -143,6 +142,19 @@ def runs_to_call_fixed(measured: Rate, confidence: float = CONFIDENCE) -> int | 
     return n
 
 
+class Judged(Protocol):
+    """What the summary reads of one judged run (``harness.verdict.RunResult``)."""
+
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One of the N runs, as the summary lists it."""
@@ -153,7 +165,7 @@ class RunRecord:
     seconds: float
 
     @classmethod
-    def of(cls, result: RunResult) -> RunRecord:
+    def of(cls, result: Judged) -> RunRecord:
         return cls(result.verdict, str(result.run_dir), result.seed, round(result.seconds, 3))
 
     def to_json(self) -> dict[str, Any]:

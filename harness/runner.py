@@ -5,7 +5,7 @@
 1. **skip** when a capability the scenario needs is missing (``harness.capabilities``);
 2. **setup**: the run folder, ``scenario.json``, ``timeline.jsonl`` (written as entries come),
    ``run.json`` and the ledger entry (``harness.ledger``), the network of netns hosts
-   (``harness.netns``), the run's throwaway CA, certificate and token when the scenario asks for
+   (``harness.hosts.netns``), the run's throwaway CA, certificate and token when the scenario asks for
    ``security`` (``harness.pki``), the hosts and the process table (``harness.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.checkpoint``, cached between runs);
 4. **proxies**: the run's toxiproxy server when the scenario has proxies (``harness.proxies``);
@@ -39,11 +39,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, content, launch, ledger, netns, pki, procscan, ssh, statedir
+from harness import capabilities, checkpoint, content, launch, ledger, pki, procscan, statedir
 from harness.console import interrupt_line, tell
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
-from harness.host import Host, make_host
-from harness.inventory import Inventory
+from harness.hosts import netns, ssh
+from harness.hosts.base import Host, make_host
+from harness.hosts.inventory import Inventory
 from harness.machine import load_sample
 from harness.nemesis import Nemesis, RunFaultContext
 from harness.observer import ListingObserver, start_observer, stop_observer
@@ -92,7 +93,7 @@ class Runner:
         inventory: Inventory | None = None,
     ) -> None:
         self.scenario = scenario
-        self.inventory = inventory  # its machines host the scenario's hosts, over ssh (harness.ssh)
+        self.inventory = inventory  # its machines host the scenario's hosts, over ssh (harness.hosts.ssh)
         self.run_id = run_id or ledger.new_run_id(scenario.name)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         self.run_dir = (Path(out_dir) / scenario.name / f"{stamp}-{self.run_id[-6:]}").resolve()
@@ -251,7 +252,7 @@ class Runner:
             "run_dir_id": statedir.dir_identity(self.run_dir),  # cleanup writes there only if it is still this folder
             "harness_pid": self.who.pid,
             "harness_start": self.who.start,
-            "ssh": self.inventory is not None,  # its faults may reach inventory machines (harness.ssh_sweep)
+            "ssh": self.inventory is not None,  # its faults may reach inventory machines (harness.hosts.ssh_sweep)
             "started": dt.datetime.now(dt.UTC).isoformat(),
             "t0_monotonic": self.timeline.t0,
         }
@@ -281,7 +282,7 @@ class Runner:
         ledger.write_entry(self.run_id, self._run_info)
 
     def _create_network(self, hosts: Sequence[str]) -> None:
-        """The bridge, one namespace per netns host and their veths (``harness.netns``);
+        """The bridge, one namespace per netns host and their veths (``harness.hosts.netns``);
         recorded in ``run.json`` and the ledger (``mxchaos cleanup`` also finds it by name)."""
         self.timeline.append("invoke", "harness", "network", {"hosts": list(hosts)})
         started = time.monotonic()
@@ -296,19 +297,18 @@ class Runner:
         self._write_run_info()
 
     def _open_ssh_hosts(self, inventory: Inventory) -> None:
-        """The scenario's hosts on the inventory's machines (``harness.ssh``): connected, their
+        """The scenario's hosts on the inventory's machines (``harness.hosts.ssh``): connected, their
         per-run folders made, their clocks probed; recorded in ``run.json``."""
         self.timeline.append("invoke", "harness", "ssh_hosts", {"inventory": str(inventory.path or "")})
         try:
-            self.hosts.update(ssh.open_hosts(list(self.scenario.hosts), inventory, self.run_id, self.run_dir,
-                                             scenario=self.scenario.name))
+            opened = ssh.open_hosts(list(self.scenario.hosts), inventory, self.run_id, self.run_dir, scenario=self.scenario.name)
         except HarnessError as exc:
             self.timeline.append("fail", "harness", "ssh_hosts", {"error": str(exc)})
             raise
-        for host in self.hosts.values():
-            if isinstance(host, ssh.SshHost):
-                host.on_lost = self._host_lost
-        described = {name: host.describe() for name, host in self.hosts.items() if isinstance(host, ssh.SshHost)}
+        self.hosts.update(opened)
+        for host in opened.values():
+            host.on_lost = self._host_lost
+        described = {name: host.describe() for name, host in opened.items()}
         self.timeline.append("ok", "harness", "ssh_hosts", {"hosts": described})
         self._run_info["hosts"] = described
         self._write_run_info()
@@ -348,7 +348,7 @@ class Runner:
         need = checkpoint.needed(self.scenario)
         host = self.hosts[self.scenario.host_of(need.reader)] if need.reader else None
         # prepared here when the reader's host writes elsewhere (ssh): the host gets a copy at start
-        return host if host is not None and getattr(host, "local_files", True) else make_host("harness", "local")
+        return host if host is not None and host.local_files else make_host("harness", "local")
 
     def _start_proxies(self) -> None:
         if not self.scenario.proxies:
@@ -476,7 +476,7 @@ class Runner:
             events_path=st.events_path,
             log_path=st.log_path,
             host_address=st.host.address,
-            in_netns=bool(getattr(st.host, "own_address", False)),
+            in_netns=st.host.own_address,
             incarnation=st.incarnation + 1,
             server_address=self._server_address(name, deadline),
             checkpoint=content.reader_checkpoint(sc, name, self._checkpoint, self.run_dir, self.timeline),
@@ -484,8 +484,8 @@ class Runner:
             credentials=self._credentials,
             store_address=self._store_address(name, deadline),
             last_port=st.last_ports.get("redis"),
-            transport=getattr(st.host, "transport", None),  # an ssh host's hardware profile (inventory)
-            accelerator=getattr(st.host, "accelerator", None),
+            transport=st.host.transport,  # an ssh host's hardware profile (inventory)
+            accelerator=st.host.accelerator,
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)

@@ -3,7 +3,7 @@
 A process's environment is no way to find it: a program may start its children with a clean one,
 and redis-server and sshd overwrite theirs with their process title (``/proc/PID/environ`` of a
 running redis-server is blank). So every process a run starts through a host's spawn path
-(``harness.host``) joins the run's scope between fork and exec, and whatever it forks later is in
+(``harness.hosts.base``) joins the run's scope between fork and exec, and whatever it forks later is in
 it too:
 
 - **cgroup** (root and a writable cgroup file system): the child writes itself into

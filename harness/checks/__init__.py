@@ -33,7 +33,7 @@ from harness.spec import Ref, Strict
 from harness.timeline import Entry, History
 
 if TYPE_CHECKING:
-    from harness.content import ExpectedModel
+    from harness.expected import ExpectedModel
 
 __all__ = [
     "REGISTRY",

@@ -61,7 +61,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         return EXIT_INVALID
     inventory = None
     if args.inventory:
-        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.inventory import InventoryInvalid, load_inventory
 
         try:
             inventory = load_inventory(args.inventory)
@@ -190,7 +190,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                           "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
                           "server runs the real binary on the scenario's Redis store)")
     run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
-                     "(harness/inventory.py: binding by bind:, by name, then in order)")
+                     "(harness/hosts/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/invocation.py)")

@@ -101,9 +101,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         print(f"mxchaos cleanup: --run-id: {bad}", file=sys.stderr)
         return EXIT_INVALID
     remote_failed = False
-    if args.inventory:  # the machines of an inventory too (harness/ssh_sweep.py)
-        from harness.inventory import InventoryInvalid, load_inventory
-        from harness.ssh_sweep import sweep_inventory
+    if args.inventory:  # the machines of an inventory too (harness/hosts/ssh_sweep.py)
+        from harness.hosts.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.ssh_sweep import sweep_inventory
 
         try:
             inventory = load_inventory(args.inventory)

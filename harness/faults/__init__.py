@@ -59,6 +59,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
+from harness.hosts.base import Place
 from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
 
 __all__ = [
@@ -191,15 +192,15 @@ class HostView(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def kind(self) -> str: ...  # local | netns
+    def kind(self) -> str: ...  # local | netns | ssh
     @property
     def address(self) -> str: ...  # where its processes are reached
     @property
-    def netns(self) -> str | None: ...  # its network namespace (netns hosts)
+    def place(self) -> Place | None: ...  # where its network faults' commands act (its namespace, an ssh host's shell)
     @property
     def link(self) -> str | None: ...  # the root-namespace end of its veth, a port of the run's bridge (netns hosts)
     @property
-    def inner_link(self) -> str | None: ...  # the namespace end of that veth (netns hosts)
+    def inner_link(self) -> str | None: ...  # the namespace end of that veth (netns hosts), an ssh host's data device
 
 
 class ProxyView(Protocol):

@@ -1,6 +1,6 @@
 """Data-plane network faults between ``netns`` hosts: partition, reject, link_down, rate.
 
-Each acts on the run's own namespaces and veths (``harness/netns.py``), never on the
+Each acts on the run's own namespaces and veths (``harness/hosts/netns.py``), never on the
 machine's interfaces or firewall:
 
 - ``partition``: drop every packet between two hosts (both directions), or only those to or
@@ -26,7 +26,7 @@ A host target is a host name, a process name (the host it runs on) or ``{source_
 ``mxchaos cleanup`` first removes the run's chains (``partition``'s ``sweep``), then its network
 sweep deletes the namespaces and veths, and with them every rule, qdisc and link state.
 
-Each inject returns a token naming exactly what it changed (``Chain``: namespace and chain;
+Each inject returns a token naming exactly what it changed (``Chain``: its place and chain;
 ``link_down``: the link; ``Qdiscs``: the devices), which its heal undoes. Every command runs
 through ``harness.faults.commands`` (the seam the unit tests stub).
 """
@@ -40,9 +40,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from harness import netns
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, HostView, Injected, commands, register, undo_on_failure
+from harness.hosts import netns
+from harness.hosts.base import Place
 from harness.spec import Duration, SourceOf, Target, custom_error
 
 __all__ = [
@@ -78,27 +79,28 @@ def _describe(target: Target) -> str:
     return f"source_of({target.source_of})" if isinstance(target, SourceOf) else str(target)
 
 
-def _netns_host(ctx: FaultContext, target: Target, kind: str) -> tuple[HostView, str]:
-    """The netns host ``target`` leads to now, and its namespace (an ``ssh`` host: the key its
-    commands are run under, on that host: ``harness.faults.commands.REMOTE``)."""
+def _netns_host(ctx: FaultContext, target: Target, kind: str) -> tuple[HostView, Place]:
+    """The netns host ``target`` leads to now, and where its fault commands run, as the host
+    answers it (its namespace; an ``ssh`` host: its own shell)."""
     host = ctx.locate(target)
-    if host.kind not in ("netns", "ssh") or not host.netns:
+    if host.place is None:
         raise FaultError(f"{kind}: {_describe(target)} is on host {host.name} ({host.kind}); it needs a netns host")
-    return host, host.netns
+    return host, host.place
 
 
-def _iptables(ns: str, *args: str, check: bool = True) -> tuple[int, str]:
+def _iptables(ns: Place, *args: str, check: bool = True) -> tuple[int, str]:
     rc, out = commands.shell.run(ns, ["iptables", "-w", "5", *args])
     if check and rc != 0:
         raise FaultError(f"iptables {' '.join(args)} in {ns} failed (rc {rc}): {out}")
     return rc, out
 
 
-def _ns_exists(ns: str) -> bool:
-    return ns in commands.shell.namespaces()
+def _ns_exists(ns: Place) -> bool:
+    """Whether its namespace still exists (an ssh host: whether it is still open for the run)."""
+    return ns.remote.connected if ns.remote is not None else ns.name in commands.shell.namespaces()
 
 
-def _remove_chain(ns: str, chain: str) -> bool:
+def _remove_chain(ns: Place, chain: str) -> bool:
     """Unhook ``chain`` from INPUT/OUTPUT and delete it; False when it did not exist."""
     if not _ns_exists(ns) or _iptables(ns, "-S", chain, check=False)[0] != 0:
         return False
@@ -188,9 +190,9 @@ def firewall_rules(spec: BetweenSpec, peer: str) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class Chain:
-    """The iptables chain a partition or reject added (and hooked) in a namespace."""
+    """The iptables chain a partition or reject added (and hooked) in a namespace (or on an ssh host)."""
 
-    netns: str
+    place: Place
     chain: str
 
 
@@ -217,11 +219,11 @@ class _Firewall(Fault[BetweenSpec, Chain]):
                 _iptables(ns, "-I", hook, "1", "-j", chain)
         return Injected(Chain(ns, chain), {
             "host": here.name, "peer_host": there.name, "between": [here.address, there.address],
-            "netns": ns, "chain": chain, "direction": spec.direction,
+            "netns": ns.name, "chain": chain, "direction": spec.direction,
             "rules": [" ".join(r) for r in rules], "ports": list(spec.ports)})
 
     def heal(self, ctx: FaultContext, token: Chain) -> dict[str, Any] | None:
-        return {"chain": token.chain, "removed": _remove_chain(token.netns, token.chain)}
+        return {"chain": token.chain, "removed": _remove_chain(token.place, token.chain)}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
@@ -229,9 +231,10 @@ class _Firewall(Fault[BetweenSpec, Chain]):
             return []
         prefix = _chain_prefix(run_id)
         removed = []
-        for ns in commands.shell.namespaces():
-            if not ns.startswith(netns.names_for(run_id).ns_prefix):
+        for name in commands.shell.namespaces():
+            if not name.startswith(netns.names_for(run_id).ns_prefix):
                 continue
+            ns = Place(name)
             _rc, out = _iptables(ns, "-S", check=False)
             chains = {line.split()[1] for line in out.splitlines() if line.startswith("-N ") and line.split()[1].startswith(prefix)}
             for chain in sorted(chains):
@@ -279,7 +282,7 @@ def _link_up(link: str) -> bool:
     return rc == 0
 
 
-def _ns_link_up(ns: str, dev: str) -> bool:
+def _ns_link_up(ns: Place, dev: str) -> bool:
     """Set ``dev`` up inside ``ns`` (an ssh host's data device); False when that host is gone."""
     if not _ns_exists(ns):
         return False
@@ -290,8 +293,8 @@ def _ns_link_up(ns: str, dev: str) -> bool:
 
 
 @register
-class LinkDown(Fault[LinkDownSpec, str | tuple[str, str]]):
-    """Token: the bridge-side veth it set down (netns hosts), or (host key, data device) of an
+class LinkDown(Fault[LinkDownSpec, str | tuple[Place, str]]):
+    """Token: the bridge-side veth it set down (netns hosts), or (its place, data device) of an
     ssh host, set down on that host (its ssh connection is on another interface)."""
 
     kind = "link_down"
@@ -299,7 +302,7 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[str, str]]):
     healable = True
     requires = ("root", "netns")
 
-    def inject(self, ctx: FaultContext) -> Injected[str | tuple[str, str]]:
+    def inject(self, ctx: FaultContext) -> Injected[str | tuple[Place, str]]:
         host, ns = _netns_host(ctx, self.spec.target, self.kind)
         if host.kind == "ssh":
             return self._inject_on_host(host, ns)
@@ -313,7 +316,7 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[str, str]]):
                 raise FaultError(f"ip link set dev {link} down failed (rc {rc}): {out}")
         return Injected(link, {"host": host.name, "link": link})
 
-    def _inject_on_host(self, host: HostView, ns: str) -> Injected[str | tuple[str, str]]:
+    def _inject_on_host(self, host: HostView, ns: Place) -> Injected[str | tuple[Place, str]]:
         dev = host.inner_link
         if dev is None:
             raise FaultError(f"{self.kind}: ssh host {host.name} has no data device (data.device in the inventory)")
@@ -324,7 +327,7 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[str, str]]):
                 raise FaultError(f"ip link set dev {dev} down on {host.name} failed (rc {rc}): {out}")
         return Injected((ns, dev), {"host": host.name, "link": dev, "on_host": True})
 
-    def heal(self, ctx: FaultContext, token: str | tuple[str, str]) -> dict[str, Any] | None:
+    def heal(self, ctx: FaultContext, token: str | tuple[Place, str]) -> dict[str, Any] | None:
         if isinstance(token, tuple):
             return {"link": token[1], "up": _ns_link_up(*token)}
         return {"link": token, "up": _link_up(token)}
@@ -378,17 +381,17 @@ class RateSpec(FaultSpec):
         return (("target", self.target),)
 
 
-def _tc(ns: str | None, *args: str) -> tuple[int, str]:
+def _tc(ns: Place | None, *args: str) -> tuple[int, str]:
     """``tc ARGS`` in namespace ``ns`` (None: the root namespace, for the bridge end of a veth)."""
     return commands.shell.run(ns, ["tc", *args])
 
 
-def _ours(ns: str | None, dev: str) -> bool:
+def _ours(ns: Place | None, dev: str) -> bool:
     rc, out = _tc(ns, "qdisc", "show", "dev", dev)
     return rc == 0 and f"qdisc tbf {QDISC_HANDLE}" in out
 
 
-def _remove_qdisc(ns: str | None, dev: str) -> bool:
+def _remove_qdisc(ns: Place | None, dev: str) -> bool:
     """Delete our qdisc on ``dev``; False when it is not there (or its namespace is gone)."""
     if ns is not None and not _ns_exists(ns):
         return False
@@ -400,15 +403,15 @@ def _remove_qdisc(ns: str | None, dev: str) -> bool:
     return True
 
 
-def _where(ns: str | None, dev: str) -> str:
-    return f"{ns or 'root'}:{dev}"
+def _where(ns: Place | None, dev: str) -> str:
+    return f"{ns.name if ns is not None else 'root'}:{dev}"
 
 
 @dataclass(frozen=True)
 class Qdiscs:
     """The devices a rate fault put our tbf qdisc on: (namespace or None for the root one, device)."""
 
-    devices: tuple[tuple[str | None, str], ...]
+    devices: tuple[tuple[Place | None, str], ...]
 
 
 @register
@@ -423,7 +426,7 @@ class Rate(Fault[RateSpec, Qdiscs]):
         host, ns = _netns_host(ctx, spec.target, self.kind)
         bits = parse_rate(spec.rate)
         burst = spec.burst or max(16384, int(bits / 8 * 0.02))
-        devices: list[tuple[str | None, str]] = []
+        devices: list[tuple[Place | None, str]] = []
         if spec.direction in ("egress", "both"):
             if host.inner_link is None:
                 raise FaultError(f"{self.kind}: host {host.name} has no veth in its namespace")

@@ -7,10 +7,10 @@ runs it.
   as ``mxchaos run`` runs them; a scenario needing a capability this machine lacks
   (``harness.capabilities``) is skipped with that reason, before anything starts.
 * ``--inventory FILE``: ``inventory_binding(FILE)``: ``InventoryBinding``, the scenario's
-  logical hosts bound to the inventory's machines by ``harness.inventory.bind_hosts`` (``bind:``,
+  logical hosts bound to the inventory's machines by ``harness.hosts.inventory.bind_hosts`` (``bind:``,
   then the same name, then the next free machine); a scenario with more hosts than machines is
   skipped naming the host. The runner gets the inventory and runs the hosts over ssh
-  (``harness.ssh``); what a bound host lacks (probed over ssh at the run's start) is the run's
+  (``harness.hosts.ssh``); what a bound host lacks (probed over ssh at the run's start) is the run's
   own SKIP, naming the host and the lack. An invalid inventory is ``InventoryError`` naming the
   file, the key and the rule (exit 2) before anything runs.
 
@@ -84,7 +84,7 @@ class InventoryBinding:
     name = "inventory"
 
     def __init__(self, path: Path) -> None:
-        from harness.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.inventory import InventoryInvalid, load_inventory
 
         self.path = path
         try:
@@ -94,7 +94,7 @@ class InventoryBinding:
 
     def bind(self, scenario: Scenario) -> Bound:
         from harness.errors import HarnessError
-        from harness.inventory import bind_hosts
+        from harness.hosts.inventory import bind_hosts
 
         try:
             return Bound(bind_hosts(list(scenario.hosts), self.inventory, scenario=scenario.name))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
 from harness import checks as check_registry
+from harness.rates import parse_rate
 from harness.scenario.models import (
     Broken,
     Budgets,
@@ -191,8 +192,6 @@ class Scenario(Strict):
             raise custom_error("defect_rate", "defect_rate is the measured rate of a known_defect: state known_defect too")
         if not isinstance(value, str):
             raise custom_error("defect_rate", "write the measured rate as k/n, e.g. 4/6 (the defect showed in 4 of 6 runs)")
-        from harness.rates import parse_rate
-
         try:
             return str(parse_rate(value))
         except ValueError as exc:

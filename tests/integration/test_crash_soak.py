@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, ledger, netns, subjects
+from harness import capabilities, ledger, subjects
 from harness.errors import HarnessError
+from harness.hosts import netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -346,7 +347,7 @@ def _ns_pids(ns: str) -> set[int]:
 
 @pytest.fixture(scope="module")
 def lab_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
-    from harness import lab
+    from harness.hosts import lab
 
     state = tmp_path_factory.mktemp("soaklab") / "lab"
     info = lab.up(1, inventory_out=state.parent / "inventory.yaml", state=state)
@@ -428,7 +429,7 @@ def test_a_lab_up_sigkilled_mid_build_leaves_no_sshd_after_cleanup(tmp_path: Pat
     """``mxchaos lab up`` SIGKILLed once its first host's sshd runs (the others still being built):
     ``mxchaos cleanup`` removes the abandoned lab, no sshd of it (nor anything in its namespaces)
     is left, nor its namespaces, links or state dir."""
-    from harness import lab
+    from harness.hosts import lab
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "MXCHAOS_STATE_DIR": str(tmp_path)}
     state = tmp_path / "lab"

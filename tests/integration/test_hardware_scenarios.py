@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import lab
 from harness.errors import HarnessError
+from harness.hosts import lab
 
 REPO = Path(__file__).resolve().parents[2]
 HARDWARE = REPO / "scenarios" / "hardware"

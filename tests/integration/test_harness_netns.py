@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import netns, procscan
+from harness import procscan
 from harness.cleanup import sweep
 from harness.faults import make_fault
 from harness.faults.netns import LinkDownSpec, PartitionSpec, RateSpec, RejectSpec
+from harness.hosts import netns
 from harness.nemesis import HostView
 from harness.report import write_run_folder
 from harness.runner import Runner
@@ -85,7 +86,7 @@ class Ctx:
 
     def locate(self, target: object) -> HostView:
         h = self._net.hosts[str(target)]
-        return HostView(h.name, h.kind, h.address, h.netns, h.link, h.inner_link)
+        return HostView(h.name, h.kind, h.address, h.fault_place(), h.link, h.inner_link)
 
 
 @pytest.fixture

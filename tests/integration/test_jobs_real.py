@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, lab, subjects
+from harness import cli, subjects
 from harness.errors import HarnessError
+from harness.hosts import lab
 from harness.matrix.envs import env_dir
 from harness.matrix.native import installed_hash, source_hash
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, lab, pki, ssh_sweep
+from harness import cleanup, pki
 from harness.errors import HarnessError
-from harness.inventory import Inventory, Machine, load_inventory
-from harness.ssh import SshHost
+from harness.hosts import lab, ssh_sweep
+from harness.hosts.inventory import Inventory, Machine, load_inventory
+from harness.hosts.ssh import SshHost
 from harness.statedir import StateDirError
 
 pytestmark = [

@@ -118,7 +118,7 @@ def test_kill_ends_a_forking_process_tree_and_remove_leaves_nothing(mechanism: s
     """A process that forks children as fast as it can, each with a clean environment in a new
     process group: ``kill`` ends all of it within its bound (a cgroup: at once, forks in flight
     included), ``remove`` leaves no cgroup and no ledger."""
-    from harness.host import LocalHost
+    from harness.hosts.base import LocalHost
 
     monkeypatch.setenv(runscope.ENV_CGROUP, mechanism)
     run_id = f"scope-kill-{mechanism}-{os.getpid()}"
@@ -149,13 +149,13 @@ def test_kill_ends_a_forking_process_tree_and_remove_leaves_nothing(mechanism: s
 
 
 def test_the_remote_scan_finds_a_wrappers_child_with_a_blank_environment(tmp_path: Path) -> None:
-    """``harness.ssh_remote.SCAN`` (what an ssh host runs to find a run's processes, no cgroup
+    """``harness.hosts.ssh_remote.SCAN`` (what an ssh host runs to find a run's processes, no cgroup
     needed): a tagged process's child with an empty environment is the run's, named after it; so
     is the program under a remote wrapper (tagged MXCHAOS_SSH_RUN_ID) and what that program
     orphaned; the wrapper itself is plumbing, found only by the plumbing scan."""
     import json
 
-    from harness.ssh_remote import SCAN
+    from harness.hosts.ssh_remote import SCAN
 
     run_id = f"remote-scan-{os.getpid()}"
     child = "import subprocess, time; subprocess.Popen(['sleep', '302'], env={}); time.sleep(300)"
@@ -196,7 +196,7 @@ def test_the_remote_wrapper_joins_the_runs_cgroup_and_the_remote_scan_reads_it(t
     the descent alike; here, this machine plays the host."""
     import json
 
-    from harness.ssh_remote import SCAN, WRAPPER
+    from harness.hosts.ssh_remote import SCAN, WRAPPER
 
     run_id = f"remote-cgroup-{os.getpid()}"
     # the program's child orphans a sleeper with a blank environment in a session of its own

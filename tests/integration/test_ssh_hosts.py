@@ -1,4 +1,4 @@
-"""Scenarios on ssh hosts: a real lab (``harness.lab``: namespaces running OpenSSH sshd) and its
+"""Scenarios on ssh hosts: a real lab (``harness.hosts.lab``: namespaces running OpenSSH sshd) and its
 inventory; the same scenario files that run on netns hosts, bound to the lab's machines.
 
 - the five network scenarios pass through the lab unchanged (process faults by remote signal,
@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, lab, netns, procscan, ssh, ssh_sweep
+from harness import cleanup, procscan
 from harness.errors import HarnessError
-from harness.inventory import Inventory, load_inventory
+from harness.hosts import lab, netns, ssh, ssh_sweep
+from harness.hosts.inventory import Inventory, load_inventory
+from harness.hosts.ssh import SshHost
 from harness.runner import Runner
 from harness.scenario import Scenario, load_scenario
-from harness.ssh import SshHost
 from harness.timeline import Entry, History
 from harness.verdict import RunResult
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import watch as watch_module
-from harness.host import LocalHost
+from harness.hosts.base import LocalHost
 from harness.processes import ProcessTable, ProcState
 from harness.proxies import RunProxies
 from harness.scenario.models import Budgets, ScrapeSpec
@@ -155,7 +155,7 @@ class PolledHost(LocalHost):
 
 
 def test_the_monitor_watches_the_events_files_a_host_keeps_here_and_only_polls_the_others(tmp_path: Path, slow_polls: None) -> None:
-    from harness.ssh import SshHost
+    from harness.hosts.ssh import SshHost
 
     assert SshHost.events_local is True  # its ``read`` serves the run folder's mirrors (tail -F), which grow here
     remote = ProcState("reader-1", "reader", PolledHost(), tmp_path / "procs" / "reader-1.events.jsonl", tmp_path / "procs" / "reader-1.log")

@@ -23,6 +23,7 @@ from harness.faults.netns import (
     firewall_hooks,
     firewall_rules,
 )
+from harness.hosts.base import Place
 from harness.spec import SourceOf
 
 RUN = "run-fake"
@@ -59,7 +60,7 @@ def test_partition_adds_one_chain_hooked_both_ways_and_heal_removes_exactly_it(c
     fault = make_fault(PartitionSpec(kind="partition", target="b", peer="a"), "cut")
     injected = fault.inject(ctx)
     chain = chain_name(RUN, "cut")
-    assert injected.token == Chain(NS_B, chain)
+    assert injected.token == Chain(Place(NS_B), chain)
     assert shell.commands == [
         (NS_B, iptables("-S", chain)),  # a leftover of an earlier attempt? none
         (NS_B, iptables("-N", chain)),
@@ -92,7 +93,7 @@ def test_partition_heal_leaves_another_faults_chain_alone(ctx: FakeContext, shel
 def test_partition_of_a_process_target_acts_on_its_host(ctx: FakeContext, shell: FakeShell) -> None:
     spec = PartitionSpec(kind="partition", target=SourceOf(source_of="reader-1"), peer="reader-1", direction="in")
     injected = make_fault(spec, "cut").inject(ctx)
-    assert injected.token.netns == NS_A and injected.record["between"] == ["10.9.0.2", "10.9.0.3"]
+    assert injected.token.place.name == NS_A and injected.record["between"] == ["10.9.0.2", "10.9.0.3"]
     assert shell.left()["jumps"] == {NS_A: {"INPUT": [injected.token.chain]}}
 
 
@@ -186,7 +187,7 @@ def test_reject_of_given_ports_resets_tcp_and_refuses_udp() -> None:
 
 
 def test_sweep_removes_the_runs_chains_in_the_runs_namespaces_only(ctx: FakeContext, shell: FakeShell) -> None:
-    from harness import netns
+    from harness.hosts import netns
 
     mine = netns.names_for(RUN).ns("a")
     shell.namespaces_ = [mine, "mxc-other-a", "unrelated"]
@@ -224,8 +225,8 @@ def test_link_down_heal_after_the_network_is_gone_is_a_noop(ctx: FakeContext, sh
 def test_link_down_interrupted_sets_the_link_up_again(ctx: FakeContext, shell: FakeShell) -> None:
     original = shell.run
 
-    def down_then_interrupted(ns: str | None, argv: object) -> tuple[int, str]:
-        done = original(ns, argv)  # type: ignore[arg-type]
+    def down_then_interrupted(place: Place | None, argv: object) -> tuple[int, str]:
+        done = original(place, argv)  # type: ignore[arg-type]
         if "down" in argv:  # type: ignore[operator]
             raise RunInterrupted(2)
         return done
@@ -252,7 +253,7 @@ def tbf(dev: str, rate: str = "8mbit", burst: str = "20000", latency: str = "200
 def test_rate_on_both_directions_puts_tbf_on_both_veth_ends_and_heal_removes_them(ctx: FakeContext, shell: FakeShell) -> None:
     fault = make_fault(RateSpec(kind="rate", target="a", rate="8mbit", direction="both"), "slow")
     injected = fault.inject(ctx)
-    assert injected.token == Qdiscs(((NS_A, "mx0"), (None, "mxv1")))
+    assert injected.token == Qdiscs(((Place(NS_A), "mx0"), (None, "mxv1")))
     assert shell.commands == [(NS_A, tbf("mx0")), (None, tbf("mxv1"))]  # burst: 20 ms of 1 MB/s
     assert injected.record == {"host": "a", "rate": "8mbit", "bits_per_s": 8e6, "burst": 20000,
                                "devices": [f"{NS_A}:mx0", "root:mxv1"]}
@@ -265,10 +266,10 @@ def test_rate_on_both_directions_puts_tbf_on_both_veth_ends_and_heal_removes_the
 
 def test_rate_heal_leaves_the_qdiscs_of_other_hosts(ctx: FakeContext, shell: FakeShell) -> None:
     fault = make_fault(RateSpec(kind="rate", target="a", rate="1mbit", burst=4000, latency=0.05), "slow")
-    assert fault.inject(ctx).token == Qdiscs(((NS_A, "mx0"),))
+    assert fault.inject(ctx).token == Qdiscs(((Place(NS_A), "mx0"),))
     assert shell.commands == [(NS_A, tbf("mx0", "1mbit", "4000", "50ms"))]
     shell.qdiscs.add((NS_B, "mx0"))
-    fault.heal(ctx, Qdiscs(((NS_A, "mx0"),)))
+    fault.heal(ctx, Qdiscs(((Place(NS_A), "mx0"),)))
     assert shell.qdiscs == {(NS_B, "mx0")}
 
 

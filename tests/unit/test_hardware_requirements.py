@@ -18,10 +18,10 @@ from harness import capabilities, checks, launch
 from harness.capabilities import Hardware, describe_missing, hardware_lacks, parse_hardware, scenario_requirements
 from harness.checks import RunFacts, evaluate
 from harness.errors import ScenarioInvalid
-from harness.host import ExecResult
-from harness.inventory import parse_inventory
+from harness.hosts.base import ExecResult
+from harness.hosts.inventory import parse_inventory
+from harness.hosts.ssh import SshHost, missing_on_ssh
 from harness.scenario import parse_scenario
-from harness.ssh import SshHost, missing_on_ssh
 from harness.timeline import History
 
 HW = """\

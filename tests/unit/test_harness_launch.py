@@ -143,7 +143,7 @@ class _WritingHost:
         self.calls = 0
 
     def exec(self, argv: list[str], *, env: object, cwd: Path, timeout: float) -> object:
-        from harness.host import ExecResult
+        from harness.hosts.base import ExecResult
 
         self.calls += 1
         Path(argv[argv.index("--checkpoint") + 1]).write_bytes(b"weights")

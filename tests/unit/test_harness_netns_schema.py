@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, netns
+from harness import capabilities
 from harness.capabilities import ENV_MISSING, scenario_requirements
 from harness.errors import ScenarioInvalid
 from harness.faults.netns import RateSpec, RejectSpec, chain_name, parse_rate
+from harness.hosts import netns
 from harness.runner import Runner
 from harness.scenario import FaultStep, NetnsHostSpec, parse_scenario
 

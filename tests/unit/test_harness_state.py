@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, lab, ledger, ports, statedir
+from harness import cleanup, ledger, ports, statedir
+from harness.hosts import lab
 from harness.statedir import StateDirError
 
 NOBODY = 65534
@@ -187,8 +188,8 @@ def test_cleanup_does_not_write_into_a_folder_of_another_user(state: Path, tmp_p
 
 
 def test_an_ssh_control_folder_someone_else_made_is_refused_and_never_swept_through(tmp_path: Path) -> None:
-    from harness import ssh
-    from harness.inventory import parse_inventory
+    from harness.hosts import ssh
+    from harness.hosts.inventory import parse_inventory
 
     machine = parse_inventory("machines:\n  h1: {address: 10.0.0.1}\n").machines["h1"]
     run_id = f"ctl-20260101T000000-{os.getpid():06x}"[-27:]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.inventory import InventoryInvalid, bind_hosts, load_inventory, parse_inventory
+from harness.hosts.inventory import InventoryInvalid, bind_hosts, load_inventory, parse_inventory
 
 GOOD = """\
 defaults:
@@ -126,7 +126,7 @@ def test_the_pytest_option_loads_the_inventory_once_and_refuses_a_bad_one(tmp_pa
 
 
 def test_only_a_live_run_that_may_use_a_machine_keeps_the_sweep_off_its_qdisc(tmp_path: Path) -> None:
-    from harness.ssh_sweep import may_use
+    from harness.hosts.ssh_sweep import may_use
 
     (tmp_path / "inv.yaml").write_text(GOOD)
     inv = load_inventory(tmp_path / "inv.yaml")

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.inventory import parse_inventory
+from harness.faults import make_fault
+from harness.faults.netns import LinkDownSpec
+from harness.hosts.base import ExecResult, LocalHost
+from harness.hosts.inventory import parse_inventory
+from harness.hosts.ssh import SshHost, missing_on_ssh
+from harness.nemesis import HostView
 from harness.scenario import parse_scenario
-from harness.ssh import SshHost, missing_on_ssh
 
 INVENTORY = """\
 machines:
@@ -154,3 +158,43 @@ def test_an_ssh_host_carries_its_machines_profile(tmp_path: Path) -> None:
     cpu = SshHost("b", "c", inv.machines["c"], "run-x-4", tmp_path)
     assert (gpu.transport, gpu.accelerator) == ("rdma", ("cuda", 2))
     assert (cpu.transport, cpu.accelerator) == (None, None)
+
+
+class _OneHost:
+    """The part of ``FaultContext`` ``link_down`` uses: every target is this host."""
+
+    run_id = "run-x-1"
+
+    def __init__(self, host: SshHost) -> None:
+        self.host = host
+
+    def locate(self, target: object) -> HostView:
+        h = self.host
+        return HostView(h.name, h.kind, h.address, h.fault_place(), h.link, h.inner_link)
+
+
+def test_a_network_faults_commands_reach_an_ssh_host_through_its_own_shell_while_it_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inv = parse_inventory(INVENTORY)
+    host = SshHost("b", "h2", inv.machines["h2"], "run-x-1", tmp_path)  # h2: sudo, no data device in the inventory
+    host.inner_link = "eth9"
+    lines: list[str] = []
+
+    def answer(line: str, timeout: float) -> ExecResult:
+        lines.append(line)
+        return ExecResult(0, "", "", 0.0)
+
+    monkeypatch.setattr(host.shell, "run", answer)
+    place = host.fault_place()
+    assert place.remote is host and place.name == "ssh:run-x-1:b"  # the name is only what records show
+    host.connected = True  # as ``open`` leaves it
+    fault = make_fault(LinkDownSpec(kind="link_down", target="b"), "down")
+    injected = fault.inject(_OneHost(host))  # type: ignore[arg-type]
+    assert lines == ["sudo -n ip link set dev eth9 down"] and injected.record["on_host"] is True
+    assert fault.heal(_OneHost(host), injected.token) == {"link": "eth9", "up": True}  # type: ignore[arg-type]
+    assert lines[-1] == "sudo -n ip link set dev eth9 up"
+    host.connected = False  # closed: its heal has nothing left to reach
+    assert fault.heal(_OneHost(host), injected.token) == {"link": "eth9", "up": False}  # type: ignore[arg-type]
+    assert len(lines) == 2
+    assert LocalHost("l").fault_place() is None

@@ -1,4 +1,4 @@
-"""``ssh`` hosts: a scenario's logical host bound (``harness.inventory``) to a machine reached with
+"""``ssh`` hosts: a scenario's logical host bound (``harness.hosts.inventory``) to a machine reached with
 the OpenSSH client over one multiplexed connection per host.
 
 Every ssh call goes through the host's control master (``ControlMaster=auto``, ``ControlPersist``,
@@ -40,13 +40,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from harness import netns, procscan, statedir
+from harness import procscan, statedir
 from harness.capabilities import Hardware, hardware_lacks
 from harness.errors import FaultError, HarnessError, HostError
-from harness.faults import commands
-from harness.host import ExecResult, StopResult, read_slice, tcp_port_open
-from harness.inventory import Inventory, Machine, bind_hosts
-from harness.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
+from harness.hosts import netns
+from harness.hosts.base import ExecResult, Place, StopResult, read_slice, tcp_port_open
+from harness.hosts.inventory import Inventory, Machine, bind_hosts
+from harness.hosts.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
 
 __all__ = ["SshHost", "SshProc", "open_hosts"]
 
@@ -172,6 +172,7 @@ class SshHost:
     kind = "ssh"
     own_address = True  # its processes bind and advertise the machine's data address
     local_files = False  # what it writes is not on this machine's file system
+    link: str | None = None  # no veth of the run's: its cable is the machine's
     events_local = True  # but its events files are mirrored into the run folder as they grow (``read``)
 
     def __init__(self, name: str, machine_name: str, machine: Machine, run_id: str, run_dir: Path) -> None:
@@ -179,9 +180,9 @@ class SshHost:
         self.machine_name = machine_name
         self.machine = machine
         self.address = machine.data_address
-        self.transport = machine.transport  # its processes' transport profile, over the scenario's
+        self.transport: str | None = machine.transport  # its processes' transport profile, over the scenario's
         acc = machine.accelerator
-        self.accelerator = (acc.kind, acc.device) if acc.kind != "cpu" else None
+        self.accelerator: tuple[str, int | None] | None = (acc.kind, acc.device) if acc.kind != "cpu" else None
         self.run_id = run_id
         self.run_dir = run_dir
         self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"
@@ -197,8 +198,10 @@ class SshHost:
         self.local_env = {**{k: v for k, v in os.environ.items() if k != procscan.ENV_RUN_ID}, PLUMBING_ENV: run_id}
         self.lost: str | None = None  # why the host stopped answering (every call then fails at once)
         self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
-        self.netns = f"ssh:{run_id}:{name}"  # the key network faults run their commands under
-        self.inner_link = machine.data.device  # the interface they act on (not the ssh one)
+        # network faults' commands run in its remote shell (``run_privileged``) while it is open
+        self._place = Place(f"ssh:{run_id}:{name}", remote=self)
+        self.connected = False
+        self.inner_link: str | None = machine.data.device  # the interface they act on (not the ssh one)
         self.hardware: Hardware | None = None  # what the last capabilities(hardware=True) probe found
 
     # ------------------------------------------------------------------ ssh plumbing
@@ -284,7 +287,11 @@ class SshHost:
                       f"&& mkdir {run}/procs {run}/files", "connecting")
         self.clock = {"start": self.probe_clock()}
         self.shell.run("true", timeout=self.machine.connect_timeout + 10)  # started now, not by the first fault
-        commands.REMOTE[self.netns] = self.run_privileged
+        self.connected = True
+
+    def fault_place(self) -> Place:
+        """Its own shell: a network fault's commands reach it there (``run_privileged``)."""
+        return self._place
 
     def run_privileged(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
         """A network fault's command on the host (``sudo -n`` when the inventory says so), as
@@ -369,7 +376,7 @@ class SshHost:
 
     def close(self) -> None:
         """Stop the tails, fetch the per-run folder, remove it there, end the master."""
-        commands.REMOTE.pop(self.netns, None)
+        self.connected = False
         self.shell.close()
         with self._lock:
             tails, self._tails = list(self._tails.values()), {}

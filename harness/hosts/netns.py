@@ -17,7 +17,7 @@
   bridge address, which is how the harness scrapes ``/metrics`` and probes ports). Nothing of
   the machine is touched: no existing interface, route, sysctl or firewall rule.
 
-``NetnsHost`` is a ``harness.host.Host``: it spawns with ``ip netns exec NS argv`` (which
+``NetnsHost`` is a ``harness.hosts.base.Host``: it spawns with ``ip netns exec NS argv`` (which
 execs, so the pid is the program's; ``MXCHAOS_RUN_ID`` and the rest of the environment pass
 through), reads files directly (the file system is shared) and probes ports at its address.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 from harness import procscan, statedir
 from harness.errors import HostError
-from harness.host import ExecResult, LocalHost, LocalProc
+from harness.hosts.base import ExecResult, LocalHost, LocalProc, Place
 from harness.ports import try_lock
 
 __all__ = [
@@ -210,9 +210,12 @@ class NetnsHost(LocalHost):
         super().__init__(name)
         self.netns = netns
         self.address = address
-        self.link = link  # the root-namespace end of its veth (a bridge port)
-        self.inner_link = INNER_LINK
+        self.link: str = link  # the root-namespace end of its veth (a bridge port)
+        self.inner_link: str = INNER_LINK
         self.index = index
+
+    def fault_place(self) -> Place:
+        return Place(self.netns)  # its network faults' commands run in its namespace
 
     def _wrap(self, argv: Sequence[str]) -> list[str]:
         return [_ip_binary(), "netns", "exec", self.netns, *argv]

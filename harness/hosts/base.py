@@ -1,5 +1,5 @@
-"""Hosts: where scenario processes run. ``LocalHost`` here; ``NetnsHost`` (a network namespace
-of the run, ``harness/netns.py``) extends it; ``ssh`` comes next.
+"""The ``Host`` protocol and ``LocalHost``, this machine; ``NetnsHost`` (a network namespace
+of the run, ``harness/hosts/netns.py``) extends it, ``SshHost`` (``harness/hosts/ssh.py``) satisfies it too.
 
 A ``Host`` spawns long-running processes (each in its own session, so signals can
 go to its whole process group and a terminal Ctrl-C never reaches it), runs short
@@ -10,24 +10,32 @@ environment carries ``MXCHAOS_RUN_ID`` joins that run's scope (``harness.runscop
 before it execs, and its ledger of pids), so every program started this way, and all it forks,
 is found and ended by the leak scan and ``mxchaos cleanup`` without more work.
 Every blocking call takes a timeout.
+
+What the run reads of a host is declared here, on the protocol, and every kind answers it: its
+kind and address, whether its processes bind and advertise that address, whether its files are
+this machine's, the transport and accelerator its machine imposes, its veth ends, its clock
+(``local_mono``), how its leftover processes are killed, and where a network fault's command
+reaches it (``fault_place``: a ``Place``, a namespace of this machine or the host's own shell).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from harness import procscan, runscope
 from harness.errors import HostError
 
-__all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Proc", "StopResult", "make_host", "read_slice", "tcp_port_open"]
+__all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Place", "Proc", "RemoteCommands", "StopResult", "make_host", "read_slice",
+           "tcp_port_open"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +70,66 @@ class Proc(Protocol):
     def stop(self, grace: float) -> StopResult: ...
 
 
+class RemoteCommands(Protocol):
+    """A host that runs a network fault's commands itself, over its own connection (an ssh host)."""
+
+    @property
+    def connected(self) -> bool: ...  # open for the run (False once closed; a lost host still is: its commands fail)
+
+    def run_privileged(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        """``argv`` there, as root when its machine says so: (exit code, output); FaultError naming
+        the host when it does not return within ``timeout``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a network fault's commands act on a host: a network namespace of this machine
+    (``name``), or, with ``remote``, the host's own shell (``name`` then only names it in records
+    and errors: ``ssh:<run id>:<host>``). A fault's token keeps it, so its heal reaches the same
+    place."""
+
+    name: str
+    remote: RemoteCommands | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Host(Protocol):
     name: str
+    kind: str  # local | netns | ssh
     address: str  # where its processes' ports are reached from the harness
     # whether ``read`` serves its processes' events files from this machine's file system, as they
     # grow (its own files, or mirrors of remote ones): the monitor then wakes on their growth
     # (inotify) instead of its next poll
     events_local: bool
+    own_address: bool  # its processes bind and advertise ``address`` (not loopback)
+    # what its processes write is on this machine's file system, and they are this machine's
+    # processes (in the run's scope here); False: an ssh host
+    local_files: bool
+
+    @property
+    def transport(self) -> str | None: ...  # its processes' transport profile, over the scenario's (an inventory machine's)
+    @property
+    def accelerator(self) -> tuple[str, int | None] | None: ...  # its (kind, device id), unless a process sets its own
+    @property
+    def link(self) -> str | None: ...  # the root-namespace end of its veth, a port of the run's bridge (netns hosts)
+    @property
+    def inner_link(self) -> str | None: ...  # the device its network faults act on inside it (a netns veth, an ssh host's data device)
+
+    def fault_place(self) -> Place | None:
+        """Where a network fault's commands act on it (None: nowhere, a local host)."""
+        ...
+
+    def local_mono(self, mono: float) -> float:
+        """One of its ``time.monotonic()`` readings (an events line's ``mono``) as the harness's."""
+        ...
+
+    def kill_processes(self, pids: Sequence[int]) -> None:
+        """SIGKILL these processes (its own pids; one already gone is no error)."""
+        ...
+
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Proc: ...
 
@@ -155,10 +216,27 @@ class LocalHost:
 
     kind = "local"
     events_local = True
+    own_address = False
+    local_files = True
+    transport: str | None = None
+    accelerator: tuple[str, int | None] | None = None
+    link: str | None = None
+    inner_link: str | None = None
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
         self.address = "127.0.0.1"
+
+    def fault_place(self) -> Place | None:
+        return None
+
+    def local_mono(self, mono: float) -> float:
+        return mono  # the same clock
+
+    def kill_processes(self, pids: Sequence[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> LocalProc:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,4 +314,4 @@ def make_host(name: str, kind: str) -> Host:
     """A host that needs nothing built first (netns hosts come from the run's ``netns.Network``)."""
     if kind == "local":
         return LocalHost(name)
-    raise HostError(f"host kind {kind!r} is not made here (netns: harness.netns.Network) or not implemented yet")
+    raise HostError(f"host kind {kind!r} is not made here (netns: harness.hosts.netns.Network) or not implemented yet")

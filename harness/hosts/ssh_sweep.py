@@ -1,6 +1,6 @@
 """``mxchaos cleanup --inventory FILE``: sweep what dead runs left on every machine of an inventory.
 
-On each machine, over ssh (``harness.ssh.SshHost``; sudo for the network commands when the
+On each machine, over ssh (``harness.hosts.ssh.SshHost``; sudo for the network commands when the
 inventory says so), for every run whose harness is gone (by the harness pid and start time its
 processes carry in ``MXCHAOS_HARNESS_PID``/``_START``: the harness ran here), or only ``run_id``,
 or every run with ``all_runs``:
@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import ledger, netns, procscan
+from harness import ledger, procscan
 from harness.errors import HarnessError
 from harness.faults.netns import QDISC_HANDLE
-from harness.inventory import Inventory, Machine
-from harness.ssh import RUN_MARKER, SshHost
+from harness.hosts import netns
+from harness.hosts.inventory import Inventory, Machine
+from harness.hosts.ssh import RUN_MARKER, SshHost
 
 __all__ = ["MachineSweep", "live_runs", "may_use", "sweep_inventory"]
 

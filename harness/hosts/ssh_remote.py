@@ -1,6 +1,6 @@
-"""What ``harness.ssh`` runs on a host: the process wrapper, the process scan and the clock probe
+"""What ``harness.hosts.ssh`` runs on a host: the process wrapper, the process scan and the clock probe
 (small Python programs given to the host's interpreter), and ``RemoteShell``, one long-lived
-``sh`` per host for the short commands faults and signals run. A leaf of ``harness.ssh``."""
+``sh`` per host for the short commands faults and signals run. A leaf of ``harness.hosts.ssh``."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import threading
 import time
 from typing import IO, Protocol
 
-from harness.host import ExecResult
+from harness.hosts.base import ExecResult
 
 __all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell", "ShellHost"]
 
 
 class ShellHost(Protocol):
-    """What a remote shell needs of its host (``harness.ssh.SshHost``)."""
+    """What a remote shell needs of its host (``harness.hosts.ssh.SshHost``)."""
 
     name: str
     plumbing: str

@@ -50,8 +50,9 @@ from typing import Any
 
 import yaml
 
-from harness import netns, procscan, statedir
+from harness import procscan, statedir
 from harness.errors import HarnessError
+from harness.hosts import netns
 
 __all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "status", "up"]
 
@@ -285,7 +286,7 @@ def _read_pid(path: Path) -> int | None:
 
 
 def write_inventory(info: dict[str, Any], path: Path) -> None:
-    """The lab as an inventory file (``harness.inventory``): strict host keys, the lab's client
+    """The lab as an inventory file (``harness.hosts.inventory``): strict host keys, the lab's client
     key, this harness's Python and checkout (the file system is shared, not the work dirs)."""
     state = Path(info["state"])
     repo = Path(__file__).resolve().parent.parent
