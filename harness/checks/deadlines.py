@@ -32,11 +32,15 @@ from pydantic import BaseModel, Field, PlainSerializer, PlainValidator, WithJson
 from harness.spec import Duration, Strict, custom_error, format_seconds, parse_duration
 from harness.timeline import Entry, History
 
-__all__ = ["ANNOUNCED", "Bound", "StallBounded", "StallContract", "TimeBound", "announced_deadlines", "bound_text"]
+__all__ = ["ANNOUNCED", "BROKEN_CONTRACT", "Bound", "StallBounded", "StallContract", "TimeBound", "announced_deadlines", "bound_text"]
 
 Deadline = Literal["D", "D1"]
 # each deadline and the transfer_start field that announces it
 ANNOUNCED: dict[Deadline, str] = {"D": "stall_s", "D1": "first_stall_s"}
+
+# how a check's summary begins a judgement of the announcement, not of a time: a behaviour
+# (``harness.invocation.is_time_bound`` does not count it as a time bound)
+BROKEN_CONTRACT = "stall deadlines:"
 
 BOUND_RULE = ("a duration (2s, 500ms) or one in the reader's announced stall deadlines: D (a full "
               "window), D1 (the first window), times a factor, plus or minus a duration: D1, 2D1, "
@@ -164,8 +168,8 @@ def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
     starts = h.select(actor=reader, f="transfer_start")
     contract, tol = p.contract.deadlines(), p.contract.tolerance
     problems = [
-        f"{reader} announced {name} = {format_seconds(float(e.value[key]))} (transfer_start at {e.t:.3f}s); "
-        f"the contract's {name} is {format_seconds(contract[name])} (±{format_seconds(tol)})"
+        f"{BROKEN_CONTRACT} {reader} announced {name} = {format_seconds(float(e.value[key]))} (transfer_start at "
+        f"{e.t:.3f}s); the contract's {name} is {format_seconds(contract[name])} (±{format_seconds(tol)})"
         for e in starts
         for name, key in ANNOUNCED.items()
         if _number(e, key) is not None and abs(float(e.value[key]) - contract[name]) > tol
@@ -176,13 +180,13 @@ def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
     for name in used:
         value = None if announcement is None else _number(announcement, ANNOUNCED[name])
         if value is None:
-            problems.append(f"{reader} announced no {name} ({ANNOUNCED[name]}) on a transfer_start"
+            problems.append(f"{BROKEN_CONTRACT} {reader} announced no {name} ({ANNOUNCED[name]}) on a transfer_start"
                             + ("" if announcement is None else f" (at {announcement.t:.3f}s)"))
         else:
             values[name] = value
     details = {"announced": values, "contract": {k: contract[k] for k in used}}
-    if problems:
-        return Window(None, None, tuple(problems[:3]), details)
+    if problems:  # the first three, the word that marks them a behaviour once
+        return Window(None, None, (problems[0], *(t.removeprefix(BROKEN_CONTRACT + " ") for t in problems[1:3])), details)
     lo, hi = (None if b is None else b.resolve(values) for b in (p.not_before, p.within))
     return Window(lo, hi, (), details)
 
