@@ -16,7 +16,9 @@ An oracle never takes the subject's word for what it judges, so such a check jud
    it then waits 20 x D;
 2. the time it observed lies within the bounds computed from what the reader announced for
    that READ (the last ``transfer_start`` at or before the end point), so a reader that
-   announces D and waits 20 x D fails there.
+   announces D and waits 20 x D fails there. A reader that announced none (a single READ
+   handle, a client without chunked READs) is judged at the contract's deadlines
+   (``details.not_announced``): as a literal bound would have judged it.
 """
 
 from __future__ import annotations
@@ -177,14 +179,16 @@ def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
     current = [e for e in starts if e.t <= at] or starts
     announcement = current[-1] if current else None
     values: dict[str, float] = {}
+    silent: list[str] = []
     for name in used:
         value = None if announcement is None else _number(announcement, ANNOUNCED[name])
-        if value is None:
-            problems.append(f"{BROKEN_CONTRACT} {reader} announced no {name} ({ANNOUNCED[name]}) on a transfer_start"
-                            + ("" if announcement is None else f" (at {announcement.t:.3f}s)"))
-        else:
-            values[name] = value
-    details = {"announced": values, "contract": {k: contract[k] for k in used}}
+        if value is None:  # a reader with no such deadline (one READ handle, another client): the contract's
+            silent.append(name)
+        values[name] = contract[name] if value is None else value
+    details: dict[str, Any] = {"announced": {k: v for k, v in values.items() if k not in silent},
+                               "contract": {k: contract[k] for k in used}}
+    if silent:
+        details["not_announced"] = silent
     if problems:  # the first three, the word that marks them a behaviour once
         return Window(None, None, (problems[0], *(t.removeprefix(BROKEN_CONTRACT + " ") for t in problems[1:3])), details)
     lo, hi = (None if b is None else b.resolve(values) for b in (p.not_before, p.within))

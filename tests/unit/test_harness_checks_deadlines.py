@@ -88,9 +88,11 @@ def test_a_stall_outside_what_the_reader_announced_fails() -> None:
     assert (late.valid, late.summary) == (False, "15.040s, later than 2D1 = 1.504s")
 
 
-def test_a_read_that_announced_no_deadline_cannot_be_judged_by_one() -> None:
-    result = run("elapsed", STALL, read(None, None, 0.8))  # a single READ handle
-    assert (result.valid, result.summary) == (False, "stall deadlines: reader-1 announced no D1 (first_stall_s) on a transfer_start (at 2.000s)")
+def test_a_read_that_announced_no_deadline_is_judged_at_the_contracts() -> None:
+    ok = run("elapsed", STALL, read(None, None, 0.8))  # a single READ handle, a client without chunked READs
+    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {}, "contract": {"D1": 0.75}, "not_announced": ["D1"]})
+    late = run("elapsed", STALL, read(None, None, 30.0))  # a stall seen only at a 30 s budget
+    assert (late.valid, late.summary) == (False, "30.000s, later than 2D1 = 1.500s")
 
 
 def test_plain_bounds_read_no_announcement() -> None:
