@@ -162,7 +162,7 @@ class Window:
 
 def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
     """The check's bounds in seconds at time ``at`` (its end point); ``problems`` when a bound
-    reads the announced deadlines and an announcement differs from the contract or is missing."""
+    reads the announced deadlines and an announcement differs from the contract."""
     used, reader = p.deadlines_used(), p.announcer()
     if not used or reader is None:
         lo, hi = (None if b is None else b.seconds for b in (p.not_before, p.within))
