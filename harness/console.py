@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from harness.fault_windows import FaultEntry
 from harness.timeline import Entry
 from harness.verdict import RunResult
 
@@ -107,15 +108,15 @@ class Progress:
             if e.f == "leak_scan" and (e.get("processes") or e.get("ports")):
                 return self._paint(f"leaked: {len(e.get('processes'))} process(es), ports {e.get('ports')}", "31")
             return None
-        if e.actor == "nemesis" and e.type != "invoke":
-            what = "injected" if e.f == "inject" else "healed"
-            where = e.get("target") or e.get("proxy")
-            text = f"fault {e.get('fault')} ({e.get('kind')}" + (f" {where})" if where else ")")
-            if e.type == "ok":
+        fault = FaultEntry.of(e)
+        if fault is not None and fault.type != "invoke":
+            what = "injected" if fault.action == "inject" else "healed"
+            text = fault.describe()
+            if fault.type == "ok":
                 return self._paint(f"{text} {what}", "33")
-            if e.get("skipped"):  # its target was gone and its if_gone is skip
-                return self._paint(f"{text} skipped: {e.get('skipped')}", "33")
-            return self._paint(f"{text} {e.f} {e.type.upper()}: {e.get('error', '')}", "31" if e.type == "fail" else "33")
+            if fault.skipped:  # its target was gone and its if_gone is skip
+                return self._paint(f"{text} skipped: {fault.skipped}", "33")
+            return self._paint(f"{text} {fault.action} {fault.type.upper()}: {fault.error or ''}", "31" if fault.type == "fail" else "33")
         if e.f == "start" and e.type == "ok":
             return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"
         if e.f == "process_exit":  # one the harness stopped gets its "stopped" line next

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.checks.deadlines import BROKEN_CONTRACT
 from harness.machine import load_sample, oversubscribed, run_load
 from harness.verdict import RunResult
 
@@ -119,7 +120,10 @@ def first_failing_check(result: RunResult) -> str | None:
 
 def is_time_bound(kind: str, summary: str) -> bool:
     """Whether a failed check failed on a time bound (an ``elapsed`` check, or a bound a
-    ``loaded``/``fell_back`` check words as missed)."""
+    ``loaded``/``fell_back`` check words as missed); not when it failed on the stall deadlines
+    a reader announced (``harness.checks.deadlines``): that is a behaviour."""
+    if BROKEN_CONTRACT in summary:
+        return False
     return kind == "elapsed" or any(words in summary for words in _MISSED_BOUND)
 
 

@@ -210,9 +210,11 @@ class Nemesis:
             self._counter += 1
             name = spec.name or f"{spec.kind}-{self._counter}"
         fault = fault_registry.make_fault(spec, name)
-        base = {"fault": name, "kind": spec.kind, "target": getattr(spec, "target", None)}
+        dumped = spec.model_dump(mode="json")
+        # the target as JSON ({source_of: r} a mapping, not its model): the same live and read back
+        base = {"fault": name, "kind": spec.kind, "target": dumped.get("target")}
         healable = type(fault).healable
-        self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": spec.model_dump(mode="json")})
+        self.timeline.append("invoke", "nemesis", "inject", {**base, "spec": dumped})
         try:
             why = fault_registry.gone(spec, self.ctx)
             if why is None:

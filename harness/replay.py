@@ -21,11 +21,12 @@ saying so. The text is validated before it is written (``harness.scenario.emit``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.fault_windows import FaultWindow, target_text
 from harness.report import load_run
 from harness.scenario import AwaitEvent, AwaitStep, FaultStep, MarkStep, SleepStep, StepModel
 from harness.scenario.emit import compact_data, scenario_text
@@ -34,8 +35,11 @@ from harness.verdict import RunResult
 
 __all__ = ["FaultRecord", "replay_text", "run_faults"]
 
-# spec key -> the keys of the inject's ok record that say what it resolved to
-RESOLVED_KEYS: dict[str, tuple[str, ...]] = {"target": ("target", "host"), "peer": ("peer", "peer_host")}
+# spec key -> what the inject's ok answer says it resolved to (a process, else a host)
+RESOLVED: dict[str, Callable[[FaultWindow], str | None]] = {
+    "target": lambda w: w.resolved or w.host,
+    "peer": lambda w: w.peer or w.peer_host,
+}
 
 
 @dataclass
@@ -44,11 +48,25 @@ class FaultRecord:
 
     step_id: str
     spec: dict[str, Any]
-    invoked_t: float | None = None
-    done_t: float | None = None  # when the inject ended (what a following sleep started after)
-    outcome: str | None = None  # ok | fail | info (skipped, indeterminate) | None (never fired)
-    record: dict[str, Any] = field(default_factory=dict)
-    resolved: dict[str, str] = field(default_factory=dict)  # spec key -> name it resolved to
+    window: FaultWindow | None = None  # None: the step never fired
+
+    @property
+    def invoked_t(self) -> float | None:
+        return None if self.window is None else self.window.start
+
+    @property
+    def done_t(self) -> float | None:
+        """When the inject ended (what a following sleep started after)."""
+        return None if self.window is None else self.window.inject_t
+
+    @property
+    def resolved(self) -> dict[str, str]:
+        """Spec key -> the name it resolved to (keys written ``{source_of: r}`` only)."""
+        w = self.window
+        if w is None or not w.injected:
+            return {}
+        found = {key: how(w) for key, how in RESOLVED.items() if isinstance(self.spec.get(key), dict)}
+        return {key: name for key, name in found.items() if name is not None}
 
 
 def _step_entries(history: History) -> dict[str, list[Entry]]:
@@ -60,12 +78,12 @@ def _step_entries(history: History) -> dict[str, list[Entry]]:
 
 
 def run_faults(result: RunResult) -> dict[str, FaultRecord]:
-    """Step id -> what happened to that fault step in the run (matched to the nemesis's
-    entries by the step's spec, in order, so parallel branches pair up too)."""
+    """Step id -> what happened to that fault step in the run (matched to the fault windows
+    by the step's spec, in order, so parallel branches pair up too)."""
     from harness.scenario import iter_steps
 
     history = result.history
-    injects = [e for e in history if e.actor == "nemesis" and e.f == "inject"]
+    windows = history.fault_windows()
     used: set[int] = set()
     out: dict[str, FaultRecord] = {}
     steps = _step_entries(history)
@@ -78,23 +96,9 @@ def run_faults(result: RunResult) -> dict[str, FaultRecord]:
         began = next((e.index for e in steps.get(ref.id, ()) if e.type == "invoke"), None)
         if began is None:
             continue
-        invoke = next((e for e in injects if e.type == "invoke" and e.index > began and e.index not in used
-                       and e.get("spec") == spec), None)
-        if invoke is None:
-            continue
-        used.add(invoke.index)
-        rec.invoked_t = invoke.t
-        name = invoke.get("fault")
-        done = next((e for e in injects if e.type != "invoke" and e.index > invoke.index and e.get("fault") == name), None)
-        if done is None:
-            continue
-        rec.outcome, rec.record, rec.done_t = done.type, dict(done.value), done.t
-        if done.type == "ok":
-            for key, record_keys in RESOLVED_KEYS.items():
-                if isinstance(spec.get(key), dict):
-                    found = next((done.get(k) for k in record_keys if isinstance(done.get(k), str)), None)
-                    if found is not None:
-                        rec.resolved[key] = found
+        rec.window = next((w for w in windows if w.index > began and w.index not in used and w.spec == spec), None)
+        if rec.window is not None:
+            used.add(rec.window.index)
     return out
 
 
@@ -104,10 +108,6 @@ def _anchor_t(result: RunResult, step_id: str) -> float | None:
         if e.type == "ok" and e.get("matched_t") is not None:
             return float(e.get("matched_t"))
     return None
-
-
-def _target_text(value: Any) -> str:
-    return f"source_of({value['source_of']})" if isinstance(value, dict) and "source_of" in value else str(value)
 
 
 def _retimed_steps(result: RunResult, faults: dict[str, FaultRecord]) -> tuple[list[Any], dict[int, list[str]]]:
@@ -138,9 +138,10 @@ def _retimed_steps(result: RunResult, faults: dict[str, FaultRecord]) -> tuple[l
             notes: list[str] = []
             if rec is not None and rec.invoked_t is not None:
                 for key, name in rec.resolved.items():
-                    notes.append(f"{key} {_target_text(rec.spec[key])} -> {name} (resolved when it fired)")
+                    notes.append(f"{key} {target_text(rec.spec[key])} -> {name} (resolved when it fired)")
                     dumped["fault"][key] = name
-                when = f"injected at t={rec.invoked_t:.3f}s" if rec.outcome == "ok" else f"attempted at t={rec.invoked_t:.3f}s"
+                injected = rec.window is not None and rec.window.injected
+                when = f"injected at t={rec.invoked_t:.3f}s" if injected else f"attempted at t={rec.invoked_t:.3f}s"
                 if anchor is not None:
                     delay = max(0.0, rec.invoked_t - anchor[1])
                     when += f", {delay * 1000:.1f} ms after {anchor[0]}"
@@ -157,11 +158,11 @@ def _retimed_steps(result: RunResult, faults: dict[str, FaultRecord]) -> tuple[l
             else:
                 flush_sleeps()
                 anchor = None
-            if rec is None or rec.outcome != "ok":
+            window = None if rec is None else rec.window
+            if window is None or not window.injected:
                 why = "never fired (the run ended before this step)"
-                if rec is not None and rec.outcome is not None:
-                    why = str(rec.record.get("skipped") or rec.record.get("error") or rec.outcome)
-                    why = f"did not inject in the run: {why}"
+                if window is not None and window.inject_t is not None:
+                    why = f"did not inject in the run: {window.error or window.outcome}"
                 notes.append(why)
             data.append(dumped)
             comments.setdefault(len(data) - 1, []).extend(notes)

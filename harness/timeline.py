@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from harness.fault_windows import FaultWindow, fault_windows
+
 __all__ = [
     "ENTRY_TYPES",
     "Entry",
@@ -288,19 +290,6 @@ class Timeline:
 
 
 @dataclass(frozen=True, slots=True)
-class FaultWindow:
-    """When a fault was live: from its inject invocation to its heal (``end`` None: never healed)."""
-
-    name: str
-    kind: str
-    target: str | None
-    start: float
-    end: float | None
-    injected: bool  # the inject completed ok
-    value: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class Incarnation:
     """One start of a scenario process, as the harness saw it."""
 
@@ -382,49 +371,9 @@ class History(Sequence[Entry]):
             seen.setdefault(entry.actor, None)
         return list(seen)
 
-    def fault_windows(self) -> list[FaultWindow]:
-        starts: dict[str, Entry] = {}
-        injected: dict[str, Entry] = {}
-        healed: dict[str, float] = {}
-        order: list[str] = []
-        for entry in self._entries:
-            if entry.actor != "nemesis":
-                continue
-            name = entry.get("fault")
-            if not isinstance(name, str):
-                continue
-            if entry.f == "inject" and entry.type == "invoke":
-                starts[name] = entry
-                order.append(name)
-            elif entry.f == "inject" and entry.type == "ok":
-                injected[name] = entry
-                if not entry.get("healable", False):
-                    healed.setdefault(name, entry.t)
-            elif (
-                (entry.f == "inject" and entry.type in ("fail", "info"))  # never took hold
-                or (entry.f == "heal" and entry.type in ("ok", "info") and name in starts)
-            ):
-                healed.setdefault(name, entry.t)
-        windows = []
-        for name in order:
-            start = starts[name]
-            done = injected.get(name)
-            value = dict(start.value)
-            if done is not None:
-                value.update(done.value)
-            windows.append(
-                FaultWindow(
-                    name=name,
-                    kind=str(start.get("kind", "")),
-                    # the injection's answer names the resolved target ({source_of: r} -> a process)
-                    target=_target_text((done.get("target") if done is not None else None) or start.get("target")),
-                    start=start.t,
-                    end=healed.get(name),
-                    injected=done is not None,
-                    value=value,
-                )
-            )
-        return windows
+    def fault_windows(self, name: str | None = None) -> list[FaultWindow]:
+        """Every fault of the run (only ``name``'s when given), typed (``harness.fault_windows``)."""
+        return fault_windows(self._entries, name)
 
     def incarnations(self, process: str | None = None) -> list[Incarnation]:
         """Process starts (``start`` ok entries) paired with their ``process_exit``."""
@@ -492,10 +441,3 @@ class History(Sequence[Entry]):
             entries.append(Entry(i, float(t), type_, actor, f, dict(value)))
         return cls(entries)
 
-
-def _target_text(target: Any) -> str | None:
-    if target is None or isinstance(target, str):
-        return target
-    if isinstance(target, Mapping) and "source_of" in target:
-        return f"source_of({target['source_of']})"
-    return str(target)

@@ -183,8 +183,8 @@ def evaluate(index: int, kind: str, params: BaseModel, history: History, run: Ru
 
 def resolve_ref(ref: Ref, history: History) -> Entry | None:
     """The entry a reference points at, or None when it never happened."""
-    if ref.fault is not None:
-        found = history.select(actor="nemesis", f="inject", type="invoke", where={"fault": ref.fault})
+    if ref.fault is not None:  # when it was injected: its inject's invocation
+        found = [history[w.index] for w in history.fault_windows(ref.fault)]
     elif ref.mark is not None:
         found = history.select(actor="harness", f="mark", where={"mark": ref.mark})
     elif ref.event is None:

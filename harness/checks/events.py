@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
-from harness.spec import Duration, Name, Ref, Scalar, custom_error
+from harness.checks.deadlines import StallBounded, announced_deadlines, bound_text
+from harness.spec import Name, Ref, Scalar, custom_error
 from harness.timeline import Entry, History
 
 
@@ -91,27 +92,32 @@ def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
     return CheckResult(True, f"{p.process} {p.event}: {n}", details)
 
 
-class ElapsedParams(CheckParams):
+class ElapsedParams(StallBounded, CheckParams):
     """The time from one point to another lies in ``[not_before, within]``: e.g. from a
     frozen source to the reader's next attempt, at least the transfer budget and at most the
-    budget plus slack. The timing goal of a scenario, judged on one run's timeline."""
+    budget plus slack. The timing goal of a scenario, judged on one run's timeline. A bound
+    may be written in the stall deadlines ``stall_of`` (a reader) announced, ``D`` / ``D1``
+    (``harness.checks.deadlines``): the announcements are held to ``contract`` first."""
 
     from_: Ref = Field(alias="from")
     to: Ref
-    not_before: Duration | None = None
-    within: Duration | None = None
+    stall_of: Name | None = None
 
     @model_validator(mode="after")
     def _window(self) -> ElapsedParams:
         if self.not_before is None and self.within is None:
             raise custom_error("window", "give not_before, within or both")
-        if self.not_before is not None and self.within is not None and self.not_before > self.within:
-            raise custom_error("window", f"not_before {self.not_before:g}s is after within {self.within:g}s")
         return self
 
+    def announcer(self) -> str | None:
+        return self.stall_of
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        if self.stall_of is not None:
+            yield "stall_of", self.stall_of, ("reader",)
+
     def label(self, kind: str) -> str:
-        lo = "" if self.not_before is None else f"{self.not_before:g}s <= "
-        hi = "" if self.within is None else f" <= {self.within:g}s"
+        lo, hi = self.window_text()
         return self.name or f"elapsed({lo}{self.from_.describe()} -> {self.to.describe()}{hi})"
 
 
@@ -128,16 +134,25 @@ def elapsed(p: ElapsedParams, h: History, run: RunFacts) -> CheckResult:
     delta = end.t - start.t
     details: dict[str, Any] = {"from": round(start.t, 6), "to": round(end.t, 6), "elapsed": round(delta, 6)}
     marks = ((start.t, p.from_.describe()), (end.t, p.to.describe()))
+    window = announced_deadlines(p, h, end.t)
+    if window.details:
+        details["deadlines"] = dict(window.details)
+    if window.problems:
+        return CheckResult(False, "; ".join(window.problems), details, marks)
     bound = clock_bound(h, start, end)
     shown = f"{delta:.3f}s"
     if bound is not None:  # the two ends were timed by different hosts' clocks (ssh hosts)
         details["clock_error_s"], details["clock_hosts"] = round(bound[0], 6), bound[1]
         shown += f" (±{bound[0] * 1000:.3f} ms: clocks of {' and '.join(bound[1])})"
-    if p.not_before is not None and delta < p.not_before:
-        return CheckResult(False, f"{shown}, earlier than {p.not_before:g}s", details, marks)
-    if p.within is not None and delta > p.within:
-        return CheckResult(False, f"{shown}, later than {p.within:g}s", details, marks)
+    if window.not_before is not None and delta < window.not_before:
+        return CheckResult(False, f"{shown}, earlier than {bound_text(p.not_before, window.not_before, _secs)}", details, marks)
+    if window.within is not None and delta > window.within:
+        return CheckResult(False, f"{shown}, later than {bound_text(p.within, window.within, _secs)}", details, marks)
     return CheckResult(True, shown, details, marks)
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:g}s"
 
 
 def clock_bound(h: History, start: Entry, end: Entry) -> tuple[float, list[str]] | None:

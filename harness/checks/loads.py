@@ -16,6 +16,7 @@ from harness.checks import (
     source_matches,
     truthy_integrity,
 )
+from harness.checks.deadlines import StallBounded, announced_deadlines, bound_text
 from harness.spec import Duration, Name, Ref, format_seconds
 from harness.timeline import History
 
@@ -76,14 +77,13 @@ def loaded(p: LoadedParams, h: History, run: RunFacts) -> CheckResult:
     )
 
 
-class FellBackParams(CheckParams):
+class FellBackParams(StallBounded, CheckParams):
     """The reader fell back to disk: a ``fallback`` event ``within`` / ``not_before`` a time of
     ``from`` (default: the reader's start), optionally for ``reason``, then (``loaded``) a
-    verified disk load."""
+    verified disk load. A bound may be written in the stall deadlines the reader announced
+    (``D`` / ``D1``, held to ``contract`` first: ``harness.checks.deadlines``)."""
 
     reader: Name
-    within: Duration | None = None
-    not_before: Duration | None = None
     from_: Ref | None = Field(default=None, alias="from")
     reason: str | None = None
     loaded: bool = True
@@ -93,6 +93,9 @@ class FellBackParams(CheckParams):
 
     def label(self, kind: str) -> str:
         return self.name or f"fell_back({self.reader})"
+
+    def announcer(self) -> str | None:
+        return self.reader
 
 
 @register("fell_back", FellBackParams)
@@ -108,11 +111,12 @@ def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
         return CheckResult(False, f"{p.reader} did not fall back after {ref_text}{got}")
     fb = fallbacks[0]
     elapsed = fb.t - t_ref
-    problems = []
-    if p.within is not None and elapsed > p.within:
-        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, later than {format_seconds(p.within)}")
-    if p.not_before is not None and elapsed < p.not_before:
-        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, before {format_seconds(p.not_before)}")
+    window = announced_deadlines(p, h, fb.t)
+    problems = list(window.problems)
+    if window.within is not None and elapsed > window.within:
+        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, later than {bound_text(p.within, window.within)}")
+    if window.not_before is not None and elapsed < window.not_before:
+        problems.append(f"fell back {elapsed:.3f}s after {ref_text}, before {bound_text(p.not_before, window.not_before)}")
     if p.reason is not None and str(fb.get("reason")) != p.reason:
         problems.append(f"reason {fb.get('reason')!r}, expected {p.reason!r}")
     load = h.first(actor=p.reader, f="load_done", since=fb.t)
@@ -122,6 +126,8 @@ def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
         elif load.get("path") != "disk" or truthy_integrity(load.get("integrity")) is not True:
             problems.append(f"load after fallback: path {load.get('path')!r}, integrity {load.get('integrity')!r}")
     details = {"fallback": dict(fb.value), "t": fb.t, "elapsed_s": round(elapsed, 6), "reference": ref_text}
+    if window.details:
+        details["deadlines"] = dict(window.details)
     marks = ((fb.t, f"{p.reader} fell back"),)
     if problems:
         return CheckResult(False, f"{p.reader}: " + "; ".join(problems), details, marks)

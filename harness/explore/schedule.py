@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from harness.explore.template import FaultSpace, Template, fault_step, with_faults
+from harness.fault_windows import target_text
 
 __all__ = ["DrawnFault", "Schedule", "scenario_data", "schedules"]
 
@@ -44,7 +45,7 @@ class DrawnFault:
 
 def _short(value: Any) -> str:
     if isinstance(value, dict) and set(value) == {"source_of"}:
-        return f"source_of({value['source_of']})"
+        return str(target_text(value))
     if isinstance(value, float):
         return f"{value:g}s"
     return str(value)

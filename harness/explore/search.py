@@ -234,9 +234,9 @@ class _Explorer:
             trial.inapplicable = f"cut short at {left:.0f}s by the exploration's budget (budgets.run lowered to fit it)"
         trial.false_checks = [c.name or c.kind for c in result.checks if c.valid is False]
         trial.run_dir, trial.seconds = str(result.run_dir), result.seconds
-        refused = [e for e in result.history if e.actor == "nemesis" and e.f == "inject" and e.type == "fail"]
+        refused = [w for w in result.history.fault_windows() if w.outcome == "failed" and not w.indeterminate]
         if refused:
-            trial.inapplicable = f"{refused[0].get('fault')} ({refused[0].get('kind')}): {refused[0].get('error')}"
+            trial.inapplicable = f"{refused[0].name} ({refused[0].kind}): {refused[0].error}"
             trial.note = "inapplicable: a fault could not be injected"
         failing = f"  false: {', '.join(trial.false_checks)}" if trial.false_checks else ""
         failing += f"  inapplicable: {trial.inapplicable}" if trial.inapplicable else ""

@@ -99,9 +99,8 @@ def host_hit(windows: Sequence[FaultWindow], host_of: Mapping[str, str]) -> dict
     """Per process: the windows of faults on its host (not aimed at the process itself)."""
     out: dict[str, list[FaultWindow]] = {}
     for w in windows:
-        hosts = {str(w.value[k]) for k in ("host", "peer_host") if w.value.get(k)}
         for process, host in host_of.items():
-            if host in hosts and w.target != process:
+            if host in w.hosts and w.target != process:
                 out.setdefault(process, []).append(w)
     return out
 

@@ -28,7 +28,7 @@ from harness.htmlreport.style import (
 )
 from harness.htmlreport.timeline import legend_html, timeline_svg
 from harness.machine import oversubscribed, run_load
-from harness.timeline import Entry, History
+from harness.timeline import Entry, FaultWindow, History
 from harness.verdict import RunResult
 
 
@@ -257,10 +257,20 @@ def _faults_table(h: History) -> str:
         return ""
     rows = (
         f"<tr><td>{_e(w.name)}</td><td>{_e(w.kind)}</td><td>{_e(w.target or '')}</td><td>{w.start:.3f}</td>"
-        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{'yes' if w.injected else 'no'}</td></tr>"
+        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{_e(_fault_outcome(w))}</td></tr>"
         for w in windows
     )
-    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "injected"), rows)
+    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "outcome"), rows)
+
+
+def _fault_outcome(w: FaultWindow) -> str:
+    """``healed (by teardown)``, ``failed: why``...: a fault window's outcome as a cell."""
+    text = w.outcome + (" (indeterminate)" if w.indeterminate else "")
+    if w.outcome == "healed" and w.heal_reason == "teardown":
+        text += " (by teardown)"
+    elif w.outcome == "active":
+        text += " at the end of the run"
+    return text + (f": {w.error}" if w.error else "")
 
 
 def _processes_table(h: History, roles: dict[str, str]) -> str:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.timeline import History
+
 __all__ = [
     "FAILING",
     "SEVERITY",
@@ -131,26 +133,19 @@ def _read_json(path: Path) -> Any:
 def run_timings(run_dir: Path) -> dict[str, Any]:
     """Timings of one run from its ``timeline.jsonl`` (absent ones are None)."""
     out: dict[str, Any] = {"detection_s": None, "recovery_s": None, "fallback_s": None, "gbps": []}
-    fault_t: float | None = None
     try:
-        lines = (run_dir / "timeline.jsonl").read_text().splitlines()
-    except OSError:
+        history = History.from_jsonl(run_dir / "timeline.jsonl")
+    except (OSError, ValueError):  # no timeline, or a damaged one: no timings
         return out
-    for line in lines:
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        f, t, value = e.get("f"), e.get("t"), e.get("value") or {}
-        if not isinstance(t, int | float):
-            continue
-        if f == "inject" and e.get("type") == "invoke" and fault_t is None:
-            fault_t = float(t)
-        elif f == "transfer_done" and isinstance(value.get("gbps"), int | float):
+    windows = history.fault_windows()
+    fault_t = windows[0].start if windows else None  # from the first fault's inject
+    for e in history:
+        f, t, value = e.f, e.t, e.value
+        if f == "transfer_done" and isinstance(value.get("gbps"), int | float):
             out["gbps"].append(float(value["gbps"]))
-        if fault_t is None:
+        if fault_t is None or t < fault_t:
             continue
-        since = round(float(t) - fault_t, 4)
+        since = round(t - fault_t, 4)
         if f == "transfer_error" and out["detection_s"] is None:
             out["detection_s"] = since
         elif f == "load_done" and out["recovery_s"] is None:

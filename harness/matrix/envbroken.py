@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.timeline import History
+
 __all__ = ["ENV_BROKEN", "ENV_WORDS", "LABEL", "cell_reason", "environment_reason", "text_reason"]
 
 ENV_BROKEN = "env_broken"  # the cell verdict (matrix.json, nightly.json)
@@ -45,14 +47,14 @@ def text_reason(text: str) -> str | None:
 
 
 def _fault_injected(run_dir: Path) -> bool:
+    """Whether the run invoked a fault (a damaged timeline: assumed so, never blaming the
+    environment for what may be a verdict)."""
     try:
-        with open(run_dir / "timeline.jsonl") as fh:
-            for line in fh:
-                if '"inject"' in line and '"invoke"' in line:
-                    return True
+        return bool(History.from_jsonl(run_dir / "timeline.jsonl").fault_windows())
     except OSError:
         return False
-    return False
+    except ValueError:
+        return True
 
 
 def environment_reason(run_dir: Path) -> str | None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.checks.deadlines import Bound
+
 __all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "Placement", "Plan", "RunGroup", "default_jobs",
            "merge_summaries", "place", "plan_column", "run_plan"]
 
@@ -82,6 +84,8 @@ def _tight_check(scenario: Any) -> str:
     for entry in getattr(scenario, "checks", ()):
         body = _check_body(entry, "elapsed")
         within = getattr(body, "within", None) if body is not None else None
+        if isinstance(within, Bound):  # in the reader's stall deadlines: at the contract's
+            within = within.resolve(body.contract.deadlines())
         if within is not None and float(within) <= TIGHT_WITHIN_S:
             label = getattr(body, "name", None) or "elapsed"
             return f"timing window within {float(within):g}s ({label})"

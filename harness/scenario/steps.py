@@ -19,10 +19,11 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag
 
 from harness import faults as fault_registry
 from harness.checks.processes import ExitCodes
+from harness.fault_windows import target_text
 from harness.faults import FaultSpec
 from harness.scenario.models import NameList
 from harness.scrape import Comparison
-from harness.spec import Duration, Name, Scalar, SourceOf, Strict, custom_error
+from harness.spec import Duration, Name, Scalar, Strict, custom_error
 
 __all__ = [
     "STEPS",
@@ -270,9 +271,7 @@ class FaultStep(StepModel):
 
     def describe(self) -> str:
         spec = self.fault
-        target = getattr(spec, "target", None) or getattr(spec, "proxy", None)
-        if isinstance(target, SourceOf):
-            target = f"source_of({target.source_of})"
+        target = target_text(getattr(spec, "target", None) or getattr(spec, "proxy", None))
         extra = f" for {spec.duration:g}s" if spec.duration else ""
         return f"fault {spec.kind}" + (f" {target}" if target else "") + (f" ({spec.name})" if spec.name else "") + extra
 

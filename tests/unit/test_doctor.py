@@ -81,9 +81,9 @@ def _run_folder(tmp_path: Path, name: str, verdict: str = "fail", exit_error: st
     run = tmp_path / name
     (run / "procs").mkdir(parents=True)
     (run / "verdict.json").write_text(json.dumps({"verdict": verdict, "status": "step_failed"}))
-    timeline = [{"f": "step", "type": "invoke", "t": 0.1}]
+    timeline = [{"index": 0, "actor": "harness", "f": "step", "type": "invoke", "t": 0.1}]
     if inject:
-        timeline.append({"f": "inject", "type": "invoke", "t": 0.5})
+        timeline.append({"index": 1, "actor": "nemesis", "f": "inject", "type": "invoke", "t": 0.5, "value": {"fault": "cut"}})
     (run / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in timeline))
     if exit_error:
         (run / "procs" / "server.events.jsonl").write_text(

@@ -6,6 +6,7 @@ during the inject; a failure of the inject's own is never taken for a skip."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from fixtures.fault_context import FakeContext
@@ -17,7 +18,7 @@ from harness.faults.process import DepartSpec, KillSpec, PauseSpec
 from harness.nemesis import Nemesis
 from harness.scenario import parse_scenario
 from harness.spec import SourceOf
-from harness.timeline import Entry, Timeline
+from harness.timeline import Entry, History, Timeline
 
 SCENARIO = """\
 name: t
@@ -165,3 +166,18 @@ def test_the_console_says_a_fault_was_skipped_and_why() -> None:
     skipped = {"fault": "again", "kind": "pause", "target": "source-1", "skipped": "source-1 was never started"}
     Progress(out)(Entry(0, 1.25, "info", "nemesis", "inject", skipped))
     assert out.getvalue() == "   1.250s fault again (pause source-1) skipped: source-1 was never started\n"
+
+
+def test_a_source_of_target_is_recorded_as_data_the_same_live_and_read_back(ctx: FakeContext, tmp_path: Path) -> None:
+    del ctx.sources["reader-1"]
+    nem, timeline = nemesis(ctx)
+    with pytest.raises(FaultError, match="has not started an attempt"):
+        nem.inject(KillSpec(kind="kill", target=SourceOf(source_of="reader-1"), name="k"))
+    live = timeline.snapshot()
+    live.to_jsonl(tmp_path / "timeline.jsonl")
+    (window,) = live.fault_windows()
+    assert (window.target, window.outcome) == ("source_of(reader-1)", "failed")
+    assert History.from_jsonl(tmp_path / "timeline.jsonl").fault_windows() == [window]
+    out = io.StringIO()
+    Progress(out)(live[-1])
+    assert out.getvalue().startswith("   ") and "fault k (kill source_of(reader-1)) inject FAIL: " in out.getvalue()

@@ -177,14 +177,14 @@ def test_a_version_that_cannot_be_installed_is_an_error_not_an_exception(tmp_pat
 def _timeline(gbps: Sequence[float], fault_t: float | None = None) -> str:
     entries: list[dict[str, Any]] = []
     if fault_t is not None:
-        entries.append({"t": fault_t, "type": "invoke", "actor": "nemesis", "f": "inject", "value": {}})
+        entries.append({"t": fault_t, "type": "invoke", "actor": "nemesis", "f": "inject", "value": {"fault": "cut"}})
         entries.append({"t": fault_t + 0.04, "type": "info", "actor": "reader-1", "f": "transfer_error", "value": {}})
         entries.append({"t": fault_t + 0.2, "type": "info", "actor": "reader-1", "f": "fallback", "value": {}})
     entries += [{"t": 20.0 + i, "type": "info", "actor": "reader-1", "f": "transfer_done", "value": {"gbps": g}}
                 for i, g in enumerate(gbps)]
     if fault_t is not None:
         entries.append({"t": 30.0, "type": "info", "actor": "reader-1", "f": "load_done", "value": {}})
-    return "\n".join(json.dumps(e) for e in entries) + "\n"
+    return "\n".join(json.dumps({"index": i, **e}) for i, e in enumerate(entries)) + "\n"
 
 
 def write_run(folder: Path, scenario: str, verdict: str, *, nixl: str = "1.5.1", ucx: str = "1.23.0",

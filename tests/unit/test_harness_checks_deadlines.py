@@ -1,0 +1,136 @@
+"""Timing bounds in the reader's announced stall deadlines (``harness.checks.deadlines``): the
+announcement is held to the contract, then the observed time to the announcement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from harness import checks
+from harness.checks import RunFacts, evaluate
+from harness.checks.deadlines import Bound, parse_bound
+from harness.checks.events import ElapsedParams
+from harness.checks.loads import FellBackParams
+from harness.invocation import is_time_bound
+from harness.matrix.schedule import _tight_check
+from harness.scenario import parse_scenario
+from harness.timeline import History
+
+ROLES = RunFacts(roles={"server": "server", "source-1": "source", "reader-1": "reader"})
+STALL = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},
+         "stall_of": "reader-1", "not_before": "D1", "within": "2D1"}
+
+
+def run(kind: str, params: dict[str, Any], rows: list[tuple[Any, ...]]) -> checks.NamedResult:
+    return evaluate(0, kind, checks.REGISTRY[kind].params.model_validate(params), History.build(rows), ROLES)
+
+
+def read(first_stall_s: float | None, stall_s: float | None, stalled_after: float, start: float = 2.0) -> list[tuple[Any, ...]]:
+    """A reader's READ that announces its deadlines and is called a stall ``stalled_after`` in."""
+    return [
+        (1.0, "ok", "reader-1", "start", {"incarnation": 1, "pid": 200}),
+        (start, "info", "reader-1", "transfer_start", {"index": 0, "stall_s": stall_s, "first_stall_s": first_stall_s}),
+        (start + stalled_after, "info", "reader-1", "transfer_timeout", {"index": 0, "stalled": True}),
+    ]
+
+
+@pytest.mark.parametrize(("text", "bound"), [
+    ("D1", Bound(0.0, 1.0, "D1")),
+    ("2D1", Bound(0.0, 2.0, "D1")),
+    ("D + 1.5s", Bound(1.5, 1.0, "D")),
+    ("D1 - 80ms", Bound(-0.08, 1.0, "D1")),
+    ("3D + 4.5s", Bound(4.5, 3.0, "D")),
+    ("750ms", Bound(0.75)),
+    (2, Bound(2.0)),
+])
+def test_a_bound_is_a_duration_or_one_in_the_deadlines(text: Any, bound: Bound) -> None:
+    assert parse_bound(text) == bound
+    assert parse_bound(str(bound)) == bound  # written back as it reads
+
+
+@pytest.mark.parametrize("bad", ["E", "D + x", "-1s", "0D", "D2", True])
+def test_a_bad_bound_says_what_a_bound_is(bad: Any) -> None:
+    with pytest.raises(ValidationError, match="announced stall deadlines: D"):
+        ElapsedParams.model_validate({**STALL, "within": bad})
+
+
+def test_a_bound_in_the_deadlines_needs_the_reader_that_announces_them() -> None:
+    with pytest.raises(ValidationError, match="name that reader in stall_of"):
+        ElapsedParams.model_validate({k: v for k, v in STALL.items() if k != "stall_of"})
+    with pytest.raises(ValidationError, match=r"not_before 1.5s is after within 0.75s \(at the contract's deadlines\)"):
+        ElapsedParams.model_validate({**STALL, "not_before": "2D1", "within": "D1"})
+    assert list(ElapsedParams.model_validate(STALL).process_refs()) == [("stall_of", "reader-1", ("reader",))]
+
+
+def test_a_stall_called_between_the_announced_bounds_passes() -> None:
+    ok = run("elapsed", STALL, read(0.752, 0.836, 0.80))
+    assert (ok.valid, ok.summary) == (True, "0.800s")
+    assert ok.details["deadlines"] == {"announced": {"D1": 0.752}, "contract": {"D1": 0.75}}
+
+
+def test_an_announcement_the_contract_does_not_hold_fails_however_consistent_the_reader() -> None:
+    """The mutant that multiplies the deadline by 20: it announces 20 x D1 and waits that long."""
+    result = run("elapsed", STALL, read(15.04, 16.72, 15.5))
+    assert result.valid is False
+    assert result.summary.startswith(
+        "stall deadlines: reader-1 announced D = 16.72s (transfer_start at 2.000s); the contract's D is 840ms (±5ms); "
+        "reader-1 announced D1 = 15.04s")
+    assert not is_time_bound("elapsed", result.summary)  # a behaviour, not a time the machine's load can move
+
+
+def test_a_stall_outside_what_the_reader_announced_fails() -> None:
+    early = run("elapsed", STALL, read(0.752, 0.836, 0.5))
+    assert (early.valid, early.summary) == (False, "0.500s, earlier than D1 = 0.752s")
+    assert is_time_bound("elapsed", early.summary)
+    late = run("elapsed", STALL, read(0.752, 0.836, 15.04))  # announces D1, waits 20 x D1
+    assert (late.valid, late.summary) == (False, "15.040s, later than 2D1 = 1.504s")
+
+
+def test_a_read_that_announced_no_deadline_is_judged_at_the_contracts() -> None:
+    ok = run("elapsed", STALL, read(None, None, 0.8))  # a single READ handle, a client without chunked READs
+    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {}, "contract": {"D1": 0.75}, "not_announced": ["D1"]})
+    late = run("elapsed", STALL, read(None, None, 30.0))  # a stall seen only at a 30 s budget
+    assert (late.valid, late.summary) == (False, "30.000s, later than 2D1 = 1.500s")
+
+
+def test_plain_bounds_read_no_announcement() -> None:
+    result = run("elapsed", {**STALL, "stall_of": None, "not_before": "0.5s", "within": "1s"}, read(15.04, 16.72, 0.8))
+    assert (result.valid, result.summary, "deadlines" in result.details) == (True, "0.800s", False)
+
+
+def test_another_contract_is_given_in_the_check() -> None:
+    params = {**STALL, "contract": {"D": "1.2s", "D1": "1s", "tolerance": "20ms"}}
+    assert run("elapsed", params, read(1.01, 1.19, 1.5)).valid is True
+    assert run("elapsed", params, read(0.752, 0.836, 0.8)).valid is False
+
+
+def test_fell_back_reads_its_readers_announcement() -> None:
+    rows = [*read(0.752, 0.836, 0.8),
+            (3.0, "info", "reader-1", "fallback", {"reason": "all candidates failed"}),
+            (3.5, "info", "reader-1", "load_done", {"path": "disk", "integrity": True})]
+    ok = run("fell_back", {"reader": "reader-1", "not_before": "2D1", "within": "3D + 4.5s"}, rows)
+    assert (ok.valid, ok.summary) == (True, "reader-1 fell back 2.000s after reader-1 start (all candidates failed)")
+    early = run("fell_back", {"reader": "reader-1", "not_before": "3D1"}, rows)
+    assert (early.valid, early.summary) == (False, "reader-1: fell back 2.000s after reader-1 start, before 3D1 = 2.256s")
+    lying = [*rows[:1], (2.0, "info", "reader-1", "transfer_start", {"stall_s": 16.72, "first_stall_s": 15.04}), *rows[2:]]
+    lied = run("fell_back", {"reader": "reader-1", "not_before": "D1"}, lying)
+    assert lied.valid is False and not is_time_bound("fell_back", lied.summary)
+    assert FellBackParams.model_validate({"reader": "reader-1", "within": "D"}).announcer() == "reader-1"
+
+
+def test_the_matrix_reads_a_deadline_bound_at_the_contract() -> None:
+    sc = parse_scenario("""\
+name: t
+model: {tensors: 2, tensor_mib: 16}
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: [server, source-1, reader-1]
+checks:
+  - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D}
+""")
+    assert _tight_check(sc) == "timing window within 1.68s (elapsed)"
