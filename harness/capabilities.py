@@ -11,6 +11,7 @@ Capabilities::
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
     fuse        ``/dev/fuse`` and libfuse 3 that mfusepy loads (``disk`` faults mount a FUSE layer)
+    timens      the kernel has time namespaces (``/proc/self/ns/time``; ``clock`` faults start a process in one)
     <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
     modelexpress-server  the real ModelExpress server is built (``harness.subjects.mx_server``;
                 ``.ci/bootstrap`` builds it into the cache), for a ``server`` with ``subject: modelexpress``
@@ -180,6 +181,7 @@ def _mx_server_built() -> bool:
 PROBES: dict[str, Callable[[], bool]] = {
     "root": _root,
     "fuse": _fuse,
+    "timens": lambda: os.path.exists("/proc/self/ns/time"),  # time namespaces (Linux 5.6+): the clock fault
     "toxiproxy": lambda: toxiproxy_server() is not None,
     "netns": _netns,
     "cuda": lambda: _local_hardware().gpus > 0,
