@@ -17,7 +17,7 @@ import pytest
 
 from harness import capabilities
 from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, place
-from harness.host import LocalHost
+from harness.host import LocalHost, Proc, StopResult
 from harness.processes import ProcessTable, ProcState
 from harness.timeline import Entry, Timeline
 from harness.waits import RunClock
@@ -26,11 +26,22 @@ OFFSET = 259200.0  # 72 h
 
 
 class FakeProc:
+    """A process that runs until the test says otherwise (it is never signalled here)."""
+
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
     def poll(self) -> int | None:
         return None
+
+    def wait(self, timeout: float) -> int | None:
+        return None
+
+    def signal(self, sig: int, *, group: bool = True) -> bool:
+        raise AssertionError("not signalled in these tests")
+
+    def stop(self, grace: float) -> StopResult:
+        raise AssertionError("not stopped in these tests")
 
 
 class SpawnHost(LocalHost):
@@ -40,7 +51,7 @@ class SpawnHost(LocalHost):
         super().__init__()
         self.argvs: list[list[str]] = []
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> FakeProc:  # type: ignore[override]
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Proc:  # type: ignore[override]
         self.argvs.append(list(argv))
         return FakeProc(4000 + len(self.argvs))
 
