@@ -19,11 +19,12 @@ its events hours away from everything they relate to.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HOST_CLOCKS", "STAMP_SLACK_S", "ClockOffsets", "IncarnationClock", "place"]
+__all__ = ["FAKETIME_LIBRARIES", "HOST_CLOCKS", "STAMP_SLACK_S", "ClockOffsets", "IncarnationClock", "faketime_library", "place"]
 
 # how far outside [incarnation start, receipt] a stamp may fall and still be believed: the start
 # is recorded just before the spawn, a receipt just after the read, on one clock
@@ -38,26 +39,51 @@ class ClockOffsets:
 
     monotonic_s: float = 0.0
     boottime_s: float = 0.0
+    realtime_s: float = 0.0  # the wall clock (CLOCK_REALTIME and its kin), through libfaketime
 
     def __post_init__(self) -> None:
-        for name, value in (("monotonic_s", self.monotonic_s), ("boottime_s", self.boottime_s)):
+        for name, value in (("monotonic_s", self.monotonic_s), ("boottime_s", self.boottime_s), ("realtime_s", self.realtime_s)):
             if not math.isfinite(value) or value != int(value):
                 raise ValueError(f"clock offset {name} must be a whole number of seconds (got {value!r})")
 
     @property
     def none(self) -> bool:
-        return self.monotonic_s == 0 and self.boottime_s == 0
+        return self.monotonic_s == 0 and self.boottime_s == 0 and self.realtime_s == 0
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` started in a new time namespace with these offsets (``unshare`` execs it: the
-        pid the harness holds is the program's)."""
-        if self.none:
-            return list(argv)
-        return ["unshare", "--time", f"--monotonic={int(self.monotonic_s)}", f"--boottime={int(self.boottime_s)}", "--",
-                *argv]
+        """``argv`` started with these offsets: a new time namespace for the monotonic clocks
+        (``unshare``), libfaketime preloaded for the wall clock (``env``, monotonic clocks left
+        alone); each execs the next, so the pid the harness holds is the program's."""
+        out = list(argv)
+        if self.realtime_s:
+            out = ["env", f"LD_PRELOAD={faketime_library()}", f"FAKETIME={int(self.realtime_s):+d}",
+                   "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1", *out]
+        if self.monotonic_s or self.boottime_s:
+            out = ["unshare", "--time", f"--monotonic={int(self.monotonic_s)}", f"--boottime={int(self.boottime_s)}", "--",
+                   *out]
+        return out
 
     def record(self) -> dict[str, Any]:
-        return {"monotonic_s": self.monotonic_s, "boottime_s": self.boottime_s}
+        out = {"monotonic_s": self.monotonic_s, "boottime_s": self.boottime_s}
+        if self.realtime_s:
+            out["realtime_s"] = self.realtime_s
+        return out
+
+
+# where Debian's libfaketime (package ``faketime``) puts its thread-safe library
+FAKETIME_LIBRARIES = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+)
+
+
+def faketime_library() -> str:
+    """The libfaketime library of this machine; ``FileNotFoundError`` naming where it was looked for."""
+    for path in FAKETIME_LIBRARIES:
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"no libfaketime (apt-get install faketime); looked in {', '.join(FAKETIME_LIBRARIES)}")
 
 
 HOST_CLOCKS = ClockOffsets()  # no offset: the host's own clocks (a plain start)

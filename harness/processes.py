@@ -129,11 +129,12 @@ class ProcessTable:
             if st.alive:
                 raise StepFailed("-", f"{name} is already running (pid {st.pid})")
             incarnation = st.incarnation + 1
+            launched = clocks.wrap(argv)  # before anything is recorded: it may find no libfaketime
             invoked = self.timeline.append("invoke", name, "start", {"incarnation": incarnation})
             st.start_index = len(self.timeline)
             st.log_start = st.log_path.stat().st_size if st.log_path.is_file() else 0
             st.clocks[incarnation] = IncarnationClock(invoked.t, clocks)
-            proc = st.host.spawn(clocks.wrap(argv), env=env, cwd=cwd, log_path=st.log_path)
+            proc = st.host.spawn(launched, env=env, cwd=cwd, log_path=st.log_path)
             st.ports = {}
             self._start_counter += 1
             st.started_order = self._start_counter

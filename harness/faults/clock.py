@@ -1,4 +1,5 @@
-"""Clock faults: a process whose monotonic clocks are not the host's.
+"""Clock faults: a process whose monotonic clocks (``clock``) or wall clock (``wall_clock``)
+are not the host's.
 
 ``clock`` stops the target (TERM, ``grace``, KILL) when it runs and starts its next incarnation
 in a new time namespace (``unshare --time``) whose ``CLOCK_MONOTONIC`` runs ``monotonic`` ahead
@@ -17,6 +18,14 @@ namespaces do not offset the wall clock (``CLOCK_REALTIME``). Needs root, ``unsh
 linux) and a kernel with time namespaces (5.6+). The kernel refuses an offset that would put a
 clock below zero: a negative one must be smaller than the host's uptime, or the start fails
 with unshare's word in the target's log.
+
+``wall_clock`` restarts the target the same way with its wall clock (``CLOCK_REALTIME`` and
+its kin: ``time.time()``) ``offset`` ahead or behind: libfaketime preloaded into it
+(``LD_PRELOAD``, ``FAKETIME=-2``), its monotonic clocks left alone (``FAKETIME_DONT_FAKE_
+MONOTONIC``), so its event stamps need no correction. That is a machine whose NTP is off: a
+wall stamp it writes, or judges another's by, is skewed. Needs Debian's ``faketime`` (the
+library only; a program that calls the kernel without libc, or is statically linked, is not
+reached).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from harness.clocks import ClockOffsets
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
 from harness.spec import Duration, Target, custom_error, parse_duration
 
-__all__ = ["Clock", "ClockSpec", "parse_offset"]
+__all__ = ["Clock", "ClockSpec", "WallClock", "WallClockSpec", "parse_offset", "restart_with"]
 
 MAX_OFFSET_S = 10 * 365 * 86400.0  # ten years: far past any host's uptime, far inside the kernel's range
 OFFSET_RULE = ("a clock offset is 0 or a whole number of seconds as a duration with an optional sign (+72h, "
@@ -94,6 +103,17 @@ class ClockSpec(FaultSpec):
         return (self.target,) if isinstance(self.target, str) else ()
 
 
+def restart_with(ctx: FaultContext, target: Target, offsets: ClockOffsets, grace: float) -> Injected[None]:
+    """Stop ``target`` if it runs (TERM, ``grace``, KILL) and start its next incarnation with
+    ``offsets``; nothing to heal (the offsets end with the incarnation)."""
+    name = ctx.resolve(target)
+    value: dict[str, Any] = {"target": name, "clocks": offsets.record()}
+    if ctx.proc(name).alive:
+        value["stopped"] = ctx.stop(name, grace)
+    value["started"] = ctx.start(name, offsets)
+    return Injected(None, value)
+
+
 @register
 class Clock(Fault[ClockSpec, None]):
     kind = "clock"
@@ -101,11 +121,36 @@ class Clock(Fault[ClockSpec, None]):
     requires = ("root", "unshare", "timens")
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
-        spec = self.spec
-        target = ctx.resolve(spec.target)
-        offsets = spec.offsets()
-        value: dict[str, Any] = {"target": target, "clocks": offsets.record()}
-        if ctx.proc(target).alive:
-            value["stopped"] = ctx.stop(target, spec.grace)
-        value["started"] = ctx.start(target, offsets)
-        return Injected(None, value)
+        return restart_with(ctx, self.spec.target, self.spec.offsets(), self.spec.grace)
+
+
+class WallClockSpec(FaultSpec):
+    """(Re)start ``target`` with its wall clock ``offset`` ahead of the host's (negative:
+    behind); a running target is stopped first (TERM, ``grace``, KILL)."""
+
+    kind: Literal["wall_clock"]
+    target: Target
+    offset: Offset
+    grace: Duration = 5.0
+
+    @model_validator(mode="after")
+    def _moves_the_clock(self) -> WallClockSpec:
+        if not self.offset:
+            raise custom_error("offset", "a wall_clock fault needs an offset not 0 (e.g. offset: -2s)")
+        return self
+
+    def process_refs(self) -> tuple[str, ...]:
+        return (process_of(self.target),)
+
+    def started_refs(self) -> tuple[str, ...]:
+        return (self.target,) if isinstance(self.target, str) else ()
+
+
+@register
+class WallClock(Fault[WallClockSpec, None]):
+    kind = "wall_clock"
+    Spec = WallClockSpec
+    requires = ("faketime",)
+
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        return restart_with(ctx, self.spec.target, ClockOffsets(realtime_s=self.spec.offset), self.spec.grace)

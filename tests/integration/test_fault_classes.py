@@ -120,3 +120,17 @@ def test_clock_replica_booted_earlier_passes_and_catches_monotonic_stamps_in_a_s
     assert bad.verdict == "fail"
     assert {"the replica offered reader-1 both live sources", "the replica's reaper marked no live source STALE"} <= set(
         failed(bad)), failed(bad)
+
+
+@needs("faketime")
+def test_clock_replica_wall_behind_passes_and_catches_a_server_that_distrusts_future_stamps(tmp_path: Path) -> None:
+    path = SCENARIOS / "clock_replica_wall_behind.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    started = next(e for e in good.history if e.actor == "server-b" and e.f == "start" and e.type == "ok")
+    assert started.value["clocks"]["realtime_s"] == -2.0
+    # the regression: a server that leaves a stamp from its future out of READY listings; right on
+    # one machine, it hides every source heartbeating through a replica whose clock is ahead
+    bad = run(path, tmp_path / "bad", {"server-b": "future_stamps"})
+    assert bad.verdict == "fail"
+    assert "the replica offered reader-1 both live sources" in failed(bad), failed(bad)

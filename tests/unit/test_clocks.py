@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities
+from harness import capabilities, clocks
 from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, place
 from harness.host import LocalHost, Proc, StopResult
 from harness.processes import ProcessTable, ProcState
@@ -83,6 +84,26 @@ def test_host_clocks_leave_the_argv_alone_and_offsets_start_it_in_a_time_namespa
     assert HOST_CLOCKS.none and HOST_CLOCKS.wrap(["a", "b"]) == ["a", "b"]
     wrapped = ClockOffsets(OFFSET, -60).wrap(["python", "-m", "mxref"])
     assert wrapped == ["unshare", "--time", "--monotonic=259200", "--boottime=-60", "--", "python", "-m", "mxref"]
+
+
+def test_a_wall_clock_offset_preloads_libfaketime_inside_the_time_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clocks, "FAKETIME_LIBRARIES", ("/nonexistent/libfaketimeMT.so.1", __file__))
+    wrapped = ClockOffsets(3600, 3600, -2).wrap(["python"])
+    assert wrapped == ["unshare", "--time", "--monotonic=3600", "--boottime=3600", "--", "env", f"LD_PRELOAD={__file__}",
+                       "FAKETIME=-2", "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1", "python"]
+    assert ClockOffsets(realtime_s=5).wrap(["python"])[:4] == ["env", f"LD_PRELOAD={__file__}", "FAKETIME=+5",
+                                                               "FAKETIME_DONT_FAKE_MONOTONIC=1"]
+    monkeypatch.setattr(clocks, "FAKETIME_LIBRARIES", ("/nonexistent/libfaketimeMT.so.1",))
+    with pytest.raises(FileNotFoundError, match="apt-get install faketime"):
+        ClockOffsets(realtime_s=5).wrap(["python"])
+
+
+def test_a_start_that_cannot_be_wrapped_records_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clocks, "FAKETIME_LIBRARIES", ("/nonexistent/libfaketimeMT.so.1",))
+    run = Table(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        run.spawn(ClockOffsets(realtime_s=-2))
+    assert run.timeline.entries() == [] and run.host.argvs == []
 
 
 @pytest.mark.parametrize("bad", [1.5, math.inf, math.nan])
@@ -162,3 +183,13 @@ def test_a_real_process_in_a_time_namespace_lands_where_it_wrote(tmp_path: Path)
     hello = [e for e in timeline.entries() if e.f == "hello"]
     assert len(hello) == 1 and "clock_rejected" not in hello[0].value
     assert before <= hello[0].t <= timeline.now()  # not 72 h later
+
+
+@pytest.mark.skipif(bool(capabilities.missing(("faketime",))), reason="needs libfaketime")
+def test_a_real_process_with_its_wall_clock_behind_keeps_its_monotonic_clock(tmp_path: Path) -> None:
+    code = "import json, time; print(json.dumps([time.time(), time.monotonic()]))"
+    out = subprocess.run(ClockOffsets(realtime_s=-3600).wrap([sys.executable, "-c", code]), capture_output=True, text=True,
+                         timeout=20, check=True).stdout
+    wall, mono = json.loads(out)
+    assert wall == pytest.approx(time.time() - 3600, abs=5)
+    assert mono == pytest.approx(time.monotonic(), abs=5)

@@ -1,4 +1,4 @@
-"""The clock fault over the fake context: it stops a running target and starts its next
+"""The clock and wall_clock faults over the fake context: it stops a running target and starts its next
 incarnation with the offsets (a target never started is only started); its offsets are whole
 seconds with a sign, and a fault that moves no clock is refused; a process it starts counts as
 started for the scenario's start order."""
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from harness.clocks import ClockOffsets
 from harness.errors import ScenarioInvalid
 from harness.faults import make_fault
-from harness.faults.clock import ClockSpec, parse_offset
+from harness.faults.clock import ClockSpec, WallClockSpec, parse_offset
 from harness.scenario import parse_scenario
 
 
@@ -67,6 +67,19 @@ def test_a_target_never_started_is_only_started() -> None:
     record = make_fault(spec(monotonic="-10s"), "c").inject(ctx).record
     assert "stopped" not in record and ctx.recorded("stop") == []
     assert ctx.recorded("start")[0][2] == {"monotonic_s": -10.0, "boottime_s": -10.0}
+
+
+def test_a_wall_clock_fault_restarts_its_target_with_the_wall_clock_offset_alone() -> None:
+    ctx = FakeContext()
+    ctx.add_process("server-b", role="server")
+    wall = WallClockSpec.model_validate({"kind": "wall_clock", "target": "server-b", "offset": "-2s", "grace": "1s"})
+    record = make_fault(wall, "behind").inject(ctx).record
+    assert record["clocks"] == {"monotonic_s": 0.0, "boottime_s": 0.0, "realtime_s": -2.0}
+    assert ctx.recorded("stop") == [("server-b", 1.0)]
+    assert ctx.recorded("start")[0][2] == record["clocks"]
+    assert wall.started_refs() == ("server-b",)
+    with pytest.raises(ValidationError, match="needs an offset not 0"):
+        WallClockSpec.model_validate({"kind": "wall_clock", "target": "server-b", "offset": 0})
 
 
 SCENARIO = """\
