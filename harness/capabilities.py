@@ -11,6 +11,8 @@ Capabilities::
     toxiproxy   ``toxiproxy-server`` next to this Python (``<venv>/bin``) or on PATH
     netns       root, and ``ip`` (iproute2) on PATH
     fuse        ``/dev/fuse`` and libfuse 3 that mfusepy loads (``disk`` faults mount a FUSE layer)
+    timens      the kernel has time namespaces (``/proc/self/ns/time``; ``clock`` faults start a process in one)
+    faketime    libfaketime (Debian's ``faketime``: ``wall_clock`` faults preload it into a process)
     <subject>-env  a subject's environment is built (``harness.subjects``: ``modelexpress-env``)
     modelexpress-server  the real ModelExpress server is built (``harness.subjects.mx_server``;
                 ``.ci/bootstrap`` builds it into the cache), for a ``server`` with ``subject: modelexpress``
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from harness.clocks import FAKETIME_LIBRARIES
 
 __all__ = [
     "ENV_MISSING",
@@ -180,6 +184,8 @@ def _mx_server_built() -> bool:
 PROBES: dict[str, Callable[[], bool]] = {
     "root": _root,
     "fuse": _fuse,
+    "timens": lambda: os.path.exists("/proc/self/ns/time"),  # time namespaces (Linux 5.6+): the clock fault
+    "faketime": lambda: any(os.path.exists(path) for path in FAKETIME_LIBRARIES),  # the wall_clock fault
     "toxiproxy": lambda: toxiproxy_server() is not None,
     "netns": _netns,
     "cuda": lambda: _local_hardware().gpus > 0,

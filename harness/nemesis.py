@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import faults as fault_registry
+from harness.clocks import HOST_CLOCKS, ClockOffsets
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.hosts.base import Host, Place
 from harness.processes import ProcessTable, await_event
@@ -86,7 +87,7 @@ class RunFaultContext:
         hosts: Mapping[str, Host],
         clock: RunClock,
         proxies: RunProxies,
-        start: Callable[[str], dict[str, Any]],
+        start: Callable[[str, ClockOffsets], dict[str, Any]],
         ensure_proxy: Callable[[str], ProxyView],
         proxy_names: frozenset[str],
         healing: bool = False,
@@ -152,8 +153,8 @@ class RunFaultContext:
     def stop(self, name: str, grace: float) -> dict[str, Any]:
         return self._table.stop(self._known(name), grace, reason="fault")
 
-    def start(self, name: str) -> dict[str, Any]:
-        return self._start(self._known(name))
+    def start(self, name: str, clocks: ClockOffsets = HOST_CLOCKS) -> dict[str, Any]:
+        return self._start(self._known(name), clocks)
 
     def wait_event(self, name: str, event: str, where: Mapping[str, Scalar], within: float) -> dict[str, Any]:
         entry = await_event(self._table, self._known(name), event, where, self._clock.step_deadline(within))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import runscope, ucxlog
+from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, IncarnationClock, place
 from harness.errors import FaultError, HarnessError, StepFailed
 from harness.hosts.base import Host, Proc
 from harness.scenario import CommandProcess, Scenario
@@ -58,6 +59,7 @@ class ProcState:
     pids: dict[int, int] = field(default_factory=dict)  # pid -> incarnation
     last_exit: dict[str, Any] | None = None  # the latest process_exit value, with its t
     log_start: int = 0  # where the current incarnation's writes begin in log_path
+    clocks: dict[int, IncarnationClock] = field(default_factory=dict)  # incarnation -> its start and clock offsets
 
     @property
     def alive(self) -> bool:
@@ -117,17 +119,21 @@ class ProcessTable:
 
     # ------------------------------------------------------------------ start / stop
 
-    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> dict[str, Any]:
-        """Start the next incarnation of ``name`` (recorded: invoke, then ok with its pid)."""
+    def spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
+              clocks: ClockOffsets = HOST_CLOCKS) -> dict[str, Any]:
+        """Start the next incarnation of ``name`` (recorded: invoke, then ok with its pid), in a
+        time namespace with ``clocks``' offsets when they are not zero."""
         st = self.state(name)
         with self.lock:
             if st.alive:
                 raise StepFailed("-", f"{name} is already running (pid {st.pid})")
             incarnation = st.incarnation + 1
-            self.timeline.append("invoke", name, "start", {"incarnation": incarnation})
+            launched = clocks.wrap(argv)  # before anything is recorded: it may find no libfaketime
+            invoked = self.timeline.append("invoke", name, "start", {"incarnation": incarnation})
             st.start_index = len(self.timeline)
             st.log_start = st.log_path.stat().st_size if st.log_path.is_file() else 0
-            proc = st.host.spawn(argv, env=env, cwd=cwd, log_path=st.log_path)
+            st.clocks[incarnation] = IncarnationClock(invoked.t, clocks)
+            proc = st.host.spawn(launched, env=env, cwd=cwd, log_path=st.log_path)
             st.ports = {}
             self._start_counter += 1
             st.started_order = self._start_counter
@@ -135,6 +141,8 @@ class ProcessTable:
             st.pids[proc.pid] = incarnation
             st.exit_recorded, st.stopping = False, False
             value = {"incarnation": incarnation, "pid": proc.pid, "argv": list(argv), "host": st.host.name}
+            if not clocks.none:
+                value["clocks"] = clocks.record()
             self.timeline.append("ok", name, "start", value)
         return value
 
@@ -242,8 +250,10 @@ class ProcessTable:
         pid = record.get("pid")
         if isinstance(pid, int) and pid in st.pids:
             value["incarnation"] = st.pids[pid]
-        mono = st.host.local_mono(mono)  # an ssh host's clock, mapped onto ours
-        self.timeline.append("info", st.name, event, value, t=self.timeline.t_of_mono(mono))
+        t, rejected = self._place(st, mono, st.pids.get(pid, st.incarnation) if isinstance(pid, int) else st.incarnation)
+        if rejected is not None:
+            value["clock_rejected"] = rejected
+        self.timeline.append("info", st.name, event, value, t=t)
         port = record.get("port")
         if event == "listening" and isinstance(port, int):
             what = str(record.get("what", ""))
@@ -253,6 +263,18 @@ class ProcessTable:
                 if what == "grpc":
                     st.last_grpc_port = port
             st.all_ports.add(port)
+
+    def _place(self, st: ProcState, mono: float, incarnation: int) -> tuple[float, dict[str, Any] | None]:
+        """Where an event stamped ``mono`` by ``incarnation`` of ``st`` goes on the timeline
+        (``harness.clocks``): the offsets the harness gave that incarnation taken off, an ssh
+        host's clock mapped onto ours, then bounded by its start and by now."""
+        clock = st.clocks.get(incarnation)
+        if clock is not None:
+            mono -= clock.offsets.monotonic_s
+        mono = st.host.local_mono(mono)  # an ssh host's clock, mapped onto ours
+        slack = STAMP_SLACK_S + st.host.mono_error_s()
+        return place(self.timeline.t_of_mono(mono), started_t=clock.started_t if clock else None,
+                     received_t=self.timeline.now(), slack=slack)
 
     def _check_exit(self, st: ProcState) -> None:
         with self.lock:

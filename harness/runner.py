@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import capabilities, checkpoint, content, launch, ledger, pki, procscan, statedir
+from harness import capabilities, checkpoint, clocks, content, launch, ledger, pki, procscan, statedir
 from harness.console import interrupt_line, tell
 from harness.errors import FaultError, HarnessError, RunInterrupted, StepFailed
 from harness.hosts import netns, ssh
@@ -459,14 +459,14 @@ class Runner:
     def _fault_context(self) -> RunFaultContext:
         return RunFaultContext(
             run_id=self.run_id, run_dir=self.run_dir, table=self.table, hosts=self.hosts, clock=self.clock,
-            proxies=self.proxies, start=lambda name: self.start_process(name, self.clock.step_deadline()),
+            proxies=self.proxies, start=lambda name, offsets: self.start_process(name, self.clock.step_deadline(), offsets),
             ensure_proxy=lambda name: self._proxy(name, self.clock.step_deadline()),
             proxy_names=frozenset(self.scenario.proxies),
         )
 
-    def start_process(self, name: str, deadline: float) -> dict[str, Any]:
-        """Start the next incarnation of ``name`` (a source/reader first waits for its server's
-        address, bounded); then create or re-point the proxies in front of it."""
+    def start_process(self, name: str, deadline: float, offsets: clocks.ClockOffsets = clocks.HOST_CLOCKS) -> dict[str, Any]:
+        """Start the next incarnation of ``name`` (a source/reader first waits for its server's address,
+        bounded; ``offsets``: a clock fault's); then create or re-point the proxies in front of it."""
         sc = self.scenario
         st = self.table.state(name)
         if st.alive:
@@ -489,7 +489,7 @@ class Runner:
         )
         argv = launch.process_argv(sc, name, where)
         env = launch.process_env(sc, name, launch.base_env(os.environ, self.who, name), where)
-        value = self.table.spawn(name, argv, env, self.run_dir)
+        value = self.table.spawn(name, argv, env, self.run_dir, offsets)
         for proxy, spec in sc.proxies.items():
             if spec.upstream == name:  # its upstream is known once it listens: create (or re-point) it now
                 self._proxy(proxy, deadline)

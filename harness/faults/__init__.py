@@ -59,6 +59,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
+from harness.clocks import HOST_CLOCKS, ClockOffsets
 from harness.hosts.base import Place
 from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
 
@@ -153,6 +154,11 @@ class FaultSpec(Strict):
 
     def proxy_refs(self) -> tuple[str, ...]:
         """Scenario proxy names this fault refers to."""
+        return ()
+
+    def started_refs(self) -> tuple[str, ...]:
+        """Scenario process names this fault starts (a later step may then rely on them, as on a
+        ``start`` step's: a source started after its server)."""
         return ()
 
     def host_refs(self) -> tuple[tuple[str, Target], ...]:
@@ -256,8 +262,9 @@ class FaultContext(Protocol):
         """TERM, wait ``grace``, KILL; recorded. Returns ``{rc, escalated}``."""
         ...
 
-    def start(self, name: str) -> dict[str, Any]:
-        """Start a new incarnation of ``name`` (waits for its server like a start step)."""
+    def start(self, name: str, clocks: ClockOffsets = HOST_CLOCKS) -> dict[str, Any]:
+        """Start a new incarnation of ``name`` (waits for its server like a start step); with
+        ``clocks``, in a time namespace with those offsets (``harness.clocks``)."""
         ...
 
     def wait_event(self, name: str, event: str, where: Mapping[str, Scalar], within: float) -> dict[str, Any]:

@@ -126,6 +126,10 @@ class Host(Protocol):
         """One of its ``time.monotonic()`` readings (an events line's ``mono``) as the harness's."""
         ...
 
+    def mono_error_s(self) -> float:
+        """How far ``local_mono`` may be off (the clock probe's error; 0: the same clock)."""
+        ...
+
     def kill_processes(self, pids: Sequence[int]) -> None:
         """SIGKILL these processes (its own pids; one already gone is no error)."""
         ...
@@ -232,6 +236,9 @@ class LocalHost:
 
     def local_mono(self, mono: float) -> float:
         return mono  # the same clock
+
+    def mono_error_s(self) -> float:
+        return 0.0
 
     def kill_processes(self, pids: Sequence[int]) -> None:
         for pid in pids:

@@ -374,6 +374,9 @@ class SshHost:
         start = self.clock.get("start")
         return remote - float(start["offset_s"]) if start else remote
 
+    def mono_error_s(self) -> float:
+        return float((self.clock.get("start") or {}).get("error_s", 0.0))
+
     def close(self) -> None:
         """Stop the tails, fetch the per-run folder, remove it there, end the master."""
         self.connected = False

@@ -6,6 +6,7 @@ reaper has run (``SourceQuery``), newest first (``ListingOrder``)."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -112,6 +113,8 @@ class SourceQuery:
         sid, status, model, rank = self.mx_source_id, self.status, self.model_name, self.worker_rank
         first = self.first_kept_stamp(now_ms, heartbeat_timeout_s)
         chosen = list(records) if first is None else [r for r in records if r.updated_at_ms >= first]
+        if os.environ.get("MXREF_SIMULATED_BUG") == "future_stamps" and status == READY:
+            chosen = [r for r in chosen if r.updated_at_ms <= now_ms]  # SIMULATED BUG: a stamp ahead of this clock is "corrupt"
         if sid is not None:
             chosen = [r for r in chosen if r.mx_source_id == sid]
         if status is not None:

@@ -34,6 +34,7 @@ ModelExpress's negative answers (an empty list, ``success=false``, ``found=false
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -218,6 +219,8 @@ class RedisStore:
         on_ok: Callable[[], None] = lambda: None,
     ) -> None:
         self.url = parse_store_url(url)
+        if os.environ.get("MXREF_SIMULATED_BUG") == "monotonic_stamps" and clock is time.time:
+            clock = time.monotonic  # SIMULATED BUG: stamps on this host's monotonic clock, in a store other servers read
         self._clock = clock
         self._listener = listener
         self._max_records = max_records

@@ -103,3 +103,34 @@ def test_transport_check_passes_over_tcp_and_catches_an_rdma_deployment_running_
     widened = {"UCX_TLS": "all", "UCX_NET_DEVICES": "all"}
     wide = run(SCENARIOS / "transport_is_tcp.yaml", tmp_path / "wide", env={"reader-1": widened, "source-1": widened})
     assert wide.verdict == "pass", failed(wide)
+
+
+@needs("root", "unshare", "timens")
+def test_clock_replica_booted_earlier_passes_and_catches_monotonic_stamps_in_a_shared_store(tmp_path: Path) -> None:
+    path = SCENARIOS / "clock_replica_booted_earlier.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    started = next(e for e in good.history if e.actor == "server-b" and e.f == "start" and e.type == "ok")
+    assert started.value["clocks"] == {"monotonic_s": 259200.0, "boottime_s": 259200.0}
+    # the replica's events sit where they happened, none set aside by the stamp bounds
+    assert not [e for e in good.history if e.actor == "server-b" and "clock_rejected" in e.value]
+    # the regression: servers that stamp records with their monotonic clock; alone, or as replicas
+    # on one host, that works; here the replica takes server-a's stamps for three days old
+    bad = run(path, tmp_path / "bad", {"server-a": "monotonic_stamps", "server-b": "monotonic_stamps"})
+    assert bad.verdict == "fail"
+    assert {"the replica offered reader-1 both live sources", "the replica's reaper marked no live source STALE"} <= set(
+        failed(bad)), failed(bad)
+
+
+@needs("faketime")
+def test_clock_replica_wall_behind_passes_and_catches_a_server_that_distrusts_future_stamps(tmp_path: Path) -> None:
+    path = SCENARIOS / "clock_replica_wall_behind.yaml"
+    good = run(path, tmp_path / "good")
+    assert good.verdict == "pass", failed(good)
+    started = next(e for e in good.history if e.actor == "server-b" and e.f == "start" and e.type == "ok")
+    assert started.value["clocks"]["realtime_s"] == -2.0
+    # the regression: a server that leaves a stamp from its future out of READY listings; right on
+    # one machine, it hides every source heartbeating through a replica whose clock is ahead
+    bad = run(path, tmp_path / "bad", {"server-b": "future_stamps"})
+    assert bad.verdict == "fail"
+    assert "the replica offered reader-1 both live sources" in failed(bad), failed(bad)

@@ -88,6 +88,8 @@ def _start_order(cx: Context, steps: Sequence[BaseModel], loc: Loc, started: set
                 if server is not None and server not in started:
                     cx.add((*here, "start", j), f"{name!r} is started before its server {server!r}")
                 started.add(name)
+        elif isinstance(item, FaultStep):
+            started.update(item.fault.started_refs())  # e.g. a clock fault starts its target
         elif isinstance(item, ParallelStep):
             block = set(started)
             for branch in item.parallel:

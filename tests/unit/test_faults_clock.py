@@ -1,0 +1,101 @@
+"""The clock and wall_clock faults over the fake context: it stops a running target and starts its next
+incarnation with the offsets (a target never started is only started); its offsets are whole
+seconds with a sign, and a fault that moves no clock is refused; a process it starts counts as
+started for the scenario's start order."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures.fault_context import FakeContext
+from pydantic import ValidationError
+
+from harness.clocks import ClockOffsets
+from harness.errors import ScenarioInvalid
+from harness.faults import make_fault
+from harness.faults.clock import ClockSpec, WallClockSpec, parse_offset
+from harness.scenario import parse_scenario
+
+
+def spec(**kw: object) -> ClockSpec:
+    return ClockSpec.model_validate({"kind": "clock", "target": "server-b", **kw})
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("+72h", 259200.0), ("-90s", -90.0), ("1.5h", 5400.0), (3600, 3600.0),
+                                                ("0", 0.0), ("-0s", 0.0)])
+def test_an_offset_is_signed_seconds(given: object, seconds: float) -> None:
+    assert parse_offset(given) == seconds
+
+
+def test_boottime_follows_monotonic_unless_given() -> None:
+    assert spec(monotonic="+72h").offsets() == ClockOffsets(259200, 259200)
+    assert spec(monotonic="+72h", boottime="+73h").offsets() == ClockOffsets(259200, 262800)
+    assert spec(boottime="-1h").offsets() == ClockOffsets(0, -3600)
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({}, "a clock fault needs monotonic or boottime not 0"),
+    ({"monotonic": 0}, "a clock fault needs monotonic or boottime not 0"),
+    ({"monotonic": "1.5s"}, "a whole number of seconds"),
+    ({"monotonic": "72 hours"}, "a whole number of seconds"),
+    ({"monotonic": True}, "a whole number of seconds"),
+    ({"monotonic": "+100000h"}, "at most 10 years"),
+    ({"monotonic": "+1h", "if_gone": "skip"}, "does not need a running process"),
+])
+def test_bad_clock_faults_are_refused_naming_the_rule(kw: dict[str, object], says: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        spec(**kw)
+    assert says in str(err.value)
+
+
+def test_a_running_target_is_stopped_and_started_again_with_its_offsets() -> None:
+    ctx = FakeContext()
+    ctx.add_process("server-b", role="server")
+    fault = make_fault(spec(monotonic="+72h", grace="2s"), "booted_earlier")
+    injected = fault.inject(ctx)
+    assert ctx.recorded("stop") == [("server-b", 2.0)]
+    (started,) = ctx.recorded("start")
+    assert started[0] == "server-b" and started[2] == {"monotonic_s": 259200.0, "boottime_s": 259200.0}
+    assert injected.token is None
+    assert injected.record["clocks"] == {"monotonic_s": 259200.0, "boottime_s": 259200.0}
+    assert injected.record["started"]["incarnation"] == 2
+    assert fault.heal(ctx, None) is None  # nothing outlives the incarnation
+
+
+def test_a_target_never_started_is_only_started() -> None:
+    ctx = FakeContext()
+    ctx.add_process("server-b", role="server", alive=False)
+    record = make_fault(spec(monotonic="-10s"), "c").inject(ctx).record
+    assert "stopped" not in record and ctx.recorded("stop") == []
+    assert ctx.recorded("start")[0][2] == {"monotonic_s": -10.0, "boottime_s": -10.0}
+
+
+def test_a_wall_clock_fault_restarts_its_target_with_the_wall_clock_offset_alone() -> None:
+    ctx = FakeContext()
+    ctx.add_process("server-b", role="server")
+    wall = WallClockSpec.model_validate({"kind": "wall_clock", "target": "server-b", "offset": "-2s", "grace": "1s"})
+    record = make_fault(wall, "behind").inject(ctx).record
+    assert record["clocks"] == {"monotonic_s": 0.0, "boottime_s": 0.0, "realtime_s": -2.0}
+    assert ctx.recorded("stop") == [("server-b", 1.0)]
+    assert ctx.recorded("start")[0][2] == record["clocks"]
+    assert wall.started_refs() == ("server-b",)
+    with pytest.raises(ValidationError, match="needs an offset not 0"):
+        WallClockSpec.model_validate({"kind": "wall_clock", "target": "server-b", "offset": 0})
+
+
+SCENARIO = """\
+name: demo
+processes:
+  server: {role: server}
+  source-1: {role: source}
+steps:
+  - FIRST
+  - start: source-1
+"""
+
+
+def test_a_process_the_fault_starts_counts_as_started_for_the_start_order() -> None:
+    sc = parse_scenario(SCENARIO.replace("FIRST", "fault: {kind: clock, target: server, monotonic: +1h}"), "x.yaml")
+    assert [type(s).__name__ for s in sc.steps] == ["FaultStep", "StartStep"]
+    with pytest.raises(ScenarioInvalid) as err:  # a fault that starts nothing does not count
+        parse_scenario(SCENARIO.replace("FIRST", "mark: m"), "x.yaml")
+    assert "'source-1' is started before its server 'server'" in str(err.value)
