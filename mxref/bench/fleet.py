@@ -27,7 +27,8 @@ the fleet. It then:
 ``--grpc-impl`` picks the server's gRPC (native, ``mxref.metadata.native``, by default; or grpcio); ``--native-clients``
 sends the heartbeats and the listings with ``mxref_native`` from this process, without the GIL
 (``NativeLister``, ``native_heartbeat_load``), so the same compiled load measures either server;
-``--list-interval`` paces the listings under heartbeats. ``--native-lanes mixed`` serves with two
+``--list-interval`` paces the listings under heartbeats. ``--full-gc-every`` sets the process's full garbage collections
+(``mxref.metadata.transport.spread_full_collections``; 10 is Python's default). ``--native-lanes mixed`` serves with two
 workers that each take reads and writes in turn (the native server before its read lane), for a
 side-by-side figure; the full garbage collections of the heartbeat phase (``gc.callbacks``: how
 many, the longest) are reported, as a listing waits for them too.
@@ -61,7 +62,13 @@ from mxref.metadata.reaper import Reaper
 from mxref.metadata.records import READY, STALE
 from mxref.metadata.servicer import SERVICE_NAME, P2pServicer
 from mxref.metadata.store import SourceStore, Store
-from mxref.metadata.transport import DEFAULT_GRPC_IMPL, GRPC_IMPLS, start_metadata_server
+from mxref.metadata.transport import (
+    DEFAULT_GRPC_IMPL,
+    FULL_COLLECTION_EVERY,
+    GRPC_IMPLS,
+    spread_full_collections,
+    start_metadata_server,
+)
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -381,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--native-lanes", choices=("split", "mixed"), default="split",
                         help="native server: a worker for the reads and one for the writes, the writer yielding "
                              "to open reads (split, the default), or two workers of both kinds (mixed, as before)")
+    parser.add_argument("--full-gc-every", type=int, default=FULL_COLLECTION_EVERY, metavar="N",
+                        help="young collections between two full ones in this process, as the server sets it "
+                             f"(default {FULL_COLLECTION_EVERY}; Python's own: 10)")
     parser.add_argument("--native-clients", action="store_true",
                         help="send the heartbeats and the listings with mxref_native from this process (no GIL): "
                              "the same compiled load against either --grpc-impl")
@@ -403,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("sources", "ranks", "identities", "clients", "window"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")
+    if args.full_gc_every < 1:
+        parser.error(f"--full-gc-every {args.full_gc_every}: must be >= 1")
     if args.client_processes < 0 or args.silent < 0 or args.rate < 0 or args.list_interval < 0:
         parser.error("--client-processes, --silent, --rate and --list-interval must be >= 0")
     if args.native_clients and args.client_processes:
@@ -436,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         port = server.port
     else:
         server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=args.grpc_impl)
+    spread_full_collections(args.full_gc_every)
     address = f"127.0.0.1:{port}"
     reaper = Reaper(store, timers)
     ident = fleet_identity(0)
@@ -491,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "label": args.label, "store": args.store, "grpc_impl": args.grpc_impl,
         "native_lanes": args.native_lanes if args.grpc_impl == "native" else None,
+        "full_gc_every": args.full_gc_every,
         "clients": "native" if args.native_clients else "python", "heartbeat_rate": args.rate or "closed loop", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
         "list_sizes": lister.sizes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -189,13 +190,15 @@ def _spin(seconds: float) -> None:
 
 
 class _Slow:
-    """A servicer whose ``slow`` method spins ``SPIN_S`` holding the GIL; every call answered is
-    logged in order (``log``) by its method."""
+    """A servicer whose ``slow`` method spins ``SPIN_S`` holding the GIL, its first call held
+    until ``gate`` is set (so that the others queue behind it); every call answered is logged
+    in order (``log``) by its method."""
 
     SPIN_S = 0.005
 
     def __init__(self, slow: str) -> None:
         self.log: list[str] = []
+        self.gate = threading.Event()
         self.servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server, limits=ServerLimits(
             publish_rate_per_s=1e9, publish_burst=10**9, peer_publish_rate_per_s=1e9, peer_publish_burst=10**9))
         for method in ("ListSources", "UpdateStatus"):
@@ -205,6 +208,7 @@ class _Slow:
     def _logged(self, method: str, handler: Any, slow: bool) -> Any:
         def serve(request: Any, call: Any) -> Any:
             if slow:
+                self.gate.wait(10)
                 _spin(self.SPIN_S)
             answer = handler(request, call) if method == "ListSources" else (
                 p2p_pb2.UpdateStatusResponse(success=True), servicer_module.Outcome.OK)
@@ -217,9 +221,11 @@ class _Slow:
         return self.log[count:].index(method)
 
 
-def _saturate(native: native_grpc.NativeMetadataServer, address: str, method: str, request: bytes,
+def _saturate(native: native_grpc.NativeMetadataServer, slow: _Slow, method: str, request: bytes,
               calls: int, queued: int) -> tuple[list[grpc.Channel], list[grpc.Future]]:
-    """``calls`` of ``method`` from connections of their own, once ``queued`` of them wait in its queue."""
+    """``calls`` of ``method`` from connections of their own; the gate is opened once ``queued``
+    of them wait in its queue (its worker held by the first)."""
+    address = f"127.0.0.1:{native.port}"
     per = config.MAX_STREAMS_PER_CONNECTION
     channels = [own_channel(address) for _ in range(-(-calls // per))]
     futures = [call(channels[i // per], method, request) for i in range(calls)]
@@ -228,6 +234,7 @@ def _saturate(native: native_grpc.NativeMetadataServer, address: str, method: st
     while native._server.queued()[lane] < queued and time.monotonic() < deadline:
         time.sleep(0.001)
     assert native._server.queued()[lane] >= queued, native._server.queued()
+    slow.gate.set()
     return channels, futures
 
 
@@ -240,7 +247,7 @@ def test_a_listing_is_answered_while_heartbeats_saturate_the_write_path() -> Non
     address = f"127.0.0.1:{native.port}"
     update = p2p_pb2.UpdateStatusRequest(mx_source_id="s", worker_id="w", status=p2p_pb2.SOURCE_STATUS_READY)
     try:
-        channels, heartbeats = _saturate(native, address, "UpdateStatus", update.SerializeToString(), 48, 24)
+        channels, heartbeats = _saturate(native, slow, "UpdateStatus", update.SerializeToString(), 48, 24)
         with own_channel(address) as reader:
             before = len(slow.log)
             assert call(reader, "ListSources", b"").result() == b""
@@ -261,7 +268,7 @@ def test_heartbeats_are_answered_while_listings_flood_the_read_path() -> None:
     native = native_grpc.NativeMetadataServer(slow.servicer, "127.0.0.1", 0)
     address = f"127.0.0.1:{native.port}"
     try:
-        channels, listings = _saturate(native, address, "ListSources", b"", 64, 40)
+        channels, listings = _saturate(native, slow, "ListSources", b"", 64, 40)
         update = p2p_pb2.UpdateStatusRequest(mx_source_id="s", worker_id="w", status=p2p_pb2.SOURCE_STATUS_READY)
         with own_channel(address) as writer:
             before = len(slow.log)
@@ -422,3 +429,23 @@ def test_without_the_compiled_module_the_default_server_says_how_to_build_it_or_
         start_metadata_server(servicer, "127.0.0.1", 0)
     server, _port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="grpcio")
     server.stop(None).wait(5)
+
+
+@pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
+def test_a_server_spreads_its_processs_full_collections(grpc_impl: str) -> None:
+    """Starting a metadata server sets the full collections to ``FULL_COLLECTION_EVERY`` young
+    ones, the young thresholds kept (a fleet's heartbeats otherwise meet one every few seconds)."""
+    import gc
+
+    from mxref.metadata.transport import FULL_COLLECTION_EVERY
+
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], before[1], 10)
+    try:
+        server, _ = start_metadata_server(P2pServicer(Store(), TIMERS), "127.0.0.1", 0, grpc_impl=grpc_impl)
+        try:
+            assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+        finally:
+            assert server.stop(1).wait(5)
+    finally:
+        gc.set_threshold(*before)
