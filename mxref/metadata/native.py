@@ -69,9 +69,12 @@ TAKE_MOST = 16
 """Calls one worker takes at once (a worker of both lanes: a read and a write in turn, reads
 first). Between batches a worker lets go of the GIL: at a 10k/s heartbeat target, limit-16
 listing p99 6 ms with 16, 9.9 with 64 (2026-12-02, two workers of both lanes)."""
-READ_YIELD_MOST_S = 0.05
-"""The longest a writer waits for the reads in one yield (``yield_to_reads``): a read slower
-than this (a Redis timeout) does not hold the writes."""
+READ_YIELD_MOST_S = 0.005
+"""The longest a writer waits for the reads in one yield (``yield_to_reads``): Python's own
+switch interval, the longest a thread asking for the GIL waits anyway. A yield waits without
+using the GIL, so under a flood of listings on a busy host (each taking longer on the clock) a
+longer bound would leave the writes idle: with this one the writer still answers ``TAKE_MOST``
+writes per 5 ms of reads at the least."""
 TAKE_WAIT_S = 0.5
 """How long an idle worker waits for a call before it looks at the stop flag again."""
 MAX_QUEUED_CALLS = 4096
