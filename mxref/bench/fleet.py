@@ -27,7 +27,11 @@ the fleet. It then:
 ``--grpc-impl`` picks the server's gRPC (native, ``mxref.metadata.native``, by default; or grpcio); ``--native-clients``
 sends the heartbeats and the listings with ``mxref_native`` from this process, without the GIL
 (``NativeLister``, ``native_heartbeat_load``), so the same compiled load measures either server;
-``--list-interval`` paces the listings under heartbeats.
+``--list-interval`` paces the listings under heartbeats. ``--full-gc-every`` sets the process's full garbage collections
+(``mxref.metadata.transport.spread_full_collections``; 10 is Python's default). ``--native-lanes mixed`` serves with two
+workers that each take reads and writes in turn (the native server before its read lane), for a
+side-by-side figure; the full garbage collections of the heartbeat phase (``gc.callbacks``: how
+many, the longest) are reported, as a listing waits for them too.
 
 ``--store redis://HOST:PORT[/DB]`` runs the same on ``RedisStore`` (a running redis-server,
 e.g. ``python -m harness.redisd --dir /tmp/r --port 6390``; the database is FLUSHALLed first),
@@ -41,6 +45,7 @@ reaper runs. All loops are bounded by counts or ``--seconds``; every call has a 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -57,7 +62,13 @@ from mxref.metadata.reaper import Reaper
 from mxref.metadata.records import READY, STALE
 from mxref.metadata.servicer import SERVICE_NAME, P2pServicer
 from mxref.metadata.store import SourceStore, Store
-from mxref.metadata.transport import DEFAULT_GRPC_IMPL, GRPC_IMPLS, start_metadata_server
+from mxref.metadata.transport import (
+    DEFAULT_GRPC_IMPL,
+    FULL_COLLECTION_EVERY,
+    GRPC_IMPLS,
+    spread_full_collections,
+    start_metadata_server,
+)
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -328,6 +339,26 @@ def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: ar
     return total
 
 
+class FullCollections:
+    """The full (generation 2) garbage collections while ``on``: how many, and the longest, ms."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self._started = 0.0
+        self.pauses_ms: list[float] = []
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on or info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses_ms.append((time.perf_counter() - self._started) * 1000)
+
+    def summary(self) -> dict[str, float]:
+        return {"n": len(self.pauses_ms), "max_ms": round(max(self.pauses_ms, default=0.0), 1)}
+
+
 def store_heartbeat_rate(store: SourceStore, live: list[tuple[str, str, int]], seconds: float) -> float:
     """``Store.update_status`` calls per second from one thread, no RPC (the store's own cost)."""
     n = 0
@@ -354,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="heartbeats in flight per connection (the server allows 8 streams per connection)")
     parser.add_argument("--grpc-impl", choices=GRPC_IMPLS, default=DEFAULT_GRPC_IMPL,
                         help=f"the server's gRPC: native (mxref.metadata.native) or grpcio (default {DEFAULT_GRPC_IMPL})")
+    parser.add_argument("--native-lanes", choices=("split", "mixed"), default="split",
+                        help="native server: a worker for the reads and one for the writes, the writer yielding "
+                             "to open reads (split, the default), or two workers of both kinds (mixed, as before)")
+    parser.add_argument("--full-gc-every", type=int, default=FULL_COLLECTION_EVERY, metavar="N",
+                        help="young collections between two full ones in this process, as the server sets it "
+                             f"(default {FULL_COLLECTION_EVERY}; Python's own: 10)")
     parser.add_argument("--native-clients", action="store_true",
                         help="send the heartbeats and the listings with mxref_native from this process (no GIL): "
                              "the same compiled load against either --grpc-impl")
@@ -376,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("sources", "ranks", "identities", "clients", "window"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")
+    if args.full_gc_every < 1:
+        parser.error(f"--full-gc-every {args.full_gc_every}: must be >= 1")
     if args.client_processes < 0 or args.silent < 0 or args.rate < 0 or args.list_interval < 0:
         parser.error("--client-processes, --silent, --rate and --list-interval must be >= 0")
     if args.native_clients and args.client_processes:
@@ -401,7 +440,15 @@ def main(argv: list[str] | None = None) -> int:
     populate_s = time.perf_counter() - t
     rss_populated = rss_mib()
     servicer = P2pServicer(store, timers, limits=limits)
-    server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=args.grpc_impl)
+    server: Any
+    if args.grpc_impl == "native" and args.native_lanes == "mixed":
+        from mxref.metadata.native import MIXED_LANES, NativeMetadataServer
+
+        server = NativeMetadataServer(servicer, "127.0.0.1", 0, lanes=MIXED_LANES)
+        port = server.port
+    else:
+        server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl=args.grpc_impl)
+    spread_full_collections(args.full_gc_every)
     address = f"127.0.0.1:{port}"
     reaper = Reaper(store, timers)
     ident = fleet_identity(0)
@@ -412,11 +459,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                   limit=args.limit),
     }
     lister: Lister | NativeLister = NativeLister(address, shapes) if args.native_clients else Lister(address, shapes)
+    collections = FullCollections()
     try:
         lister.run(10)  # warm up
         reaper.start()
         idle = lister.run(args.idle_calls)
         stop = threading.Event()
+        gc.callbacks.append(collections)
+        collections.on = True
         loaded: dict[str, list[float]] = {}
         rss: list[float] = []
 
@@ -439,17 +489,22 @@ def main(argv: list[str] | None = None) -> int:
             heartbeats = heartbeat_load(address, live, args, stop)
         for thread in side:
             thread.join(CALL_TIMEOUT_S + 5)
+        collections.on = False
         reaped = {"stale": store.count(STALE), "records": len(store)}
         store_rate = store_heartbeat_rate(store, live, 2.0)
         t = time.perf_counter()
         store.reap(timers)  # one scan with (almost) nothing left to do: what each interval costs
         reap_scan_ms = (time.perf_counter() - t) * 1000
     finally:
+        if collections in gc.callbacks:
+            gc.callbacks.remove(collections)
         lister.close()
         assert reaper.stop(10)
         server.stop(1).wait(5)
     result: dict[str, Any] = {
         "label": args.label, "store": args.store, "grpc_impl": args.grpc_impl,
+        "native_lanes": args.native_lanes if args.grpc_impl == "native" else None,
+        "full_gc_every": args.full_gc_every,
         "clients": "native" if args.native_clients else "python", "heartbeat_rate": args.rate or "closed loop", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "records": args.sources * args.ranks, "identities": args.identities, "populate_s": round(populate_s, 2),
         "list_sizes": lister.sizes,
@@ -457,12 +512,14 @@ def main(argv: list[str] | None = None) -> int:
         "list_under_heartbeats": {name: quantiles_ms(v) for name, v in loaded.items()},
         "heartbeats_grpc": heartbeats,
         "heartbeats_store_only_per_s": round(store_rate),
+        "full_gc_under_heartbeats": collections.summary(),
         "reap_scan_ms": round(reap_scan_ms, 2),
         "rss_mib": {"start": round(rss_start), "populated": round(rss_populated),
                     "during_min": round(min(rss)) if rss else None, "during_max": round(max(rss)) if rss else None},
         "after_run": reaped,
     }
-    print(f"fleet on {args.store}, server gRPC {args.grpc_impl}, {result['clients']} clients: {result['records']} workers over {args.identities} identities, reaper every "
+    lanes = f" ({args.native_lanes} lanes)" if args.grpc_impl == "native" else ""
+    print(f"fleet on {args.store}, server gRPC {args.grpc_impl}{lanes}, {result['clients']} clients: {result['records']} workers over {args.identities} identities, reaper every "
           f"{args.reaper_interval:g}s; cpus={result['cpus']} load={result['load_avg_1m']}")
     print(f"{'ListSources shape':<22}{'refs':>7}{'idle p50':>10}{'idle p99':>10}{'load p50':>10}{'load p99':>10}"
           f"{'load n':>8}")
@@ -473,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     target = f"at a target of {args.rate:g}/s" if args.rate else "closed loop (as fast as answered)"
     print(f"heartbeats over gRPC, {target}: {heartbeats['per_s']}/s sustained for {heartbeats['seconds']}s "
           f"({', '.join(f'{k} {v}' for k, v in heartbeats.items() if k not in ('seconds', 'per_s'))}); "
-          f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s; one reaper scan: {result['reap_scan_ms']} ms")
+          f"Store.update_status alone: {result['heartbeats_store_only_per_s']}/s; one reaper scan: {result['reap_scan_ms']} ms; "
+          f"full garbage collections meanwhile: {collections.summary()}")
     print(f"RSS MiB: start {result['rss_mib']['start']}, populated {result['rss_mib']['populated']}, "
           f"during heartbeats {result['rss_mib']['during_min']}..{result['rss_mib']['during_max']}; "
           f"after the run: {reaped}")

@@ -3,8 +3,8 @@
 Python's grpcio server hands every call to a pool thread and back, with its own call state,
 and on 2 cores tops out near 1-2k calls per second whatever the servicer costs (the servicer's
 own heartbeat path: ~30-50 us). The native implementation (``mxref/native``, tonic on tokio) frames
-the calls in Rust and queues them; ``WORKERS`` Python threads take the queued calls in batches
-and answer each through the same ``P2pServicer.serve`` path, for both packages (``mxref.v1``
+the calls in Rust and queues them; Python threads take the queued calls in batches
+(``lanes_for``) and answer each through the same ``P2pServicer.serve`` path, for both packages (``mxref.v1``
 and ModelExpress's ``model_express.p2p``), so every check, count, event and answer is the
 one the grpcio server gives. What differs, by design:
 
@@ -21,8 +21,13 @@ one the grpcio server gives. What differs, by design:
   framing (RESOURCE_EXHAUSTED, as grpcio words it) before Python sees it;
 - the queues are bounded (``MAX_QUEUED_CALLS`` each, ``MAX_QUEUED_BYTES`` together): a call
   finding its queue full is RESOURCE_EXHAUSTED at once;
-- reads (ListSources, GetMetadata) and writes are taken in turn, reads first: a listing does
-  not wait behind a fleet's heartbeats, nor a heartbeat behind a flood of listings;
+- reads (ListSources, GetMetadata) and writes wait in queues of their own. Over the in-memory
+  store one worker takes the reads and one the writes (``LANES``), and the writer lets go of
+  the GIL before a write while reads are open (``Server.yield_to_reads``), so a listing waits
+  for at most the heartbeat being answered, not for a batch of them nor for Python's switch
+  interval; a yield lasts until ``TAKE_MOST`` reads are answered (or ``READ_YIELD_MOST_S``) and
+  the writer then answers ``TAKE_MOST`` writes before it yields again, so a flood of listings
+  does not starve the heartbeats either;
 - its own accept loop goes on after any accept error, caps connections (in all and per peer
   address), times out TLS handshakes, pings idle connections and closes them after
   ``IDLE_TIMEOUT_S`` without a call or ``MAX_CONNECTION_AGE_S`` (``FRONT_DOOR``). If serving
@@ -50,17 +55,26 @@ from mxref.metadata.store import Store
 
 logger = logging.getLogger(__name__)
 
-WORKERS = 2
-"""Python threads answering calls over the in-memory store, whose calls only take CPU: on 2
-cores, 1-2 give the most calls per second (each more adds GIL hand-offs: 12k/s with 1, 9.8k
-with 4, 7.6k with 10, heartbeats alone, 2026-12-02). Over a store that waits on the network
-(Redis: up to ``--store-timeout`` and a retry per call) a slow call holds its worker, so there
-are as many as grpcio's pool has threads (``workers_for``)."""
+READS, WRITES = "reads", "writes"
+"""The lanes a worker can take from (``mxref_native.Server.take``); ``None``: both, a read and a
+write in turn."""
+LANES: tuple[str | None, ...] = (READS, WRITES)
+"""The workers over the in-memory store, whose calls only take CPU: one per lane. On 2 cores
+1-2 threads give the most calls per second (each more adds GIL hand-offs: 12k/s with 1, 9.8k
+with 4, 7.6k with 10, heartbeats alone, 2026-12-02)."""
+MIXED_LANES: tuple[str | None, ...] = (None, None)
+"""Two workers each taking both kinds in turn: what served the in-memory store before the lanes
+(``python -m mxref.bench.fleet --native-lanes mixed`` measures it beside ``LANES``)."""
 TAKE_MOST = 16
-"""Calls one worker takes at once (a read and a write in turn, reads first: a listing queued
-behind heartbeats is in the next batch, and so is a heartbeat behind a flood of listings).
-Between batches a worker lets go of the GIL, so a listing taken by the other waits at most one
-batch: at a 10k/s heartbeat target, limit-16 listing p99 6 ms with 16, 9.9 with 64 (2026-12-02)."""
+"""Calls one worker takes at once (a worker of both lanes: a read and a write in turn, reads
+first). Between batches a worker lets go of the GIL: at a 10k/s heartbeat target, limit-16
+listing p99 6 ms with 16, 9.9 with 64 (2026-12-02, two workers of both lanes)."""
+READ_YIELD_MOST_S = 0.005
+"""The longest a writer waits for the reads in one yield (``yield_to_reads``): Python's own
+switch interval, the longest a thread asking for the GIL waits anyway. A yield waits without
+using the GIL, so under a flood of listings on a busy host (each taking longer on the clock) a
+longer bound would leave the writes idle: with this one the writer still answers ``TAKE_MOST``
+writes per 5 ms of reads at the least."""
 TAKE_WAIT_S = 0.5
 """How long an idle worker waits for a call before it looks at the stop flag again."""
 MAX_QUEUED_CALLS = 4096
@@ -95,9 +109,12 @@ def routing() -> dict[str, Any]:
     return {"methods": method_table(), "authorization_key": security.AUTHORIZATION_KEY}
 
 
-def workers_for(servicer: P2pServicer) -> int:
-    """``WORKERS`` over the in-memory store, else (a store that waits on I/O) grpcio's pool size."""
-    return WORKERS if isinstance(servicer.store, Store) else SERVER_THREADS
+def lanes_for(servicer: P2pServicer) -> tuple[str | None, ...]:
+    """One worker per lane over the in-memory store (``LANES``); over a store that waits on the
+    network (Redis: up to ``--store-timeout`` and a retry per call) a slow call holds its worker
+    and lets go of the GIL while it waits, so as many workers of both lanes as grpcio's pool has
+    threads."""
+    return LANES if isinstance(servicer.store, Store) else (None,) * SERVER_THREADS
 
 
 def native_available() -> str | None:
@@ -148,7 +165,7 @@ class NativeMetadataServer:
     """A started native server and its workers. ``stop(grace)`` answers like grpcio's: an
     object whose ``wait(timeout)`` returns once it has stopped."""
 
-    def __init__(self, servicer: P2pServicer, host: str, port: int, *, workers: int | None = None,
+    def __init__(self, servicer: P2pServicer, host: str, port: int, *, lanes: tuple[str | None, ...] | None = None,
                  credentials: security.ServerCredentials | None = None,
                  on_refused: Callable[[security.Refusal], None] | None = None,
                  front_door: dict[str, float] | None = None,
@@ -156,7 +173,8 @@ class NativeMetadataServer:
         """``credentials`` (default plaintext): TLS and the bearer token, as ``start_metadata_server``
         takes them; ``on_refused`` hears of every call refused as unauthenticated (a refusal made
         in Rust comes with its count, within ``TAKE_WAIT_S``). ``front_door``: ``FRONT_DOOR``'s
-        keys to change; ``max_queued_*``: the queues' bounds."""
+        keys to change; ``max_queued_*``: the queues' bounds; ``lanes``: a worker per entry (default
+        ``lanes_for(servicer)``)."""
         import mxref_native
 
 
@@ -184,23 +202,30 @@ class NativeMetadataServer:
             raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc
         self.port: int = self._server.port
         self._stopping = threading.Event()
-        count = workers if workers is not None else workers_for(servicer)
-        self._workers = [threading.Thread(target=self._work, name=f"metadata-native-{i}", daemon=True)
-                         for i in range(count)]
+        self._workers = [threading.Thread(target=self._work, args=(lane,), name=f"metadata-native-{lane or 'any'}-{i}",
+                                          daemon=True)
+                         for i, lane in enumerate(lanes if lanes is not None else lanes_for(servicer))]
         self._workers.append(threading.Thread(target=self._report_refusals, name="metadata-native-refusals",
                                               daemon=True))
         for worker in self._workers:
             worker.start()
 
-    def _work(self) -> None:
+    def _work(self, lane: str | None) -> None:
+        """Answer ``lane``'s calls until stopped; a writer yields to the open reads before a
+        write, at most once per ``TAKE_MOST`` writes."""
+        since_yield = TAKE_MOST
         while True:
-            calls = self._server.take(TAKE_MOST, TAKE_WAIT_S)
+            calls = self._server.take(TAKE_MOST, TAKE_WAIT_S, lane)
             if calls is None:  # the server stopped and nothing is left
                 return
             if not calls and self._stopping.is_set():
                 return
             for call in calls:
+                if lane == WRITES and since_yield >= TAKE_MOST and self._server.yield_to_reads(
+                        TAKE_MOST, READ_YIELD_MOST_S):
+                    since_yield = 0
                 self._answer(call)
+                since_yield += 1
 
     def _report_refusals(self) -> None:
         """Hand the refusals Rust counted to ``on_refused``, until stopped (then once more)."""

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,37 @@ struct Pending {
     authorization: Vec<Bytes>,
     reply: tokio::sync::oneshot::Sender<Answer>,
     _queued: Queued,
+    read: Option<ReadOpen>,
+}
+
+/// The reads not yet answered (queued or taken), and how many have been answered: a writer
+/// worker yields the GIL to them (`Server.yield_to_reads`).
+#[derive(Default)]
+struct ReadGauge {
+    counts: Mutex<(usize, u64)>,
+    changed: Condvar,
+}
+
+/// One read counted open in its `ReadGauge` until it is answered or dropped.
+struct ReadOpen {
+    gauge: Arc<ReadGauge>,
+}
+
+impl ReadOpen {
+    fn new(gauge: &Arc<ReadGauge>) -> Self {
+        gauge.counts.lock().unwrap().0 += 1;
+        ReadOpen { gauge: gauge.clone() }
+    }
+}
+
+impl Drop for ReadOpen {
+    fn drop(&mut self) {
+        let mut counts = self.gauge.counts.lock().unwrap();
+        counts.0 -= 1;
+        counts.1 += 1;
+        drop(counts);
+        self.gauge.changed.notify_all();
+    }
 }
 
 /// A queued call's bytes, counted against `Shared::max_queued_bytes` until it is taken or dropped.
@@ -137,6 +168,7 @@ struct Shared {
     reads: crossbeam_channel::Sender<Pending>,
     writes: crossbeam_channel::Sender<Pending>,
     queued_bytes: Arc<AtomicUsize>,
+    reads_open: Arc<ReadGauge>,
     max_queued_bytes: usize,
     queue_full: AtomicU64,
     max_message_bytes: usize,
@@ -194,7 +226,8 @@ impl tonic::server::UnaryService<Bytes> for Call {
             }
             let queued = Queued { bytes: shared.queued_bytes.clone(), n };
             let queue = if read { &shared.reads } else { &shared.writes };
-            match queue.try_send(Pending { service, method, body, peer, authorization, reply, _queued: queued }) {
+            let read = read.then(|| ReadOpen::new(&shared.reads_open));
+            match queue.try_send(Pending { service, method, body, peer, authorization, reply, _queued: queued, read }) {
                 Ok(()) => {}
                 Err(crossbeam_channel::TrySendError::Full(_)) => {
                     shared.queue_full.fetch_add(1, Ordering::Relaxed);
@@ -241,6 +274,7 @@ pub(crate) struct Incoming {
     body: Bytes,
     authorization: Vec<Bytes>,
     reply: Mutex<Option<tokio::sync::oneshot::Sender<Answer>>>,
+    read: Mutex<Option<ReadOpen>>,
 }
 
 #[pymethods]
@@ -260,10 +294,12 @@ impl Incoming {
     /// `delay_s`; False if it was answered before or its caller is gone.
     #[pyo3(signature = (code, details, trailing, response, delay_s=0.0))]
     fn answer(&self, code: i32, details: String, trailing: Vec<(String, String)>, response: &[u8], delay_s: f64) -> bool {
-        match self.reply.lock().unwrap().take() {
+        let sent = match self.reply.lock().unwrap().take() {
             Some(reply) => reply.send((code, details, trailing, Bytes::copy_from_slice(response), delay_s)).is_ok(),
             None => false,
-        }
+        };
+        drop(self.read.lock().unwrap().take()); // a read answered: no longer open
+        sent
     }
 }
 
@@ -463,6 +499,7 @@ impl Server {
             reads: reads_tx,
             writes: writes_tx,
             queued_bytes: Arc::new(AtomicUsize::new(0)),
+            reads_open: Arc::new(ReadGauge::default()),
             max_queued_bytes,
             queue_full: AtomicU64::new(0),
             max_message_bytes,
@@ -531,13 +568,21 @@ impl Server {
 
     /// The calls waiting, up to `most`, a read and a write in turn (reads first) while both
     /// queues hold some, so neither kind waits behind a flood of the other: waits up to
-    /// `timeout_s` for the first (without the GIL), then takes what is there. None once the
-    /// server has stopped.
-    fn take(&self, py: Python<'_>, most: usize, timeout_s: f64) -> Option<Vec<Incoming>> {
-        let (reads, writes) = (self.reads.clone(), self.writes.clone());
+    /// `timeout_s` for the first (without the GIL), then takes what is there. With `lane`
+    /// (`reads` or `writes`) only that queue's calls. None once the server has stopped.
+    #[pyo3(signature = (most, timeout_s, lane=None))]
+    fn take(&self, py: Python<'_>, most: usize, timeout_s: f64, lane: Option<&str>) -> PyResult<Option<Vec<Incoming>>> {
+        let (reads, writes) = match lane {
+            None => (Some(self.reads.clone()), Some(self.writes.clone())),
+            Some("reads") => (Some(self.reads.clone()), None),
+            Some("writes") => (None, Some(self.writes.clone())),
+            Some(other) => return Err(PyValueError::new_err(format!("lane {other:?}: must be reads, writes or None"))),
+        };
+        let never = crossbeam_channel::never::<Pending>();
         let wait = Duration::from_secs_f64(timeout_s.max(0.0));
         let most = most.max(1);
         let taken = py.allow_threads(move || -> Option<Vec<Pending>> {
+            let (reads, writes) = (reads.unwrap_or_else(|| never.clone()), writes.unwrap_or(never));
             let drain = |out: &mut Vec<Pending>| {
                 while out.len() < most {
                     let mut took = false;
@@ -565,8 +610,11 @@ impl Server {
                 drain(&mut out);
             }
             Some(out)
-        })?;
-        Some(
+        });
+        let Some(taken) = taken else {
+            return Ok(None);
+        };
+        Ok(Some(
             taken
                 .into_iter()
                 .map(|p| Incoming {
@@ -576,9 +624,39 @@ impl Server {
                     body: p.body,
                     authorization: p.authorization,
                     reply: Mutex::new(Some(p.reply)),
+                    read: Mutex::new(p.read),
                 })
                 .collect(),
-        )
+        ))
+    }
+
+    /// How many reads are queued or taken and not yet answered.
+    fn reads_open(&self) -> usize {
+        self.shared.reads_open.counts.lock().unwrap().0
+    }
+
+    /// A writer's turn given to the reads: when reads are open, let go of the GIL until none
+    /// is, or `most` more have been answered, or `timeout_s` has passed (so the writes keep
+    /// their turn under a flood of reads); True if it waited. With no read open it returns at
+    /// once, the GIL kept.
+    fn yield_to_reads(&self, py: Python<'_>, most: u64, timeout_s: f64) -> bool {
+        let gauge = &self.shared.reads_open;
+        let start = {
+            let counts = gauge.counts.lock().unwrap();
+            if counts.0 == 0 {
+                return false;
+            }
+            counts.1
+        };
+        let wait = Duration::from_secs_f64(timeout_s.max(0.0));
+        py.allow_threads(|| {
+            let counts = gauge.counts.lock().unwrap();
+            let _ = gauge
+                .changed
+                .wait_timeout_while(counts, wait, |c| c.0 > 0 && c.1 - start < most.max(1))
+                .unwrap();
+        });
+        true
     }
 
     /// The calls refused for their token since the last time, as (service, method, reason,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def test_held_back_writes_hold_their_streams_not_the_workers(native: Native) -> 
     update = p2p_pb2.UpdateStatusRequest(mx_source_id="s", worker_id="w", worker_rank=0,
                                          status=p2p_pb2.SOURCE_STATUS_READY).SerializeToString()
     held_count = config.MAX_STREAMS_PER_CONNECTION  # all of the writer connection's streams
-    assert held_count > native_grpc.WORKERS
+    assert held_count > len(native_grpc.LANES)
     with own_channel(native.address) as writer, own_channel(native.address) as reader:
         assert call(writer, "UpdateStatus", update).result()  # the burst of 1: answered at once
         started = time.monotonic()
@@ -181,6 +182,134 @@ def test_a_listing_is_taken_before_the_heartbeats_queued_ahead_of_it() -> None:
         assert server.stop(1)
 
 
+def _spin(seconds: float) -> None:
+    """Hold the GIL for ``seconds`` of pure Python (a call's servicer cost, scaled up)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class _Slow:
+    """A servicer whose ``slow`` method spins ``SPIN_S`` holding the GIL, its first call held
+    until ``gate`` is set (so that the others queue behind it); every call answered is logged
+    in order (``log``) by its method."""
+
+    SPIN_S = 0.005
+
+    def __init__(self, slow: str) -> None:
+        self.log: list[str] = []
+        self.gate = threading.Event()
+        self.servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server, limits=ServerLimits(
+            publish_rate_per_s=1e9, publish_burst=10**9, peer_publish_rate_per_s=1e9, peer_publish_burst=10**9))
+        for method in ("ListSources", "UpdateStatus"):
+            handler = self.servicer._handlers[method]
+            self.servicer._handlers[method] = self._logged(method, handler, method == slow)
+
+    def _logged(self, method: str, handler: Any, slow: bool) -> Any:
+        def serve(request: Any, call: Any) -> Any:
+            if slow:
+                self.gate.wait(10)
+                _spin(self.SPIN_S)
+            answer = handler(request, call) if method == "ListSources" else (
+                p2p_pb2.UpdateStatusResponse(success=True), servicer_module.Outcome.OK)
+            self.log.append(method)
+            return answer
+        return serve
+
+    def after(self, count: int, method: str) -> int:
+        """How many calls were answered after the first ``count`` and before ``method``'s first after them."""
+        return self.log[count:].index(method)
+
+
+def _saturate(native: native_grpc.NativeMetadataServer, slow: _Slow, method: str, request: bytes,
+              calls: int, queued: int) -> tuple[list[grpc.Channel], list[grpc.Future]]:
+    """``calls`` of ``method`` from connections of their own; the gate is opened once ``queued``
+    of them wait in its queue (its worker held by the first)."""
+    address = f"127.0.0.1:{native.port}"
+    per = config.MAX_STREAMS_PER_CONNECTION
+    channels = [own_channel(address) for _ in range(-(-calls // per))]
+    futures = [call(channels[i // per], method, request) for i in range(calls)]
+    lane = 0 if method == "ListSources" else 1
+    deadline = time.monotonic() + 10
+    while native._server.queued()[lane] < queued and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert native._server.queued()[lane] >= queued, native._server.queued()
+    slow.gate.set()
+    return channels, futures
+
+
+def test_a_listing_is_answered_while_heartbeats_saturate_the_write_path() -> None:
+    """Reads have a worker of their own and the writer yields the GIL to them: with heartbeats
+    that each hold the GIL queued ahead of it, a listing is answered after at most the few
+    heartbeats already under way, not after a batch of them (``TAKE_MOST``)."""
+    slow = _Slow("UpdateStatus")
+    native = native_grpc.NativeMetadataServer(slow.servicer, "127.0.0.1", 0)
+    address = f"127.0.0.1:{native.port}"
+    update = p2p_pb2.UpdateStatusRequest(mx_source_id="s", worker_id="w", status=p2p_pb2.SOURCE_STATUS_READY)
+    try:
+        channels, heartbeats = _saturate(native, slow, "UpdateStatus", update.SerializeToString(), 48, 24)
+        with own_channel(address) as reader:
+            before = len(slow.log)
+            assert call(reader, "ListSources", b"").result() == b""
+        assert slow.after(before, "ListSources") <= 3, slow.log
+        assert native._server.queued()[1] > 0, "every heartbeat was answered before the listing"
+        assert all(p2p_pb2.UpdateStatusResponse.FromString(f.result()).success for f in heartbeats)
+        for channel in channels:
+            channel.close()
+    finally:
+        assert native.stop(1).wait(5)
+
+
+def test_heartbeats_are_answered_while_listings_flood_the_read_path() -> None:
+    """The writer's yield is bounded: with listings that each hold the GIL queued ahead of it, a
+    heartbeat is answered after at most one yield's worth of them (``TAKE_MOST``), not after the
+    flood."""
+    slow = _Slow("ListSources")
+    native = native_grpc.NativeMetadataServer(slow.servicer, "127.0.0.1", 0)
+    address = f"127.0.0.1:{native.port}"
+    try:
+        channels, listings = _saturate(native, slow, "ListSources", b"", 64, 40)
+        update = p2p_pb2.UpdateStatusRequest(mx_source_id="s", worker_id="w", status=p2p_pb2.SOURCE_STATUS_READY)
+        with own_channel(address) as writer:
+            before = len(slow.log)
+            assert p2p_pb2.UpdateStatusResponse.FromString(call(writer, "UpdateStatus", update.SerializeToString())
+                                                           .result()).success
+        assert slow.after(before, "UpdateStatus") <= native_grpc.TAKE_MOST + 2, slow.log
+        assert all(f.result() == b"" for f in listings)
+        for channel in channels:
+            channel.close()
+    finally:
+        assert native.stop(1).wait(5)
+
+
+def test_a_worker_takes_only_its_lane() -> None:
+    """``take(lane=...)`` takes one queue's calls; a lane that is not one is refused, naming it;
+    ``reads_open`` counts a read from its queuing to its answer."""
+    import mxref_native
+
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20)
+    try:
+        with own_channel(f"127.0.0.1:{server.port}") as channel:
+            write = call(channel, "UpdateStatus", b"")
+            read = call(channel, "ListSources", b"")
+            deadline = time.monotonic() + 10
+            while server.queued() != (1, 1) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.reads_open() == 1
+            assert [c.method for c in server.take(16, 1.0, native_grpc.WRITES)] == ["UpdateStatus"]
+            (taken,) = server.take(16, 1.0, native_grpc.READS)
+            assert taken.method == "ListSources" and server.reads_open() == 1
+            assert server.take(16, 0.01, native_grpc.READS) == []
+            with pytest.raises(ValueError, match='lane "both"'):
+                server.take(1, 0.0, "both")
+            assert taken.answer(0, "", [], b"")
+            assert server.reads_open() == 0 and not server.yield_to_reads(16, 1.0)
+            assert read.result() == b""
+            write.cancel()
+    finally:
+        assert server.stop(1)
+
+
 def test_stop_refuses_the_calls_left_unanswered() -> None:
     """A call nobody takes (no workers here) does not hold the stop: after the grace it is
     dropped, and its caller is told UNAVAILABLE instead of waiting for its deadline."""
@@ -205,9 +334,9 @@ def test_a_store_that_waits_on_io_gets_as_many_workers_as_grpcio_has_threads() -
     from mxref.metadata.servicer import SERVER_THREADS
 
     memory = P2pServicer(Store(), TIMERS)
-    assert native_grpc.workers_for(memory) == native_grpc.WORKERS
+    assert native_grpc.lanes_for(memory) == (native_grpc.READS, native_grpc.WRITES)
     redis = P2pServicer(RedisStore("redis://127.0.0.1:1/0", timeout_s=0.1), TIMERS)  # never connected here
-    assert native_grpc.workers_for(redis) == SERVER_THREADS > native_grpc.WORKERS
+    assert native_grpc.lanes_for(redis) == (None,) * SERVER_THREADS
 
 
 def test_the_compiled_load_counts_failures_by_grpcs_code_names() -> None:
@@ -300,3 +429,23 @@ def test_without_the_compiled_module_the_default_server_says_how_to_build_it_or_
         start_metadata_server(servicer, "127.0.0.1", 0)
     server, _port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="grpcio")
     server.stop(None).wait(5)
+
+
+@pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
+def test_a_server_spreads_its_processs_full_collections(grpc_impl: str) -> None:
+    """Starting a metadata server sets the full collections to ``FULL_COLLECTION_EVERY`` young
+    ones, the young thresholds kept (a fleet's heartbeats otherwise meet one every few seconds)."""
+    import gc
+
+    from mxref.metadata.transport import FULL_COLLECTION_EVERY
+
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], before[1], 10)
+    try:
+        server, _ = start_metadata_server(P2pServicer(Store(), TIMERS), "127.0.0.1", 0, grpc_impl=grpc_impl)
+        try:
+            assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+        finally:
+            assert server.stop(1).wait(5)
+    finally:
+        gc.set_threshold(*before)

@@ -79,7 +79,7 @@ def test_a_call_without_the_token_is_refused_before_any_queue_and_reported_with_
     """No worker takes calls here: a refused call is answered all the same (Rust refused it, it
     was never queued), with grpcio's code and details, and reported once, counted; a call with
     the token is queued for Python."""
-    server, refusals = tls_server(creds, workers=0)
+    server, refusals = tls_server(creds, lanes=())
     assert creds.token and creds.wrong_token
     token = creds.token.read_text().strip()
     try:
