@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from harness.hosts.base import LocalHost, Proc, StopResult
 
 from harness import capabilities, clocks
 from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, place
+from harness.hosts.base import LocalHost, Proc, StopResult
 from harness.processes import ProcessTable, ProcState
 from harness.timeline import Entry, Timeline
 from harness.waits import RunClock
