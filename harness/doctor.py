@@ -251,15 +251,18 @@ def scenario_needs(sc: Any) -> dict[str, list[str]]:
 
     needs = {"nixl": ["readers and sources"], **scenario_requirements(sc)}
     native = [name for name, spec in getattr(sc, "processes", {}).items()
-              if getattr(spec, "role", "") == "server" and not _grpcio(getattr(spec, "extra_args", ()))
+              if getattr(spec, "role", "") == "server" and not _grpcio(spec)
               and getattr(spec, "subject", None) in (None, "mxref")]  # ModelExpress's own server is its binary
     if native:
         needs[NATIVE] = [f"server ({', '.join(native)})"]
     return needs
 
 
-def _grpcio(args: Sequence[str]) -> bool:
-    joined = " ".join(args)
+def _grpcio(spec: Any) -> bool:
+    """Whether a server runs Python's grpcio (its ``grpc_impl`` option, or its extra arguments)."""
+    if getattr(getattr(spec, "options", None), "grpc_impl", None) == "grpcio":
+        return True
+    joined = " ".join(getattr(spec, "extra_args", ()))
     return "--grpc-impl grpcio" in joined or "--grpc-impl=grpcio" in joined
 
 

@@ -90,6 +90,8 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         return EXIT_INVALID
     if wanted is not None:
         scenarios = [s for s in scenarios if s.name in wanted]
+    if args.grpc_impl is not None:
+        scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
     if args.subject is not None:
         from harness.subjects.mx_server import with_subjects
 
@@ -184,6 +186,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("--store", choices=("memory", "redis"), default=None,
                      help="redis: run every scenario's servers on a Redis store (a redis process added where "
                           "the scenario has none; harness.scenario.stores); default: each scenario's own store key")
+    run.add_argument("--grpc-impl", choices=("native", "grpcio"), default=None,
+                     help="the gRPC of every server mxref plays (its grpc_impl option): native (mxref's default, "
+                          "the Rust front) or grpcio (Python's); default: each scenario's own")
     run.add_argument("--subject", type=subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
                      help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
                           "modelexpress builds its environment on first use (harness/subjects); per role: "

@@ -27,6 +27,7 @@ from harness.scenario.models import (
     ReaderProcess,
     ScrapeSpec,
     SecuritySpec,
+    ServerProcess,
     SourceProcess,
     Subject,
 )
@@ -292,6 +293,15 @@ class Scenario(Strict):
     def with_subject(self, subject: str) -> Scenario:
         """The same scenario played by ``subject`` (``mxchaos run --subject``)."""
         return self.model_copy(update={"subject": subject})
+
+    def with_grpc_impl(self, impl: str) -> Scenario:
+        """The same scenario with every server mxref plays on ``impl`` (``mxchaos run
+        --grpc-impl``); ModelExpress's server runs its own binary and is left alone."""
+        processes = dict(self.processes)
+        for name, spec in self.processes.items():
+            if isinstance(spec, ServerProcess) and (spec.subject or "mxref") == "mxref":
+                processes[name] = spec.model_copy(update={"options": spec.options.model_copy(update={"grpc_impl": impl})})
+        return self.model_copy(update={"processes": processes})
 
     def not_playable(self) -> str | None:
         """Why the subjects that play this scenario's sources and readers, or its servers, cannot

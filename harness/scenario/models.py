@@ -231,6 +231,7 @@ class ServerOptions(Options):
     reaper_interval: Duration | None = None
     gc_timeout: Duration | None = None
     store_timeout: Duration | None = None  # bound on one Redis socket operation (mxref: 1s), with a store
+    grpc_impl: Literal["native", "grpcio"] | None = None  # its gRPC (mxref: native); mxchaos run --grpc-impl sets every server's
 
 
 class PeerOptions(Options):

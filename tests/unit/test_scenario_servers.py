@@ -56,3 +56,23 @@ def test_a_scenario_for_mxrefs_server_skips_under_the_real_one() -> None:
 ])
 def test_servers_are_validated(extra: str, server_subject: str, message: str) -> None:
     assert message in problems(text(extra, server_subject))
+
+
+def test_grpc_impl_puts_every_mxref_server_on_it_and_leaves_modelexpress_alone(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from harness import launch
+
+    two = parse_scenario(BASE.format(extra="", server_subject="").replace(
+        "  source-1: {role: source}", "  mx: {role: server, subject: modelexpress, store: store}\n"
+        "  store: {role: redis}\n  source-1: {role: source, server: server}"))
+    played = two.with_grpc_impl("grpcio")
+    assert played.processes["server"].options.grpc_impl == "grpcio"  # type: ignore[union-attr]
+    assert played.processes["mx"].options.grpc_impl is None  # type: ignore[union-attr]
+    assert two.processes["server"].options.grpc_impl is None  # type: ignore[union-attr]  # a copy, not an edit
+    run_dir = Path(str(tmp_path))
+    where = launch.Placement(run_dir=run_dir, events_path=run_dir / "server.events.jsonl", log_path=run_dir / "server.log",
+                             host_address="127.0.0.1", in_netns=False, incarnation=1)
+    argv = launch.process_argv(played, "server", where)
+    assert argv[argv.index("--grpc-impl") + 1] == "grpcio"
+    assert "--grpc-impl" not in launch.process_argv(two, "server", where)
