@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
 from harness import checks as check_registry
+from harness.checks.nixl import NixlBalanceParams
 from harness.scenario.models import (
     Broken,
     Budgets,
@@ -274,6 +275,23 @@ class Scenario(Strict):
             (kind,) = type(entry).model_fields
             out.append((kind, getattr(entry, kind)))
         return out
+
+    def judged_entries(self) -> list[tuple[str, check_registry.CheckParams]]:
+        """The checks a run is judged by: the file's own, then the implicit ones every run gets.
+        Implicit: NIXL's balance (``nixl_balance``) of every source and reader, unless the file
+        judges it itself; those played by ModelExpress's client (which emits no audit) are named
+        as not judged, and a run with only those is unknown, naming the gap."""
+        own = self.check_entries()
+        agents = [n for n, spec in self.processes.items() if spec.role in ("source", "reader")]
+        if not agents or any(kind == "nixl_balance" for kind, _ in own):
+            return own
+        played = {n: getattr(self.processes[n], "subject", None) or self.subject for n in agents}
+        implicit = NixlBalanceParams(
+            name="nixl_balance (every run)", implicit=True,
+            processes=tuple(n for n in agents if played[n] == "mxref"),
+            not_audited=tuple(n for n in agents if played[n] != "mxref"),
+        )
+        return [*own, ("nixl_balance", implicit)]
 
     def with_seed(self, seed: int) -> Scenario:
         return self.model_copy(update={"seed": seed})
