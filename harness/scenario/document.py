@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
 from harness import checks as check_registry
-from harness.checks.nixl import NixlBalanceParams
 from harness.scenario.models import (
     Broken,
     Budgets,
@@ -286,11 +285,11 @@ class Scenario(Strict):
         if not agents or any(kind == "nixl_balance" for kind, _ in own):
             return own
         played = {n: getattr(self.processes[n], "subject", None) or self.subject for n in agents}
-        implicit = NixlBalanceParams(
-            name="nixl_balance (every run)", implicit=True,
-            processes=tuple(n for n in agents if played[n] == "mxref"),
-            not_audited=tuple(n for n in agents if played[n] != "mxref"),
-        )
+        implicit = check_registry.REGISTRY["nixl_balance"].params.model_validate({
+            "name": "nixl_balance (every run)", "implicit": True,
+            "processes": [n for n in agents if played[n] == "mxref"],
+            "not_audited": [n for n in agents if played[n] != "mxref"],
+        })
         return [*own, ("nixl_balance", implicit)]
 
     def with_seed(self, seed: int) -> Scenario:
