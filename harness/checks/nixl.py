@@ -36,14 +36,17 @@ class NixlBalanceParams(CheckParams):
     when its process was killed before it could give one (no exit of its own after the failure),
     and passes, saying so, when no judged process dropped an agent. ``not_audited``: processes
     played by a subject that emits no audit (ModelExpress's client), named as not judged; a run
-    with nothing else to judge is unknown."""
+    with nothing else to judge is unknown. ``departs``: readers that leave without a NIXL
+    teardown by design (``skip_release``), named as not judged."""
 
     processes: tuple[Name, ...] = ()
     implicit: bool = False
     not_audited: tuple[Name, ...] = ()
+    departs: tuple[Name, ...] = ()
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
-        for key, names in (("processes", self.processes), ("not_audited", self.not_audited)):
+        for key, names in (("processes", self.processes), ("not_audited", self.not_audited),
+                           ("departs", self.departs)):
             for i, name in enumerate(names):
                 yield f"{key}[{i}]", name, ("source", "reader")
 
@@ -52,8 +55,10 @@ class NixlBalanceParams(CheckParams):
 def nixl_balance(p: NixlBalanceParams, h: History, run: RunFacts) -> CheckResult:
     """Reads each judged process's ``nixl_audit`` events and its failed READs' ``*_open`` fields."""
     names = list(p.processes) or ([] if p.implicit else run.processes("reader"))
-    gap = (f"{', '.join(p.not_audited)} not judged: ModelExpress's client emits no NIXL audit"
-           if p.not_audited else "")
+    gap = "; ".join(filter(None, [
+        f"{', '.join(p.not_audited)} not judged: ModelExpress's client emits no NIXL audit" if p.not_audited else "",
+        f"{', '.join(p.departs)} not judged: they leave without a NIXL teardown by design (skip_release)"
+        if p.departs else ""]))
     if not names:
         return CheckResult("unknown", gap or "no source or reader to judge", {"not_audited": list(p.not_audited)})
     problems: list[str] = []
@@ -76,7 +81,7 @@ def nixl_balance(p: NixlBalanceParams, h: History, run: RunFacts) -> CheckResult
             if not any(a.t > f.t for a in audits) and not (p.implicit and killed):
                 problems.append(f"{name}: no balance (nixl_audit) after the {f.f} at {f.t:.3f}s")
         problems += _unbalanced_exits(name, h, audits, exits)
-    details = {"open": balances, "failures": failures, "not_audited": list(p.not_audited)}
+    details = {"open": balances, "failures": failures, "not_audited": list(p.not_audited), "departs": list(p.departs)}
     if problems:
         return CheckResult(False, "; ".join(problems[:5]), details)
     agents = sum(len(v) for v in balances.values())

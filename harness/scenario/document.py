@@ -279,16 +279,20 @@ class Scenario(Strict):
         """The checks a run is judged by: the file's own, then the implicit ones every run gets.
         Implicit: NIXL's balance (``nixl_balance``) of every source and reader, unless the file
         judges it itself; those played by ModelExpress's client (which emits no audit) are named
-        as not judged, and a run with only those is unknown, naming the gap."""
+        as not judged, and a run with only those is unknown, naming the gap; readers that leave
+        without a NIXL teardown by design (``skip_release``, the simulated pre-fix bug) are named
+        as not judged."""
         own = self.check_entries()
         agents = [n for n, spec in self.processes.items() if spec.role in ("source", "reader")]
         if not agents or any(kind == "nixl_balance" for kind, _ in own):
             return own
         played = {n: getattr(self.processes[n], "subject", None) or self.subject for n in agents}
+        departs = [n for n in agents if isinstance(spec := self.processes[n], ReaderProcess) and spec.options.skip_release]
         implicit = check_registry.REGISTRY["nixl_balance"].params.model_validate({
             "name": "nixl_balance (every run)", "implicit": True,
-            "processes": [n for n in agents if played[n] == "mxref"],
+            "processes": [n for n in agents if played[n] == "mxref" and n not in departs],
             "not_audited": [n for n in agents if played[n] != "mxref"],
+            "departs": departs,
         })
         return [*own, ("nixl_balance", implicit)]
 

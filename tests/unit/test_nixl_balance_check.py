@@ -94,3 +94,13 @@ def test_every_run_is_judged_by_the_balance_unless_its_file_states_it() -> None:
     assert isinstance(mx, NixlBalanceParams) and mx.processes == ("source-1",) and mx.not_audited == ("reader-1",)
     all_mx = mixed.with_subject("modelexpress").judged_entries()[-1][1]
     assert isinstance(all_mx, NixlBalanceParams) and all_mx.processes == ()
+
+
+def test_a_reader_that_leaves_without_teardown_by_design_is_named_not_judged() -> None:
+    sc = parse_scenario(textwrap.dedent(SCENARIO % (", options: {skip_release: true}", "")), "x.yaml")
+    implicit = sc.judged_entries()[-1][1]
+    assert isinstance(implicit, NixlBalanceParams)
+    assert implicit.processes == ("source-1",) and implicit.departs == ("reader-1",)
+    result = judge(implicit.model_dump(), [(1.0, "info", "reader-1", "transfer_start", {}),
+                                           (2.0, "info", "reader-1", "exit", {"code": 0}), audit(3.0, "source-1")])
+    assert result.valid is True and "reader-1 not judged" in result.summary
