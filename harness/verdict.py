@@ -60,12 +60,12 @@ class RunResult:
 
 
 def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResult]:
-    """Run the scenario's checks over a history (pure; ``mxchaos check`` re-judges with it)."""
+    """Run the scenario's checks (its own, then the implicit ones) over a history (pure; ``mxchaos check`` re-judges with it)."""
     facts = check_registry.RunFacts(roles=scenario.roles(), expected=content.lazy_expected(scenario),
                                     players=scenario.players())
     return [
         check_registry.evaluate(i, kind, params, history, facts)
-        for i, (kind, params) in enumerate(scenario.check_entries())
+        for i, (kind, params) in enumerate(scenario.judged_entries())
     ]
 
 

@@ -287,6 +287,27 @@ class Scenario(Strict):
             out.append((kind, getattr(entry, kind)))
         return out
 
+    def judged_entries(self) -> list[tuple[str, check_registry.CheckParams]]:
+        """The checks a run is judged by: the file's own, then the implicit ones every run gets.
+        Implicit: NIXL's balance (``nixl_balance``) of every source and reader, unless the file
+        judges it itself; those played by ModelExpress's client (which emits no audit) are named
+        as not judged (with only those, "not observable", naming the gap); readers that leave
+        without a NIXL teardown by design (``skip_release``, the simulated pre-fix bug) are named
+        as not judged."""
+        own = self.check_entries()
+        agents = [n for n, spec in self.processes.items() if spec.role in ("source", "reader")]
+        if not agents or any(kind == "nixl_balance" for kind, _ in own):
+            return own
+        played = self.players()
+        departs = [n for n in agents if isinstance(spec := self.processes[n], ReaderProcess) and spec.options.skip_release]
+        implicit = check_registry.REGISTRY["nixl_balance"].params.model_validate({
+            "name": "nixl_balance (every run)", "implicit": True,
+            "processes": [n for n in agents if played[n] == "mxref" and n not in departs],
+            "not_audited": [n for n in agents if played[n] != "mxref"],
+            "departs": departs,
+        })
+        return [*own, ("nixl_balance", implicit)]
+
     def with_seed(self, seed: int) -> Scenario:
         return self.model_copy(update={"seed": seed})
 

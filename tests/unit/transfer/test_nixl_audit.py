@@ -146,7 +146,7 @@ def test_only_the_processes_mxref_plays_are_judged() -> None:
     judged = evaluate(0, "nixl_balance", definition.params.model_validate({}),
                       History.build([(1.0, "info", "reader-2", "nixl_audit", leak)]), facts)
     assert judged.valid is False and "reader-2" in judged.summary
-    assert judged.details["not_observed"] == {"reader-1": "modelexpress"}
+    assert judged.details["not_audited"] == {"reader-1": "modelexpress"}
     alone = RunFacts(roles={"reader-1": "reader"}, players={"reader-1": "modelexpress"})
     unobserved = evaluate(0, "nixl_balance", definition.params.model_validate({}), History.build([]), alone)
-    assert unobserved.valid is True and unobserved.summary.startswith("not observable: reader-1 is played by modelexpress")
+    assert unobserved.valid is True and unobserved.summary.startswith("not observable: reader-1 (played by modelexpress)")
