@@ -14,13 +14,10 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from harness.htmlreport.palette import swatch
+
 __all__ = ["render_matrix"]
 
-COLOURS = {
-    "pass": "#c8f0c8", "xpass": "#fff1a8", "xfail": "#e3d7f5", "skip": "#e6e6e6", "unknown": "#ffd9a8",
-    "fail": "#f5b5b5", "hang": "#f5a0a0", "error": "#f08c8c", "unavailable": "#d0d0d0", "none": "#ffffff",
-    "flaky": "#f7c98b", "reproduced": "#e3d7f5", "not_reproduced": "#fff7cc", "fixed?": "#fff1a8",
-}
 
 CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#222}
@@ -44,7 +41,8 @@ def _cell(cell: Mapping[str, Any]) -> str:
     verdict = str(cell.get("verdict", "none"))
     defect = cell.get("defect")
     unexpected = bool(defect and defect.get("headline"))
-    parts = [f'<div class="v">{_e(verdict)}</div>']
+    look = swatch(verdict)  # the palette every page shares: a colour and a glyph, never colour alone
+    parts = [f'<div class="v" style="color:{look.strong}"><span aria-hidden="true">{look.glyph}</span> {_e(verdict)}</div>']
     if cell.get("error"):
         parts.append(f'<div class="small">{_e(cell["error"])}</div>')
     fails = cell.get("failures") or {}
@@ -72,8 +70,7 @@ def _cell(cell: Mapping[str, Any]) -> str:
     ]
     if links:
         parts.append(f'<div class="small">runs {" ".join(links)}</div>')
-    colour = COLOURS.get(verdict.lower(), "#ffffff")
-    return f'<td style="background:{colour}"{" class=unexp" if unexpected else ""}>{"".join(parts)}</td>'
+    return f'<td style="background:{look.light}"{" class=unexp" if unexpected else ""}>{"".join(parts)}</td>'
 
 
 def render_matrix(matrix: Mapping[str, Any]) -> str:
