@@ -24,6 +24,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import mxref  # noqa: F401 - first: it turns gRPC's fork support off before anything imports grpc
+
 __all__ = [
     "CheckResult",
     "Fault",

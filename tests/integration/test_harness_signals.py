@@ -245,7 +245,7 @@ def test_the_folder_of_a_sigkilled_harness_is_judged_as_crashed(tmp_path: Path) 
         assert (verdict["status"], verdict["verdict"]) == ("crashed", "error")
         assert verdict["reason"].startswith("the harness died before the run ended")
         assert "its last entry is at" in verdict["reason"] and "mxchaos cleanup: the harness of this run died" in verdict["reason"]
-        assert [c["name"] for c in verdict["checks"]] == ["nothing_leaked"]  # judged on what was seen
+        assert [c["name"] for c in verdict["checks"]] == ["nothing_leaked", "nixl_balance (every run)"]  # judged on what was seen
         assert ">CRASHED</span>" in (folder / "report.html").read_text()
     finally:
         harness.kill()

@@ -156,7 +156,7 @@ def test_a_heal_that_overruns_its_budget_fails_and_teardown_heals_the_next(tmp_p
     assert result.reason == "heal failed: stuck (stuck_heal) did not return within 0.5s (budgets.heal)"
     outcome = result.history.last(actor="harness", f="outcome")
     assert outcome is not None and outcome.get("status") == "error"
-    assert [c.valid for c in result.checks] == [True]  # the checks still ran
+    assert [c.valid for c in result.checks] == [True, True]  # the checks still ran (the file's, the implicit balance)
     (window_stuck,) = [w for w in result.history.fault_windows() if w.name == "stuck"]
     assert window_stuck.end is None  # never healed
 
@@ -314,7 +314,7 @@ def test_mxchaos_check_re_judges_a_saved_run_and_writes_only_when_asked(
 
     assert cli.main(["check", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert f"--- judged: PASS  {folder}" in out and "judged    PASS     2/0/0" in out
+    assert f"--- judged: PASS  {folder}" in out and "judged    PASS     3/0/0" in out  # 2 of the file's, the implicit balance
 
     def stricter(p, h, run):  # type: ignore[no-untyped-def]
         return checks.CheckResult(False, "a stricter count")
