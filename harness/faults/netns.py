@@ -41,10 +41,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from harness.errors import FaultError
+from harness.fault_windows import target_text
 from harness.faults import Fault, FaultContext, FaultSpec, HostView, Injected, commands, register, undo_on_failure
 from harness.hosts import netns
 from harness.hosts.base import Place
-from harness.spec import Duration, SourceOf, Target, custom_error
+from harness.spec import Duration, Target, custom_error
 
 __all__ = [
     "Chain",
@@ -76,7 +77,7 @@ def _chain_prefix(run_id: str) -> str:
 
 
 def _describe(target: Target) -> str:
-    return f"source_of({target.source_of})" if isinstance(target, SourceOf) else str(target)
+    return target_text(target) or ""
 
 
 def _netns_host(ctx: FaultContext, target: Target, kind: str) -> tuple[HostView, Place]:
