@@ -167,6 +167,24 @@ def tcp_port_open(address: str, port: int, timeout: float) -> bool:
         return False
 
 
+def stop_escalating(proc: Proc, grace: float) -> StopResult:
+    """TERM (+CONT, so a paused process can act on it), wait ``grace``, then KILL and wait up to
+    10 s: how every host's process is stopped. One already gone gets a KILL for its group."""
+    started = time.monotonic()
+    if proc.poll() is not None:
+        proc.signal(signal.SIGKILL)
+        return StopResult(proc.poll(), False, 0.0, already_exited=True)
+    proc.signal(signal.SIGTERM)
+    proc.signal(signal.SIGCONT)
+    rc = proc.wait(grace)
+    escalated = False
+    if rc is None:
+        escalated = True
+        proc.signal(signal.SIGKILL)
+        rc = proc.wait(10.0)
+    return StopResult(rc, escalated, time.monotonic() - started)
+
+
 class LocalProc:
     """A child in its own session (pgid == pid)."""
 
@@ -199,20 +217,10 @@ class LocalProc:
     def stop(self, grace: float) -> StopResult:
         """TERM (+CONT, so a paused process can act on it), wait ``grace``, then KILL. Any
         member of the group still alive after the leader exits is killed too."""
-        started = time.monotonic()
-        if self._popen.poll() is not None:
-            self.signal(signal.SIGKILL)
-            return StopResult(self._popen.returncode, False, 0.0, already_exited=True)
-        self.signal(signal.SIGTERM)
-        self.signal(signal.SIGCONT)
-        rc = self.wait(grace)
-        escalated = False
-        if rc is None:
-            escalated = True
-            self.signal(signal.SIGKILL)
-            rc = self.wait(10.0)
-        self.signal(signal.SIGKILL)  # stragglers in the group; ESRCH when none
-        return StopResult(rc, escalated, time.monotonic() - started)
+        result = stop_escalating(self, grace)
+        if not result.already_exited:
+            self.signal(signal.SIGKILL)  # stragglers in the group; ESRCH when none
+        return result
 
 
 class LocalHost:

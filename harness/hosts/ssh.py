@@ -44,7 +44,7 @@ from harness import procscan, statedir
 from harness.capabilities import Hardware, hardware_lacks
 from harness.errors import FaultError, HarnessError, HostError
 from harness.hosts import netns
-from harness.hosts.base import ExecResult, Place, StopResult, read_slice, tcp_port_open
+from harness.hosts.base import ExecResult, Place, StopResult, read_slice, stop_escalating, tcp_port_open
 from harness.hosts.inventory import Inventory, Machine, bind_hosts
 from harness.hosts.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
 
@@ -99,19 +99,7 @@ class SshProc:
         return done.rc == 0
 
     def stop(self, grace: float) -> StopResult:
-        started = time.monotonic()
-        if self.poll() is not None:
-            self.signal(signal.SIGKILL)
-            return StopResult(self.poll(), False, 0.0, already_exited=True)
-        self.signal(signal.SIGTERM)
-        self.signal(signal.SIGCONT)
-        rc = self.wait(grace)
-        escalated = False
-        if rc is None:
-            escalated = True
-            self.signal(signal.SIGKILL)
-            rc = self.wait(10.0)
-        return StopResult(rc, escalated, time.monotonic() - started)
+        return stop_escalating(self, grace)
 
 
 PLUMBING_ENV = "MXCHAOS_SSH_RUN_ID"  # the harness's ssh clients and remote helpers of a run

@@ -26,7 +26,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # 
 
 from harness.matrix.cache import cache_dir
 
-__all__ = ["CLIENT_MODULE", "client_descriptor", "client_wheel", "describe", "differences", "message_classes",
+__all__ = ["CLIENT_MODULE", "client_descriptor", "client_wheel", "client_or_our_classes", "describe", "differences", "message_classes",
            "our_descriptor"]
 
 CLIENT_MODULE = "modelexpress/p2p_pb2.py"
@@ -87,6 +87,12 @@ def message_classes(fdp: Any) -> dict[str, type[Any]]:
         msg.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fdp.package}.{msg.name}"))
         for msg in fdp.message_type
     }
+
+
+def client_or_our_classes(version: str = "0.7.0") -> dict[str, type[Any]]:
+    """The client's message classes when its wheel is at hand, else ours (the same wire)."""
+    wheel, _ = client_wheel(version)
+    return message_classes(client_descriptor(wheel) if wheel is not None else our_descriptor())
 
 
 def our_descriptor() -> Any:

@@ -43,8 +43,7 @@ class FakeClock:
 
 @pytest.fixture(scope="module")
 def mx() -> dict[str, type[Any]]:
-    wheel, _ = wire.client_wheel("0.7.0")
-    return wire.message_classes(wire.client_descriptor(wheel) if wheel is not None else wire.our_descriptor())
+    return wire.client_or_our_classes()
 
 
 @dataclass
