@@ -8,6 +8,11 @@ which is what a middlebox or a NIC reset does, and what no signal can do. On NIX
 1.5.1 with UCX 1.23 over TCP a reset of the data connection mid-READ aborts the
 *source* process (measured; see the scenario ``tcp_reset_mid_read``).
 
+A connection can be a moment behind the event that fires the fault: the reader announces
+``transfer_start`` before NIXL's first post, and a socket the source has not accepted yet has no
+owner in ``ss``. So the inject looks again every 20 ms, bounded by ``wait`` (default 2s), and
+records how long it waited (``waited_s``).
+
 Nothing is left to heal: the connections are gone and the peers reconnect (or not)
 on their own. ``ss`` runs through ``harness.faults.commands`` (the seam unit tests stub).
 """
@@ -15,11 +20,12 @@ on their own. ``ss`` runs through ``harness.faults.commands`` (the seam unit tes
 from __future__ import annotations
 
 import re
+import time
 from typing import Literal
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, process_of, register
-from harness.spec import Name, Target
+from harness.spec import Duration, Name, Target
 
 __all__ = ["TcpReset", "TcpResetSpec", "connections_between"]
 
@@ -57,11 +63,13 @@ def _split(endpoint: str) -> tuple[str, str]:
 
 
 class TcpResetSpec(FaultSpec):
-    """Reset (``ss -K``) every established TCP connection between ``target`` and ``peer``."""
+    """Reset (``ss -K``) every established TCP connection between ``target`` and ``peer``;
+    ``wait`` bounds how long the inject looks for one before it fails."""
 
     kind: Literal["tcp_reset"]
     target: Name
     peer: Target
+    wait: Duration = 2.0
 
     def process_refs(self) -> tuple[str, ...]:
         return (self.target, process_of(self.peer))
@@ -84,9 +92,14 @@ class TcpReset(Fault[TcpResetSpec, None]):
         a, b = ctx.proc(spec.target), ctx.proc(peer)
         if a.pid is None or not a.alive or b.pid is None or not b.alive:
             raise FaultError(f"tcp_reset: {spec.target} and {peer} must both be running")
-        pairs = connections_between(a.pid, b.pid)
-        if not pairs:
-            raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {peer}")
+        began = time.monotonic()
+        while not (pairs := connections_between(a.pid, b.pid)):
+            waited = time.monotonic() - began
+            if waited >= spec.wait:
+                raise FaultError(f"tcp_reset: no established TCP connection between {spec.target} and {peer} "
+                                 f"within {spec.wait:g}s (wait)")
+            ctx.sleep(min(0.02, spec.wait - waited))
+        waited_s = round(time.monotonic() - began, 3)
         killed = []
         for local, remote in pairs:
             (lhost, lport), (phost, pport) = _split(local), _split(remote)
@@ -95,4 +108,4 @@ class TcpReset(Fault[TcpResetSpec, None]):
             if rc != 0:
                 raise FaultError(f"tcp_reset: {' '.join(cmd)} failed (rc {rc}): {out}")
             killed.append(f"{local}->{remote}")
-        return Injected(None, {"target": spec.target, "peer": peer, "connections": killed})
+        return Injected(None, {"target": spec.target, "peer": peer, "connections": killed, "waited_s": waited_s})

@@ -3,6 +3,8 @@ output, the exact ``ss -K`` it issues for each, and what it refuses to do."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fixtures.fault_context import FakeContext, FakeShell, install_shell
 
@@ -42,7 +44,7 @@ def test_tcp_reset_kills_each_connection_between_the_two_and_no_other(ctx: FakeC
     fault = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer=SourceOf(source_of="reader-1")), "rst")
     injected = fault.inject(ctx)
     assert injected.token is None
-    assert injected.record == {"target": "reader-1", "peer": "source-1",
+    assert injected.record == {"target": "reader-1", "peer": "source-1", "waited_s": 0.0,
                                "connections": ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]}
     assert shell.commands == [
         (None, ("ss", "-tnpH", "state", "established")),
@@ -53,9 +55,40 @@ def test_tcp_reset_kills_each_connection_between_the_two_and_no_other(ctx: FakeC
 
 
 def test_tcp_reset_without_a_connection_between_them_fails(ctx: FakeContext, shell: FakeShell) -> None:
-    with pytest.raises(FaultError, match="no established TCP connection between source-1 and server"):
-        make_fault(TcpResetSpec(kind="tcp_reset", target="source-1", peer="server"), "rst").inject(ctx)
-    assert [argv[1] for _ns, argv in shell.commands] == ["-tnpH"]
+    with pytest.raises(FaultError, match=r"no established TCP connection between source-1 and server within 0.01s \(wait\)"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="source-1", peer="server", wait=0.01), "rst").inject(ctx)
+    assert {argv[1] for _ns, argv in shell.commands} == {"-tnpH"}  # looked, reset nothing
+
+
+def test_tcp_reset_looks_again_until_the_connection_is_there(ctx: FakeContext, shell: FakeShell,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader announces transfer_start before NIXL's first post: the connection (or the
+    source's accept of it) can come a moment later, and the inject waits for it."""
+    shell.sockets = ""
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 3:
+            shell.sockets = SS
+
+    monkeypatch.setattr(ctx, "sleep", nap)
+    injected = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
+    assert naps == [0.02, 0.02, 0.02]
+    assert [argv[1] for _ns, argv in shell.commands] == ["-tnpH"] * 4 + ["-K", "-K"]
+    assert injected.record["connections"] == ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]
+    assert 0.0 <= injected.record["waited_s"] < 1.0
+
+
+def test_tcp_reset_waits_no_longer_than_its_bound(ctx: FakeContext, shell: FakeShell,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    shell.sockets = ""
+    monkeypatch.setattr(ctx, "sleep", time.sleep)
+    began = time.monotonic()
+    with pytest.raises(FaultError, match=r"within 0.1s \(wait\)"):
+        make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1", wait=0.1), "rst").inject(ctx)
+    assert 0.1 <= time.monotonic() - began < 1.0
+    assert 2 <= len(shell.commands) <= 7
 
 
 def test_tcp_reset_needs_both_running(ctx: FakeContext, shell: FakeShell) -> None:
