@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from harness.commands.counts import at_least
 from harness.commands.select import scenarios_to_run
 from harness.commands.select import shown as _shown
 from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
@@ -53,12 +54,6 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     from harness.rates import write_summary
     from harness.report import judge_runs, write_junit, write_junit_cells
 
-    if args.repeat < 1:
-        print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
-        return EXIT_INVALID
-    if args.maxfail is not None and args.maxfail < 1:
-        print(f"--maxfail {args.maxfail}: give a number of runs >= 1", file=sys.stderr)
-        return EXIT_INVALID
     inventory = None
     if args.inventory:
         from harness.hosts.inventory import InventoryInvalid, load_inventory
@@ -179,7 +174,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="only the scenarios that failed in the last invocation under runs/ (runs/latest); with no PATH, "
                           "their files")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first run that does not pass")
-    run.add_argument("--maxfail", type=int, metavar="N", help="stop after N runs that do not pass")
+    run.add_argument("--maxfail", type=at_least(1, "a number of runs"), metavar="N", help="stop after N runs that do not pass")
     run.add_argument("--json", action="store_true",
                      help="stdout: one JSON document of the invocation (paths relative to its folder); lines go to stderr")
     run.add_argument("--seed", type=int, help="override every scenario's seed")
@@ -207,7 +202,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="also the live event stream of each run (steps, faults, process events)")
     run.add_argument(
         "--repeat",
-        type=int,
+        type=at_least(1, "a number of runs"),
         default=1,
         metavar="N",
         help="run every scenario N times (seeds seed..seed+N-1) and judge its rate: PASS only at N/N, "

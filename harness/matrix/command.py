@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.commands.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def add_parser(sub: Any) -> None:
                    "a version that cannot be built is a column whose scenarios SKIP)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=v1,v2",
                    help="an environment axis: every column runs once per value (repeatable)")
-    p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per cell (default 1)")
+    p.add_argument("--repeat", type=at_least(1, "a number of runs"), default=1, metavar="N", help="runs per cell (default 1)")
     p.add_argument("--out", default="matrix", metavar="DIR", help="output folder (default: matrix)")
     p.add_argument("--baseline", metavar="OLD/matrix.json", help="an earlier matrix.json to compare with")
     p.add_argument("--drop", type=float, default=20.0, metavar="PCT",
@@ -59,7 +60,7 @@ def add_parser(sub: Any) -> None:
                    "matrix: same scenarios and --repeat); run the others")
     p.add_argument("--rebuild-envs", action="store_true",
                    help="rebuild every version's env, also one that failed before with the same inputs")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", type=at_least(1, "a number of lanes"), default=None, metavar="N",
                    help="scenarios of a column side by side, at most N at once (default: the machine's cores); "
                    "one with tight timing windows or global faults runs alone (harness.matrix.schedule)")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
@@ -148,12 +149,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
                                      or not set(subjects) <= set(SUBJECTS)):
         print(f"--subject {args.subject!r}: give distinct subjects from {', '.join(SUBJECTS)}, comma-separated",
               file=sys.stderr)
-        return EXIT_INVALID
-    if args.repeat < 1:
-        print("--repeat must be at least 1", file=sys.stderr)
-        return EXIT_INVALID
-    if args.jobs is not None and args.jobs < 1:
-        print(f"--jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return EXIT_INVALID
     try:
         axes = [parse_env_axis(text) for text in args.env]

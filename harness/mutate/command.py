@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.commands.counts import at_least
 from harness.exits import EXIT_FAILED as EXIT_WEAK  # a mutant survived
 from harness.exits import EXIT_INVALID, EXIT_OK
 
@@ -36,9 +37,9 @@ def add_parser(sub: Any) -> None:
                    help="the repository holding the package, only read (default: this checkout)")
     p.add_argument("-k", metavar="EXPR", help="select scenarios by name, as mxchaos run -k")
     p.add_argument("--only", metavar="NAME,...", help="only these mutants (file stems)")
-    p.add_argument("--repeat", type=int, default=2, metavar="N",
+    p.add_argument("--repeat", type=at_least(0, "a number of reruns"), default=2, metavar="N",
                    help="reruns of a scenario a mutant killed only through time bounds (default 2)")
-    p.add_argument("--min-kills", type=int, default=2, metavar="N",
+    p.add_argument("--min-kills", type=at_least(0, "a number of scenarios"), default=2, metavar="N",
                    help="scenarios that must kill each mutant through a check that is no time bound (default 2)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="each mxchaos run of the selection is stopped after S seconds (default 1800)")
@@ -51,8 +52,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     from harness.mutate.runs import run_selection
     from harness.mutate.subject import Mutant, MutantError, ScratchSubject, find_mutants
 
-    if args.repeat < 0 or args.min_kills < 0 or args.timeout <= 0:
-        print("mxchaos mutate: --repeat and --min-kills are >= 0, --timeout > 0", file=sys.stderr)
+    if args.timeout <= 0:
+        print(f"mxchaos mutate: --timeout {args.timeout:g}: give seconds > 0", file=sys.stderr)
         return EXIT_INVALID
     try:
         mutants = find_mutants(Path(args.mutants))

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.commands.counts import at_least
 from harness.exits import EXIT_INVALID
 
 __all__ = ["add_parser", "cmd_nightly", "print_comparison"]
@@ -38,13 +39,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or folders (default: scenarios/)")
     p.add_argument("--out", required=True, metavar="DIR", help="the nights' folder: DIR/<night id>/, DIR/latest")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=at_least(1, "a number of runs"), default=1, metavar="N",
                    help="runs per scenario (seeds seed..seed+N-1); judged as `mxchaos run --repeat` (default 1)")
     p.add_argument("--inventory", metavar="FILE",
                    help="bind the scenarios' hosts to the machines of this inventory (YAML) instead of this machine")
     p.add_argument("--seed", type=int, help="override every scenario's seed")
     p.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
-    p.add_argument("--keep", type=int, metavar="K",
+    p.add_argument("--keep", type=at_least(1, "a number of nights to keep (the newest at least)"), metavar="K",
                    help="after the night, delete all but the newest K nights in DIR (default: keep every night)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
     p.set_defaults(fn=cmd_nightly)
@@ -81,12 +82,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from harness.nightly.binding import InventoryError, binding_for, inventory_summary
     from harness.nightly.run import NightSpec, NothingToRun, run_night
 
-    if args.repeat < 1:
-        print(f"--repeat {args.repeat}: give a number of runs >= 1", file=sys.stderr)
-        return EXIT_INVALID
-    if args.keep is not None and args.keep < 1:
-        print(f"--keep {args.keep}: keep at least the newest night (K >= 1)", file=sys.stderr)
-        return EXIT_INVALID
     inventory = Path(args.inventory) if args.inventory else None
     hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
     if inventory is not None:

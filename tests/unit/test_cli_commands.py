@@ -191,7 +191,7 @@ def test_the_rate_table_shows_each_cell_its_rate_bound_and_failing_runs() -> Non
 def test_run_refuses_a_repeat_below_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, "a")
     assert cli.main(["run", str(path), "--repeat", "0", "--out", str(tmp_path / "runs")]) == 2
-    assert "--repeat 0: give a number of runs >= 1" in capsys.readouterr().err
+    assert "argument --repeat: 0: give a number of runs >= 1" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
