@@ -83,11 +83,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     rows: list[dict[str, Any]] = []
     lacks: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
+    unplayable = 0  # scenarios the subjects asked for cannot play (a reason of the scenario's, not the machine's)
     for sc in scenarios:
         lacking, why = describe_missing(scenario_requirements(sc))
-        if sc.not_playable():
-            lacking, why = [*lacking, f"subject {sc.subject}"], str(sc.not_playable())
         lacks.update(dict.fromkeys(lacking))
+        if sc.not_playable():
+            lacking, why, unplayable = [*lacking, "subject"], str(sc.not_playable()), unplayable + 1
         rows.append({"name": sc.name, "path": shown(sc.path), "description": sc.description.strip(),
                      "references": list(sc.references), "known_defect": sc.known_defect, "skip": why if lacking else None})
     code = EXIT_INVALID if invalid or problems else EXIT_OK
@@ -116,7 +117,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         n, n_skip = len(rows), sum(1 for r in rows if r["skip"])
         where = f"{n} scenario{'s' if n != 1 else ''}"
         if n_skip:
-            print(f"\n{where}; {n_skip} would be skipped on this machine (it lacks {', '.join(lacks)})")
+            reasons = [f"the machine lacks {', '.join(lacks)}"] if lacks else []
+            reasons += [f"{unplayable} not staged for the subjects asked"] if unplayable else []
+            print(f"\n{where}; {n_skip} would be skipped here ({'; '.join(reasons)})")
         else:
             print(f"\n{where}; this machine can run every one")
     return code

@@ -73,7 +73,7 @@ def test_list_says_which_scenarios_this_machine_would_skip_and_why_in_lines_or_j
     skips = [line.strip() for line in lines if "would SKIP" in line]
     assert len(skips) == 1 and skips[0].startswith("would SKIP here: this machine lacks root (for cut (tcp_reset))"), out
     assert lines.index(f"{'':36} {tmp_path / 'needs_root.yaml'}") == lines.index(f"{'':36} {skips[0]}") - 1
-    assert lines[-1] == "2 scenarios; 1 would be skipped on this machine (it lacks root)"
+    assert lines[-1] == "2 scenarios; 1 would be skipped here (the machine lacks root)"
     # without --long: a line a scenario, no file lines; --json: the same as data
     assert cli.main(["list", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()

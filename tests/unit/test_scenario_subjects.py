@@ -109,6 +109,8 @@ def test_mxchaos_list_says_which_scenarios_a_subject_cannot_play(tmp_path: Path,
     assert main(["list", "--subject", "modelexpress", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"would SKIP here: not staged for modelexpress (subjects: [mxref]): {NOTE}" in out
+    # the tally says the subject is why, not that the machine lacks something
+    assert out.splitlines()[-1] == "1 scenario; 1 would be skipped here (1 not staged for the subjects asked)"
 
 
 def test_the_library_marks_what_only_mxref_can_stage() -> None:
