@@ -22,8 +22,9 @@ class AcceleratorBackend(Protocol):
 
     def supports_rdma_p2p(self) -> bool: ...
 
-    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> Any:
-        """An empty arena for ``specs`` in this backend's memory (same interface as ``Arena``)."""
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0, *, hurry: bool = False) -> Any:
+        """An empty arena for ``specs`` in this backend's memory (same interface as ``Arena``);
+        ``hurry``: a rollback waits for it, so no layout that costs time to set up (huge pages)."""
         ...
 
     def to_device(self, host: Arena, device_id: int = 0) -> Any:
@@ -46,8 +47,10 @@ class CpuBackend:
     def supports_rdma_p2p(self) -> bool:
         return True
 
-    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> Arena:
-        return Arena(specs, zeroed_mapping=True)  # populated once, zero: a READ target needs no fill
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0, *, hurry: bool = False) -> Arena:
+        # populated once, zero: a READ target needs no fill; huge pages unless in a hurry (their
+        # compaction can cost seconds on a busy machine: mxref.model._populated_anonymous_map)
+        return Arena(specs, zeroed_mapping=True, huge_pages=not hurry)
 
     def to_device(self, host: Arena, device_id: int = 0) -> Arena:
         return host
@@ -143,7 +146,7 @@ class CudaBackend:
     def supports_rdma_p2p(self) -> bool:
         return True
 
-    def allocate(self, specs: list[TensorSpec], device_id: int = 0) -> CudaArena:
+    def allocate(self, specs: list[TensorSpec], device_id: int = 0, *, hurry: bool = False) -> CudaArena:
         return CudaArena(specs, device_id)
 
     def to_device(self, host: Arena, device_id: int = 0) -> CudaArena:

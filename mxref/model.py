@@ -129,12 +129,12 @@ class Arena:
 
     ``zeroed_mapping=True`` backs it with its own anonymous mapping, populated at once: its
     pages are faulted in once, in the kernel, and are zero (``allocated_zeroed``), so nothing
-    has to touch or fill them.
+    has to touch or fill them; ``huge_pages`` asks for transparent huge pages there.
     A READ target is allocated so (``CpuBackend.allocate``)."""
 
     allocated_zeroed = False  # True: the memory was zero when allocated (no fill needed)
 
-    def __init__(self, specs: list[TensorSpec], *, zeroed_mapping: bool = False) -> None:
+    def __init__(self, specs: list[TensorSpec], *, zeroed_mapping: bool = False, huge_pages: bool = True) -> None:
         self.specs = list(specs)
         self.offsets: list[int] = []
         off = 0
@@ -144,7 +144,7 @@ class Arena:
         self.nbytes = max(off, ALIGN)
         self._map: mmap.mmap | None = None
         if zeroed_mapping:
-            self._map = _populated_anonymous_map(self.nbytes)
+            self._map = _populated_anonymous_map(self.nbytes, huge=huge_pages)
             raw = np.frombuffer(self._map, dtype=np.uint8)  # page-aligned: a mapping starts on a page
             self.allocated_zeroed = True
         else:
@@ -292,8 +292,8 @@ class LandingChecksums:
         return hash_all([rest(i) for i in range(len(self._sizes))])
 
 
-def _populated_anonymous_map(nbytes: int) -> mmap.mmap:
-    """A private anonymous mapping of ``nbytes``, transparent huge pages asked for, every page
+def _populated_anonymous_map(nbytes: int, *, huge: bool = True) -> mmap.mmap:
+    """A private anonymous mapping of ``nbytes``, transparent huge pages asked for (``huge``), every page
     faulted in (writable, zero) by the kernel before it is returned; where the kernel lacks an
     advice, normal pages / touching them instead (never a failure).
 
@@ -302,12 +302,14 @@ def _populated_anonymous_map(nbytes: int) -> mmap.mmap:
     pages 1.16x (256 MiB; interleaved runs, UCX over TCP). Their cost is at allocation: with the kernel's
     THP defrag in ``madvise`` mode the fault path compacts memory directly (0.1-1.9 s for
     256 MiB on a busy machine, against 0.2-0.5 s for normal pages), so a reader allocates its
-    first target beside the reference's computation, off the load's path."""
+    first target beside the reference's computation, off the load's path, and a target wanted in
+    a hurry (the next attempt's, after a stall) without them: 512 MiB with two CPU hogs took
+    0.2-7.2 s (median 3.6 s) with huge pages and 0.55-1.8 s (median 1.2 s) without, interleaved."""
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    huge = getattr(mmap, "MADV_HUGEPAGE", None)
-    if huge is not None:
+    advice = getattr(mmap, "MADV_HUGEPAGE", None) if huge else None
+    if advice is not None:
         try:
-            mapping.madvise(huge)
+            mapping.madvise(advice)
         except OSError:
             pass  # THP off or unsupported: normal pages
     try:

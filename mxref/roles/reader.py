@@ -462,7 +462,8 @@ class Reader:
         return prepare_target(self.accelerator, self.specs, self.options.device_id,
                               self.agent_base if n == 0 else f"{self.agent_base}.{n}",
                               events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
-                              manager_cls=NixlTransferManager, warmup=self._warmup, agent_lock=self._agent_lock)
+                              manager_cls=NixlTransferManager, warmup=self._warmup, agent_lock=self._agent_lock,
+                              hurry=n > 0)  # the first is made ahead; a later one is awaited by a rollback
 
     def _next_target_early(self, index: int) -> Callable[[], None] | None:
         """What a READ that has gone quiet for half its stall deadline calls: prepare the next

@@ -63,12 +63,14 @@ def prepare_target(
     manager_cls: Callable[..., NixlTransferManager] = NixlTransferManager,
     warmup: NixlWarmup | None = None,
     agent_lock: AbstractContextManager[Any] | None = None,
+    hurry: bool = False,
 ) -> ReadTarget:
     """Allocate zeroed memory, create an agent (no progress thread: the READ's polling drives
     it; after ``warmup``, when given) and register the memory with it. On an error nothing is
     left behind. ``agent_lock`` is held from the agent's creation to its registration only (the
     reader holds it to shut a failed attempt's agent down): the allocation, most of the time a
-    target takes, never holds up a rollback."""
+    target takes, never holds up a rollback. ``hurry``: an attempt will wait for this target
+    (the next one after a stall), so its memory is allocated the quickest way."""
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     accelerator.set_device(device_id)
@@ -77,7 +79,7 @@ def prepare_target(
         arena, phases["allocate"] = early
         phases["warmup_wait"] = time.perf_counter() - t0
     else:
-        arena = accelerator.allocate(specs, device_id)
+        arena = accelerator.allocate(specs, device_id, hurry=hurry)
         if not getattr(arena, "allocated_zeroed", False):
             arena.fill(0)
         phases["allocate"] = time.perf_counter() - t0

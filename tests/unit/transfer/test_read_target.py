@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import mmap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mxref import model
+from mxref.accelerators import CpuBackend
 from mxref.model import Arena, TensorSpec
 from mxref.transfer.read_target import ReadTarget, TargetPrestart
 
@@ -32,6 +34,38 @@ def test_a_zeroed_mapping_is_zero_aligned_and_writable(monkeypatch: pytest.Monke
     assert arena.view(1).view(np.uint8).min() == 7 and not arena.raw(0).any()
     arena.release()
     assert arena.buffer.nbytes == 0
+
+
+def _thp_eligible(addr: int) -> bool | None:
+    """What the kernel says of the mapping holding ``addr`` (``THPeligible`` in smaps); None if unsaid."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return None
+
+
+def test_a_target_wanted_in_a_hurry_asks_for_no_huge_pages() -> None:
+    """Huge pages' compaction can cost seconds on a busy machine: a target a rollback waits for
+    (``allocate(..., hurry=True)``) is mapped without the advice; the others ask for it."""
+    big = [TensorSpec("t", (8, 1 << 20), "uint8")]  # 8 MiB: room for huge pages
+    calm, hurried = CpuBackend().allocate(big), CpuBackend().allocate(big, hurry=True)
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+        said = thp.read_text() if thp.exists() else ""
+        if "[never]" in said or _thp_eligible(calm.addr) is None:
+            pytest.skip(f"no transparent huge pages to ask for here ({said.strip() or 'unsaid'})")
+        assert _thp_eligible(calm.addr) is True
+        assert _thp_eligible(hurried.addr) is ("[always]" in said)  # with THP always, every mapping is eligible
+        assert hurried.allocated_zeroed and not hurried.buffer.any()
+    finally:
+        calm.release()
+        hurried.release()
 
 
 class Made:
