@@ -21,6 +21,13 @@ and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass w
 the item's timeout grows N-fold). Works under pytest-xdist: runs share nothing but the output
 folder, and every run folder name is unique.
 
+Items that run real processes hold the machine share (``harness.machine_share``) around their
+whole protocol, outside their timeout: a scenario that the matrix would run alone
+(``harness.matrix.schedule.place``: global faults, CPU hogs, tight timing windows), or any item
+marked ``alone``, runs with nothing beside it that holds the share; other scenarios and tests
+marked ``integration`` share it; unit tests take no part. The wait is recorded as the item's
+``mxchaos_machine_share`` property (JUnit).
+
 Verdicts map to outcomes: ``skip`` (a capability the scenario's faults require is
 missing) is ``pytest.skip``; ``xfail`` (a ``known_defect`` scenario whose checks failed)
 is ``pytest.xfail`` with the defect as the reason; ``xpass`` (it passed: the defect did
@@ -48,7 +55,9 @@ CAPABILITY_MARKERS = {"root": "root", "netns": "root", "toxiproxy": "toxiproxy"}
 _MARKER_HELP = {
     "root": "needs root (netns hosts, iptables, tc, ss --kill)",
     "toxiproxy": "needs the toxiproxy server binary",
+    "alone": "runs with the machine to itself: nothing else that holds the machine share (harness.machine_share)",
 }
+SHARE_PROPERTY = "mxchaos_machine_share"
 XPASS_PROPERTY = "mxchaos_xpass"
 _NOTES: list[tuple[str, str]] = []  # (nodeid, note) of this session's xpasses, for the summary
 
@@ -86,6 +95,40 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
     _NOTES.clear()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Hold the machine share (``harness.machine_share``) around the item's whole protocol, outside
+    its timeout: alone or shared as ``_runs_alone`` says; a unit test holds nothing."""
+    alone = _runs_alone(item)
+    if alone is None:
+        yield
+        return
+    from harness.machine_share import ShareTimeout, hold
+
+    try:
+        with hold(alone) as held:
+            item.user_properties.append((SHARE_PROPERTY, f"{'alone' if alone else 'shared'}, waited {held.waited_s:g}s"))
+            yield
+            return
+    except ShareTimeout as exc:  # run it all the same, saying so: a wait is bounded, a test is not lost
+        print(f"[mxchaos] {item.nodeid}: {exc}; running it beside whatever holds the machine", file=sys.stderr)
+        item.user_properties.append((SHARE_PROPERTY, f"not held: {exc}"))
+    yield
+
+
+def _runs_alone(item: pytest.Item) -> bool | None:
+    """True: the item must have the machine to itself (marked ``alone``, or a scenario
+    ``harness.matrix.schedule.place`` runs alone); False: it may share it (a scenario, or a test
+    marked ``integration``: real processes); None: it takes no part (a unit test)."""
+    if item.get_closest_marker("alone") is not None:
+        return True
+    if isinstance(item, ScenarioItem):
+        from harness.matrix.schedule import place
+
+        return place(item.scenario).alone
+    return False if item.get_closest_marker("integration") is not None else None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -72,6 +72,7 @@ def test_disk_eio_passes_and_catches_a_mapped_checkpoint_read(tmp_path: Path) ->
 
 
 @needs("root", "strace")
+@pytest.mark.alone  # a crawl judged by stall detection: a neighbour's load would move it
 def test_syscall_crawl_judges_by_behaviour_and_catches_a_reader_without_progress_detection(tmp_path: Path) -> None:
     path = SCENARIOS / "incidents" / "nixl2047_reader_recv_crawls.yaml"
     good = run(path, tmp_path / "good")

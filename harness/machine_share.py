@@ -1,0 +1,83 @@
+"""The machine as a share: runs that may sit side by side hold it shared, a run that must have
+it to itself holds it alone.
+
+A matrix column deals its scenarios into lanes and runs the ones that must be alone with
+nothing beside them (``harness.matrix.schedule.place``: global faults, CPU hogs, tight timing
+windows). pytest-xdist deals items to its workers with no such rule, so a scenario running
+eight CPU hogs could run beside one whose verdict is a 1 s window, and a healthy source's READ
+was called stalled there. So every scenario item and every test marked ``integration`` holds
+the share while it runs (``harness.pytest_plugin``): shared, or alone where ``place`` says so
+(or the item is marked ``alone``). The share is the machine's, not one session's: two pytest
+sessions on one machine also keep out of each other's way.
+
+The share is two ``flock``-ed files in the harness's state directory (``share/``, opened
+through ``statedir.open_lock``): ``gate`` and ``share``. A holder takes the gate, then the
+share (shared or exclusive), then lets the gate go; so a run waiting to be alone holds the
+gate and no new shared holder slips in ahead of it (no starvation). The kernel drops a dead
+holder's locks with its descriptors. Every wait is bounded (``WAIT_S``); past it the holder
+gets ``ShareTimeout`` naming what it waited for.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from harness import statedir
+from harness.errors import HarnessError
+
+__all__ = ["POLL_S", "WAIT_S", "Held", "ShareTimeout", "hold"]
+
+WAIT_S = 1800.0  # the longest any run waits for the machine (a run budget is minutes)
+POLL_S = 0.05
+
+
+class ShareTimeout(HarnessError):
+    """The machine share was not had within the bound."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a holder got: ``alone`` or shared, and how long it waited."""
+
+    alone: bool
+    waited_s: float
+
+
+def _take(fd: int, operation: int, deadline: float, what: str) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ShareTimeout(f"waited {WAIT_S:g}s for {what} and did not get it") from None
+            time.sleep(POLL_S)
+
+
+@contextmanager
+def hold(alone: bool, *, wait_s: float = WAIT_S) -> Iterator[Held]:
+    """Hold the machine alone (nothing else that holds the share runs meanwhile) or shared."""
+    folder = statedir.subdir("share")
+    assert folder is not None
+    began = time.monotonic()
+    deadline = began + wait_s
+    gate = statedir.open_lock(folder / "gate")
+    share = -1
+    try:
+        _take(gate, fcntl.LOCK_EX, deadline, "the machine share's gate")
+        share = statedir.open_lock(folder / "share")
+        what = "the machine alone" if alone else "a share of the machine"
+        try:
+            _take(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH, deadline, what)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield Held(alone, round(time.monotonic() - began, 3))
+    finally:
+        if share >= 0:
+            os.close(share)  # closing drops the lock
+        os.close(gate)
