@@ -484,15 +484,20 @@ class SshHost:
 
     # ------------------------------------------------------------------ Host protocol
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+    def launch_line(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> str:
+        """The shell line that starts ``argv`` there: ``WRAPPER`` given the translated argv (a
+        clock fault's ``unshare`` / ``env LD_PRELOAD=`` words included, so they run there),
+        environment, folder and log as JSON."""
         import json
 
         spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
-        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
-                  f"{shlex.quote(WRAPPER)} " \
-                  f"{shlex.quote(json.dumps(spec))}"
+        return f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
+               f"{shlex.quote(WRAPPER)} {shlex.quote(json.dumps(spec))}"
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+        command = self.launch_line(argv, env=env, cwd=cwd, log_path=log_path)
         client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
         assert client.stdout is not None
