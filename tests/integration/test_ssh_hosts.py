@@ -263,3 +263,17 @@ def test_clock_scenarios_on_lab_ssh_hosts_the_replicas_clocks_are_its_hosts(name
     assert not [e for e in result.history if e.actor == "server-b" and "clock_rejected" in e.value]
     listening = next(e for e in result.history if e.actor == "server-b" and e.f == "listening")
     assert started.t - 0.5 <= listening.t <= started.t + 10
+
+
+def test_a_lab_hosts_probe_over_ssh_finds_what_clock_faults_need(lab_inventory: Inventory, tmp_path: Path) -> None:
+    machine = lab_inventory.machines["h1"]
+    host = SshHost("replica", "h1", machine, f"probe-clk-{os.getpid()}", tmp_path)
+    try:
+        have = host.capabilities()
+        assert {"root-login", "unshare", "timens", "faketime"} <= have, have
+        assert host.faketime is not None and Path(host.faketime).name == "libfaketimeMT.so.1"
+    finally:
+        host.shell.close()
+        host.close_master()
+    for name in ("clock_replica_booted_earlier", "clock_replica_wall_behind"):
+        assert ssh.missing_on_ssh(_replica_on_its_own_host(name, None), lab_inventory, f"probe-clk-{os.getpid()}", tmp_path) == ([], "")
