@@ -255,6 +255,13 @@ def test_clock_scenarios_on_lab_ssh_hosts_the_replicas_clocks_are_its_hosts(name
     if name == "clock_replica_booted_earlier":  # a time namespace of its host, 72 h ahead
         assert started.value["clocks"] == {"monotonic_s": 259200.0, "boottime_s": 259200.0}
         assert seen["timens_offsets"].split() == ["monotonic", "259200", "0", "boottime", "259200", "0"]
+        # what the two servers wrote (fetched back over ssh): server-b's stamps run 72 h ahead of
+        # server-a's, and the timeline has them apart by what happened between their events only
+        raw = {n: json.loads((result.run_dir / "procs" / f"{n}.events.jsonl").read_text().splitlines()[0])
+               for n in ("server-a", "server-b")}
+        placed = {n: next(e for e in result.history if e.actor == n and e.f == raw[n]["event"]) for n in raw}
+        ahead = raw["server-b"]["mono"] - raw["server-a"]["mono"] - (placed["server-b"].t - placed["server-a"].t)
+        assert abs(ahead - 259200.0) < 0.5, ahead
     else:  # libfaketime loaded into it, its own time namespace the host's
         assert started.value["clocks"]["realtime_s"] == -2.0
         assert "libfaketime" in seen["maps"] and seen["timens_offsets"].split() == ["monotonic", "0", "0", "boottime", "0", "0"]
