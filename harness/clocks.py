@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAKETIME_LIBRARIES", "HOST_CLOCKS", "STAMP_SLACK_S", "ClockOffsets", "IncarnationClock", "faketime_library", "place"]
+__all__ = ["FAKETIME_LIBRARIES", "FAKETIME_PROBE", "HOST_CLOCKS", "STAMP_SLACK_S", "ClockOffsets", "IncarnationClock",
+           "faketime_library", "found_faketime", "place"]
 
 # how far outside [incarnation start, receipt] a stamp may fall and still be believed: the start
 # is recorded just before the spawn, a receipt just after the read, on one clock
@@ -50,13 +51,15 @@ class ClockOffsets:
     def none(self) -> bool:
         return self.monotonic_s == 0 and self.boottime_s == 0 and self.realtime_s == 0
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
+    def wrap(self, argv: Sequence[str], faketime: str | None = None) -> list[str]:
         """``argv`` started with these offsets: a new time namespace for the monotonic clocks
         (``unshare``), libfaketime preloaded for the wall clock (``env``, monotonic clocks left
-        alone); each execs the next, so the pid the harness holds is the program's."""
+        alone); each execs the next, so the pid the harness holds is the program's. The words are
+        run where the program runs (``Host.wrap_clocks``): ``faketime`` is the library there
+        (default: this machine's, ``faketime_library``)."""
         out = list(argv)
         if self.realtime_s:
-            out = ["env", f"LD_PRELOAD={faketime_library()}", f"FAKETIME={int(self.realtime_s):+d}",
+            out = ["env", f"LD_PRELOAD={faketime or faketime_library()}", f"FAKETIME={int(self.realtime_s):+d}",
                    "FAKETIME_DONT_FAKE_MONOTONIC=1", "FAKETIME_NO_CACHE=1", *out]
         if self.monotonic_s or self.boottime_s:
             out = ["unshare", "--time", f"--monotonic={int(self.monotonic_s)}", f"--boottime={int(self.boottime_s)}", "--",
@@ -84,6 +87,21 @@ def faketime_library() -> str:
         if os.path.exists(path):
             return path
     raise FileNotFoundError(f"no libfaketime (apt-get install faketime); looked in {', '.join(FAKETIME_LIBRARIES)}")
+
+
+# one shell line that prints ``faketime-library PATH`` for the first of ``FAKETIME_LIBRARIES`` a
+# host has (an ssh host's probe, ``harness.hosts.ssh``); nothing when it has none
+FAKETIME_PROBE = ("for p in " + " ".join(FAKETIME_LIBRARIES)
+                  + "; do [ -e \"$p\" ] && { echo \"faketime-library $p\"; break; }; done; true")
+
+
+def found_faketime(output: str) -> str | None:
+    """The library ``FAKETIME_PROBE`` printed in ``output`` (other lines ignored); None: none."""
+    for line in output.splitlines():
+        key, _, rest = line.strip().partition(" ")
+        if key == "faketime-library" and rest.strip() in FAKETIME_LIBRARIES:
+            return rest.strip()
+    return None
 
 
 HOST_CLOCKS = ClockOffsets()  # no offset: the host's own clocks (a plain start)

@@ -128,7 +128,9 @@ class ProcessTable:
             if st.alive:
                 raise StepFailed("-", f"{name} is already running (pid {st.pid})")
             incarnation = st.incarnation + 1
-            launched = clocks.wrap(argv)  # before anything is recorded: it may find no libfaketime
+            # wrapped by its host, whose unshare and libfaketime run it (an ssh host's, not this machine's),
+            # before anything is recorded: the host may have no libfaketime
+            launched = list(argv) if clocks.none else st.host.wrap_clocks(argv, clocks)
             invoked = self.timeline.append("invoke", name, "start", {"incarnation": incarnation})
             st.start_index = len(self.timeline)
             st.log_start = st.log_path.stat().st_size if st.log_path.is_file() else 0

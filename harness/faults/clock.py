@@ -26,6 +26,10 @@ MONOTONIC``), so its event stamps need no correction. That is a machine whose NT
 wall stamp it writes, or judges another's by, is skewed. Needs Debian's ``faketime`` (the
 library only; a program that calls the kernel without libc, or is statically linked, is not
 reached).
+
+Both act where the target runs: its host wraps the start (``Host.wrap_clocks``), so on an ssh
+host ``unshare`` and libfaketime are the host's, and ``requires`` is probed there instead
+(``harness.hosts.ssh.SSH_NEEDS``: a uid-0 login for ``clock``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness import procscan, runscope
+from harness.clocks import ClockOffsets
 from harness.errors import HostError
 
 __all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Place", "Proc", "RemoteCommands", "StopResult", "make_host", "read_slice",
@@ -134,6 +135,10 @@ class Host(Protocol):
         """SIGKILL these processes (its own pids; one already gone is no error)."""
         ...
 
+    def wrap_clocks(self, argv: Sequence[str], offsets: ClockOffsets) -> list[str]:
+        """``argv`` started there with ``offsets`` (``ClockOffsets.wrap``, with the libfaketime
+        of the machine the program runs on); an error naming the host when it has none."""
+        ...
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Proc: ...
 
@@ -247,6 +252,9 @@ class LocalHost:
 
     def mono_error_s(self) -> float:
         return 0.0
+
+    def wrap_clocks(self, argv: Sequence[str], offsets: ClockOffsets) -> list[str]:
+        return offsets.wrap(argv)  # this machine's unshare and libfaketime
 
     def kill_processes(self, pids: Sequence[int]) -> None:
         for pid in pids:

@@ -42,6 +42,7 @@ from typing import IO, Any
 
 from harness import procscan, statedir
 from harness.capabilities import Hardware, hardware_lacks
+from harness.clocks import FAKETIME_LIBRARIES, FAKETIME_PROBE, ClockOffsets, found_faketime
 from harness.errors import FaultError, HarnessError, HostError
 from harness.hosts import netns
 from harness.hosts.base import ExecResult, Place, StopResult, read_slice, stop_escalating, tcp_port_open
@@ -191,6 +192,7 @@ class SshHost:
         self.connected = False
         self.inner_link: str | None = machine.data.device  # the interface they act on (not the ssh one)
         self.hardware: Hardware | None = None  # what the last capabilities(hardware=True) probe found
+        self.faketime: str | None = None  # its libfaketime (the capabilities probe, or the first wall_clock start)
 
     # ------------------------------------------------------------------ ssh plumbing
 
@@ -294,30 +296,53 @@ class SshHost:
         return int(done.rc or 0), (done.stdout + done.stderr).strip()
 
     def capabilities(self, *, hardware: bool = False) -> set[str]:
-        """What network faults can use there: root (uid 0, or sudo -n that works when the
-        inventory says sudo), iptables, tc, ip, ss; and data-device when the inventory names one.
-        ``hardware``: also what ``capabilities.HARDWARE_PROBE`` finds, kept in ``self.hardware``
-        (cuda, rdma and rdma-netdev: an RDMA device behind the data device are added)."""
+        """What faults can use there: root (uid 0, or sudo -n that works when the inventory says
+        sudo), iptables, tc, ip, ss; and data-device when the inventory names one (network
+        faults); root-login (the login itself is uid 0: a process starts as the login, never
+        through sudo), unshare, timens (``/proc/self/ns/time``) and faketime (a library of
+        ``FAKETIME_LIBRARIES``, kept in ``self.faketime``) for clock faults. ``hardware``: also
+        what ``capabilities.HARDWARE_PROBE`` finds, kept in ``self.hardware`` (cuda, rdma and
+        rdma-netdev: an RDMA device behind the data device are added)."""
         from harness.capabilities import hardware_probe, parse_hardware
 
-        probe = "id -u; for p in iptables tc ip ss; do command -v $p >/dev/null 2>&1 && echo $p; done"
+        probe = ("id -u; for p in iptables tc ip ss unshare; do command -v $p >/dev/null 2>&1 && echo $p; done; "
+                 f"[ -e /proc/self/ns/time ] && echo timens; {FAKETIME_PROBE}")
         if self.machine.sudo:
             probe += "; sudo -n true 2>/dev/null && echo sudo"
         if hardware:
             probe += "; " + hardware_probe(self.machine.data.device)
         done = self._checked(probe, "probing capabilities")
         self.hardware = parse_hardware(done.stdout) if hardware else None
-        lines = [line for line in done.stdout.splitlines() if not line.startswith("hw-")]
+        self.faketime = found_faketime(done.stdout)
+        lines = [line for line in done.stdout.splitlines() if not line.startswith(("hw-", "faketime-library "))]
         lines = " ".join(lines).split()
         found = {word for word in lines[1:] if word != "sudo"}
         if self.hardware is not None:
             found |= {cap for cap, ok in (("cuda", self.hardware.gpus > 0), ("rdma", bool(self.hardware.rdma)),
                                           ("rdma-netdev", bool(self.hardware.netdev_rdma))) if ok}
-        if (lines and lines[0] == "0") or "sudo" in lines[1:]:
+        if lines and lines[0] == "0":
+            found |= {"root", "root-login"}
+        if "sudo" in lines[1:]:
             found.add("root")
         if self.machine.data.device:
             found.add("data-device")
+        if self.faketime is not None:
+            found.add("faketime")
         return found
+
+    def wrap_clocks(self, argv: Sequence[str], offsets: ClockOffsets) -> list[str]:
+        """``offsets.wrap`` for the host: its words (``unshare``, ``env LD_PRELOAD=``) are run
+        there by the wrapper's exec, so the time namespace is the host's and the library its own
+        (found there once, ``FAKETIME_PROBE``); a FaultError naming the host when it has none."""
+        if not offsets.realtime_s:
+            return offsets.wrap(argv)
+        if self.faketime is None:
+            done = self.shell.run(FAKETIME_PROBE, timeout=self.machine.connect_timeout + 10)
+            self.faketime = found_faketime(done.stdout) if done.rc == 0 else None
+            if self.faketime is None:
+                raise FaultError(self.lost or f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}) "
+                                 f"has no libfaketime (apt-get install faketime there); looked in {', '.join(FAKETIME_LIBRARIES)}")
+        return offsets.wrap(argv, faketime=self.faketime)
 
     def probe_clock(self, probes: int = CLOCK_PROBES) -> dict[str, float]:
         """The host's ``time.monotonic()`` minus ours, from the tightest of ``probes`` round trips
@@ -459,15 +484,20 @@ class SshHost:
 
     # ------------------------------------------------------------------ Host protocol
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+    def launch_line(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> str:
+        """The shell line that starts ``argv`` there: ``WRAPPER`` given the translated argv (a
+        clock fault's ``unshare`` / ``env LD_PRELOAD=`` words included, so they run there),
+        environment, folder and log as JSON."""
         import json
 
         spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
-        command = f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
-                  f"{shlex.quote(WRAPPER)} " \
-                  f"{shlex.quote(json.dumps(spec))}"
+        return f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
+               f"{shlex.quote(WRAPPER)} {shlex.quote(json.dumps(spec))}"
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:
+        command = self.launch_line(argv, env=env, cwd=cwd, log_path=log_path)
         client = subprocess.Popen([*self.ssh_argv(), command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, start_new_session=True, env=self.local_env)
         assert client.stdout is not None
@@ -558,7 +588,26 @@ SSH_NEEDS: dict[str, tuple[str, ...]] = {
     "reject": ("root", "iptables"),
     "link_down": ("root", "ip", "data-device"),
     "rate": ("root", "tc", "data-device"),
+    "clock": ("root-login", "unshare", "timens"),
+    "wall_clock": ("faketime",),
 }
+# the kinds that act on their target's next incarnation: what they need is needed on the host that
+# target runs on (a network fault's on every host: its commands run on each)
+TARGET_HOST_NEEDS = frozenset({"clock", "wall_clock"})
+LACK_WHY = {  # what a lack means, where its name alone does not say
+    "root-login": "the ssh login is not uid 0; a process starts as the login, never through sudo",
+    "unshare": "util-linux's unshare is not on its PATH",
+    "timens": "no /proc/self/ns/time: a kernel without time namespaces (before 5.6)",
+    "faketime": "no libfaketime in " + ", ".join(FAKETIME_LIBRARIES) + ": apt-get install faketime",
+}
+
+
+def _needed_on(sc: Any, spec: Any) -> set[str] | None:
+    """The scenario hosts a fault's ``SSH_NEEDS`` are needed on (None: every host)."""
+    target = getattr(spec, "target", None)
+    if spec.kind in TARGET_HOST_NEEDS and isinstance(target, str) and target in sc.processes:
+        return {sc.host_of(target)}
+    return None
 
 
 def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) -> tuple[list[str], str]:
@@ -576,7 +625,8 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
     lacks: list[str] = []
     if getattr(sc, "proxies", None):
         lacks.append(f"proxies ({', '.join(sc.proxies)}): toxiproxy runs on the harness, not reachable from ssh hosts yet")
-    wanted: dict[str, list[str]] = {}
+    wanted: dict[str, tuple[list[str], set[str] | None]] = {}  # fault -> (its needs, the hosts they are needed on; None: all)
+    network = False  # a network fault: its commands act on the data device
     for ref in iter_steps(sc.steps):
         if not isinstance(ref.step, FaultStep):
             continue
@@ -584,7 +634,8 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
         cls = fault_registry.REGISTRY.get(spec.kind)
         label = f"{spec.name or spec.kind} ({spec.kind})"
         if spec.kind in SSH_NEEDS:
-            wanted.setdefault(label, list(SSH_NEEDS[spec.kind]))
+            wanted.setdefault(label, (list(SSH_NEEDS[spec.kind]), _needed_on(sc, spec)))
+            network = network or spec.kind not in TARGET_HOST_NEEDS
         elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
             lacks.append(f"fault {label}: no lever on ssh hosts yet")
     hardware = sc.hardware_hosts()  # hosts that require a GPU / an RDMA NIC: declared and probed
@@ -600,14 +651,15 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
                 continue
             finally:
                 probe.close_master()
-            for label, needs in wanted.items():
-                short = [n for n in needs if n not in have]
+            for label, (needs, on) in wanted.items():
+                short = [n for n in needs if n not in have and (on is None or host in on)]
                 if short:
-                    lacks.append(f"fault {label}: host {host} (machine {machine}) lacks {', '.join(short)}")
+                    lacks.append(f"fault {label}: host {host} (machine {machine}) lacks "
+                                 + ", ".join(f"{n} ({LACK_WHY[n]})" if n in LACK_WHY else n for n in short))
             if host in hardware and probe.hardware is not None:
                 acc = profile.accelerator
                 short_hw = hardware_lacks(hardware[host], probe.hardware, accelerator=acc.kind, device=acc.device,
-                                          transport=profile.transport, data_device=profile.data.device, netdev_needed=bool(wanted))
+                                          transport=profile.transport, data_device=profile.data.device, netdev_needed=network)
                 hardware_short += bool(short_hw)
                 lacks += [f"host {host} (machine {machine}): {lack}" for lack in short_hw]
     kinds = ["ssh-host"] + (["hardware"] if hardware_short else [])

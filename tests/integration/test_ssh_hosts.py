@@ -3,12 +3,16 @@ inventory; the same scenario files that run on netns hosts, bound to the lab's m
 
 - the five network scenarios pass through the lab unchanged (process faults by remote signal,
   network faults by iptables/ip/tc run on the host, on its data interface);
+- the two clock scenarios pass with their replica (server-b) on a lab host of its own, its time
+  namespace or libfaketime the host's (seen in the kernel's view of that process), and a server
+  regression planted there still fails them;
 - a run leaves nothing on any host (its per-run folder, processes, chains) and the lab goes;
 - every byte the harness read came over ssh: the host's per-run folder is not the run folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import cleanup, procscan
 from harness.errors import HarnessError
@@ -27,7 +32,7 @@ from harness.hosts import lab, netns, ssh, ssh_sweep
 from harness.hosts.inventory import Inventory, load_inventory
 from harness.hosts.ssh import SshHost
 from harness.runner import Runner
-from harness.scenario import Scenario, load_scenario
+from harness.scenario import Scenario, load_scenario, parse_scenario
 from harness.timeline import Entry, History
 from harness.verdict import RunResult
 
@@ -194,3 +199,89 @@ def _check_hosts_and_folders(result: RunResult, scenario: Scenario, lab_inventor
     assert list((result.run_dir / "procs").glob("*.log"))
     for machine in lab_inventory.machines.values():
         assert not any(Path(machine.work_dir).iterdir()), f"{machine.work_dir} is not empty"
+
+
+# (scenario, the regression planted in its servers (MXREF_SIMULATED_BUG), the check it fails)
+CLOCK_RUNS = [
+    ("clock_replica_booted_earlier", None, None),
+    ("clock_replica_booted_earlier", "monotonic_stamps", "the replica offered reader-1 both live sources"),
+    ("clock_replica_wall_behind", None, None),
+    ("clock_replica_wall_behind", "future_stamps", "the replica offered reader-1 both live sources"),
+]
+
+
+def _replica_on_its_own_host(name: str, bug: str | None) -> Scenario:
+    """The clock scenario ``name`` with server-b on host ``replica`` and the rest (its Redis store
+    included) on host ``main`` (two lab machines), ``bug`` planted in both servers."""
+    path = SCENARIOS / f"{name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["hosts"] = {"main": "local", "replica": "local"}
+    doc["processes"]["store"] = {"role": "redis"}  # the scenario's Redis (``store: redis``), named to place it
+    for proc, spec in doc["processes"].items():
+        spec["host"] = "replica" if proc == "server-b" else "main"
+        if bug is not None and spec["role"] == "server":
+            spec["env"] = {"MXREF_SIMULATED_BUG": bug}
+    return parse_scenario(yaml.safe_dump(doc, sort_keys=False), file=path)
+
+
+@pytest.mark.parametrize(("name", "bug", "fails"), CLOCK_RUNS, ids=[f"{n}-{b or 'mxref'}" for n, b, _f in CLOCK_RUNS])
+def test_clock_scenarios_on_lab_ssh_hosts_the_replicas_clocks_are_its_hosts(name: str, bug: str | None, fails: str | None,
+                                                                            lab_inventory: Inventory, lab_state: Path,
+                                                                            tmp_path: Path) -> None:
+    scenario = _replica_on_its_own_host(name, bug)
+    seen: dict[str, str] = {}
+
+    def kernel_view(entry: Entry) -> None:  # server-b up: what the kernel says of that process (the lab shares it)
+        if entry.actor == "server-b" and entry.f == "listening" and not seen:
+            pid = entry.get("pid")
+            with contextlib.suppress(OSError):
+                seen["netns"] = str(os.stat(f"/proc/{pid}/ns/net").st_ino)
+                seen["timens_offsets"] = Path(f"/proc/{pid}/timens_offsets").read_text()
+                seen["maps"] = Path(f"/proc/{pid}/maps").read_text()
+
+    result = Runner(scenario, out_dir=tmp_path, inventory=lab_inventory, observers=[kernel_view], install_signal_handlers=False).run()
+    failed = {c.name: c.summary for c in result.checks if c.valid is False}
+    if fails is not None:  # the planted regression is caught on ssh hosts too
+        assert result.verdict == "fail" and fails in failed, (result.status, result.reason, failed, result.run_dir)
+    else:
+        assert result.verdict == "pass", f"{result.status} {result.reason} {failed} ({result.run_dir})"
+    _check_hosts_and_folders(result, scenario, lab_inventory)
+    hosts = json.loads((result.run_dir / "run.json").read_text())["hosts"]
+    info = lab.status(lab_state)
+    assert info is not None and hosts["replica"]["machine"] != hosts["main"]["machine"]
+    netns_inode = os.stat(f"/run/netns/{info['hosts'][hosts['replica']['machine']]['netns']}").st_ino
+    assert seen.get("netns") == str(netns_inode), seen.get("netns")  # server-b ran on its ssh host
+    started = next(e for e in result.history if e.actor == "server-b" and e.f == "start" and e.type == "ok")
+    assert started.get("host") == "replica"
+    if name == "clock_replica_booted_earlier":  # a time namespace of its host, 72 h ahead
+        assert started.value["clocks"] == {"monotonic_s": 259200.0, "boottime_s": 259200.0}
+        assert seen["timens_offsets"].split() == ["monotonic", "259200", "0", "boottime", "259200", "0"]
+        # what the two servers wrote (fetched back over ssh): server-b's stamps run 72 h ahead of
+        # server-a's, and the timeline has them apart by what happened between their events only
+        raw = {n: json.loads((result.run_dir / "procs" / f"{n}.events.jsonl").read_text().splitlines()[0])
+               for n in ("server-a", "server-b")}
+        placed = {n: next(e for e in result.history if e.actor == n and e.f == raw[n]["event"]) for n in raw}
+        ahead = raw["server-b"]["mono"] - raw["server-a"]["mono"] - (placed["server-b"].t - placed["server-a"].t)
+        assert abs(ahead - 259200.0) < 0.5, ahead
+    else:  # libfaketime loaded into it, its own time namespace the host's
+        assert started.value["clocks"]["realtime_s"] == -2.0
+        assert "libfaketime" in seen["maps"] and seen["timens_offsets"].split() == ["monotonic", "0", "0", "boottime", "0", "0"]
+    # every event of the replica where it happened: its stamps (72 h ahead, over ssh) believed once
+    # the declared offset and the host's probed clock are taken off, none set aside
+    assert not [e for e in result.history if e.actor == "server-b" and "clock_rejected" in e.value]
+    listening = next(e for e in result.history if e.actor == "server-b" and e.f == "listening")
+    assert started.t - 0.5 <= listening.t <= started.t + 10
+
+
+def test_a_lab_hosts_probe_over_ssh_finds_what_clock_faults_need(lab_inventory: Inventory, tmp_path: Path) -> None:
+    machine = lab_inventory.machines["h1"]
+    host = SshHost("replica", "h1", machine, f"probe-clk-{os.getpid()}", tmp_path)
+    try:
+        have = host.capabilities()
+        assert {"root-login", "unshare", "timens", "faketime"} <= have, have
+        assert host.faketime is not None and Path(host.faketime).name == "libfaketimeMT.so.1"
+    finally:
+        host.shell.close()
+        host.close_master()
+    for name in ("clock_replica_booted_earlier", "clock_replica_wall_behind"):
+        assert ssh.missing_on_ssh(_replica_on_its_own_host(name, None), lab_inventory, f"probe-clk-{os.getpid()}", tmp_path) == ([], "")
