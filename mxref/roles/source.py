@@ -240,6 +240,54 @@ def warming_gate(
     return lambda: clock() >= ready_at and is_healthy()
 
 
+def lease_events(events: EventLog, lifetime_s: float) -> Callable[[str, str], None]:
+    """What a source's ``Leases`` tell: each lease granted, given back or expired, as an event."""
+
+    def tell(kind: str, lease_id: str) -> None:
+        if kind == "granted":
+            events.emit("lease_granted", lease_id=lease_id, lifetime_s=lifetime_s)
+        elif kind == "released":
+            events.emit("lease_returned", lease_id=lease_id)
+        else:
+            events.emit("lease_expired", lease_id=lease_id)
+
+    return tell
+
+
+class Refit:
+    """A donor's weight updates, one at a time: drain the leases (bounded by ``drain_timeout_s``),
+    write (``mutate``: the tensors written), count a generation, admit leases again (module docstring)."""
+
+    def __init__(self, leases: Leases, events: EventLog, drain_timeout_s: float) -> None:
+        self.leases = leases
+        self.events = events
+        self.drain_timeout_s = drain_timeout_s
+        self.generation = 0  # weight updates so far
+        self._lock = threading.Lock()
+
+    def refit(self, mutate: Callable[[], int]) -> bool:
+        """True when the weights were written; False when the drain timed out (nothing written)."""
+        with self._lock:
+            timeout = self.drain_timeout_s
+            self.events.emit("drain_started", timeout_s=timeout, live=self.leases.live(), generation=self.generation)
+            try:
+                report = self.leases.drain(timeout)
+            except DrainTimeout as exc:
+                self.events.emit("drain_timed_out", timeout_s=timeout, waited_s=round(exc.waited_s, 6), live=exc.live)
+                return False
+            self.events.emit("drain_done", waited_s=round(report.waited_s, 6), outstanding=report.outstanding,
+                             released=report.released, expired=report.expired)
+            t0 = time.monotonic()
+            try:
+                tensors = mutate()
+                self.generation += 1
+            finally:
+                self.leases.reopen()
+            self.events.emit("refit", generation=self.generation, tensors=tensors,
+                             seconds=round(time.monotonic() - t0, 6))
+            return True
+
+
 class SourceService:
     """WorkerService + Publisher around a manager that already holds registered tensors."""
 
@@ -270,11 +318,9 @@ class SourceService:
         )
         self.servicer = WorkerServicer(self.manifest, metrics=metrics)
         lifetime = options.lease_seconds if options.lease_seconds is not None else float(lease_seconds())
-        self.leases = Leases(lifetime, on_change=self._lease_changed)
-        self.drain_timeout_s = (options.drain_timeout_s if options.drain_timeout_s is not None
-                                else lifetime + DRAIN_MARGIN_S)
-        self.generation = 0  # weight updates (refits) so far
-        self._refit_lock = threading.Lock()
+        self.leases = Leases(lifetime, on_change=lease_events(events, lifetime))
+        self.refitter = Refit(self.leases, events, options.drain_timeout_s if options.drain_timeout_s is not None
+                              else lifetime + DRAIN_MARGIN_S)
         # ModelExpress's WorkerService, same manifest, same port
         self.mx_worker = MxWorkerService(self.servicer, self.leases)
         self.grpc_server = None
@@ -302,35 +348,9 @@ class SourceService:
     def start(self) -> None:
         self.publisher.start()
 
-    def _lease_changed(self, kind: str, lease_id: str) -> None:
-        if kind == "granted":
-            self.events.emit("lease_granted", lease_id=lease_id, lifetime_s=self.leases.lifetime_s)
-        elif kind == "released":
-            self.events.emit("lease_returned", lease_id=lease_id)
-        else:
-            self.events.emit("lease_expired", lease_id=lease_id)
-
     def refit(self, mutate: Callable[[], int]) -> bool:
-        """A weight update (module docstring); one at a time. True when the weights were written."""
-        with self._refit_lock:
-            timeout = self.drain_timeout_s
-            self.events.emit("drain_started", timeout_s=timeout, live=self.leases.live(), generation=self.generation)
-            try:
-                report = self.leases.drain(timeout)
-            except DrainTimeout as exc:
-                self.events.emit("drain_timed_out", timeout_s=timeout, waited_s=round(exc.waited_s, 6), live=exc.live)
-                return False
-            self.events.emit("drain_done", waited_s=round(report.waited_s, 6), outstanding=report.outstanding,
-                             released=report.released, expired=report.expired)
-            t0 = time.monotonic()
-            try:
-                tensors = mutate()
-                self.generation += 1
-            finally:
-                self.leases.reopen()
-            self.events.emit("refit", generation=self.generation, tensors=tensors,
-                             seconds=round(time.monotonic() - t0, 6))
-            return True
+        """A weight update (``Refit``); True when the weights were written."""
+        return self.refitter.refit(mutate)
 
     def close(self) -> None:
         """The teardown order of the module docstring. Never raises."""
