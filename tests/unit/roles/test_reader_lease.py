@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from fixtures.reader_world import STALL, Harness, World, make_fetch_manifest, order_for_selector
+from fixtures.reader_world import NO_HANDSHAKE, STALL, Harness, World, make_fetch_manifest, order_for_selector
 
 from mxref.roles.lease import Lease, LeaseHolder, LeaseRefused
 from mxref.roles.reader import Reader
@@ -135,3 +135,17 @@ def test_the_option_makes_the_holder(h: Harness) -> None:
     assert h.make().leases is None
     reader = h.make(lease=True)
     assert reader.leases is not None and reader.leases.timeout_s == reader.options.manifest_timeout_s
+
+
+def test_a_retry_after_a_failure_before_the_read_takes_and_checks_a_fresh_lease(world: World, h: Harness,
+                                                                               grants: Grants) -> None:
+    world.add("a")
+    world.add("b")
+    reader = leased(h, grants)
+    first, second = order_for_selector(reader, world)
+    world.by_worker(first).behaviour = NO_HANDSHAKE
+    grants.tamper[second] = "0" * 16  # the retry's lease comes with a manifest of its own: it is checked
+    result = reader.load()
+    assert not result.ok and h.outcomes() == [(first, "transfer_retry"), (second, "reference_mismatch")]
+    assert grants.granted == [(first, "L1"), (second, "L2")] and grants.released == ["L1", "L2"]
+    assert h.events("transfer_start") == []  # neither attempt reached a READ
