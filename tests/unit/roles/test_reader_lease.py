@@ -44,6 +44,15 @@ class Grants:
         self.released.append(lease.lease_id)
 
 
+def two_sources(world: World, h: Harness, grants: Grants) -> tuple[Reader, str, str]:
+    """Sources a and b, and a leased reader: (the reader, the worker it tries first, the second)."""
+    world.add("a")
+    world.add("b")
+    reader = leased(h, grants)
+    first, second = order_for_selector(reader, world)
+    return reader, first, second
+
+
 @pytest.fixture
 def grants(world: World) -> Grants:
     return Grants(world)
@@ -77,10 +86,7 @@ def test_the_leases_manifest_is_the_one_checked(world: World, h: Harness, grants
 
 def test_a_refused_lease_means_no_read_and_the_next_candidate_takes_its_own(world: World, h: Harness,
                                                                            grants: Grants) -> None:
-    world.add("a")
-    world.add("b")
-    reader = leased(h, grants)
-    first, second = order_for_selector(reader, world)
+    reader, first, second = two_sources(world, h, grants)
     grants.refuse[first] = grpc.StatusCode.UNAVAILABLE
     assert reader.load().worker_id == second
     assert h.outcomes() == [(first, "lease_refused"), (second, "success")]
@@ -91,10 +97,7 @@ def test_a_refused_lease_means_no_read_and_the_next_candidate_takes_its_own(worl
 
 
 def test_a_retry_after_a_failed_read_takes_a_fresh_lease(world: World, h: Harness, grants: Grants) -> None:
-    world.add("a")
-    world.add("b")
-    reader = leased(h, grants)
-    first, second = order_for_selector(reader, world)
+    reader, first, second = two_sources(world, h, grants)
     world.by_worker(first).behaviour = STALL
     assert reader.load().worker_id == second
     assert grants.granted == [(first, "L1"), (second, "L2")]
@@ -139,10 +142,7 @@ def test_the_option_makes_the_holder(h: Harness) -> None:
 
 def test_a_retry_after_a_failure_before_the_read_takes_and_checks_a_fresh_lease(world: World, h: Harness,
                                                                                grants: Grants) -> None:
-    world.add("a")
-    world.add("b")
-    reader = leased(h, grants)
-    first, second = order_for_selector(reader, world)
+    reader, first, second = two_sources(world, h, grants)
     world.by_worker(first).behaviour = NO_HANDSHAKE
     grants.tamper[second] = "0" * 16  # the retry's lease comes with a manifest of its own: it is checked
     result = reader.load()
