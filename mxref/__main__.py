@@ -45,6 +45,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_LEASE_S = 86400.0  # a lease, and a drain that waits for leases, is bounded: a day at most
+
+
+def _bounded_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value > MAX_LEASE_S:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_LEASE_S:g} s (a day)")
+    return value
+
+
 def _mib(text: str) -> float:
     try:
         value = float(text)
@@ -84,10 +94,12 @@ def _add_nixl_common(p: argparse.ArgumentParser) -> None:
                    help="send (and, serving, require) 'authorization: Bearer <this file's token>' (needs TLS)")
 
 
-def _add_debug_hooks(p: argparse.ArgumentParser) -> None:
+def _add_debug_hooks(p: argparse.ArgumentParser, refit: bool = False) -> None:
+    also = ("; SIGHUP asks a refit: drain the tensor read leases (--drain-timeout), rewrite the weights, "
+            "admit leases again (drain_started, drain_done or drain_timed_out, refit)") if refit else ""
     p.add_argument("--debug-hooks", action="store_true",
                    help="DEBUG HOOK (tests only): SIGUSR2 toggles corruption of the registered memory (byte 0 "
-                        "of every tensor XOR 0xFF; a second SIGUSR2 restores it) and emits debug_corrupt")
+                        "of every tensor XOR 0xFF; a second SIGUSR2 restores it) and emits debug_corrupt" + also)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-delay", type=_seconds, default=0.0, metavar="SECONDS",
                    help="simulated engine warm-up: publish at once (INITIALIZING) but report READY only this "
                         "long after serving starts (default 0)")
-    _add_debug_hooks(p)
+    p.add_argument("--lease-seconds", type=_bounded_seconds, default=None, metavar="SECONDS",
+                   help="lifetime of a tensor read lease (PrepareTensorRead) (default ModelExpress's: "
+                        "ceil(2*max(120, MX_TRANSFER_TIMEOUT)+30), 1830 s unset; at most a day)")
+    p.add_argument("--drain-timeout", type=_bounded_seconds, default=None, metavar="SECONDS",
+                   help="how long a refit's drain waits for live leases before it gives up and admits leases "
+                        "again (default: a lease lifetime + 1 s; at most a day)")
+    _add_debug_hooks(p, refit=True)
     p.add_argument("--data-seed", type=int, default=None, metavar="N",
                    help="DEBUG HOOK (tests only): hold the generator's bytes for seed N while publishing the "
                         "identity and reference digest of the model given (wrong bytes under the same identity); "
@@ -169,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "0 disables (default 0.5)")
     p.add_argument("--settle-always", action="store_true",
                    help="settle after every load, also one whose READs all completed")
+    p.add_argument("--lease", action="store_true",
+                   help="take a tensor read lease (ModelExpress's PrepareTensorRead; its manifest is the one "
+                        "checked) before each READ and give it back after; no READ without one (P2P sources only)")
     _add_debug_hooks(p)
 
     p = sub.add_parser("prepare", help="write the safetensors checkpoint of a synthetic model")
@@ -288,6 +309,7 @@ def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-unt
         heartbeat_interval_s=args.heartbeat_interval
         or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
         ready_delay_s=getattr(args, "ready_delay", 0.0) or 0.0,
+        lease_seconds=getattr(args, "lease_seconds", None), drain_timeout_s=getattr(args, "drain_timeout", None),
     )
 
 
@@ -366,6 +388,8 @@ def run_source(args: argparse.Namespace) -> int:
         options = serve_options(args, args.server or config.server_address())
         service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, metrics.source)
         hooks = _debug_hooks(args, proc, arena)
+        if hooks is not None:
+            hooks.on_refit(lambda: service.refit(hooks.rewrite))
         try:
             _serve(service, proc, args.serve_seconds)
         finally:
@@ -402,7 +426,7 @@ def run_reader(args: argparse.Namespace) -> int:
             accelerator=args.accelerator, device_id=args.device_id,
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
-            skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata,
+            skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata, lease=args.lease,
             unguarded_retry=args.simulate_unguarded_retry, hash_while_reading=args.hash_while_reading,
             chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window, ramp=args.read_ramp)
                     if args.read_chunk_mib > 0 else None),

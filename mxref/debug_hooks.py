@@ -1,13 +1,15 @@
-"""Debug hooks (``--debug-hooks``): make a process's registered memory wrong on demand.
+"""Debug hooks (``--debug-hooks``): make a process's registered memory wrong, or refit it, on demand.
 
 For tests and chaos runs only. While installed, SIGUSR2 toggles the corruption of the
 memory a process serves from: byte 0 of every tensor is XORed with 0xFF (a second
 SIGUSR2 XORs it back, restoring the bytes exactly), and ``debug_corrupt`` is emitted
-with ``corrupted`` (the state now) and ``tensors`` (how many were flipped). Without
-the flag nothing is installed and SIGUSR2 keeps its default action.
+with ``corrupted`` (the state now) and ``tensors`` (how many were flipped). On a source,
+SIGHUP asks a refit (``RefitTrigger``): the source drains its tensor read leases, rewrites
+its weights and admits leases again (``mxref.roles.source.SourceService.refit``). Without
+the flag nothing is installed and both signals keep their default actions.
 
-The signal handler only queues the request (``queue.SimpleQueue.put`` is safe to call
-from a handler); a thread of ours flips the bytes and emits the event, so the handler
+Each signal handler only queues the request (``queue.SimpleQueue.put`` is safe to call
+from a handler); a thread of ours does the work and emits the events, so the handler
 never takes a lock that the code it interrupted may hold.
 """
 
@@ -37,6 +39,43 @@ def flip_first_bytes(arena: Any) -> int:
     return flipped
 
 
+class QueuedSignal:
+    """A signal whose handler only queues it; ``action`` runs on a thread of ours, once per signal."""
+
+    def __init__(self, signum: int, action: Callable[[], object], name: str) -> None:
+        self.signum = signum
+        self._action = action
+        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._previous: Any = None
+        self._installed = False
+
+    def install(self) -> None:
+        """Handle the signal (main thread only) and start the worker thread."""
+        self._previous = signal.signal(self.signum, self._handle)
+        self._installed = True
+        self._thread.start()
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self._requests.put(signum)
+
+    def _run(self) -> None:
+        while self._requests.get() is not None:
+            try:
+                self._action()
+            except Exception:  # a failed action never kills the hook thread
+                logger.exception("debug hook %s failed", signal.Signals(self.signum).name)
+
+    def close(self, join_s: float = JOIN_TIMEOUT_S) -> None:
+        """Restore the previous handler and stop the thread (bounded)."""
+        if not self._installed:
+            return
+        signal.signal(self.signum, self._previous)
+        self._installed = False
+        self._requests.put(None)
+        self._thread.join(timeout=join_s)
+
+
 class CorruptionToggle:
     """SIGUSR2 -> flip the current arena's first bytes (see module docstring).
 
@@ -50,10 +89,8 @@ class CorruptionToggle:
         self._lock = threading.Lock()
         self._arena = arena
         self.corrupted = False
-        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="mx-debug-hooks", daemon=True)
-        self._previous: Any = None
-        self._installed = False
+        self._signal = QueuedSignal(signal.SIGUSR2, self.toggle, "mx-debug-hooks")
+        self._refit: QueuedSignal | None = None
 
     def set_arena(self, arena: Any) -> None:
         """Corrupt ``arena`` from now on (its bytes are taken as they are: not corrupted)."""
@@ -63,20 +100,14 @@ class CorruptionToggle:
 
     def install(self) -> CorruptionToggle:
         """Handle SIGUSR2 (main thread only) and start the worker thread."""
-        self._previous = signal.signal(signal.SIGUSR2, self._handle)
-        self._installed = True
-        self._thread.start()
+        self._signal.install()
         return self
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self._requests.put(signum)
-
-    def _run(self) -> None:
-        while self._requests.get() is not None:
-            try:
-                self.toggle()
-            except Exception:  # a failed toggle never kills the hook thread
-                logger.exception("debug hook: toggling the corruption failed")
+    def on_refit(self, refit: Callable[[], object]) -> CorruptionToggle:
+        """Also run ``refit`` on each SIGHUP (a source: ``SourceService.refit``), on its own thread."""
+        self._refit = QueuedSignal(signal.SIGHUP, refit, "mx-refit-hook")
+        self._refit.install()
+        return self
 
     def toggle(self) -> bool:
         """Flip once; returns the state now, after emitting ``debug_corrupt``."""
@@ -88,11 +119,17 @@ class CorruptionToggle:
         self.emit("debug_corrupt", corrupted=corrupted, tensors=tensors)
         return corrupted
 
+    def rewrite(self) -> int:
+        """A refit's write, simulated: every tensor's byte 0 flipped and flipped back, under the
+        toggle's lock (a corruption in place stays as it was); returns the tensors written."""
+        with self._lock:
+            if self._arena is None:
+                return 0
+            flip_first_bytes(self._arena)
+            return flip_first_bytes(self._arena)
+
     def close(self) -> None:
-        """Restore SIGUSR2's previous handler and stop the thread (bounded)."""
-        if not self._installed:
-            return
-        signal.signal(signal.SIGUSR2, self._previous)
-        self._installed = False
-        self._requests.put(None)
-        self._thread.join(timeout=JOIN_TIMEOUT_S)
+        """Restore the signals' previous handlers and stop the threads (bounded)."""
+        if self._refit is not None:
+            self._refit.close()
+        self._signal.close()

@@ -83,7 +83,7 @@ EVENTS: dict[str, EventSpec] = {
     "attempt_start": _ev("index", "mx_source_id", "worker_id"),
     "handshake": _ev("index", "agent_name", "seconds", "ok", "error", "pushed", mode=MODES,
                      notes={"pushed": "our metadata sent to the source"}),
-    "transfer_start": _ev("index", "agent_name", "bytes", "tensors", "timeout_s", "chunk_bytes", "stall_s",
+    "transfer_start": _ev("index", "agent_name", "bytes", "tensors", "timeout_s", "lease_id", "chunk_bytes", "stall_s",
                           "first_stall_s",
                           notes={"stall_s": "chunked READ: deadline of a full window",
                                  "first_stall_s": "chunked READ: deadline of its first window (the ramp holds less)"}),
@@ -106,7 +106,7 @@ EVENTS: dict[str, EventSpec] = {
     "target_prestart": _ev("index", "reason"),
     "attempt_outcome": _ev("index", "worker_id", "error", "seconds",
                            outcome=("success", "metadata_miss", "reference_mismatch", "transfer_retry",
-                                    "transfer_fallback", "integrity_mismatch", "skipped"),
+                                    "transfer_fallback", "integrity_mismatch", "lease_refused", "skipped"),
                            notes={"outcome": "reference_mismatch: manifest disagrees with the reference, "
                                              "never read; integrity_mismatch: the bytes READ are not the reference's"}),
     "peer_disconnected": _ev("agent_name", "ok", "invalidated"),
@@ -125,6 +125,20 @@ EVENTS: dict[str, EventSpec] = {
                          notes={"checksums": "{name: xxh3-64 hex}"}),
     # --debug-hooks: SIGUSR2 toggled the corruption of the registered memory
     "debug_corrupt": _ev("corrupted", "tensors", notes={"corrupted": "bool"}),
+    # reader with --lease: a tensor read lease per attempt (mxref.roles.lease)
+    "lease_acquired": _ev("index", "lease_id", "mx_source_id", "worker_id"),
+    "lease_released": _ev("index", "lease_id", "ok", "error", notes={"ok": "false: the source did not take it back"}),
+    "lease_refused": _ev("index", "mx_source_id", "worker_id", "code", "error", notes={"code": "gRPC status name"}),
+    # source: the tensor read leases it grants, and a refit's drain (SIGHUP with --debug-hooks)
+    "lease_granted": _ev("lease_id", "lifetime_s"),
+    "lease_returned": _ev("lease_id"),
+    "lease_expired": _ev("lease_id"),
+    "drain_started": _ev("timeout_s", "live", "generation"),
+    "drain_done": _ev("waited_s", "outstanding", "released", "expired",
+                      notes={"outstanding": "leases live when the drain began",
+                             "expired": "of those, leases that ran out while it waited"}),
+    "drain_timed_out": _ev("timeout_s", "waited_s", "live"),
+    "refit": _ev("generation", "tensors", "seconds"),
     "fallback": _ev("reason", "checkpoint"),
     "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts", "phases",
                      path=("rdma", "disk"), notes={"phases": "{load_phase: seconds the load spent in it}"}),

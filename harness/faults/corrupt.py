@@ -24,7 +24,7 @@ from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register, undo_on_failure
 from harness.spec import Duration, SourceOf, Target
 
-__all__ = ["Corrupt", "CorruptSpec", "Corrupted"]
+__all__ = ["Corrupt", "CorruptSpec", "Corrupted", "hooked_source_issues"]
 
 TOGGLE = int(signal.SIGUSR2)
 EVENT = "debug_corrupt"
@@ -43,24 +43,34 @@ class CorruptSpec(FaultSpec):
         return (process_of(self.target),)
 
     def process_issues(self, processes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        if isinstance(self.target, SourceOf):
-            sources = [n for n, p in processes.items() if getattr(p, "role", None) == "source"]
-            off = [n for n in sources if not _hooked(processes[n])]
-            if off:
-                return (("target", f"a corrupt fault on {{source_of: {self.target.source_of}}} may hit any source, "
-                         f"so every source needs `options: {{debug_hooks: true}}`, and {', '.join(off)} "
-                         "has not"),)
-            return ()
-        spec = processes.get(self.target)
-        if spec is None:
-            return ()  # reported as a missing process already
-        role = getattr(spec, "role", None)
-        if role != "source":
-            return (("target", f"a corrupt fault corrupts a source's memory, and {self.target!r} is a {role}"),)
-        if not _hooked(spec):
-            return (("target", f"a corrupt fault toggles a source's memory through its debug hooks, and "
-                     f"{self.target!r} is not started with `options: {{debug_hooks: true}}`"),)
+        return hooked_source_issues("corrupt", self.target, processes, "corrupts a source's memory",
+                                    "toggles a source's memory")
+
+
+def hooked_source_issues(kind: str, target: Target, processes: Mapping[str, Any], does: str,
+                         acts: str) -> tuple[tuple[str, str], ...]:
+    """The rule of a fault that acts through a source's debug hooks (``corrupt``, ``drain``): its
+    target is a source started with ``options: {debug_hooks: true}`` (for ``{source_of: reader}``:
+    every source). ``does``: what the fault does to a source; ``acts``: what it reaches through the
+    hooks (both for the messages)."""
+    if isinstance(target, SourceOf):
+        sources = [n for n, p in processes.items() if getattr(p, "role", None) == "source"]
+        off = [n for n in sources if not _hooked(processes[n])]
+        if off:
+            return (("target", f"a {kind} fault on {{source_of: {target.source_of}}} may hit any source, "
+                     f"so every source needs `options: {{debug_hooks: true}}`, and {', '.join(off)} "
+                     "has not"),)
         return ()
+    spec = processes.get(target)
+    if spec is None:
+        return ()  # reported as a missing process already
+    role = getattr(spec, "role", None)
+    if role != "source":
+        return (("target", f"a {kind} fault {does}, and {target!r} is a {role}"),)
+    if not _hooked(spec):
+        return (("target", f"a {kind} fault {acts} through its debug hooks, and "
+                 f"{target!r} is not started with `options: {{debug_hooks: true}}`"),)
+    return ()
 
 
 def _hooked(process: Any) -> bool:

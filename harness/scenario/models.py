@@ -252,7 +252,10 @@ class SourceOptions(PeerOptions):
     nixl_port: int | None = Field(None, ge=0, le=65535)
     checkpoint: str | None = None  # serve this safetensors file's bytes
     data_seed: int | None = None  # serve the bytes of this seed under the model's identity (a lying source)
-    debug_hooks: bool = False  # SIGUSR2 toggles corruption of its registered memory (the `corrupt` fault)
+    # SIGUSR2 toggles corruption of its registered memory (the `corrupt` fault); SIGHUP asks a refit (`drain`)
+    debug_hooks: bool = False
+    lease_seconds: Duration | None = None  # a tensor read lease's lifetime (mxref: ModelExpress's rule, 1830 s)
+    drain_timeout: Duration | None = None  # a refit's drain bound (mxref: a lease lifetime + 1 s)
 
 
 class ReaderOptions(PeerOptions):
@@ -273,6 +276,7 @@ class ReaderOptions(PeerOptions):
     # holds again (mxref: 0.5 s); settle_always: after every load
     settle_s: Duration | None = None
     settle_always: bool = False
+    lease: bool = False  # take a tensor read lease (PrepareTensorRead) for each READ, give it back after
 
 
 Subject = Literal["mxref", "modelexpress"]

@@ -21,7 +21,12 @@ in the trailing metadata, the same ``mxref_source_manifest_requests_total`` coun
 ``Leases`` is the bookkeeping alone (pure, clock injected): ``prepare`` / ``release`` /
 ``live`` and ``drain(timeout)``, which stops admission and waits for the live leases to be
 released or expire; if they outlast the timeout it re-opens admission and raises
-``TimeoutError`` (ModelExpress's rule, so the owner can retry the mutation later).
+``DrainTimeout`` (a ``TimeoutError``: ModelExpress's rule, so the owner can retry the mutation
+later). A drain that ends returns a ``DrainReport`` (how long it waited, how many leases were live
+when it began, how many of those were released and how many expired) and leaves admission closed
+until the owner, its mutation done, calls ``reopen``. ``on_change(kind, lease_id)`` hears every
+lease ``granted``, ``released`` and ``expired`` (an expiry is noticed at the next call that looks,
+and at once by a drain that waits for it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -42,7 +48,7 @@ from mxref.roles.worker_server import WorkerServicer, check_request
 from mxref.rpc import REASON_METADATA_KEY
 from mxref.v1 import p2p_pb2
 
-__all__ = ["MX_WORKER_SERVICE_NAME", "Leases", "MxWorkerService", "lease_seconds", "torch_dtype"]
+__all__ = ["MX_WORKER_SERVICE_NAME", "DrainReport", "DrainTimeout", "Leases", "MxWorkerService", "lease_seconds", "torch_dtype"]
 
 MX_WORKER_SERVICE_NAME = "model_express.p2p.WorkerService"
 MX_ENV_TRANSFER_TIMEOUT_S = 900.0  # ModelExpress's env default (its RDMA path uses 300; leases use this)
@@ -69,17 +75,48 @@ def lease_seconds(env: Mapping[str, str] | None = None) -> int:
     return math.ceil(2 * max(MIN_HANDSHAKE_S, timeout) + LEASE_MARGIN_S)
 
 
+@dataclass(frozen=True)
+class DrainReport:
+    """A drain that ended: it waited ``waited_s``; ``outstanding`` leases were live when it began,
+    of which ``released`` were given back and ``expired`` ran out while it waited."""
+
+    waited_s: float
+    outstanding: int
+    released: int
+    expired: int
+
+
+class DrainTimeout(TimeoutError):
+    """Live leases outlasted a drain's timeout; admission is open again."""
+
+    def __init__(self, live: int, waited_s: float, timeout_s: float) -> None:
+        super().__init__(f"{live} tensor read lease(s) still live after {timeout_s:g}s")
+        self.live = live
+        self.waited_s = waited_s
+
+
+LeaseObserver = Callable[[str, str], None]
+
+
 class Leases:
     """Live tensor read leases: id -> expiry (monotonic seconds)."""
 
-    def __init__(self, lifetime_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if lifetime_s <= 0:
-            raise ValueError(f"a lease lifetime must be positive (got {lifetime_s})")
+    def __init__(self, lifetime_s: float, clock: Callable[[], float] = time.monotonic,
+                 on_change: LeaseObserver | None = None) -> None:
+        if not lifetime_s > 0 or not math.isfinite(lifetime_s):
+            raise ValueError(f"a lease lifetime must be positive and finite (got {lifetime_s})")
         self._lifetime_s = lifetime_s
         self._clock = clock
+        self._on_change = on_change
         self._cond = threading.Condition()
         self._accepting = True
         self._leases: dict[str, float] = {}
+        self._released = 0  # leases given back (ever): a drain reports its share
+        self._expired = 0
+
+    @property
+    def lifetime_s(self) -> float:
+        return self._lifetime_s
 
     @property
     def accepting(self) -> bool:
@@ -94,6 +131,7 @@ class Leases:
             self._expire()
             lease_id = uuid.uuid4().hex
             self._leases[lease_id] = self._clock() + self._lifetime_s
+            self._tell("granted", lease_id)
             return lease_id
 
     def release(self, lease_id: str) -> None:
@@ -102,6 +140,8 @@ class Leases:
             self._expire()
             if self._leases.pop(lease_id, None) is None:
                 raise KeyError(lease_id)
+            self._released += 1
+            self._tell("released", lease_id)
             self._cond.notify_all()
 
     def live(self) -> int:
@@ -109,26 +149,42 @@ class Leases:
             self._expire()
             return len(self._leases)
 
-    def drain(self, timeout_s: float) -> None:
-        """Stop admitting leases and wait until none is live; on timeout re-admit and raise."""
-        deadline = time.monotonic() + timeout_s
+    def drain(self, timeout_s: float) -> DrainReport:
+        """Stop admitting leases and wait until none is live; on timeout re-admit and raise
+        ``DrainTimeout``. Admission stays closed after a drain that ended (``reopen``)."""
+        start = time.monotonic()
+        deadline = start + timeout_s
         with self._cond:
             self._accepting = False
+            self._expire()
+            outstanding, released, expired = len(self._leases), self._released, self._expired
             while True:
                 self._expire()
                 if not self._leases:
-                    return
+                    return DrainReport(time.monotonic() - start, outstanding, self._released - released,
+                                       self._expired - expired)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._accepting = True
-                    raise TimeoutError(f"{len(self._leases)} tensor read lease(s) still live after {timeout_s:g}s")
+                    raise DrainTimeout(len(self._leases), time.monotonic() - start, timeout_s)
                 next_expiry = min(self._leases.values()) - self._clock()
                 self._cond.wait(max(0.001, min(remaining, next_expiry)))
+
+    def reopen(self) -> None:
+        """Admit leases again (after the mutation a drain made way for)."""
+        with self._cond:
+            self._accepting = True
 
     def _expire(self) -> None:
         now = self._clock()
         for lease_id in [k for k, expiry in self._leases.items() if expiry <= now]:
             del self._leases[lease_id]
+            self._expired += 1
+            self._tell("expired", lease_id)
+
+    def _tell(self, kind: str, lease_id: str) -> None:
+        if self._on_change is not None:
+            self._on_change(kind, lease_id)
 
 
 _METHODS: dict[str, tuple[type[Any], type[Any]]] = {

@@ -9,7 +9,9 @@ the same content are listed.
    accelerators; order with the selector; try at most ``MAX_SOURCE_RETRIES``.
    A metadata miss costs a candidate.
 2. Per candidate: GetMetadata; in P2P mode prefetch the manifest from the
-   source's WorkerService with a worker-id check (a reused endpoint is a miss).
+   source's WorkerService with a worker-id check (a reused endpoint is a miss);
+   with ``lease`` the manifest comes with a tensor read lease instead, held until the
+   attempt ends and required for its READ (``mxref.roles.lease``).
    A manifest that disagrees with the reference (a tensor's name, dtype, size,
    shape or checksum; an empty checksum claims nothing) is ``reference_mismatch``:
    the source is never read from. Then a fresh target (memory + NIXL agent), the
@@ -66,6 +68,7 @@ from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
 from mxref.roles.client import MxClient, fetch_tensor_manifest
+from mxref.roles.lease import LeaseHolder, LeaseRefused
 from mxref.roles.selection import Target, get_selector
 from mxref.transfer.chunked import ChunkPolicy, ChunkTime, window_idle
 from mxref.transfer.manager import NixlTransferManager
@@ -104,6 +107,8 @@ class ReaderOptions:
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
     # prepare the first READ target (memory + agent) while the control plane is asked
     prestart: bool = True
+    # take a tensor read lease (PrepareTensorRead) per attempt; no READ without one (mxref.roles.lease)
+    lease: bool = False
     name: str = "reader"
 
 
@@ -174,6 +179,7 @@ class Reader:
         self._prestart: TargetPrestart | None = None
         self._agent_lock = threading.Lock()  # an agent is made (and registered) or shut down, not both at once
         self._phases: dict[str, float] = {}  # seconds per load phase, summed over attempts
+        self.leases = LeaseHolder(events, options.manifest_timeout_s) if options.lease else None
 
     # ------------------------------------------------------------------ flow
     def load(self) -> LoadResult:
@@ -267,11 +273,22 @@ class Reader:
 
     def _try(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef, attempt: Attempt, has_next: bool,
              result: LoadResult) -> bool:
-        """One candidate. True when it produced a verified load."""
+        """One candidate. True when it produced a verified load. Its lease, if any, is given back."""
+        try:
+            return self._attempt(client, ref, attempt, has_next, result)
+        finally:
+            if self.leases is not None:
+                self.leases.release(attempt.index)
+
+    def _attempt(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef, attempt: Attempt, has_next: bool,
+                 result: LoadResult) -> bool:
         self.events.emit("attempt_start", index=attempt.index, mx_source_id=ref.mx_source_id, worker_id=ref.worker_id)
         t0 = time.perf_counter()
         try:
-            worker = self._fetch_worker_metadata(client, ref)
+            worker = self._fetch_worker_metadata(client, ref, attempt.index)
+        except LeaseRefused as exc:
+            self._phase("metadata", t0, "error", attempt.index)
+            return self._outcome(attempt, "lease_refused", str(exc))
         except Exception as exc:  # noqa: BLE001 - as in ModelExpress: any metadata failure moves on to the next candidate
             self.metrics.reader.metadata_failures.labels(self.policy).inc()
             self._phase("metadata", t0, "error", attempt.index)
@@ -346,21 +363,26 @@ class Reader:
             parts.append(f"it has {len(extra)} tensors the reference lacks: {extra[:5]}")
         return f"manifest disagrees with the reference {self.reference.digest}: " + "; ".join(parts)
 
-    def _fetch_worker_metadata(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef) -> p2p_pb2.WorkerMetadata | None:
+    def _fetch_worker_metadata(self, client: MxClient, ref: p2p_pb2.SourceInstanceRef,
+                               index: int) -> p2p_pb2.WorkerMetadata | None:
         resp = client.get_metadata(ref.mx_source_id, ref.worker_id)
         if not resp.found:
             return None
         worker = resp.worker
         has_tensors = bool(worker.tensor_source.tensors or worker.tensors)
-        if not has_tensors and not worker.worker_grpc_endpoint:
+        if self.leases is not None:  # the lease's manifest, and no other, is checked and read from
+            manifest = self.leases.acquire(index, worker, ref.mx_source_id, ref.worker_id)
+        elif not has_tensors and not worker.worker_grpc_endpoint:
             return None
-        if worker.worker_grpc_endpoint and (ref.worker_id or not has_tensors):
+        elif worker.worker_grpc_endpoint and (ref.worker_id or not has_tensors):
             manifest = fetch_tensor_manifest(worker.worker_grpc_endpoint, ref.mx_source_id, ref.worker_id,
                                              self.options.manifest_timeout_s)
-            worker.tensor_source.ClearField("tensors")
-            worker.tensor_source.tensors.extend(manifest.tensors)
-            worker.metadata_endpoint = worker.metadata_endpoint or manifest.metadata_endpoint
-            worker.agent_name = worker.agent_name or manifest.agent_name
+        else:
+            return worker
+        worker.tensor_source.ClearField("tensors")
+        worker.tensor_source.tensors.extend(manifest.tensors)
+        worker.metadata_endpoint = worker.metadata_endpoint or manifest.metadata_endpoint
+        worker.agent_name = worker.agent_name or manifest.agent_name
         return worker
 
     def _load_as_target(self, worker: p2p_pb2.WorkerMetadata, index: int, has_next: bool = False) -> tuple[int, float]:
@@ -406,7 +428,8 @@ class Reader:
             total = sum(s.nbytes for s in self.specs)
             budget = self.options.transfer_timeout_s
             chunks = self.options.chunks
-            self.events.emit("transfer_start", index=index, agent_name=remote, bytes=total,
+            lease_id = self.leases.lease_for_read() if self.leases is not None else None  # none held: no READ
+            self.events.emit("transfer_start", index=index, agent_name=remote, bytes=total, lease_id=lease_id,
                              tensors=len(source_tensors), timeout_s=budget,
                              chunk_bytes=chunks.chunk_bytes if chunks else None,
                              stall_s=round(chunks.stall_s, 3) if chunks else None,

@@ -16,6 +16,14 @@ source (``python -m mxref source``, and a reader with ``--serve-after-load``):
 3. teardown (SIGTERM/SIGINT or end of serving), in this order: stop the
    heartbeat, mark STALE, stop the WorkerService, then the manager's shutdown
    (disconnect peers, deregister memory in reverse, drop the agent).
+
+Tensor read leases (ModelExpress's ``PrepareTensorRead``/``ReleaseTensorRead``,
+``mxref.modelexpress.worker``) live ``lease_seconds`` (default ModelExpress's rule,
+``lease_seconds()``); each is an event (``lease_granted``, ``lease_returned``, ``lease_expired``).
+``refit(mutate)`` is a donor's weight update (RL refit): drain the leases, bounded by
+``drain_timeout_s`` (default: one lease lifetime and a second, so the lease of a holder that
+vanished has expired by then), write the weights (``mutate``), count a generation and admit leases
+again; a drain that times out re-opens admission and writes nothing (``drain_timed_out``).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from mxref.errors import MetadataServerError
 from mxref.events import EventLog
 from mxref.metrics import SourceFamilies
 from mxref.model import Arena
-from mxref.modelexpress.worker import MxWorkerService
+from mxref.modelexpress.worker import DrainTimeout, Leases, MxWorkerService, lease_seconds
 from mxref.roles.client import MxClient
 from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.rpc import endpoint
@@ -49,6 +57,7 @@ PUBLISH_BACKOFF_S = (1.0, 2.0)
 # the wait for a heartbeat already in flight.
 SHUTDOWN_RPC_TIMEOUT_S = 2.0
 REJECTIONS_BEFORE_REPUBLISH = 2
+DRAIN_MARGIN_S = 1.0
 
 
 def identity_for(model_name: str, dtype: str, tp: int = 1, revision: str = "") -> p2p_pb2.SourceIdentity:
@@ -216,6 +225,8 @@ class ServeOptions:
     worker_port: int = 0
     heartbeat_interval_s: float = config.DEFAULT_HEARTBEAT_INTERVAL_S
     ready_delay_s: float = 0.0  # simulated engine warm-up: not healthy (so not READY) until then
+    lease_seconds: float | None = None  # a tensor read lease's lifetime (None: ModelExpress's rule)
+    drain_timeout_s: float | None = None  # a refit's drain bound (None: a lease lifetime + DRAIN_MARGIN_S)
 
 
 def warming_gate(
@@ -227,6 +238,54 @@ def warming_gate(
         return is_healthy
     ready_at = clock() + ready_delay_s
     return lambda: clock() >= ready_at and is_healthy()
+
+
+def lease_events(events: EventLog, lifetime_s: float) -> Callable[[str, str], None]:
+    """What a source's ``Leases`` tell: each lease granted, given back or expired, as an event."""
+
+    def tell(kind: str, lease_id: str) -> None:
+        if kind == "granted":
+            events.emit("lease_granted", lease_id=lease_id, lifetime_s=lifetime_s)
+        elif kind == "released":
+            events.emit("lease_returned", lease_id=lease_id)
+        else:
+            events.emit("lease_expired", lease_id=lease_id)
+
+    return tell
+
+
+class Refit:
+    """A donor's weight updates, one at a time: drain the leases (bounded by ``drain_timeout_s``),
+    write (``mutate``: the tensors written), count a generation, admit leases again (module docstring)."""
+
+    def __init__(self, leases: Leases, events: EventLog, drain_timeout_s: float) -> None:
+        self.leases = leases
+        self.events = events
+        self.drain_timeout_s = drain_timeout_s
+        self.generation = 0  # weight updates so far
+        self._lock = threading.Lock()
+
+    def refit(self, mutate: Callable[[], int]) -> bool:
+        """True when the weights were written; False when the drain timed out (nothing written)."""
+        with self._lock:
+            timeout = self.drain_timeout_s
+            self.events.emit("drain_started", timeout_s=timeout, live=self.leases.live(), generation=self.generation)
+            try:
+                report = self.leases.drain(timeout)
+            except DrainTimeout as exc:
+                self.events.emit("drain_timed_out", timeout_s=timeout, waited_s=round(exc.waited_s, 6), live=exc.live)
+                return False
+            self.events.emit("drain_done", waited_s=round(report.waited_s, 6), outstanding=report.outstanding,
+                             released=report.released, expired=report.expired)
+            t0 = time.monotonic()
+            try:
+                tensors = mutate()
+                self.generation += 1
+            finally:
+                self.leases.reopen()
+            self.events.emit("refit", generation=self.generation, tensors=tensors,
+                             seconds=round(time.monotonic() - t0, 6))
+            return True
 
 
 class SourceService:
@@ -258,7 +317,12 @@ class SourceService:
             metadata_endpoint=md_endpoint, agent_name=manager.agent_name, accelerator=accelerator,
         )
         self.servicer = WorkerServicer(self.manifest, metrics=metrics)
-        self.mx_worker = MxWorkerService(self.servicer)  # ModelExpress's WorkerService, same manifest, same port
+        lifetime = options.lease_seconds if options.lease_seconds is not None else float(lease_seconds())
+        self.leases = Leases(lifetime, on_change=lease_events(events, lifetime))
+        self.refitter = Refit(self.leases, events, options.drain_timeout_s if options.drain_timeout_s is not None
+                              else lifetime + DRAIN_MARGIN_S)
+        # ModelExpress's WorkerService, same manifest, same port
+        self.mx_worker = MxWorkerService(self.servicer, self.leases)
         self.grpc_server = None
         # The NIXL listener's endpoint is published in both modes: central readers ignore it
         # unless they push their own metadata to the source (``--push-metadata``).
@@ -283,6 +347,10 @@ class SourceService:
 
     def start(self) -> None:
         self.publisher.start()
+
+    def refit(self, mutate: Callable[[], int]) -> bool:
+        """A weight update (``Refit``); True when the weights were written."""
+        return self.refitter.refit(mutate)
 
     def close(self) -> None:
         """The teardown order of the module docstring. Never raises."""

@@ -5,15 +5,13 @@ target must be a source started with debug hooks."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 from fixtures.fault_context import FakeContext
+from fixtures.hooked_scenario import parses, problems
 
-from harness.errors import FaultError, RunInterrupted, ScenarioInvalid
+from harness.errors import FaultError, RunInterrupted
 from harness.faults import make_fault
 from harness.faults.corrupt import Corrupted, CorruptSpec
-from harness.scenario import parse_scenario
 from harness.spec import SourceOf
 
 
@@ -96,28 +94,8 @@ def test_corrupt_of_source_of_hits_the_source_the_reader_attempts(ctx: FakeConte
     assert fault.spec.process_refs() == ("reader-1",)
 
 
-SCENARIO = """\
-name: demo
-processes:
-  server: {role: server}
-  source-1: {role: source, options: {debug_hooks: true}}
-  source-2: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, source-2, reader-1]
-  - fault: FAULT
-"""
-
-
-def problems(fault: str) -> list[str]:
-    text = SCENARIO.replace("FAULT", fault)
-    with pytest.raises(ScenarioInvalid) as info:
-        parse_scenario(textwrap.dedent(text), "x.yaml")
-    return [issue.render("x.yaml") for issue in info.value.issues]
-
-
 def test_a_target_without_debug_hooks_is_a_validation_error_naming_key_and_rule() -> None:
-    parse_scenario(SCENARIO.replace("FAULT", "{kind: corrupt, target: source-1, duration: 2s}"), "x.yaml")
+    parses("{kind: corrupt, target: source-1, duration: 2s}")
     assert problems("{kind: corrupt, target: source-2}") == [
         "x.yaml:9: steps[1].fault.target: a corrupt fault toggles a source's memory through its debug hooks, "
         "and 'source-2' is not started with `options: {debug_hooks: true}`"
