@@ -16,21 +16,32 @@ share (shared or exclusive), then lets the gate go; so a run waiting to be alone
 gate and no new shared holder slips in ahead of it (no starvation). The kernel drops a dead
 holder's locks with its descriptors. Every wait is bounded (``WAIT_S``); past it the holder
 gets ``ShareTimeout`` naming what it waited for.
+
+A holder's descendants inherit its hold: each holder leaves a note ``holder-<pid>-<n>`` (its mode)
+in the folder while it holds, and ``held_by_ancestor`` finds the note of a process this one
+descends from. The pytest plugin takes no share for an item of a session started under a holder
+(a test of the plugin itself runs a pytest session of its own: its alone item would otherwise
+wait for its own parent). Notes whose process is gone (a holder that crashed) are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import itertools
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import statedir
 from harness.errors import HarnessError
 
-__all__ = ["POLL_S", "WAIT_S", "Held", "ShareTimeout", "hold"]
+__all__ = ["POLL_S", "WAIT_S", "Held", "ShareTimeout", "held_by_ancestor", "hold"]
+
+MAX_ANCESTORS = 64  # how far up the process tree a hold is looked for
 
 WAIT_S = 1800.0  # the longest any run waits for the machine (a run budget is minutes)
 POLL_S = 0.05
@@ -48,15 +59,63 @@ class Held:
     waited_s: float
 
 
-def _take(fd: int, operation: int, deadline: float, what: str) -> None:
+def _take(fd: int, operation: int, deadline: float, what: str, wait_s: float) -> None:
     while True:
         try:
             fcntl.flock(fd, operation | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise ShareTimeout(f"waited {WAIT_S:g}s for {what} and did not get it") from None
+                raise ShareTimeout(f"waited {wait_s:g}s for {what} and did not get it") from None
             time.sleep(POLL_S)
+
+
+_NOTES = itertools.count()
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state": the ppid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def held_by_ancestor() -> str | None:
+    """``alone`` or ``shared`` when a process this one descends from holds the share, else None;
+    notes of processes that are gone are removed on the way."""
+    folder = statedir.subdir("share", create=False)
+    if folder is None:
+        return None
+    notes: dict[int, str] = {}
+    for note in folder.glob("holder-*"):
+        word = note.name.split("-")[1]
+        if not word.isdigit():
+            continue  # not a note this module wrote
+        holder = int(word)
+        if not _alive(holder):
+            note.unlink(missing_ok=True)
+            continue
+        with contextlib.suppress(OSError, statedir.StateDirError):
+            notes[holder] = statedir.read_owned(note).decode()
+    ancestor: int | None = os.getppid()
+    for _ in range(MAX_ANCESTORS):
+        if ancestor is None or ancestor <= 1:
+            return None
+        if ancestor in notes:
+            return notes[ancestor]
+        ancestor = _parent_of(ancestor)
+    return None
 
 
 @contextmanager
@@ -69,14 +128,19 @@ def hold(alone: bool, *, wait_s: float = WAIT_S) -> Iterator[Held]:
     gate = statedir.open_lock(folder / "gate")
     share = -1
     try:
-        _take(gate, fcntl.LOCK_EX, deadline, "the machine share's gate")
+        _take(gate, fcntl.LOCK_EX, deadline, "the machine share's gate", wait_s)
         share = statedir.open_lock(folder / "share")
         what = "the machine alone" if alone else "a share of the machine"
         try:
-            _take(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH, deadline, what)
+            _take(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH, deadline, what, wait_s)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
-        yield Held(alone, round(time.monotonic() - began, 3))
+        note = folder / f"holder-{os.getpid()}-{next(_NOTES)}"
+        statedir.write_new(note, b"alone" if alone else b"shared")
+        try:
+            yield Held(alone, round(time.monotonic() - began, 3))
+        finally:
+            note.unlink(missing_ok=True)
     finally:
         if share >= 0:
             os.close(share)  # closing drops the lock

@@ -101,12 +101,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Hold the machine share (``harness.machine_share``) around the item's whole protocol, outside
     its timeout: alone or shared as ``_runs_alone`` says; a unit test holds nothing."""
+    from harness.machine_share import ShareTimeout, held_by_ancestor, hold
+
     alone = _runs_alone(item)
     if alone is None:
         yield
         return
-    from harness.machine_share import ShareTimeout, hold
-
+    inherited = held_by_ancestor()
+    if inherited is not None:  # a test that holds the share started this session: it answers for us
+        item.user_properties.append((SHARE_PROPERTY, f"held by an ancestor ({inherited})"))
+        yield
+        return
     try:
         with hold(alone) as held:
             item.user_properties.append((SHARE_PROPERTY, f"{'alone' if alone else 'shared'}, waited {held.waited_s:g}s"))

@@ -4,6 +4,8 @@ and the pytest plugin says which items hold what."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import machine_share
-from harness.machine_share import ShareTimeout, hold
+from harness.machine_share import ShareTimeout, held_by_ancestor, hold
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +74,7 @@ def test_a_wait_is_bounded_and_names_what_it_waited_for() -> None:
     thread.start()
     assert in_.wait(5)
     began = time.monotonic()
-    with pytest.raises(ShareTimeout, match="a share of the machine"), hold(False, wait_s=0.2):
+    with pytest.raises(ShareTimeout, match=r"waited 0\.2s for a share of the machine"), hold(False, wait_s=0.2):
         pass
     assert 0.2 <= time.monotonic() - began < 2
     out.set()
@@ -102,3 +104,52 @@ def test_the_plugin_says_who_holds_what() -> None:
         item.scenario = load_scenario(root / f"{name}.yaml")
         item.get_closest_marker = lambda _name: None  # type: ignore[method-assign,assignment]
         assert _runs_alone(item) is alone, name
+
+
+def _ask_from_a_child() -> str:
+    code = "from harness.machine_share import held_by_ancestor; print(held_by_ancestor())"
+    # through a shell, so the holder is a grandparent: the walk goes up more than one step
+    return subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}"; true'], capture_output=True, text=True,
+                          timeout=60, check=True).stdout.strip()
+
+
+def test_a_hold_is_seen_from_a_descendant_and_from_nowhere_else(state: Path) -> None:
+    """A test of the plugin runs a pytest session of its own: that session's alone item must not
+    wait for the share its own ancestor holds (it did: two such tests timed out in a CI run)."""
+    assert _ask_from_a_child() == "None"
+    with hold(False, wait_s=1):
+        assert _ask_from_a_child() == "shared"
+        assert held_by_ancestor() is None  # this process holds it; it is no ancestor of itself
+    assert _ask_from_a_child() == "None"
+    with hold(True, wait_s=1):
+        assert _ask_from_a_child() == "alone"
+    # a note of a holder that is gone (crashed) is removed; one this module did not write is left
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (state / "share" / f"holder-{gone}-0").write_text("alone")
+    (state / "share" / "holder-x-0").write_text("alone")
+    assert held_by_ancestor() is None
+    assert sorted(p.name for p in (state / "share").glob("holder-*")) == ["holder-x-0"]
+
+
+def test_the_plugin_takes_no_share_for_an_item_under_a_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import pytest_plugin
+
+    class Item:
+        nodeid = "t::x"
+
+        def __init__(self) -> None:
+            self.user_properties: list[tuple[str, object]] = []
+
+        def get_closest_marker(self, name: str) -> object | None:
+            return name if name == "alone" else None
+
+    monkeypatch.setattr(machine_share, "held_by_ancestor", lambda: "shared")
+    item = Item()
+    steps = pytest_plugin.pytest_runtest_protocol(item, None)  # type: ignore[arg-type]
+    next(steps)
+    with hold(True, wait_s=0.5):  # the item holds nothing: alone is free to take
+        pass
+    with pytest.raises(StopIteration):
+        next(steps)
+    assert item.user_properties == [("mxchaos_machine_share", "held by an ancestor (shared)")]
