@@ -550,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
         config.apply_transport_profile(args.transport)
     if args.role == "server":
         from mxref.metadata.main import run_server
+        from mxref.metadata.transport import spread_full_collections
 
+        spread_full_collections()  # this process is the server: its records are most of its objects
         return run_server(args)
     if args.role in ("source", "reader") and not install_credentials(args):
         return EXIT_USAGE

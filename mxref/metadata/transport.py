@@ -35,7 +35,9 @@ is Python's own rule that a full one waits for a quarter of the old objects to b
 
 
 def spread_full_collections(every: int = FULL_COLLECTION_EVERY) -> None:
-    """Set this process's full collections to ``every`` young ones (``gc.set_threshold``)."""
+    """Set this process's full collections to ``every`` young ones (``gc.set_threshold``): called
+    by a process that is a metadata server (``python -m mxref server``, the fleet bench), never by
+    ``start_metadata_server``, so a process that only hosts one (a test) keeps its own."""
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, every)
 
@@ -83,7 +85,6 @@ def start_metadata_server(
     if grpc_impl not in GRPC_IMPLS:
         raise LocalError(f"metadata server: gRPC implementation {grpc_impl!r}: must be one of {', '.join(GRPC_IMPLS)}")
     front_door.raise_open_files_limit()
-    spread_full_collections()
     if grpc_impl == "native":
         missing = native_available()
         if missing is not None:

@@ -432,11 +432,15 @@ def test_without_the_compiled_module_the_default_server_says_how_to_build_it_or_
 
 
 @pytest.mark.parametrize("grpc_impl", GRPC_IMPLS)
-def test_a_server_spreads_its_processs_full_collections(grpc_impl: str) -> None:
-    """Starting a metadata server sets the full collections to ``FULL_COLLECTION_EVERY`` young
-    ones, the young thresholds kept (a fleet's heartbeats otherwise meet one every few seconds)."""
+def test_a_server_process_spreads_its_full_collections_and_a_hosting_process_keeps_its_own(
+        grpc_impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m mxref server`` sets its full collections to ``FULL_COLLECTION_EVERY`` young
+    ones, the young thresholds kept (a fleet's heartbeats otherwise meet one every few seconds);
+    ``start_metadata_server`` alone changes nothing (a test process hosting a server keeps its own)."""
     import gc
 
+    from mxref import __main__ as mxref_main
+    from mxref.metadata import main as metadata_main
     from mxref.metadata.transport import FULL_COLLECTION_EVERY
 
     before = gc.get_threshold()
@@ -444,8 +448,17 @@ def test_a_server_spreads_its_processs_full_collections(grpc_impl: str) -> None:
     try:
         server, _ = start_metadata_server(P2pServicer(Store(), TIMERS), "127.0.0.1", 0, grpc_impl=grpc_impl)
         try:
-            assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+            assert gc.get_threshold() == (before[0], before[1], 10)
         finally:
             assert server.stop(1).wait(5)
+        seen: list[tuple[int, int, int]] = []
+
+        def run_server(args: object) -> int:
+            seen.append(gc.get_threshold())
+            return 0
+
+        monkeypatch.setattr(metadata_main, "run_server", run_server)
+        assert mxref_main.main(["server", "--grpc-impl", grpc_impl]) == 0
+        assert seen == [(before[0], before[1], FULL_COLLECTION_EVERY)]
     finally:
         gc.set_threshold(*before)
