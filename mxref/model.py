@@ -304,7 +304,7 @@ def _populated_anonymous_map(nbytes: int, *, huge: bool = True) -> mmap.mmap:
     256 MiB on a busy machine, against 0.2-0.5 s for normal pages), so a reader allocates its
     first target beside the reference's computation, off the load's path, and a target wanted in
     a hurry (the next attempt's, after a stall) without them: 512 MiB with two CPU hogs took
-    0.2-7.2 s (median 3.6 s) with huge pages and 0.55-1.8 s (median 1.2 s) without, interleaved."""
+    0.2-7.2 s (median 3.4 s) with huge pages and 0.55-1.8 s (median 1.15 s) without, interleaved."""
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = getattr(mmap, "MADV_HUGEPAGE", None) if huge else None
     if advice is not None:

@@ -45,7 +45,7 @@ from harness.explore import TEMPLATE_SUFFIXES, is_template
 from harness.scenario import AwaitEvent, AwaitStep, Scenario, parse_scenario
 from harness.scenario.emit import compact_data
 from harness.scenario.load import MAX_BYTES
-from harness.scenario.locate import did_you_mean, issue_from_pydantic, locate
+from harness.scenario.locate import did_you_mean, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Scalar, Strict, custom_error, parse_duration
 
 __all__ = ["TEMPLATE_SUFFIXES", "Anchor", "ExploreSpec", "FaultSpace", "Template", "Window", "is_template", "load_template"]
@@ -331,9 +331,7 @@ def load_template(path: str | Path) -> Template:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ScenarioInvalid(file, [Issue("", f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                                           mark.line + 1 if mark is not None else None)]) from None
+        raise ScenarioInvalid(file, [yaml_problem(exc)]) from None
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
         raise ScenarioInvalid(file, [Issue("", "a template is a scenario mapping with an explore: section", 1)])
     if "explore" not in data:

@@ -45,7 +45,7 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from harness.errors import HarnessError, Issue
-from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate
+from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Strict, custom_error
 
 __all__ = [
@@ -232,9 +232,7 @@ def parse_inventory(text: str, file: str | Path = "<string>") -> Inventory:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InventoryInvalid(label, [Issue("", f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                                             mark.line + 1 if mark else None)]) from None
+        raise InventoryInvalid(label, [yaml_problem(exc)]) from None
     if root is None or not isinstance(data, dict):
         raise InventoryInvalid(label, [Issue("", "an inventory is a mapping with machines: (and optional defaults:, bind:)")])
     issues = duplicate_keys(root)

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness.errors import Issue, ScenarioInvalid
 from harness.scenario.document import CheckEntry, Scenario
-from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate
+from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
 from harness.scenario.models import Broken, HostSpec, ProcessSpec, ProxySpec
 from harness.scenario.rules import Context, cross_references
 from harness.scenario.steps import Step
@@ -101,10 +101,7 @@ def parse_scenario(text: str, file: str | Path = "<string>") -> Scenario:
             _expanded_size(root, file_label)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        line = mark.line + 1 if mark is not None else None
-        raise ScenarioInvalid(file_label, [Issue("", f"not valid YAML: {problem}", line)]) from None
+        raise ScenarioInvalid(file_label, [yaml_problem(exc)]) from None
     return _validated(data, root, file, text)
 
 

@@ -18,7 +18,15 @@ import yaml
 from harness.errors import Issue
 from harness.scenario.steps import Loc
 
-__all__ = ["Loc", "did_you_mean", "duplicate_keys", "issue_from_pydantic", "locate", "render_loc"]
+__all__ = ["Loc", "did_you_mean", "duplicate_keys", "issue_from_pydantic", "locate", "render_loc", "yaml_problem"]
+
+
+def yaml_problem(exc: yaml.YAMLError) -> Issue:
+    """What a YAML parser refused, as the issue every file of ours reports it with: ``not valid
+    YAML: <problem>`` at the line it names (scenarios, templates, inventories)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return Issue("", f"not valid YAML: {problem}", mark.line + 1 if mark is not None else None)
 
 
 def duplicate_keys(node: yaml.Node, loc: Loc = ()) -> list[Issue]:
