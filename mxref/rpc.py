@@ -72,6 +72,13 @@ def bind(
     return bound
 
 
+def call_status(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
+    """(code, details) of a failed call; RpcError raised by a stub is also a ``grpc.Call``."""
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    return code, details or ""
+
+
 def endpoint(host: str, port: int) -> str:
     """``host:port``, with an IPv6 literal bracketed."""
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"

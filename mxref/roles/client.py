@@ -34,7 +34,7 @@ from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.identity import mx_source_id
 from mxref.modelexpress import control as mx_control
 from mxref.roles.worker_server import RejectReason
-from mxref.rpc import REASON_METADATA_KEY
+from mxref.rpc import REASON_METADATA_KEY, call_status
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 
@@ -154,14 +154,14 @@ class MxClient:
             try:
                 return rpc(request, timeout=timeout)
             except grpc.RpcError as exc:
-                if self.wire != "auto" or _status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
+                if self.wire != "auto" or call_status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 # no mxref.v1 here: a ModelExpress server; speak its package from now on
                 self.wire = "model_express.p2p"
                 self._stub = mx_control.MxP2pStub(self._channel)
                 return getattr(self._stub, method)(request, timeout=timeout)
         except grpc.RpcError as exc:
-            code, details = _status(exc)
+            code, details = call_status(exc)
             name = code.name if code is not None else "UNKNOWN"
             raise MetadataServerError(
                 f"{method} to metadata server {self.address} failed: {name}: {details}", method, code
@@ -201,7 +201,7 @@ def fetch_tensor_manifest(
                     request, timeout=_check_timeout(timeout_s)
                 )
             except grpc.RpcError as exc:
-                if _status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
+                if call_status(exc)[0] != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 # A ModelExpress source serves only model_express.p2p: the same message, numbered alike.
                 mx_manifest = channel.unary_unary(
@@ -210,7 +210,7 @@ def fetch_tensor_manifest(
                 )
                 response = mx_manifest(request, timeout=_check_timeout(timeout_s))
         except grpc.RpcError as exc:
-            code, details = _status(exc)
+            code, details = call_status(exc)
             name = code.name if code is not None else "UNKNOWN"
             message = f"GetTensorManifest from {where} refused: {name}: {details}"
             if _reject_reason(exc) == RejectReason.WORKER_ID_MISMATCH:
@@ -225,13 +225,6 @@ def fetch_tensor_manifest(
             actual=response.worker_id,
         )
     return response
-
-
-def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
-    """(code, details) of a failed call; RpcError raised by a stub is also a ``grpc.Call``."""
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-    return code, details or ""
 
 
 def _reject_reason(exc: grpc.RpcError) -> str | None:

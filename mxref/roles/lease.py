@@ -30,6 +30,7 @@ import grpc
 from mxref import config, security
 from mxref.events import EventLog
 from mxref.mx import p2p_pb2 as mx_pb2
+from mxref.rpc import call_status
 from mxref.v1 import p2p_pb2
 
 __all__ = ["Lease", "LeaseHolder", "LeaseRefused", "prepare_tensor_read", "release_tensor_read"]
@@ -64,8 +65,7 @@ def _call(endpoint: str, method: str, request: Any, response: Any, timeout_s: fl
 
 
 def _refusal(what: str, exc: grpc.RpcError) -> LeaseRefused:
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    code, details = call_status(exc)
     return LeaseRefused(f"{what}: {code.name if code else 'UNKNOWN'}: {details}", code)
 
 
