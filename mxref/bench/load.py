@@ -1,6 +1,6 @@
 """Where a load's time goes: whole load vs READ, this tree against a baseline, side by side.
 
-``python -m mxref.bench.load --mib 256 --rounds 5 [--baseline PATH]`` starts a metadata server
+``python -m mxref.bench.load --mib 256 --rounds 9 [--baseline PATH]`` starts a metadata server
 and one source (central mode) holding a synthetic model of ``--mib`` MiB, then runs readers to
 completion in interleaved rounds (so drift in the machine's load hits every variant alike):
 
@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mxref.bench.load", description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=config.whole_number_arg("a model size", 1, MAX_MIB, "MiB"), nargs="+", default=[64, 256],
                         help=f"model sizes in MiB, 1..{MAX_MIB} (8 tensors each; default 64 256)")
-    parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1), default=5, help="interleaved rounds per size (default 5)")
+    parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1), default=9,
+                        help="interleaved rounds per size (default 9: the fewest whose 95%% interval for a ratio's "
+                             "median leaves out the lowest and the highest round)")
     parser.add_argument("--baseline", default=None, metavar="PATH",
                         help="another checkout of mxref to run as the baseline reader (its PYTHONPATH)")
     parser.add_argument("--single", action=argparse.BooleanOptionalAction, default=True,

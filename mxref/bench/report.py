@@ -10,11 +10,15 @@ baseline), the in-process TCP loopback ceiling, and the goal terms as ratios:
   ``this-single``, ``--read-chunk-mib 0``);
 * raw / ceiling and mxref / ceiling: how much of this machine's TCP loopback they reach.
 
-A goal term is judged on the ratio of the medians (``value``, ``met``); beside it the same ratio
-taken within each interleaved round (``rounds``, their ``spread``), where both sides ran back to
-back under the same load, and whether every round falls on the same side of the goal
-(``settled``). On a machine whose speed drifts (this one's GB/s moved by a factor of 1.5 within
-a session) an unsettled verdict is one more run's worth of evidence, not a result.
+A goal term is judged on its rounds: the ratio taken within each interleaved round (``rounds``,
+their ``spread``), where both sides ran back to back under the same load, so drift in the
+machine's speed between rounds cancels. ``paired`` is their median and ``met`` says whether it
+reaches the goal; ``ci`` is a distribution-free 95 % interval for that median (``median_interval``:
+two order statistics of the rounds, none under 6 rounds), and the verdict is ``settled`` when the
+whole interval falls on one side of the goal. The ratio of the medians (``value``) is kept beside
+it. On a machine whose speed drifts (this one's GB/s moved by a factor of 1.5 within a session,
+and one READ in ten of 256 MiB took 3x the others) an unsettled verdict is one more run's worth
+of evidence, not a result: more ``--rounds`` narrow the interval.
 
 Both READ terms are taken on the transfer alone: reader ``this-nohash`` where it ran (the
 default reader hashes landed tensors between its polls, checksum work the others do after
@@ -26,6 +30,7 @@ their READ), else ``this``. The default's own ratios are kept beside them
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,13 +44,37 @@ def _med(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free ``confidence`` interval for the median of what ``values`` sample: the
+    k-th smallest and k-th largest value, for the largest k with P(Binomial(n, 1/2) < k) within
+    half of ``1 - confidence`` (each value falls below the median with probability 1/2, whatever
+    the distribution). None when even the smallest and largest values are not enough (under 6
+    values at 95 %)."""
+    n, tail = len(values), (1 - confidence) / 2
+    k, below = 0, 0.0
+    while k < n:
+        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
+        if below > tail:
+            break
+        k += 1
+    if k == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k]
+
+
 def _goal(value: float | None, goal: float, rounds: Sequence[float] = ()) -> dict[str, Any]:
-    """A goal term: the ratio of medians against ``goal``, with the per-round ratios beside it."""
+    """A goal term against ``goal``: judged on the median of the per-round ratios when there are
+    rounds (the ratio of medians, ``value``, beside it), else on ``value``."""
     out: dict[str, Any] = {"value": None if value is None else round(value, 3), "goal": goal,
                            "met": None if value is None else value >= goal}
     if value is not None and rounds:
+        paired = _med(rounds)
+        ci = median_interval(rounds)
         out.update(rounds=[round(r, 3) for r in rounds], spread=[round(min(rounds), 3), round(max(rounds), 3)],
-                   settled=min(rounds) >= goal or max(rounds) < goal)
+                   paired=round(paired, 3), met=paired >= goal,
+                   ci=None if ci is None else [round(ci[0], 3), round(ci[1], 3)],
+                   settled=ci is not None and (ci[0] >= goal or ci[1] < goal))
     return out
 
 
@@ -129,11 +158,13 @@ def _mark(goal: Mapping[str, Any]) -> str:
     verdict = "met" if goal["met"] else "MISSED"
     if "spread" not in goal:
         return f"(goal >= {goal['goal']:.2f}: {verdict})"
-    low, high = goal["spread"]
     rounds = len(goal["rounds"])
-    if goal["settled"]:
-        return f"(goal >= {goal['goal']:.2f}: {verdict}; in each of {rounds} rounds: {low:.2f}-{high:.2f})"
-    return f"(goal >= {goal['goal']:.2f}: {verdict}; rounds {low:.2f}-{high:.2f}: not settled)"
+    judged = f"goal >= {goal['goal']:.2f}: {verdict} by the median of {rounds} rounds' ratios, {goal['paired']:.2f}"
+    if goal["ci"] is None:
+        low, high = goal["spread"]
+        return f"({judged}; rounds {low:.2f}-{high:.2f}: too few rounds to settle, 6 at least)"
+    low, high = goal["ci"]
+    return f"({judged}; 95% interval {low:.2f}-{high:.2f}: {'settled' if goal['settled'] else 'not settled'})"
 
 
 def table(summary: Mapping[str, Any]) -> list[str]:

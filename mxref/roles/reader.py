@@ -207,6 +207,11 @@ class Reader:
             t0 = time.perf_counter()
             candidates = self._find_sources(client)
             self._load_phase("list", t0, None, True)
+            if candidates and self._prestart is not None:
+                # The first attempt starts once its memory is ready (made since the load began, beside the
+                # listing): its clock, and whoever acts on attempt_start, then count only the source's share.
+                waited = self._prestart.ready()
+                self._emit_phase("wait_target", waited, None, True, False)
             for index, ref in enumerate(candidates[: config.MAX_SOURCE_RETRIES]):
                 has_next = index + 1 < min(len(candidates), config.MAX_SOURCE_RETRIES)
                 attempt = Attempt(index=index, worker_id=ref.worker_id, mx_source_id=ref.mx_source_id)

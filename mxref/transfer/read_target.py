@@ -208,6 +208,12 @@ class TargetPrestart:
     def taken(self) -> bool:
         return self._taken
 
+    def ready(self) -> float:
+        """Wait (bounded) until the target is made or failed, without taking it; the seconds waited."""
+        t0 = time.perf_counter()
+        self._thread.join(PRESTART_JOIN_S)
+        return time.perf_counter() - t0
+
     def take(self) -> tuple[ReadTarget | None, float]:
         """The prepared target (None when preparing it failed: logged) and how long we waited."""
         t0 = time.perf_counter()

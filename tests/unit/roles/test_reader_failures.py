@@ -3,6 +3,7 @@ release of its source and the health carried to the next load."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from fixtures.reader_world import (
 
 from mxref.roles.reader import ReaderOptions
 from mxref.transfer.chunked import ChunkPolicy
+from mxref.transfer.read_target import ReadTarget
 
 # ----------------------------------------------------------------------------- transfer failures
 
@@ -86,6 +88,28 @@ class TestTransferFailures:
         assert phases["agent"]["overlapped"] is True and phases["read"]["overlapped"] is False
         done = h.events("load_done")[0]
         assert "agent" not in done["phases"] and done["phases"]["read"] == pytest.approx(phases["read"]["seconds"])
+
+    def test_the_first_attempt_starts_once_its_prestarted_target_is_ready(self, world: World, h: Harness) -> None:
+        """Made since the load began, the first target may still be allocating when the listing is
+        back: the reader waits for it before attempt_start, so an attempt's clock (and a fault the
+        harness lands on attempt_start) counts only the source's share."""
+        world.add("a")
+        reader = h.make(prestart=True)
+        made = reader._new_target
+
+        def slow() -> ReadTarget:
+            time.sleep(0.2)
+            return made()
+
+        reader._new_target = slow  # type: ignore[method-assign]
+        assert reader.load().ok
+        names = [(e["event"], e.get("phase"), e.get("index")) for e in h.events()]
+        waited = names.index(("load_phase", "wait_target", None))
+        assert names.index(("load_phase", "list", None)) < waited < names.index(("attempt_start", None, 0))
+        before = [e for e in h.events("load_phase") if e["phase"] == "wait_target" and e["index"] is None]
+        assert len(before) == 1 and before[0]["seconds"] >= 0.1
+        first = [e for e in h.events("load_phase") if e["phase"] == "wait_target" and e["index"] == 0]
+        assert first and first[0]["seconds"] < 0.1  # taken at once: it was ready
 
     def test_a_prestarted_target_nobody_reads_into_is_shut_down(self, world: World, h: Harness,
                                                                  checkpoint: Path) -> None:
