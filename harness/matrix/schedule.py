@@ -9,8 +9,11 @@ that must run alone (``Placement.alone``):
 * one that says so: ``schedule: alone`` in its file (``schedule: shared`` overrides what would
   be inferred);
 * one whose faults or hosts touch state the whole machine shares: a capability in
-  ``GLOBAL_CAPABILITIES`` (root, network namespaces, iptables, tc, ss socket kills, lab hosts,
-  a GPU or RDMA device; ``harness.capabilities.scenario_requirements`` names them);
+  ``GLOBAL_CAPABILITIES`` (network namespaces, iptables, tc, ss socket kills, lab hosts, a GPU
+  or RDMA device; ``harness.capabilities.scenario_requirements`` names them). Root is a
+  privilege, not shared state: every fault that acts on the machine's network names its tool
+  beside it, and the faults that need root alone act on what one run owns (a FUSE mount over
+  its own checkpoint folder, one process's time namespace, one traced process);
 * one with ``command`` processes (CPU hogs, arbitrary programs: load and state we cannot bound);
 * one whose timing windows are tight: an ``elapsed`` check bounded ``within`` at most
   ``TIGHT_WITHIN_S``. Its verdict is about latency; a neighbour's load would move it.
@@ -38,7 +41,7 @@ __all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "Placement", "Plan", "RunGro
            "merge_summaries", "place", "plan_column", "run_plan"]
 
 # capabilities whose faults or hosts act on what every process of the machine shares
-GLOBAL_CAPABILITIES = frozenset({"root", "netns", "iptables", "tc", "ss", "inventory", "cuda", "rdma"})
+GLOBAL_CAPABILITIES = frozenset({"netns", "iptables", "tc", "ss", "inventory", "cuda", "rdma"})
 TIGHT_WITHIN_S = 3.0  # an elapsed check bounded within this is a latency verdict: its scenario runs alone
 
 

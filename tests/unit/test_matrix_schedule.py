@@ -86,6 +86,25 @@ def test_the_repositorys_smoke_is_shared() -> None:
     assert not place(load_scenario(REPO / "scenarios/smoke.yaml")).alone
 
 
+@pytest.mark.parametrize("path", ["scenarios/disk_fallback_eio.yaml", "scenarios/clock_replica_booted_earlier.yaml"])
+def test_a_fault_that_needs_root_only_for_what_its_run_owns_is_shared(path: str) -> None:
+    """Root is a privilege, not shared state: a FUSE mount over the run's own checkpoint folder
+    and one process's time namespace touch nothing a neighbour uses."""
+    from harness.capabilities import scenario_requirements
+    from harness.scenario import load_scenario
+
+    loaded = load_scenario(REPO / path)
+    assert "root" in scenario_requirements(loaded)
+    assert place(loaded) == Placement(loaded.name, False, "")
+
+
+def test_the_syscall_crawl_incident_says_it_runs_alone() -> None:
+    from harness.scenario import load_scenario
+
+    p = place(load_scenario(REPO / "scenarios/incidents/nixl2047_reader_recv_crawls.yaml"))
+    assert p.alone and p.reason == "declared schedule: alone"
+
+
 def shared(*names: str) -> list[Placement]:
     return [Placement(n, False, "") for n in names]
 
