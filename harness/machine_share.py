@@ -34,9 +34,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from harness import statedir
+from harness import procscan, runscope, statedir
 from harness.errors import HarnessError
 
 __all__ = ["POLL_S", "WAIT_S", "Held", "ShareTimeout", "held_by_ancestor", "hold"]
@@ -73,24 +72,6 @@ def _take(fd: int, operation: int, deadline: float, what: str, wait_s: float) ->
 _NOTES = itertools.count()
 
 
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state": the ppid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def held_by_ancestor() -> str | None:
     """``alone`` or ``shared`` when a process this one descends from holds the share, else None;
     notes of processes that are gone are removed on the way."""
@@ -103,7 +84,7 @@ def held_by_ancestor() -> str | None:
         if not word.isdigit():
             continue  # not a note this module wrote
         holder = int(word)
-        if not _alive(holder):
+        if not procscan.harness_alive(holder, None):  # gone, or a zombie nobody reaped yet
             note.unlink(missing_ok=True)
             continue
         with contextlib.suppress(OSError, statedir.StateDirError):
@@ -114,7 +95,8 @@ def held_by_ancestor() -> str | None:
             return None
         if ancestor in notes:
             return notes[ancestor]
-        ancestor = _parent_of(ancestor)
+        stat = runscope.proc_stat(ancestor)
+        ancestor = stat.ppid if stat is not None else None
     return None
 
 

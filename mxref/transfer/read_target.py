@@ -216,9 +216,7 @@ class TargetPrestart:
 
     def take(self) -> tuple[ReadTarget | None, float]:
         """The prepared target (None when preparing it failed: logged) and how long we waited."""
-        t0 = time.perf_counter()
-        self._thread.join(PRESTART_JOIN_S)
-        waited = time.perf_counter() - t0
+        waited = self.ready()
         self._taken = True
         if self._thread.is_alive():
             logger.warning("the prestarted READ target was not ready within %.0fs; preparing another", PRESTART_JOIN_S)
