@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,14 +45,16 @@ def ordering(p: OrderingParams, h: History, run: RunFacts) -> CheckResult:
 
 
 class CountParams(CheckParams):
-    """How many ``event`` entries ``process`` emitted (matching ``where``, and with each
-    ``contains`` field's text containing its substring), between ``min`` and ``max``; e.g.
-    ``max: 0`` for "never"."""
+    """How many ``event`` entries ``process`` emitted (matching ``where``, with each
+    ``contains`` field's text containing its substring and each ``matches`` field's text
+    matching its regular expression somewhere), between ``min`` and ``max``; e.g. ``max: 0``
+    for "never"."""
 
     process: Name
     event: str
     where: dict[str, Scalar] = Field(default_factory=dict)
     contains: dict[str, str] = Field(default_factory=dict)  # e.g. {error: "Connection refused"}
+    matches: dict[str, str] = Field(default_factory=dict)  # e.g. {error: "for 0\\.(75|84)s"}
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=0)
 
@@ -61,6 +64,11 @@ class CountParams(CheckParams):
             raise custom_error("bounds", "give min, max or both")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise custom_error("bounds", f"min {self.min} is greater than max {self.max}")
+        for key, pattern in self.matches.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise custom_error("matches", f"matches.{key}: {pattern!r} is not a regular expression ({exc})") from exc
         return self
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
@@ -79,6 +87,7 @@ def count(p: CountParams, h: History, run: RunFacts) -> CheckResult:
         e
         for e in h.select(actor=p.process, f=p.event, where=p.where)
         if all(key in e.value and text in str(e.value[key]) for key, text in p.contains.items())
+        and all(key in e.value and re.search(pattern, str(e.value[key])) for key, pattern in p.matches.items())
     ]
     n = len(found)
     details = {"count": n, "times": [round(e.t, 6) for e in found[:50]]}

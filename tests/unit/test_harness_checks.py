@@ -380,6 +380,20 @@ def test_count_contains_matches_a_substring_of_a_field() -> None:
     assert run("count", both, rows).valid is True  # where and contains together; a number is matched as its text
 
 
+def test_count_matches_a_regular_expression_in_a_field() -> None:
+    stall = "READ stalled: no chunk completed for {} ({} of 33 chunks done, no error status from NIXL)"
+    rule = {"process": "reader-1", "event": "transfer_timeout", "min": 1, "max": 1,
+            "matches": {"error": r"no chunk completed for (0\.75s \(0 of|0\.84s \([1-9][0-9]* of)"}}
+    for deadline, done, valid in (("0.75s", 0, True), ("0.84s", 12, True), ("0.84s", 0, False), ("0.75s", 3, False),
+                                  ("15.04s", 0, False)):
+        rows = [*BASE, (1.2, "info", "reader-1", "transfer_timeout", {"error": stall.format(deadline, done)})]
+        assert run("count", rule, rows).valid is valid, (deadline, done)
+    no_field = [*BASE, (1.2, "info", "reader-1", "transfer_timeout", {"seconds": 0.75})]
+    assert run("count", rule, no_field).summary == "reader-1 transfer_timeout: 0, expected at least 1"
+    with pytest.raises(ValueError, match=r"matches.error: '\(0 of' is not a regular expression"):
+        CountParams.model_validate({"process": "p", "event": "e", "min": 1, "matches": {"error": "(0 of"}})
+
+
 def test_nothing_leaked_reads_the_leak_scan() -> None:
     assert run("nothing_leaked", {}, BASE).valid == "unknown"
     clean = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [], "ports": [], "checked_ports": [1, 2]})]
