@@ -17,11 +17,13 @@ gate and no new shared holder slips in ahead of it (no starvation). The kernel d
 holder's locks with its descriptors. Every wait is bounded (``WAIT_S``); past it the holder
 gets ``ShareTimeout`` naming what it waited for.
 
-A holder's descendants inherit its hold: each holder leaves a note ``holder-<pid>-<n>`` (its mode)
-in the folder while it holds, and ``held_by_ancestor`` finds the note of a process this one
+A holder's descendants inherit its hold: each holder leaves a note ``holder-<pid>-<start>-<n>``
+(its mode; ``start``: the process's start time, so a reused pid is not taken for the holder) in
+the folder while it holds, and ``held_by_ancestor`` finds the note of a process this one
 descends from. The pytest plugin takes no share for an item of a session started under a holder
 (a test of the plugin itself runs a pytest session of its own: its alone item would otherwise
-wait for its own parent). Notes whose process is gone (a holder that crashed) are removed.
+wait for its own parent). Notes whose process is gone (a holder that crashed, its pid maybe
+another process's by now) are removed.
 """
 
 from __future__ import annotations
@@ -80,11 +82,11 @@ def held_by_ancestor() -> str | None:
         return None
     notes: dict[int, str] = {}
     for note in folder.glob("holder-*"):
-        word = note.name.split("-")[1]
-        if not word.isdigit():
+        words = note.name.split("-")
+        if len(words) != 4 or not all(word.isdigit() for word in words[1:]):
             continue  # not a note this module wrote
-        holder = int(word)
-        if not procscan.harness_alive(holder, None):  # gone, or a zombie nobody reaped yet
+        holder, start = int(words[1]), int(words[2])
+        if not procscan.harness_alive(holder, start):  # gone, a zombie nobody reaped yet, or its pid reused
             note.unlink(missing_ok=True)
             continue
         with contextlib.suppress(OSError, statedir.StateDirError):
@@ -117,7 +119,9 @@ def hold(alone: bool, *, wait_s: float = WAIT_S) -> Iterator[Held]:
             _take(share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH, deadline, what, wait_s)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
-        note = folder / f"holder-{os.getpid()}-{next(_NOTES)}"
+        me = runscope.proc_stat(os.getpid())
+        assert me is not None  # this process's own stat
+        note = folder / f"holder-{me.pid}-{me.start}-{next(_NOTES)}"
         statedir.write_new(note, b"alone" if alone else b"shared")
         try:
             yield Held(alone, round(time.monotonic() - began, 3))

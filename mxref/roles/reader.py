@@ -177,6 +177,7 @@ class Reader:
         self._agents_made = 0  # READ targets prepared so far (each has a fresh agent and name)
         self._warmup_reported = False
         self._prestart: TargetPrestart | None = None
+        self._prestart_waited: TargetPrestart | None = None  # the prestart whose wait the load has told
         self._agent_lock = threading.Lock()  # an agent is made (and registered) or shut down, not both at once
         self._phases: dict[str, float] = {}  # seconds per load phase, summed over attempts
         self.leases = LeaseHolder(events, options.manifest_timeout_s) if options.lease else None
@@ -211,7 +212,8 @@ class Reader:
                 # The first attempt starts once its memory is ready (made since the load began, beside the
                 # listing): its clock, and whoever acts on attempt_start, then count only the source's share.
                 waited = self._prestart.ready()
-                self._emit_phase("wait_target", waited, None, True, False)
+                self._record_phase("wait_target", "prepare", waited, "ok", None)
+                self._prestart_waited = self._prestart  # its wait is told: the first attempt's take does not tell it again
             for index, ref in enumerate(candidates[: config.MAX_SOURCE_RETRIES]):
                 has_next = index + 1 < min(len(candidates), config.MAX_SOURCE_RETRIES)
                 attempt = Attempt(index=index, worker_id=ref.worker_id, mx_source_id=ref.mx_source_id)
@@ -514,7 +516,8 @@ class Reader:
         prestart, self._prestart = self._prestart, None
         if prestart is not None:
             target, waited = prestart.take()
-            self._record_phase("wait_target", "prepare", waited, "ok", index)
+            if prestart is not self._prestart_waited:
+                self._record_phase("wait_target", "prepare", waited, "ok", index)
         overlapped = target is not None
         if target is None:
             target = self._new_target()

@@ -4,6 +4,7 @@ and the pytest plugin says which items hold what."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import machine_share
+from harness import machine_share, runscope
 from harness.machine_share import ShareTimeout, held_by_ancestor, hold
 
 
@@ -123,13 +124,19 @@ def test_a_hold_is_seen_from_a_descendant_and_from_nowhere_else(state: Path) -> 
     assert _ask_from_a_child() == "None"
     with hold(True, wait_s=1):
         assert _ask_from_a_child() == "alone"
-    # a note of a holder that is gone (crashed) is removed; one this module did not write is left
+    # a note of a holder that is gone (crashed) is removed, and so is one whose pid is now another
+    # process's (this one's parent: a different start time); one this module did not write is left
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True).stdout.strip()
-    (state / "share" / f"holder-{gone}-0").write_text("alone")
+    parent = runscope.proc_stat(os.getppid())
+    assert parent is not None
+    (state / "share" / f"holder-{gone}-1-0").write_text("alone")
+    (state / "share" / f"holder-{parent.pid}-{parent.start + 1}-0").write_text("alone")
     (state / "share" / "holder-x-0").write_text("alone")
     assert held_by_ancestor() is None
     assert sorted(p.name for p in (state / "share").glob("holder-*")) == ["holder-x-0"]
+    (state / "share" / f"holder-{parent.pid}-{parent.start}-0").write_text("alone")  # the parent itself
+    assert held_by_ancestor() == "alone"
 
 
 def test_the_plugin_takes_no_share_for_an_item_under_a_holder(monkeypatch: pytest.MonkeyPatch) -> None:
