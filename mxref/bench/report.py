@@ -44,23 +44,41 @@ def _med(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
-    """A distribution-free ``confidence`` interval for the median of what ``values`` sample: the
-    k-th smallest and k-th largest value, for the largest k with P(Binomial(n, 1/2) < k) within
-    half of ``1 - confidence`` (each value falls below the median with probability 1/2, whatever
-    the distribution). None when even the smallest and largest values are not enough (under 6
-    values at 95 %)."""
+def quantile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free ``confidence`` interval for the ``q`` quantile of what ``values``
+    sample: two of their order statistics. Each value falls below that quantile with probability
+    ``q`` whatever the distribution, so the count below it is Binomial(n, q): the k-th smallest
+    value lies above the quantile only when fewer than k fall below it, and the j-th smallest
+    lies below it only when j or more do. The interval takes the largest k and the smallest j
+    whose chances stay within half of ``1 - confidence`` each. None when the values cannot bound
+    it on one side (under 6 values for the median at 95 %; under 368 for the 99th percentile's
+    upper end)."""
+    if not 0 < q < 1:
+        raise ValueError(f"quantile {q} is not strictly between 0 and 1")
     n, tail = len(values), (1 - confidence) / 2
-    k, below = 0, 0.0
-    while k < n:
-        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
-        if below > tail:
-            break
+    if n == 0:
+        return None
+    log_q, log_p = math.log(q), math.log1p(-q)
+    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_q + (n - i) * log_p)
+           for i in range(n + 1)]  # P(Binomial(n, q) = i), in logs: n may be large
+    below, k = 0.0, 0
+    while k < n and below + pmf[k] <= tail:  # P(B < k + 1) still within the tail
+        below += pmf[k]
         k += 1
-    if k == 0:
+    above, j = 0.0, n + 1
+    while j > 1 and above + pmf[j - 1] <= tail:  # P(B >= j - 1) still within the tail
+        above += pmf[j - 1]
+        j -= 1
+    if k == 0 or j > n:
         return None
     ordered = sorted(values)
-    return ordered[k - 1], ordered[n - k]
+    return ordered[k - 1], ordered[j - 1]
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free ``confidence`` interval for the median (``quantile_interval``): the
+    sign-test interval, the k-th smallest and k-th largest value. None under 6 values at 95 %."""
+    return quantile_interval(values, 0.5, confidence)
 
 
 def _goal(value: float | None, goal: float, rounds: Sequence[float] = ()) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from mxref.__main__ import main as mxref_main
 from mxref.bench import load as bench_load
 from mxref.bench import raw as bench
 from mxref.bench.loopback import loopback_ceiling, loopback_gbps
-from mxref.bench.report import median_interval, summarize, table
+from mxref.bench.report import median_interval, quantile_interval, summarize, table
 
 MIB = 1 << 20
 
@@ -113,6 +113,34 @@ def test_median_interval_takes_the_binomial_order_statistics(n: int, k: int | No
     assert interval == (None if k is None else (float(k), float(n + 1 - k)))
     if k is not None:
         assert sum(math.comb(n, j) for j in range(k)) / 2**n <= 0.025 < sum(math.comb(n, j) for j in range(k + 1)) / 2**n
+
+
+def _binomial_below(n: int, q: float, k: int) -> float:
+    """P(Binomial(n, q) < k), exactly (fractions of big integers would do too; n is small here)."""
+    return sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(k))
+
+
+@pytest.mark.parametrize("n", [100, 367, 368, 500, 1000])
+def test_the_p99_interval_takes_the_binomial_order_statistics(n: int) -> None:
+    """The k-th smallest bounds the 99th percentile from below when P(fewer than k below it) is
+    within 2.5 %, the j-th from above when P(j or more below it) is; under 368 values not even
+    the largest bounds it from above (0.99^367 > 2.5 %)."""
+    values = [float(i) for i in range(1, n + 1)]
+    interval = quantile_interval(list(reversed(values)), 0.99)
+    if n < 368:
+        assert interval is None
+        return
+    assert interval is not None
+    k, j = int(interval[0]), int(interval[1])
+    assert _binomial_below(n, 0.99, k) <= 0.025 < _binomial_below(n, 0.99, k + 1)
+    assert 1 - _binomial_below(n, 0.99, j) <= 0.025 < 1 - _binomial_below(n, 0.99, j - 1)
+    assert k < 0.99 * n <= j
+
+
+def test_a_quantile_outside_zero_and_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="quantile 1 is not strictly between 0 and 1"):
+        quantile_interval([1.0, 2.0], 1)
+    assert quantile_interval([], 0.5) is None
 
 
 def test_summary_refuses_empty_rows_and_no_bytes() -> None:
