@@ -14,6 +14,12 @@ stated here and nowhere else:
 
 A change is a ``regression`` when the verdict got worse (by ``cells.SEVERITY``), the failure
 rate went up, or a timing got worse; every timing change here is one.
+
+Timings are compared only between runs made under the same load from their own column: a
+scenario that ran in one of N lanes side by side (``harness.matrix.schedule``) shared the
+machine with N - 1 others, one that ran alone (or in a column of one lane) with none. Where
+the two columns ran it beside a different number of lanes its timings are not compared, and
+the column gets one note saying how many scenarios that left out (``lanes_beside``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 from harness.matrix.cells import SEVERITY
 
-__all__ = ["diff_matrices", "wilson"]
+__all__ = ["diff_matrices", "lanes_beside", "wilson"]
 
 DURATIONS = ("seconds", "detection_s", "recovery_s", "fallback_s")
 MIN_DURATION_CHANGE_S = 0.5
@@ -45,7 +51,17 @@ def _rank(verdict: str) -> int:
     return SEVERITY.index(verdict.lower()) if verdict.lower() in SEVERITY else -1
 
 
-def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float) -> list[dict[str, Any]]:
+def lanes_beside(column: Mapping[str, Any], scenario: str) -> int:
+    """How many lanes ran at once while ``scenario`` ran in ``column`` (1: alone, one lane, or a
+    column from before lanes)."""
+    lanes = (column.get("schedule") or {}).get("lanes") or []
+    if len(lanes) > 1 and any(scenario in lane for lane in lanes):
+        return len(lanes)
+    return 1
+
+
+def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float,
+                  timings: bool = True) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     ov, nv = str(old.get("verdict")), str(new.get("verdict"))
     if ov != nv:
@@ -61,6 +77,8 @@ def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float) -
                 "text": f"failure rate {of['k']}/{of['n']} -> {nf['k']}/{nf['n']} (95% Wilson intervals "
                         f"[{olo:.2f}, {ohi:.2f}] and [{nlo:.2f}, {nhi:.2f}] do not overlap)",
             })
+    if not timings:
+        return out
     key = "read_ratio" if old.get("read_ratio") and new.get("read_ratio") else "read_gbps"
     o, n = old.get(key), new.get(key)
     if isinstance(o, int | float) and isinstance(n, int | float) and o > 0 and n < o * (1 - drop):
@@ -81,16 +99,28 @@ def diff_matrices(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 
     changes: list[dict[str, Any]] = []
     old_cells: Mapping[str, Any] = old.get("cells") or {}
     new_cells: Mapping[str, Any] = new.get("cells") or {}
+    old_columns = {c["id"]: c for c in old.get("columns") or []}
+    new_columns = {c["id"]: c for c in new.get("columns") or []}
+    unlike: dict[str, list[tuple[str, int, int]]] = {}  # column -> (scenario, lanes here, lanes in the baseline)
     for scenario, row in new_cells.items():
         before = old_cells.get(scenario) or {}
         for column, cell in row.items():
             if column not in before:
                 continue
-            for change in _cell_changes(before[column], cell, drop):
+            here = lanes_beside(new_columns.get(column) or {}, scenario)
+            there = lanes_beside(old_columns.get(column) or {}, scenario)
+            if here != there:
+                unlike.setdefault(column, []).append((scenario, here, there))
+            for change in _cell_changes(before[column], cell, drop, timings=here == there):
                 changes.append({"scenario": scenario, "column": column, **change})
-    old_cols = {c["id"] for c in old.get("columns") or []}
+    for column, rows in unlike.items():
+        pairs = sorted({f"{here} here, {there} in the baseline" for _, here, there in rows})
+        changes.append({"scenario": None, "column": column, "kind": "schedule", "regression": False,
+                        "scenarios": [name for name, _, _ in rows],
+                        "text": f"timings of {len(rows)} scenario(s) not compared: they ran beside a different "
+                                f"number of lanes at once ({'; '.join(pairs)})"})
     for col in new.get("columns") or []:
-        if old_cols and col["id"] not in old_cols:
+        if old_columns and col["id"] not in old_columns:
             changes.append({"scenario": None, "column": col["id"], "kind": "column", "regression": False,
                             "text": "a new column (not in the baseline)"})
     return changes

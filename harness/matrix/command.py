@@ -61,7 +61,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rebuild-envs", action="store_true",
                    help="rebuild every version's env, also one that failed before with the same inputs")
     p.add_argument("--jobs", type=at_least(1, "a number of lanes"), default=None, metavar="N",
-                   help="scenarios of a column side by side, at most N at once (default: the machine's cores); "
+                   help="scenarios of a column side by side, at most N at once (default: two per core of the machine); "
                    "one with tight timing windows or global faults runs alone (harness.matrix.schedule)")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",

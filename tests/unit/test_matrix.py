@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.matrix.baseline import diff_matrices, wilson
+from harness.matrix.baseline import diff_matrices, lanes_beside, wilson
 from harness.matrix.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
 from harness.matrix.defects import defect_info, defect_status, version_matches
 from harness.matrix.envs import EnvResult, ensure_env, error_line
@@ -321,6 +321,28 @@ def test_the_ratio_is_compared_when_both_cells_have_one() -> None:
     new = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.5}}})
     (change,) = diff_matrices(old, new)
     assert change["metric"] == "read_ratio" and change["old"] == 0.9
+
+
+def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
+    """A scenario that shared the machine with three other lanes reads slower than one that
+    shared it with one: that is the schedule, not the release. Its verdict is still compared."""
+    slow = {"verdict": "fail", "read_gbps": 1.0, "seconds": 20.0}
+    fast = {"verdict": "pass", "read_gbps": 2.0, "seconds": 10.0}
+    cells = {"laned": fast, "lone": fast, "moved": fast}
+    old = {"columns": [{"id": "c", "schedule": {"lanes": [["laned"], ["moved"]], "alone": ["lone"]}}],
+           "cells": {name: {"c": cell} for name, cell in cells.items()}}
+    new = {"columns": [{"id": "c", "schedule": {"lanes": [["laned"], ["x"], ["y"], ["z"]], "alone": ["lone", "moved"]}}],
+           "cells": {name: {"c": slow} for name in cells}}
+    changes = diff_matrices(old, new)
+    timed = {c["scenario"] for c in changes if c["kind"] == "timing"}
+    assert timed == {"lone"}  # alone in both: compared; laned (2 -> 4 lanes) and moved (lane -> alone) not
+    assert {c["scenario"] for c in changes if c["kind"] == "verdict"} == {"laned", "lone", "moved"}
+    (note,) = [c for c in changes if c["kind"] == "schedule"]
+    assert note["regression"] is False and note["scenarios"] == ["laned", "moved"]
+    assert note["text"] == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
+                            "once (1 here, 2 in the baseline; 4 here, 2 in the baseline)")
+    assert lanes_beside({"id": "c"}, "laned") == 1  # a column from before lanes
+    assert lanes_beside({"schedule": {"lanes": [["a", "b"]], "alone": []}}, "a") == 1  # one lane: one at a time
 
 
 # ------------------------------------------------------------------ a whole matrix

@@ -206,3 +206,14 @@ def test_a_matrix_column_runs_its_lanes_and_lone_scenarios_and_reads_them_as_one
     column = matrix["columns"][0]
     assert column["schedule"] == {"lanes": [["a", "c"], ["b"]], "alone": ["d"]}
     assert {n: matrix["cells"][n][column["id"]]["verdict"] for n in names} == dict.fromkeys(names, "PASS")
+
+
+def test_a_column_runs_two_lanes_per_core_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from harness.matrix.schedule import default_jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_jobs() == 4
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one core's worth
+    assert default_jobs() == 2
