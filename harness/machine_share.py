@@ -83,9 +83,10 @@ def held_by_ancestor() -> str | None:
     notes: dict[int, str] = {}
     for note in folder.glob("holder-*"):
         words = note.name.split("-")
-        if len(words) != 4 or not all(word.isdigit() for word in words[1:]):
+        if len(words) not in (3, 4) or not all(word.isdigit() for word in words[1:]):
             continue  # not a note this module wrote
-        holder, start = int(words[1]), int(words[2])
+        holder = int(words[1])
+        start = int(words[2]) if len(words) == 4 else None  # a note of an earlier version: no start time
         if not procscan.harness_alive(holder, start):  # gone, a zombie nobody reaped yet, or its pid reused
             note.unlink(missing_ok=True)
             continue

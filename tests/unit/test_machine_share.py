@@ -131,6 +131,7 @@ def test_a_hold_is_seen_from_a_descendant_and_from_nowhere_else(state: Path) -> 
     parent = runscope.proc_stat(os.getppid())
     assert parent is not None
     (state / "share" / f"holder-{gone}-1-0").write_text("alone")
+    (state / "share" / f"holder-{gone}-0").write_text("alone")  # an earlier version's note: no start time
     (state / "share" / f"holder-{parent.pid}-{parent.start + 1}-0").write_text("alone")
     (state / "share" / "holder-x-0").write_text("alone")
     assert held_by_ancestor() is None
