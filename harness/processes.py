@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import runscope, ucxlog
+from harness import procscan, runscope, ucxlog
 from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, IncarnationClock, place
 from harness.errors import FaultError, HarnessError, StepFailed
-from harness.hosts.base import Host, Proc
+from harness.hosts.base import Host, LocalHost, Proc
 from harness.scenario import CommandProcess, Scenario
 from harness.spec import Scalar
 from harness.timeline import Entry, Timeline, matches
@@ -359,13 +359,19 @@ class ProcessTable:
             time.sleep(0.1)
         ports: list[int] = []
         checked: list[int] = []
+        reused: list[dict[str, object]] = []
         probes = [(st.host, port) for st in self.states.values() for port in sorted(st.all_ports)]
         for host, port in [*probes, *harness_ports]:
             checked.append(port)
             if host.port_open(port):
-                ports.append(port)
+                others = _held_by_other_runs(host, port, run_id)
+                if others:
+                    reused.append({"port": port, "by": others})
+                else:
+                    ports.append(port)
         self.timeline.append(
             "info", "harness", "leak_scan", {"processes": [p.to_json() for p in leftovers], "ports": ports, "checked_ports": checked,
+                                             **({"reused_ports": reused} if reused else {}),
                                              **({"unreachable": unreachable} if unreachable else {})}
         )
         if leftovers:
@@ -426,3 +432,19 @@ def await_event(
         return matches(e, where)
 
     return table.clock.wait_entry(hit, deadline, start=start, count=count)
+
+
+def _held_by_other_runs(host: Host, port: int, run_id: str) -> list[dict[str, object]]:
+    """The processes of other runs that listen on ``port`` now, when every listener on it is one
+    (it was this run's and is free again: a run beside this one, in another matrix lane or test
+    worker, took it since), else nothing. Only a host whose processes this one's /proc shows
+    (local, network namespaces) can tell; anything else, or a listener of no run, stays a leak."""
+    if not isinstance(host, LocalHost):
+        return []
+    holders = procscan.listeners(port)
+    if not holders:
+        return []
+    runs = {p.pid: p for p in procscan.find(None)}
+    if not all(pid in runs and runs[pid].run_id != run_id for pid in holders):
+        return []
+    return [{"pid": pid, "run_id": runs[pid].run_id, "proc": runs[pid].proc} for pid in sorted(holders)]

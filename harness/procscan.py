@@ -22,7 +22,8 @@ from pathlib import Path
 
 from harness import runscope
 
-__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "find", "harness_alive", "proc_start_time", "scan"]
+__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "find", "harness_alive", "listeners", "proc_start_time",
+           "scan"]
 
 ENV_RUN_ID = "MXCHAOS_RUN_ID"
 ENV_PROC = "MXCHAOS_PROC"
@@ -152,3 +153,55 @@ def find(run_id: str | None = None) -> list[RunProcess]:
             st = runscope.proc_stat(up)
             up = st.ppid if st else 0
     return sorted(by_pid.values(), key=lambda p: p.pid)
+
+
+def listeners(port: int) -> set[int]:
+    """The pids holding a listening TCP socket on ``port`` (IPv4 or IPv6), in any network
+    namespace this process can see through /proc: each namespace's table is read once, through
+    the first process found in it, and a socket is matched to its holders by inode. Processes we
+    may not read are skipped (so an empty answer means "none seen", not "none")."""
+    wanted = f"{port:04X}"
+    listening: dict[str, set[str]] = {}  # network namespace -> inodes listening on the port
+    holders: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ns = os.readlink(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        if ns not in listening:
+            listening[ns] = _listening_inodes(entry, wanted)
+        inodes = listening[ns]
+        if not inodes:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                holders.add(int(entry))
+                break
+    return holders
+
+
+def _listening_inodes(pid: str, port_hex: str) -> set[str]:
+    """Inodes of the sockets listening on the port (``port_hex``, as /proc/net/tcp writes it) in
+    ``pid``'s network namespace."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st ... inode: the local port after the colon, st 0A = LISTEN
+            if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == port_hex:
+                inodes.add(fields[9])
+    return inodes

@@ -108,6 +108,9 @@ def nothing_leaked(p: NothingLeakedParams, h: History, run: RunFacts) -> CheckRe
     procs = list(scan.get("processes", []))
     ports = list(scan.get("ports", []))
     details = {"processes": procs, "ports": ports, "checked_ports": scan.get("checked_ports", [])}
+    reused = list(scan.get("reused_ports") or [])  # free again, and taken since by another run's process
+    if reused:
+        details["reused_ports"] = reused
     network = h.last(actor="harness", f="network")
     down = h.last(actor="harness", f="network_down")
     net_left: list[str] = []
@@ -132,4 +135,7 @@ def nothing_leaked(p: NothingLeakedParams, h: History, run: RunFacts) -> CheckRe
         return CheckResult(False, "; ".join(parts), details)
     checked = len(scan.get("checked_ports", []))
     extra = ", namespaces and links deleted" if network is not None and network.type == "ok" else ""
+    if reused:
+        extra += (f" ({len(reused)} of them since taken by another run: "
+                  + ", ".join(f"{r.get('port')}" for r in reused[:5]) + ")")
     return CheckResult(True, f"no process left, {checked} reported port(s) closed{extra}", details)

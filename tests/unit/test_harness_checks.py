@@ -401,6 +401,10 @@ def test_nothing_leaked_reads_the_leak_scan() -> None:
     dirty = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [{"pid": 9}], "ports": [4444], "checked_ports": [4444]})]
     result = run("nothing_leaked", {}, dirty)
     assert (result.valid, result.summary) == (False, "1 process(es) alive: pid 9 (?); ports still open: 4444")
+    reused = [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [], "ports": [], "checked_ports": [1, 2],
+                                                            "reused_ports": [{"port": 2, "by": [{"pid": 7, "run_id": "r2"}]}]})]
+    result = run("nothing_leaked", {}, reused)  # free again after the run, and taken since by a run beside it
+    assert (result.valid, result.summary) == (True, "no process left, 2 reported port(s) closed (1 of them since taken by another run: 2)")
     child = {"pid": 12, "proc": "store", "cmdline": "redis-server 127.0.0.1:6379"}  # a wrapper's child, named after it
     result = run("nothing_leaked", {}, [*BASE, (5.0, "info", "harness", "leak_scan", {"processes": [child], "ports": []})])
     assert (result.valid, result.summary) == (False, "1 process(es) alive: pid 12 (store: redis-server 127.0.0.1:6379)")
