@@ -25,7 +25,7 @@ from typing import Any
 from harness import procscan, runscope, ucxlog
 from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, IncarnationClock, place
 from harness.errors import FaultError, HarnessError, StepFailed
-from harness.hosts.base import Host, LocalHost, Proc
+from harness.hosts.base import Host, Proc
 from harness.scenario import CommandProcess, Scenario
 from harness.spec import Scalar
 from harness.timeline import Entry, Timeline, matches
@@ -438,8 +438,9 @@ def _held_by_other_runs(host: Host, port: int, run_id: str) -> list[dict[str, ob
     """The processes of other runs that listen on ``port`` now, when every listener on it is one
     (it was this run's and is free again: a run beside this one, in another matrix lane or test
     worker, took it since), else nothing. Only a host whose processes this one's /proc shows
-    (local, network namespaces) can tell; anything else, or a listener of no run, stays a leak."""
-    if not isinstance(host, LocalHost):
+    (``local_files``: local, network namespaces) can tell; anything else, or a listener of no run,
+    stays a leak."""
+    if not host.local_files:
         return []
     holders = procscan.listeners(port)
     if not holders:

@@ -144,11 +144,13 @@ def populate(store: SourceStore, clock: ShiftedClock, args: argparse.Namespace,
 
 LIST_P99_GOAL_MS = 10.0
 """ListSources p99 under heartbeats, the goal (at 10k x 8, 10k heartbeats/s)."""
+P99_FEWEST = math.ceil(math.log(0.025) / math.log(0.99))
+"""The fewest listings whose largest bounds the p99 from above at 95 % (0.99^n <= 2.5 %): 368."""
 
 
 def quantiles_ms(values: list[float]) -> dict[str, Any]:
     """p50, p99 and max in ms, and ``p99_ci_ms``: a distribution-free 95 % interval for the p99
-    (``quantile_interval``; None under 368 values, too few to bound it from above)."""
+    (``quantile_interval``; None under ``P99_FEWEST`` values, too few to bound it from above)."""
     if len(values) < 2:
         return {"n": len(values), "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan"),
                 "p99_ci_ms": None}
@@ -172,7 +174,8 @@ def goal_text(name: str, goal: dict[str, Any]) -> str:
     if goal["met"] is None:
         return f"{name}: no listings"
     ci = goal["ci_ms"]
-    interval = f"95% interval {ci[0]:g}-{ci[1]:g}" if ci is not None else f"no interval under 368 listings, {goal['n']} here"
+    interval = (f"95% interval {ci[0]:g}-{ci[1]:g}" if ci is not None
+                else f"no interval under {P99_FEWEST} listings, {goal['n']} here")
     return (f"{name} {goal['p99_ms']:g} ms ({interval}): {'met' if goal['met'] else 'MISSED'}, "
             f"{'settled' if goal['settled'] else 'not settled'}")
 
@@ -541,7 +544,6 @@ def main(argv: list[str] | None = None) -> int:
         "list_sizes": lister.sizes,
         "list_idle": {name: quantiles_ms(v) for name, v in idle.items()},
         "list_under_heartbeats": {name: quantiles_ms(v) for name, v in loaded.items()},
-        "goals": {},
         "heartbeats_grpc": heartbeats,
         "heartbeats_store_only_per_s": round(store_rate),
         "full_gc_under_heartbeats": collections.summary(),
