@@ -94,6 +94,13 @@ def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float,
     return out
 
 
+def where(change: Mapping[str, Any]) -> str:
+    """Where a change is, as the table and the page say it: ``scenario @ column``, or ``column <id>``
+    for a change of the whole column (``schedule``, ``column``: no scenario)."""
+    scenario = change.get("scenario")
+    return f"{scenario} @ {change['column']}" if scenario else f"column {change['column']}"
+
+
 def diff_matrices(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 0.2) -> list[dict[str, Any]]:
     """Every change, as ``{scenario, column, kind, text, regression, ...}``, in table order."""
     changes: list[dict[str, Any]] = []

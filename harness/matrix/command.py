@@ -121,6 +121,7 @@ def read_bytes(sc: Scenario) -> int | None:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.commands.select import files_to_run
     from harness.errors import ScenarioInvalid
+    from harness.matrix.baseline import where
     from harness.matrix.cells import FAILING, columns_for, parse_env_axis
     from harness.matrix.defects import defect_info
     from harness.matrix.envbroken import ENV_BROKEN
@@ -205,7 +206,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print(f"{len(changes)} change(s) against {args.baseline}")
         for c in changes:
             mark = "REGRESSION" if c.get("regression") else "change"
-            print(f"  {mark} {c.get('scenario') or ''} @ {c['column']}: {c['text']}")
+            print(f"  {mark} {where(c)}: {c['text']}")
     print(f"wrote {spec.out / 'matrix.json'} and {spec.out / 'matrix.html'}")
     broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
               for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.htmlreport.palette import swatch
+from harness.matrix.baseline import where
 
 __all__ = ["render_matrix"]
 
@@ -89,7 +90,7 @@ def render_matrix(matrix: Mapping[str, Any]) -> str:
             out.append("<ul>")
             for c in changes:
                 cls = ' class="reg"' if c.get("regression") else ""
-                out.append(f"<li{cls}>{_e(c.get('scenario') or '')} @ {_e(c['column'])}: {_e(c['text'])}</li>")
+                out.append(f"<li{cls}>{_e(where(c))}: {_e(c['text'])}</li>")
             out.append("</ul>")
         else:
             out.append("<p>none</p>")

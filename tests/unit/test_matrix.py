@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.matrix.baseline import diff_matrices, lanes_beside, wilson
+from harness.matrix.baseline import diff_matrices, lanes_beside, where, wilson
 from harness.matrix.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
 from harness.matrix.defects import defect_info, defect_status, version_matches
 from harness.matrix.envs import EnvResult, ensure_env, error_line
+from harness.matrix.html import render_matrix
 from harness.matrix.run import MatrixSpec, run_matrix
 
 # ------------------------------------------------------------------ columns
@@ -342,6 +343,9 @@ def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
     assert note["text"] == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
                             "once (1 here, 2 in the baseline; 4 here, 2 in the baseline)")
     assert lanes_beside({"id": "c"}, "laned") == 1  # a column from before lanes
+    assert where(note) == "column c" and where(changes[0]) == f"{changes[0]['scenario']} @ c"
+    page = render_matrix({"columns": [{"id": "c", "label": "c"}], "cells": {}, "baseline_changes": changes})
+    assert "<li>column c: timings of 2 scenario(s)" in page and "> @ c" not in page
     assert lanes_beside({"schedule": {"lanes": [["a", "b"]], "alone": []}}, "a") == 1  # one lane: one at a time
 
 

@@ -384,6 +384,10 @@ pub(crate) struct Server {
     reads: crossbeam_channel::Receiver<Pending>,
     writes: crossbeam_channel::Receiver<Pending>,
     wake: crossbeam_channel::Receiver<()>,
+    /// Disconnected once the server has stopped (its sender dropped): wakes the workers
+    /// waiting in `take` and `refusals` at once, instead of at the end of their wait.
+    closed: crossbeam_channel::Receiver<()>,
+    close: Mutex<Option<crossbeam_channel::Sender<()>>>,
     stats: Arc<front::Stats>,
     stop_tx: watch_sender::Sender,
     ended: Arc<Mutex<Option<String>>>,
@@ -495,6 +499,7 @@ impl Server {
         let (reads_tx, reads_rx) = crossbeam_channel::bounded::<Pending>(max_queued_calls);
         let (writes_tx, writes_rx) = crossbeam_channel::bounded::<Pending>(max_queued_calls);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded::<()>(1);
+        let (close_tx, close_rx) = crossbeam_channel::bounded::<()>(0);
         let shared = Arc::new(Shared {
             reads: reads_tx,
             writes: writes_tx,
@@ -548,6 +553,8 @@ impl Server {
             reads: reads_rx,
             writes: writes_rx,
             wake: wake_rx,
+            closed: close_rx,
+            close: Mutex::new(Some(close_tx)),
             stats,
             stop_tx,
             ended,
@@ -569,7 +576,8 @@ impl Server {
     /// The calls waiting, up to `most`, a read and a write in turn (reads first) while both
     /// queues hold some, so neither kind waits behind a flood of the other: waits up to
     /// `timeout_s` for the first (without the GIL), then takes what is there. With `lane`
-    /// (`reads` or `writes`) only that queue's calls. None once the server has stopped.
+    /// (`reads` or `writes`) only that queue's calls. None once the server has stopped and its
+    /// queues are empty; a stop wakes a waiting `take` at once.
     #[pyo3(signature = (most, timeout_s, lane=None))]
     fn take(&self, py: Python<'_>, most: usize, timeout_s: f64, lane: Option<&str>) -> PyResult<Option<Vec<Incoming>>> {
         let (reads, writes) = match lane {
@@ -579,6 +587,7 @@ impl Server {
             Some(other) => return Err(PyValueError::new_err(format!("lane {other:?}: must be reads, writes or None"))),
         };
         let never = crossbeam_channel::never::<Pending>();
+        let closed = self.closed.clone();
         let wait = Duration::from_secs_f64(timeout_s.max(0.0));
         let most = most.max(1);
         let taken = py.allow_threads(move || -> Option<Vec<Pending>> {
@@ -605,6 +614,11 @@ impl Server {
                 crossbeam_channel::select! {
                     recv(reads) -> p => out.push(p.ok()?),
                     recv(writes) -> p => out.push(p.ok()?),
+                    // stopped: what is still queued is taken, then nothing is left
+                    recv(closed) -> _ => {
+                        drain(&mut out);
+                        return if out.is_empty() { None } else { Some(out) };
+                    }
                     default(wait) => return Some(out),
                 }
                 drain(&mut out);
@@ -660,7 +674,8 @@ impl Server {
     }
 
     /// The calls refused for their token since the last time, as (service, method, reason,
-    /// peer address, count); waits up to `timeout_s` (without the GIL) when there are none.
+    /// peer address, count); waits up to `timeout_s` (without the GIL) when there are none, and
+    /// not at all once the server has stopped.
     fn refusals(&self, py: Python<'_>, timeout_s: f64) -> Vec<(&'static str, &'static str, &'static str, String, u64)> {
         let take = || -> Vec<(&'static str, &'static str, &'static str, String, u64)> {
             let counts = std::mem::take(&mut *self.shared.refusals.counts.lock().unwrap());
@@ -670,10 +685,14 @@ impl Server {
         if !now.is_empty() {
             return now;
         }
-        let wake = self.wake.clone();
+        let (wake, closed) = (self.wake.clone(), self.closed.clone());
         let wait = Duration::from_secs_f64(timeout_s.max(0.0));
         py.allow_threads(move || {
-            let _ = wake.recv_timeout(wait);
+            crossbeam_channel::select! {
+                recv(wake) -> _ => {}
+                recv(closed) -> _ => {}
+                default(wait) => {}
+            }
         });
         take()
     }
@@ -745,6 +764,7 @@ impl Server {
         });
         if stopped {
             *done = None;
+            self.close.lock().unwrap().take(); // no call can come now: wake the idle workers
             if let Some(thread) = self.thread.lock().unwrap().take() {
                 let _ = py.allow_threads(|| thread.join());
             }
