@@ -48,6 +48,16 @@ def test_the_expected_model_is_what_mxrefs_generator_makes_from_the_scenario_fla
     assert set(model.checksums().values()).isdisjoint(other.values())
 
 
+def test_the_oracle_draws_a_tensor_of_many_slices_as_one_draw() -> None:
+    """Drawn and hashed in slices, a tensor of two slices and 6 bytes is the generator's one
+    draw (``Generator.bytes`` of the same PCG64 here), and mxref's generator agrees."""
+    nbytes = 2 * content.GENERATED_SLICE_BYTES + 6
+    whole = np.random.Generator(np.random.PCG64([9, 1])).bytes(nbytes)
+    assert content.tensor_checksum(9, 1, nbytes) == xxhash.xxh3_64_hexdigest(whole)
+    spec = mxref.model.ModelSpec(tensors=2, tensor_bytes=nbytes, dtype="float16", seed=9)
+    assert list(mxref.model.expected_checksums(spec).values())[1] == xxhash.xxh3_64_hexdigest(whole)
+
+
 def test_the_digest_is_sha256_of_canonical_json_rows() -> None:
     tensors = (content.ExpectedTensor("a", "float16", (2, 3), "00ff"),)
     import hashlib

@@ -26,6 +26,7 @@ from mxref.debug_hooks import CorruptionToggle, flip_first_bytes
 from mxref.model import (
     META_CHECKSUMS,
     META_DIGEST,
+    SEED_SLICE_BYTES,
     ModelSpec,
     Reference,
     TensorSpec,
@@ -59,6 +60,20 @@ def test_the_reference_of_a_spec_is_the_formula() -> None:
     assert ref.checksums == sums and list(ref.checksums) == list(sums)  # tensor order
     assert ref.digest == digest and ref.origin == "spec"
     assert [t.name for t in ref.tensors] == list(sums)
+
+
+def test_a_tensor_drawn_in_slices_is_the_tensor_drawn_at_once() -> None:
+    """Filled and hashed ``SEED_SLICE_BYTES`` at a time: a tensor of two slices and 6 bytes (not
+    a whole 64-bit word) is still one draw of the generator, in memory and in the reference."""
+    spec = ModelSpec(name="mxref/unit", tensors=2, tensor_bytes=2 * SEED_SLICE_BYTES + 6, dtype="float16", seed=4)
+    sums, digest = formula(spec)
+    assert Reference.from_spec(spec).checksums == sums
+    assert Reference.from_spec(spec).digest == digest
+    arena = generate(spec)
+    try:
+        assert Reference.from_arena(arena).digest == digest
+    finally:
+        arena.release()
 
 
 def test_spec_memory_recorded_metadata_and_file_hashes_agree(tmp_path: Path) -> None:
