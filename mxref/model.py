@@ -415,7 +415,8 @@ class Reference:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> Reference:
-        """The reference of a synthetic model: its generator's bytes, hashed as they are drawn."""
+        """The reference of a synthetic model: its generator's bytes, each tensor drawn whole and
+        hashed (``_seeded_checksum`` says why whole)."""
         specs = spec.tensor_specs()
         return cls.of(specs, (_seeded_checksum(spec.seed, i, t.nbytes) for i, t in enumerate(specs)), "spec")
 

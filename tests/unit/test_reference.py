@@ -63,8 +63,9 @@ def test_the_reference_of_a_spec_is_the_formula() -> None:
 
 
 def test_a_tensor_drawn_in_slices_is_the_tensor_drawn_at_once() -> None:
-    """Filled and hashed ``SEED_SLICE_BYTES`` at a time: a tensor of two slices and 6 bytes (not
-    a whole 64-bit word) is still one draw of the generator, in memory and in the reference."""
+    """Filled ``SEED_SLICE_BYTES`` at a time, a tensor of two slices and 6 bytes (not a whole
+    64-bit word) is still one draw of the generator: its memory hashes to the reference, which
+    draws each tensor whole, and both are the formula's."""
     spec = ModelSpec(name="mxref/unit", tensors=2, tensor_bytes=2 * SEED_SLICE_BYTES + 6, dtype="float16", seed=4)
     sums, digest = formula(spec)
     assert Reference.from_spec(spec).checksums == sums
