@@ -337,6 +337,7 @@ def test_cleanup_after_a_sigkilled_harness_removes_the_network_and_its_faults(tm
             sweep(run_id)
 
 
+@pytest.mark.alone  # a global sweep: nothing of a neighbour's may be caught mid-start
 def test_cleanup_leaves_a_live_run_alone_and_sweeps_a_run_by_its_id(tmp_path: Path) -> None:
     run_id = f"pytest-live-{os.getpid()}-{time.monotonic_ns()}"
     network = netns.Network.create(run_id, ["a", "b"])  # owned by this (live) process, no ledger entry

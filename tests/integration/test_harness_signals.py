@@ -181,6 +181,7 @@ def test_a_signal_handled_inside_a_timeline_listener_still_interrupts_the_run(tm
         sweep(runner.run_id)
 
 
+@pytest.mark.alone  # a global `mxchaos cleanup`: nothing of a neighbour's may be caught mid-start
 def test_cleanup_after_sigkill_of_the_harness_leaves_no_process_of_the_run(tmp_path: Path) -> None:
     harness = Harness(tmp_path, "crashed", source_args="[--fake-spawn-child]")
     run_id = None
@@ -253,6 +254,7 @@ def test_the_folder_of_a_sigkilled_harness_is_judged_as_crashed(tmp_path: Path) 
             sweep(run_id)
 
 
+@pytest.mark.alone  # a global sweep: nothing of a neighbour's may be caught mid-start
 def test_cleanup_leaves_runs_whose_harness_is_alive_alone(tmp_path: Path) -> None:
     harness = Harness(tmp_path, "live")
     run_id = None
