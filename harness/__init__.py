@@ -1,18 +1,18 @@
 """mxchaos harness: scenario files -> real processes -> faults -> one timeline -> checks -> report.
 
-Data flows one way::
+Data flows one way (scenario -> runner -> timeline -> checks -> verdict -> report), and the
+packages stand on floors, each importing only from those below it (bottom first)::
 
-    scenario/     YAML -> frozen models, validated completely before any side effect
-    runner.py     a run's phases in order, signals, the step interpreter; the phases are
-                  modules of their own: launch (argv + env), checkpoint, processes, proxies,
-                  watch (monitor, scraper, watchdog), nemesis (faults), waits (the run clock),
-                  ledger (live runs, for cleanup)
-    timeline.py   one append-only, monotonic-clock record of everything (History: frozen view)
-    checks/       pure functions of the History -> true / false / "unknown"
-    verdict.py    RunResult, judge, verdict_of: what readers of results depend on
-    report.py     the run folder: timeline, logs, metrics, verdict.json, JUnit (htmlreport/: the page);
-                  reads one back to re-judge it (``mxchaos check``)
-    capabilities.py  what this machine lets faults do (root, ss, toxiproxy ...): skip, not fail
+    leaves        errors, exits, spec, locate, counts, wrapped, scrape, toxiproxy, pki
+    record/       timeline (History: its frozen view), fault windows, rates, cells, versions, load
+    machine/      the state directory, the ledger of live runs, run scopes, process scans, ports
+    hosts/ subjects/   where processes run (local, netns, ssh, lab); who plays them (envs, builds)
+    checks/ faults/    registries: pure functions of the History; one module per fault kind
+    scenario/     YAML -> frozen models, validated completely before any side effect; capabilities
+    judge/        RunResult, judge, verdict_of; the integrity oracle (content)
+    reports/      the run folder, the console, the pages
+    engine/       the runner (phases, signals), the step interpreter, processes, nemesis, waits
+    explore/ mutate/ commands/ matrix/ nightly/ cli/   the front ends
 
 Extension points are registries: a fault kind is a module in ``harness/faults/``, a check
 kind a module in ``harness/checks/``; a host kind goes behind ``harness.hosts.base.Host``.
@@ -44,14 +44,14 @@ _WHERE = {
     "CheckResult": "harness.checks",
     "Fault": "harness.faults",
     "FaultSpec": "harness.faults",
-    "History": "harness.timeline",
-    "RunResult": "harness.verdict",
-    "Runner": "harness.runner",
+    "History": "harness.record.timeline",
+    "RunResult": "harness.judge.verdict",
+    "Runner": "harness.engine.runner",
     "Scenario": "harness.scenario",
     "ScenarioInvalid": "harness.errors",
-    "Timeline": "harness.timeline",
+    "Timeline": "harness.record.timeline",
     "load_scenario": "harness.scenario",
-    "write_run_folder": "harness.report",
+    "write_run_folder": "harness.reports.report",
 }
 
 

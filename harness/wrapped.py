@@ -1,4 +1,4 @@
-"""What a wrapper process (``harness.redisd``, ``harness.subjects.mx_serverd``) does for the one
+"""What a wrapper process (``harness.subjects.redisd``, ``harness.subjects.mx_serverd``) does for the one
 child it runs: the child dies with its wrapper, however the wrapper dies (``dies_with``: a
 SIGKILLed or crashed wrapper forwards nothing, so the kernel's parent-death signal does it), and
 the wrapper hands TERM and INT on to it (``forward_signals``)."""

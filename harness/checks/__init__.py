@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from harness.record.timeline import Entry, History
 from harness.spec import Ref, Strict
-from harness.timeline import Entry, History
 
 if TYPE_CHECKING:
-    from harness.expected import ExpectedModel
+    from harness.record.expected import ExpectedModel
 
 __all__ = [
     "REGISTRY",

@@ -31,8 +31,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PlainSerializer, PlainValidator, WithJsonSchema, model_validator
 
+from harness.record.timeline import Entry, History
 from harness.spec import Duration, Strict, custom_error, format_seconds, parse_duration
-from harness.timeline import Entry, History
 
 __all__ = ["ANNOUNCED", "BROKEN_CONTRACT", "Bound", "StallBounded", "StallContract", "TimeBound", "announced_deadlines", "bound_text"]
 
@@ -41,7 +41,7 @@ Deadline = Literal["D", "D1"]
 ANNOUNCED: dict[Deadline, str] = {"D": "stall_s", "D1": "first_stall_s"}
 
 # how a check's summary begins a judgement of the announcement, not of a time: a behaviour
-# (``harness.invocation.is_time_bound`` does not count it as a time bound)
+# (``harness.reports.invocation.is_time_bound`` does not count it as a time bound)
 BROKEN_CONTRACT = "stall deadlines:"
 
 BOUND_RULE = ("a duration (2s, 500ms) or one in the reader's announced stall deadlines: D (a full "

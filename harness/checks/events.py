@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
 from harness.checks.deadlines import StallBounded, announced_deadlines, bound_text
+from harness.record.timeline import Entry, History
 from harness.spec import Name, Ref, Scalar, custom_error
-from harness.timeline import Entry, History
 
 
 class OrderingParams(CheckParams):

@@ -1,6 +1,6 @@
 """``integrity``: what every reader ended up holding is the scenario's model, judged independently.
 
-The oracle is ``RunFacts.expected()``: the model as the harness computes it (``harness.content``:
+The oracle is ``RunFacts.expected()``: the model as the harness computes it (``harness.judge.content``:
 from the scenario's model flags with the generator's definition, or from the model file, hashed
 by the harness). Nothing a peer says about the model is taken as the truth: what a reader
 *reports holding* (the xxh3-64 checksums of its memory in its ``memory_digest`` events) is
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, truthy_integrity
+from harness.record.timeline import Entry, History
 from harness.spec import Name
-from harness.timeline import Entry, History
 
 __all__ = ["IntegrityParams", "differing", "integrity"]
 

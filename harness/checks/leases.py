@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register
+from harness.record.timeline import Entry, History
 from harness.spec import Name
-from harness.timeline import Entry, History
 
 __all__ = ["LeasedReadsParams", "leased_reads"]
 

@@ -17,8 +17,8 @@ from harness.checks import (
     truthy_integrity,
 )
 from harness.checks.deadlines import StallBounded, announced_deadlines, bound_text
+from harness.record.timeline import History
 from harness.spec import Duration, Name, Ref, format_seconds
-from harness.timeline import History
 
 
 class LoadedParams(CheckParams):

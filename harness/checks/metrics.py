@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import Field
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register
+from harness.record.timeline import History
 from harness.scrape import Comparison, compare, sample_value
 from harness.spec import Name
-from harness.timeline import History
 
 
 # ``name`` is the display-name key of every check, so the metric's name is ``metric``.

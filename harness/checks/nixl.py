@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register
+from harness.record.timeline import Entry, History
 from harness.spec import Name
-from harness.timeline import Entry, History
 
 FAILURES = ("transfer_timeout", "transfer_error")
 # what a failed READ must have given back by the time it is reported (peers and registrations go

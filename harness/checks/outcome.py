@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register, resolve_ref
+from harness.record.timeline import History
 from harness.spec import Name, Ref
-from harness.timeline import History
 
 
 class OutcomeParams(CheckParams):

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from harness.checks import CheckParams, CheckResult, RunFacts, register
+from harness.record.timeline import History
 from harness.spec import Name, custom_error
-from harness.timeline import History
 
 
 def _exit_code(value: Any) -> int | str:
@@ -87,7 +87,7 @@ def exit_codes(p: ExitCodesParams, h: History, run: RunFacts) -> CheckResult:
 
 class NothingLeakedParams(CheckParams):
     """After teardown no process of the run is alive (children and grandchildren of its processes
-    included: whatever is in the run's scope, ``harness.runscope``, or carries its tag), no port a
+    included: whatever is in the run's scope, ``harness.machine.runscope``, or carries its tag), no port a
     process reported is open and (netns hosts) none of the run's namespaces, veths or bridge is left."""
 
 

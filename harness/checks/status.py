@@ -8,12 +8,12 @@ from typing import Literal
 from pydantic import Field
 
 from harness.checks import CheckParams, CheckResult, RunFacts, ref_or_start, register, resolve_ref
+from harness.record.timeline import Entry, History
 from harness.spec import Duration, Name, Ref, format_seconds
-from harness.timeline import Entry, History
 
 View = Literal["source", "server"]
 ListedView = Literal["source", "server", "client"]
-OBSERVED_FRESH_S = 1.0  # the client's view at a moment: an observation at most this old (harness.observer)
+OBSERVED_FRESH_S = 1.0  # the client's view at a moment: an observation at most this old (harness.engine.observer)
 
 
 def worker_ids(h: History, source: str) -> set[str]:
@@ -97,7 +97,7 @@ class ListedParams(CheckParams):
     ``not_ready`` must not be; ``exact``: nobody else is READY. ``view: server`` reads the
     server's source_status events, ``view: source`` each source's own status (a source
     that exited is not READY), ``view: client`` what a reader is offered: the harness's own
-    ListSources (READY) and GetMetadata answers (``harness.observer``; READY when listed with
+    ListSources (READY) and GetMetadata answers (``harness.engine.observer``; READY when listed with
     metadata found, else NOT_OFFERED or LISTED_NO_METADATA)."""
 
     at: Ref
@@ -156,7 +156,7 @@ def listed(p: ListedParams, h: History, run: RunFacts) -> CheckResult:
 
 
 def offered_status(h: History, source: str, observed: Entry) -> str:
-    """READY when an observation (``harness.observer``) lists one of the source's worker ids with
+    """READY when an observation (``harness.engine.observer``) lists one of the source's worker ids with
     metadata found; LISTED_NO_METADATA when listed without; else NOT_OFFERED."""
     ids = worker_ids(h, source)
     offered = [o for o in observed.get("offered") or [] if str(o.get("worker_id")) in ids]

@@ -1,7 +1,7 @@
 """Which transport carried a process's READs: the ``transport`` check.
 
 It judges the ``ucx_endpoints`` entries the runner records when a process exits
-(``harness.ucxlog``: the endpoint configurations UCX logged with ``UCX_LOG_LEVEL=info``): for
+(``harness.record.ucxlog``: the endpoint configurations UCX logged with ``UCX_LOG_LEVEL=info``): for
 each endpoint to a peer (``intra-node`` or ``inter-node``; a worker's ``self`` loopback is left
 out), the transports of its READ lanes (``rma``, else ``rma_am``). A silent fallback (a backend
 meant for RDMA running over TCP, a same-host run that picked shared memory where the scenario
@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 from pydantic import Field, model_validator
 
-from harness import ucxlog
 from harness.checks import CheckParams, CheckResult, RunFacts, register
+from harness.record import ucxlog
+from harness.record.timeline import History
 from harness.spec import Name, custom_error
-from harness.timeline import History
 
 __all__ = ["TransportParams", "transport"]
 

@@ -72,13 +72,13 @@ def _kinds(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     if args.faults or args.checks:
         return _kinds(args)
-    from harness.capabilities import describe_missing, scenario_requirements
-    from harness.commands.select import collect_paths, load_all, shown
+    from harness.scenario.capabilities import describe_missing, scenario_requirements
+    from harness.scenario.select import collect_paths, load_all, shown
 
     files, problems = collect_paths(args.paths or ["scenarios"])
     scenarios, invalid = load_all(files, None)
     if args.subject is not None:
-        from harness.subjects.mx_server import with_subjects
+        from harness.scenario.subjects import with_subjects
 
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     rows: list[dict[str, Any]] = []
@@ -127,10 +127,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Each file in the order given: ``ok`` (stdout) or its problems (stderr); then a tally."""
-    from harness.commands.select import collect_paths, shown
     from harness.errors import ScenarioInvalid
     from harness.explore import is_template
     from harness.scenario import load_scenario
+    from harness.scenario.select import collect_paths, shown
 
     files, problems = collect_paths(args.paths)
     quiet = bool(args.json)

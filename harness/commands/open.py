@@ -44,7 +44,7 @@ def page_of(run: str | None, root: Path) -> tuple[Path | None, list[Path]]:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from harness.invocation import DEFAULT_ROOT
+    from harness.reports.invocation import DEFAULT_ROOT
 
     page, tried = page_of(args.run, DEFAULT_ROOT)
     if page is None:

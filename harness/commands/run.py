@@ -1,6 +1,6 @@
 """``mxchaos run``: validate, then run scenario files, each ``--repeat`` times, into one
-invocation folder (``harness.invocation``), judging each scenario's runs as one cell
-(``harness.rates``)."""
+invocation folder (``harness.reports.invocation``), judging each scenario's runs as one cell
+(``harness.record.rates``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from harness.commands.counts import at_least
-from harness.commands.select import scenarios_to_run
-from harness.commands.select import shown as _shown
+from harness.counts import at_least
 from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from harness.scenario.select import scenarios_to_run
+from harness.scenario.select import shown as _shown
 
 __all__ = ["add_parser", "cmd_run", "run_suite", "subjects_arg"]
 
@@ -31,14 +31,14 @@ def subjects_arg(text: str) -> dict[str, str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``run``; with ``--json`` every line goes to stderr and stdout gets one JSON document
-    (``harness.invocation.json_summary``: paths relative to the invocation's folder)."""
+    (``harness.reports.invocation.json_summary``: paths relative to the invocation's folder)."""
     if not args.json:
         return run_suite(args)
     record: dict[str, object] = {}
     with contextlib.redirect_stdout(sys.stderr):
         code = run_suite(args, record)
     if record:
-        from harness.invocation import json_summary
+        from harness.reports.invocation import json_summary
 
         print(json.dumps(json_summary(record), indent=1))
     return code
@@ -46,13 +46,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
-    one cell (``harness.rates``), write the summary; exit 1 if some cell fails the run.
+    one cell (``harness.record.rates``), write the summary; exit 1 if some cell fails the run.
     ``--lf``: only what failed in the last invocation under ``runs/``; ``--maxfail N`` (``-x``: 1):
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
-    from harness.console import Progress, rate_table, verdict_table
-    from harness.play import run_scenario
-    from harness.rates import write_summary
-    from harness.report import judge_runs, write_junit, write_junit_cells
+    from harness.engine.play import run_scenario
+    from harness.record.rates import write_summary
+    from harness.reports.console import Progress, rate_table, verdict_table
+    from harness.reports.report import judge_runs, write_junit, write_junit_cells
 
     inventory = None
     if args.inventory:
@@ -65,7 +65,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
             return EXIT_INVALID
     paths, wanted = list(args.paths), None
     if args.lf:
-        from harness.invocation import DEFAULT_ROOT, last_failed
+        from harness.reports.invocation import DEFAULT_ROOT, last_failed
 
         failed = last_failed(DEFAULT_ROOT)
         if failed is None or not failed:
@@ -88,11 +88,11 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if args.grpc_impl is not None:
         scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
     if args.subject is not None:
-        from harness.subjects.mx_server import with_subjects
+        from harness.scenario.subjects import with_subjects
 
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
-        from harness.doctor import places_for, preflight
+        from harness.commands.doctor import places_for, preflight
 
         refused = preflight(scenarios, places_for(inventory=Path(args.inventory), here=False), "mxchaos run --inventory")
         if refused is not None:
@@ -101,7 +101,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         from harness.subjects import prepare_subjects
 
         prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
-    from harness.invocation import SuiteProgress, open_invocation, write_record
+    from harness.reports.invocation import SuiteProgress, open_invocation, write_record
 
     repeat = args.repeat
     inv = open_invocation(args.out)
@@ -193,7 +193,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      "(harness/hosts/inventory.py: binding by bind:, by name, then in order)")
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
-                          "harness/invocation.py)")
+                          "harness/reports/invocation.py)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
     run.add_argument("-q", "--quiet", action="store_true",

@@ -47,8 +47,8 @@ def add_parser(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """Re-judge saved runs with the current checks; write nothing unless ``--write``. The folder
     of a harness that died mid-run is judged on what its timeline recorded: CRASHED, an error."""
-    from harness.console import verdict_table
-    from harness.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
+    from harness.reports.console import verdict_table
+    from harness.reports.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
 
     results = []
     bad = False
@@ -89,8 +89,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from harness.cleanup import sweep
-    from harness.statedir import StateDirError
+    from harness.commands.cleanup import sweep
+    from harness.machine.statedir import StateDirError
 
     try:
         report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)

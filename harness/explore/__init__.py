@@ -9,15 +9,6 @@ within the budget and measures how often the minimal one reproduces; ``report`` 
 
 from __future__ import annotations
 
-from pathlib import Path
+from harness.scenario.select import TEMPLATE_SUFFIXES, is_template
 
 __all__ = ["TEMPLATE_SUFFIXES", "is_template"]
-
-# A template is named *.explore.yaml, so that a folder of scenarios given to ``mxchaos run`` /
-# ``validate`` / pytest skips it (it is no ordinary scenario: its ``explore`` key is refused there).
-TEMPLATE_SUFFIXES = (".explore.yaml", ".explore.yml")
-
-
-def is_template(path: Path) -> bool:
-    """Whether ``path`` is named as an exploration template (``*.explore.yaml``)."""
-    return path.name.endswith(TEMPLATE_SUFFIXES)

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from harness.explore.template import FaultSpace, Template, fault_step, with_faults
-from harness.fault_windows import target_text
+from harness.record.fault_windows import target_text
 
 __all__ = ["DrawnFault", "Schedule", "scenario_data", "schedules"]
 

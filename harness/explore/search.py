@@ -24,7 +24,7 @@ write the minimal scenario and measure how often it reproduces; all within one b
 4. **minimal**: the last failing schedule is written as ``out_dir/minimal.yaml`` (an ordinary
    scenario, named ``<template>_minimal``), then run ``repeat`` times (seeds seed, seed+1, ...
    like ``mxchaos run --repeat``) while the budget lasts; its rate of failing is stated with a
-   95% Clopper-Pearson interval (``harness.rates``) in ``explore.json`` and in the file.
+   95% Clopper-Pearson interval (``harness.record.rates``) in ``explore.json`` and in the file.
 
 Every run is bounded by its scenario's ``budgets.run``, lowered to what is left of the budget
 when that is less (a run cut short by it is no failure), and no run starts once the budget is
@@ -56,7 +56,7 @@ from hypothesis.internal.conjecture import providers as hypothesis_providers
 from harness.explore.schedule import Schedule, scenario_data, schedules
 from harness.explore.shrink import GOALS, shrink
 from harness.explore.template import Template
-from harness.rates import upper_bound
+from harness.record.rates import upper_bound
 from harness.scenario import load_scenario
 from harness.scenario.emit import scenario_text
 
@@ -211,7 +211,7 @@ class _Explorer:
     # ------------------------------------------------------------------ runs
 
     def run(self, schedule: Schedule, phase: str, *, seed: int | None = None, scenario_file: Path | None = None) -> Trial:
-        from harness.play import run_scenario
+        from harness.engine.play import run_scenario
 
         ex = self.ex
         trial = Trial(len(ex.trials) + len(ex.reproduction) + 1, phase, schedule)

@@ -42,10 +42,10 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, model
 from harness import faults as fault_registry
 from harness.errors import Issue, ScenarioInvalid
 from harness.explore import TEMPLATE_SUFFIXES, is_template
+from harness.locate import did_you_mean, issue_from_pydantic, locate, yaml_problem
 from harness.scenario import AwaitEvent, AwaitStep, Scenario, parse_scenario
 from harness.scenario.emit import compact_data
 from harness.scenario.load import MAX_BYTES
-from harness.scenario.locate import did_you_mean, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Scalar, Strict, custom_error, parse_duration
 
 __all__ = ["TEMPLATE_SUFFIXES", "Anchor", "ExploreSpec", "FaultSpace", "Template", "Window", "is_template", "load_template"]

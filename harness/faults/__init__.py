@@ -59,8 +59,8 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from harness.clocks import HOST_CLOCKS, ClockOffsets
 from harness.hosts.base import Place
+from harness.hosts.clocks import HOST_CLOCKS, ClockOffsets
 from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
 
 __all__ = [
@@ -264,7 +264,7 @@ class FaultContext(Protocol):
 
     def start(self, name: str, clocks: ClockOffsets = HOST_CLOCKS) -> dict[str, Any]:
         """Start a new incarnation of ``name`` (waits for its server like a start step); with
-        ``clocks``, in a time namespace with those offsets (``harness.clocks``)."""
+        ``clocks``, in a time namespace with those offsets (``harness.hosts.clocks``)."""
         ...
 
     def wait_event(self, name: str, event: str, where: Mapping[str, Scalar], within: float) -> dict[str, Any]:
@@ -314,6 +314,12 @@ class Fault(Generic[SpecT, TokenT]):
     Spec: ClassVar[type[FaultSpec]]
     healable: ClassVar[bool] = False  # True: the fault has a window that heal closes
     requires: ClassVar[tuple[str, ...]] = ()  # capabilities (root, tc, iptables, toxiproxy)
+    ssh_needs: ClassVar[tuple[str, ...] | None] = None
+    """What the kind needs on an ssh host (probed there, ``SshHost.capabilities``); None: the kind
+    has no lever of its own on ssh hosts (a process fault acts through the host's signals)."""
+    needs_on_target_host: ClassVar[bool] = False
+    """True: ``ssh_needs`` are needed on the host its target runs on (it restarts that target);
+    False: on every host (a network fault's commands run on each)."""
 
     def __init__(self, spec: SpecT, name: str) -> None:
         self.spec = spec

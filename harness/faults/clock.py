@@ -11,7 +11,7 @@ boot-time) stamp that crosses a process boundary and is compared with another pr
 a stamp in a shared store, a deadline on the wire, an event on the harness's own timeline.
 
 The harness set the offsets, so it takes them off that incarnation's event stamps itself
-(``harness.clocks``), and still bounds every stamp by the incarnation's start and its receipt.
+(``harness.hosts.clocks``), and still bounds every stamp by the incarnation's start and its receipt.
 Nothing outlives the incarnation: the namespace ends with its last process, so there is nothing
 to heal or sweep; a later start (a step, a ``restart``) is on the host's clocks again. Time
 namespaces do not offset the wall clock (``CLOCK_REALTIME``). Needs root, ``unshare`` (util-
@@ -29,7 +29,7 @@ reached).
 
 Both act where the target runs: its host wraps the start (``Host.wrap_clocks``), so on an ssh
 host ``unshare`` and libfaketime are the host's, and ``requires`` is probed there instead
-(``harness.hosts.ssh.SSH_NEEDS``: a uid-0 login for ``clock``).
+(``Clock.ssh_needs``: a uid-0 login for ``clock``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, WithJsonSchema, model_validator
 
-from harness.clocks import ClockOffsets
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
+from harness.hosts.clocks import ClockOffsets
 from harness.spec import Duration, Target, custom_error, parse_duration
 
 __all__ = ["Clock", "ClockSpec", "WallClock", "WallClockSpec", "parse_offset", "restart_with"]
@@ -123,6 +123,8 @@ class Clock(Fault[ClockSpec, None]):
     kind = "clock"
     Spec = ClockSpec
     requires = ("root", "unshare", "timens")
+    ssh_needs = ("root-login", "unshare", "timens")
+    needs_on_target_host = True
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
         return restart_with(ctx, self.spec.target, self.spec.offsets(), self.spec.grace)
@@ -155,6 +157,8 @@ class WallClock(Fault[WallClockSpec, None]):
     kind = "wall_clock"
     Spec = WallClockSpec
     requires = ("faketime",)
+    ssh_needs = ("faketime",)
+    needs_on_target_host = True
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
         return restart_with(ctx, self.spec.target, ClockOffsets(realtime_s=self.spec.offset), self.spec.grace)

@@ -1,7 +1,7 @@
 """Disk faults: a reader's checkpoint folder behind a FUSE layer that fails or slows its reads.
 
 A reader that a ``disk`` fault targets gets its disk-fallback checkpoint in a folder of its own,
-``<run>/checkpoints/<reader>/`` (``harness.content.reader_checkpoint``: a hard link to the
+``<run>/checkpoints/<reader>/`` (``harness.judge.content.reader_checkpoint``: a hard link to the
 prepared checkpoint, else a copy). ``disk`` mounts a FUSE pass-through layer over that folder
 (``harness.faults._faultfs``, a process of its own, ``mfusepy`` over libfuse 3), so the reader
 keeps the path it was started with and meets the fault on its next open: EIO on every read, short
@@ -78,7 +78,7 @@ class DiskSpec(FaultSpec):
     short_bytes: int = Field(512, ge=1)
     after_bytes: int = Field(0, ge=0)
 
-    # harness.content.reader_checkpoint gives a reader that such a fault targets a folder of its own
+    # harness.judge.content.reader_checkpoint gives a reader that such a fault targets a folder of its own
     on_checkpoint: ClassVar[bool] = True
 
     @model_validator(mode="after")

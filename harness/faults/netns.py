@@ -41,10 +41,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from harness.errors import FaultError
-from harness.fault_windows import target_text
 from harness.faults import Fault, FaultContext, FaultSpec, HostView, Injected, commands, register, undo_on_failure
 from harness.hosts import netns
 from harness.hosts.base import Place
+from harness.hosts.netns import QDISC_HANDLE
+from harness.record.fault_windows import target_text
 from harness.spec import Duration, Target, custom_error
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "parse_rate",
 ]
 
-QDISC_HANDLE = "1de:"
 
 
 def chain_name(run_id: str, fault: str) -> str:
@@ -200,6 +200,7 @@ class Chain:
 class _Firewall(Fault[BetweenSpec, Chain]):
     healable = True
     requires = ("root", "netns", "iptables")
+    ssh_needs = ("root", "iptables")
 
     def inject(self, ctx: FaultContext) -> Injected[Chain]:
         spec = self.spec
@@ -299,6 +300,7 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[Place, str]]):
     ssh host, set down on that host (its ssh connection is on another interface)."""
 
     kind = "link_down"
+    ssh_needs = ("root", "ip", "data-device")
     Spec = LinkDownSpec
     healable = True
     requires = ("root", "netns")
@@ -418,6 +420,7 @@ class Qdiscs:
 @register
 class Rate(Fault[RateSpec, Qdiscs]):
     kind = "rate"
+    ssh_needs = ("root", "tc", "data-device")
     Spec = RateSpec
     healable = True
     requires = ("root", "netns", "tc")

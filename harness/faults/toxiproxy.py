@@ -40,7 +40,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, register, undo_on_failure
-from harness.ledger import recorded_toxiproxy_api
+from harness.machine.ledger import recorded_toxiproxy_api
 from harness.spec import Name, custom_error, parse_duration
 from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
 

@@ -6,7 +6,7 @@ go to its whole process group and a terminal Ctrl-C never reaches it), runs shor
 commands with a deadline, reads files it produced (the runner tails events files
 through ``read``, so a remote host only has to implement it), tells whether a TCP
 port answers, and finds the processes of a run (``procscan.find``). A local process whose
-environment carries ``MXCHAOS_RUN_ID`` joins that run's scope (``harness.runscope``: its cgroup,
+environment carries ``MXCHAOS_RUN_ID`` joins that run's scope (``harness.machine.runscope``: its cgroup,
 before it execs, and its ledger of pids), so every program started this way, and all it forks,
 is found and ended by the leak scan and ``mxchaos cleanup`` without more work.
 Every blocking call takes a timeout.
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from harness import procscan, runscope
-from harness.clocks import ClockOffsets
 from harness.errors import HostError
+from harness.hosts.clocks import ClockOffsets
+from harness.machine import procscan, runscope
 
 __all__ = ["ExecResult", "Host", "LocalHost", "LocalProc", "Place", "Proc", "RemoteCommands", "StopResult", "make_host", "read_slice",
            "tcp_port_open"]

@@ -45,7 +45,7 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from harness.errors import HarnessError, Issue
-from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
+from harness.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Strict, custom_error
 
 __all__ = [

@@ -18,7 +18,7 @@ routes, so sends fail at once instead of going nowhere), and ``rate`` shapes wha
 (``id_ed25519``), ``known_hosts`` (every host key, so ssh checks strictly), and per host its
 generated host key, ``sshd_config``, pid file, log and remote work dir; ``lab.json`` records it all
 (``status: building`` until the lab is up), sshd's pid and start time included. The state dir is
-checked as the harness's state is (``harness.statedir``: ours, 0700, no symlink on the way; a
+checked as the harness's state is (``harness.machine.statedir``: ours, 0700, no symlink on the way; a
 folder that is not is refused, by ``up`` and ``down`` alike). sshd runs with ``StrictModes``: the
 key it accepts is in ``/run/mxchaos/lab-keys/<tok>/authorized_keys`` (root's, 0600, in folders no
 one else can write: sshd refuses one under a world-writable folder such as ``/tmp``).
@@ -50,9 +50,9 @@ from typing import Any
 
 import yaml
 
-from harness import procscan, statedir
 from harness.errors import HarnessError
 from harness.hosts import netns
+from harness.machine import procscan, statedir
 
 __all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "status", "up"]
 
@@ -73,7 +73,7 @@ def lab_dir() -> Path:
 
 
 def _checked(state: Path | None, *, create: bool = False) -> Path:
-    """The lab's state dir, absolute and checked (``harness.statedir``): StateDirError when it, or
+    """The lab's state dir, absolute and checked (``harness.machine.statedir``): StateDirError when it, or
     a folder on its way, is not ours or a symlink; made 0700 with ``create``."""
     path = Path(os.path.abspath(state or lab_dir()))
     statedir.ensure_dir(path.parent, create=create)

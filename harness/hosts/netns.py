@@ -5,7 +5,7 @@
     root namespace                         namespace mxc-<token>-<host>
     bridge mxb<token>  10.213.N.1/24  ──  veth mxv<token>-<i>  ══  mx0  10.213.N.(10+i)/24, lo up
 
-- ``N`` is a /24 of ``10.213.0.0/16`` leased like ``harness/ports.py`` leases ports: an
+- ``N`` is a /24 of ``10.213.0.0/16`` leased like ``harness/machine/ports.py`` leases ports: an
   exclusive ``flock`` on ``/run/mxchaos/subnets/10.213.N.lock`` for the life of the run (so two
   harnesses, e.g. pytest-xdist workers, never share one), and skipped when any interface of
   the root namespace already has an address in it (a crashed run's bridge still up).
@@ -40,10 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import procscan, statedir
 from harness.errors import HostError
 from harness.hosts.base import ExecResult, LocalHost, LocalProc, Place
-from harness.ports import try_lock
+from harness.machine import procscan, statedir
+from harness.machine.ports import try_lock
 
 __all__ = [
     "ALIAS_PREFIX",
@@ -67,6 +67,7 @@ BRIDGE_PREFIX = "mxb"
 VETH_PREFIX = "mxv"
 IP_TIMEOUT_S = 10.0
 FIRST_HOST = 10  # host i gets .FIRST_HOST+i; the bridge is .1
+QDISC_HANDLE = "1de:"  # the handle of a rate fault's tbf qdisc (harness.faults.netns), that sweeps look for
 
 
 def token(run_id: str) -> str:
@@ -159,7 +160,7 @@ SUBNET_LOCK_DIR = Path("/run/mxchaos/subnets")  # machine-wide, whatever MXCHAOS
 
 def _lock_dir() -> Path:
     """Subnets are a resource of the machine, not of one state dir: one folder for every harness."""
-    try:  # both checked as the state directory is (harness.statedir): ours, no symlink
+    try:  # both checked as the state directory is (harness.machine.statedir): ours, no symlink
         statedir.ensure_dir(SUBNET_LOCK_DIR)
         return SUBNET_LOCK_DIR
     except (OSError, statedir.StateDirError):  # not root: /run is not ours

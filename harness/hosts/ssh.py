@@ -40,14 +40,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from harness import procscan, statedir
-from harness.capabilities import Hardware, hardware_lacks
-from harness.clocks import FAKETIME_LIBRARIES, FAKETIME_PROBE, ClockOffsets, found_faketime
-from harness.errors import FaultError, HarnessError, HostError
+from harness.errors import FaultError, HostError
 from harness.hosts import netns
 from harness.hosts.base import ExecResult, Place, StopResult, read_slice, stop_escalating, tcp_port_open
+from harness.hosts.clocks import FAKETIME_LIBRARIES, FAKETIME_PROBE, ClockOffsets, found_faketime
+from harness.hosts.hardware import Hardware, hardware_probe, parse_hardware
 from harness.hosts.inventory import Inventory, Machine, bind_hosts
 from harness.hosts.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
+from harness.machine import procscan, statedir
 
 __all__ = ["SshHost", "SshProc", "open_hosts"]
 
@@ -303,7 +303,6 @@ class SshHost:
         ``FAKETIME_LIBRARIES``, kept in ``self.faketime``) for clock faults. ``hardware``: also
         what ``capabilities.HARDWARE_PROBE`` finds, kept in ``self.hardware`` (cuda, rdma and
         rdma-netdev: an RDMA device behind the data device are added)."""
-        from harness.capabilities import hardware_probe, parse_hardware
 
         probe = ("id -u; for p in iptables tc ip ss unshare; do command -v $p >/dev/null 2>&1 && echo $p; done; "
                  f"[ -e /proc/self/ns/time ] && echo timens; {FAKETIME_PROBE}")
@@ -580,87 +579,3 @@ def open_hosts(hosts: Sequence[str], inventory: Inventory, run_id: str, run_dir:
                 done.close()
         raise
     return opened
-
-
-# what each fault kind needs on an ssh host; a kind not listed cannot run on ssh hosts yet
-SSH_NEEDS: dict[str, tuple[str, ...]] = {
-    "partition": ("root", "iptables"),
-    "reject": ("root", "iptables"),
-    "link_down": ("root", "ip", "data-device"),
-    "rate": ("root", "tc", "data-device"),
-    "clock": ("root-login", "unshare", "timens"),
-    "wall_clock": ("faketime",),
-}
-# the kinds that act on their target's next incarnation: what they need is needed on the host that
-# target runs on (a network fault's on every host: its commands run on each)
-TARGET_HOST_NEEDS = frozenset({"clock", "wall_clock"})
-LACK_WHY = {  # what a lack means, where its name alone does not say
-    "root-login": "the ssh login is not uid 0; a process starts as the login, never through sudo",
-    "unshare": "util-linux's unshare is not on its PATH",
-    "timens": "no /proc/self/ns/time: a kernel without time namespaces (before 5.6)",
-    "faketime": "no libfaketime in " + ", ".join(FAKETIME_LIBRARIES) + ": apt-get install faketime",
-}
-
-
-def _needed_on(sc: Any, spec: Any) -> set[str] | None:
-    """The scenario hosts a fault's ``SSH_NEEDS`` are needed on (None: every host)."""
-    target = getattr(spec, "target", None)
-    if spec.kind in TARGET_HOST_NEEDS and isinstance(target, str) and target in sc.processes:
-        return {sc.host_of(target)}
-    return None
-
-
-def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) -> tuple[list[str], str]:
-    """What the scenario needs that its bound ssh hosts lack (the run is then a SKIP naming the
-    host and the lack): each host's capabilities are probed over ssh (``SshHost.capabilities``);
-    toxiproxy proxies and faults without an ssh lever (``tcp_reset``) are lacking everywhere."""
-    from harness import faults as fault_registry
-    from harness.scenario import FaultStep
-    from harness.scenario.steps import iter_steps
-
-    try:
-        bound = bind_hosts(list(sc.hosts), inventory, scenario=sc.name)
-    except HarnessError as exc:  # more hosts than machines: the inventory cannot run it
-        return ["ssh-host"], str(exc)
-    lacks: list[str] = []
-    if getattr(sc, "proxies", None):
-        lacks.append(f"proxies ({', '.join(sc.proxies)}): toxiproxy runs on the harness, not reachable from ssh hosts yet")
-    wanted: dict[str, tuple[list[str], set[str] | None]] = {}  # fault -> (its needs, the hosts they are needed on; None: all)
-    network = False  # a network fault: its commands act on the data device
-    for ref in iter_steps(sc.steps):
-        if not isinstance(ref.step, FaultStep):
-            continue
-        spec = ref.step.fault
-        cls = fault_registry.REGISTRY.get(spec.kind)
-        label = f"{spec.name or spec.kind} ({spec.kind})"
-        if spec.kind in SSH_NEEDS:
-            wanted.setdefault(label, (list(SSH_NEEDS[spec.kind]), _needed_on(sc, spec)))
-            network = network or spec.kind not in TARGET_HOST_NEEDS
-        elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
-            lacks.append(f"fault {label}: no lever on ssh hosts yet")
-    hardware = sc.hardware_hosts()  # hosts that require a GPU / an RDMA NIC: declared and probed
-    hardware_short = 0
-    if wanted or hardware:
-        for host, machine in bound.items():
-            profile = inventory.machines[machine]
-            probe = SshHost(host, machine, profile, f"{run_id}-probe", run_dir)
-            try:
-                have = probe.capabilities(hardware=host in hardware)
-            except HostError as exc:
-                lacks.append(str(exc))
-                continue
-            finally:
-                probe.close_master()
-            for label, (needs, on) in wanted.items():
-                short = [n for n in needs if n not in have and (on is None or host in on)]
-                if short:
-                    lacks.append(f"fault {label}: host {host} (machine {machine}) lacks "
-                                 + ", ".join(f"{n} ({LACK_WHY[n]})" if n in LACK_WHY else n for n in short))
-            if host in hardware and probe.hardware is not None:
-                acc = profile.accelerator
-                short_hw = hardware_lacks(hardware[host], probe.hardware, accelerator=acc.kind, device=acc.device,
-                                          transport=profile.transport, data_device=profile.data.device, netdev_needed=network)
-                hardware_short += bool(short_hw)
-                lacks += [f"host {host} (machine {machine}): {lack}" for lack in short_hw]
-    kinds = ["ssh-host"] + (["hardware"] if hardware_short else [])
-    return (kinds, "ssh hosts: " + "; ".join(lacks)) if lacks else ([], "")

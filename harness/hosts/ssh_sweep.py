@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import ledger, procscan
 from harness.errors import HarnessError
-from harness.faults.netns import QDISC_HANDLE
 from harness.hosts import netns
 from harness.hosts.inventory import Inventory, Machine
+from harness.hosts.netns import QDISC_HANDLE
 from harness.hosts.ssh import RUN_MARKER, SshHost
+from harness.machine import ledger, procscan
 
 __all__ = ["MachineSweep", "live_runs", "may_use", "sweep_inventory"]
 

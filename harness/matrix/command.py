@@ -7,7 +7,7 @@ then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per sce
 column per NIXL version x subject x env value, each cell its verdict, failures and median times), the headlines and the baseline changes. Exit 0: the
 matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
 or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
-why, not a failure); 1: a cell is failing or regressed; 2: invalid input; 4 (``harness.doctor.EXIT_ENV_BROKEN``):
+why, not a failure); 1: a cell is failing or regressed; 2: invalid input; 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``):
 an environment cannot play the roles its scenarios give it (the preflight, ``mxchaos doctor``'s words, before any
 cell runs), or a column's every run failed before its first step for an environment reason. Heavy imports happen
 when it runs, not when the parser is built.
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.commands.counts import at_least
+from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def add_parser(sub: Any) -> None:
 
 def format_table(matrix: dict[str, Any]) -> str:
     """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
-    from harness.matrix.envbroken import ENV_BROKEN, LABEL
+    from harness.judge.envbroken import ENV_BROKEN, LABEL
 
     cols = matrix["columns"]
     header = ["scenario", *[c["id"] for c in cols]]
@@ -119,15 +119,15 @@ def read_bytes(sc: Scenario) -> int | None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.commands.select import files_to_run
     from harness.errors import ScenarioInvalid
-    from harness.matrix.baseline import where
-    from harness.matrix.cells import FAILING, columns_for, parse_env_axis
+    from harness.judge.envbroken import ENV_BROKEN
     from harness.matrix.defects import defect_info
-    from harness.matrix.envbroken import ENV_BROKEN
     from harness.matrix.run import MatrixSpec, run_matrix
     from harness.matrix.schedule import default_jobs, place
+    from harness.record.baseline import where
+    from harness.record.cells import FAILING, columns_for, parse_env_axis
     from harness.scenario import load_scenario
+    from harness.scenario.select import files_to_run
     from harness.subjects.envs import SUBJECTS
 
     if args.nixl is None and args.subject is None and args.mx_server is None:
@@ -190,7 +190,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     )
     # the preflight (mxchaos doctor): every env built and probed; one that cannot play a role its
     # scenarios give it (NIXL or the native server does not import) refuses the matrix before any cell runs
-    from harness.doctor import places_for, preflight
+    from harness.commands.doctor import places_for, preflight
 
     places = places_for(nixl=versions, here=not versions, log=lambda m: print(m, flush=True))
     refused = preflight(loaded, places, "mxchaos matrix")

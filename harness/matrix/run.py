@@ -10,10 +10,10 @@ in the same env and environment, once per READ size among the scenarios (their m
 size. A
 version whose env cannot be built is a column with ``error`` and no runs. Without versions
 (``--subject`` alone) the columns run in this project's own environment (``here_env``). Then
-``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.matrix.html``) are written, with the
-``--baseline`` diff (``harness.matrix.baseline``) when one is given; both are rewritten after
+``OUT/matrix.json`` and ``OUT/matrix.html`` (``harness.reports.matrix_page``) are written, with the
+``--baseline`` diff (``harness.record.baseline``) when one is given; both are rewritten after
 every column. A cell whose every run failed before any fault for an environment reason
-(``harness.matrix.envbroken``) is ``env_broken``, with ``error`` "environment broken: <reason>", not a
+(``harness.judge.envbroken``) is ``env_broken``, with ``error`` "environment broken: <reason>", not a
 verdict. With ``resume`` a column whose folder already holds all its runs (an earlier,
 interrupted matrix into the same ``--out``) is kept, not run again; its raw READs are measured anew.
 """
@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.baseline import diff_matrices
-from harness.matrix.cells import Column, read_column
+from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.defects import defect_status
-from harness.matrix.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
-from harness.matrix.envs import EnvResult, ensure_env, error_line
 from harness.matrix.schedule import Placement, plan_column, run_plan
+from harness.record.baseline import diff_matrices
+from harness.record.cells import Column, read_column
+from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
 
@@ -229,7 +229,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
             if cell["verdict"] == "none" and info.get("run_error"):
                 cell["error"] = info["run_error"]
             # every run failed before any fault, for its environment (or no run, the tool itself did not
-            # start there): no verdict on NIXL (harness.matrix.envbroken)
+            # start there): no verdict on NIXL (harness.judge.envbroken)
             broken = (cell_reason(str(r.get("run_dir", "")) for r in cell["runs"]) if cell["runs"]
                       else text_reason(str(info.get("run_error") or "")))
             if broken:
@@ -271,7 +271,7 @@ def run_matrix(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix."""
-    from harness.matrix.html import render_matrix
+    from harness.reports.matrix_page import render_matrix
 
     spec.out.mkdir(parents=True, exist_ok=True)
     make = ensure or (lambda v: ensure_env(v, spec.repo, log=log, rebuild=spec.rebuild_envs))

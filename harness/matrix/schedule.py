@@ -10,7 +10,7 @@ that must run alone (``Placement.alone``):
   be inferred);
 * one whose faults or hosts touch state the whole machine shares: a capability in
   ``GLOBAL_CAPABILITIES`` (network namespaces, iptables, tc, ss socket kills, lab hosts, a GPU
-  or RDMA device; ``harness.capabilities.scenario_requirements`` names them). Root is a
+  or RDMA device; ``harness.scenario.capabilities.scenario_requirements`` names them). Root is a
   privilege, not shared state: every fault that acts on the machine's network names its tool
   beside it, and the faults that need root alone act on what one run owns (a FUSE mount over
   its own checkpoint folder, one process's time namespace, one traced process);
@@ -67,7 +67,7 @@ def place(scenario: Any) -> Placement:
 
 
 def _inferred_reason(scenario: Any) -> str:
-    from harness.capabilities import scenario_requirements
+    from harness.scenario.capabilities import scenario_requirements
 
     needs = scenario_requirements(scenario)
     touched = sorted(set(needs) & GLOBAL_CAPABILITIES)
@@ -154,7 +154,7 @@ def plan_column(placements: Sequence[Placement], jobs: int, seconds: Mapping[str
 
 
 def merge_summaries(parts: Sequence[Mapping[str, Any]], repeat: int) -> dict[str, Any]:
-    """One ``summary.json`` (``harness.rates``' shape) from the lanes' and the lone runs' own: the
+    """One ``summary.json`` (``harness.record.rates``' shape) from the lanes' and the lone runs' own: the
     scenarios of each, which no two share."""
     scenarios: dict[str, Any] = {}
     for part in parts:

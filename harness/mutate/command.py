@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.commands.counts import at_least
+from harness.counts import at_least
 from harness.exits import EXIT_FAILED as EXIT_WEAK  # a mutant survived
 from harness.exits import EXIT_INVALID, EXIT_OK
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.invocation import is_time_bound
+from harness.reports.invocation import is_time_bound
 
 __all__ = ["FailedCheck", "Outcome", "read_outcomes", "run_selection"]
 
 PASSING = ("pass", "xfail", "xpass", "skip")
 INTERRUPT_GRACE_S = 60.0
-# how a failed step words a wait that ran out (harness.runner): the machine's load may be the cause
+# how a failed step words a wait that ran out (harness.engine.runner): the machine's load may be the cause
 _STEP_TIMING = ("within", "budget", "timed out", "deadline")
 
 
@@ -34,7 +34,7 @@ class FailedCheck:
     kind: str
     name: str
     summary: str
-    timing: bool  # a time bound (``harness.invocation.is_time_bound``)
+    timing: bool  # a time bound (``harness.reports.invocation.is_time_bound``)
     valid: Any = False  # False, or "unknown"
 
     def to_json(self) -> dict[str, Any]:

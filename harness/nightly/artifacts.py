@@ -5,7 +5,7 @@ After each run (its report written), ``trim_run_folder``:
 * removes per-run checkpoint copies: ``checkpoints/`` and any ``*.safetensors`` in the folder
   (a reader with ``tamper_checkpoint`` gets a tampered copy of the model there; the copy's
   checksums are already in the timeline's ``tamper_checkpoint`` entry, and the shared
-  checkpoint lives in the harness cache, ``harness.checkpoint``);
+  checkpoint lives in the harness cache, ``harness.engine.checkpoint``);
 * caps every log (``*.log`` anywhere in the folder, and every file under ``stacks/``) at
   ``LOG_CAP_BYTES`` (256 KiB): the first quarter and the last three quarters of the cap are
   kept, cut at line ends, with one marker line saying how many bytes were cut.

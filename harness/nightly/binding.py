@@ -5,7 +5,7 @@ runs it.
 
 * no inventory: ``HereBinding``: the scenario's ``local`` and ``netns`` hosts on this machine,
   as ``mxchaos run`` runs them; a scenario needing a capability this machine lacks
-  (``harness.capabilities``) is skipped with that reason, before anything starts.
+  (``harness.scenario.capabilities``) is skipped with that reason, before anything starts.
 * ``--inventory FILE``: ``inventory_binding(FILE)``: ``InventoryBinding``, the scenario's
   logical hosts bound to the inventory's machines by ``harness.hosts.inventory.bind_hosts`` (``bind:``,
   then the same name, then the next free machine); a scenario with more hosts than machines is
@@ -28,10 +28,9 @@ from typing import Any, Protocol
 
 import yaml
 
-from harness import capabilities
-from harness.scenario import Scenario
-from harness.timeline import Entry
-from harness.verdict import RunResult
+from harness.judge.verdict import RunResult
+from harness.record.timeline import Entry
+from harness.scenario import Scenario, capabilities
 
 __all__ = ["Binding", "Bound", "HereBinding", "InventoryBinding", "InventoryError", "binding_for",
            "inventory_binding", "inventory_summary"]
@@ -73,7 +72,7 @@ class HereBinding:
         return Bound(hosts, scenario.not_playable() or (why if lacking else None))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
-        from harness.play import run_scenario  # the night writes and trims the folder itself
+        from harness.engine.play import run_scenario  # the night writes and trims the folder itself
 
         return run_scenario(scenario, out_dir, observers=observers, write=False)
 
@@ -102,7 +101,7 @@ class InventoryBinding:
             return Bound({name: "unbound" for name in scenario.hosts}, str(exc))
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
-        from harness.play import run_scenario
+        from harness.engine.play import run_scenario
 
         return run_scenario(scenario, out_dir, observers=observers, inventory=self.inventory, write=False)
 

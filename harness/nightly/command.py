@@ -10,7 +10,7 @@ night's ``index.html``, ``nightly.json`` and ``junit.xml`` are.
 Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
 UNKNOWN, and at least one scenario ran); 1 it did not; 2 invalid input (a scenario file, a
 path, an option, the inventory) or no scenario can be bound or run here (each one's reason
-is printed); 4 (``harness.doctor.EXIT_ENV_BROKEN``) an environment is broken: the preflight (``mxchaos
+is printed); 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``) an environment is broken: the preflight (``mxchaos
 doctor``) found a place that cannot play its role (nothing ran), or a scenario's every run failed before any
 fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"); 130 interrupted (the
 night's folder is still written, marked interrupted).
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.commands.counts import at_least
+from harness.counts import at_least
 from harness.exits import EXIT_INVALID
 
 __all__ = ["add_parser", "cmd_nightly", "print_comparison"]
@@ -77,10 +77,10 @@ def print_comparison(comparison: Mapping[str, Any] | None) -> None:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from harness.commands.select import scenarios_to_run
-    from harness.console import Progress, rate_table
     from harness.nightly.binding import InventoryError, binding_for, inventory_summary
     from harness.nightly.run import NightSpec, NothingToRun, run_night
+    from harness.reports.console import Progress, rate_table
+    from harness.scenario.select import scenarios_to_run
 
     inventory = Path(args.inventory) if args.inventory else None
     hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
@@ -107,7 +107,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     # the preflight (mxchaos doctor): this machine, or every inventory machine, must be able to play the
     # roles the scenarios give it; else the night is refused before anything starts (not a FAIL per cell)
-    from harness.doctor import places_for, preflight
+    from harness.commands.doctor import places_for, preflight
     from harness.errors import HarnessError
 
     try:

@@ -8,7 +8,7 @@ Scenarios are matched by name. Each scenario of the new night lands in at most o
   did not run; it is an ``other`` change);
 * ``other``: the cell changed otherwise (REPRODUCED -> FIXED?, FLAKY -> FAIL, PASS -> SKIP).
 
-Independently of the cells (by ``harness.matrix.baseline``, the matrix's own rules, fed a
+Independently of the cells (by ``harness.record.baseline``, the matrix's own rules, fed a
 one-column view of each night):
 
 * ``rates_moved``: the failure rate (``night.failures_of``) moved beyond its confidence
@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.machine import load_text
-from harness.matrix.baseline import diff_matrices
-from harness.rates import FAILING_CELLS
+from harness.record.baseline import diff_matrices
+from harness.record.load import load_text
+from harness.record.rates import FAILING_CELLS
 
 __all__ = ["COLUMN", "compare_nights", "count_changes"]
 

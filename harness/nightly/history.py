@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.htmlreport.palette import swatch
-from harness.machine import load_text
-from harness.rates import FAILING_CELLS
+from harness.record.load import load_text
+from harness.record.rates import FAILING_CELLS
+from harness.reports.htmlreport.palette import swatch
 
 __all__ = ["NIGHT_ID", "SHOWN", "WINDOW", "history_lines", "night_folders", "night_order", "read_night", "render_history"]
 

@@ -5,19 +5,19 @@
 1. binds every scenario (``harness.nightly.binding``); when none can run, ``NothingToRun``
    says why for each, and no folder is written;
 2. runs each bound scenario ``repeat`` times, run i with seed ``seed + i``, through the
-   binding (for this machine: ``harness.runner.Runner``), writes each run folder
-   (``harness.report.write_run_folder``) and trims it (``harness.nightly.artifacts``); a
+   binding (for this machine: ``harness.engine.runner.Runner``), writes each run folder
+   (``harness.reports.report.write_run_folder``) and trims it (``harness.nightly.artifacts``); a
    scenario that skips stops repeating (a missing capability stays missing), an interrupted
    run (SIGINT/SIGTERM, healed and torn down by the runner) ends the night;
-3. judges each scenario's runs as one cell (``harness.rates.cell_of``, as ``mxchaos run
+3. judges each scenario's runs as one cell (``harness.record.rates.cell_of``, as ``mxchaos run
    --repeat``) and notes its place on each run (``annotate_repeat``); a cell whose every run
-   failed before any fault for an environment reason (``harness.matrix.envbroken``) is
+   failed before any fault for an environment reason (``harness.judge.envbroken``) is
    ``ENV_BROKEN`` ("environment broken: <reason>"), no verdict on NIXL, and the night exits 4;
 4. writes ``DIR/<night>/``: ``runs/`` (the run folders and ``runs/summary.json``, the
    ``--repeat`` contract), ``junit.xml`` (one testcase per scenario: its cell),
-   ``nightly.json`` (``harness.nightly.night``) with the comparison against the night before
+   ``nightly.json`` (``harness.reports.night``) with the comparison against the night before
    (``harness.nightly.compare``) and, over every night of ``DIR``, what is still failing and what
-   is flaky (``harness.nightly.history``), ``index.html`` (``harness.nightly.html``); then points
+   is flaky (``harness.nightly.history``), ``index.html`` (``harness.reports.night_page``); then points
    ``DIR/latest`` at it and rewrites ``DIR/history.html``, a strip per scenario across the nights.
 
 The night before is the one ``DIR/latest`` points at, else the newest folder of ``DIR`` with
@@ -42,15 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from harness.machine import load_sample
-from harness.matrix.envbroken import LABEL, cell_reason
+from harness.judge.envbroken import LABEL, cell_reason
 from harness.nightly.artifacts import LOG_CAP_BYTES, folder_bytes, trim_run_folder
 from harness.nightly.binding import Binding, Bound, Observer
 from harness.nightly.compare import compare_nights
 from harness.nightly.history import history_lines, night_folders, read_night, read_nights, render_history
-from harness.nightly.html import render_night
-from harness.nightly.night import ScenarioNight, night_json, night_passed, run_detail
-from harness.rates import Cell, Rate, write_summary
+from harness.record.load import load_sample
+from harness.record.rates import Cell, Rate, write_summary
+from harness.reports.night import ScenarioNight, night_json, night_passed, run_detail
+from harness.reports.night_page import render_night
 from harness.scenario import Scenario
 
 __all__ = ["NightOutcome", "NightSpec", "NothingToRun", "find_previous", "new_night_id", "prune_nights", "run_night",
@@ -136,7 +136,7 @@ def _skip_cell(name: str, why: str) -> Cell:
 
 
 def _write_junit(path: Path, cells: Sequence[Cell], night: str, started: str) -> None:
-    from harness.report import junit_cells_xml
+    from harness.reports.report import junit_cells_xml
 
     root = junit_cells_xml(cells)
     for suite in root.iter("testsuite"):
@@ -174,8 +174,8 @@ def _scenario(
     capped: list[dict[str, Any]], removed: list[dict[str, Any]],
 ) -> tuple[ScenarioNight, bool]:
     """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
-    from harness.invocation import first_failing_check
-    from harness.report import judge_runs, write_run_folder
+    from harness.reports.invocation import first_failing_check
+    from harness.reports.report import judge_runs, write_run_folder
 
     path = _shown(sc.path)
     if b.skip:
@@ -258,7 +258,7 @@ def run_night(
     exit_code = EXIT_INTERRUPTED if interrupted else (EXIT_OK if night_passed(results, interrupted) else EXIT_FAILED)
     if not interrupted and any(c.name == ENV_BROKEN_CELL for c in cells):
         exit_code = EXIT_ENV_BROKEN
-    from harness.versions import collect_versions
+    from harness.record.versions import collect_versions
 
     doc = night_json(
         night=night, night_dir=night_dir, started=start.isoformat(timespec="seconds"),

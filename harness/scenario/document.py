@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
 from harness import checks as check_registry
-from harness.rates import parse_rate
+from harness.record.rates import parse_rate
 from harness.scenario.models import (
     Broken,
     Budgets,
@@ -105,7 +105,7 @@ class Scenario(Strict):
     # a defect of a dependency this scenario documents: failing checks are expected (xfail)
     known_defect: str | None = None
     # the rate the defect was measured at, k/n ("4/6": it showed in 4 of 6 runs); `--repeat N`
-    # calls the defect "FIXED?" only when 0 of N puts the confidence bound below it (harness.rates)
+    # calls the defect "FIXED?" only when 0 of N puts the confidence bound below it (harness.record.rates)
     defect_rate: str | None = None
     # the NIXL versions the defect was measured on ("1.5.1", or "1.4" for any 1.4.x); the release
     # matrix expects it there and headlines a version where it did not show (harness.matrix)

@@ -19,8 +19,8 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from harness.errors import Issue, ScenarioInvalid
+from harness.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
 from harness.scenario.document import CheckEntry, Scenario
-from harness.scenario.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
 from harness.scenario.models import Broken, HostSpec, ProcessSpec, ProxySpec
 from harness.scenario.rules import Context, cross_references
 from harness.scenario.steps import Step

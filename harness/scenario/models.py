@@ -82,7 +82,7 @@ class HostRequires(Strict):
     """Hardware a logical host must have (``hosts: {a: {requires: {accelerator: cuda,
     transport: rdma}}}``). Only an inventory's machines provide it: its machine must declare it
     (``accelerator: {kind: cuda, device: N}``, ``transport: rdma``) and have it when probed over
-    ssh (``harness.capabilities.HARDWARE_PROBE``); otherwise the run is a SKIP naming the host and
+    ssh (``harness.scenario.capabilities.HARDWARE_PROBE``); otherwise the run is a SKIP naming the host and
     the lack. Without ``--inventory`` such a scenario is a SKIP saying it needs one."""
 
     accelerator: Literal["cuda"] | None = None  # a GPU: VRAM sources and readers
@@ -361,7 +361,7 @@ class CommandProcess(ProcessBase):
 
 
 class RedisProcess(ProcessBase):
-    """A real ``redis-server`` (``harness.redisd``): a server's store. ``port`` 0: a free one,
+    """A real ``redis-server`` (``harness.subjects.redisd``): a server's store. ``port`` 0: a free one,
     kept across restarts, so the server's ``--store`` stays right."""
 
     role: Literal["redis"]

@@ -19,8 +19,9 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag
 
 from harness import faults as fault_registry
 from harness.checks.processes import ExitCodes
-from harness.fault_windows import target_text
 from harness.faults import FaultSpec
+from harness.locate import Loc
+from harness.record.fault_windows import target_text
 from harness.scenario.models import NameList
 from harness.scrape import Comparison
 from harness.spec import Duration, Name, Scalar, Strict, custom_error
@@ -34,7 +35,6 @@ __all__ = [
     "AwaitStep",
     "FaultStep",
     "HealStep",
-    "Loc",
     "MarkStep",
     "MetricCondition",
     "ParallelStep",
@@ -50,8 +50,6 @@ __all__ = [
     "iter_steps",
     "model_key",
 ]
-
-Loc = tuple[str | int, ...]
 
 
 class StepModel(Strict):

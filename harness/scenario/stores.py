@@ -4,7 +4,7 @@ A scenario says ``store: redis`` (or ``mxchaos run --store redis`` / pytest ``--
 redis`` says it for every scenario, without editing the files): every server without its own
 ``store`` gets the scenario's ``redis`` process, and when the scenario has none a redis process
 named ``store`` is added. Nothing else changes: the runner starts a server's redis process
-before the server when no step has (``harness.runner``), so the steps stay as written, and
+before the server when no step has (``harness.engine.runner``), so the steps stay as written, and
 faults may target ``store`` like any process. ``memory`` (the default) changes nothing.
 """
 

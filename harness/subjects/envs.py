@@ -4,13 +4,13 @@ The ``modelexpress`` subject runs the real client (``modelexpress==0.7.0``), whi
 torch >= 2.6: the registry's only torch for this machine is the CUDA build (a ~540 MB
 wheel plus its NVIDIA libraries, about 3 GB of wheels), so it stays out of the project's
 own ``.venv``. ``ensure_subject_env(subject, repo)`` builds ``<cache>/envs/subject-<name>``
-(the cache of ``harness.matrix.envs``: ``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``)
+(the cache of ``harness.subjects.nixl_envs``: ``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``)
 the way the matrix builds a per-NIXL env: NIXL (``--no-deps``, as ``.ci/bootstrap``; the cu12
 and the cu13 build, because ``nixl`` picks ``nixl_cu13`` under the registry's CUDA 13 torch), this
 project's dependencies (not the project itself: the adapter runs from whichever checkout
 started it, through ``PYTHONPATH``, so one cached env serves every clone), then the subject's
 pinned packages (which bring torch), then an import check that loads the client's NIXL
-wrapper; then, built or reused, the checkout's native extension (``harness.matrix.native``:
+wrapper; then, built or reused, the checkout's native extension (``harness.subjects.native``:
 reinstalled when the Rust source changes, without rebuilding the env). The stamp hashes the recipe, the pins, the interpreter and the project's
 ``dependencies`` list (not the whole ``pyproject.toml``: a README-only change does not cost
 a 3 GB rebuild); a failed build is remembered with that hash and not retried until the
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix.cache import Runner, cache_dir, run_bounded
-from harness.matrix.envs import (
+from harness.subjects.cache import Runner, cache_dir, run_bounded
+from harness.subjects.nixl_envs import (
     PIP_TIMEOUT_S,
     EnvResult,
     Step,

@@ -6,7 +6,7 @@ with ``.ci/build-mx-server`` (``cargo install --locked``, ~20-40 min at the lowe
 Debian's ``protobuf-compiler``; ``harness.subjects.mx_build`` runs the same script for a matrix's
 server columns) into ``<cache>/mx-server/<version>`` (``$MXCHAOS_CACHE_DIR``, default ``~/.cache/mxchaos``),
 shared by every clone. ``server_binary`` finds it; without it a scenario with such a server is
-a SKIP naming the capability ``modelexpress-server`` (``harness.capabilities``).
+a SKIP naming the capability ``modelexpress-server`` (``harness.scenario.capabilities``).
 
 A ``server`` process with ``subject: modelexpress`` runs ``python -m harness.subjects.mx_serverd``
 (the same host spawn path, session and run tags as every process), which starts the binary
@@ -16,7 +16,7 @@ what it cannot). The scenario's timers map to the server's whole-second settings
 (``ServerTimers``): the run's ``started`` event records both. ``store_timeout`` has no
 counterpart and is recorded as not staged.
 
-``parse_subjects`` / ``with_subjects`` read ``mxchaos run --subject``: a bare name plays the
+``parse_subjects`` (and ``harness.scenario.subjects.with_subjects``) read ``mxchaos run --subject``: a bare name plays the
 sources and readers (as before); ``server=modelexpress,reader=mxref`` names a subject per role
 (``server``, ``source``, ``reader``, ``client`` = sources and readers). A server made
 ModelExpress's gets the scenario's Redis store (``harness.scenario.stores.with_store``).
@@ -30,11 +30,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from harness.matrix.cache import cache_dir
-from harness.scenario import ReaderProcess, Scenario, ServerProcess, SourceProcess
-from harness.scenario.stores import with_store
+from harness.subjects.cache import cache_dir
 
 __all__ = [
     "BINARY",
@@ -42,7 +40,9 @@ __all__ = [
     "ROLES",
     "SERVER_SUBJECTS",
     "VERSION",
+    "ServerSpec",
     "ServerTimers",
+    "TimerOptions",
     "parse_subjects",
     "server_binary",
     "server_of_subject",
@@ -52,7 +52,6 @@ __all__ = [
     "selected_version",
     "server_versions",
     "serverd_argv",
-    "with_subjects",
 ]
 
 VERSION = "0.7.0"
@@ -103,6 +102,26 @@ def reported_version(binary: Path | None) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
+class TimerOptions(Protocol):
+    """A server's timers as a scenario gives them (``ServerOptions``), in seconds."""
+
+    @property
+    def heartbeat_timeout(self) -> float | None: ...
+    @property
+    def reaper_interval(self) -> float | None: ...
+    @property
+    def gc_timeout(self) -> float | None: ...
+    @property
+    def store_timeout(self) -> float | None: ...
+
+
+class ServerSpec(Protocol):
+    """A scenario's ``server`` process, as far as its ModelExpress wrapper reads it."""
+
+    @property
+    def options(self) -> TimerOptions: ...
+
+
 def server_of_subject(spec: Any) -> str:
     """Who plays a server process (``mxref`` unless it says ``subject:``)."""
     return getattr(spec, "subject", None) or "mxref"
@@ -142,7 +161,7 @@ def _seconds_text(value: float) -> str:
     return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
 
 
-def server_timers(spec: ServerProcess) -> ServerTimers:
+def server_timers(spec: ServerSpec) -> ServerTimers:
     """``spec``'s timers rounded up to whole seconds (at least 1: a 0 s reaper interval would
     stop ModelExpress's reaper loop from starting)."""
     values: dict[str, int | None] = {}
@@ -163,7 +182,7 @@ def server_timers(spec: ServerProcess) -> ServerTimers:
                         tuple(rounded), tuple(not_staged))
 
 
-def serverd_argv(name: str, spec: ServerProcess, *, events_path: Path, proc_dir: Path, host: str, port: int,
+def serverd_argv(name: str, spec: ServerSpec, *, events_path: Path, proc_dir: Path, host: str, port: int,
                  store_address: str | None) -> list[str]:
     """The argv of a ``server`` process played by ModelExpress: its wrapper (``mx_serverd``).
     ``ValueError`` naming the process when it has no store, or no binary is built."""
@@ -200,23 +219,6 @@ def parse_subjects(text: str) -> dict[str, str]:
             raise ValueError(f"--subject {text!r}: role {role} is named twice")
         out[role] = subject
     return out
-
-
-def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
-    """``sc`` played as ``subjects`` (``parse_subjects``) says: ``client`` sets the scenario's
-    ``subject`` (sources and readers without their own), ``source``/``reader`` every process of
-    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store)."""
-    if "client" in subjects:
-        sc = sc.with_subject(subjects["client"])
-    processes = dict(sc.processes)
-    for name, spec in sc.processes.items():
-        role_subject = subjects.get(spec.role)
-        if role_subject is not None and isinstance(spec, ServerProcess | SourceProcess | ReaderProcess):
-            processes[name] = spec.model_copy(update={"subject": role_subject})
-    sc = sc.model_copy(update={"processes": processes})
-    needs_store = any(isinstance(spec, ServerProcess) and server_of_subject(spec) in SERVER_SUBJECTS
-                      and spec.store is None for spec in processes.values())
-    return with_store(sc, "redis") if needs_store else sc
 
 
 def server_versions(sc: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
-from harness.matrix.cache import cache_dir
+from harness.subjects.cache import cache_dir
 
 __all__ = ["CLIENT_MODULE", "client_descriptor", "client_wheel", "client_or_our_classes", "describe", "differences", "message_classes",
            "our_descriptor"]

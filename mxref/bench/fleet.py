@@ -34,7 +34,7 @@ side-by-side figure; the full garbage collections of the heartbeat phase (``gc.c
 many, the longest) are reported, as a listing waits for them too.
 
 ``--store redis://HOST:PORT[/DB]`` runs the same on ``RedisStore`` (a running redis-server,
-e.g. ``python -m harness.redisd --dir /tmp/r --port 6390``; the database is FLUSHALLed first),
+e.g. ``python -m harness.subjects.redisd --dir /tmp/r --port 6390``; the database is FLUSHALLed first),
 for the side-by-side figure of memory and Redis.
 
 It prints a table, the p99 goal's verdict per shape (``p99_goal``: met by the estimate, settled

@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.runner import Runner
+from harness.engine.runner import Runner
+from harness.record.timeline import History
 from harness.scenario import load_scenario
-from harness.timeline import History
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
 

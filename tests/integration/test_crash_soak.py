@@ -28,9 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, ledger, subjects
+from harness import subjects
 from harness.errors import HarnessError
 from harness.hosts import netns
+from harness.machine import ledger
+from harness.scenario import capabilities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -318,7 +320,7 @@ def test_a_sigkilled_harness_leaves_nothing_after_cleanup(kind: str, tmp_path: P
             harness.kill()
             harness.wait(10)
         if crash.run_id:  # whatever a failure left, for the next test's sake (by this test's own oracle too)
-            from harness.cleanup import sweep
+            from harness.commands.cleanup import sweep
 
             with contextlib.suppress(HarnessError, ValueError):
                 sweep(crash.run_id)
@@ -406,7 +408,7 @@ def test_a_sigkilled_harness_on_a_lab_host_leaves_nothing_after_cleanup(lab_host
             harness.kill()
             harness.wait(10)
         if crash.run_id:
-            from harness.cleanup import sweep
+            from harness.commands.cleanup import sweep
 
             with contextlib.suppress(HarnessError, ValueError):
                 sweep(crash.run_id)

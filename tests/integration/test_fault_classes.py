@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, procscan
-from harness.report import write_run_folder
-from harness.runner import Runner
-from harness.scenario import load_scenario
-from harness.verdict import RunResult
+from harness.engine.runner import Runner
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.reports.report import write_run_folder
+from harness.scenario import capabilities, load_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

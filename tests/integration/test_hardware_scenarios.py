@@ -50,7 +50,7 @@ def _verdicts(out: Path) -> dict[str, dict[str, object]]:
 
 
 def _hardware_here() -> bool:
-    from harness import capabilities
+    from harness.scenario import capabilities
 
     return capabilities.have("cuda") or capabilities.have("rdma")
 

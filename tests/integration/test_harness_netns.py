@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import procscan
-from harness.cleanup import sweep
+from harness.commands.cleanup import sweep
+from harness.engine.nemesis import HostView
+from harness.engine.runner import Runner
 from harness.faults import make_fault
 from harness.faults.netns import LinkDownSpec, PartitionSpec, RateSpec, RejectSpec
 from harness.hosts import netns
-from harness.nemesis import HostView
-from harness.report import write_run_folder
-from harness.runner import Runner
+from harness.machine import procscan
+from harness.record.timeline import History
+from harness.reports.report import write_run_folder
 from harness.scenario import load_scenario
-from harness.timeline import History
 
 pytestmark = [
     pytest.mark.integration,

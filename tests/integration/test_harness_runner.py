@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import procscan
-from harness.report import write_run_folder
-from harness.runner import Runner
+from harness.engine.runner import Runner
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.record.timeline import History
+from harness.reports.report import write_run_folder
 from harness.scenario import load_scenario
-from harness.timeline import History
-from harness.verdict import RunResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import procscan
-from harness.cleanup import sweep
-from harness.runner import Runner
+from harness.commands.cleanup import sweep
+from harness.engine.runner import Runner
+from harness.machine import procscan
+from harness.record.timeline import Entry, History
 from harness.scenario import load_scenario
-from harness.timeline import Entry, History
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 
-from harness import procscan
-from harness.capabilities import toxiproxy_server
-from harness.cleanup import sweep
+from harness.commands.cleanup import sweep
+from harness.engine.runner import Runner
 from harness.faults import REGISTRY
-from harness.ports import lease_port
-from harness.report import write_run_folder
-from harness.runner import Runner
+from harness.machine import procscan
+from harness.machine.ports import lease_port
+from harness.record.timeline import Entry, History
+from harness.reports.report import write_run_folder
 from harness.scenario import load_scenario
-from harness.timeline import Entry, History
+from harness.scenario.capabilities import toxiproxy_server
 from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError
 
 pytestmark = [

@@ -18,13 +18,14 @@ from typing import Any, Literal
 
 import pytest
 
-from harness import capabilities, checks, cli, faults, procscan
+from harness import checks, cli, faults
+from harness.engine.runner import Runner
 from harness.faults import Fault, FaultContext, FaultSpec, Injected
-from harness.report import write_run_folder
-from harness.runner import Runner
-from harness.scenario import FaultStep, Scenario, load_scenario
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.reports.report import write_run_folder
+from harness.scenario import FaultStep, Scenario, capabilities, load_scenario
 from harness.spec import Name
-from harness.verdict import RunResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,4 +1,4 @@
-"""One folder per ``mxchaos run`` invocation (``harness.invocation``): a later invocation keeps
+"""One folder per ``mxchaos run`` invocation (``harness.reports.invocation``): a later invocation keeps
 an earlier one's index, summary and runs; ``runs/latest`` names the newest; the terminal shows
 ``[i/N]`` lines, and a run that did not pass names its first failing check and what to do next.
 

@@ -1,7 +1,7 @@
 """Each job of the tool, run for real on built environments, as a user runs it.
 
 - **The release matrix**: ``mxchaos matrix --nixl 1.4.1,1.5.1 --repeat 1 scenarios/smoke.yaml``
-  on the cached per-release environments (``harness.matrix.envs``: built from the registry on
+  on the cached per-release environments (``harness.subjects.nixl_envs``: built from the registry on
   first use, ~30 s each, plus the native extension's wheel, built once per Rust source). Both
   columns PASS, each run loaded its own NIXL, and each column's server ran on the native gRPC
   (the default), from the extension installed in that env: an env built without it fails here.
@@ -31,8 +31,8 @@ import yaml
 from harness import cli, subjects
 from harness.errors import HarnessError
 from harness.hosts import lab
-from harness.matrix.envs import env_dir
-from harness.matrix.native import installed_hash, source_hash
+from harness.subjects.native import installed_hash, source_hash
+from harness.subjects.nixl_envs import env_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "scenarios" / "smoke.yaml"

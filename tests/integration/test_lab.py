@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, pki
+from harness import pki
+from harness.commands import cleanup
 from harness.errors import HarnessError
 from harness.hosts import lab, ssh_sweep
 from harness.hosts.inventory import Inventory, Machine, load_inventory
 from harness.hosts.ssh import SshHost
-from harness.statedir import StateDirError
+from harness.machine.statedir import StateDirError
 
 pytestmark = [
     pytest.mark.integration,
@@ -100,7 +101,7 @@ def test_down_finds_a_lab_whose_record_is_lost(state: Path) -> None:
     assert lab.leftovers(state) == []
 
 
-# ---------------------------------------------------------------------------- hostile state (harness.statedir)
+# ---------------------------------------------------------------------------- hostile state (harness.machine.statedir)
 
 
 def test_down_refuses_a_symlinked_lab_folder_and_touches_nothing_behind_it(state: Path, tmp_path: Path) -> None:

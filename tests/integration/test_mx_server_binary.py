@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from harness.redisd import RedisServer, redis_available
 from harness.subjects.mx_server import server_binary
+from harness.subjects.redisd import RedisServer, redis_available
 from mxref.identity import mx_source_id
 from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2

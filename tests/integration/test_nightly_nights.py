@@ -81,7 +81,7 @@ def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
 def test_a_scenario_this_machine_cannot_run_is_skipped_with_its_reason_before_anything_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MXCHAOS_MISSING_CAPABILITIES", "root")  # harness.capabilities: count root as missing
+    monkeypatch.setenv("MXCHAOS_MISSING_CAPABILITIES", "root")  # harness.scenario.capabilities: count root as missing
     out = tmp_path / "nights"
     partition = str(ROOT / "scenarios" / "partition_mid_read.yaml")
     code = cli.main(["nightly", "--out", str(out), "-q", "--seed", "0", partition, str(coins(tmp_path)[0])])

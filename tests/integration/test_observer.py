@@ -1,4 +1,4 @@
-"""The harness's client view (``harness.observer``) against a real mxref server, on both wires.
+"""The harness's client view (``harness.engine.observer``) against a real mxref server, on both wires.
 
 A real server and a real source: the observer's own ListSources and GetMetadata offer the source
 (with its metadata) over ``mxref.v1`` and over ``model_express.p2p`` (which the mxref server also
@@ -15,8 +15,8 @@ from typing import Any, cast
 import pytest
 from procs import Cluster
 
-from harness.observer import WIRES, ListingObserver
-from harness.timeline import Timeline
+from harness.engine.observer import WIRES, ListingObserver
+from harness.record.timeline import Timeline
 
 pytestmark = [pytest.mark.integration]
 

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.redisd import RedisServer, redis_available
+from harness.subjects.redisd import RedisServer, redis_available
 from mxref import config
 from mxref.identity import mx_source_id
 from mxref.metadata.query import SourceQuery

@@ -28,14 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, procscan
+from harness import cli
+from harness.commands.replay import replay_text
+from harness.engine.runner import Runner
 from harness.explore.report import write_report
 from harness.explore.schedule import Schedule
 from harness.explore.search import explore
 from harness.explore.template import Template, load_template
-from harness.replay import replay_text
-from harness.report import write_run_folder
-from harness.runner import Runner
+from harness.machine import procscan
+from harness.reports.report import write_run_folder
 from harness.scenario import FaultStep, SleepStep, load_scenario
 
 pytestmark = [pytest.mark.integration]

@@ -1,4 +1,4 @@
-"""A run's scope (``harness.runscope``) with real processes: a wrapper's child that left its process
+"""A run's scope (``harness.machine.runscope``) with real processes: a wrapper's child that left its process
 group (or its session) and cleared its environment outlives the wrapper's stop; the leak scan finds
 it, ``nothing_leaked`` fails the run naming it, and nothing of it is left after the run. Each
 mechanism alone: a cgroup v2, a cgroup v1 freezer, and the ledger of sessions without cgroups.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import procscan, runscope
-from harness.cleanup import sweep
-from harness.runner import Runner
+from harness.commands.cleanup import sweep
+from harness.engine.runner import Runner
+from harness.machine import procscan, runscope
 from harness.scenario import load_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -26,15 +26,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cleanup, procscan
+from harness.commands import cleanup
+from harness.engine.runner import Runner
 from harness.errors import HarnessError
 from harness.hosts import lab, netns, ssh, ssh_sweep
 from harness.hosts.inventory import Inventory, load_inventory
 from harness.hosts.ssh import SshHost
-from harness.runner import Runner
-from harness.scenario import Scenario, load_scenario, parse_scenario
-from harness.timeline import Entry, History
-from harness.verdict import RunResult
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.record.timeline import Entry, History
+from harness.scenario import Scenario, capabilities, load_scenario, parse_scenario
 
 pytestmark = [
     pytest.mark.integration,
@@ -284,4 +285,4 @@ def test_a_lab_hosts_probe_over_ssh_finds_what_clock_faults_need(lab_inventory: 
         host.shell.close()
         host.close_master()
     for name in ("clock_replica_booted_earlier", "clock_replica_wall_behind"):
-        assert ssh.missing_on_ssh(_replica_on_its_own_host(name, None), lab_inventory, f"probe-clk-{os.getpid()}", tmp_path) == ([], "")
+        assert capabilities.missing_on_ssh(_replica_on_its_own_host(name, None), lab_inventory, f"probe-clk-{os.getpid()}", tmp_path) == ([], "")

@@ -15,11 +15,11 @@ from typing import Any, cast
 
 import pytest
 
-from harness import capabilities, cli, exits
-from harness.commands import select
-from harness.console import Progress, rate_table, verdict_table
-from harness.rates import Rate, RunRecord, cell_of
-from harness.timeline import Entry
+from harness import cli, exits
+from harness.record.rates import Rate, RunRecord, cell_of
+from harness.record.timeline import Entry
+from harness.reports.console import Progress, rate_table, verdict_table
+from harness.scenario import capabilities, select
 
 FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
 

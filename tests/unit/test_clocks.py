@@ -1,4 +1,4 @@
-"""Where a process's event stamps land on the timeline (``harness.clocks`` and the process
+"""Where a process's event stamps land on the timeline (``harness.hosts.clocks`` and the process
 table): the offsets the harness gave an incarnation are taken off its stamps; a stamp that
 could not be true (after its receipt, before its incarnation's start) gives way to the receipt
 and says why; and a real process in a time namespace has its events placed where they happened."""
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, clocks
-from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, place
+from harness.engine.processes import ProcessTable, ProcState
+from harness.engine.waits import RunClock
+from harness.hosts import clocks
 from harness.hosts.base import LocalHost, Proc, StopResult
-from harness.processes import ProcessTable, ProcState
-from harness.timeline import Entry, Timeline
-from harness.waits import RunClock
+from harness.hosts.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets, place
+from harness.record.timeline import Entry, Timeline
+from harness.scenario import capabilities
 
 OFFSET = 259200.0  # 72 h
 

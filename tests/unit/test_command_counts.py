@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from harness import cli
-from harness.commands.counts import at_least
+from harness.counts import at_least
 
 
 def test_a_count_at_or_above_its_floor_is_taken() -> None:

@@ -14,11 +14,11 @@ import xxhash
 from safetensors import safe_open
 
 import mxref.model
-from harness import content
 from harness.errors import HarnessError, ScenarioInvalid
+from harness.judge import content
+from harness.record.timeline import Timeline
 from harness.scenario import parse_scenario
 from harness.scenario.models import TamperCheckpoint
-from harness.timeline import Timeline
 
 SCENARIO = """\
 name: demo

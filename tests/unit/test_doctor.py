@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.doctor import NATIVE, Place, blocking, probe, render, scenario_needs
-from harness.matrix.envbroken import cell_reason, environment_reason, text_reason
+from harness.commands.doctor import NATIVE, Place, blocking, probe, render, scenario_needs
+from harness.judge.envbroken import cell_reason, environment_reason, text_reason
 from harness.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The monitor's wake-up (``harness.watch.EventsWatch``) on real files: it reports an events
+"""The monitor's wake-up (``harness.engine.watch.EventsWatch``) on real files: it reports an events
 file that appears or grows, by process, and never a log beside it; the monitor drains a grown
 file between its polls (with inotify), and in both wake modes records events on the run clock
 at the time the process wrote them."""
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import watch as watch_module
+from harness.engine import watch as watch_module
+from harness.engine.processes import ProcessTable, ProcState
+from harness.engine.proxies import RunProxies
+from harness.engine.waits import RunClock
+from harness.engine.watch import EventsWatch, Scraper, Watchers
 from harness.hosts.base import LocalHost
-from harness.processes import ProcessTable, ProcState
-from harness.proxies import RunProxies
+from harness.record.timeline import Entry, Timeline
 from harness.scenario.models import Budgets, ScrapeSpec
-from harness.timeline import Entry, Timeline
-from harness.waits import RunClock
-from harness.watch import EventsWatch, Scraper, Watchers
 
 BOUND = 10.0  # seconds: only reached when the wake-up is missing (the test then fails)
 

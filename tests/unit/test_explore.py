@@ -18,15 +18,14 @@ from hypothesis import strategies as st
 
 from harness import cli
 from harness.checks import NamedResult
-from harness.commands import select
 from harness.errors import ScenarioInvalid
 from harness.explore.report import write_report
 from harness.explore.schedule import Schedule, scenario_data, schedules
 from harness.explore.search import explore
 from harness.explore.template import Template, load_template
-from harness.scenario import FaultStep, Scenario, SleepStep, load_scenario
+from harness.record.timeline import History
+from harness.scenario import FaultStep, Scenario, SleepStep, load_scenario, select
 from harness.scenario.emit import scenario_text
-from harness.timeline import History
 
 TEMPLATE = """\
 name: demo_explore
@@ -201,12 +200,12 @@ class FakeRunner:
 
 @pytest.fixture
 def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[Scenario]:
-    import harness.report
-    import harness.runner
+    import harness.engine.runner
+    import harness.reports.report
 
     FakeRunner.runs = []
-    monkeypatch.setattr(harness.runner, "Runner", FakeRunner)
-    monkeypatch.setattr(harness.report, "write_run_folder", lambda result: result.run_dir)
+    monkeypatch.setattr(harness.engine.runner, "Runner", FakeRunner)
+    monkeypatch.setattr(harness.reports.report, "write_run_folder", lambda result: result.run_dir)
     return FakeRunner.runs
 
 

@@ -9,10 +9,10 @@ import pytest
 from fixtures.fault_context import FakeContext
 from pydantic import ValidationError
 
-from harness.clocks import ClockOffsets
 from harness.errors import ScenarioInvalid
 from harness.faults import make_fault
 from harness.faults.clock import ClockSpec, WallClockSpec, parse_offset
+from harness.hosts.clocks import ClockOffsets
 from harness.scenario import parse_scenario
 
 

@@ -14,12 +14,11 @@ import mfusepy
 import pytest
 from fixtures.fault_context import FakeContext
 
-from harness import capabilities
 from harness.errors import ScenarioInvalid
 from harness.faults import REGISTRY, make_fault
 from harness.faults._faultfs import FaultFs
 from harness.faults.disk import Disk, DiskSpec, checkpoint_folder, fsname, mounts_named
-from harness.scenario import parse_scenario
+from harness.scenario import capabilities, parse_scenario
 
 SCENARIO = """\
 name: t

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from fixtures.fault_context import FakeContext
 
-from harness.console import Progress
+from harness.engine.nemesis import Nemesis
 from harness.errors import FaultError, ScenarioInvalid
 from harness.faults import FaultSpec, gone
 from harness.faults.process import DepartSpec, KillSpec, PauseSpec
-from harness.nemesis import Nemesis
+from harness.record.timeline import Entry, History, Timeline
+from harness.reports.console import Progress
 from harness.scenario import parse_scenario
 from harness.spec import SourceOf
-from harness.timeline import Entry, History, Timeline
 
 SCENARIO = """\
 name: t

@@ -15,9 +15,9 @@ import pytest
 from fixtures.fault_context import FakeContext
 from pydantic import ValidationError
 
-from harness import capabilities
 from harness.faults import REGISTRY, make_fault
 from harness.faults.syscall import SyscallSpec, traced_threads
+from harness.scenario import capabilities
 
 
 def spec(**kw: object) -> SyscallSpec:

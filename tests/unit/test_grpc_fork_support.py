@@ -22,7 +22,7 @@ def _fork_support_after(imports: str, env_value: str | None = None) -> str:
 
 def test_importing_mxref_or_the_harness_turns_it_off_for_the_process_and_its_children() -> None:
     assert _fork_support_after("import mxref.metadata.transport") == "0\n0"
-    assert _fork_support_after("import harness.runner") == "0\n0"
+    assert _fork_support_after("import harness.engine.runner") == "0\n0"
 
 
 def test_a_callers_own_setting_is_kept() -> None:

@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 
-from harness import capabilities, checks, launch
-from harness.capabilities import Hardware, describe_missing, hardware_lacks, parse_hardware, scenario_requirements
+from harness import checks
 from harness.checks import RunFacts, evaluate
+from harness.engine import launch
 from harness.errors import ScenarioInvalid
 from harness.hosts.base import ExecResult
+from harness.hosts.hardware import Hardware, hardware_lacks, local_hardware, parse_hardware
 from harness.hosts.inventory import parse_inventory
-from harness.hosts.ssh import SshHost, missing_on_ssh
-from harness.scenario import parse_scenario
-from harness.timeline import History
+from harness.hosts.ssh import SshHost
+from harness.record.timeline import History
+from harness.scenario import capabilities, parse_scenario
+from harness.scenario.capabilities import describe_missing, missing_on_ssh, scenario_requirements
 
 HW = """\
 name: hw
@@ -107,7 +109,7 @@ def test_the_local_probe_agrees_with_what_this_machine_has() -> None:
     """The same shell line the ssh hosts run, here, against independent evidence."""
     gpus = [p for p in glob.glob("/dev/nvidia*") if os.path.basename(p)[6:].isdigit()]
     ib = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else []
-    found = capabilities._local_hardware()
+    found = local_hardware()
     if gpus:
         assert found.gpus > 0
     elif shutil.which("nvidia-smi") is None:

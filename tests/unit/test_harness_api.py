@@ -61,7 +61,7 @@ def test_port_leases_are_exclusive_until_released(tmp_path, monkeypatch) -> None
 
     import pytest
 
-    from harness.ports import lease_port
+    from harness.machine.ports import lease_port
 
     monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path))
     with lease_port() as lease:

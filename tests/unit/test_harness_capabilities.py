@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities
-from harness.capabilities import ENV_MISSING, describe_missing, have, missing, scenario_requirements, toxiproxy_server
-from harness.scenario import parse_scenario
+from harness.scenario import capabilities, parse_scenario
+from harness.scenario.capabilities import ENV_MISSING, describe_missing, have, missing, scenario_requirements, toxiproxy_server
 
 TCP_RESET = """\
 name: reset

@@ -15,8 +15,8 @@ from harness.checks.loads import FellBackParams, LoadedParams
 from harness.checks.metrics import MetricCheckParams
 from harness.checks.processes import ExitCodesParams, NothingLeakedParams
 from harness.checks.status import HealthParams, ListedParams
-from harness.content import ExpectedModel, ExpectedTensor
-from harness.timeline import History
+from harness.judge.content import ExpectedModel, ExpectedTensor
+from harness.record.timeline import History
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "source-2": "source", "reader-1": "reader"})
 

@@ -1,13 +1,13 @@
 """Typed fault windows read from a timeline: one per injection, with its resolved target, inject
-and heal times and outcome (``harness.fault_windows``)."""
+and heal times and outcome (``harness.record.fault_windows``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.fault_windows import FaultEntry, target_text
+from harness.record.fault_windows import FaultEntry, target_text
+from harness.record.timeline import Entry, History, Timeline
 from harness.spec import SourceOf
-from harness.timeline import Entry, History, Timeline
 
 N = "nemesis"
 

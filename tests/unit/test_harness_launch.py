@@ -1,4 +1,4 @@
-"""The mxref command-line contract (``harness.launch``): what each role is started with, on
+"""The mxref command-line contract (``harness.engine.launch``): what each role is started with, on
 local and netns hosts, for a restarted server and a reader's later incarnations; what every
 child carries in its environment; and that the checkpoint comes from a cache, not the run folder."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import checkpoint, launch, procscan
+from harness.engine import checkpoint, launch
+from harness.machine import procscan
+from harness.record.timeline import Timeline
 from harness.scenario import Scenario, parse_scenario
-from harness.timeline import Timeline
 
 NETNS = """\
 name: net

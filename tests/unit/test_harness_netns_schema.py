@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities
-from harness.capabilities import ENV_MISSING, scenario_requirements
+from harness.engine.runner import Runner
 from harness.errors import ScenarioInvalid
 from harness.faults.netns import RateSpec, RejectSpec, chain_name, parse_rate
 from harness.hosts import netns
-from harness.runner import Runner
-from harness.scenario import FaultStep, NetnsHostSpec, parse_scenario
+from harness.scenario import FaultStep, NetnsHostSpec, capabilities, parse_scenario
+from harness.scenario.capabilities import ENV_MISSING, scenario_requirements
 
 BASE = """\
 name: net

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from harness.capabilities import scenario_requirements
 from harness.errors import ScenarioInvalid
 from harness.faults import REGISTRY
 from harness.faults.toxiproxy import TOXIC_ATTRIBUTES, ToxicSpec
 from harness.scenario import FaultStep, ReaderProcess, describe_step, parse_scenario
+from harness.scenario.capabilities import scenario_requirements
 from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_name
 
 GOOD = """\

@@ -17,13 +17,12 @@ import pytest
 
 from harness import cli
 from harness.checks import NamedResult
-from harness.commands import select
-from harness.htmlreport import nice_ticks
-from harness.procscan import proc_start_time
-from harness.report import RunFolderError, junit_xml, load_run, render_html, timeline_svg, write_run_folder, write_scenario_files
-from harness.scenario import parse_scenario
-from harness.timeline import History, Timeline
-from harness.verdict import RUN_STATUSES, RunResult, RunStatus, verdict_of
+from harness.judge.verdict import RUN_STATUSES, RunResult, RunStatus, verdict_of
+from harness.machine.procscan import proc_start_time
+from harness.record.timeline import History, Timeline
+from harness.reports.htmlreport import nice_ticks
+from harness.reports.report import RunFolderError, junit_xml, load_run, render_html, timeline_svg, write_run_folder, write_scenario_files
+from harness.scenario import parse_scenario, select
 
 SCENARIO = """\
 name: demo
@@ -127,7 +126,7 @@ def test_verdicts_of_a_known_defect(status: str, valids: list[object], verdict: 
 
 
 def test_which_verdicts_fail_a_run() -> None:
-    from harness.verdict import OK_VERDICTS, VERDICTS
+    from harness.judge.verdict import OK_VERDICTS, VERDICTS
 
     assert set(OK_VERDICTS) == {"pass", "xfail", "xpass", "skip"} and set(OK_VERDICTS) < set(VERDICTS)
 
@@ -255,7 +254,7 @@ def test_html_and_verdict_json_show_the_known_defect(tmp_path: Path) -> None:
 def test_the_verdict_table_names_xfail_xpass_and_skip(tmp_path: Path) -> None:
     import io
 
-    from harness.console import verdict_table
+    from harness.reports.console import verdict_table
 
     xfail = make_result(tmp_path, [named(0, False)], known_defect=DEFECT)
     xpass = make_result(tmp_path, [named(0, True)], known_defect=DEFECT)
@@ -281,8 +280,8 @@ def test_junit_reports_a_skip(tmp_path: Path) -> None:
 
 def test_a_run_folder_is_judged_again_with_the_current_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness import checks
-    from harness.report import load_run
-    from harness.verdict import judge
+    from harness.judge.verdict import judge
+    from harness.reports.report import load_run
 
     result = make_result(tmp_path, [])
     result.checks = judge(result.scenario, result.history)
@@ -380,7 +379,7 @@ def test_failed_checks_come_first_and_their_reason_is_at_the_top(tmp_path: Path)
 
 
 def test_the_legend_names_every_mark_and_colour(tmp_path: Path) -> None:
-    from harness.htmlreport.style import _EVENT_STYLE
+    from harness.reports.htmlreport.style import _EVENT_STYLE
 
     page = render_html(make_result(tmp_path, [named(0, True)]), {})
     legend = page[page.index("<ul class='legend'>") :]
@@ -416,7 +415,7 @@ def _scrape(t: float, process: str, attempts: float, name: str = "mx_p2p_source_
 
 
 def test_a_metric_chart_has_one_series_per_process_on_the_timeline_axis(tmp_path: Path) -> None:
-    from harness.htmlreport import METRIC_CHARTS, MetricChart, metric_charts
+    from harness.reports.htmlreport import METRIC_CHARTS, MetricChart, metric_charts
 
     rows = [*ROWS, _scrape(0.8, "reader-1", 0), _scrape(1.8, "reader-1", 2), _scrape(0.9, "source-1", 5, "mx_p2p_source_attempts")]
     rows.append((1.0, "info", "source-1", "scrape", {"ok": False, "error": "refused"}))

@@ -1,5 +1,5 @@
 """A scenario's ``security`` section: validated before anything starts, and turned by
-``harness.launch`` into each process's ``--tls-*`` / ``--token-file`` flags (paths only)."""
+``harness.engine.launch`` into each process's ``--tls-*`` / ``--token-file`` flags (paths only)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import launch, pki
+from harness import pki
+from harness.engine import launch
 from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, parse_scenario
 

@@ -1,4 +1,4 @@
-"""The harness's state directory is its own (``harness.statedir``): a state directory someone else
+"""The harness's state directory is its own (``harness.machine.statedir``): a state directory someone else
 made, one others can write, or a symlink is refused by everything that uses it (the ledger, port
 reservations, the lab); files in it are never followed through a symlink; ``mxchaos cleanup``
 writes its CRASHED note only into the run folder a run made."""
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cleanup, ledger, ports, statedir
+from harness.commands import cleanup
 from harness.hosts import lab
-from harness.statedir import StateDirError
+from harness.machine import ledger, ports, statedir
+from harness.machine.statedir import StateDirError
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another user)")

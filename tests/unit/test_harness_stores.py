@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import launch
+from harness.engine import launch
 from harness.errors import ScenarioInvalid
 from harness.scenario import RedisProcess, Scenario, ServerProcess, parse_scenario
 from harness.scenario.stores import with_store
@@ -85,7 +85,7 @@ def test_the_server_gets_the_redis_url_and_redis_its_port_folder_and_events(tmp_
     with pytest.raises(ValueError, match="needs that redis process's address"):
         launch.process_argv(sc, "server", place(tmp_path, "server"))
     redis_argv = launch.process_argv(sc, "store", place(tmp_path, "store"))
-    assert redis_argv[:3] == [sys.executable, "-m", "harness.redisd"]
+    assert redis_argv[:3] == [sys.executable, "-m", "harness.subjects.redisd"]
     assert redis_argv[redis_argv.index("--port") + 1] == "0"
     assert redis_argv[redis_argv.index("--dir") + 1] == str(tmp_path / "procs" / "store.redis")
     assert redis_argv[redis_argv.index("--events") + 1] == str(tmp_path / "procs" / "store.events.jsonl")
@@ -96,7 +96,7 @@ def test_the_server_gets_the_redis_url_and_redis_its_port_folder_and_events(tmp_
 
 
 def test_a_scenario_on_redis_needs_redis_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import capabilities
+    from harness.scenario import capabilities
 
     assert "redis-server" not in capabilities.scenario_requirements(load(PLAIN))
     needs = capabilities.scenario_requirements(with_store(load(PLAIN), "redis"))

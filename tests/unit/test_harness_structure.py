@@ -1,8 +1,9 @@
 """The shape of the house: no import circle among the modules of ``harness`` and ``mxref``,
 counting every import (inside functions and under ``TYPE_CHECKING`` too: a late import is
-still a dependency); no hand-written module grown past what one reader can hold (~700 lines);
-mxref's packages layered (the "never" rows); and a step kind that is registered once is
-interpreted by the runner."""
+still a dependency); harness's packages on floors (``FLOORS``: a package imports only from the
+floors below it, and the top level holds leaves only); no hand-written module grown past what
+one reader can hold (~700 lines); mxref's packages layered (the "never" rows); and a step kind
+that is registered once is interpreted by the runner."""
 
 from __future__ import annotations
 
@@ -20,6 +21,27 @@ MXREF_COMMON = ("mxref.accelerators", "mxref.codegen", "mxref.config", "mxref.de
                 "mxref.process", "mxref.rpc", "mxref.security", "mxref.wire")
 """What every part of mxref may use; these import none of mxref's packages."""
 
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # (floor, its units), bottom first. A unit is a package of harness, or one top-level module.
+    ("leaves", ("harness", "harness.errors", "harness.exits", "harness.spec", "harness.locate", "harness.counts",
+                "harness.wrapped", "harness.scrape", "harness.toxiproxy", "harness.pki")),
+    ("the record", ("harness.record",)),
+    ("machine state", ("harness.machine",)),
+    ("hosts and subjects", ("harness.hosts", "harness.subjects")),
+    ("checks and faults", ("harness.checks", "harness.faults")),
+    ("the scenario language", ("harness.scenario",)),
+    ("judging", ("harness.judge",)),
+    ("reports", ("harness.reports",)),
+    ("the engine", ("harness.engine",)),
+    ("front ends that run scenarios", ("harness.explore", "harness.mutate")),
+    ("commands", ("harness.commands",)),
+    ("front ends over many runs", ("harness.matrix", "harness.nightly")),
+    ("the command line and the pytest plugin", ("harness.cli",)),
+)
+"""harness's floors. A unit imports units of lower floors only; on the leaves floor, a leaf may
+import another leaf (the circle test keeps them apart). A new top-level module is a leaf: it
+imports leaves only; a new package must be given its floor here."""
+
 NEVER: tuple[tuple[str, str, str], ...] = (
     # (importer prefix, imported prefix, why)
     ("mxref", "harness", "mxref runs alone (in subject environments too); the harness drives it from outside"),
@@ -36,11 +58,11 @@ NEVER: tuple[tuple[str, str, str], ...] = (
       for package in ("mxref.metadata", "mxref.roles", "mxref.transfer", "mxref.modelexpress", "mxref.bench",
                       "mxref.__main__")),
     ("harness.checks", "harness.scenario", "a scenario's document is built on the check registry; a check reads the run"),
-    ("harness.checks", "harness.content", "a check reads the expected values (harness.expected), not how they are computed"),
-    ("harness.rates", "harness.verdict", "the scenario reads rates (defect_rate); rates read a run through a protocol"),
+    ("harness.checks", "harness.judge.content", "a check reads the expected values (harness.record.expected), not how they are computed"),
+    ("harness.record.rates", "harness.judge.verdict", "the scenario reads rates (defect_rate); rates read a run through a protocol"),
     *(("harness.hosts", module, "a host runs processes and faults' commands; it knows nothing of how a run is judged")
-      for module in ("harness.runner", "harness.processes", "harness.nemesis", "harness.checks", "harness.verdict",
-                     "harness.report")),
+      for module in ("harness.engine.runner", "harness.engine.processes", "harness.engine.nemesis", "harness.checks", "harness.judge.verdict",
+                     "harness.reports.report")),
     *((common, package, "a common module imports none of mxref's packages")
       for common in MXREF_COMMON for package in ("mxref.metadata", "mxref.roles", "mxref.transfer",
                                                  "mxref.modelexpress", "mxref.bench", "mxref.__main__")),
@@ -179,7 +201,7 @@ def test_a_late_import_counts(tmp_path: Path) -> None:
 
 def test_no_import_circle_in_harness_or_mxref() -> None:
     graph = import_graph()
-    assert graph.get("harness.runner") and graph.get("mxref.metadata.main"), "the graph was built"
+    assert graph.get("harness.engine.runner") and graph.get("mxref.metadata.main"), "the graph was built"
     found = [" <-> ".join(sorted(group)) for group in circles(graph)]
     assert not found, "import circles: " + "; ".join(found)
 
@@ -204,11 +226,71 @@ def test_a_never_row_catches_a_planted_import() -> None:
     assert _within("mxref.metadata.store", "mxref.metadata") and not _within("mxref.metadatax", "mxref.metadata")
 
 
+def unit_of(module: str) -> str | None:
+    """The floor unit of a harness module: its package (``harness.record``), or itself at the top level."""
+    parts = module.split(".")
+    if parts[0] != "harness":
+        return None
+    return ".".join(parts[:2])
+
+
+def floor_breaches(graph: dict[str, set[str]], floors: tuple[tuple[str, tuple[str, ...]], ...]) -> list[str]:
+    """Every import that does not go down the floors (late imports included, as the graph holds them)."""
+    level = {unit: i for i, (_, units) in enumerate(floors) for unit in units}
+    name = {i: floor for i, (floor, _) in enumerate(floors)}
+    breaches = []
+    for module, deps in sorted(graph.items()):
+        unit = unit_of(module)
+        if unit is None:
+            continue
+        if unit not in level:
+            if module.count(".") == 1 and not graph_is_package(module):  # a new top-level module: a leaf
+                bad = sorted(d for d in deps if (u := unit_of(d)) is not None and level.get(u, 1) > 0)
+                if bad:
+                    breaches.append(f"{module} is at harness's top level, which holds leaves only, and imports {bad}: "
+                                    f"put it in the package of its floor")
+            else:
+                breaches.append(f"{unit} is not in FLOORS: give it its floor")
+            continue
+        for dep in sorted(deps):
+            other = unit_of(dep)
+            if other is None or other == unit or other not in level:
+                continue
+            if level[other] > level[unit] or (level[other] == level[unit] and level[unit] > 0):
+                breaches.append(f"{module} ({name[level[unit]]}) imports {dep} ({name[level[other]]}): "
+                                f"a package imports only from the floors below it")
+    return breaches
+
+
+def graph_is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split("."))).is_dir()
+
+
+def test_harness_packages_import_only_downward() -> None:
+    graph = import_graph()
+    units = {u for m in graph if (u := unit_of(m)) is not None}
+    listed = {u for _, floor_units in FLOORS for u in floor_units}
+    assert listed <= units, f"FLOORS names what is not there: {sorted(listed - units)}"
+    breaches = floor_breaches(graph, FLOORS)
+    assert not breaches, "\n".join(breaches)
+
+
+def test_the_floor_check_catches_a_planted_upward_import() -> None:
+    floors = (("leaves", ("harness", "harness.errors")), ("low", ("harness.record",)),
+              ("high", ("harness.engine", "harness.reports")))
+    assert floor_breaches({"harness.record.timeline": {"harness.errors"},
+                           "harness.engine.runner": {"harness.record.timeline"}}, floors) == []
+    assert floor_breaches({"harness.record.timeline": {"harness.engine.runner"}}, floors) == [
+        "harness.record.timeline (low) imports harness.engine.runner (high): a package imports only from the floors below it"]
+    assert len(floor_breaches({"harness.engine.runner": {"harness.reports.report"}}, floors)) == 1  # same floor
+    assert len(floor_breaches({"harness.newpkg.x": set()}, floors)) == 1  # a package with no floor
+
+
 def test_readers_of_results_do_not_import_the_runner() -> None:
     graph = import_graph()
-    for reader in ("harness.report", "harness.htmlreport", "harness.console", "harness.verdict", "harness.cleanup", "harness.toxiproxy"):
+    for reader in ("harness.reports.report", "harness.reports.htmlreport", "harness.reports.console", "harness.judge.verdict", "harness.commands.cleanup", "harness.toxiproxy"):
         if reader in graph:
-            assert "harness.runner" not in graph[reader], f"{reader} imports the runner"
+            assert "harness.engine.runner" not in graph[reader], f"{reader} imports the runner"
 
 
 def test_no_hand_written_module_is_over_700_lines() -> None:
@@ -217,12 +299,12 @@ def test_no_hand_written_module_is_over_700_lines() -> None:
         for name, p in _modules().items()
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert _modules().keys() >= {"mxref.metadata.servicer", "harness.runner"}
+    assert _modules().keys() >= {"mxref.metadata.servicer", "harness.engine.runner"}
     assert not long, f"split these (over {MAX_LINES} lines): {long}"
 
 
 def test_the_runner_interprets_every_registered_step_kind(tmp_path: Path) -> None:
-    from harness.runner import Runner
+    from harness.engine.runner import Runner
     from harness.scenario import STEPS, parse_scenario
 
     sc = parse_scenario("name: s\nprocesses: {server: {role: server}}\nsteps: [{start: server}]\n", "s.yaml")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.timeline import Entry, History, Timeline, matches
+from harness.record.timeline import Entry, History, Timeline, matches
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -297,7 +297,7 @@ def test_what_was_recorded_before_a_sigkill_is_in_the_file(tmp_path: Path) -> No
     code = textwrap.dedent(
         f"""
         import os, signal
-        from harness.timeline import Timeline
+        from harness.record.timeline import Timeline
         tl = Timeline()
         tl.open_sink({str(path)!r})
         for i in range(50):

@@ -99,7 +99,7 @@ def test_explicit_bind_may_share_a_machine() -> None:
 
 
 class _Config:
-    """What ``harness.pytest_plugin._inventory`` reads of a pytest config."""
+    """What ``harness.cli.pytest_plugin._inventory`` reads of a pytest config."""
 
     def __init__(self, path: Path | None) -> None:
         self.stash = pytest.Stash()
@@ -111,7 +111,7 @@ class _Config:
 
 
 def test_the_pytest_option_loads_the_inventory_once_and_refuses_a_bad_one(tmp_path: Path) -> None:
-    from harness.pytest_plugin import _inventory
+    from harness.cli.pytest_plugin import _inventory
 
     assert _inventory(_Config(None)) is None  # type: ignore[arg-type]
     good = tmp_path / "inv.yaml"

@@ -1,4 +1,4 @@
-"""What ``harness.invocation`` tells a person about a run that did not pass."""
+"""What ``harness.reports.invocation`` tells a person about a run that did not pass."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from harness.checks import NamedResult
-from harness.invocation import first_failing_check, next_steps
-from harness.verdict import RunResult
+from harness.judge.verdict import RunResult
+from harness.reports.invocation import first_failing_check, next_steps
 
 
 def _run(tmp_path: Path, *checks: NamedResult, verdict: str = "fail") -> RunResult:

@@ -9,7 +9,7 @@ import pytest
 
 from harness import checks
 from harness.checks import RunFacts, evaluate
-from harness.timeline import History
+from harness.record.timeline import History
 
 ROLES = RunFacts(roles={"source-1": "source", "source-2": "source", "reader-1": "reader", "reader-2": "reader"})
 AGENTS: list[tuple[Any, ...]] = [

@@ -1,9 +1,9 @@
-"""The machine's load, recorded with every run (``harness.machine``) and shown beside failures."""
+"""The machine's load, recorded with every run (``harness.record.load``) and shown beside failures."""
 
 from __future__ import annotations
 
-from harness.machine import load_sample, load_text, oversubscribed, run_load
-from harness.timeline import History
+from harness.record.load import load_sample, load_text, oversubscribed, run_load
+from harness.record.timeline import History
 
 
 def test_a_sample_has_the_load_the_cpus_and_the_load_per_cpu() -> None:

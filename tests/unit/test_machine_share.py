@@ -1,4 +1,4 @@
-"""``harness.machine_share``: shared holders run together, an alone holder runs with none of
+"""``harness.machine.share``: shared holders run together, an alone holder runs with none of
 them, a waiting alone holder is not starved by shared ones arriving after it, a wait is bounded,
 and the pytest plugin says which items hold what."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import machine_share, runscope
-from harness.machine_share import ShareTimeout, held_by_ancestor, hold
+from harness.machine import runscope
+from harness.machine import share as machine_share
+from harness.machine.share import ShareTimeout, held_by_ancestor, hold
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +86,7 @@ def test_a_wait_is_bounded_and_names_what_it_waited_for() -> None:
 
 
 def test_the_plugin_says_who_holds_what() -> None:
-    from harness.pytest_plugin import ScenarioItem, _runs_alone
+    from harness.cli.pytest_plugin import ScenarioItem, _runs_alone
 
     class Item:
         def __init__(self, *markers: str) -> None:
@@ -108,7 +109,7 @@ def test_the_plugin_says_who_holds_what() -> None:
 
 
 def _ask_from_a_child() -> str:
-    code = "from harness.machine_share import held_by_ancestor; print(held_by_ancestor())"
+    code = "from harness.machine.share import held_by_ancestor; print(held_by_ancestor())"
     # through a shell, so the holder is a grandparent: the walk goes up more than one step
     return subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}"; true'], capture_output=True, text=True,
                           timeout=60, check=True).stdout.strip()
@@ -141,7 +142,7 @@ def test_a_hold_is_seen_from_a_descendant_and_from_nowhere_else(state: Path) -> 
 
 
 def test_the_plugin_takes_no_share_for_an_item_under_a_holder(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import pytest_plugin
+    from harness.cli import pytest_plugin
 
     class Item:
         nodeid = "t::x"

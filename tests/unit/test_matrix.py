@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.matrix.baseline import diff_matrices, lanes_beside, where, wilson
-from harness.matrix.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
 from harness.matrix.defects import defect_info, defect_status, version_matches
-from harness.matrix.envs import EnvResult, ensure_env, error_line
-from harness.matrix.html import render_matrix
 from harness.matrix.run import MatrixSpec, run_matrix
+from harness.record.baseline import diff_matrices, lanes_beside, where, wilson
+from harness.record.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
+from harness.reports.matrix_page import render_matrix
+from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 # ------------------------------------------------------------------ columns
 
@@ -92,7 +92,7 @@ def test_an_env_is_built_once_and_reused_until_its_inputs_change(tmp_path: Path)
     assert not any(" -e " in c for c in installs)  # not the project: runs put their checkout on PYTHONPATH
     assert first.repo == repo.resolve() and first.run_env() == {"PYTHONPATH": str(repo.resolve())}
     assert first.mxchaos() == [str(first.python), "-m", "harness.cli"]
-    assert pip.calls[-5][-2:] == ["harness.matrix.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
+    assert pip.calls[-5][-2:] == ["harness.subjects.nixl_loader", "1.5.1"]  # torch, if the release's loader needs it
     assert pip.calls[-4][-2:] == ["-c", "import nixl._api"]
     # then the checkout's native extension (the default server): a wheel built once, installed, imported
     assert "wheel" in pip.calls[-3] and pip.calls[-3][-1].endswith("mxref/native")
@@ -118,7 +118,7 @@ def _native_source(repo: Path, body: str = "fn main() {}") -> None:
 
 
 def test_the_native_extension_is_built_once_per_source_and_reinstalled_when_it_changes(tmp_path: Path) -> None:
-    from harness.matrix.native import find_wheel, installed_hash, source_hash
+    from harness.subjects.native import find_wheel, installed_hash, source_hash
 
     repo, root, pip = _repo(tmp_path), tmp_path / "cache", FakePip()
     _native_source(repo)
@@ -143,14 +143,14 @@ def test_an_env_without_the_native_extension_is_broken_and_says_why(tmp_path: Pa
     assert not env.ok and (env.error or "").startswith("native extension: building mxref_native failed")
     again = ensure_env("1.5.1", repo, root=root, run=FakePip())  # not remembered as failed: retried, and now in
     assert again.ok and again.cached
-    monkeypatch.setattr("harness.matrix.native.cargo_path", lambda: None)
+    monkeypatch.setattr("harness.subjects.native.cargo_path", lambda: None)
     _native_source(repo, "changed")
     env = ensure_env("1.5.1", repo, root=root, run=FakePip())
     assert not env.ok and "no cargo (Rust) to build mxref_native" in (env.error or "")
 
 
 def test_the_loader_step_installs_nothing_when_nixl_imports_without_torch(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.matrix import nixl_loader
+    from harness.subjects import nixl_loader
 
     assert nixl_loader.missing_module() is None  # this env's NIXL (1.5.x) needs no torch to load
     assert nixl_loader.main(["1.5.1"]) == 0
@@ -377,7 +377,7 @@ class FakeExecute:
             name = Path(path).stem
             runs = [write_run(out / name / f"run{i}", name, v, nixl=nixl, gbps=(1.0,))
                     for i, v in enumerate(self.verdicts[(ab, name)][:n])]
-            verdicts = [r["verdict"] for r in runs]  # the cells of harness.rates, as summary.json gives them
+            verdicts = [r["verdict"] for r in runs]  # the cells of harness.record.rates, as summary.json gives them
             cell = ("REPRODUCED" if "xfail" in verdicts else "NOT_REPRODUCED") if name == "reset" else "PASS"
             scenarios[name] = {"cell": cell, "rate": {"k": 0, "n": n},
                                "bound": None, "measured": None, "runs": runs}

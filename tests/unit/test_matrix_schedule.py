@@ -90,8 +90,8 @@ def test_the_repositorys_smoke_is_shared() -> None:
 def test_a_fault_that_needs_root_only_for_what_its_run_owns_is_shared(path: str) -> None:
     """Root is a privilege, not shared state: a FUSE mount over the run's own checkpoint folder
     and one process's time namespace touch nothing a neighbour uses."""
-    from harness.capabilities import scenario_requirements
     from harness.scenario import load_scenario
+    from harness.scenario.capabilities import scenario_requirements
 
     loaded = load_scenario(REPO / path)
     assert "root" in scenario_requirements(loaded)
@@ -178,8 +178,8 @@ def test_a_tool_failure_outranks_failed_runs_in_the_column_code(tmp_path: Path) 
 
 
 def test_a_matrix_column_runs_its_lanes_and_lone_scenarios_and_reads_them_as_one(tmp_path: Path) -> None:
-    from harness.matrix.cells import columns_for
     from harness.matrix.run import MatrixSpec, here_env, run_matrix
+    from harness.record.cells import columns_for
 
     calls: list[tuple[str, list[str]]] = []
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.matrix.cells import Column, columns_for
 from harness.matrix.run import MatrixSpec, run_matrix
 from harness.matrix.servers import prepare_servers, server_axis
+from harness.record.cells import Column, columns_for
+from harness.scenario.subjects import with_subjects
 from harness.subjects import mx_server
 from harness.subjects.mx_build import BUILD_SCRIPT, ensure_server, parse_server_versions
 
@@ -98,7 +99,7 @@ def test_the_selected_version_is_what_versions_json_names(tmp_path: Path, monkey
     monkeypatch.delenv("MXCHAOS_MX_SERVER_BIN", raising=False)
     monkeypatch.setenv("MXCHAOS_MX_SERVER_VERSION", "0.8.0")
     binary = _built(tmp_path, "0.8.0")
-    sc = mx_server.with_subjects(_scenario(), {"server": "modelexpress"})
+    sc = with_subjects(_scenario(), {"server": "modelexpress"})
     served = mx_server.server_versions(sc)["modelexpress"]
     assert served["version"] == "0.8.0" and served["binary"] == str(binary)
     assert served["reports"] == "modelexpress-server 0.8.0"  # the binary's own word, beside the asked version

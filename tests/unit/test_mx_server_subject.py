@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from harness import capabilities
 from harness.errors import ScenarioInvalid
-from harness.scenario import ServerProcess, parse_scenario
+from harness.scenario import ServerProcess, capabilities, parse_scenario
+from harness.scenario.subjects import with_subjects
 from harness.subjects import mx_server
 from harness.subjects.mx_serverd import LogTranslator, parse_line, server_env
 
@@ -46,14 +46,14 @@ def test_parse_subjects() -> None:
 
 
 def test_server_subject_brings_a_redis_store() -> None:
-    played = mx_server.with_subjects(scenario(), {"server": "modelexpress", "reader": "modelexpress"})
+    played = with_subjects(scenario(), {"server": "modelexpress", "reader": "modelexpress"})
     server = played.processes["server"]
     assert isinstance(server, ServerProcess)
     assert server.subject == "modelexpress" and server.store == "store"
     assert played.processes["store"].role == "redis"
     assert getattr(played.processes["reader-1"], "subject", None) == "modelexpress"
     assert getattr(played.processes["source-1"], "subject", None) is None and played.subject == "mxref"
-    unchanged = mx_server.with_subjects(scenario(), {"client": "modelexpress"})
+    unchanged = with_subjects(scenario(), {"client": "modelexpress"})
     assert unchanged.subject == "modelexpress" and "store" not in unchanged.processes
 
 
@@ -84,7 +84,7 @@ def fake_binary(tmp_path: Path) -> Path:
 
 
 def test_argv_and_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    played = mx_server.with_subjects(scenario(), {"server": "modelexpress"})
+    played = with_subjects(scenario(), {"server": "modelexpress"})
     server = played.processes["server"]
     assert isinstance(server, ServerProcess)
     needs = capabilities.scenario_requirements(played)
@@ -244,10 +244,10 @@ def test_stale_from_a_live_worker_is_its_own() -> None:
 def test_launch_runs_the_role_process_on_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``launch.process_argv``: a ModelExpress server runs ``mx_serverd`` with its store's URL, the
     host's address, and after a restart its previous port (as mxref's server keeps its address)."""
-    from harness import launch
+    from harness.engine import launch
 
     monkeypatch.setenv(mx_server.ENV_BINARY, str(fake_binary(tmp_path)))
-    played = mx_server.with_subjects(scenario(), {"server": "modelexpress"})
+    played = with_subjects(scenario(), {"server": "modelexpress"})
     where = launch.Placement(run_dir=tmp_path, events_path=tmp_path / "procs" / "server.events.jsonl",
                              log_path=tmp_path / "procs" / "server.log", host_address="10.0.0.2", in_netns=True,
                              incarnation=2, store_address="10.0.0.2:7777", last_grpc_port=5151)

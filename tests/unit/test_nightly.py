@@ -16,16 +16,16 @@ import pytest
 from fixtures.htmltree import by_class, parse_html, text_of
 
 from harness.cli import main
+from harness.judge.verdict import RunResult
 from harness.nightly.artifacts import cap_file, trim_run_folder
 from harness.nightly.binding import Bound, InventoryBinding, InventoryError, inventory_summary
 from harness.nightly.compare import compare_nights, count_changes
-from harness.nightly.html import render_night
-from harness.nightly.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
 from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, prune_nights, run_night
-from harness.rates import Cell, Rate, RunRecord, cell_of
+from harness.record.rates import Cell, Rate, RunRecord, cell_of
+from harness.record.timeline import History
+from harness.reports.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
+from harness.reports.night_page import render_night
 from harness.scenario import Scenario, load_scenario, parse_scenario
-from harness.timeline import History
-from harness.verdict import RunResult
 
 # ------------------------------------------------------------------ helpers
 

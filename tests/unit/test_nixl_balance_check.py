@@ -8,8 +8,8 @@ from typing import Any
 from harness import checks
 from harness.checks import RunFacts, evaluate
 from harness.checks.nixl import NixlBalanceParams
+from harness.record.timeline import History
 from harness.scenario import parse_scenario
-from harness.timeline import History
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "reader-1": "reader", "reader-mx": "reader"},
                  players={"reader-mx": "modelexpress"})

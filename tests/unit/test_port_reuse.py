@@ -10,9 +10,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from harness import procscan
+from harness.engine.processes import _held_by_other_runs
 from harness.hosts.base import LocalHost
-from harness.processes import _held_by_other_runs
+from harness.machine import procscan
 
 LISTEN = ("import socket, sys\n"
           "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"

@@ -1,4 +1,4 @@
-"""The repeat rule (``harness.rates``): cells from N verdicts, the Clopper-Pearson bound at
+"""The repeat rule (``harness.record.rates``): cells from N verdicts, the Clopper-Pearson bound at
 known k and n, the summary shape other tools read, and ``defect_rate`` in a scenario."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ScenarioInvalid
-from harness.rates import Rate, RunRecord, cell_of, parse_rate, runs_to_call_fixed, summary_json, upper_bound, write_summary
+from harness.record.rates import Rate, RunRecord, cell_of, parse_rate, runs_to_call_fixed, summary_json, upper_bound, write_summary
 from harness.scenario import parse_scenario
 
 

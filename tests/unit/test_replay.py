@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.replay import replay_text
-from harness.report import write_scenario_files
+from harness.commands.replay import replay_text
+from harness.record.timeline import History
+from harness.reports.report import write_scenario_files
 from harness.scenario import FaultStep, SleepStep, parse_scenario
-from harness.timeline import History
 
 SCENARIO = """\
 name: demo_replay

@@ -13,12 +13,12 @@ from typing import Any
 from fixtures.htmltree import by_class, parse_html, text_of
 
 from harness.checks import NamedResult
-from harness.htmlreport import render_html, timeline_svg
-from harness.htmlreport.lanes import attempts, host_hit, scrape_gaps, server_view
-from harness.htmlreport.palette import swatch
+from harness.judge.verdict import RunResult, verdict_of
+from harness.record.timeline import History
+from harness.reports.htmlreport import render_html, timeline_svg
+from harness.reports.htmlreport.lanes import attempts, host_hit, scrape_gaps, server_view
+from harness.reports.htmlreport.palette import swatch
 from harness.scenario import parse_scenario
-from harness.timeline import History
-from harness.verdict import RunResult, verdict_of
 
 SCENARIO = """\
 name: pages

@@ -1,4 +1,4 @@
-"""``harness.runscope`` without the kernel's help: which run ids can name a scope, which cgroup
+"""``harness.machine.runscope`` without the kernel's help: which run ids can name a scope, which cgroup
 hierarchies are seen in a mountinfo, which ledger of pids is trusted, and which processes its
 sessions and descendants make a run's (a fake /proc)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import runscope
-from harness.runscope import ProcStat
+from harness.machine import runscope
+from harness.machine.runscope import ProcStat
 
 
 @pytest.mark.parametrize("good", ["smoke-20261202T101010-abc123", "a", "x_y.z:1+2=3"])
@@ -128,7 +128,8 @@ def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_r
     """A child caught between fork and exec is in its run's cgroup before the ledger of pids names
     the harness: it names none. Plain ``mxchaos cleanup`` (dead runs only) must still see the run's
     live harness in its ledger entry and leave it alone (it used to kill a parallel run's server)."""
-    from harness import cleanup, ledger, procscan
+    from harness.commands import cleanup
+    from harness.machine import ledger, procscan
 
     monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
     rid = "live-20261202T181131-abc123"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.explore import is_template
-from harness.report import write_scenario_files
+from harness.reports.report import write_scenario_files
 from harness.scenario import load_scenario, parse_scenario_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import ScenarioInvalid
 from harness.scenario import parse_scenario
-from harness.subjects.mx_server import with_subjects
+from harness.scenario.subjects import with_subjects
 
 BASE = """\
 name: servers_key
@@ -61,7 +61,7 @@ def test_servers_are_validated(extra: str, server_subject: str, message: str) ->
 def test_grpc_impl_puts_every_mxref_server_on_it_and_leaves_modelexpress_alone(tmp_path: object) -> None:
     from pathlib import Path
 
-    from harness import launch
+    from harness.engine import launch
 
     two = parse_scenario(BASE.format(extra="", server_subject="").replace(
         "  source-1: {role: source}", "  mx: {role: server, subject: modelexpress, store: store}\n"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from harness.engine.runner import Runner
 from harness.errors import ScenarioInvalid
-from harness.matrix.cells import Column, columns_for
 from harness.matrix.run import MatrixSpec, run_matrix
-from harness.runner import Runner
+from harness.record.cells import Column, columns_for
 from harness.scenario import load_scenario, parse_scenario
 
 BASE = """\

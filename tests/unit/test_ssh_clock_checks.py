@@ -8,7 +8,7 @@ from typing import Any
 
 from harness import checks
 from harness.checks import RunFacts, evaluate
-from harness.timeline import History
+from harness.record.timeline import History
 
 ROLES = RunFacts(roles={"source-1": "source", "reader-1": "reader"})
 

@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from harness.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets
+from harness.engine.processes import ProcessTable, ProcState
+from harness.engine.waits import RunClock
 from harness.errors import FaultError
 from harness.hosts.base import ExecResult, Proc, read_slice
+from harness.hosts.clocks import HOST_CLOCKS, STAMP_SLACK_S, ClockOffsets
 from harness.hosts.inventory import parse_inventory
-from harness.hosts.ssh import SshHost, missing_on_ssh
-from harness.processes import ProcessTable, ProcState
+from harness.hosts.ssh import SshHost
+from harness.record.timeline import Timeline
 from harness.scenario import parse_scenario
-from harness.timeline import Timeline
-from harness.waits import RunClock
+from harness.scenario.capabilities import missing_on_ssh
 
 OFFSET = 259200.0  # 72 h
 REMOTE_LIB = "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1"  # another machine's library, not this one's

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine.nemesis import HostView
 from harness.faults import make_fault
 from harness.faults.netns import LinkDownSpec
 from harness.hosts.base import ExecResult, LocalHost
 from harness.hosts.inventory import parse_inventory
-from harness.hosts.ssh import SshHost, missing_on_ssh
-from harness.nemesis import HostView
+from harness.hosts.ssh import SshHost
 from harness.scenario import parse_scenario
+from harness.scenario.capabilities import missing_on_ssh
 
 INVENTORY = """\
 machines:
@@ -123,7 +124,7 @@ checks: [{nothing_leaked: {}}]
 
 
 def test_a_hosts_profile_sets_transport_and_accelerator_unless_the_process_names_its_own(tmp_path: Path) -> None:
-    from harness import launch
+    from harness.engine import launch
 
     sc = parse_scenario("""
 name: t

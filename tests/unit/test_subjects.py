@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import capabilities, launch
+from harness.engine import launch
 from harness.errors import ScenarioInvalid
-from harness.scenario import Scenario, parse_scenario
+from harness.scenario import Scenario, capabilities, parse_scenario
 from harness.subjects import ADAPTER_MODULE, REPO, subject_versions, subjects_of
 from harness.subjects.envs import SUBJECTS, subject_env_dir
 

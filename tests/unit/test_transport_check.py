@@ -1,4 +1,4 @@
-"""UCX's endpoint lines (harness.ucxlog) and the transport check that judges them: the READ
+"""UCX's endpoint lines (harness.record.ucxlog) and the transport check that judges them: the READ
 lanes (rma, else rma_am) of peer endpoints only, allow and forbid, unknown without a log."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness import checks, ucxlog
+from harness import checks
 from harness.checks import RunFacts, evaluate
 from harness.checks.transport import TransportParams
-from harness.timeline import History
+from harness.record import ucxlog
+from harness.record.timeline import History
 
 TCP = ("[1796266008.703930] [vm:5107 :2]      ucp_worker.c:1997 UCX  INFO    reader-1-666295aa intra-node cfg#1 "
        "rma_am(tcp/lo)  amo_am(tcp/lo)  am(tcp/lo cma/memory)  ka(tcp/lo)")

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-from harness.scenario.locate import did_you_mean
+from harness.locate import Loc, did_you_mean
 from harness.scenario.rules.context import Context
-from harness.scenario.steps import Loc
 from harness.spec import Ref
 
 __all__ = ["check_checks"]

@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.locate import Loc, did_you_mean
 from harness.scenario.document import Scenario
-from harness.scenario.locate import did_you_mean
-from harness.scenario.steps import Loc
 from mxref.events import COMMON_FIELDS, EVENTS
 
 __all__ = ["Context", "SemanticIssue"]

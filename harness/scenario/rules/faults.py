@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from harness import faults as fault_registry
 from harness.faults import FaultSpec
-from harness.scenario.locate import did_you_mean
+from harness.locate import Loc, did_you_mean
 from harness.scenario.rules.context import Context
-from harness.scenario.steps import FaultStep, HealStep, Loc, iter_steps
+from harness.scenario.steps import FaultStep, HealStep, iter_steps
 from harness.spec import SourceOf, Target
 
 __all__ = ["FaultRefs", "check_faults", "fault_refs"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.locate import Loc
 from harness.scenario.document import SUBJECT_NAMES
 from harness.scenario.models import (
     PLACEHOLDER_RE,
@@ -18,7 +19,6 @@ from harness.scenario.models import (
     SourceProcess,
 )
 from harness.scenario.rules.context import Context
-from harness.scenario.steps import Loc
 
 __all__ = ["check_processes", "unknown_placeholders"]
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from harness.locate import Loc
 from harness.scenario.models import Broken
 from harness.scenario.rules.context import Context
-from harness.scenario.steps import AwaitEvent, AwaitStep, FaultStep, Loc, MarkStep, ParallelStep, StartStep, iter_steps
+from harness.scenario.steps import AwaitEvent, AwaitStep, FaultStep, MarkStep, ParallelStep, StartStep, iter_steps
 
 __all__ = ["check_steps", "collect_names"]
 

@@ -359,7 +359,7 @@ def test_the_worker_id_attributes_is_refused(server: Server) -> None:
 
 
 def test_a_redis_store_keeps_the_identity_from_a_worker_named_attributes(tmp_path: Path) -> None:
-    from harness.redisd import RedisServer, redis_available
+    from harness.subjects.redisd import RedisServer, redis_available
     from mxref.metadata.records import UpdateRejected
     from mxref.metadata.redis_store import RedisStore
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from harness import checks
 from harness.checks import RunFacts, evaluate
-from harness.timeline import History
+from harness.record.timeline import History
 from mxref.audit import AuditedAgent, NixlAudit
 from mxref.errors import TransferStalled
 from mxref.events import EventLog

@@ -1,0 +1,1 @@
+"""Judging a run: the verdict, the integrity oracle (content), environment-broken cells."""

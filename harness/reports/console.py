@@ -1,0 +1,235 @@
+"""Terminal output: live progress while a run goes, a verdict table at the end (and, for
+``mxchaos run --repeat N``, the rate table: one cell per scenario, ``harness.record.rates``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from harness.judge.verdict import RunResult
+from harness.record.fault_windows import FaultEntry
+from harness.record.timeline import Entry
+
+if TYPE_CHECKING:
+    from harness.record.rates import Cell
+
+__all__ = ["Progress", "interrupt_line", "rate_table", "tell", "verdict_table"]
+
+_CELL_PAINT = {
+    "PASS": "32",
+    "FLAKY": "1;31",
+    "FAIL": "31",
+    "UNKNOWN": "33",
+    "HANG": "35",
+    "ERROR": "31",
+    "SKIP": "2",
+    "REPRODUCED": "33",
+    "FIXED?": "1;36",
+    "NOT_REPRODUCED": "36",
+}
+
+_PROCESS_EVENTS = {
+    "status_change": ("status",),
+    "load_done": ("path", "source", "seconds", "integrity"),
+    "fallback": ("reason",),
+    "transfer_timeout": ("index", "seconds"),
+    "transfer_error": ("index", "error"),
+    "load_failed": ("error",),
+    "attempt_outcome": ("index", "outcome"),
+}
+
+
+def tell(line: str) -> None:
+    """One line for the person at the terminal, at once (stderr, flushed; never raises: it is
+    called from signal handlers)."""
+    try:
+        sys.stderr.write(f"mxchaos: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def interrupt_line(signum: int, faults: Sequence[str], procs: Sequence[str]) -> str:
+    """What an interrupt of a run will heal and stop, in one line."""
+    heal = f"healing {len(faults)} fault(s) ({', '.join(faults)})" if faults else "no fault to heal"
+    stop = f"stopping {len(procs)} process(es) ({', '.join(procs)})" if procs else "no process to stop"
+    again = "; Ctrl-C again to kill them without their grace" if signum == signal.SIGINT and procs else ""
+    return f"interrupted ({signal.Signals(signum).name}): {heal}, {stop}{again}"
+
+
+def _use_color(stream: TextIO) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+class Progress:
+    """An observer for ``Runner(observers=[...])``: one line per interesting entry."""
+
+    def __init__(self, stream: TextIO | None = None, scenario: str = "") -> None:
+        self.stream = stream or sys.stdout
+        self.scenario = scenario
+        self.color = _use_color(self.stream)
+        self._lock = threading.Lock()
+
+    def _paint(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def __call__(self, e: Entry) -> None:
+        line = self._line(e)
+        if line is None:
+            return
+        with self._lock:
+            self.stream.write(f"{self._paint(f'{e.t:8.3f}s', '2')} {line}\n")
+            self.stream.flush()
+
+    def _line(self, e: Entry) -> str | None:
+        if e.actor == "harness":
+            if e.f == "step" and e.type == "invoke":
+                return f"step {e.get('step')}: {e.get('text')}"
+            if e.f == "step" and e.type == "fail":
+                return self._paint(f"step {e.get('step')} FAILED: {e.get('error')}", "31")
+            if e.f in ("hang", "await_timeout"):
+                return self._paint(f"{e.f.upper()}: {e.get('reason') or e.get('error')}", "35")
+            if e.f == "prepare" and e.type != "invoke":
+                return f"prepare checkpoint: {e.type} ({e.get('seconds')}s)"
+            if e.f == "toxiproxy" and e.type != "invoke":
+                if e.type == "ok":
+                    return f"toxiproxy: started (pid {e.get('pid')}, api {e.get('api')})"
+                return self._paint(f"toxiproxy: FAILED: {e.get('error')}", "31")
+            if e.f == "proxy" and e.type != "invoke":
+                if e.type == "ok":
+                    return f"proxy {e.get('proxy')}: {e.get('listen')} -> {e.get('upstream')}"
+                return self._paint(f"proxy {e.get('proxy')}: FAILED: {e.get('error')}", "31")
+            if e.f == "toxiproxy_exit":
+                return self._paint(f"toxiproxy: exited (rc {e.get('rc')}) before teardown; its proxies are gone", "31")
+            if e.f == "leak_scan" and (e.get("processes") or e.get("ports")):
+                return self._paint(f"leaked: {len(e.get('processes'))} process(es), ports {e.get('ports')}", "31")
+            return None
+        fault = FaultEntry.of(e)
+        if fault is not None and fault.type != "invoke":
+            what = "injected" if fault.action == "inject" else "healed"
+            text = fault.describe()
+            if fault.type == "ok":
+                return self._paint(f"{text} {what}", "33")
+            if fault.skipped:  # its target was gone and its if_gone is skip
+                return self._paint(f"{text} skipped: {fault.skipped}", "33")
+            return self._paint(f"{text} {fault.action} {fault.type.upper()}: {fault.error or ''}", "31" if fault.type == "fail" else "33")
+        if e.f == "start" and e.type == "ok":
+            return f"{e.actor}: started (pid {e.get('pid')}, #{e.get('incarnation')})"
+        if e.f == "process_exit":  # one the harness stopped gets its "stopped" line next
+            if e.get("stopped_by_harness"):
+                return None
+            how = f"signal {e.get('signal')}" if e.get("signal") else f"rc {e.get('rc')}"
+            return f"{e.actor}: exited ({how})"
+        if e.f == "stop" and e.type == "ok":
+            esc = ", escalated to KILL" if e.get("escalated") else ""
+            return f"{e.actor}: stopped (rc {e.get('rc')}{esc})"
+        if e.f in _PROCESS_EVENTS:
+            fields = " ".join(f"{k}={e.get(k)}" for k in _PROCESS_EVENTS[e.f] if e.get(k) is not None)
+            return f"{e.actor}: {e.f} {fields}"
+        return None
+
+
+def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *, quiet: bool = False) -> None:
+    """Each run's checks, then a row per run and the tally; ``quiet``: the runs that passed get
+    neither (every other verdict, skip and xfail too, still does), the tally counts all."""
+    out = stream or sys.stdout
+    if not results:
+        return
+    shown = [r for r in results if not quiet or r.verdict != "pass"]
+    color = _use_color(out)
+    paint = {
+        "pass": "32",
+        "fail": "31",
+        "unknown": "33",
+        "hang": "35",
+        "error": "31",
+        "xfail": "33",
+        "xpass": "1;36",
+        "skip": "2",
+    }
+
+    def p(text: str, key: str) -> str:
+        return f"\033[{paint.get(key, '0')}m{text}\033[0m" if color else text
+
+    for result in shown:
+        out.write(f"\n{result.scenario.name}  (seed {result.seed}, {result.seconds:.1f}s)  {result.run_dir}\n")
+        if result.verdict == "skip":
+            out.write(f"  {p('SKIP', 'skip')}: {result.reason}\n")
+            continue
+        if result.status != "completed":
+            out.write(f"  {result.status}: {result.reason}\n")
+        if result.known_defect:
+            word = {"xfail": "reproduced", "xpass": "NOT reproduced"}.get(result.verdict, "")
+            out.write(f"  known defect{f' ({word})' if word else ''}: {result.known_defect}\n")
+        width = max([len(c.name) for c in result.checks] + [5])
+        cut = result.status == "interrupted"  # a check it did not pass: the run ended before it was judged whole
+        for c in result.checks:
+            key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
+            word = "NOT JUDGED" if cut and c.valid is not True else key.upper()
+            out.write(f"  {p(f'{word:7}', 'skip' if word == 'NOT JUDGED' else key)} {c.name:{width}}  {c.summary}\n")
+    out.write("\n")
+    name_w = max([len(r.scenario.name) for r in shown] + [8])
+    if shown:
+        out.write(f"{'scenario':{name_w}}  verdict  checks (pass/fail/unknown)\n")
+    for r in shown:
+        n_pass = sum(1 for c in r.checks if c.valid is True)
+        n_fail = sum(1 for c in r.checks if c.valid is False)
+        n_unk = len(r.checks) - n_pass - n_fail
+        note = {"xfail": "  known defect reproduced (expected)", "xpass": "  known defect did NOT reproduce"}.get(r.verdict, "")
+        if r.verdict == "skip":
+            note = f"  {r.reason}"
+        out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}{note}\n")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    tally = ", ".join(p(f"{n} {verdict.upper()}", verdict) for verdict, n in counts.items())
+    total = sum(r.seconds for r in results)
+    out.write(f"\n{len(results)} scenario{'s' if len(results) != 1 else ''}: {tally} in {total:.1f}s\n")
+    xpassed = [r for r in results if r.verdict == "xpass"]
+    if xpassed:
+        out.write("\n")
+        for r in xpassed:
+            out.write(
+                p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce in this run.", "xpass")
+                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `mxchaos run --repeat N` calls it FIXED? only when its "
+                f"confidence bound falls below the measured rate; then remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
+            )
+    out.flush()
+
+
+def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None) -> None:
+    """One row per scenario: its cell, rate k/n, the bound and measured rate of a known defect,
+    and under a cell that fails the run (or a defect's cell) the runs that went wrong."""
+    out = stream or sys.stdout
+    if not cells:
+        return
+    color = _use_color(out)
+
+    def p(text: str, key: str) -> str:
+        return f"\033[{_CELL_PAINT.get(key, '0')}m{text}\033[0m" if color else text
+
+    name_w = max([len(c.scenario) for c in cells] + [8])
+    cell_w = max(len(c) for c in _CELL_PAINT)
+    out.write(f"\n{'scenario':{name_w}}  {'cell':{cell_w}}  rate    (--repeat {repeat}; bound: one-sided 95% Clopper-Pearson)\n")
+    for c in cells:
+        what = "passed" if not c.known_defect else "defect showed"
+        extra = f"  bound {c.bound:.3f}" if c.bound is not None else ""
+        extra += f", measured {c.measured} ({c.measured.value:.3f})" if c.measured is not None else ""
+        out.write(f"{c.scenario:{name_w}}  {p(f'{c.name:{cell_w}}', c.name)}  {c.rate!s:6}  {what}{extra}\n")
+        if c.name not in ("PASS", "REPRODUCED", "SKIP"):
+            out.write(f"{'':{name_w}}  {c.note}\n")
+        if c.fails_run:
+            for r in c.failing_runs:
+                out.write(f"{'':{name_w}}    {r.verdict.upper():7} seed {r.seed}  {r.run_dir}\n")
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.name] = counts.get(c.name, 0) + 1
+    tally = ", ".join(p(f"{n} {name}", name) for name, n in counts.items())
+    failing = sum(1 for c in cells if c.fails_run)
+    verdict = f"{failing} fail the run" if failing else "none fails the run"
+    out.write(f"\n{len(cells)} scenario{'s' if len(cells) != 1 else ''} x {repeat}: {tally}; {verdict}\n")
+    out.flush()

@@ -1,0 +1,289 @@
+"""The whole HTML page of one run (``render_html``) and its tables.
+
+Top to bottom: the verdict badge and why; the checks, failed first; the timeline and its
+legend; the metric charts; then run facts, steps, faults, processes, stacks, files and
+every event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.checks import NamedResult
+from harness.judge.verdict import RunResult
+from harness.record.load import oversubscribed, run_load
+from harness.record.timeline import Entry, FaultWindow, History
+from harness.reports.htmlreport.charts import metric_charts
+from harness.reports.htmlreport.palette import glyph_badge, swatch
+from harness.reports.htmlreport.style import (
+    _CELL_COLORS,
+    _CSS,
+    _GREY,
+    _RED,
+    _VERDICT_COLORS,
+    _by_severity,
+    _e,
+    _valid_text,
+)
+from harness.reports.htmlreport.timeline import legend_html, timeline_svg
+
+
+def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str:
+    rows = []
+    for check in _by_severity(checks):
+        word = _valid_text(check.valid, interrupted)
+        look = swatch(word)
+        cls = {"pass": "pass", "fail": "fail", "neutral": "neutral"}.get(look.kind, "unknown")
+        details = ""
+        if check.valid is not True and check.details:
+            details = (
+                "<details><summary>details</summary><pre>"
+                + _e(json.dumps(dict(check.details), default=str, indent=1)[:4000])
+                + "</pre></details>"
+            )
+        rows.append(
+            f"<tr class='{cls}'><td>{check.index + 1}</td><td>{_e(check.name)}</td>"
+            f"<td class='word' style='color:{look.strong}'><span aria-hidden='true'>{look.glyph}</span> {word}</td>"
+            f"<td>{_e(check.summary)}{details}</td></tr>"
+        )
+    return "".join(rows)
+
+
+def _why(result: RunResult) -> str:
+    """Right under the badge: what went wrong, so no one has to scroll for it (a red box; amber
+    for a known defect that reproduced, grey for a skip or an interrupted run)."""
+    interrupted = result.status == "interrupted"
+    bad = [c for c in _by_severity(result.checks) if c.valid is not True]
+    items = []
+    if result.reason:
+        items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
+    for c in bad:
+        items.append(f"<li><b>{_valid_text(c.valid, interrupted)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
+    if not items:
+        return ""
+    kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")
+    if oversubscribed(result.history):  # a timing bound may have failed for the machine, not the subject
+        items.append(f"<li><b>machine load</b>: {_e(run_load(result.history))}: more runnable tasks than CPUs; "
+                     "a timing check may have failed for that. <code>mxchaos run --repeat 5</code> tells.</li>")
+    head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
+    if interrupted:
+        head = f"the run was interrupted: {len(bad)} of {len(result.checks)} checks not judged (the run ended before them)"
+    elif result.verdict == "skip":
+        head = "skipped: nothing ran"
+    elif result.verdict == "xfail":
+        head = f"the known defect reproduced: {len(bad)} of {len(result.checks)} checks did not pass, as expected"
+    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+
+
+def _next(result: RunResult) -> str:
+    """What to do next about a run that did not pass (the commands the terminal printed too)."""
+    from harness.reports.invocation import next_steps
+
+    steps = next_steps(result)
+    if not steps:
+        return ""
+    return "<div class='next'><b>What next</b><pre>" + _e("\n".join(steps)) + "</pre></div>"
+
+
+def _ssh_hosts(result: RunResult) -> str:
+    """The ssh hosts of the run: machine, data address and device, and each clock's probed offset
+    and error bound (remote event times are mapped onto the harness clock with that offset)."""
+    entry = result.history.last(actor="harness", f="ssh_clocks") or result.history.last(actor="harness", f="ssh_hosts")
+    hosts = dict(entry.get("hosts") or {}) if entry is not None else {}
+    if not hosts:
+        return ""
+    rows = []
+    for name, host in hosts.items():
+        clock = host.get("clock") or {}
+        shown = []
+        for when in ("start", "end"):
+            probe = clock.get(when)
+            if probe:
+                shown.append(f"{when}: offset {float(probe['offset_s']) * 1000:+.3f} ms ± {float(probe['error_s']) * 1000:.3f} ms")
+        lost = f" <b>lost: {_e(str(host['lost']))}</b>" if host.get("lost") else ""
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(str(host.get('machine')))} ({_e(str(host.get('ssh')))})</td>"
+                    f"<td>{_e(str(host.get('address')))} {_e(str(host.get('device') or ''))}</td>"
+                    f"<td>{_e('; '.join(shown))}{lost}</td></tr>")
+    return ("<h2>ssh hosts</h2><table><tr><th>host</th><th>machine</th><th>data</th><th>clock vs harness</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _repeat(result: RunResult, repeat: dict[str, Any] | None) -> str:
+    """A run of ``mxchaos run --repeat N``: its place among the N, the scenario's cell and rate
+    (the verdict that counts), and links to the other runs."""
+    if not repeat:
+        return ""
+    cell = str(repeat.get("cell") or "?")
+    rate = repeat.get("rate") or {}
+    color = _CELL_COLORS.get(cell, _GREY)
+    links = []
+    here = Path(result.run_dir).resolve()
+    for i, run in enumerate(repeat.get("runs") or [], 1):
+        there = Path(str(run.get("run_dir") or ""))
+        text = f"{i}: {str(run.get('verdict') or '?').upper()}"
+        if there.resolve() == here:
+            links.append(f"<b>{_e(text)} (this run)</b>")
+        else:
+            href = os.path.relpath(there / "report.html", here)
+            links.append(f"<a href='{_e(href)}'>{_e(text)}</a>")
+    rate_text = f"{rate.get('k')}/{rate.get('n')}" if rate else "?"
+    counted = "runs with the defect" if repeat.get("bound") is not None else "runs passed"
+    bound = f", 95% upper bound {float(repeat['bound']):.3f}" if repeat.get("bound") is not None else ""
+    measured = repeat.get("measured")
+    measured_text = f", measured {measured['k']}/{measured['n']}" if measured else ""
+    note = f"<br>{_e(repeat['note'])}" if repeat.get("note") else ""
+    return (f"<p class='repeat' style='border-left:4px solid {color};padding-left:8px'>"
+            f"Run {_e(repeat.get('index'))} of {_e(repeat.get('of'))} of this scenario "
+            f"(<code>--repeat {_e(repeat.get('of'))}</code>). The scenario's verdict is its cell: "
+            f"<span class='badge' style='background:{color}'>{_e(cell)}</span> {_e(rate_text)} {counted}"
+            f"{_e(bound)}{_e(measured_text)}.{note}<br>Runs: {' · '.join(links)}</p>")
+
+
+def render_html(result: RunResult, versions: dict[str, Any] | None = None,
+                repeat: dict[str, Any] | None = None) -> str:
+    """The whole page of one run, self-contained."""
+    h = result.history
+    sc = result.scenario
+    versions = versions or {}
+    color = _VERDICT_COLORS.get(result.verdict, _GREY)
+    processes = list(sc.processes)
+    passed = sum(1 for c in result.checks if c.valid is True)
+    crashed = f" <span class='badge' style='background:{_RED}'>CRASHED</span>" if result.status == "crashed" else ""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{_e(sc.name)} {glyph_badge(result.verdict)}{crashed}</h1>",
+        f"<p>{_e(sc.description)}</p>" if sc.description else "",
+    ]
+    if result.known_defect:
+        note = {
+            "xfail": "The known defect reproduced; the failures below are expected.",
+            "xpass": "<b>Every check passed: the known defect did not reproduce in this run. One run cannot call it "
+            "fixed: <code>mxchaos run --repeat N</code> does, once its confidence bound falls below the measured rate.</b>",
+        }.get(result.verdict, "")
+        parts.append(
+            f"<p style='border-left:4px solid {color};padding-left:8px'><b>Known defect</b>: "
+            f"{_e(result.known_defect)}<br>{note}</p>"
+        )
+    parts.append(_repeat(result, repeat))
+    parts.append(_why(result))
+    parts.append(_next(result))
+    parts.append(_ssh_hosts(result))
+    parts.append(f"<h2>Checks <small>({passed}/{len(result.checks)} passed)</small></h2>")
+    if result.checks:
+        parts.append("<table class='checks'><tr><th>#</th><th>check</th><th>verdict</th><th>summary</th></tr>")
+        parts.append(_check_rows(result.checks, result.status == "interrupted") + "</table>")
+    else:
+        parts.append("<p class='note'>No check was judged.</p>")
+    facts = [
+        ("run id", result.run_id),
+        ("seed", result.seed),
+        ("started", result.started_at),
+        ("duration", f"{result.seconds:.3f}s"),
+        ("references", ", ".join(sc.references) or "-"),
+        ("transport", sc.transport or ("auto: ucx-tcp-any (netns hosts)" if sc.netns_hosts() else "auto: ucx-tcp")),
+        ("NIXL", versions.get("nixl")),
+        ("UCX", versions.get("ucx")),
+        ("torch", versions.get("torch")),
+        ("Python", versions.get("python")),
+        ("host", (versions.get("host") or {}).get("hostname")),
+        ("machine load", run_load(h) or "-"),
+    ]
+    parts.append("<h2>Timeline <small>(time in seconds since the run started)</small></h2>")
+    host_of = {p: sc.host_of(p) for p in processes}
+    parts.append("<div class='fig'>" + timeline_svg(h, processes, result.checks, host_of, result.status == "interrupted")
+                 + "</div>")
+    parts.append(legend_html())
+    parts.append(metric_charts(h, processes))
+    parts.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")
+    parts.append(_steps_table(h))
+    parts.append(_faults_table(h))
+    parts.append(_processes_table(h, sc.roles()))
+    if result.stacks:
+        parts.append("<h2>Stacks</h2><ul>")
+        for name, path in result.stacks.items():
+            parts.append(f"<li><a href='{_e(path)}'>{_e(name)}</a></li>")
+        parts.append("</ul>")
+    parts.append("<h2>Files</h2><ul>")
+    for name in ("scenario.yaml", "timeline.jsonl", "metrics.jsonl", "verdict.json", "junit.xml", "versions.json"):
+        parts.append(f"<li><a href='{name}'>{name}</a></li>")
+    parts.append("</ul>")
+    parts.append("<details><summary>All events (without scrapes)</summary><table>")
+    parts.append("<tr><th>t</th><th>actor</th><th>type</th><th>f</th><th>value</th></tr>")
+    for entry in h:
+        if entry.f == "scrape":
+            continue
+        value = json.dumps({k: v for k, v in entry.value.items() if k != "argv"}, default=str)
+        parts.append(
+            f"<tr><td>{entry.t:.3f}</td><td>{_e(entry.actor)}</td><td>{_e(entry.type)}</td>"
+            f"<td>{_e(entry.f)}</td><td><code>{_e(value[:400])}</code></td></tr>"
+        )
+    parts.append("</table></details></body></html>")
+    return "".join(parts)
+
+
+def _table(title: str, head: Sequence[str], rows: Iterable[str]) -> str:
+    return f"<h2>{_e(title)}</h2><table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def _steps_table(h: History) -> str:
+    rows = []
+    opened: dict[str, Entry] = {}
+    for entry in h.select(actor="harness", f="step"):
+        sid = str(entry.get("step"))
+        if entry.type == "invoke":
+            opened[sid] = entry
+            continue
+        start = opened.pop(sid, None)
+        took = f"{entry.t - start.t:.3f}s" if start else "?"
+        outcome = entry.type + (" (indeterminate)" if entry.get("indeterminate") else "")
+        rows.append(
+            f"<tr><td>{_e(sid)}</td><td>{_e(entry.get('text'))}</td><td>{start.t if start else 0:.3f}</td>"
+            f"<td>{took}</td><td>{_e(outcome)}</td><td>{_e(entry.get('error', ''))}</td></tr>"
+        )
+    for sid, start in opened.items():
+        rows.append(f"<tr><td>{_e(sid)}</td><td>{_e(start.get('text'))}</td><td>{start.t:.3f}</td><td>-</td><td>not finished</td><td></td></tr>")
+    return _table("Steps", ("step", "action", "t (s)", "took", "outcome", "error"), rows)
+
+
+def _faults_table(h: History) -> str:
+    windows = h.fault_windows()
+    if not windows:
+        return ""
+    rows = (
+        f"<tr><td>{_e(w.name)}</td><td>{_e(w.kind)}</td><td>{_e(w.target or '')}</td><td>{w.start:.3f}</td>"
+        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{_e(_fault_outcome(w))}</td></tr>"
+        for w in windows
+    )
+    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "outcome"), rows)
+
+
+def _fault_outcome(w: FaultWindow) -> str:
+    """``healed (by teardown)``, ``failed: why``...: a fault window's outcome as a cell."""
+    text = w.outcome + (" (indeterminate)" if w.indeterminate else "")
+    if w.outcome == "healed" and w.heal_reason == "teardown":
+        text += " (by teardown)"
+    elif w.outcome == "active":
+        text += " at the end of the run"
+    return text + (f": {w.error}" if w.error else "")
+
+
+def _processes_table(h: History, roles: dict[str, str]) -> str:
+    rows = []
+    for name, role in roles.items():
+        incs = h.incarnations(name)
+        desc = "; ".join(
+            f"#{i.incarnation} pid {i.pid}: {i.start:.3f}-{'?' if i.end is None else f'{i.end:.3f}'}s rc {i.rc}"
+            + (" (stopped)" if i.stopped_by_harness else "")
+            for i in incs
+        )
+        links = f"<a href='procs/{_e(name)}.log'>log</a>"
+        if role != "command":
+            links += f" <a href='procs/{_e(name)}.events.jsonl'>events</a>"
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(role)}</td><td>{_e(desc or 'never started')}</td><td>{links}</td></tr>")
+    return _table("Processes", ("process", "role", "incarnations", "files"), rows)

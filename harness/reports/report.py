@@ -1,0 +1,440 @@
+"""Reports: everything a run leaves in its folder, written even when the run went wrong.
+
+``runs/<scenario>/<stamp>-<id>/``::
+
+    scenario.yaml       the file as given          scenario.json  the validated model
+    run.json            id, harness pid, t0        versions.json  NIXL, UCX, torch, Python, host
+    timeline.jsonl      every entry (History)      metrics.jsonl  the scrapes only (t, process, samples)
+    verdict.json        verdict, reason, checks    junit.xml      one testcase per check (+ the run)
+    report.html         timeline picture + tables  procs/<name>.log, procs/<name>.events.jsonl
+    stacks/             py-spy dumps (hang, await timeouts)
+
+and ``runs/<scenario>/latest`` -> the newest run folder. What a crash must not lose is
+there from the start: ``run.json``, ``scenario.yaml`` and ``scenario.json``
+(``write_scenario_files``) are written when the folder is made, and ``timeline.jsonl`` grows
+line by line as the run goes (``Timeline.open_sink``); ``write_run_folder`` keeps that file
+when it holds the whole history (else it rewrites it atomically). ``load_run`` reads a folder
+back (``mxchaos check`` re-judges it with the current checks; ``write_verdict_files`` rewrites
+only verdict.json, junit.xml and report.html); a folder whose harness died (no ``outcome``
+entry, no verdict.json: SIGKILL, OOM) is judged on what it recorded up to then, with status
+``crashed``. The page itself is ``harness.reports.htmlreport`` (``render_html`` and ``timeline_svg``
+are importable from here too).
+
+Repeated runs (``mxchaos run --repeat N``, ``harness.record.rates``): each run keeps its own folder;
+once the scenario's N runs are judged, ``annotate_repeat`` adds to each run's verdict.json
+``repeat: {index, of, cell, rate: {k, n}, bound, measured}`` (index 1-based; a re-judge by
+``mxchaos check --write`` keeps it), and ``write_junit_cells`` writes one JUnit testcase per
+scenario with its cell (the failing runs in the message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import HarnessError
+from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
+from harness.machine import procscan
+from harness.record.timeline import History
+from harness.record.versions import collect_versions, git_commit
+from harness.reports.htmlreport import render_html, timeline_svg
+from harness.scenario import Scenario, parse_scenario_json
+from harness.subjects import subject_versions
+from harness.subjects.mx_server import server_versions
+
+if TYPE_CHECKING:
+    from harness.record.rates import Cell
+
+__all__ = [
+    "RunFolderError",
+    "annotate_repeat",
+    "judge_runs",
+    "collect_versions",
+    "junit_cells_xml",
+    "junit_xml",
+    "load_run",
+    "render_html",
+    "rewrite_verdict",
+    "saved_verdict",
+    "timeline_svg",
+    "write_junit",
+    "write_junit_cells",
+    "write_run_folder",
+    "write_scenario_files",
+    "write_verdict_files",
+]
+
+
+# ------------------------------------------------------------------------ folder
+
+
+def write_scenario_files(run_dir: Path, scenario: Scenario) -> None:
+    """``scenario.yaml`` (the file as given) and ``scenario.json`` (the validated model, what
+    ``mxchaos check`` re-judges with); the runner writes them when the run folder is made."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(scenario.text or "")
+    (run_dir / "scenario.json").write_text(json.dumps(scenario.model_dump(mode="json", by_alias=True), indent=2))
+
+
+def _holds_entries(path: Path, count: int) -> bool:
+    """Whether ``path`` is a whole timeline file of ``count`` lines (the runner's live file
+    when nothing was lost on the way), counted without parsing it."""
+    try:
+        with open(path, "rb") as src:
+            lines = 0
+            last = b"\n"
+            while chunk := src.read(1 << 20):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return False
+    return lines == count and last == b"\n"
+
+
+def write_run_folder(result: RunResult) -> Path:
+    """Write every report file into ``result.run_dir``; returns the folder. The timeline the
+    run wrote as it went is kept when it holds every entry of ``result.history``; otherwise
+    (no live file, a write failed, entries after its sink closed) it is rewritten atomically."""
+    run_dir = result.run_dir
+    write_scenario_files(run_dir, result.scenario)
+    versions = {**collect_versions(), "subjects": subject_versions(result.scenario),
+                "servers": server_versions(result.scenario)}
+    (run_dir / "versions.json").write_text(json.dumps(versions, indent=2))
+    timeline_file = run_dir / "timeline.jsonl"
+    if not _holds_entries(timeline_file, len(result.history)):
+        result.history.to_jsonl(timeline_file)
+    with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as out:
+        for entry in result.history:
+            if entry.f == "scrape":
+                row = {"t": round(entry.t, 6), "process": entry.actor, **entry.value}
+                out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    write_verdict_files(result, versions)
+    _link_latest(run_dir)
+    return run_dir
+
+
+def write_verdict_files(result: RunResult, versions: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+    """verdict.json (plus ``extra`` keys), junit.xml and report.html of ``result.run_dir``."""
+    run_dir = result.run_dir
+    verdict = result_to_json(result)
+    verdict["versions"] = versions
+    verdict.update(extra or {})
+    (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
+    write_junit(run_dir / "junit.xml", [result])
+    (run_dir / "report.html").write_text(render_html(result, versions, repeat=verdict.get("repeat")))
+
+
+class RunFolderError(HarnessError):
+    """A run folder cannot be read back (missing or unreadable files)."""
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RunFolderError(f"{path}: cannot read it: {exc}") from None
+    return data if isinstance(data, dict) else None
+
+
+def _run_folder(path: Path) -> Path:
+    """``path`` itself, or its ``latest`` run when given a scenario's folder of runs."""
+    if not (path / "timeline.jsonl").is_file() and (path / "latest" / "timeline.jsonl").is_file():
+        return (path / "latest").resolve()
+    return path.resolve()
+
+
+def _crash_reason(run_dir: Path, history: History) -> str:
+    """What a folder without an outcome says about its end: the harness died, and when."""
+    timeline_file = run_dir / "timeline.jsonl"
+    parts = ["the harness died before the run ended (its timeline has no outcome entry)"]
+    last = history[-1] if len(history) else None
+    when = ""
+    with contextlib.suppress(OSError):
+        mtime = dt.datetime.fromtimestamp(timeline_file.stat().st_mtime, dt.UTC)
+        when = f", written at {mtime.isoformat(timespec='milliseconds')}"
+    if last is not None:
+        parts.append(f"its last entry is at {last.t:.3f}s ({last.actor} {last.type} {last.f}){when}")
+    else:
+        parts.append(f"it recorded no entry{when}")
+    if history.torn_lines:
+        parts.append(f"a torn last line of timeline.jsonl was dropped ({history.torn_lines})")
+    with contextlib.suppress(OSError):
+        marker = (run_dir / "CRASHED").read_text(encoding="utf-8").strip().splitlines()
+        if marker:
+            parts.append(f"mxchaos cleanup: {marker[0]}")
+    return "; ".join(parts)
+
+
+def _refuse_live(run_dir: Path, info: dict[str, Any]) -> None:
+    """A folder without an outcome whose harness is still running is a run in progress, not a crash."""
+    pid, start = info.get("harness_pid"), info.get("harness_start")
+    if isinstance(pid, int) and procscan.harness_alive(pid, start if isinstance(start, int) else None):
+        raise RunFolderError(f"{run_dir}: this run is still going (its harness, pid {pid}, is alive); check it when it ends")
+
+
+def load_run(path: str | Path) -> RunResult:
+    """Re-judge a saved run: the scenario from ``scenario.json`` (validated by the current
+    harness), the ``timeline.jsonl``, the checks run again, the verdict merged again. How the
+    run went (completed, a step failed, hang ...) is the timeline's ``outcome`` entry (runs
+    recorded before it existed: ``verdict.json``); with neither, the harness died mid-run:
+    status ``crashed`` (verdict ``error``), judged on what the timeline holds (a torn last
+    line dropped). Raises ``ScenarioInvalid`` when the saved scenario is not valid any more,
+    ``RunFolderError`` when a file is missing or its harness is still running."""
+    run_dir = _run_folder(Path(path))
+    for name in ("scenario.json", "timeline.jsonl"):
+        if not (run_dir / name).is_file():
+            raise RunFolderError(f"{run_dir}: no {name} (is this a run folder? it is written when a run starts)")
+    scenario_file = run_dir / "scenario.json"
+    scenario = parse_scenario_json(scenario_file.read_text(encoding="utf-8"), scenario_file)
+    with contextlib.suppress(OSError):
+        scenario._text = (run_dir / "scenario.yaml").read_text(encoding="utf-8")
+    try:
+        history = History.from_jsonl(run_dir / "timeline.jsonl")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunFolderError(f"{run_dir / 'timeline.jsonl'}: cannot read it: {exc}") from None
+    saved = _read_json(run_dir / "verdict.json") or {}
+    info = _read_json(run_dir / "run.json") or {}
+    # the file the run came from (where a user would edit it), not the copy in the folder
+    scenario._path = Path(info["scenario_path"]) if info.get("scenario_path") else None
+    outcome = history.last(actor="harness", f="outcome")
+    if outcome is not None:
+        status, reason, failed_step = str(outcome.get("status")), str(outcome.get("reason") or ""), outcome.get("failed_step")
+    elif "status" in saved and saved["status"] != "crashed":  # a crash is judged again from the files
+        status, reason, failed_step = str(saved["status"]), str(saved.get("reason") or ""), saved.get("failed_step")
+    else:
+        _refuse_live(run_dir, info)
+        status, reason, failed_step = "crashed", _crash_reason(run_dir, history), None
+    skip = history.last(actor="harness", f="skip")
+    checks = [] if status == "skipped" else judge(scenario, history)
+    return RunResult(
+        scenario=scenario,
+        run_id=str(saved.get("run_id") or info.get("run_id") or run_dir.name),
+        run_dir=run_dir,
+        status=status,
+        reason=reason,
+        verdict=verdict_of(status, checks, scenario.known_defect),
+        history=history,
+        checks=checks,
+        started_at=str(saved.get("started_at") or info.get("started") or ""),
+        seconds=float(saved.get("seconds") or history.end),
+        seed=scenario.seed,
+        failed_step=failed_step,
+        stacks=dict(saved.get("stacks") or {}),
+        interrupted_by=saved.get("interrupted_by"),
+        missing_capabilities=list(skip.get("missing") or []) if skip is not None else [],
+    )
+
+
+def saved_verdict(run_dir: Path) -> str | None:
+    """The verdict recorded in a run folder's verdict.json, if any."""
+    with contextlib.suppress(RunFolderError):
+        saved = _read_json(run_dir / "verdict.json")
+        return str(saved["verdict"]) if saved and "verdict" in saved else None
+    return None
+
+
+def rewrite_verdict(result: RunResult, previous: str | None) -> None:
+    """After a re-judge: verdict.json, junit.xml and report.html again, with the versions of
+    what ran (versions.json) and a note of the re-judge; nothing else of the folder changes."""
+    versions = _read_json(result.run_dir / "versions.json") or {}
+    extra = {
+        "rejudged": {
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+            "previous_verdict": previous,
+            "harness_git_commit": git_commit(),
+        }
+    }
+    saved = _read_json(result.run_dir / "verdict.json") or {}
+    if "repeat" in saved:  # a run of a repeated scenario keeps its place among the N
+        extra["repeat"] = saved["repeat"]
+    write_verdict_files(result, versions, extra)
+
+
+def judge_runs(sc: Scenario, runs: Sequence[RunResult], of: int, *, annotate: bool = True) -> Cell:
+    """The cell of a scenario's runs (``harness.record.rates``: its rule, the scenario's stated defect
+    rate), each run annotated with its place among the ``of`` (``annotate_repeat``)."""
+    from harness.record.rates import Rate, RunRecord, cell_of
+
+    measured = Rate(*sc.measured_rate) if sc.measured_rate else None
+    cell = cell_of(sc.name, [RunRecord.of(r) for r in runs], bool(sc.known_defect), measured)
+    if annotate:
+        for index, r in enumerate(runs, 1):
+            annotate_repeat(r, index, of, cell)
+    return cell
+
+
+def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:
+    """Add ``repeat: {index, of, cell, rate, bound, measured, runs}`` to a run's verdict.json
+    (atomically) and render its report.html again with that place among the N (the cell, its
+    rate and links to the other runs)."""
+    run_dir = Path(result.run_dir)
+    path = run_dir / "verdict.json"
+    saved = _read_json(path)
+    if saved is None:
+        return
+    judged = cell.to_json()
+    saved["repeat"] = {
+        "index": index,
+        "of": of,
+        "cell": judged["cell"],
+        "rate": judged["rate"],
+        "bound": judged["bound"],
+        "measured": judged["measured"],
+        "note": cell.note,
+        "runs": [{"verdict": r.verdict, "run_dir": r.run_dir, "seed": r.seed} for r in cell.runs],
+    }
+    tmp = path.with_name(f".verdict.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(saved, indent=2, default=str))
+    os.replace(tmp, path)
+    page = run_dir / "report.html"
+    tmp = page.with_name(f".report.html.{os.getpid()}.tmp")
+    tmp.write_text(render_html(result, saved.get("versions") or {}, repeat=saved["repeat"]))
+    os.replace(tmp, page)
+
+
+def _link_latest(run_dir: Path) -> None:
+    """``latest`` -> this run, replaced atomically (parallel runs may race; last one wins)."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest-{os.getpid()}-{run_dir.name}"
+    with contextlib.suppress(OSError):
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name)
+        os.replace(tmp, link)
+
+
+# ------------------------------------------------------------------------ junit
+
+
+def junit_xml(results: Sequence[RunResult]) -> ET.Element:
+    root = ET.Element("testsuites")
+    for result in results:
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"mxchaos.{result.scenario.name}",
+            timestamp=result.started_at,
+            time=f"{result.seconds:.3f}",
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in (
+            ("run_id", result.run_id),
+            ("run_dir", str(result.run_dir)),
+            ("seed", str(result.seed)),
+            ("verdict", result.verdict),
+        ):
+            ET.SubElement(props, "property", name=key, value=value)
+        if result.known_defect:
+            ET.SubElement(props, "property", name="known_defect", value=result.known_defect)
+        tests = failures = errors = skipped = 0
+        # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
+        expected = result.verdict == "xfail"
+        why_expected = f"xfail: known defect: {result.known_defect}"
+        case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
+        tests += 1
+        if result.verdict == "skip":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"skip: {result.reason}").text = result.reason
+        elif expected:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=why_expected).text = _expected_text(result)
+        elif result.status == "step_failed":
+            failures += 1
+            ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = result.reason
+        elif result.status != "completed":
+            errors += 1
+            ET.SubElement(case, "error", message=f"{result.status}: {result.reason}").text = result.reason
+        elif result.verdict == "xpass":
+            ET.SubElement(case, "system-out").text = _xpass_note(result)
+        for check in result.checks:
+            tests += 1
+            case = ET.SubElement(
+                suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name=check.name, time=f"{check.seconds:.6f}"
+            )
+            if check.valid is False and expected:
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+            elif check.valid is False:
+                failures += 1
+                ET.SubElement(case, "failure", message=check.summary).text = json.dumps(dict(check.details), default=str)[:4000]
+            elif check.valid != True:  # noqa: E712
+                errors += 1
+                ET.SubElement(case, "error", message=f"unknown: {check.summary}").text = json.dumps(
+                    dict(check.details), default=str
+                )[:4000]
+        suite.set("tests", str(tests))
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped))
+    return root
+
+
+def _expected_text(result: RunResult) -> str:
+    lines = [f"known defect: {result.known_defect}", "reproduced:"]
+    lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
+    return "\n".join(lines)
+
+
+def _xpass_note(result: RunResult) -> str:
+    return (
+        "XPASS: every check passed, so the known defect did not reproduce in this run; one run cannot "
+        f"call it fixed (`mxchaos run --repeat N` can): {result.known_defect}"
+    )
+
+
+def write_junit(path: Path, results: Sequence[RunResult]) -> None:
+    tree = ET.ElementTree(junit_xml(results))
+    ET.indent(tree)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _cell_message(cell: Cell) -> str:
+    bound = f"; {cell.bound:.3f} upper bound (95%, one-sided)" if cell.bound is not None else ""
+    measured = f"; measured {cell.measured}" if cell.measured is not None else ""
+    return f"{cell.name} {cell.rate}{bound}{measured}: {cell.note}"
+
+
+def junit_cells_xml(cells: Sequence[Cell]) -> ET.Element:
+    """One testsuite ``mxchaos.repeat``, one testcase per scenario: its cell and rate; a cell
+    that fails the run is a failure (FAIL, FLAKY, UNKNOWN) or an error (HANG, ERROR) naming
+    its failing runs; REPRODUCED and SKIP are skipped; FIXED? and NOT_REPRODUCED pass with a note."""
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name="mxchaos.repeat")
+    counts = {"failures": 0, "errors": 0, "skipped": 0}
+    for cell in cells:
+        seconds = sum(r.seconds for r in cell.runs)
+        case = ET.SubElement(suite, "testcase", classname="mxchaos.repeat", name=cell.scenario, time=f"{seconds:.3f}")
+        props = ET.SubElement(case, "properties")
+        for key, value in (("cell", cell.name), ("rate", str(cell.rate)), ("bound", cell.bound), ("measured", cell.measured)):
+            if value is not None:
+                ET.SubElement(props, "property", name=key, value=value if isinstance(value, str) else str(value))
+        runs = "\n".join(f"run {i}: {r.verdict.upper()} (seed {r.seed}, {r.seconds:.1f}s) {r.run_dir}" for i, r in enumerate(cell.runs, 1))
+        message = _cell_message(cell)
+        if cell.fails_run:
+            failing = ", ".join(f"{r.verdict.upper()} {r.run_dir}" for r in cell.failing_runs)
+            tag = "error" if cell.name in ("HANG", "ERROR") else "failure"
+            counts["errors" if tag == "error" else "failures"] += 1
+            ET.SubElement(case, tag, message=f"{message}; failing runs: {failing}").text = runs
+        elif cell.name in ("REPRODUCED", "SKIP"):
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=message).text = runs
+        else:
+            ET.SubElement(case, "system-out").text = f"{message}\n{runs}"
+    suite.set("tests", str(len(cells)))
+    for key, n in counts.items():
+        suite.set(key, str(n))
+    return root
+
+
+def write_junit_cells(path: Path, cells: Sequence[Cell]) -> None:
+    tree = ET.ElementTree(junit_cells_xml(cells))
+    ET.indent(tree)
+    tree.write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,28 @@
+"""Who plays a scenario's processes when a command names subjects (``mxchaos run --subject``,
+a matrix's subject and server columns): the scenario played as ``parse_subjects`` says."""
+
+from __future__ import annotations
+
+from harness.scenario.document import Scenario
+from harness.scenario.models import ReaderProcess, ServerProcess, SourceProcess
+from harness.scenario.stores import with_store
+from harness.subjects.mx_server import SERVER_SUBJECTS, server_of_subject
+
+__all__ = ["with_subjects"]
+
+
+def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
+    """``sc`` played as ``subjects`` (``parse_subjects``) says: ``client`` sets the scenario's
+    ``subject`` (sources and readers without their own), ``source``/``reader`` every process of
+    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store)."""
+    if "client" in subjects:
+        sc = sc.with_subject(subjects["client"])
+    processes = dict(sc.processes)
+    for name, spec in sc.processes.items():
+        role_subject = subjects.get(spec.role)
+        if role_subject is not None and isinstance(spec, ServerProcess | SourceProcess | ReaderProcess):
+            processes[name] = spec.model_copy(update={"subject": role_subject})
+    sc = sc.model_copy(update={"processes": processes})
+    needs_store = any(isinstance(spec, ServerProcess) and server_of_subject(spec) in SERVER_SUBJECTS
+                      and spec.store is None for spec in processes.values())
+    return with_store(sc, "redis") if needs_store else sc
