@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.counts import at_least
 from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from harness.record.saved import SummaryDoc
 from harness.scenario.select import scenarios_to_run
 from harness.scenario.select import shown as _shown
 
@@ -105,7 +106,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
 
     repeat = args.repeat
     inv = open_invocation(args.out)
-    summary = Path(args.summary) if args.summary else inv.folder / "summary.json"
+    summary = Path(args.summary) if args.summary else SummaryDoc.in_folder(inv.folder)
     suite = SuiteProgress(len(scenarios) * repeat, inv.previous_durations())
     suite.plan([sc.name for sc in scenarios for _ in range(repeat)])
     print(f"run {inv.name}: {len(scenarios)} scenario(s) x {repeat} into {_shown(inv.folder)}", flush=True)

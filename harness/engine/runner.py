@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import signal
 import threading
@@ -56,6 +55,7 @@ from harness.judge import content
 from harness.judge.verdict import RunResult, judge, verdict_of
 from harness.machine import ledger, procscan, statedir
 from harness.record.load import load_sample
+from harness.record.saved import RunInfo
 from harness.record.timeline import Entry, Timeline
 from harness.reports.console import interrupt_line, tell
 from harness.reports.report import write_scenario_files
@@ -261,7 +261,7 @@ class Runner:
     def _write_run_info(self) -> None:
         """``run.json`` and the ledger entry ``mxchaos cleanup`` reads (rewritten when the run
         gains something to sweep: its network, its toxiproxy API)."""
-        (self.run_dir / "run.json").write_text(json.dumps(self._run_info, indent=2))
+        RunInfo.parse(self._run_info, self.run_dir).write(RunInfo.in_folder(self.run_dir))
         ledger.write_entry(self.run_id, self._run_info)
 
     def _create_network(self, hosts: Sequence[str]) -> None:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.record.saved import VerdictDoc
 from harness.record.timeline import History
 
 __all__ = ["ENV_BROKEN", "ENV_WORDS", "LABEL", "cell_reason", "environment_reason", "text_reason"]
@@ -31,13 +32,6 @@ ENV_WORDS = re.compile(
 )
 LOG_TAIL_BYTES = 8192
 GOOD = ("pass", "skip", "xfail", "xpass")
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def text_reason(text: str) -> str | None:
@@ -59,8 +53,8 @@ def _fault_injected(run_dir: Path) -> bool:
 
 def environment_reason(run_dir: Path) -> str | None:
     """Why the run failed for its environment before any fault (see the module docstring), else None."""
-    verdict = _read_json(run_dir / "verdict.json")
-    if not isinstance(verdict, dict) or str(verdict.get("verdict", "")).lower() in GOOD:
+    verdict = VerdictDoc.read_or_none(VerdictDoc.in_folder(run_dir))
+    if verdict is None or verdict.verdict.lower() in GOOD:
         return None
     if _fault_injected(run_dir):
         return None

@@ -16,13 +16,13 @@ when it runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from harness.record.saved import MatrixDoc, SavedDocError
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -162,13 +162,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     baseline = None
     if args.baseline:
         try:
-            baseline = json.loads(Path(args.baseline).read_text())
-        except (OSError, ValueError) as exc:
-            print(f"--baseline {args.baseline}: {exc}", file=sys.stderr)
+            doc = MatrixDoc.read(Path(args.baseline))
+        except SavedDocError as exc:
+            print(f"--baseline {exc}", file=sys.stderr)
             return EXIT_INVALID
-        if not isinstance(baseline, dict) or "cells" not in baseline:
-            print(f"--baseline {args.baseline}: not a matrix.json (no cells)", file=sys.stderr)
+        if doc is None:
+            print(f"--baseline {args.baseline}: no such file", file=sys.stderr)
             return EXIT_INVALID
+        baseline = doc.to_json()
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
@@ -207,7 +208,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         for c in changes:
             mark = "REGRESSION" if c.get("regression") else "change"
             print(f"  {mark} {where(c)}: {c['text']}")
-    print(f"wrote {spec.out / 'matrix.json'} and {spec.out / 'matrix.html'}")
+    print(f"wrote {MatrixDoc.in_folder(spec.out)} and {spec.out / 'matrix.html'}")
     broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
               for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]
     if broken:

@@ -37,6 +37,7 @@ from harness.matrix.defects import defect_status
 from harness.matrix.schedule import Placement, plan_column, run_plan
 from harness.record.baseline import diff_matrices
 from harness.record.cells import Column, read_column
+from harness.record.saved import MatrixDoc, SummaryDoc
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
@@ -114,17 +115,13 @@ def column_complete(out_dir: Path, names: Sequence[str], repeat: int) -> bool:
     """Whether a column's folder holds a finished ``mxchaos run --repeat`` of exactly these
     scenarios: its ``summary.json`` (written once every scenario is judged) says ``repeat`` and
     has each scenario with its runs (fewer only when it was skipped)."""
-    try:
-        summary = json.loads((out_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+    summary = SummaryDoc.read_or_none(SummaryDoc.in_folder(out_dir))
+    if summary is None or summary.repeat != repeat:
         return False
-    if not isinstance(summary, dict) or summary.get("repeat") != repeat:
+    cells = summary.scenarios
+    if set(cells) != set(names):
         return False
-    cells = summary.get("scenarios")
-    if not isinstance(cells, dict) or set(cells) != set(names):
-        return False
-    return all(isinstance(c, dict) and (len(c.get("runs") or []) == repeat or c.get("cell") == "SKIP")
-               for c in cells.values())
+    return all(len(c.runs) == repeat or c.cell == "SKIP" for c in cells.values())
 
 
 def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
@@ -291,6 +288,7 @@ def run_matrix(
             infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
         # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
         matrix = build_matrix(spec, envs, infos)
-        (spec.out / "matrix.json").write_text(json.dumps(matrix, indent=2) + "\n")
+        path = MatrixDoc.in_folder(spec.out)
+        MatrixDoc.parse(matrix, path).write(path)
         (spec.out / "matrix.html").write_text(render_matrix(matrix))
     return matrix

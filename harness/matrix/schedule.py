@@ -27,7 +27,6 @@ the column's (``merge_summaries``), which the matrix reads as before.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks.deadlines import Bound
+from harness.record.saved import SummaryDoc
 
 __all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "Placement", "Plan", "RunGroup", "default_jobs",
-           "merge_summaries", "place", "plan_column", "run_plan"]
+           "place", "plan_column", "run_plan"]
 
 # capabilities whose faults or hosts act on what every process of the machine shares
 GLOBAL_CAPABILITIES = frozenset({"netns", "iptables", "tc", "ss", "inventory", "cuda", "rdma"})
@@ -153,18 +153,6 @@ def plan_column(placements: Sequence[Placement], jobs: int, seconds: Mapping[str
     return Plan(tuple(tuple(sorted(m, key=order.__getitem__)) for m in members), alone)
 
 
-def merge_summaries(parts: Sequence[Mapping[str, Any]], repeat: int) -> dict[str, Any]:
-    """One ``summary.json`` (``harness.record.rates``' shape) from the lanes' and the lone runs' own: the
-    scenarios of each, which no two share."""
-    scenarios: dict[str, Any] = {}
-    for part in parts:
-        for name, cell in (part.get("scenarios") or {}).items():
-            if name in scenarios:
-                raise ValueError(f"scenario {name!r} ran in two lanes of one column")
-            scenarios[name] = cell
-    return {"repeat": repeat, "scenarios": scenarios}
-
-
 # (scenario names, the folder their ``mxchaos run`` writes) -> (returncode, its output)
 RunGroup = Callable[[Sequence[str], Path], tuple[int, str]]
 
@@ -184,16 +172,9 @@ def run_plan(plan: Plan, out_dir: Path, run: RunGroup, repeat: int,
         log(f"then alone, one at a time: {', '.join(plan.alone)}")
         results.append(run(plan.alone, out_dir / "alone"))
         folders.append("alone")
-    parts = []
-    for folder in folders:
-        try:
-            parts.append(json.loads((out_dir / folder / "summary.json").read_text()))
-        except (OSError, ValueError):
-            continue  # a run that wrote no summary: its cells read as having no runs
-    merged = merge_summaries(parts, repeat)
-    tmp = out_dir / ".summary.json.tmp"
-    tmp.write_text(json.dumps(merged, indent=2) + "\n")
-    os.replace(tmp, out_dir / "summary.json")
+    # a run that wrote no (readable) summary: its cells read as having no runs
+    parts = [doc for folder in folders if (doc := SummaryDoc.read_or_none(SummaryDoc.in_folder(out_dir / folder)))]
+    SummaryDoc.merged(parts, repeat).write(SummaryDoc.in_folder(out_dir))
     codes = [rc for rc, _ in results]
     worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
     return worst, [text for _, text in results]

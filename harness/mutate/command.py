@@ -21,6 +21,7 @@ from typing import Any
 from harness.counts import at_least
 from harness.exits import EXIT_FAILED as EXIT_WEAK  # a mutant survived
 from harness.exits import EXIT_INVALID, EXIT_OK
+from harness.record.saved import RunInfo
 
 __all__ = ["add_parser", "cmd_mutate"]
 
@@ -121,12 +122,10 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 def _path_of(outcome: Any) -> str:
     """The scenario file a run was made from (its ``run.json`` says which)."""
-    import json
-
-    try:
-        return str(json.loads((Path(outcome.run_dir) / "run.json").read_text())["scenario_path"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return str(Path(outcome.run_dir) / "scenario.yaml")  # the copy the run folder keeps
+    info = RunInfo.read_or_none(RunInfo.in_folder(Path(outcome.run_dir)))
+    if info is not None and info.scenario_path:
+        return info.scenario_path
+    return str(Path(outcome.run_dir) / "scenario.yaml")  # the copy the run folder keeps
 
 
 def _command_line(args: argparse.Namespace) -> str:

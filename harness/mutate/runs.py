@@ -9,7 +9,6 @@ heals its faults and stops its processes), then SIGKILL of its whole session.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.record.saved import RunRecordDoc, SavedDocError, SummaryDoc, VerdictDoc
 from harness.reports.invocation import is_time_bound
 
 __all__ = ["FailedCheck", "Outcome", "read_outcomes", "run_selection"]
@@ -106,25 +106,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def read_outcomes(out: Path) -> dict[str, list[Outcome]]:
     """The outcomes an ``mxchaos run --out`` folder holds (its ``summary.json`` and each run's
     ``verdict.json``); a run without a verdict is an ``error`` naming why."""
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    summary = SummaryDoc.read_or_none(SummaryDoc.in_folder(out))
     found: dict[str, list[Outcome]] = {}
-    for name, cell in dict(summary.get("scenarios") or {}).items():
-        for run in cell.get("runs") or []:
-            found.setdefault(name, []).append(_outcome(name, run))
+    for name, run in summary.runs() if summary is not None else ():
+        found.setdefault(name, []).append(_outcome(name, run))
     return found
 
 
-def _outcome(name: str, run: dict[str, Any]) -> Outcome:
-    run_dir = str(run.get("run_dir") or "")
+def _outcome(name: str, run: RunRecordDoc) -> Outcome:
+    run_dir = run.run_dir
     try:
-        verdict = json.loads((Path(run_dir) / "verdict.json").read_text())
-    except (OSError, ValueError) as exc:
-        return Outcome(name, str(run.get("verdict") or "error"), run_dir, step=f"no verdict.json: {exc}")
+        verdict = VerdictDoc.read(VerdictDoc.in_folder(Path(run_dir)))
+    except SavedDocError as exc:
+        return Outcome(name, run.verdict or "error", run_dir, step=f"its verdict cannot be read: {exc}")
+    if verdict is None:
+        return Outcome(name, run.verdict or "error", run_dir, step=f"no {VerdictDoc.FILE} in {run_dir}")
     failed = [FailedCheck(str(c.get("kind")), str(c.get("name")), str(c.get("summary") or ""),
                           is_time_bound(str(c.get("kind")), str(c.get("summary") or "")), c.get("valid"))
-              for c in verdict.get("checks") or [] if c.get("valid") is not True]
-    step = str(verdict.get("reason") or "") if verdict.get("status") not in (None, "completed") else None
-    return Outcome(name, str(verdict.get("verdict")), run_dir, failed, step)
+              for c in verdict.failed_checks()]
+    step = verdict.reason if verdict.status not in ("", "completed") else None
+    return Outcome(name, verdict.verdict, run_dir, failed, step)

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.counts import at_least
 from harness.exits import EXIT_INVALID
+from harness.record.saved import NIGHT
 
 __all__ = ["add_parser", "cmd_nightly", "print_comparison"]
 
@@ -133,6 +134,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     size = night["artifacts"]["bytes"] / (1 << 20)
     print(f"night {night['night']} {verdict}: {night['counts']['ran']} ran, {night['counts']['skipped']} skipped, "
           f"{night['counts']['failing']} failing; {size:.1f} MiB")
-    for name in ("index.html", "nightly.json", "junit.xml"):
+    for name in ("index.html", NIGHT, "junit.xml"):
         print(f"  {outcome.night_dir / name}")
     return outcome.exit_code

@@ -18,7 +18,6 @@ and the machine's load in its title), newest on the right, and the streak words 
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from harness.record.load import load_text
 from harness.record.rates import FAILING_CELLS
+from harness.record.saved import NightDoc
 from harness.reports.htmlreport.palette import swatch
 
 __all__ = ["NIGHT_ID", "SHOWN", "WINDOW", "history_lines", "night_folders", "night_order", "read_night", "render_history"]
@@ -52,11 +52,8 @@ def night_folders(out: Path) -> list[Path]:
 
 
 def read_night(folder: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((folder / "nightly.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
+    doc = NightDoc.read_or_none(NightDoc.in_folder(folder))
+    return doc.to_json() if doc is not None else None
 
 
 def read_nights(out: Path) -> list[Night]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import json
 import os
 import shutil
 import time
@@ -49,6 +48,7 @@ from harness.nightly.compare import compare_nights
 from harness.nightly.history import history_lines, night_folders, read_night, read_nights, render_history
 from harness.record.load import load_sample
 from harness.record.rates import Cell, Rate, write_summary
+from harness.record.saved import NightDoc, SummaryDoc
 from harness.reports.night import ScenarioNight, night_json, night_passed, run_detail
 from harness.reports.night_page import render_night
 from harness.scenario import Scenario
@@ -253,7 +253,7 @@ def run_night(
         log("interrupted: the night so far is written")
     end = clock()
     cells = [s.cell for s in results]
-    write_summary(runs_dir / "summary.json", {c.scenario: c for c in cells}, spec.repeat)
+    write_summary(SummaryDoc.in_folder(runs_dir), {c.scenario: c for c in cells}, spec.repeat)
     _write_junit(night_dir / "junit.xml", cells, night, start.isoformat(timespec="seconds"))
     exit_code = EXIT_INTERRUPTED if interrupted else (EXIT_OK if night_passed(results, interrupted) else EXIT_FAILED)
     if not interrupted and any(c.name == ENV_BROKEN_CELL for c in cells):
@@ -286,7 +286,7 @@ def prune_nights(out: Path, keep: int) -> list[Path]:
     holding a ``nightly.json``; nothing else in ``out`` is touched); the folders deleted."""
     if keep < 1:
         raise ValueError(f"keep {keep}: keep at least the newest night")
-    nights = [p for p in night_folders(out) if (p / "nightly.json").is_file()]
+    nights = [p for p in night_folders(out) if NightDoc.in_folder(p).is_file()]
     doomed = nights[:-keep]
     for folder in doomed:
         shutil.rmtree(folder, ignore_errors=True)
@@ -295,5 +295,6 @@ def prune_nights(out: Path, keep: int) -> list[Path]:
 
 def write_night(night_dir: Path, doc: Mapping[str, Any]) -> None:
     """``nightly.json`` and ``index.html`` of ``doc``, each written atomically."""
-    _atomic_write(night_dir / "nightly.json", json.dumps(doc, indent=2, default=str) + "\n")
+    path = NightDoc.in_folder(night_dir)
+    NightDoc.parse(doc, path).write(path)
     _atomic_write(night_dir / "index.html", render_night(doc))

@@ -18,7 +18,6 @@ the column's raw NIXL READ of the same size, ``mxref.bench.raw``, measured in th
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import statistics
 from collections import Counter
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.record.saved import VERSIONS, RunRecordDoc, SavedDocError, SummaryDoc, VerdictDoc, read_json, run_verdict_files
 from harness.record.timeline import History
 
 __all__ = [
@@ -123,10 +123,11 @@ def _median(values: Sequence[float]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def _read_json(path: Path) -> Any:
+def _versions(run_dir: Path) -> Any:
+    """The run's ``versions.json`` (None: none, or unreadable)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(run_dir / VERSIONS)
+    except SavedDocError:
         return None
 
 
@@ -158,7 +159,7 @@ def run_timings(run_dir: Path) -> dict[str, Any]:
 def _played(run_dir: Path, key: str = "subjects") -> dict[str, str]:
     """Who played the run's sources and readers (``servers``: its servers), from ``versions.json``:
     subject -> its version."""
-    data = _read_json(run_dir / "versions.json")
+    data = _versions(run_dir)
     subjects = data.get(key) if isinstance(data, dict) else None
     if not isinstance(subjects, dict):
         return {}
@@ -167,7 +168,7 @@ def _played(run_dir: Path, key: str = "subjects") -> dict[str, str]:
 
 def _loaded(run_dir: Path) -> tuple[str | None, str | None]:
     """(NIXL, UCX) versions the run loaded, from ``versions.json`` (``"1.5.1 (nixl)"`` -> ``1.5.1``)."""
-    data = _read_json(run_dir / "versions.json")
+    data = _versions(run_dir)
     if not isinstance(data, dict):
         return None, None
 
@@ -180,21 +181,12 @@ def _loaded(run_dir: Path) -> tuple[str | None, str | None]:
 def _runs_from_folders(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """``{scenario: [run]}`` from ``DIR/<scenario>/<stamp>/verdict.json`` (no summary.json)."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for vpath in sorted(out_dir.glob("*/*/verdict.json")):
-        if vpath.parent.is_symlink():  # runs/<scenario>/latest
+    for vpath in run_verdict_files(out_dir):
+        doc = VerdictDoc.read_or_none(vpath)
+        if doc is None:
             continue
-        data = _read_json(vpath)
-        if not isinstance(data, dict) or "verdict" not in data:
-            continue
-        name = str(data.get("scenario") or vpath.parent.parent.name)
-        found.setdefault(name, []).append(
-            {
-                "verdict": data["verdict"],
-                "run_dir": str(vpath.parent),
-                "seed": data.get("seed"),
-                "seconds": data.get("seconds"),
-            }
-        )
+        run = RunRecordDoc(verdict=doc.verdict, run_dir=str(vpath.parent), seed=doc.seed, seconds=doc.seconds)
+        found.setdefault(doc.scenario or vpath.parent.parent.name, []).append(run.to_json())
     return found
 
 
@@ -215,23 +207,23 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
                 raw_gbps: float | Mapping[str, float | None] | None = None) -> ColumnRead:
     """Every scenario's cell in one column folder (a scenario with no run: verdict ``none``).
     ``raw_gbps``: the raw READ the cells' ``read_ratio`` divides by, one for all or per scenario."""
-    summary = _read_json(out_dir / "summary.json")
-    by_summary: dict[str, Any] = summary.get("scenarios", {}) if isinstance(summary, dict) else {}
+    summary = SummaryDoc.read_or_none(SummaryDoc.in_folder(out_dir))
+    by_summary = summary.scenarios if summary is not None else {}
     by_folders = _runs_from_folders(out_dir) if not by_summary else {}
     col = ColumnRead()
     for name in scenarios:
-        entry = by_summary.get(name) if isinstance(by_summary.get(name), dict) else None
-        runs: list[dict[str, Any]] = list(entry.get("runs") or []) if entry else by_folders.get(name, [])
+        entry = by_summary.get(name)
+        runs: list[dict[str, Any]] = [r.to_json() for r in entry.runs] if entry else by_folders.get(name, [])
         verdicts = [str(r.get("verdict")) for r in runs]
         counts = Counter(verdicts)
         conclusive = [v for v in verdicts if v != "skip"]
         cell: dict[str, Any] = {
-            "verdict": str(entry["cell"]) if entry and entry.get("cell") else cell_verdict(verdicts),
+            "verdict": entry.cell if entry and entry.cell else cell_verdict(verdicts),
             "verdicts": dict(sorted(counts.items())),
             "failures": {"k": sum(1 for v in conclusive if v in BAD), "n": len(conclusive)},
-            "rate": entry.get("rate") if entry else None,
-            "bound": entry.get("bound") if entry else None,
-            "measured": entry.get("measured") if entry else None,
+            "rate": entry.rate if entry else None,
+            "bound": entry.bound if entry else None,
+            "measured": entry.measured if entry else None,
             "runs": runs,
         }
         seconds, detect, recover, fallback, gbps = [], [], [], [], []

@@ -41,14 +41,14 @@ Pure: nothing here runs a scenario; ``RunRecord.of`` reads what a run's result h
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from harness.record.saved import SummaryDoc
 
 __all__ = [
     "CELLS",
@@ -260,7 +260,4 @@ def summary_json(cells: Mapping[str, Cell], repeat: int) -> dict[str, Any]:
 
 def write_summary(path: Path, cells: Mapping[str, Cell], repeat: int) -> None:
     """Write the summary atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary_json(cells, repeat), indent=2) + "\n")
-    os.replace(tmp, path)
+    SummaryDoc.parse(summary_json(cells, repeat), path).write(path)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import shlex
 import statistics
@@ -35,12 +34,13 @@ from typing import Any, TextIO
 from harness.checks.deadlines import BROKEN_CONTRACT
 from harness.judge.verdict import RunResult
 from harness.record.load import load_sample, oversubscribed, run_load
+from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
 
 __all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "last_failed", "next_steps",
            "open_invocation"]
 
 DEFAULT_ROOT = Path("runs")
-RECORD = "invocation.json"
+RECORD = INVOCATION
 _PASSING = ("pass", "xfail", "xpass", "skip")
 # how the checks word a missed time bound (harness/checks: elapsed, loaded, fell_back): one run's
 # FAIL of such a bound may be the machine's load, so the rerun repeats it
@@ -66,12 +66,9 @@ class Invocation:
         """Each scenario's median run seconds in the previous invocation under the same root."""
         if self.root is None:
             return {}
-        try:
-            doc = json.loads((self.root / "latest" / RECORD).read_text())
-        except (OSError, ValueError):
-            return {}
+        doc = NightDoc.read_or_none(self.root / "latest" / RECORD)
         out: dict[str, float] = {}
-        for s in doc.get("scenarios") or [] if isinstance(doc, dict) else []:
+        for s in doc.scenarios if doc is not None else []:
             median = s.get("median_seconds") if isinstance(s, dict) else None
             if isinstance(median, int | float) and isinstance(s.get("name"), str):
                 out[s["name"]] = float(median)
@@ -263,7 +260,7 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
     doc["kind"] = "run"
     doc["dir"] = str(inv.folder)
     doc["load"] = {"start": inv.load, "end": load_sample()}
-    _atomic_write(inv.folder / RECORD, json.dumps(doc, indent=2, default=str) + "\n")
+    NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)
     _atomic_write(inv.folder / "index.html", render_night(doc))
     return doc
 
@@ -271,21 +268,15 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
 def last_failed(root: Path) -> dict[str, str] | None:
     """The scenarios whose cell failed in the last invocation under ``root`` (``root/latest``):
     name -> its file as recorded; None when there is no readable invocation there."""
-    try:
-        doc = json.loads((root / "latest" / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("scenarios"), list):
-        return None
-    return {str(s["name"]): str(s.get("path") or s["name"]) for s in doc["scenarios"]
-            if isinstance(s, dict) and s.get("fails_night") and s.get("name")}
+    doc = NightDoc.read_or_none(root / "latest" / RECORD)
+    return doc.failing() if doc is not None else None
 
 
 def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     """What ``run --json`` prints of ``invocation.json``'s document: the folder (absolute), every
     other path relative to it (run folders, pages, summary), each run's first failing check."""
     folder = Path(str(doc.get("dir") or doc.get("folder") or "."))
-    summary = Path(str(doc.get("summary") or folder / "summary.json"))
+    summary = Path(str(doc.get("summary") or SummaryDoc.in_folder(folder)))
     scenarios = []
     for s in doc.get("scenarios") or []:
         runs = [{k: r.get(k) for k in ("index", "seed", "verdict", "status", "seconds", "run_dir", "report")}

@@ -36,11 +36,12 @@ import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import HarnessError
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
+from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, write_json
 from harness.record.timeline import History
 from harness.record.versions import collect_versions, git_commit
 from harness.reports.htmlreport import render_html, timeline_svg
@@ -105,7 +106,7 @@ def write_run_folder(result: RunResult) -> Path:
     write_scenario_files(run_dir, result.scenario)
     versions = {**collect_versions(), "subjects": subject_versions(result.scenario),
                 "servers": server_versions(result.scenario)}
-    (run_dir / "versions.json").write_text(json.dumps(versions, indent=2))
+    write_json(run_dir / VERSIONS, versions)
     timeline_file = run_dir / "timeline.jsonl"
     if not _holds_entries(timeline_file, len(result.history)):
         result.history.to_jsonl(timeline_file)
@@ -122,26 +123,25 @@ def write_run_folder(result: RunResult) -> Path:
 def write_verdict_files(result: RunResult, versions: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
     """verdict.json (plus ``extra`` keys), junit.xml and report.html of ``result.run_dir``."""
     run_dir = result.run_dir
-    verdict = result_to_json(result)
-    verdict["versions"] = versions
-    verdict.update(extra or {})
-    (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
+    verdict = VerdictDoc.parse({**result_to_json(result), "versions": versions, **(extra or {})}, run_dir)
+    verdict.write(VerdictDoc.in_folder(run_dir))
     write_junit(run_dir / "junit.xml", [result])
-    (run_dir / "report.html").write_text(render_html(result, versions, repeat=verdict.get("repeat")))
+    (run_dir / "report.html").write_text(render_html(result, versions, repeat=verdict.repeat))
+
+
+SavedDocT = TypeVar("SavedDocT", bound=SavedDoc)
 
 
 class RunFolderError(HarnessError):
     """A run folder cannot be read back (missing or unreadable files)."""
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _saved(doc: type[SavedDocT], run_dir: Path) -> SavedDocT | None:
+    """``doc`` of the folder (None: it has none); one it cannot read is a ``RunFolderError``."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise RunFolderError(f"{path}: cannot read it: {exc}") from None
-    return data if isinstance(data, dict) else None
+        return doc.read(doc.in_folder(run_dir))
+    except SavedDocError as exc:
+        raise RunFolderError(str(exc)) from None
 
 
 def _run_folder(path: Path) -> Path:
@@ -173,10 +173,10 @@ def _crash_reason(run_dir: Path, history: History) -> str:
     return "; ".join(parts)
 
 
-def _refuse_live(run_dir: Path, info: dict[str, Any]) -> None:
+def _refuse_live(run_dir: Path, info: RunInfo | None) -> None:
     """A folder without an outcome whose harness is still running is a run in progress, not a crash."""
-    pid, start = info.get("harness_pid"), info.get("harness_start")
-    if isinstance(pid, int) and procscan.harness_alive(pid, start if isinstance(start, int) else None):
+    pid = info.harness_pid if info is not None else None
+    if pid is not None and procscan.harness_alive(pid, info.harness_start if info is not None else None):
         raise RunFolderError(f"{run_dir}: this run is still going (its harness, pid {pid}, is alive); check it when it ends")
 
 
@@ -200,15 +200,15 @@ def load_run(path: str | Path) -> RunResult:
         history = History.from_jsonl(run_dir / "timeline.jsonl")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunFolderError(f"{run_dir / 'timeline.jsonl'}: cannot read it: {exc}") from None
-    saved = _read_json(run_dir / "verdict.json") or {}
-    info = _read_json(run_dir / "run.json") or {}
+    saved = _saved(VerdictDoc, run_dir)
+    info = _saved(RunInfo, run_dir)
     # the file the run came from (where a user would edit it), not the copy in the folder
-    scenario._path = Path(info["scenario_path"]) if info.get("scenario_path") else None
+    scenario._path = Path(info.scenario_path) if info is not None and info.scenario_path else None
     outcome = history.last(actor="harness", f="outcome")
     if outcome is not None:
         status, reason, failed_step = str(outcome.get("status")), str(outcome.get("reason") or ""), outcome.get("failed_step")
-    elif "status" in saved and saved["status"] != "crashed":  # a crash is judged again from the files
-        status, reason, failed_step = str(saved["status"]), str(saved.get("reason") or ""), saved.get("failed_step")
+    elif saved is not None and saved.status and saved.status != "crashed":  # a crash is judged again from the files
+        status, reason, failed_step = saved.status, saved.reason, saved.failed_step
     else:
         _refuse_live(run_dir, info)
         status, reason, failed_step = "crashed", _crash_reason(run_dir, history), None
@@ -216,35 +216,36 @@ def load_run(path: str | Path) -> RunResult:
     checks = [] if status == "skipped" else judge(scenario, history)
     return RunResult(
         scenario=scenario,
-        run_id=str(saved.get("run_id") or info.get("run_id") or run_dir.name),
+        run_id=(saved.run_id if saved else "") or (info.run_id if info else "") or run_dir.name,
         run_dir=run_dir,
         status=status,
         reason=reason,
         verdict=verdict_of(status, checks, scenario.known_defect),
         history=history,
         checks=checks,
-        started_at=str(saved.get("started_at") or info.get("started") or ""),
-        seconds=float(saved.get("seconds") or history.end),
+        started_at=(saved.started_at if saved else "") or (info.started if info else ""),
+        seconds=float((saved.seconds if saved else None) or history.end),
         seed=scenario.seed,
         failed_step=failed_step,
-        stacks=dict(saved.get("stacks") or {}),
-        interrupted_by=saved.get("interrupted_by"),
+        stacks=dict(saved.stacks) if saved else {},
+        interrupted_by=saved.interrupted_by if saved else None,
         missing_capabilities=list(skip.get("missing") or []) if skip is not None else [],
     )
 
 
 def saved_verdict(run_dir: Path) -> str | None:
     """The verdict recorded in a run folder's verdict.json, if any."""
-    with contextlib.suppress(RunFolderError):
-        saved = _read_json(run_dir / "verdict.json")
-        return str(saved["verdict"]) if saved and "verdict" in saved else None
-    return None
+    saved = VerdictDoc.read_or_none(VerdictDoc.in_folder(run_dir))
+    return saved.verdict if saved is not None else None
 
 
 def rewrite_verdict(result: RunResult, previous: str | None) -> None:
     """After a re-judge: verdict.json, junit.xml and report.html again, with the versions of
     what ran (versions.json) and a note of the re-judge; nothing else of the folder changes."""
-    versions = _read_json(result.run_dir / "versions.json") or {}
+    try:
+        versions = read_json(result.run_dir / VERSIONS) or {}
+    except SavedDocError:
+        versions = {}
     extra = {
         "rejudged": {
             "at": dt.datetime.now(dt.UTC).isoformat(),
@@ -252,9 +253,9 @@ def rewrite_verdict(result: RunResult, previous: str | None) -> None:
             "harness_git_commit": git_commit(),
         }
     }
-    saved = _read_json(result.run_dir / "verdict.json") or {}
-    if "repeat" in saved:  # a run of a repeated scenario keeps its place among the N
-        extra["repeat"] = saved["repeat"]
+    saved = _saved(VerdictDoc, result.run_dir)
+    if saved is not None and saved.repeat is not None:  # a run of a repeated scenario keeps its place among the N
+        extra["repeat"] = saved.repeat
     write_verdict_files(result, versions, extra)
 
 
@@ -276,12 +277,11 @@ def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:
     (atomically) and render its report.html again with that place among the N (the cell, its
     rate and links to the other runs)."""
     run_dir = Path(result.run_dir)
-    path = run_dir / "verdict.json"
-    saved = _read_json(path)
+    saved = _saved(VerdictDoc, run_dir)
     if saved is None:
         return
     judged = cell.to_json()
-    saved["repeat"] = {
+    saved.repeat = {
         "index": index,
         "of": of,
         "cell": judged["cell"],
@@ -291,12 +291,10 @@ def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:
         "note": cell.note,
         "runs": [{"verdict": r.verdict, "run_dir": r.run_dir, "seed": r.seed} for r in cell.runs],
     }
-    tmp = path.with_name(f".verdict.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(saved, indent=2, default=str))
-    os.replace(tmp, path)
+    saved.write(VerdictDoc.in_folder(run_dir))
     page = run_dir / "report.html"
     tmp = page.with_name(f".report.html.{os.getpid()}.tmp")
-    tmp.write_text(render_html(result, saved.get("versions") or {}, repeat=saved["repeat"]))
+    tmp.write_text(render_html(result, saved.versions, repeat=saved.repeat))
     os.replace(tmp, page)
 
 

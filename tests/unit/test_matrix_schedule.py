@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.matrix.schedule import Placement, Plan, merge_summaries, place, plan_column, run_plan
+from harness.matrix.schedule import Placement, Plan, place, plan_column, run_plan
+from harness.record.saved import SummaryDoc
 from harness.scenario import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,11 +140,12 @@ def test_lanes_are_balanced_longest_first_on_earlier_seconds() -> None:
 
 
 def test_merged_summaries_hold_every_lanes_scenarios_and_refuse_one_twice() -> None:
-    a = {"repeat": 2, "scenarios": {"x": {"cell": "PASS"}}}
-    b = {"repeat": 2, "scenarios": {"y": {"cell": "FLAKY"}}}
-    assert merge_summaries([a, b], 2) == {"repeat": 2, "scenarios": {"x": {"cell": "PASS"}, "y": {"cell": "FLAKY"}}}
+    a = SummaryDoc.parse({"repeat": 2, "scenarios": {"x": {"cell": "PASS"}}}, "a")
+    b = SummaryDoc.parse({"repeat": 2, "scenarios": {"y": {"cell": "FLAKY"}}}, "b")
+    merged = SummaryDoc.merged([a, b], 2)
+    assert merged.repeat == 2 and {n: c.cell for n, c in merged.scenarios.items()} == {"x": "PASS", "y": "FLAKY"}
     with pytest.raises(ValueError, match="two lanes"):
-        merge_summaries([a, a], 2)
+        SummaryDoc.merged([a, a], 2)
 
 
 def test_run_plan_runs_the_lanes_at_once_then_the_lone_ones_with_nothing_beside(tmp_path: Path) -> None:

@@ -80,7 +80,8 @@ def test_outcomes_are_read_from_a_run_folder(tmp_path: Path) -> None:
         {"kind": "loaded", "name": "loaded", "valid": True, "summary": "ok"},
         {"kind": "loaded", "name": "late", "valid": False, "summary": "reader-1 loaded later than 1s"},
         {"kind": "integrity", "name": "integrity", "valid": False, "summary": "reader-1 holds other bytes"}]}))
-    (tmp_path / "summary.json").write_text(json.dumps({"scenarios": {"sc": {"runs": [{"run_dir": str(run_dir)}]}}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"repeat": 1, "scenarios": {"sc": {
+        "cell": "FAIL", "runs": [{"verdict": "fail", "run_dir": str(run_dir)}]}}}))
     (only,) = read_outcomes(tmp_path)["sc"]
     assert only.killed and not only.timing_only
     assert [(c.name, c.timing) for c in only.failed] == [("late", True), ("integrity", False)]

@@ -16,6 +16,7 @@ from typing import Any
 from harness.checks import NamedResult
 from harness.judge.verdict import RunResult
 from harness.record.load import oversubscribed, run_load
+from harness.record.saved import VERDICT, VERSIONS
 from harness.record.timeline import Entry, FaultWindow, History
 from harness.reports.htmlreport.charts import metric_charts
 from harness.reports.htmlreport.palette import glyph_badge, swatch
@@ -210,7 +211,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
             parts.append(f"<li><a href='{_e(path)}'>{_e(name)}</a></li>")
         parts.append("</ul>")
     parts.append("<h2>Files</h2><ul>")
-    for name in ("scenario.yaml", "timeline.jsonl", "metrics.jsonl", "verdict.json", "junit.xml", "versions.json"):
+    for name in ("scenario.yaml", "timeline.jsonl", "metrics.jsonl", VERDICT, "junit.xml", VERSIONS):
         parts.append(f"<li><a href='{name}'>{name}</a></li>")
     parts.append("</ul>")
     parts.append("<details><summary>All events (without scrapes)</summary><table>")

@@ -1,0 +1,246 @@
+"""The saved run: the documents runs and their callers leave in folders, one typed class each.
+
+A run folder holds ``run.json`` (``RunInfo``: who ran it, where, since when; written when the
+run starts, read by cleanup and by ``mxchaos check``) and ``verdict.json`` (``VerdictDoc``: the
+verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of runs holds
+``summary.json`` (``SummaryDoc``: per scenario the cell of its N runs, ``CellDoc``). An
+invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
+``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``).
+
+Every writer and reader of these files goes through this module (``tests/unit/
+test_saved_run.py`` holds the rest of harness to it): the file names, ``read_json`` (missing:
+None; unreadable or not the shape: ``SavedDocError`` naming the file and what is wrong) and
+the atomic write (a reader never sees half a file). The classes keep keys they do not declare
+(``extra="allow"``), so a document written by a newer harness reads and writes back whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.errors import HarnessError
+
+__all__ = [
+    "INVOCATION",
+    "MATRIX",
+    "NIGHT",
+    "RUN_INFO",
+    "SUMMARY",
+    "VERDICT",
+    "VERSIONS",
+    "CellDoc",
+    "MatrixDoc",
+    "NightDoc",
+    "RunInfo",
+    "RunRecordDoc",
+    "SavedDoc",
+    "SavedDocError",
+    "SummaryDoc",
+    "VerdictDoc",
+    "read_json",
+    "run_verdict_files",
+    "write_json",
+]
+
+RUN_INFO = "run.json"
+VERDICT = "verdict.json"
+VERSIONS = "versions.json"
+SUMMARY = "summary.json"
+INVOCATION = "invocation.json"
+NIGHT = "nightly.json"
+MATRIX = "matrix.json"
+
+
+class SavedDocError(HarnessError):
+    """A saved document that exists but cannot be read back (not JSON, not its shape)."""
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; None when there is no such file. ``SavedDocError`` naming the
+    file when it cannot be read or is not JSON."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SavedDocError(f"{path}: cannot read it: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SavedDocError(f"{path}: not JSON: {exc}") from None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """``value`` as indented JSON in ``path``, atomically (a temporary file beside it, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class SavedDoc(BaseModel):
+    """One saved document's shape. ``read``: None when the file is missing; ``SavedDocError``
+    when it is there but not JSON or not this shape. ``write``: atomically, every key kept."""
+
+    model_config = ConfigDict(extra="allow")
+    FILE: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, value: Any, where: Path | str) -> Self:
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "(the document)"
+            raise SavedDocError(f"{where}: not a {cls.FILE or cls.__name__} ({key}: {first['msg']})") from None
+
+    @classmethod
+    def read(cls, path: Path) -> Self | None:
+        value = read_json(path)
+        return None if value is None else cls.parse(value, path)
+
+    @classmethod
+    def read_or_none(cls, path: Path) -> Self | None:
+        """``read``, with an unreadable document taken as missing (for readers that list or
+        sum up folders: one damaged file must not hide the others)."""
+        try:
+            return cls.read(path)
+        except SavedDocError:
+            return None
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> Path:
+        return folder / cls.FILE
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.to_json())
+
+
+class RunInfo(SavedDoc):
+    """``run.json``: written as the run starts, again when it gains something to sweep. Every
+    key may be missing: a crashed run's folder is read with what it had written."""
+
+    FILE: ClassVar[str] = RUN_INFO
+    run_id: str = ""
+    scenario: str = ""
+    scenario_path: str | None = None
+    run_dir: str = ""
+    run_dir_id: Any = None
+    harness_pid: int | None = None
+    harness_start: int | None = None
+    ssh: bool = False
+    started: str = ""
+    t0_monotonic: float | None = None
+
+
+class VerdictDoc(SavedDoc):
+    """``verdict.json``: the run's verdict and checks (``harness.judge.verdict.result_to_json``),
+    the versions it ran with, its place among a ``--repeat`` and a re-judge's note."""
+
+    FILE: ClassVar[str] = VERDICT
+    scenario: str = ""
+    run_id: str = ""
+    run_dir: str = ""
+    seed: int | None = None
+    verdict: str
+    status: str = ""
+    reason: str = ""
+    failed_step: str | None = None
+    started_at: str = ""
+    seconds: float | None = None
+    known_defect: Any = None
+    missing_capabilities: list[str] = []
+    checks: list[dict[str, Any]] = []
+    stacks: dict[str, str] = {}
+    interrupted_by: int | None = None
+    versions: dict[str, Any] = {}
+    repeat: dict[str, Any] | None = None
+
+    def failed_checks(self) -> list[dict[str, Any]]:
+        """The checks that did not hold (false or unknown), in order."""
+        return [c for c in self.checks if c.get("valid") is not True]
+
+
+class RunRecordDoc(SavedDoc):
+    """One run of a cell, as ``summary.json`` lists it."""
+
+    verdict: str
+    run_dir: str = ""
+    seed: int | None = None
+    seconds: float | None = None
+
+
+class CellDoc(SavedDoc):
+    """A scenario's N runs judged together (``harness.record.rates.Cell.to_json``)."""
+
+    cell: str
+    rate: dict[str, int] | None = None
+    bound: float | None = None
+    measured: dict[str, int] | None = None
+    runs: list[RunRecordDoc] = []
+
+
+class SummaryDoc(SavedDoc):
+    """``summary.json``: ``--repeat`` N and every scenario's cell (``harness.record.rates``)."""
+
+    FILE: ClassVar[str] = SUMMARY
+    repeat: int = 1
+    scenarios: dict[str, CellDoc] = {}
+
+    @classmethod
+    def merged(cls, parts: Sequence[SummaryDoc], repeat: int) -> SummaryDoc:
+        """One summary from those of runs that split the scenarios between them (a column's lanes,
+        its lone runs): ``ValueError`` when two of them ran the same scenario."""
+        scenarios: dict[str, CellDoc] = {}
+        for part in parts:
+            for name, cell in part.scenarios.items():
+                if name in scenarios:
+                    raise ValueError(f"scenario {name!r} ran in two lanes of one column")
+                scenarios[name] = cell
+        return cls(repeat=repeat, scenarios=scenarios)
+
+    def runs(self) -> Iterator[tuple[str, RunRecordDoc]]:
+        """(scenario, run) for every run of every cell, in order."""
+        for name, cell in self.scenarios.items():
+            for run in cell.runs:
+                yield name, run
+
+
+class NightDoc(SavedDoc):
+    """``nightly.json`` of a night, and ``invocation.json`` of a ``mxchaos run`` (``kind: run``):
+    the shape ``harness.reports.night.night_json`` writes. Each scenario entry stays a mapping
+    here: the night's page and comparison read them."""
+
+    FILE: ClassVar[str] = NIGHT
+    night: str = ""
+    scenarios: list[dict[str, Any]]
+    passed: bool | None = None
+    exit_code: int | None = None
+    interrupted: bool = False
+
+    def failing(self) -> dict[str, str]:
+        """The scenarios whose cell failed the night: name -> its file as recorded."""
+        return {str(s["name"]): str(s.get("path") or s["name"]) for s in self.scenarios
+                if isinstance(s, dict) and s.get("fails_night") and s.get("name")}
+
+
+class MatrixDoc(SavedDoc):
+    """``matrix.json``: the columns, the cells (``harness.record.cells``) and what changed."""
+
+    FILE: ClassVar[str] = MATRIX
+    cells: dict[str, dict[str, Any]]
+
+
+def run_verdict_files(out_dir: Path) -> list[Path]:
+    """Every run folder's ``verdict.json`` under an ``--out`` folder (``<scenario>/<stamp>/``),
+    the ``latest`` links left out."""
+    return [p for p in sorted(out_dir.glob(f"*/*/{VERDICT}")) if not p.parent.is_symlink()]

@@ -1,0 +1,139 @@
+"""The saved run (``harness.record.saved``): each document written and read back through its one
+typed class, errors that name the file and the key, and no other module of harness that reads
+or writes one of these files itself."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.record.rates import Rate, RunRecord, cell_of, write_summary
+from harness.record.saved import (
+    MATRIX,
+    NIGHT,
+    RUN_INFO,
+    SUMMARY,
+    VERDICT,
+    MatrixDoc,
+    NightDoc,
+    RunInfo,
+    SavedDoc,
+    SavedDocError,
+    SummaryDoc,
+    VerdictDoc,
+    read_json,
+    run_verdict_files,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SAVED = ROOT / "harness" / "record" / "saved.py"
+FILES = (RUN_INFO, VERDICT, SUMMARY, NIGHT, MATRIX, "invocation.json")
+
+VERDICT_DOC = {
+    "scenario": "smoke", "run_id": "smoke-1", "run_dir": "/r/smoke/1", "seed": 7, "verdict": "pass",
+    "status": "completed", "reason": "", "failed_step": None, "started_at": "2026-12-06T07:00:00+00:00",
+    "seconds": 3.2, "known_defect": None, "missing_capabilities": [],
+    "checks": [{"index": 0, "kind": "load", "name": "loaded", "valid": True, "summary": "ok", "details": {},
+                "marks": [], "seconds": 0.1},
+               {"index": 1, "kind": "nixl", "name": "rdma", "valid": "unknown", "summary": "?", "details": {},
+                "marks": [], "seconds": 0.0}],
+    "stacks": {}, "interrupted_by": None, "versions": {"nixl": "1.5.1"}, "repeat": None,
+    "rejudged": {"at": "later", "previous_verdict": "fail"},  # a key the class does not declare: kept
+}
+
+
+@pytest.mark.parametrize("cls,doc", [
+    (VerdictDoc, VERDICT_DOC),
+    (RunInfo, {"run_id": "r1", "scenario": "smoke", "scenario_path": "scenarios/smoke.yaml", "run_dir": "/r/1",
+               "run_dir_id": [1, 2], "harness_pid": 10, "harness_start": 99, "ssh": False, "started": "now",
+               "t0_monotonic": 1.5, "network": {"bridge": "mxb1"}}),
+    (SummaryDoc, {"repeat": 2, "scenarios": {"smoke": {"cell": "PASS", "rate": {"k": 0, "n": 2}, "bound": None,
+                                                       "measured": None, "runs": [
+                                                           {"verdict": "pass", "run_dir": "/a", "seed": 1, "seconds": 1.0},
+                                                           {"verdict": "pass", "run_dir": "/b", "seed": 2, "seconds": 1.1}]}}}),
+    (NightDoc, {"night": "20261206T010000Z", "scenarios": [{"name": "smoke", "fails_night": False}], "passed": True,
+                "exit_code": 0, "interrupted": False, "counts": {"ran": 1}}),
+    (MatrixDoc, {"cells": {"smoke @ nixl-1.5.1": {"verdict": "PASS"}}, "columns": ["nixl-1.5.1"]}),
+])
+def test_each_document_reads_back_as_it_was_written(tmp_path: Path, cls: type[SavedDoc], doc: dict[str, Any]) -> None:
+    path = cls.in_folder(tmp_path)
+    cls.parse(doc, "given").write(path)
+    back = cls.read(path)
+    assert back is not None and back.to_json() == doc
+    assert json.loads(path.read_text()) == doc
+    assert not list(tmp_path.glob(".*.tmp")), "the atomic write left its temporary file"
+
+
+def test_the_summary_the_rates_write_is_a_summary_doc(tmp_path: Path) -> None:
+    cell = cell_of("smoke", [RunRecord("pass", "/a", 1, 1.0), RunRecord("fail", "/b", 2, 2.0)], False, None)
+    write_summary(tmp_path / SUMMARY, {"smoke": cell}, 2)
+    doc = SummaryDoc.read(tmp_path / SUMMARY)
+    assert doc is not None and doc.scenarios["smoke"].cell == cell.name == "FLAKY"
+    assert [(n, r.verdict) for n, r in doc.runs()] == [("smoke", "pass"), ("smoke", "fail")]
+    assert doc.scenarios["smoke"].rate == Rate(1, 2).to_json()
+
+
+def test_a_missing_document_is_none_and_a_bad_one_names_the_file_and_the_key(tmp_path: Path) -> None:
+    assert VerdictDoc.read(tmp_path / VERDICT) is None
+    assert read_json(tmp_path / "absent.json") is None
+    (tmp_path / VERDICT).write_text("{not json")
+    with pytest.raises(SavedDocError, match=f"{tmp_path / VERDICT}: not JSON"):
+        VerdictDoc.read(tmp_path / VERDICT)
+    assert VerdictDoc.read_or_none(tmp_path / VERDICT) is None
+    (tmp_path / VERDICT).write_text(json.dumps({"scenario": "s", "verdict": ["pass"]}))
+    with pytest.raises(SavedDocError, match=r"not a verdict.json \(verdict: "):
+        VerdictDoc.read(tmp_path / VERDICT)
+
+
+def test_the_verdicts_of_an_out_folder_leave_out_the_latest_links(tmp_path: Path) -> None:
+    run = tmp_path / "smoke" / "20261206T070000Z-abc"
+    run.mkdir(parents=True)
+    VerdictDoc.parse(VERDICT_DOC, "given").write(run / VERDICT)
+    (tmp_path / "smoke" / "latest").symlink_to(run)
+    assert run_verdict_files(tmp_path) == [run / VERDICT]
+
+
+def test_a_failed_check_is_one_that_did_not_hold() -> None:
+    doc = VerdictDoc.parse(VERDICT_DOC, "given")
+    assert [c["name"] for c in doc.failed_checks()] == ["rdma"]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            found.add(id(body[0].value))
+    return found
+
+
+def saved_file_literals(source: str) -> list[tuple[int, str]]:
+    """String constants that name a saved document's file as a path would (no spaces: a message
+    or a help text names it to a person), outside docstrings and ``help=``/``metavar=`` values."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in ("help", "metavar"):
+            skip |= {id(n) for n in ast.walk(node.value)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+            and not any(c.isspace() for c in node.value) and any(f in node.value for f in FILES)]
+
+
+def test_the_literal_finder_finds_a_planted_read() -> None:
+    planted = 'import json\ndef f(d):\n    """reads verdict.json"""\n    return json.loads((d / "verdict.json").read_text())\n'
+    assert saved_file_literals(planted) == [(4, "verdict.json")]
+    assert saved_file_literals('p.add_argument("--b", metavar="OLD/matrix.json", help="a matrix.json")\n') == []
+    assert saved_file_literals('glob("*/*/verdict.json")\n') == [(1, "*/*/verdict.json")]
+
+
+def test_no_module_but_the_saved_run_reads_or_writes_a_saved_document_itself() -> None:
+    found = [f"{p.relative_to(ROOT)}:{line}: {value!r}"
+             for p in sorted((ROOT / "harness").rglob("*.py")) if p != SAVED
+             for line, value in saved_file_literals(p.read_text())]
+    assert not found, "read and write these through harness.record.saved:\n" + "\n".join(found)
