@@ -32,8 +32,6 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 90.0
 DEFAULT_REAPER_SCAN_INTERVAL_S = 30.0
 DEFAULT_GC_TIMEOUT_S = 3600.0
 
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
 def transfer_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
@@ -81,20 +79,6 @@ def env_float(name: str, default: float, env: Mapping[str, str] | None = None, a
                        "non-negative" if allow_zero else "positive", default)
         return default
     return value
-
-
-def env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    logger.warning("%s=%r is not a boolean (1/true/yes/on, 0/false/no/off); using %s", name, raw, default)
-    return default
 
 
 def server_address(env: Mapping[str, str] | None = None) -> str:

@@ -95,18 +95,6 @@ class ModelSpec:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> ModelSpec:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(doc) - known
-        if unknown:
-            raise ValueError(f"unknown model spec keys: {sorted(unknown)} (known: {sorted(known)})")
-        doc = dict(doc)
-        if "sizes" in doc:
-            doc["sizes"] = tuple(int(s) for s in doc["sizes"])
-        return cls(**doc)
-
-
 def checksum(buf: np.ndarray) -> str:
     return xxhash.xxh3_64_hexdigest(np.ascontiguousarray(buf).view(np.uint8).data)
 

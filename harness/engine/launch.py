@@ -3,7 +3,7 @@
 This is the mxref command-line contract in one place: which flags each role gets from the
 scenario (model, transport, options, events and metrics), what a process on a netns host binds
 and advertises, how a restarted server keeps its port, where a reader finds its checkpoint and
-writes its result, which of the run's credentials (``harness.pki``) it gets as
+writes its result, which of the run's credentials (``mxref.pki``) it gets as
 ``--tls-*``/``--token-file`` flags, and what every child carries in its environment
 (``MXCHAOS_RUN_ID`` and the harness's pid/start time, so ``mxchaos cleanup`` can tell whose it is). Nothing here waits or
 starts anything: the runner resolves endpoints first and hands them in.
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.machine import procscan
-from harness.pki import RunCredentials
 from harness.scenario import (
     PLACEHOLDER_RE,
     PLACEHOLDERS,
@@ -32,6 +31,7 @@ from harness.scenario import (
 )
 from harness.subjects import subject_launcher
 from harness.subjects.mx_server import server_of_subject, serverd_argv
+from mxref.pki import RunCredentials
 
 __all__ = [
     "HarnessIdentity",

@@ -24,10 +24,10 @@ from typing import Any, cast
 import grpc
 
 from harness.engine.processes import ProcessTable, ProcState
-from harness.pki import RunCredentials
 from harness.record.timeline import Timeline
 from harness.scenario import Scenario
 from mxref.mx import p2p_pb2 as mx_pb2
+from mxref.pki import RunCredentials
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 __all__ = ["ListingObserver", "start_observer", "stop_observer"]

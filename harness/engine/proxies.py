@@ -67,10 +67,6 @@ class RunProxies:
     def host(self) -> Host | None:
         return self._server.host if self._server is not None else None
 
-    @property
-    def api_url(self) -> str | None:
-        return self._server.api.url if self._server is not None else None
-
     def start(self, env: dict[str, str], deadline: float, grace: float) -> dict[str, Any]:
         """Start the server; waits until its API answers (bounded by ``deadline``). A server
         that exits at once (its port taken after all) is retried on a new port."""

@@ -6,7 +6,7 @@
 2. **setup**: the run folder, ``scenario.json``, ``timeline.jsonl`` (written as entries come),
    ``run.json`` and the ledger entry (``harness.machine.ledger``), the network of netns hosts
    (``harness.hosts.netns``), the run's throwaway CA, certificate and token when the scenario asks for
-   ``security`` (``harness.pki``), the hosts and the process table (``harness.engine.processes``);
+   ``security`` (``mxref.pki``), the hosts and the process table (``harness.engine.processes``);
 3. **prepare** the readers' disk checkpoint (``harness.engine.checkpoint``, cached between runs);
 4. **proxies**: the run's toxiproxy server when the scenario has proxies (``harness.engine.proxies``);
 5. **watch**: monitor, scraper and watchdog threads (``harness.engine.watch``), the listing observer;
@@ -38,7 +38,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness import pki
 from harness.engine import checkpoint, launch
 from harness.engine.nemesis import Nemesis, RunFaultContext
 from harness.engine.observer import ListingObserver, start_observer, stop_observer
@@ -66,6 +65,7 @@ from harness.scenario import (
     SourceProcess,
     capabilities,
 )
+from mxref import pki
 
 __all__ = ["Runner"]
 
@@ -303,7 +303,7 @@ class Runner:
 
     def _make_credentials(self) -> None:
         """The run's CA, server certificate (SAN: loopback, every netns host, the bridge) and
-        token, under ``<run_dir>/pki`` (``harness.pki``)."""
+        token, under ``<run_dir>/pki`` (``mxref.pki``)."""
         sc = self.scenario
         addresses: list[str] = []
         if self.inventory is not None:

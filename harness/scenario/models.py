@@ -176,7 +176,7 @@ class ScrapeSpec(Strict):
 
 
 class SecuritySpec(Strict):
-    """The control plane's credentials (``harness.pki`` writes them per run): ``tls`` gives
+    """The control plane's credentials (``mxref.pki`` writes them per run): ``tls`` gives
     every mxref server a certificate of a throwaway CA and every client that CA; ``token``
     (needs ``tls``) a bearer token every server requires. Off: plaintext, as mxref defaults."""
 

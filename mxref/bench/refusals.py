@@ -17,7 +17,7 @@ The goal (issue 21): ``p99_ratio`` <= 3 on both. ``status`` is the worker's afte
 (SOURCE_STATUS_READY: no heartbeat was starved past the reaper's timeout); ``unauthenticated_lines`` the
 event lines the refusals cost, ``refusals_counted`` the refusals those lines count.
 Credentials: ``--tls-cert/--tls-key/--tls-ca/--token-file``, else a throwaway set
-(``harness.pki``) in the run's temporary directory.
+(``mxref.pki``) in the run's temporary directory.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def measure(grpc_impl: str, creds: Creds, workdir: Path, args: argparse.Namespac
 
 
 def throwaway_creds(directory: Path) -> Creds:
-    from harness import pki
+    from mxref import pki
 
     made = pki.generate(directory, tls=True, token=True)
     assert made.server_cert and made.server_key and made.ca_cert and made.token

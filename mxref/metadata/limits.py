@@ -49,6 +49,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: igno
 from google.protobuf.message import DecodeError, Message  # type: ignore[import-untyped]
 
 from mxref import config
+from mxref.front_door import peer_address
 from mxref.mx import p2p_pb2 as mx_pb2
 from mxref.v1 import p2p_pb2
 
@@ -387,15 +388,6 @@ class ClientBuckets:
             idle = list(self._buckets)[: max(1, len(self._buckets) // 2)]
         for key in idle:
             del self._buckets[key]
-
-
-def peer_address(peer: str) -> str:
-    """The address part of a gRPC peer name: ``ipv4:10.0.0.7`` for ``ipv4:10.0.0.7:51234``,
-    ``ipv6:[::1]`` for ``ipv6:[::1]:40000``; any other name as it is."""
-    head, sep, port = peer.rpartition(":")
-    if sep and port.isdigit() and head and head not in ("ipv4", "ipv6"):
-        return head
-    return peer
 
 
 # --- bytes --------------------------------------------------------------------------

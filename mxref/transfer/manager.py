@@ -101,13 +101,6 @@ class PostedRead:
 
 
 @dataclass(frozen=True)
-class ReceiveResult:
-    bytes: int
-    tensors: int
-    result: str  # complete | partial | empty
-
-
-@dataclass(frozen=True)
 class PumpPacing:
     """How a progress pump paces an agent that has no progress thread (a source's).
 

@@ -1,5 +1,5 @@
 """The control plane with credentials, as real processes: ``python -m mxref server`` with
-TLS and a bearer token (a throwaway CA from ``harness.pki``), reached over real gRPC.
+TLS and a bearer token (a throwaway CA from ``mxref.pki``), reached over real gRPC.
 
 A client without the CA cannot connect; one without the token (or with a wrong one) is
 refused UNAUTHENTICATED, counted and logged as an event, and its publish never lands; one
@@ -16,7 +16,7 @@ import grpc
 import pytest
 from procs import Cluster
 
-from harness import pki
+from mxref import pki
 from mxref.errors import MetadataServerError
 from mxref.process import EXIT_USAGE
 from mxref.roles.client import MxClient

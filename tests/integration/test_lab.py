@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import pki
 from harness.commands import cleanup
 from harness.errors import HarnessError
 from harness.hosts import lab, ssh_sweep
 from harness.hosts.inventory import Inventory, Machine, load_inventory
 from harness.hosts.ssh import SshHost
 from harness.machine.statedir import StateDirError
+from mxref import pki
 
 pytestmark = [
     pytest.mark.integration,

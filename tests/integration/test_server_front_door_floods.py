@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from procs import Cluster, Proc
 
-from harness import pki
+from mxref import pki
 from mxref.bench import refusals as bench_refusals
 from mxref.errors import MetadataServerError
 from mxref.metadata.transport import GRPC_IMPLS

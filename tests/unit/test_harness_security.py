@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import pki
 from harness.engine import launch
 from harness.errors import ScenarioInvalid
 from harness.scenario import Scenario, parse_scenario
+from mxref import pki
 
 SECURE = """\
 name: secure

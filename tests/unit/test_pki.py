@@ -1,4 +1,4 @@
-"""``harness.pki``: a run's throwaway CA, server certificate and tokens."""
+"""``mxref.pki``: a run's throwaway CA, server certificate and tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from harness import pki
+from mxref import pki
 
 
 def _mode(path: Path | None) -> int:

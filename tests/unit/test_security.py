@@ -1,5 +1,5 @@
 """``mxref.security``: the token check, reading credentials, and TLS + token on a real
-in-process gRPC server (the WorkerService), certificates from ``harness.pki``."""
+in-process gRPC server (the WorkerService), certificates from ``mxref.pki``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness import pki
-from mxref import security
+from mxref import pki, security
 from mxref.errors import ManifestError
 from mxref.metrics import SourceMetrics
 from mxref.roles.client import fetch_tensor_manifest

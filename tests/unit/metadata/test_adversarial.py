@@ -28,8 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import pki
-from mxref import security
+from mxref import pki, security
 from mxref.__main__ import build_parser
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import MetadataServerError

@@ -16,8 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
-from harness import pki
-from mxref import config, security
+from mxref import config, pki, security
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import LocalError
 from mxref.metadata import modelexpress as modelexpress_module

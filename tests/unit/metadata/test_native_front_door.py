@@ -17,8 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from harness import pki
-from mxref import security
+from mxref import pki, security
 from mxref.__main__ import build_parser
 from mxref.config import ServerTimers
 from mxref.metadata import native as native_grpc

@@ -1,7 +1,6 @@
-"""A run's throwaway credentials: a CA, one server certificate, a bearer token (``cryptography``).
-
-When a scenario sets ``security.tls`` the runner calls ``generate`` at setup, before any
-process starts. It writes, under ``<run_dir>/pki`` (mode 0700):
+"""Throwaway credentials: a CA, one server certificate, a bearer token (``cryptography``), for a
+harness run (when a scenario sets ``security.tls`` its runner calls ``generate`` at setup, before
+any process starts) or a benchmark of the server's refusals (``mxref.bench.refusals``). It writes, under ``<run_dir>/pki`` (mode 0700):
 
 - ``ca.pem``: a self-signed CA (EC P-256, valid one day), the only trust anchor of the run;
   its key is used once, in memory, and never written;
