@@ -70,7 +70,7 @@ class StepInterpreter:
     @property
     def handled(self) -> frozenset[type[BaseModel]]:
         """The step models there is a handler for (every registered step kind:
-        ``tests/unit/test_harness_structure.py`` holds it to ``harness.scenario.STEPS``)."""
+        ``tests/unit/harness/test_harness_structure.py`` holds it to ``harness.scenario.STEPS``)."""
         return frozenset(self._handlers)
 
     def run(self, steps: Sequence[BaseModel], prefix: str) -> None:

@@ -15,6 +15,6 @@ What it may import: the harness's leaves (errors, spec, procscan, runscope, stat
 ledger, capabilities) and the scenario's file-location helpers (an inventory error points at its
 line); ``ssh``'s probe of what a scenario needs reads the scenario model and the fault registry,
 and ``ssh_sweep`` the network faults' qdisc handle. Never the runner, the process table, the
-nemesis, the checks, the verdict or the report (``tests/unit/test_harness_structure.py``). The
+nemesis, the checks, the verdict or the report (``tests/unit/harness/test_harness_structure.py``). The
 faults import ``base`` (``Place``); this package imports none of its submodules.
 """

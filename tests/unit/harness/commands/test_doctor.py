@@ -15,7 +15,7 @@ from harness.commands.doctor import NATIVE, Place, blocking, probe, render, scen
 from harness.judge.envbroken import cell_reason, environment_reason, text_reason
 from harness.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SMOKE = load_scenario(ROOT / "scenarios" / "smoke.yaml")
 GRPCIO = load_scenario(ROOT / "scenarios" / "grpcio_server.yaml")
 

@@ -184,7 +184,7 @@ def test_a_bad_defect_rate_is_invalid(extra: str, message: str) -> None:
 def test_the_known_defect_scenarios_state_their_measured_rate() -> None:
     from harness.scenario import load_scenario
 
-    root = Path(__file__).resolve().parents[2] / "scenarios"
+    root = Path(__file__).resolve().parents[4] / "scenarios"
     defects = {p.stem: load_scenario(p) for p in sorted(root.glob("*.yaml"))}
     stated = {name: sc.measured_rate for name, sc in defects.items() if sc.known_defect}
     assert stated and all(stated.values()), stated

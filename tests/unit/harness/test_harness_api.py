@@ -86,7 +86,7 @@ def test_the_readme_example_is_a_valid_scenario() -> None:
 
     from harness.scenario import parse_scenario
 
-    text = (Path(__file__).resolve().parents[2] / "harness" / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "harness" / "README.md").read_text()
     block = re.search(r"## An example\n\n```yaml\n(.*?)```", text, re.S)
     assert block is not None
     assert parse_scenario(block.group(1), "README.md").name == "reader_falls_back_when_source_freezes"

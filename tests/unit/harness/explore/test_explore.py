@@ -113,7 +113,7 @@ def test_folders_skip_templates_but_a_template_is_no_scenario(tmp_path: Path) ->
 
 
 def test_the_shipped_templates_load() -> None:
-    root = Path(__file__).resolve().parents[2] / "scenarios"
+    root = Path(__file__).resolve().parents[4] / "scenarios"
     found = sorted(root.rglob("*.explore.yaml"))
     assert found
     for path in found:
@@ -121,7 +121,7 @@ def test_the_shipped_templates_load() -> None:
 
 
 def test_the_test_fixture_templates_load() -> None:
-    root = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+    root = Path(__file__).resolve().parents[3] / "fixtures" / "scenarios"
     found = sorted(root.rglob("*.explore.yaml"))
     assert found
     for path in found:

@@ -15,7 +15,7 @@ from harness.mutate import killmatrix
 from harness.mutate.runs import FailedCheck, Outcome, read_outcomes
 from harness.mutate.subject import MutantError, ScratchSubject, find_mutants
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 MUTANTS = ROOT / "tests" / "mutants"
 
 

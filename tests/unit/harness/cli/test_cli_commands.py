@@ -21,7 +21,7 @@ from harness.record.timeline import Entry
 from harness.reports.console import Progress, rate_table, verdict_table
 from harness.scenario import capabilities, select
 
-FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+FAKE = Path(__file__).resolve().parents[3] / "fixtures" / "fakeproc.py"
 
 BODY = """\
 name: {name}

@@ -12,7 +12,7 @@ from pathlib import Path
 from mxref.events import EVENTS, SOURCE_STATUSES
 from mxref.v1 import p2p_pb2
 
-MXREF = Path(__file__).resolve().parents[2] / "mxref"
+MXREF = Path(__file__).resolve().parents[4] / "mxref"
 
 
 def _emit_calls() -> Iterator[tuple[str, ast.Call, str]]:

@@ -372,7 +372,7 @@ def test_the_night_before_is_latest_else_the_newest_readable_one(tmp_path: Path)
 
 
 def test_the_command_refuses_bad_input_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    smoke = str(Path(__file__).resolve().parents[2] / "scenarios" / "smoke.yaml")
+    smoke = str(Path(__file__).resolve().parents[4] / "scenarios" / "smoke.yaml")
     assert main(["nightly", "--out", str(tmp_path / "o"), "--repeat", "0", smoke]) == 2
     assert "argument --repeat: 0: give a number of runs >= 1" in capsys.readouterr().err
     assert main(["nightly", "--out", str(tmp_path / "o"), "--inventory", str(tmp_path / "inv.yaml"), smoke]) == 2

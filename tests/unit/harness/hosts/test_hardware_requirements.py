@@ -299,7 +299,7 @@ checks:
 
 # ---------------------------------------------------------------- the hardware set's own checks
 
-HARDWARE = Path(__file__).resolve().parents[2] / "scenarios" / "hardware"
+HARDWARE = Path(__file__).resolve().parents[4] / "scenarios" / "hardware"
 JUDGED = ("outcome", "count", "elapsed", "ordering", "loaded")  # integrity/exit_codes/nothing_leaked need a real run
 
 

@@ -13,8 +13,8 @@ from harness.explore import is_template
 from harness.reports.report import write_scenario_files
 from harness.scenario import load_scenario, parse_scenario_json
 
-ROOT = Path(__file__).resolve().parents[2]
-# exploration templates (*.explore.yaml) are no scenarios: tests/unit/test_explore.py loads them
+ROOT = Path(__file__).resolve().parents[4]
+# exploration templates (*.explore.yaml) are no scenarios: tests/unit/harness/explore/test_explore.py loads them
 SHIPPED = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if not is_template(p)) + sorted((ROOT / "tests" / "fixtures" / "scenarios").glob("*.yaml"))
 
 

@@ -13,7 +13,7 @@ import pytest
 from harness.errors import ScenarioInvalid
 from harness.scenario import MAX_BYTES, MAX_NODES, describe_step, iter_steps, load_scenario, parse_scenario
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "scenarios"
 
 HEAD = """\
 name: demo

@@ -29,7 +29,7 @@ from harness.record.saved import (
     run_verdict_files,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SAVED = ROOT / "harness" / "record" / "saved.py"
 FILES = (RUN_INFO, VERDICT, SUMMARY, NIGHT, MATRIX, "invocation.json")
 

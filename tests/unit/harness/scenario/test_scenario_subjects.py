@@ -114,7 +114,7 @@ def test_mxchaos_list_says_which_scenarios_a_subject_cannot_play(tmp_path: Path,
 
 
 def test_the_library_marks_what_only_mxref_can_stage() -> None:
-    root = Path(__file__).resolve().parents[2] / "scenarios"
+    root = Path(__file__).resolve().parents[4] / "scenarios"
     for name in ("reader_departs", "reader_health", "corrupted_source_memory", "incidents/nixl2047_stall_without_completion"):
         sc = load_scenario(root / f"{name}.yaml")
         assert sc.subjects == ("mxref",) and sc.subjects_note, name

@@ -120,7 +120,7 @@ def test_every_shipped_scenario_is_written_back_as_itself() -> None:
     from harness.scenario import load_scenario
     from harness.scenario.emit import compact_data, scenario_text
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     shipped = [p for p in sorted((root / "scenarios").rglob("*.yaml")) if not is_template(p)]
     assert shipped
     for path in shipped:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 ROOTS = ("scenarios", "harness", "mxref", "tests", "docs")
 TOP_FILES = ("README.md",)
 TEXT_SUFFIXES = {".py", ".pyi", ".yaml", ".yml", ".md", ".rs", ".proto", ".toml", ".txt", ".html", ".css",

@@ -100,7 +100,7 @@ def test_the_plugin_says_who_holds_what() -> None:
     assert _runs_alone(Item("integration", "alone")) is True  # type: ignore[arg-type]
     from harness.scenario import load_scenario
 
-    root = Path(__file__).resolve().parents[2] / "scenarios"
+    root = Path(__file__).resolve().parents[4] / "scenarios"
     for name, alone in (("smoke", False), ("no_false_stall_under_cpu_load", True), ("tcp_reset_mid_read", True)):
         item = object.__new__(ScenarioItem)
         item.scenario = load_scenario(root / f"{name}.yaml")

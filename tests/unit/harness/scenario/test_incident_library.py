@@ -19,7 +19,7 @@ import yaml
 from harness.explore import is_template
 from harness.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 LIBRARY = ROOT / "scenarios" / "incidents"
 INCIDENTS = sorted(LIBRARY.glob("*.yaml"))
 THREAD = re.compile(r"^ai-dynamo/(modelexpress|nixl)#\d+$")

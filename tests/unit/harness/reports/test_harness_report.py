@@ -525,7 +525,7 @@ def test_check_write_judges_a_crashed_folder_and_writes_its_verdict_files(tmp_pa
     out = subprocess.run(
         [sys.executable, "-m", "harness.cli", "check", str(folder), "--write"],
         capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "NO_COLOR": "1"},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4]), "NO_COLOR": "1"},
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"--- demo: ERROR (CRASHED)  {folder}" in out.stdout

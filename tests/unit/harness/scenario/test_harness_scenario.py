@@ -30,7 +30,7 @@ from harness.scenario import (
 )
 from harness.spec import parse_duration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "scenarios"
 # registries grow (a fault or check kind is one new module), so messages list what is registered
 FAULT_KINDS = ", ".join(repr(k) for k in sorted(REGISTRY))
 CHECK_KINDS = ", ".join(sorted(CHECK_REGISTRY))

@@ -15,7 +15,7 @@ from harness.matrix.schedule import Placement, Plan, place, plan_column, run_pla
 from harness.record.saved import SummaryDoc
 from harness.scenario import parse_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 BASE = """
 name: {name}

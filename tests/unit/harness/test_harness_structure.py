@@ -11,7 +11,7 @@ import ast
 import functools
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("harness", "mxref")
 MAX_LINES = 700
 GENERATED = (ROOT / "mxref" / "v1", ROOT / "mxref" / "mx")  # protoc's output (mxref/codegen.py)

@@ -20,7 +20,7 @@ import pytest
 
 from harness.record.timeline import Entry, History, Timeline, matches
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 class FakeClock:
