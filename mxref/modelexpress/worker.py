@@ -1,9 +1,9 @@
 """ModelExpress's ``model_express.p2p.WorkerService`` on an mxref source, with tensor read leases.
 
-Every mxref source serves ``mxref.v1.WorkerService`` (``mxref.roles.worker_server``); the real
+Every mxref source serves ``mxref.v1.WorkerService`` (``mxref.worker_service``); the real
 ModelExpress client (0.7.0) asks ``model_express.p2p.WorkerService`` on the same port.
 ``MxWorkerService`` answers it from the same ``WorkerServicer`` (the same manifest, the same
-draining flag, the same refusal rules of ``worker_server.check_request`` with their reason
+draining flag, the same refusal rules of ``worker_service.check_request`` with their reason
 in the trailing metadata, the same ``mxref_source_manifest_requests_total`` counts):
 
 - ``GetTensorManifest``: INVALID_ARGUMENT for an empty ``mx_source_id``; UNAVAILABLE while
@@ -44,9 +44,9 @@ from typing import Any
 import grpc
 
 from mxref.mx import p2p_pb2 as mx_pb2
-from mxref.roles.worker_server import WorkerServicer, check_request
 from mxref.rpc import REASON_METADATA_KEY
 from mxref.v1 import p2p_pb2
+from mxref.worker_service import WorkerServicer, check_request
 
 __all__ = ["MX_WORKER_SERVICE_NAME", "DrainReport", "DrainTimeout", "Leases", "MxWorkerService", "lease_seconds", "torch_dtype"]
 

@@ -1,2 +1,2 @@
 """The processes' roles: a source (holds a model, publishes it, answers manifest requests with
-``worker_server``) and a reader (finds sources through ``client``, chooses with ``selection``, reads)."""
+``mxref.worker_service``) and a reader (finds sources through ``client``, chooses with ``selection``, reads)."""

@@ -33,9 +33,9 @@ from mxref import config, security
 from mxref.errors import ManifestError, MetadataServerError, WorkerIdMismatch
 from mxref.identity import mx_source_id
 from mxref.modelexpress import control as mx_control
-from mxref.roles.worker_server import RejectReason
 from mxref.rpc import REASON_METADATA_KEY, call_status
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.worker_service import RejectReason
 
 
 def _check_timeout(timeout_s: float) -> float:

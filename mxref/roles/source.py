@@ -43,10 +43,10 @@ from mxref.metrics import SourceFamilies
 from mxref.model import Arena
 from mxref.modelexpress.worker import DrainTimeout, Leases, MxWorkerService, lease_seconds
 from mxref.roles.client import MxClient
-from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.rpc import endpoint
 from mxref.transfer.manager import NixlTransferManager
 from mxref.v1 import p2p_pb2
+from mxref.worker_service import WorkerManifest, WorkerServicer, start_worker_server
 
 logger = logging.getLogger("mxref.roles.source")
 

@@ -13,8 +13,8 @@ from mxref import pki, security
 from mxref.errors import ManifestError
 from mxref.metrics import SourceMetrics
 from mxref.roles.client import fetch_tensor_manifest
-from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.security import ClientCredentials, RefusalReason, SecurityError, ServerCredentials, check_authorization
+from mxref.worker_service import WorkerManifest, WorkerServicer, start_worker_server
 
 TOKEN = "s3cret-token_value"
 SID = "sid-1"

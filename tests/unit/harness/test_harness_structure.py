@@ -18,7 +18,7 @@ GENERATED = (ROOT / "mxref" / "v1", ROOT / "mxref" / "mx")  # protoc's output (m
 
 MXREF_COMMON = ("mxref.accelerators", "mxref.codegen", "mxref.config", "mxref.debug_hooks", "mxref.errors",
                 "mxref.events", "mxref.front_door", "mxref.identity", "mxref.metrics", "mxref.model", "mxref.pki",
-                "mxref.process", "mxref.rpc", "mxref.security", "mxref.wire")
+                "mxref.process", "mxref.rpc", "mxref.security", "mxref.wire", "mxref.worker_service")
 """What every part of mxref may use; these import none of mxref's packages."""
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -54,6 +54,7 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("mxref.transfer", "mxref.metadata", "the data path does not know the control plane"),
     ("mxref.transfer", "mxref.modelexpress", "the data path does not know the control plane"),
     ("mxref.modelexpress", "mxref.metadata", "the ModelExpress pieces outside the server stay outside it"),
+    ("mxref.modelexpress", "mxref.roles", "ModelExpress's worker shares the worker service (mxref.worker_service), not a role"),
     *(("harness", package, "the harness drives mxref as processes, reading only its common definitions")
       for package in ("mxref.metadata", "mxref.roles", "mxref.transfer", "mxref.modelexpress", "mxref.bench",
                       "mxref.__main__")),

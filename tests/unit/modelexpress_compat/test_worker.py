@@ -21,9 +21,9 @@ import pytest
 from harness.subjects import wire
 from mxref.metrics import SourceMetrics
 from mxref.modelexpress.worker import Leases, MxWorkerService, lease_seconds
-from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.rpc import REASON_METADATA_KEY
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.worker_service import WorkerManifest, WorkerServicer, start_worker_server
 
 SID = "0123456789abcdef"
 MANIFEST = WorkerManifest(

@@ -13,8 +13,8 @@ import pytest
 
 from mxref.modelexpress.worker import Leases, MxWorkerService
 from mxref.roles.lease import LeaseRefused, prepare_tensor_read, release_tensor_read
-from mxref.roles.worker_server import WorkerManifest, WorkerServicer, start_worker_server
 from mxref.v1 import p2p_pb2
+from mxref.worker_service import WorkerManifest, WorkerServicer, start_worker_server
 
 SID = "0123456789abcdef"
 MANIFEST = WorkerManifest(

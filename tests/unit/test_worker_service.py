@@ -21,15 +21,15 @@ from mxref.metadata.store import Store
 from mxref.metadata.transport import start_metadata_server
 from mxref.metrics import SourceMetrics
 from mxref.roles.client import fetch_tensor_manifest
-from mxref.roles.worker_server import (
+from mxref.rpc import start_grpc_server
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+from mxref.worker_service import (
     RejectReason,
     WorkerManifest,
     WorkerServicer,
     check_request,
     start_worker_server,
 )
-from mxref.rpc import start_grpc_server
-from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 SID = "0123456789abcdef"
 TENSORS = (

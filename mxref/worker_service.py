@@ -36,7 +36,7 @@ from mxref.metrics import SourceFamilies
 from mxref.rpc import REASON_METADATA_KEY, start_grpc_server
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
-logger = logging.getLogger("mxref.roles.worker_server")
+logger = logging.getLogger("mxref.worker_service")
 
 WORKER_SERVER_THREADS = 4
 
