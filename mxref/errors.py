@@ -24,6 +24,8 @@ Messages state the value and the rule that it broke.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import grpc
 
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -66,16 +68,42 @@ class HandshakeTimeout(SourceError, TimeoutError):
     """The source's NIXL agent metadata did not arrive within the handshake budget."""
 
 
+class ReadFailure(StrEnum):
+    """How a READ from a source failed: one name from the chunked READ through the transfer
+    manager's health and metric to the reader's event (each transfer error carries its own)."""
+
+    STALLED = "stalled"  # a chunk window completed nothing within its stall deadline
+    TIMED_OUT = "timed_out"  # the READ's whole budget ran out
+    FAILED = "failed"  # NIXL raised or returned an error state
+
+    @property
+    def metric_kind(self) -> str:
+        """The ``kind`` label of ``mxref_data_plane_errors_total``: timeout | status_error."""
+        return "status_error" if self is ReadFailure.FAILED else "timeout"
+
+
 class TransferTimeout(SourceError, TimeoutError):
     """A transfer from a source did not complete within its budget."""
 
+    failure = ReadFailure.TIMED_OUT
+
 
 class TransferStalled(TransferTimeout):
-    """A chunked READ completed no chunk within its stall deadline: the source stopped serving."""
+    """A chunked READ completed no chunk within its stall deadline: the source stopped serving.
+    ``chunks_done`` of ``chunks`` had completed before it (a stall after progress has some)."""
+
+    failure = ReadFailure.STALLED
+
+    def __init__(self, message: str, chunks_done: int = 0, chunks: int = 0) -> None:
+        super().__init__(message)
+        self.chunks_done = chunks_done
+        self.chunks = chunks
 
 
 class TransferFailed(SourceError, RuntimeError):
     """A transfer from a source ended in an error status (NIXL 1.5.1 raises rather than returning ERR)."""
+
+    failure = ReadFailure.FAILED
 
 
 class IntegrityError(SourceError):

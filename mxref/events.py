@@ -91,8 +91,9 @@ EVENTS: dict[str, EventSpec] = {
                          notes={"hashing_s": "of seconds, hashing landed tensors between polls (null: none)",
                                 "window": "chunked READ: where its window idled (transfer.chunked.window_idle; null: one handle)",
                                 "chunk_ms": "chunked READ: [bytes, posted, done] of each chunk, ms from the READ's start"}),
-    "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "error", *AUDIT_OPEN,
+    "transfer_timeout": _ev("index", "seconds", "budget_s", "stalled", "chunks_done", "error", *AUDIT_OPEN,
                             notes={"stalled": "chunked READ: no progress within stall_s",
+                                   "chunks_done": "a stall: the chunks completed before it (0: it stalled before any progress)",
                                    "handles_open": "the attempt's agent: made and not released (mxref.audit)"}),
     "transfer_error": _ev("index", "seconds", "error", *AUDIT_OPEN),
     # a NIXL agent dropped: its resources made, released and still open (a leak the drop hid)

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
-from mxref.errors import IntegrityError, TransferStalled, TransferTimeout
+from mxref.errors import IntegrityError, ReadFailure, TransferStalled, TransferTimeout
 from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
@@ -456,7 +456,9 @@ class Reader:
                 seconds = time.perf_counter() - t0
                 self._phase("read", t0, "error", index)
                 self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
-                                 stalled=isinstance(exc, TransferStalled), error=str(exc), **mgr.audit.open_fields())
+                                 stalled=exc.failure is ReadFailure.STALLED,
+                                 chunks_done=exc.chunks_done if isinstance(exc, TransferStalled) else None,
+                                 error=str(exc), **mgr.audit.open_fields())
                 raise
             except Exception as exc:
                 self._phase("read", t0, "error", index)

@@ -10,7 +10,8 @@ Descriptor lists are prepared once per READ (``prep_xfer_dlist`` for each side, 
 per piece of every chunk) and each chunk's handle is made from them by index
 (``make_prepped_xfer``), instead of validating and preparing both lists again per chunk
 with ``initialize_xfer``. The manager (``mxref.transfer.manager``) owns health: this module
-only raises ``ChunkedReadError`` saying what happened and which error the caller raises.
+only raises the transfer error saying what happened (``TransferStalled``, ``TransferTimeout``,
+``TransferFailed``, each with its ``ReadFailure``); the manager records it and lets it through.
 """
 
 from __future__ import annotations
@@ -129,17 +130,6 @@ def window_idle(trace: Sequence[ChunkTime], window: int) -> dict[str, float]:
             "underfull_s": round(underfull, 6)}
 
 
-class ChunkedReadError(Exception):
-    """A chunked READ that did not complete: ``message`` for health, ``kind`` for the
-    data-plane error metric (timeout | status_error), ``error`` the class the caller raises."""
-
-    def __init__(self, message: str, kind: str, error: type[Exception]) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kind = kind
-        self.error = error
-
-
 def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list[list[Pair]]:
     """Group (local, remote) ranges into chunks of at most ``chunk_bytes``, splitting big ranges.
 
@@ -176,8 +166,8 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list
 def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_name: str, budget_s: float,
                  policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None,
                  landing: Landing | None = None, trace: list[ChunkTime] | None = None) -> None:
-    """Keep ``policy.window`` chunk READs in flight; raise ``ChunkedReadError`` on an error,
-    a stall or the budget. Every handle still in flight then is released (NIXL cancels it;
+    """Keep ``policy.window`` chunk READs in flight; raise ``TransferFailed`` on an error,
+    ``TransferStalled`` on a stall (with the chunks done before it) or ``TransferTimeout`` at the budget. Every handle still in flight then is released (NIXL cancels it;
     the memory behind it stays tainted), and both prepared lists are released in any case.
     ``on_suspect`` is called once, when a window has gone half its deadline without a
     completion or half the budget has passed (it must return at once: the caller's chance to
@@ -197,8 +187,7 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
             prepped.append(agent.prep_xfer_dlist(side, descs, mem))
     except Exception as exc:
         _release_dlists(agent, prepped)
-        raise ChunkedReadError(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}",
-                               "status_error", TransferFailed) from exc
+        raise TransferFailed(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}") from exc
     try:
         _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
               [piece[0] for piece in pieces], trace)
@@ -230,17 +219,14 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
             try:
                 handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
             except Exception as exc:
-                raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
-                                       "status_error", TransferFailed) from exc
+                raise TransferFailed(f"chunked READ failed at post: {type(exc).__name__}: {exc}") from exc
             inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
             try:
                 state = agent.transfer(handle)
             except Exception as exc:
-                raise ChunkedReadError(f"chunked READ failed at post: {type(exc).__name__}: {exc}",
-                                       "status_error", TransferFailed) from exc
+                raise TransferFailed(f"chunked READ failed at post: {type(exc).__name__}: {exc}") from exc
             if state in ERROR_STATES:
-                raise ChunkedReadError(f"chunked READ failed at post: NIXL state {state}", "status_error",
-                                       TransferFailed)
+                raise TransferFailed(f"chunked READ failed at post: NIXL state {state}")
 
     try:
         refill()
@@ -250,12 +236,11 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 try:
                     state = agent.check_xfer_state(item.handle)
                 except Exception as exc:
-                    raise ChunkedReadError(f"chunked READ failed: NIXL raised {type(exc).__name__}: {exc}",
-                                           "status_error", TransferFailed) from exc
+                    raise TransferFailed(f"chunked READ failed: NIXL raised {type(exc).__name__}: {exc}") from exc
                 if state in DONE_STATES:
                     done.append(item)
                 elif state in ERROR_STATES:
-                    raise ChunkedReadError(f"chunked READ failed: NIXL state {state}", "status_error", TransferFailed)
+                    raise TransferFailed(f"chunked READ failed: NIXL state {state}")
             if done:
                 for item in done:
                     inflight.remove(item)  # before the release: `finally` releases only what is left
@@ -280,14 +265,13 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 suspect()
             if inflight and quiet > deadline:
                 finished = len(bounds) - len(pending) - len(inflight)
-                raise ChunkedReadError(
+                raise TransferStalled(
                     f"READ stalled: no chunk completed for {deadline:.2f}s "
-                    f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", "timeout", TransferStalled)
+                    f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
             if (pending or inflight) and now - start > budget_s:
-                raise ChunkedReadError(
+                raise TransferTimeout(
                     f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
-                    f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)", "timeout",
-                    TransferTimeout)
+                    f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
             if landing is not None:
                 landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.

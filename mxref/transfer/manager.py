@@ -40,12 +40,13 @@ from mxref.errors import (
     HandshakeTimeout,
     ManifestMismatchError,
     NixlUnavailable,
+    ReadFailure,
     TransferFailed,
     TransferTimeout,
 )
 from mxref.events import NULL, EventLog
 from mxref.metrics import NixlFamilies
-from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkedReadError, ChunkPolicy, ChunkTime, Landing, read_chunked
+from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkPolicy, ChunkTime, Landing, read_chunked
 
 logger = logging.getLogger("mxref.transfer.manager")
 
@@ -369,9 +370,9 @@ class NixlTransferManager:
             try:
                 read_chunked(agent, mem, chunks.split(ranges), remote_agent_name, budget, chunks,
                              on_suspect, landing, trace)
-            except ChunkedReadError as exc:
-                self._record_failure(exc.message, exc.kind)
-                raise exc.error(self._data_plane_error) from exc
+            except (TransferTimeout, TransferFailed) as exc:
+                self._record_failure(str(exc), exc.failure)
+                raise
             self._clear_failure()
             self._accelerator.synchronize()
             total = sum(t.size for t, _ in pairs)
@@ -385,16 +386,16 @@ class NixlTransferManager:
                 "READ", agent.get_xfer_descs(local, mem), agent.get_xfer_descs(remote, mem), remote_agent_name
             )
         except Exception as exc:
-            self._record_failure(f"READ could not be prepared: {type(exc).__name__}: {exc}", "status_error")
+            self._record_failure(f"READ could not be prepared: {type(exc).__name__}: {exc}", ReadFailure.FAILED)
             raise TransferFailed(self._data_plane_error) from exc
         try:
             try:
                 state = agent.transfer(handle)
             except Exception as exc:
-                self._record_failure(f"READ failed at post: {type(exc).__name__}: {exc}", "status_error")
+                self._record_failure(f"READ failed at post: {type(exc).__name__}: {exc}", ReadFailure.FAILED)
                 raise TransferFailed(self._data_plane_error) from exc
             if state in ERROR_STATES:
-                self._record_failure(f"READ failed at post: NIXL state {state}", "status_error")
+                self._record_failure(f"READ failed at post: NIXL state {state}", ReadFailure.FAILED)
                 raise TransferFailed(self._data_plane_error)
             self._wait_for_xfer(handle, budget, "READ")
         finally:
@@ -483,13 +484,13 @@ class NixlTransferManager:
                     state = agent.check_xfer_state(handle)
                 except Exception as exc:
                     self._record_failure(
-                        f"{label} failed: NIXL raised {type(exc).__name__}: {exc}", "status_error"
+                        f"{label} failed: NIXL raised {type(exc).__name__}: {exc}", ReadFailure.FAILED
                     )
                     raise TransferFailed(self._data_plane_error) from exc
                 if state in DONE_STATES:
                     continue
                 if state in ERROR_STATES:
-                    self._record_failure(f"{label} failed: NIXL state {state}", "status_error")
+                    self._record_failure(f"{label} failed: NIXL state {state}", ReadFailure.FAILED)
                     raise TransferFailed(self._data_plane_error)
                 still.append(handle)
             pending = still
@@ -497,7 +498,7 @@ class NixlTransferManager:
                 self._record_failure(
                     f"{label} timed out after {timeout_s:.3f}s with no completion and no error status from NIXL "
                     f"({len(pending)} of {len(handles)} pending)",
-                    "timeout",
+                    ReadFailure.TIMED_OUT,
                 )
                 raise TransferTimeout(self._data_plane_error)
             # Tight poll: with the reader's progress thread off, this loop is what
@@ -520,10 +521,10 @@ class NixlTransferManager:
     def is_healthy(self) -> bool:
         return self._agent is not None and bool(self._metadata) and self._data_plane_error is None
 
-    def _record_failure(self, message: str, kind: str) -> None:
+    def _record_failure(self, message: str, failure: ReadFailure) -> None:
         self._data_plane_error = message
         if self._metrics is not None:
-            self._metrics.data_plane_errors.labels(kind).inc()
+            self._metrics.data_plane_errors.labels(failure.metric_kind).inc()
         self._report_health()
 
     def _clear_failure(self) -> None:

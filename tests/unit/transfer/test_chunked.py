@@ -18,7 +18,7 @@ from fixtures.chunk_agent import MIB, ChunkAgent, manager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mxref.errors import TransferFailed, TransferStalled, TransferTimeout
+from mxref.errors import ReadFailure, TransferFailed, TransferStalled, TransferTimeout
 from mxref.transfer.chunked import ChunkPolicy, split_ranges
 
 
@@ -121,7 +121,8 @@ def test_a_frozen_source_is_a_stall_after_stall_s_not_the_budget() -> None:
         mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
     elapsed = time.monotonic() - t0
     assert policy.stall_s <= elapsed < policy.stall_s + 1.0, elapsed
-    assert isinstance(err.value, TransferTimeout)
+    assert isinstance(err.value, TransferTimeout) and err.value.failure is ReadFailure.STALLED
+    assert err.value.chunks_done == 3 < err.value.chunks, "the stall says how far the READ got"
     assert not mgr.is_healthy() and "stalled" in (mgr.data_plane_error or "")
     assert sorted(agent.released) == sorted(agent.posted), "every in-flight handle is released"
 
@@ -136,7 +137,7 @@ def test_the_budget_still_bounds_a_slow_but_moving_read() -> None:
     mgr, remote = manager(agent)
     with pytest.raises(TransferTimeout) as err:
         mgr.receive_from_source(b"", remote, 0.2, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, window=1))
-    assert not isinstance(err.value, TransferStalled)
+    assert not isinstance(err.value, TransferStalled) and err.value.failure is ReadFailure.TIMED_OUT
     assert "timed out" in (mgr.data_plane_error or "")
 
 
