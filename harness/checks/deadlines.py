@@ -151,7 +151,7 @@ class StallBounded(BaseModel):
 
 
 @dataclass(frozen=True)
-class Window:
+class DeadlineWindow:
     """The bounds of one judgement in seconds, and where the deadlines came from."""
 
     not_before: float | None
@@ -160,13 +160,13 @@ class Window:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
+def announced_deadlines(p: StallBounded, h: History, at: float) -> DeadlineWindow:
     """The check's bounds in seconds at time ``at`` (its end point); ``problems`` when a bound
     reads the announced deadlines and an announcement differs from the contract."""
     used, reader = p.deadlines_used(), p.announcer()
     if not used or reader is None:
         lo, hi = (None if b is None else b.seconds for b in (p.not_before, p.within))
-        return Window(lo, hi)
+        return DeadlineWindow(lo, hi)
     starts = h.select(actor=reader, f="transfer_start")
     contract, tol = p.contract.deadlines(), p.contract.tolerance
     problems = [
@@ -190,9 +190,9 @@ def announced_deadlines(p: StallBounded, h: History, at: float) -> Window:
     if silent:
         details["not_announced"] = silent
     if problems:  # the first three, the word that marks them a behaviour once
-        return Window(None, None, (problems[0], *(t.removeprefix(BROKEN_CONTRACT + " ") for t in problems[1:3])), details)
+        return DeadlineWindow(None, None, (problems[0], *(t.removeprefix(BROKEN_CONTRACT + " ") for t in problems[1:3])), details)
     lo, hi = (None if b is None else b.resolve(values) for b in (p.not_before, p.within))
-    return Window(lo, hi, (), details)
+    return DeadlineWindow(lo, hi, (), details)
 
 
 def bound_text(bound: Bound | None, seconds: float, plain: Callable[[float], str] = format_seconds) -> str:

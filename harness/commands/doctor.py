@@ -41,7 +41,7 @@ from typing import Any
 
 from harness.exits import EXIT_ENV_BROKEN
 
-__all__ = ["EXIT_ENV_BROKEN", "Place", "add_parser", "blocking", "cmd_doctor", "preflight", "probe", "render",
+__all__ = ["EXIT_ENV_BROKEN", "ProbeSite", "add_parser", "blocking", "cmd_doctor", "preflight", "probe", "render",
            "scenario_needs"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ def probe(capabilities: Iterable[str] = CAPABILITIES) -> dict[str, Any]:
 
 
 @dataclass
-class Place:
+class ProbeSite:
     """Where roles run: ``here``, a ``nixl-V`` env, a ``subject-S`` env, or an inventory machine."""
 
     name: str
@@ -199,12 +199,12 @@ def _probe_in(python: Sequence[str], capabilities: Sequence[str]) -> tuple[dict[
     return {}, f"the probe failed (rc {done.returncode}): {tail[-1] if tail else 'no output'}"
 
 
-def probe_env(name: str, kind: str, python: Path, capabilities: Sequence[str]) -> Place:
+def probe_env(name: str, kind: str, python: Path, capabilities: Sequence[str]) -> ProbeSite:
     facts, error = _probe_in([str(python)], capabilities)
-    return Place(name, kind, facts, error)
+    return ProbeSite(name, kind, facts, error)
 
 
-def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[Place]:
+def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[ProbeSite]:
     """Each machine of the inventory, probed over ssh with its own interpreter and checkout."""
     from harness.errors import HarnessError
     from harness.hosts.inventory import load_inventory
@@ -215,7 +215,7 @@ def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[Place]:
     run_dir = Path(tempfile.mkdtemp(prefix="mxchaos-doctor-"))
     for name, machine in inventory.machines.items():
         host = SshHost(name, name, machine, f"doctor-{os.getpid()}", run_dir)
-        place = Place(f"host {name}", "host")
+        place = ProbeSite(f"host {name}", "host")
         try:
             env = f"PYTHONPATH={shlex.quote(machine.repo)} " if machine.repo else ""
             line = (f"{env}{shlex.quote(machine.interpreter)} -m harness.commands.doctor --probe "
@@ -267,7 +267,7 @@ def _grpcio(spec: Any) -> bool:
     return "--grpc-impl grpcio" in joined or "--grpc-impl=grpcio" in joined
 
 
-def blocking(places: Sequence[Place], scenarios: Sequence[Any]) -> list[str]:
+def blocking(places: Sequence[ProbeSite], scenarios: Sequence[Any]) -> list[str]:
     """A line per (place, scenario) that would fail before its first step; empty: nothing blocks."""
     out = []
     for place in places:
@@ -288,7 +288,7 @@ def _yes(value: Any) -> str:
     return "yes" if value else "NO"
 
 
-def render(places: Sequence[Place], scenarios: Sequence[Any]) -> str:
+def render(places: Sequence[ProbeSite], scenarios: Sequence[Any]) -> str:
     """The doctor's report: each place's facts, then a table of where each scenario runs, and the fixes."""
     lines: list[str] = []
     wanted: set[str] = set()
@@ -342,18 +342,18 @@ def render(places: Sequence[Place], scenarios: Sequence[Any]) -> str:
 
 def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), inventory: Path | None = None,
                capabilities: Sequence[str] = CAPABILITIES, log: Callable[[str], None] = lambda _m: None,
-               here: bool = True) -> list[Place]:
+               here: bool = True) -> list[ProbeSite]:
     from harness.subjects import env_ready
     from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
     from harness.subjects.nixl_envs import ensure_env
 
     places = []
     if here:
-        places.append(Place("here", "here", probe(capabilities)))
+        places.append(ProbeSite("here", "here", probe(capabilities)))
     for version in nixl:
         env = ensure_env(version, REPO, log=log)
         if env.error and not env.error.startswith("native extension:"):  # NIXL V cannot be installed: the
-            places.append(Place(f"nixl-{version}", "unavailable", error=env.error))  # matrix's unavailable column
+            places.append(ProbeSite(f"nixl-{version}", "unavailable", error=env.error))  # matrix's unavailable column
             continue
         place = probe_env(f"nixl-{version}", "env", env.python, capabilities)
         if env.error and not place.error and place.facts.get("native_import") is None:
@@ -369,13 +369,13 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
         if (path / "bin" / "python").exists():
             places.append(probe_env(f"subject-{subject}", "subject", path / "bin" / "python", capabilities))
         else:
-            places.append(Place(f"subject-{subject}", "subject", error=f"not built ({path}): {FIXES['modelexpress-env']}"))
+            places.append(ProbeSite(f"subject-{subject}", "subject", error=f"not built ({path}): {FIXES['modelexpress-env']}"))
     if inventory is not None:
         places += probe_inventory(inventory, capabilities)
     return places
 
 
-def preflight(scenarios: Sequence[Any], places: Sequence[Place], what: str) -> int | None:
+def preflight(scenarios: Sequence[Any], places: Sequence[ProbeSite], what: str) -> int | None:
     """Refuse (print the doctor's words, return ``EXIT_ENV_BROKEN``) when a place would fail a
     scenario before its first step; None: go on."""
     blocked = blocking(places, scenarios)

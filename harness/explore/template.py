@@ -48,7 +48,7 @@ from harness.scenario.emit import compact_data
 from harness.scenario.load import MAX_BYTES
 from harness.spec import Duration, Name, Scalar, Strict, custom_error, parse_duration
 
-__all__ = ["TEMPLATE_SUFFIXES", "Anchor", "ExploreSpec", "FaultSpace", "Template", "Window", "is_template", "load_template"]
+__all__ = ["TEMPLATE_SUFFIXES", "Anchor", "ExploreSpec", "FaultSpace", "Template", "FireWindow", "is_template", "load_template"]
 
 class Anchor(Strict):
     """The event a window starts at: ``process`` emitting ``event`` (fields equal to ``where``)."""
@@ -68,7 +68,7 @@ def _within(value: Any) -> Any:
     return parse_duration(value)
 
 
-class Window(Strict):
+class FireWindow(Strict):
     """A fault fires ``[0, within]`` after ``after`` (to the millisecond; ``within: 0``: at once)."""
 
     after: Anchor
@@ -97,7 +97,7 @@ class ExploreSpec(Strict):
     """The ``explore:`` section (fault choices are checked by ``load_template``)."""
 
     at_once: AtOnce = AtOnce()
-    windows: tuple[Window, ...] = Field(min_length=1)
+    windows: tuple[FireWindow, ...] = Field(min_length=1)
     faults: tuple[dict[str, Any], ...] = Field(min_length=1)
     if_gone: str = "skip"
 

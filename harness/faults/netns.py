@@ -55,7 +55,7 @@ __all__ = [
     "Partition",
     "PartitionSpec",
     "Qdiscs",
-    "Rate",
+    "RateLimit",
     "RateSpec",
     "Reject",
     "RejectSpec",
@@ -418,7 +418,7 @@ class Qdiscs:
 
 
 @register
-class Rate(Fault[RateSpec, Qdiscs]):
+class RateLimit(Fault[RateSpec, Qdiscs]):
     kind = "rate"
     ssh_needs = ("root", "tc", "data-device")
     Spec = RateSpec

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.defects import defect_status
-from harness.matrix.schedule import Placement, plan_column, run_plan
+from harness.matrix.schedule import LanePlacement, plan_column, run_plan
 from harness.record.baseline import diff_matrices
 from harness.record.cells import Column, read_column
 from harness.record.saved import MatrixDoc, SummaryDoc
@@ -64,7 +64,7 @@ class MatrixSpec:
     rebuild_envs: bool = False
     resume: bool = False  # reuse a column whose folder already holds all its runs (summary.json)
     jobs: int = 1  # lanes of a column at once (harness.matrix.schedule); 1: one run after another
-    placements: list[Placement] = field(default_factory=list)  # who may run beside others (none: all in one run)
+    placements: list[LanePlacement] = field(default_factory=list)  # who may run beside others (none: all in one run)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -4,7 +4,7 @@ A column used to be one ``mxchaos run`` of every scenario, one after another. Mo
 share nothing but the CPU (each run has its own processes, ports, folders and stores), so a
 column deals them into lanes that run at once, at most ``jobs`` lanes (two per core of the machine
 by default: ``default_jobs``), and then runs, one at a time with nothing beside it, every scenario
-that must run alone (``Placement.alone``):
+that must run alone (``LanePlacement.alone``):
 
 * one that says so: ``schedule: alone`` in its file (``schedule: shared`` overrides what would
   be inferred);
@@ -37,7 +37,7 @@ from typing import Any
 from harness.checks.deadlines import Bound
 from harness.record.saved import SummaryDoc
 
-__all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "Placement", "Plan", "RunGroup", "default_jobs",
+__all__ = ["GLOBAL_CAPABILITIES", "TIGHT_WITHIN_S", "LanePlacement", "Plan", "RunGroup", "default_jobs",
            "place", "plan_column", "run_plan"]
 
 # capabilities whose faults or hosts act on what every process of the machine shares
@@ -46,7 +46,7 @@ TIGHT_WITHIN_S = 3.0  # an elapsed check bounded within this is a latency verdic
 
 
 @dataclass(frozen=True)
-class Placement:
+class LanePlacement:
     """Whether a scenario may run beside others in a column, and why not."""
 
     name: str
@@ -54,16 +54,16 @@ class Placement:
     reason: str  # why alone ("" when shared)
 
 
-def place(scenario: Any) -> Placement:
+def place(scenario: Any) -> LanePlacement:
     """``scenario``'s placement: its own ``schedule`` when given, else inferred (module docstring)."""
     name = str(scenario.name)
     declared = getattr(scenario, "schedule", None)
     if declared == "alone":
-        return Placement(name, True, "declared schedule: alone")
+        return LanePlacement(name, True, "declared schedule: alone")
     if declared == "shared":
-        return Placement(name, False, "")
+        return LanePlacement(name, False, "")
     reason = _inferred_reason(scenario)
-    return Placement(name, bool(reason), reason)
+    return LanePlacement(name, bool(reason), reason)
 
 
 def _inferred_reason(scenario: Any) -> str:
@@ -129,7 +129,7 @@ class Plan:
         return len(self.lanes) > 1
 
 
-def plan_column(placements: Sequence[Placement], jobs: int, seconds: Mapping[str, float] | None = None) -> Plan:
+def plan_column(placements: Sequence[LanePlacement], jobs: int, seconds: Mapping[str, float] | None = None) -> Plan:
     """Deal the shared scenarios into at most ``jobs`` lanes, longest first onto the least loaded
     lane (``seconds``: an earlier run's duration per scenario; unknown ones weigh the median,
     or 1 when none is known); each lane keeps file order. ``jobs`` 1: one lane, as before."""

@@ -11,9 +11,9 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["Runner", "cache_dir", "error_line", "locked", "run_bounded"]
+__all__ = ["CommandRunner", "cache_dir", "error_line", "locked", "run_bounded"]
 
-Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
+CommandRunner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
 
 def cache_dir() -> Path:

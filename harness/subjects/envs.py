@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.subjects.cache import Runner, cache_dir, run_bounded
+from harness.subjects.cache import CommandRunner, cache_dir, run_bounded
 from harness.subjects.nixl_envs import (
     PIP_TIMEOUT_S,
     EnvResult,
@@ -92,7 +92,7 @@ def ensure_subject_env(
     repo: Path,
     *,
     root: Path | None = None,
-    run: Runner = run_bounded,
+    run: CommandRunner = run_bounded,
     log: Callable[[str], None] = lambda _msg: None,
     rebuild: bool = False,
 ) -> EnvResult:

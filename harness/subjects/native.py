@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.subjects.cache import Runner, cache_dir, error_line, locked, run_bounded
+from harness.subjects.cache import CommandRunner, cache_dir, error_line, locked, run_bounded
 
 __all__ = ["MODULE", "STAMP", "cargo_path", "ensure_installed", "ensure_wheel", "find_wheel", "installed_hash",
            "source_hash", "wheel_dir"]
@@ -79,7 +79,7 @@ def cargo_path() -> str | None:
     return None
 
 
-def ensure_wheel(repo: Path, *, root: Path | None = None, run: Runner = run_bounded,
+def ensure_wheel(repo: Path, *, root: Path | None = None, run: CommandRunner = run_bounded,
                  log: Callable[[str], None] = lambda _m: None) -> tuple[Path | None, str | None]:
     """(the wheel of ``repo``'s extension source, None), built when not cached; else (None, why)."""
     digest = source_hash(repo)
@@ -120,7 +120,7 @@ def installed_hash(env_path: Path) -> str | None:
         return None
 
 
-def ensure_installed(env_path: Path, repo: Path, *, root: Path | None = None, run: Runner = run_bounded,
+def ensure_installed(env_path: Path, repo: Path, *, root: Path | None = None, run: CommandRunner = run_bounded,
                      log: Callable[[str], None] = lambda _m: None) -> str | None:
     """Install ``repo``'s extension into the environment at ``env_path`` unless it already has
     this source's (its stamp), then import it there; None when it is in, else why not. The

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.subjects.cache import Runner, cache_dir, error_line, locked
+from harness.subjects.cache import CommandRunner, cache_dir, error_line, locked
 from harness.subjects.cache import run_bounded as _run
 
 __all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash",
@@ -104,7 +104,7 @@ def build_cached_env(
     *,
     stamp_name: str,
     failed_suffix: str,
-    run: Runner = _run,
+    run: CommandRunner = _run,
     log: Callable[[str], None] = lambda _msg: None,
     rebuild: bool = False,
     building: str = "",
@@ -149,7 +149,7 @@ def build_cached_env(
 
 
 def install_native(repo: Path, root: Path | None, log: Callable[[str], None],
-                   run: Runner = _run) -> Callable[[Path], str | None]:
+                   run: CommandRunner = _run) -> Callable[[Path], str | None]:
     """``build_cached_env``'s ``finish`` that installs ``repo``'s native extension into the env."""
 
     def finish(path: Path) -> str | None:
@@ -165,7 +165,7 @@ def ensure_env(
     repo: Path,
     *,
     root: Path | None = None,
-    run: Runner = _run,
+    run: CommandRunner = _run,
     log: Callable[[str], None] = lambda _msg: None,
     rebuild: bool = False,
     native: bool = True,

@@ -128,7 +128,7 @@ def unauthenticated_flood(address: str, creds: Creds, seconds: float, connection
 
 
 @dataclass
-class Window:
+class FloodWindow:
     """One flood window's outcome: the heartbeats' seconds (or why they failed) and the flood's counts."""
 
     latencies: list[float]
@@ -138,7 +138,7 @@ class Window:
 
 
 def flooded(address: str, creds: Creds, record: tuple[str, str, str], seconds: float, interval_s: float,
-            connections: int, window: int, ramp_s: float = 0.5, rate: float = 0.0) -> Window:
+            connections: int, window: int, ramp_s: float = 0.5, rate: float = 0.0) -> FloodWindow:
     """Heartbeats for ``seconds`` while a flood runs (started ``ramp_s`` before, ending after)."""
     flood: dict[str, float] = {}
 
@@ -155,7 +155,7 @@ def flooded(address: str, creds: Creds, record: tuple[str, str, str], seconds: f
     except RuntimeError as exc:
         error = str(exc)
     thread.join(seconds + CALL_TIMEOUT_S + 60)
-    return Window(latencies, status, error, flood)
+    return FloodWindow(latencies, status, error, flood)
 
 
 def server_events(path: Path, name: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.commands.doctor import NATIVE, Place, blocking, probe, render, scenario_needs
+from harness.commands.doctor import NATIVE, ProbeSite, blocking, probe, render, scenario_needs
 from harness.judge.envbroken import cell_reason, environment_reason, text_reason
 from harness.scenario import load_scenario
 
@@ -20,7 +20,7 @@ SMOKE = load_scenario(ROOT / "scenarios" / "smoke.yaml")
 GRPCIO = load_scenario(ROOT / "scenarios" / "grpcio_server.yaml")
 
 
-def _place(native: bool = True, nixl: bool = True, kind: str = "env", caps: dict[str, bool] | None = None) -> Place:
+def _place(native: bool = True, nixl: bool = True, kind: str = "env", caps: dict[str, bool] | None = None) -> ProbeSite:
     facts: dict[str, Any] = {
         "python": "/envs/x/bin/python", "python_version": "3.11.7", "nixl_version": "1.4.1",
         "nixl_import": None if nixl else "ModuleNotFoundError: No module named 'nixl'",
@@ -28,7 +28,7 @@ def _place(native: bool = True, nixl: bool = True, kind: str = "env", caps: dict
         "native_import": None if native else "ModuleNotFoundError: No module named 'mxref_native'",
         "capabilities": {"root": True, "toxiproxy": True, **(caps or {})}, "gpus": 0, "rdma_devices": [],
     }
-    return Place("nixl-1.4.1", kind, facts)
+    return ProbeSite("nixl-1.4.1", kind, facts)
 
 
 def test_a_scenario_on_the_native_server_needs_the_extension_and_one_on_grpcio_does_not() -> None:
@@ -41,7 +41,7 @@ def test_a_place_without_the_native_extension_blocks_only_the_scenarios_that_nee
     lines = blocking([bad], [SMOKE, GRPCIO])
     assert len(lines) == 1 and lines[0].startswith("nixl-1.4.1: smoke cannot run: the native extension")
     assert "No module named 'mxref_native'" in lines[0] and "fix: mxchaos doctor --nixl 1.4.1 (installs the cached wheel" in lines[0]
-    host = Place("host h1", "host", _place(native=False).facts)
+    host = ProbeSite("host h1", "host", _place(native=False).facts)
     assert "fix: on the host, in its checkout: ./.ci/bootstrap" in blocking([host], [SMOKE])[0]
     assert blocking([_place()], [SMOKE, GRPCIO]) == []
     assert blocking([_place(nixl=False)], [GRPCIO])[0].startswith("nixl-1.4.1: grpcio_server cannot run: NIXL does not import")
@@ -58,10 +58,10 @@ def test_a_missing_capability_is_a_skip_not_a_block_and_the_table_names_the_fix(
 
 
 def test_an_unreachable_host_blocks_and_an_uninstallable_release_does_not() -> None:
-    host = Place("host h1", "host", error="10.0.0.1:22: the probe failed (rc 255): Connection refused")
+    host = ProbeSite("host h1", "host", error="10.0.0.1:22: the probe failed (rc 255): Connection refused")
     assert blocking([host], [SMOKE])[0].startswith("host h1: smoke cannot run: not probed: 10.0.0.1:22")
     assert "NOT PROBED" in render([host], [SMOKE])
-    gone = Place("nixl-9.9.9", "unavailable", error="nixl: ERROR: No matching distribution found for nixl-cu12==9.9.9")
+    gone = ProbeSite("nixl-9.9.9", "unavailable", error="nixl: ERROR: No matching distribution found for nixl-cu12==9.9.9")
     assert blocking([gone], [SMOKE]) == []  # the matrix shows that column as unavailable, as before
 
 

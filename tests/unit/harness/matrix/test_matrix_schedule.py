@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.matrix.schedule import Placement, Plan, place, plan_column, run_plan
+from harness.matrix.schedule import LanePlacement, Plan, place, plan_column, run_plan
 from harness.record.saved import SummaryDoc
 from harness.scenario import parse_scenario
 
@@ -36,7 +36,7 @@ def scenario(name: str = "s", extra: str = "", processes: str = "", steps: str =
 
 
 def test_a_scenario_with_no_global_fault_no_command_and_loose_windows_is_shared() -> None:
-    assert place(scenario()) == Placement("s", False, "")
+    assert place(scenario()) == LanePlacement("s", False, "")
 
 
 def test_a_tight_elapsed_window_runs_alone_and_a_loose_one_does_not() -> None:
@@ -96,7 +96,7 @@ def test_a_fault_that_needs_root_only_for_what_its_run_owns_is_shared(path: str)
 
     loaded = load_scenario(REPO / path)
     assert "root" in scenario_requirements(loaded)
-    assert place(loaded) == Placement(loaded.name, False, "")
+    assert place(loaded) == LanePlacement(loaded.name, False, "")
 
 
 def test_the_syscall_crawl_incident_says_it_runs_alone() -> None:
@@ -106,26 +106,26 @@ def test_the_syscall_crawl_incident_says_it_runs_alone() -> None:
     assert p.alone and p.reason == "declared schedule: alone"
 
 
-def shared(*names: str) -> list[Placement]:
-    return [Placement(n, False, "") for n in names]
+def shared(*names: str) -> list[LanePlacement]:
+    return [LanePlacement(n, False, "") for n in names]
 
 
 def test_one_job_is_one_lane_in_file_order_as_before() -> None:
-    plan = plan_column([*shared("a", "b"), Placement("c", True, "x"), *shared("d")], jobs=1)
+    plan = plan_column([*shared("a", "b"), LanePlacement("c", True, "x"), *shared("d")], jobs=1)
     assert plan == Plan((("a", "b", "d"),), ("c",)) and not plan.side_by_side
 
 
 def test_lanes_are_bounded_by_jobs_and_by_the_shared_scenarios() -> None:
     assert len(plan_column(shared("a", "b", "c", "d", "e"), jobs=2).lanes) == 2
     assert len(plan_column(shared("a", "b"), jobs=8).lanes) == 2
-    assert plan_column([Placement("a", True, "x")], jobs=4) == Plan((), ("a",))
+    assert plan_column([LanePlacement("a", True, "x")], jobs=4) == Plan((), ("a",))
     with pytest.raises(ValueError):
         plan_column(shared("a"), jobs=0)
 
 
 def test_every_scenario_is_placed_exactly_once() -> None:
     names = [f"s{i}" for i in range(11)]
-    plan = plan_column([*shared(*names[:8]), *(Placement(n, True, "x") for n in names[8:])], jobs=3)
+    plan = plan_column([*shared(*names[:8]), *(LanePlacement(n, True, "x") for n in names[8:])], jobs=3)
     placed = [n for lane in plan.lanes for n in lane] + list(plan.alone)
     assert sorted(placed) == sorted(names) and plan.alone == ("s8", "s9", "s10")
 
@@ -202,7 +202,7 @@ def test_a_matrix_column_runs_its_lanes_and_lone_scenarios_and_reads_them_as_one
     names = ["a", "b", "c", "d"]
     spec = MatrixSpec(scenarios=[tmp_path / f"{n}.yaml" for n in names], names=names, defects={},
                       columns=columns_for([], [], ["mxref"]), out=tmp_path / "out", raw_read=False, jobs=2,
-                      placements=[*shared("a", "b", "c"), Placement("d", True, "x")])
+                      placements=[*shared("a", "b", "c"), LanePlacement("d", True, "x")])
     matrix = run_matrix(spec, ensure=lambda v: here_env(), execute=execute)
     assert sorted(calls) == [("alone", ["d"]), ("lane-1", ["a", "c"]), ("lane-2", ["b"])]
     column = matrix["columns"][0]
