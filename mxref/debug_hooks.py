@@ -8,24 +8,18 @@ SIGHUP asks a refit (``RefitTrigger``): the source drains its tensor read leases
 its weights and admits leases again (``mxref.roles.source.SourceService.refit``). Without
 the flag nothing is installed and both signals keep their default actions.
 
-Each signal handler only queues the request (``queue.SimpleQueue.put`` is safe to call
-from a handler); a thread of ours does the work and emits the events, so the handler
-never takes a lock that the code it interrupted may hold.
+Each signal is a ``mxref.signals.QueuedSignal``: its handler only queues it, and a thread of
+ours does the work and emits the events.
 """
 
 from __future__ import annotations
 
-import logging
-import queue
 import signal
 import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
-logger = logging.getLogger("mxref.debug_hooks")
-
-JOIN_TIMEOUT_S = 2.0
+from mxref.signals import QueuedSignal
 
 
 def flip_first_bytes(arena: Any) -> int:
@@ -37,43 +31,6 @@ def flip_first_bytes(arena: Any) -> int:
             arena.buffer[offset] ^= 0xFF
             flipped += 1
     return flipped
-
-
-class QueuedSignal:
-    """A signal whose handler only queues it; ``action`` runs on a thread of ours, once per signal."""
-
-    def __init__(self, signum: int, action: Callable[[], object], name: str) -> None:
-        self.signum = signum
-        self._action = action
-        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._previous: Any = None
-        self._installed = False
-
-    def install(self) -> None:
-        """Handle the signal (main thread only) and start the worker thread."""
-        self._previous = signal.signal(self.signum, self._handle)
-        self._installed = True
-        self._thread.start()
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self._requests.put(signum)
-
-    def _run(self) -> None:
-        while self._requests.get() is not None:
-            try:
-                self._action()
-            except Exception:  # a failed action never kills the hook thread
-                logger.exception("debug hook %s failed", signal.Signals(self.signum).name)
-
-    def close(self, join_s: float = JOIN_TIMEOUT_S) -> None:
-        """Restore the previous handler and stop the thread (bounded)."""
-        if not self._installed:
-            return
-        signal.signal(self.signum, self._previous)
-        self._installed = False
-        self._requests.put(None)
-        self._thread.join(timeout=join_s)
 
 
 class CorruptionToggle:
@@ -89,7 +46,7 @@ class CorruptionToggle:
         self._lock = threading.Lock()
         self._arena = arena
         self.corrupted = False
-        self._signal = QueuedSignal(signal.SIGUSR2, self.toggle, "mx-debug-hooks")
+        self._signal = QueuedSignal(signal.SIGUSR2, lambda _signum: self.toggle(), "mx-debug-hooks")
         self._refit: QueuedSignal | None = None
 
     def set_arena(self, arena: Any) -> None:
@@ -105,7 +62,7 @@ class CorruptionToggle:
 
     def on_refit(self, refit: Callable[[], object]) -> CorruptionToggle:
         """Also run ``refit`` on each SIGHUP (a source: ``SourceService.refit``), on its own thread."""
-        self._refit = QueuedSignal(signal.SIGHUP, refit, "mx-refit-hook")
+        self._refit = QueuedSignal(signal.SIGHUP, lambda _signum: refit(), "mx-refit-hook")
         self._refit.install()
         return self
 

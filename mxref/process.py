@@ -14,12 +14,12 @@ import os
 import signal
 import sys
 import threading
-from types import FrameType
 from typing import Any
 
 from mxref import __version__, config
 from mxref.events import EventLog, log_to_stderr
 from mxref.metrics import ProcessMetrics
+from mxref.signals import QueuedSignal
 
 logger = logging.getLogger("mxref.process")
 
@@ -82,16 +82,18 @@ def die_with_parent() -> None:
 
 
 class StopSignals:
-    """While entered, SIGTERM/SIGINT set ``stop`` and record the signal."""
+    """While entered, SIGTERM/SIGINT set ``stop`` and record the signal (the handler only queues
+    it: ``mxref.signals.QueuedSignal``; setting an Event from the handler could wait on the lock
+    of the very ``stop.wait`` it interrupted)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, stop: threading.Event | None = None) -> None:
         self.stop = stop if stop is not None else threading.Event()
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._queued: QueuedSignal | None = None
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+    def _handle(self, signum: int) -> None:
         self.received = signum
         self.stop.set()
 
@@ -102,13 +104,13 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+            self._queued = QueuedSignal(self.SIGNALS, self._handle, "mx-stop-signals").install()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        if self._queued is not None:
+            self._queued.close()
+            self._queued = None
 
 
 class Process:

@@ -66,6 +66,7 @@ from harness.scenario import (
     capabilities,
 )
 from mxref import pki
+from mxref.signals import Relay
 
 __all__ = ["Runner"]
 
@@ -397,35 +398,32 @@ class Runner:
             if not self._defer_depth and self.clock.signalled is not None:
                 raise RunInterrupted(self.clock.signalled)
 
-    def _announce_interrupt(self, signum: int) -> None:
-        """Say at once what the interrupt heals and stops (no locks: a signal handler runs this)."""
-        procs = [st.name for st in list(self.table.states.values()) if st.alive]
-        tell(interrupt_line(signum, self.nemesis.active_unlocked(), procs))
-
     def _stop_grace(self) -> float:
         """A stop's grace in the teardown: none once a second Ctrl-C forced it."""
         return 0.0 if self._forced else self.scenario.budgets.stop_grace
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM of the harness while the run lasts. The handler takes no lock (it may
+        have interrupted the holder of any lock, ``mxref.signals``): it records the signal, reads
+        what there is to heal and stop, and cuts the main thread short; a ``Relay`` thread wakes
+        the waits, says it at once, and, for a second Ctrl-C in the teardown, kills."""
         if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
             yield
             return
+        relay = Relay("mxchaos-signals").start()
 
         def handler(signum: int, frame: FrameType | None) -> None:
             if self._tearing_down:
-                self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
-                if signum == signal.SIGINT and not self._forced:  # a second Ctrl-C: no more grace
+                force = signum == signal.SIGINT and not self._forced  # a second Ctrl-C: no more grace
+                if force:
                     self._forced = True
-                    tell("forcing: the processes still running are killed now, without their grace; "
-                         "every fault is still healed (one more Ctrl-C changes nothing)")
-                    for st in list(self.table.states.values()):  # no lock: see _announce_interrupt
-                        if st.alive and st.proc is not None:
-                            with contextlib.suppress(Exception):
-                                st.proc.signal(signal.SIGKILL)
+                relay.put(lambda: self._signal_in_teardown(signum, force))
                 return
-            self.clock.interrupt(signum)  # recorded first; every wait wakes, also in a deferred section
-            self._announce_interrupt(signum)
+            self.clock.note_signal(signum)  # first: the run ends as interrupted, whatever swallows the raise
+            procs = [st.name for st in list(self.table.states.values()) if st.alive]
+            line = interrupt_line(signum, self.nemesis.active_unlocked(), procs)  # as it stands now
+            relay.put(lambda: self._wake_and_tell(signum, line))
             if self._defer_depth:
                 return
             raise RunInterrupted(signum)
@@ -436,6 +434,26 @@ class Runner:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+            relay.close()
+
+    def _wake_and_tell(self, signum: int, line: str) -> None:
+        """The relay's half of an interrupt: every wait wakes (also in a deferred section), and
+        the person at the terminal hears what will be healed and stopped."""
+        self.clock.interrupt(signum)
+        tell(line)
+
+    def _signal_in_teardown(self, signum: int, force: bool) -> None:
+        """A signal in the teardown is recorded, not raised; a second Ctrl-C (``force``) kills the
+        processes still running now, without their grace (every fault is still healed)."""
+        self.timeline.append("info", "harness", "signal_ignored", {"signum": signum, "during": "teardown"})
+        if not force:
+            return
+        tell("forcing: the processes still running are killed now, without their grace; "
+             "every fault is still healed (one more Ctrl-C changes nothing)")
+        for st in list(self.table.states.values()):
+            if st.alive and st.proc is not None:
+                with contextlib.suppress(Exception):
+                    st.proc.signal(signal.SIGKILL)
 
     # ------------------------------------------------------------------ processes
 

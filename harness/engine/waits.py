@@ -48,6 +48,13 @@ class RunClock:
             self._abort.set()
         return first
 
+    def note_signal(self, signum: int) -> None:
+        """The harness got ``signum``, said from its signal handler: recorded (the first one is
+        kept) without a lock, since the handler may have interrupted the lock's holder; the waits
+        wake when ``interrupt`` follows from a thread of the handler's."""
+        if self._signalled is None:
+            self._signalled = signum
+
     def interrupt(self, signum: int) -> None:
         """The harness got ``signum``: recorded (the first one is kept), and every wait wakes."""
         with self._lock:

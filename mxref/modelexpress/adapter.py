@@ -44,7 +44,6 @@ import atexit
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -55,7 +54,7 @@ from typing import Any
 from mxref import config
 from mxref.events import EventLog, log_to_stderr
 from mxref.model import Arena, ModelSpec, Reference, fill_from_seed, load_checkpoint
-from mxref.process import free_port
+from mxref.process import StopSignals, free_port
 
 logger = logging.getLogger("mxref.modelexpress.adapter")
 
@@ -359,11 +358,9 @@ def run(args: argparse.Namespace) -> int:
         events.close()
 
     atexit.register(at_exit)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    emit("started", argv=sys.argv, version=f"modelexpress {SUBJECT_VERSION}", env=config.logged_env())
-    outcome["code"] = _run(args, emit, stop)
+    with StopSignals() as signals:
+        emit("started", argv=sys.argv, version=f"modelexpress {SUBJECT_VERSION}", env=config.logged_env())
+        outcome["code"] = _run(args, emit, signals.stop)
     return outcome["code"]
 
 
