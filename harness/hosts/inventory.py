@@ -45,7 +45,7 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from harness.errors import HarnessError, Issue
-from harness.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
+from harness.locate import duplicate_keys, expansion_problem, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Strict, custom_error
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 MAX_BYTES = 1 << 20
+MAX_NODES = 100_000  # YAML nodes after alias expansion (the scenario loader's bound)
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # IFNAMSIZ is 16 with the NUL
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -230,6 +231,9 @@ def parse_inventory(text: str, file: str | Path = "<string>") -> Inventory:
         raise InventoryInvalid(label, [Issue("", f"over the {MAX_BYTES} byte limit of an inventory file")])
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        bomb = expansion_problem(root, MAX_NODES, "write the inventory out instead") if root is not None else None
+        if bomb is not None:
+            raise InventoryInvalid(label, [bomb])
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InventoryInvalid(label, [yaml_problem(exc)]) from None
