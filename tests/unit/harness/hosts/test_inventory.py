@@ -51,7 +51,7 @@ def test_every_problem_is_named_with_line_key_and_rule() -> None:
     assert any("inv.yaml:2: machines.h1.colour: unknown key" in p for p in problems)
     assert any("machines.h1.port:" in p and "greater than or equal to 1" in p for p in problems)
     assert any("machines.h1.address: an address must be an IP address or a host name" in p for p in problems)
-    assert any("inv.yaml:3: machines.h2.work_dir: a path on the remote machine must be absolute" in p for p in problems)
+    assert any("inv.yaml:3: machines.h2.work_dir: a work dir is absolute (start with /) or under the login" in p for p in problems)
 
 
 @pytest.mark.parametrize(
@@ -167,3 +167,12 @@ def test_a_self_referring_alias_inventory_is_refused() -> None:
     assert _problems("machines: {h1: {address: 10.0.0.1}}\nx: &a [1, *a]\n") == [
         "inv.yaml:2: a YAML alias refers to the node that contains it"
     ]
+
+
+def test_the_default_work_dir_is_under_the_logins_home_never_a_shared_temp_dir() -> None:
+    from harness.hosts.ssh_remote import shell_path
+
+    inv = parse_inventory("machines: {h1: {address: 10.0.0.1}}\n")
+    assert inv.machines["h1"].work_dir == "~/.cache/mxchaos/work"
+    assert shell_path(inv.machines["h1"].work_dir) == '"$HOME"/.cache/mxchaos/work'
+    assert shell_path("/srv/a b") == "'/srv/a b'"
