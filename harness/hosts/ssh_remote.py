@@ -102,7 +102,7 @@ except OSError:
 """
 
 # Runs on the host: the processes of a run (pid, run id, proc, state, cmdline, harness pid and start):
-# those carrying MXCHAOS_RUN_ID=<run id> (empty: any), those in the run's cgroup there (the wrapper
+# those of the login's user carrying MXCHAOS_RUN_ID=<run id> (empty: any), those in the run's cgroup there (the wrapper
 # joins mxchaos/<run id> where it can: root, a cgroup v2 or v1 freezer mounted, not hidden as
 # `ip netns exec` hides it), and every descendant of them and of the run's wrappers (a child started with a clean environment, or one that overwrote it with its process
 # title; what a program orphaned stays below its wrapper, a subreaper), named after its nearest
@@ -125,6 +125,12 @@ for d in os.listdir("/proc"):
     except OSError:
         continue
     procs[int(d)] = (stat[0], int(stat[1]), cmd)
+    try:  # a tag counts only on a process of the login's own user: anyone may write an environment
+        own = [ln.split()[1:3] for ln in open("/proc/%s/status" % d) if ln.startswith("Uid:")][0] == [str(os.geteuid())] * 2
+    except (OSError, IndexError):
+        own = False
+    if not own:
+        continue
     run = [e[len(key):] for e in env if e.startswith(key)]
     wrapper = [e[len(wrap):] for e in env if e.startswith(wrap)] if not plumbing else []
     if run and (not want or run[0] == want):

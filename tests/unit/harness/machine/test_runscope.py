@@ -136,7 +136,7 @@ def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_r
     me = os.getpid()
     ledger.write_entry(rid, {"run_id": rid, "harness_pid": me, "harness_start": procscan.proc_start_time(me)})
     early = procscan.RunProcess(pid=me, run_id=rid, proc=None, harness_pid=None, harness_start=None, state="R", cmdline="python")
-    monkeypatch.setattr(procscan, "find", lambda run_id=None: [early])
+    monkeypatch.setattr(procscan, "find", lambda run_id=None, skipped=None: [early])
     monkeypatch.setattr(runscope, "runs", lambda: {rid})
     report = cleanup.sweep(dry_run=True)
     assert report.skipped_live_runs == [rid] and report.runs == [] and report.killed == []
