@@ -6,13 +6,15 @@ that host would meet them (issue 36 item 1):
   imported as root on the old code;
 - a work dir someone else could have made or can write (world-writable, another user's, reached
   through a symlink, or in a folder others can write such as a shared temp dir) is refused when the
-  host opens, naming the host and the path; nothing is made in it.
+  host opens, naming the host and the path; nothing is made in it;
+- the host's process scan counts a run id only on a process of the login's own user.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,3 +112,26 @@ def test_a_work_dir_someone_else_could_have_made_is_refused_naming_host_and_path
     text = str(err.value)
     assert "ssh host h1 (h1, root@" in text and f"refusing work dir {work}" in text and expected in text, text
     assert (list(work.iterdir()) == []) if made else not work.exists()  # nothing made in it, nor it
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_on_an_ssh_host_another_users_process_carrying_a_run_id_is_not_the_runs(inventory: Inventory,
+                                                                               tmp_path: Path) -> None:
+    """The host's process scan (what ``cleanup --inventory`` kills by) counts a run id only on a
+    process of the login's own user (issue 36 item 2, on ssh hosts): on the parent commit a
+    ``nobody`` process carrying the id was listed as the run's (and would have been killed)."""
+    rid = f"forged-{os.getpid()}"
+    env = {"PATH": os.environ["PATH"], "MXCHAOS_RUN_ID": rid, "MXCHAOS_PROC": "server"}
+    forger = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "sleep", "60"], env=env)
+    mine = subprocess.Popen(["sleep", "60"], env=env)
+    host = _host(inventory.machines["h1"], tmp_path / "run")
+    try:
+        found = {p.pid for p in host.run_processes(rid)}
+        assert forger.pid not in found, "another user's process was taken for the run's"
+        assert mine.pid in found  # the same scan still finds one of ours (the lab shares this machine's /proc)
+    finally:
+        host.shell.close()
+        host.close_master()
+        for proc in (forger, mine):
+            proc.kill()
+            proc.wait(10)
