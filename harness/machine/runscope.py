@@ -31,6 +31,7 @@ always look at every hierarchy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -104,7 +105,15 @@ def signal_exact(pid: int, start: int | None, sig: int = signal.SIGKILL) -> bool
         return False
     try:
         fd = os.pidfd_open(pid)
-    except OSError:
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return False  # gone (ESRCH), or not ours to open
+        st = proc_stat(pid)  # a kernel before 5.3: checked, then signalled by pid (a narrow window)
+        if st is None or st.start != start:
+            return False
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+            return True
         return False
     try:
         st = proc_stat(pid)
