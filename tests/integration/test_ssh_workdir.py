@@ -13,6 +13,7 @@ that host would meet them (issue 36 item 1):
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 
 from harness.errors import HarnessError, HostError
 from harness.hosts import lab
-from harness.hosts.inventory import Inventory, Machine, load_inventory
+from harness.hosts.inventory import DEFAULT_WORK_DIR, Inventory, Machine, load_inventory
 from harness.hosts.ssh import SshHost
 
 pytestmark = [
@@ -135,3 +136,21 @@ def test_on_an_ssh_host_another_users_process_carrying_a_run_id_is_not_the_runs(
         for proc in (forger, mine):
             proc.kill()
             proc.wait(10)
+
+
+def test_the_default_work_dir_is_made_under_the_logins_home(inventory: Inventory, tmp_path: Path) -> None:
+    """No work_dir in the inventory: ``~/.cache/mxchaos/work`` of the login (root here, whose home
+    this machine shares with the lab host), made 0700; the run folder in it goes at close."""
+    home_work = Path(pwd.getpwuid(0).pw_dir) / ".cache" / "mxchaos" / "work"
+    made = not home_work.exists()
+    machine = inventory.machines["h1"].model_copy(update={"work_dir": DEFAULT_WORK_DIR})
+    host = SshHost("h1", "h1", machine, f"wd-default-{os.getpid()}", tmp_path / "run")
+    try:
+        host.open()
+        assert host.remote_dir == f"{home_work}/wd-default-{os.getpid()}"
+        assert os.stat(home_work).st_mode & 0o777 == 0o700 and os.stat(host.remote_dir).st_mode & 0o777 == 0o700
+    finally:
+        host.close()
+        if made:
+            home_work.rmdir()  # nothing of this test left behind
+    assert not Path(host.remote_dir).exists()
