@@ -17,7 +17,7 @@ import yaml
 
 from harness.errors import Issue
 
-__all__ = ["Loc", "did_you_mean", "duplicate_keys", "issue_from_pydantic", "locate", "render_loc", "yaml_problem"]
+__all__ = ["Loc", "did_you_mean", "duplicate_keys", "expansion_problem", "issue_from_pydantic", "locate", "render_loc", "yaml_problem"]
 
 Loc = tuple[str | int, ...]
 """A key path into a document: ``("steps", 3, "fault", "kind")``."""
@@ -29,6 +29,46 @@ def yaml_problem(exc: yaml.YAMLError) -> Issue:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     return Issue("", f"not valid YAML: {problem}", mark.line + 1 if mark is not None else None)
+
+
+def expansion_problem(root: yaml.Node, max_nodes: int, advice: str) -> Issue | None:
+    """Whether a composed document's aliases expand it past ``max_nodes`` nodes, or an alias
+    refers to the node that contains it: the issue naming the line, else ``None``. Linear in the
+    distinct nodes (each node's expanded size is computed once), so a "billion laughs" file is
+    refused before ``safe_load`` or any walk over the expanded data (scenarios, templates and
+    inventories all call it first). ``advice`` ends the message (``write the scenario out instead``)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    # iterative post-order: a deeply nested file cannot exhaust Python's recursion limit here
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            total = 1
+            if isinstance(node, yaml.MappingNode):
+                total += sum(sizes[id(k)] + sizes[id(v)] for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                total += sum(sizes[id(item)] for item in node.value)
+            active.discard(key)
+            sizes[key] = total
+            if total > max_nodes:
+                return Issue("", f"YAML aliases expand the document past {max_nodes} nodes; {advice}",
+                             node.start_mark.line + 1)
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            return Issue("", "a YAML alias refers to the node that contains it", node.start_mark.line + 1)
+        active.add(key)
+        stack.append((node, True))
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        stack.extend((child, False) for child in reversed(children) if id(child) not in sizes)
+    return None
 
 
 def duplicate_keys(node: yaml.Node, loc: Loc = ()) -> list[Issue]:

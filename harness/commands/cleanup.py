@@ -11,6 +11,15 @@ bridge: found by the names and link aliases derived from the run id, also for a 
 ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. A lab (``harness.hosts.lab``) whose
 ``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
 
+What counts as a run's, and when it is dead: a process's ``MXCHAOS_RUN_ID`` counts only on a
+process of our own user (``procscan.scan``); a run id that is malformed, wherever it was read (a
+process's tag, a ledger file's name, a link alias), is skipped and named in ``skipped``, never
+fatal. Whether a run's harness lives is read from our ledger entry first, then our ledger of pids,
+then the network's owner record, then a member's tag; a run seen only through its cgroup (no
+entry, no ledger of ours, no tagged process of ours: another state directory's run) is live, left
+alone unless named by ``run_id`` or ``all_runs``. Every process is signalled only while it is still
+the one found (``runscope.signal_exact``: pid and start time).
+
 Only the ledger entries that are ours are read (``harness.machine.statedir``: a state directory that is
 not ours is refused), and a run folder an entry names gets its ``CRASHED`` note only if it is the
 folder the run made (``run_dir_id``).
@@ -20,10 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from harness import faults as fault_registry
 from harness.hosts import lab, netns, ssh
@@ -31,12 +40,16 @@ from harness.machine import ledger, procscan, runscope, statedir
 
 __all__ = ["CleanupReport", "sweep"]
 
+_T = TypeVar("_T")
+
 
 @dataclass
 class CleanupReport:
     killed: list[procscan.RunProcess] = field(default_factory=list)
     survivors: list[procscan.RunProcess] = field(default_factory=list)
     skipped_live_runs: list[str] = field(default_factory=list)
+    not_ours: list[str] = field(default_factory=list)  # runs seen only through a cgroup: no ledger of ours judges them
+    skipped: list[str] = field(default_factory=list)  # malformed run ids, where they were read
     runs: list[str] = field(default_factory=list)
     fault_leftovers: dict[str, list[str]] = field(default_factory=dict)
     network: dict[str, list[str]] = field(default_factory=dict)  # run id -> namespaces/links deleted (dry run: found)
@@ -49,27 +62,25 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
     report = CleanupReport(dry_run=dry_run)
     if run_id is not None:
         runscope.valid_run_id(run_id)
-    found = procscan.find()
-    live_entries = ledger.entries()
+    found = procscan.find(skipped=report.skipped)
+    live_entries = _valid(ledger.entries(), "a ledger entry", report.skipped)
     scoped = runscope.runs()
+    tagged = {p.run_id for p in found if p.tagged}  # runs with a process of ours carrying their id
     runs: set[str] = {p.run_id for p in found} | set(live_entries) | scoped
     network_owners: dict[str, tuple[int | None, int | None]] = {}
     with contextlib.suppress(Exception):  # no `ip`, no netns: nothing of that kind to find
-        network_owners = netns.leftover_runs()
+        network_owners = _valid(netns.leftover_runs(), "a network's link alias", report.skipped)
         runs |= set(network_owners)
     chosen: set[str] = set()
     for rid in sorted(runs):
         if run_id is not None and rid != run_id:
             continue
-        members = [p for p in found if p.run_id == rid]
-        info = live_entries.get(rid, {})
-        owner = network_owners.get(rid, runscope.owner(rid) if rid in scoped else (None, None))
-        # a member that names its harness (one caught between fork and exec, in the run's cgroup
-        # before the ledger of pids names its harness, names none: it is no evidence of a dead one)
-        known = [p for p in members if p.harness_pid is not None]
-        hp = known[0].harness_pid if known else info.get("harness_pid", owner[0])
-        hs = known[0].harness_start if known else info.get("harness_start", owner[1])
-        alive = procscan.harness_alive(hp if isinstance(hp, int) else None, hs if isinstance(hs, int) else None)
+        hp, hs = _harness(rid, live_entries.get(rid, {}), runscope.owner(rid), network_owners.get(rid),
+                          [p for p in found if p.run_id == rid])
+        if hp is None and rid not in tagged and rid not in network_owners and run_id is None and not all_runs:
+            report.not_ours.append(rid)  # only its cgroup: no ledger of ours proves it dead
+            continue
+        alive = procscan.harness_alive(hp, hs)
         if alive and run_id is None and not all_runs:
             report.skipped_live_runs.append(rid)
             continue
@@ -92,8 +103,7 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
         return report
     deadline = time.monotonic() + wait
     for p in targets:  # at once, before any one of them can notice the others going
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p.pid, signal.SIGKILL)
+        runscope.signal_exact(p.pid, p.start)
     alive_pids: set[int] = set()
     for rid in sorted(chosen):  # its cgroup at once, then whatever else is found of it, until none is
         alive_pids |= set(runscope.kill(rid, [p.pid for p in targets if p.run_id == rid], wait=max(0.0, deadline - time.monotonic())))
@@ -122,6 +132,33 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
                 report.network.setdefault(rid, []).extend(removed)
         _mark_crashed(live_entries.get(rid) or {}, len(targets))
     return report
+
+
+def _valid(found: dict[str, _T], where: str, skipped: list[str]) -> dict[str, _T]:
+    """``found`` without its malformed run ids, each named in ``skipped``."""
+    out: dict[str, _T] = {}
+    for rid, value in found.items():
+        try:
+            out[runscope.valid_run_id(rid)] = value
+        except ValueError as exc:
+            skipped.append(f"{where}: {exc}")
+    return out
+
+
+def _harness(rid: str, entry: dict[str, object], scope_owner: tuple[int | None, int | None],
+             network_owner: tuple[int | None, int | None] | None, members: list[procscan.RunProcess]) -> tuple[int | None, int | None]:
+    """The run's harness (pid, start time): our ledger entry's, else our ledger of pids', else the
+    one its network recorded, else a member's tag (a member of ours: ``procscan.scan``; one caught
+    between fork and exec names none, which is no evidence of a dead one). (None, None): nothing
+    of ours names one."""
+    pid, start = entry.get("harness_pid"), entry.get("harness_start")
+    if isinstance(pid, int):
+        return pid, start if isinstance(start, int) else None
+    for owner in (scope_owner, network_owner):
+        if owner is not None and owner[0] is not None:
+            return owner
+    known = [p for p in members if p.harness_pid is not None]
+    return (known[0].harness_pid, known[0].harness_start) if known else (None, None)
 
 
 def _mark_crashed(info: dict[str, object], swept: int) -> None:

@@ -129,6 +129,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             print(f"{'would delete' if report.dry_run else 'deleted'} {item} of run {rid}")
     for rid in report.skipped_live_runs:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
+    for rid in report.not_ours:
+        print(f"skipped run {rid}: seen only through its cgroup, with no ledger of ours (another state directory's?); "
+              "taken as live (use --run-id or --all)")
+    for why in report.skipped:
+        print(f"skipped a malformed run id: {why}", file=sys.stderr)
     if not report.killed and not report.fault_leftovers and not report.network:
         print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
     return EXIT_FAILED if report.survivors or remote_failed else EXIT_OK

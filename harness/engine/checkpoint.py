@@ -28,11 +28,12 @@ import mxref.model
 from harness.engine import launch
 from harness.errors import HarnessError
 from harness.hosts.base import Host
+from harness.machine import statedir
 from harness.machine.ports import try_lock
 from harness.record.timeline import Timeline
 from harness.scenario import ReaderProcess, Scenario
 
-__all__ = ["DEFAULT_CACHE_MAX_BYTES", "MIN_IDLE_S", "cache_dir", "cache_key", "cache_max_bytes", "evict", "needed", "prepare"]
+__all__ = ["DEFAULT_CACHE_MAX_BYTES", "MIN_IDLE_S", "cache_dir", "cache_key", "cache_max_bytes", "checkpoint_cache", "evict", "needed", "prepare"]
 
 DEFAULT_CACHE_MAX_BYTES = 4 << 30
 MIN_IDLE_S = 3600.0  # a checkpoint used this recently may still be read by a run: never evicted
@@ -45,6 +46,16 @@ def cache_dir() -> Path:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "mxchaos"
+
+
+def checkpoint_cache() -> Path:
+    """``<cache>/checkpoints``, checked as the harness's state directory is (``statedir.ensure_dir``:
+    ours, not writable by group or others, no symlink on the way, made 0700 when missing): every
+    run's readers fall back to the files there, so a folder another user made or can write (a
+    ``$MXCHAOS_CACHE_DIR`` under ``/tmp``) is refused, a ``StateDirError`` naming it and the rule."""
+    folder = statedir.ensure_dir(cache_dir() / "checkpoints", setting="MXCHAOS_CACHE_DIR", what="checkpoint cache")
+    assert folder is not None
+    return folder
 
 
 def cache_max_bytes() -> int:
@@ -141,8 +152,7 @@ def prepare(
     need = needed(sc)
     if need.path is not None or need.reader is None:
         return need.path
-    folder = cache_dir() / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = checkpoint_cache()
     spec = sc.processes[need.reader]
     launcher = (spec.launcher if isinstance(spec, ReaderProcess) else None) or sc.launcher
     path = folder / f"{cache_key(sc.model.flags(sc.seed, sc.directory), launcher)}.safetensors"

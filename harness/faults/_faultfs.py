@@ -15,7 +15,9 @@ names) meet the fault:
 ``--after-bytes N``: the first N bytes read of each file are served honestly (the fault meets
 a read that is under way). The layer runs in the foreground with ``direct_io`` off (readers
 may ``mmap``) and ``kernel_cache`` off (every open drops the pages, so every read reaches it),
-counts the calls it faulted and prints one ``faultfs ready`` line once mounted. It dies with
+counts the calls it faulted and prints one ``faultfs ready`` line once mounted. It serves the
+mounting user only (no ``allow_other``), with ``default_permissions`` (the kernel checks modes
+and owners): another local user can neither read nor write through it. It dies with
 the harness (``harness.faults._tether`` runs it) and unmounts on SIGTERM/SIGINT (libfuse's
 handlers), so a harness killed outright leaves no live mount behind; one whose layer was SIGKILLed leaves a
 dead one, which ``harness.faults.disk.sweep`` unmounts by its ``fsname``.
@@ -171,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     fs = FaultFs(root, args.mode, tuple(args.match or ["*"]), delay=args.delay, short_bytes=args.short_bytes,
                  after_bytes=args.after_bytes)
     try:
+        # no allow_other: only the mounting user (the harness's, the run's processes') is served, and
+        # default_permissions has the kernel check each file's mode and owner against the caller as
+        # for any file system (the layer itself runs as root and would otherwise serve anyone as root)
         mfusepy.FUSE(fs, args.folder, foreground=True, nothreads=False, fsname=args.fsname, subtype="mxchaos",
-                     allow_other=True)
+                     default_permissions=True)
     except RuntimeError as exc:  # libfuse's loop ended by SIGTERM/SIGINT reads as an error code here
         print(f"faultfs loop ended: {exc}", flush=True)
     print(f"faultfs unmounted faulted={fs.faulted}", flush=True)

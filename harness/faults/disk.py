@@ -1,8 +1,8 @@
 """Disk faults: a reader's checkpoint folder behind a FUSE layer that fails or slows its reads.
 
 A reader that a ``disk`` fault targets gets its disk-fallback checkpoint in a folder of its own,
-``<run>/checkpoints/<reader>/`` (``harness.judge.content.reader_checkpoint``: a hard link to the
-prepared checkpoint, else a copy). ``disk`` mounts a FUSE pass-through layer over that folder
+``<run>/checkpoints/<reader>/`` (``harness.judge.content.reader_checkpoint``: a copy of the
+prepared checkpoint, never a hard link to the cache's file). ``disk`` mounts a FUSE pass-through layer over that folder
 (``harness.faults._faultfs``, a process of its own, ``mfusepy`` over libfuse 3), so the reader
 keeps the path it was started with and meets the fault on its next open: EIO on every read, short
 reads, slow reads, or ENOSPC on every write (``mode``), on the files that match ``match``, after
@@ -13,7 +13,8 @@ waits, bounded, for the mount to go, and otherwise kills the layer and detaches 
 (``umount -l``). A layer outlives no harness (``harness.faults._tether`` ends it when the
 harness is gone), and ``sweep`` detaches
 every mount named after the run (``mxchaos-faultfs.<run id>``), a layer killed outright leaving
-a dead one behind. Needs root (mounting) and ``fuse`` (``/dev/fuse``, libfuse 3 and mfusepy).
+a dead one behind. The layer serves the mounting user only (no ``allow_other``) with
+``default_permissions``: another local user cannot read or write through it. Needs root (mounting) and ``fuse`` (``/dev/fuse``, libfuse 3 and mfusepy).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ FILE``; ``mxchaos lab up --inventory-out FILE`` writes one)::
       known_hosts: {policy: strict, file: known_hosts}   # or a bare policy: accept-new | off
       python: /opt/mxchaos/.venv/bin/python # or venv: /opt/mxchaos/.venv
       repo: /opt/mxchaos                    # the project checkout there (put on PYTHONPATH)
-      work_dir: /var/tmp/mxchaos            # per-run folders go under it (never the local run dir)
+      work_dir: /srv/mxchaos/work           # per-run folders go under it (default ~/.cache/mxchaos/work);
+                                            # the login's, 0700, no symlink, parent writable by no one else
     machines:
       gpu-a:
         address: 10.0.0.11                  # where ssh reaches it (the management network)
@@ -45,7 +46,7 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from harness.errors import HarnessError, Issue
-from harness.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
+from harness.locate import duplicate_keys, expansion_problem, issue_from_pydantic, locate, yaml_problem
 from harness.spec import Duration, Name, Strict, custom_error
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 MAX_BYTES = 1 << 20
+MAX_NODES = 100_000  # YAML nodes after alias expansion (the scenario loader's bound)
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})$")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # IFNAMSIZ is 16 with the NUL
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -119,6 +121,18 @@ Device = Annotated[str, BeforeValidator(_device)]
 RemotePath = Annotated[str, BeforeValidator(_absolute)]
 
 
+def _work_dir(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith("~/"):
+        return value
+    if isinstance(value, str) and not value.startswith("/"):
+        raise custom_error("absolute", "a work dir is absolute (start with /) or under the login's home (start with ~/)")
+    return value
+
+
+WorkDir = Annotated[str, BeforeValidator(_work_dir)]
+DEFAULT_WORK_DIR = "~/.cache/mxchaos/work"
+
+
 def _yaml_off(value: Any) -> Any:
     return "off" if value is False else value  # YAML 1.1 reads a bare off as false
 
@@ -175,7 +189,9 @@ class MachineFields(Strict):
     python: str | None = None  # default python3 (or the venv's)
     venv: RemotePath | None = None
     repo: RemotePath | None = None
-    work_dir: RemotePath = "/tmp/mxchaos"
+    # made and checked there when a host opens (``harness.hosts.ssh_remote.WORKDIR``: the login's,
+    # 0700, no symlink on the way, its parent writable by no one else); never a shared temp dir
+    work_dir: WorkDir = DEFAULT_WORK_DIR
     data: DataPlane = DataPlane()
     transport: Literal["rdma", "ucx-tcp-any", "ucx-tcp-cuda", "ucx-tcp"] | None = None
     accelerator: Annotated[Accelerator, BeforeValidator(_accelerator_shorthand)] = Accelerator()
@@ -230,6 +246,9 @@ def parse_inventory(text: str, file: str | Path = "<string>") -> Inventory:
         raise InventoryInvalid(label, [Issue("", f"over the {MAX_BYTES} byte limit of an inventory file")])
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        bomb = expansion_problem(root, MAX_NODES, "write the inventory out instead") if root is not None else None
+        if bomb is not None:
+            raise InventoryInvalid(label, [bomb])
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InventoryInvalid(label, [yaml_problem(exc)]) from None

@@ -287,9 +287,11 @@ def _read_pid(path: Path) -> int | None:
 
 def write_inventory(info: dict[str, Any], path: Path) -> None:
     """The lab as an inventory file (``harness.hosts.inventory``): strict host keys, the lab's client
-    key, this harness's Python and checkout (the file system is shared, not the work dirs)."""
+    key, this harness's Python and checkout (the file system is shared, not the work dirs). Written
+    whole under a fresh name and renamed over ``path`` (``statedir.replace``): a symlink planted at
+    ``path`` is replaced, never followed, and a reader never sees half a file."""
     state = Path(info["state"])
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     doc = {
         "defaults": {
             "user": "root",
@@ -306,8 +308,9 @@ def write_inventory(info: dict[str, Any], path: Path) -> None:
         },
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# written by `mxchaos lab up` ({info['state']}); `mxchaos lab down` removes the lab\n"
-                    + yaml.safe_dump(doc, sort_keys=False))
+    text = (f"# written by `mxchaos lab up` ({info['state']}); `mxchaos lab down` removes the lab\n"
+            + yaml.safe_dump(doc, sort_keys=False))
+    statedir.replace(path, text.encode(), 0o644)
 
 
 # ---------------------------------------------------------------------------- down / cleanup

@@ -46,7 +46,7 @@ from harness.hosts.base import ExecResult, Place, StopResult, read_slice, stop_e
 from harness.hosts.clocks import FAKETIME_LIBRARIES, FAKETIME_PROBE, ClockOffsets, found_faketime
 from harness.hosts.hardware import Hardware, hardware_probe, parse_hardware
 from harness.hosts.inventory import Inventory, Machine, bind_hosts
-from harness.hosts.ssh_remote import CLOCK, SCAN, WRAPPER, RemoteShell
+from harness.hosts.ssh_remote import CLOCK, PYTHON_FLAGS, SAFE_PATH_ENV, SCAN, WORKDIR, WRAPPER, RemoteShell
 from harness.machine import procscan, statedir
 
 __all__ = ["SshHost", "SshProc", "open_hosts"]
@@ -174,6 +174,7 @@ class SshHost:
         self.accelerator: tuple[str, int | None] | None = (acc.kind, acc.device) if acc.kind != "cpu" else None
         self.run_id = run_id
         self.run_dir = run_dir
+        self.work_dir = machine.work_dir  # absolute (a ~/ resolved there) once ``open`` made and checked it
         self.remote_dir = f"{machine.work_dir.rstrip('/')}/{run_id}"
         self._control_dir = control_dir(run_id, name)
         self._tails: dict[Path, subprocess.Popen[bytes]] = {}
@@ -264,17 +265,25 @@ class SshHost:
         return text.replace(str(self.run_dir), self.remote_dir)
 
     def _python(self) -> str:
-        return shlex.quote(self.machine.interpreter)
+        """Our own helper programs' interpreter there, isolated (``ssh_remote.PYTHON_FLAGS``)."""
+        return f"{shlex.quote(self.machine.interpreter)} {PYTHON_FLAGS}"
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Connect (the master), make the per-run folder (a new one: ``mkdir`` fails on one that
-        exists) with its marker ``RUN_MARKER`` holding the run id, probe the clock."""
-        work, run = shlex.quote(self.machine.work_dir), shlex.quote(self.remote_dir)
-        marker = shlex.quote(f"{self.remote_dir}/{RUN_MARKER}")
-        self._checked(f"mkdir -p {work} && mkdir {run} && printf '%s\\n' {shlex.quote(self.run_id)} > {marker} "
-                      f"&& mkdir {run}/procs {run}/files", "connecting")
+        """Connect (the master), make and check the work dir there and make the per-run folder in
+        it (a new one) with its marker ``RUN_MARKER`` holding the run id (``ssh_remote.WORKDIR``:
+        a work dir that is not the login's own is refused, naming host and path), probe the clock."""
+        args = " ".join(shlex.quote(a) for a in (self.machine.work_dir, self.run_id, RUN_MARKER))
+        done = self.run_remote(f"{self._python()} -c {shlex.quote(WORKDIR)} {args}", timeout=self.machine.connect_timeout + 10)
+        where = f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port})"
+        if done.rc == 3:
+            raise HostError(f"{where}: {done.stderr.strip()[-400:]}")
+        if done.rc != 0 or not done.stdout.strip().startswith("/"):
+            why = "did not answer" if done.timed_out else f"failed (rc {done.rc}): {done.stderr.strip()[-300:]}"
+            raise HostError(self.lost or f"{where}: making the work dir {self.machine.work_dir} {why}")
+        self.work_dir = done.stdout.strip().splitlines()[-1]
+        self.remote_dir = f"{self.work_dir.rstrip('/')}/{self.run_id}"
         self.clock = {"start": self.probe_clock()}
         self.shell.run("true", timeout=self.machine.connect_timeout + 10)  # started now, not by the first fault
         self.connected = True
@@ -477,6 +486,7 @@ class SshHost:
         out = {k: self.remote(v) for k, v in env.items() if os.environ.get(k) != v or k.startswith("MXCHAOS_")}
         out.pop("PYTHONPATH", None)
         out.update(self.machine.env)
+        out.update(SAFE_PATH_ENV)  # the working folder never on a Python's sys.path there (-P)
         if self.machine.repo:
             out["PYTHONPATH"] = self.machine.repo
         return out
@@ -492,7 +502,7 @@ class SshHost:
         spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
-        return f"mkdir -p $(dirname {shlex.quote(spec['log'])}) && {self.plumbing} exec {self._python()} -u -c " \
+        return f"mkdir -p \"$(dirname {shlex.quote(spec['log'])})\" && {self.plumbing} exec {self._python()} -u -c " \
                f"{shlex.quote(WRAPPER)} {shlex.quote(json.dumps(spec))}"
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> SshProc:

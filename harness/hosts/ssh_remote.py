@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import secrets
+import shlex
 import subprocess
 import threading
 import time
@@ -14,7 +15,20 @@ from typing import IO, Protocol
 
 from harness.hosts.base import ExecResult
 
-__all__ = ["CLOCK", "SCAN", "WRAPPER", "RemoteShell", "ShellHost"]
+__all__ = ["CLOCK", "PYTHON_FLAGS", "SAFE_PATH_ENV", "SCAN", "WORKDIR", "WRAPPER", "RemoteShell", "ShellHost", "shell_path"]
+
+# Our own programs there run isolated (-I: no PYTHON* variables, no user site, and neither the
+# working folder nor the script's on sys.path); the programs a scenario starts get PYTHONSAFEPATH=1
+# (-P, Python 3.11+), which keeps the working folder off their sys.path but honours PYTHONPATH (the
+# checkout) and is inherited by whatever they start. A module planted where a process runs is
+# never imported.
+PYTHON_FLAGS = "-I"
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
+
+
+def shell_path(path: str) -> str:
+    """``path`` as a word of a remote shell line: quoted, a leading ``~/`` the login's home."""
+    return f'"$HOME"/{shlex.quote(path[2:])}' if path.startswith("~/") else shlex.quote(path)
 
 
 class ShellHost(Protocol):
@@ -88,7 +102,7 @@ except OSError:
 """
 
 # Runs on the host: the processes of a run (pid, run id, proc, state, cmdline, harness pid and start):
-# those carrying MXCHAOS_RUN_ID=<run id> (empty: any), those in the run's cgroup there (the wrapper
+# those of the login's user carrying MXCHAOS_RUN_ID=<run id> (empty: any), those in the run's cgroup there (the wrapper
 # joins mxchaos/<run id> where it can: root, a cgroup v2 or v1 freezer mounted, not hidden as
 # `ip netns exec` hides it), and every descendant of them and of the run's wrappers (a child started with a clean environment, or one that overwrote it with its process
 # title; what a program orphaned stays below its wrapper, a subreaper), named after its nearest
@@ -111,6 +125,12 @@ for d in os.listdir("/proc"):
     except OSError:
         continue
     procs[int(d)] = (stat[0], int(stat[1]), cmd)
+    try:  # a tag counts only on a process of the login's own user: anyone may write an environment
+        own = [ln.split()[1:3] for ln in open("/proc/%s/status" % d) if ln.startswith("Uid:")][0] == [str(os.geteuid())] * 2
+    except (OSError, IndexError):
+        own = False
+    if not own:
+        continue
     run = [e[len(key):] for e in env if e.startswith(key)]
     wrapper = [e[len(wrap):] for e in env if e.startswith(wrap)] if not plumbing else []
     if run and (not want or run[0] == want):
@@ -147,6 +167,77 @@ for pid, (state, ppid, cmd) in procs.items():
         continue
     out.append([pid, tag[0], tag[1], state, cmd[:300], tag[2], tag[3]])
 print(json.dumps(out))
+"""
+
+# Runs on the host (as the login user, under -I): make and check the work dir and make the run's
+# folder in it, through descriptors so nothing can be swapped between check and use. Every
+# component from / is lstat'ed: no symbolic link; each folder on the way owned by root or the login
+# and writable by no one else unless sticky (as /tmp); the work dir's parent writable by no one
+# else at all (sticky or not: someone could make the work dir first); the work dir owned by the
+# login and writable by no one else (a missing folder is made 0700, the work dir's group and other
+# bits are dropped). Then <run>/ (new: mkdir fails on one that exists), its marker, procs/ and
+# files/, all 0700. Prints the work dir's absolute path; a refusal is rc 3 and one line naming the
+# path and the rule. The interpreter must be Python 3.11+ (PYTHONSAFEPATH).
+WORKDIR = r"""
+import os, stat, sys
+raw, run, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+work = os.path.join(os.path.expanduser("~"), raw[2:]) if raw.startswith("~/") else raw
+euid = os.geteuid()
+def no(path, rule):
+    sys.stderr.write("refusing work dir %s: %s: %s\n" % (work, path, rule))
+    sys.exit(3)
+if sys.version_info < (3, 11):
+    no(sys.executable, "Python %d.%d; the harness needs 3.11+ there (PYTHONSAFEPATH keeps the working folder "
+       "off sys.path)" % sys.version_info[:2])
+parts = work.split("/")[1:]
+if not work.startswith("/") or not all(parts) or "." in parts or ".." in parts:
+    no(work, "not an absolute path of plain names (no ., .., //)")
+if not run or run in (".", "..") or "/" in run:
+    no(run, "not a run id")
+FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+fd, path = os.open("/", FLAGS), ""
+for i, name in enumerate(parts):
+    path += "/" + name
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        try:
+            os.mkdir(name, 0o700, dir_fd=fd)
+        except FileExistsError:
+            pass
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        no(path, "a symbolic link (to %r); give the real path, with no symlink in it" % os.readlink(name, dir_fd=fd))
+    if not stat.S_ISDIR(st.st_mode):
+        no(path, "not a directory")
+    if i == len(parts) - 1:
+        if st.st_uid != euid:
+            no(path, "owned by uid %d, not by the login user (uid %d); remove it or give another work_dir" % (st.st_uid, euid))
+        if mode & 0o022:
+            no(path, "writable by group or others (mode %04o), so someone else may have put files there; remove it "
+               "or give another work_dir" % mode)
+    else:
+        if st.st_uid not in (0, euid):
+            no(path, "a folder on the way is owned by uid %d, not by root or the login user (uid %d)" % (st.st_uid, euid))
+        if mode & 0o022 and (i == len(parts) - 2 or not mode & stat.S_ISVTX):
+            no(path, "the work dir's parent is writable by others (mode %04o): someone could make or replace the work "
+               "dir there (a shared temp dir is no work_dir)" % mode if i == len(parts) - 2 else
+               "a folder on the way is writable by others (mode %04o) and not sticky" % mode)
+    nfd = os.open(name, FLAGS, dir_fd=fd)
+    if (os.fstat(nfd).st_dev, os.fstat(nfd).st_ino) != (st.st_dev, st.st_ino):
+        no(path, "it changed while it was checked")
+    os.close(fd)
+    fd = nfd
+os.fchmod(fd, 0o700)
+os.mkdir(run, 0o700, dir_fd=fd)
+rfd = os.open(run, FLAGS, dir_fd=fd)
+for sub in ("procs", "files"):
+    os.mkdir(sub, 0o700, dir_fd=rfd)
+m = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=rfd)
+os.write(m, (run + "\n").encode())
+os.close(m)
+print(work)
 """
 
 CLOCK = "import sys,time\nfor line in sys.stdin:\n    print(repr(time.monotonic()), flush=True)\n"

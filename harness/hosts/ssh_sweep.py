@@ -34,6 +34,7 @@ from harness.hosts import netns
 from harness.hosts.inventory import Inventory, Machine
 from harness.hosts.netns import QDISC_HANDLE
 from harness.hosts.ssh import RUN_MARKER, SshHost
+from harness.hosts.ssh_remote import shell_path
 from harness.machine import ledger, procscan
 
 __all__ = ["MachineSweep", "live_runs", "may_use", "sweep_inventory"]
@@ -146,7 +147,7 @@ def _sweep_machine(host: SshHost, live: set[str], busy: bool, run_id: str | None
             if not dry_run:
                 host.run_privileged(["ip", "link", "set", "dev", device, "up"], 10.0)
             result.removed.append(f"{verb}set {device} up")
-    work = shlex.quote(host.machine.work_dir)
+    work = shell_path(host.machine.work_dir)
     done = host.run_remote(f'cd {work} 2>/dev/null || exit 0; for d in *; do {_MADE} && printf "%s\\n" "$d"; done; true',
                            timeout=host.machine.connect_timeout + 10)
     for entry in done.stdout.split():

@@ -197,9 +197,9 @@ def _checkpoint_faulted(sc: Scenario, reader: str) -> bool:
 
 
 def _own_folder_copy(prepared: Path, run_dir: Path, reader: str, timeline: Timeline) -> Path:
-    """``prepared`` in ``<run>/checkpoints/<reader>/``: a hard link (the cache's file is only
-    ever replaced, never written in place), else a copy; recorded as ``checkpoint_folder``."""
-    import os
+    """``prepared`` copied into ``<run>/checkpoints/<reader>/`` (recorded as ``checkpoint_folder``).
+    A copy, never a hard link: a hard link is the cache's own file, and anything written through
+    the faulted folder (or its FUSE layer) would rewrite the checkpoint every later run reads."""
     import shutil
 
     from harness.faults.disk import checkpoint_folder
@@ -208,11 +208,6 @@ def _own_folder_copy(prepared: Path, run_dir: Path, reader: str, timeline: Timel
     dst = folder / prepared.name
     if not dst.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(prepared, dst)
-            how = "hard link"
-        except OSError:
-            shutil.copyfile(prepared, dst)
-            how = "copy"
-        timeline.append("info", "harness", "checkpoint_folder", {"reader": reader, "folder": str(folder), "how": how})
+        shutil.copyfile(prepared, dst)
+        timeline.append("info", "harness", "checkpoint_folder", {"reader": reader, "folder": str(folder), "how": "copy"})
     return dst

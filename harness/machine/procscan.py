@@ -8,9 +8,14 @@ started with a clean one and a program that overwrites it with its process title
 sshd); the scope misses nothing spawned through a host, and the tag reaches a process that
 another harness's scope does not hold (a remote host's, seen from the same /proc in the lab).
 
-``scan()`` reads ``/proc/*/environ`` (processes we may not read are skipped);
-``harness_alive`` tells whether the run's harness still exists (pid plus its start
-time, so a reused pid does not count).
+``scan()`` reads ``/proc/*/environ`` (processes we may not read are skipped). An environment is
+anyone's to write, so a tag counts only on a process of our own user (real and effective uid the
+harness's euid): an unprivileged process carrying a live run's ``MXCHAOS_RUN_ID`` (run ids are
+visible: cgroup names, link aliases) and a dead harness's pid is no evidence about that run, and
+is never a target. A tag whose run id is malformed (``runscope.valid_run_id``) is skipped and named
+in ``skipped``, never fatal. ``harness_alive`` tells whether the run's harness still exists (pid
+plus its start time, so a reused pid does not count). Each ``RunProcess`` carries its start time,
+which ``runscope.signal_exact`` checks again before any signal.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from pathlib import Path
 
 from harness.machine import runscope
 
-__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "find", "harness_alive", "listeners", "proc_start_time",
-           "scan"]
+__all__ = ["ENV_HARNESS_PID", "ENV_HARNESS_START", "ENV_PROC", "ENV_RUN_ID", "RunProcess", "find", "harness_alive", "listeners", "ours",
+           "proc_start_time", "scan"]
 
 ENV_RUN_ID = "MXCHAOS_RUN_ID"
 ENV_PROC = "MXCHAOS_PROC"
@@ -40,6 +45,8 @@ class RunProcess:
     harness_start: int | None
     state: str
     cmdline: str
+    start: int | None = None  # clock ticks since boot: the pid is this process only while it matches
+    tagged: bool = True  # found by its own MXCHAOS_RUN_ID (False: only through the run's scope)
 
     def to_json(self) -> dict[str, object]:
         return {"pid": self.pid, "run_id": self.run_id, "proc": self.proc, "state": self.state, "cmdline": self.cmdline}
@@ -68,7 +75,23 @@ def harness_alive(pid: int | None, start: int | None) -> bool:
     return start is None or current == start
 
 
-def scan() -> list[RunProcess]:
+def ours(pid: int) -> bool:
+    """Whether ``pid`` runs as our user (its real and effective uid our euid), from
+    ``/proc/PID/status``; False when it cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            uids = line.split()[1:3]
+            return len(uids) == 2 and all(u.isdigit() and int(u) == os.geteuid() for u in uids)
+    return False
+
+
+def scan(skipped: list[str] | None = None) -> list[RunProcess]:
+    """The processes of our user tagged with a run id (module docstring); a malformed run id is
+    named in ``skipped`` (when given) and its process left out."""
     found = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -89,10 +112,17 @@ def scan() -> list[RunProcess]:
             if sep and key.startswith(b"MXCHAOS_"):
                 env[key.decode(errors="replace")] = value.decode(errors="replace")
         run_id = env.get(ENV_RUN_ID)
-        if not run_id:
+        if not run_id or not ours(pid):
             continue
-        state = _state(pid)
-        if state == "Z":
+        try:
+            runscope.valid_run_id(run_id)
+        except ValueError as exc:
+            if skipped is not None:
+                skipped.append(f"pid {pid}: {exc}")
+            continue
+        st = runscope.proc_stat(pid)
+        state = st.state if st is not None else "?"
+        if state == "Z" or st is None:
             continue  # a zombie is already dead; its parent reaps it
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -109,16 +139,18 @@ def scan() -> list[RunProcess]:
                 harness_start=int(hs) if hs and hs.isdigit() else None,
                 state=state,
                 cmdline=cmdline[:300],
+                start=st.start,
             )
         )
     return found
 
 
-def find(run_id: str | None = None) -> list[RunProcess]:
+def find(run_id: str | None = None, skipped: list[str] | None = None) -> list[RunProcess]:
     """Every live process of ``run_id`` (None: of every run with a tag or a scope here): tagged
-    ones as ``scan`` reports them; the rest of the scope (a wrapper's child with a blank
-    environment) named after its nearest tagged ancestor, with the harness its ledger names."""
-    tagged = scan()
+    ones as ``scan`` reports them (``skipped``: the malformed tags it named); the rest of the scope
+    (a wrapper's child with a blank environment) named after its nearest tagged ancestor, with the
+    harness its ledger names."""
+    tagged = scan(skipped)
     by_pid = {p.pid: p for p in tagged if run_id is None or p.run_id == run_id}
     rids = {run_id} if run_id is not None else {p.run_id for p in tagged} | runscope.runs()
     parents: dict[int, int] = {}
@@ -141,7 +173,7 @@ def find(run_id: str | None = None) -> list[RunProcess]:
             except OSError:
                 cmdline = ""
             by_pid[pid] = RunProcess(pid=pid, run_id=rid, proc=None, harness_pid=hp, harness_start=hs, state=st.state,
-                                     cmdline=cmdline[:300])
+                                     cmdline=cmdline[:300], start=st.start, tagged=False)
     for pid in parents:  # a scope member's name: its nearest ancestor's that has one
         up, seen = parents[pid], {pid}
         while up not in seen and up > 1:

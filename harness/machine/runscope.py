@@ -17,6 +17,9 @@ it too:
   also those whose session is a recorded leader's (a leader whose pid now names another session
   leader, by its start time, no longer counts), and every descendant of any of them.
 
+Every signal goes through ``signal_exact``: to the process with that pid *and* the start time it
+had when it was found, through a pidfd (so a pid reused in between is never signalled).
+
 ``members`` is every live pid of a run found either way (and the descendants of ``seeds``, the
 processes found by their ``MXCHAOS_RUN_ID``: ``harness.machine.procscan.find`` merges the two); ``kill``
 ends them, cgroup first; ``remove`` deletes the scope (cgroups, ledger) once it is empty; ``runs``
@@ -28,6 +31,7 @@ always look at every hierarchy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -53,6 +57,7 @@ __all__ = [
     "remove",
     "runs",
     "scope_paths",
+    "signal_exact",
     "valid_run_id",
 ]
 
@@ -89,6 +94,37 @@ def proc_stat(pid: int) -> ProcStat | None:
         return None
     fields = text[text.rindex(")") + 2 :].split()
     return ProcStat(pid, fields[0], int(fields[1]), int(fields[3]), int(fields[19]))
+
+
+def signal_exact(pid: int, start: int | None, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process that started at ``start`` (clock
+    ticks since boot, as found): a pidfd is opened first, the start time checked after, and the
+    signal sent through the pidfd, so the process checked is the one signalled. ``start`` None
+    (not known) sends nothing. Whether it was sent."""
+    if start is None:
+        return False
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return False  # gone (ESRCH), or not ours to open
+        st = proc_stat(pid)  # a kernel before 5.3: checked, then signalled by pid (a narrow window)
+        if st is None or st.start != start:
+            return False
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+            return True
+        return False
+    try:
+        st = proc_stat(pid)
+        if st is None or st.start != start:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _all_stats() -> dict[int, ProcStat]:
@@ -305,6 +341,11 @@ def owner(run_id: str) -> tuple[int | None, int | None]:
 def members(run_id: str, seeds: Iterable[int] = ()) -> set[int]:
     """Every live process of the run: in its cgroups; a recorded process (same start time) or a
     member of a recorded leader's session; and every descendant of those and of ``seeds``."""
+    return set(_members(run_id, seeds))
+
+
+def _members(run_id: str, seeds: Iterable[int] = ()) -> dict[int, int]:
+    """``members``, each with its start time as found."""
     valid_run_id(run_id)
     stats = _all_stats()
     live = {pid for pid, st in stats.items() if st.state not in ("Z", "X")}
@@ -332,7 +373,7 @@ def members(run_id: str, seeds: Iterable[int] = ()) -> set[int]:
                 found.add(child)
                 todo.append(child)
     found.discard(os.getpid())
-    return found & live
+    return {pid: stats[pid].start for pid in found & live}
 
 
 def kill(run_id: str, seeds: Iterable[int] = (), wait: float = 5.0) -> list[int]:
@@ -343,11 +384,10 @@ def kill(run_id: str, seeds: Iterable[int] = (), wait: float = 5.0) -> list[int]
     while True:
         for folder in _scopes(run_id):
             _kill_cgroup(folder)
-        left = members(run_id, seeds)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        seeds &= left
+        left = _members(run_id, seeds)
+        for pid, start in left.items():
+            signal_exact(pid, start)
+        seeds &= set(left)
         if not left or time.monotonic() > deadline:
             return sorted(left)
         time.sleep(0.02)

@@ -56,42 +56,45 @@ def base() -> Path:
     return Path(os.path.abspath(os.environ.get(ENV) or default_base()))
 
 
-def _refuse(path: Path, rule: str) -> StateDirError:
-    where = f" (${ENV} is {os.environ[ENV]!r})" if os.environ.get(ENV) else ""
-    return StateDirError(f"harness state: refusing {path}{where}: {rule}")
+def _refuse(path: Path, rule: str, setting: str = ENV, what: str = "harness state") -> StateDirError:
+    where = f" (${setting} is {os.environ[setting]!r})" if os.environ.get(setting) else ""
+    return StateDirError(f"{what}: refusing {path}{where}: {rule}")
 
 
-def _a_real_folder(path: Path, st: os.stat_result, link_hint: str) -> None:
+def _a_real_folder(path: Path, st: os.stat_result, link_hint: str, setting: str = ENV, what: str = "harness state") -> None:
     """A folder, not a symbolic link (``link_hint``: what to do instead of the link)."""
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r}); {link_hint}")
+        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r}); {link_hint}", setting, what)
     if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "it is not a directory")
+        raise _refuse(path, "it is not a directory", setting, what)
 
 
-def _trusted_ancestor(path: Path, st: os.stat_result) -> None:
+def _trusted_ancestor(path: Path, st: os.stat_result, setting: str = ENV, what: str = "harness state") -> None:
     euid = os.geteuid()
-    _a_real_folder(path, st, "give the real path, with no symlink in it")
+    _a_real_folder(path, st, "give the real path, with no symlink in it", setting, what)
     if st.st_uid not in (0, euid):
-        raise _refuse(path, f"a folder on the way is owned by uid {st.st_uid}, not by root or us (uid {euid})")
+        raise _refuse(path, f"a folder on the way is owned by uid {st.st_uid}, not by root or us (uid {euid})", setting, what)
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         raise _refuse(path, f"a folder on the way is writable by others (mode {stat.S_IMODE(st.st_mode):04o}) "
-                            "and not sticky")
+                            "and not sticky", setting, what)
 
 
-def _own(path: Path, st: os.stat_result) -> None:
+def _own(path: Path, st: os.stat_result, setting: str = ENV, what: str = "harness state") -> None:
     euid = os.geteuid()
-    _a_real_folder(path, st, "the harness uses only a folder it owns")
+    _a_real_folder(path, st, "the harness uses only a folder it owns", setting, what)
     if st.st_uid != euid:
-        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by us (uid {euid}); remove it or choose another ${ENV}")
+        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by us (uid {euid}); remove it or choose another ${setting}",
+                      setting, what)
     if st.st_mode & 0o022:
         raise _refuse(path, f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}), so someone "
-                            f"else may have put files there; remove it or choose another ${ENV}")
+                            f"else may have put files there; remove it or choose another ${setting}", setting, what)
 
 
-def ensure_dir(path: Path | str, *, create: bool = True) -> Path | None:
+def ensure_dir(path: Path | str, *, create: bool = True, setting: str = ENV, what: str = "harness state") -> Path | None:
     """``path`` checked as the module docstring says (made 0700 when missing and ``create``);
-    None when it is missing and not ``create``. StateDirError when it is not ours."""
+    None when it is missing and not ``create``. StateDirError when it is not ours, naming
+    ``what`` and the variable that chooses the folder (``setting``: the checkpoint cache is
+    checked the same way, as ``$MXCHAOS_CACHE_DIR``)."""
     target = Path(os.path.abspath(path))
     parts = target.parts
     current = Path(parts[0])
@@ -107,7 +110,7 @@ def ensure_dir(path: Path | str, *, create: bool = True) -> Path | None:
                 os.mkdir(current, 0o700)
             st = os.lstat(current)
         if last:
-            _own(current, st)
+            _own(current, st, setting, what)
             if st.st_mode & 0o077:  # ours and no one else could write it: only tighten
                 fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 try:
@@ -115,9 +118,9 @@ def ensure_dir(path: Path | str, *, create: bool = True) -> Path | None:
                 finally:
                     os.close(fd)
         else:
-            _trusted_ancestor(current, st)
+            _trusted_ancestor(current, st, setting, what)
     if len(parts) == 1:
-        raise _refuse(target, "the file system root is no state directory")
+        raise _refuse(target, "the file system root is no state directory", setting, what)
     return target
 
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from harness.errors import Issue, ScenarioInvalid
-from harness.locate import duplicate_keys, issue_from_pydantic, locate, yaml_problem
+from harness.locate import duplicate_keys, expansion_problem, issue_from_pydantic, locate, yaml_problem
 from harness.scenario.document import CheckEntry, Scenario
 from harness.scenario.models import Broken, HostSpec, ProcessSpec, ProxySpec
 from harness.scenario.rules import Context, cross_references
@@ -65,31 +65,10 @@ def _too_big(text: str, file_label: str) -> None:
 
 def _expanded_size(root: yaml.Node, file_label: str) -> None:
     """Refuse a document whose aliases expand it past ``MAX_NODES`` nodes, or that refers to
-    itself; linear in the distinct nodes (each node's expanded size is computed once)."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise ScenarioInvalid(file_label, [Issue("", "a YAML alias refers to the node that contains it",
-                                                     node.start_mark.line + 1)])
-        active.add(key)
-        total = 1
-        if isinstance(node, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total += sum(size(item) for item in node.value)
-        active.discard(key)
-        sizes[key] = total
-        if total > MAX_NODES:
-            raise ScenarioInvalid(file_label, [Issue("", f"YAML aliases expand the document past {MAX_NODES} nodes; "
-                                                     "write the scenario out instead", node.start_mark.line + 1)])
-        return total
-
-    size(root)
+    itself (``harness.locate.expansion_problem``, the guard inventories share)."""
+    problem = expansion_problem(root, MAX_NODES, "write the scenario out instead")
+    if problem is not None:
+        raise ScenarioInvalid(file_label, [problem])
 
 
 def parse_scenario(text: str, file: str | Path = "<string>") -> Scenario:

@@ -122,3 +122,54 @@ def test_a_real_mount_faults_reads_and_writes_and_heal_and_sweep_unmount_it(tmp_
     assert Disk.sweep("run-disk") == [f"FUSE mount {folder}"]
     assert mounts_named(fsname("run-disk", "full")) == []
     full.heal(ctx, token)  # idempotent: nothing left to undo
+
+
+def test_a_faulted_readers_checkpoint_is_a_copy_never_a_link_to_the_cache(tmp_path: Path) -> None:
+    """Issue 36 item 7: the faulted folder hard-linked the shared cache's file, so anything written
+    through it (any user, through the FUSE layer) rewrote the checkpoint every later run reads."""
+    from harness.judge.content import reader_checkpoint
+    from harness.record.timeline import Timeline
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    prepared = cache / "m.safetensors"
+    prepared.write_bytes(b"weights" * 100)
+    sc = parse_scenario(scenario(mode="enospc"))
+    timeline = Timeline()
+    mine = reader_checkpoint(sc, "reader-1", prepared, tmp_path / "run", timeline)
+    assert mine is not None and mine.parent == checkpoint_folder(tmp_path / "run", "reader-1")
+    assert os.stat(mine).st_ino != os.stat(prepared).st_ino and os.stat(prepared).st_nlink == 1
+    mine.write_bytes(b"rewritten")  # what a write through the faulted folder does
+    assert prepared.read_bytes() == b"weights" * 100
+    assert [e.value["how"] for e in timeline.entries() if e.f == "checkpoint_folder"] == ["copy"]
+
+
+@pytest.mark.parametrize("case", ["world-writable", "another user's", "a symlink"])
+def test_a_checkpoint_cache_someone_else_could_write_is_refused(case: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache every run's readers fall back to is checked as the state directory is."""
+    from harness.engine.checkpoint import checkpoint_cache
+    from harness.machine.statedir import StateDirError
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MXCHAOS_CACHE_DIR", str(cache))
+    assert checkpoint_cache() == cache / "checkpoints"  # made, ours
+    assert os.stat(cache / "checkpoints").st_mode & 0o777 == 0o700
+    folder = cache / "checkpoints"
+    if case == "world-writable":
+        folder.chmod(0o777)
+        rule = "writable by group or others (mode 0777)"
+    elif case == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give the folder away")
+        os.chown(folder, 65534, 65534)
+        rule = "owned by uid 65534"
+    else:
+        folder.rmdir()
+        (tmp_path / "elsewhere").mkdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+        rule = "it is a symbolic link"
+    with pytest.raises(StateDirError) as err:
+        checkpoint_cache()
+    text = str(err.value)
+    assert text.startswith(f"checkpoint cache: refusing {folder} ($MXCHAOS_CACHE_DIR is ") and rule in text, text

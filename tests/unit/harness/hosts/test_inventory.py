@@ -3,6 +3,7 @@ relative paths, and how a scenario's hosts bind to machines."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_every_problem_is_named_with_line_key_and_rule() -> None:
     assert any("inv.yaml:2: machines.h1.colour: unknown key" in p for p in problems)
     assert any("machines.h1.port:" in p and "greater than or equal to 1" in p for p in problems)
     assert any("machines.h1.address: an address must be an IP address or a host name" in p for p in problems)
-    assert any("inv.yaml:3: machines.h2.work_dir: a path on the remote machine must be absolute" in p for p in problems)
+    assert any("inv.yaml:3: machines.h2.work_dir: a work dir is absolute (start with /) or under the login" in p for p in problems)
 
 
 @pytest.mark.parametrize(
@@ -137,3 +138,41 @@ def test_only_a_live_run_that_may_use_a_machine_keeps_the_sweep_off_its_qdisc(tm
     # a run on this machine alone (netns or local hosts; another pytest worker's): never
     assert not may_use({"ssh": False}, h1) and not may_use({"ssh": False, "network": {}}, h1)
     assert may_use({}, h1) and not may_use({"network": {}}, h1)  # an older harness's entry
+
+
+def _alias_bomb(depth: int) -> str:
+    """Ten lines whose aliases expand ninefold per level: 9**depth nodes under ``junk:``."""
+    text = "l0: &l0 [x, x, x, x, x, x, x, x, x]\n"
+    for level in range(1, depth + 1):
+        text += f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 9) + "]\n"
+    return "machines: {h1: {address: 10.0.0.1}}\n" + text
+
+
+def test_an_alias_bomb_inventory_is_refused_at_once_naming_the_file(tmp_path: Path) -> None:
+    """Issue 36 item 8: a ten-line inventory at depth 8 took 19.6 s (about 9x per level) in
+    ``duplicate_keys`` and validation walking the expanded tree; the scenario loader's expansion
+    guard now refuses it before anything walks it (measured: a few milliseconds)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(8))
+    t0 = time.monotonic()
+    with pytest.raises(InventoryInvalid) as err:
+        load_inventory(path)
+    elapsed = time.monotonic() - t0
+    text = str(err.value)
+    assert str(path) in text and "YAML aliases expand the document past 100000 nodes" in text, text
+    assert elapsed < 1.0, f"the depth-8 bomb took {elapsed:.2f} s to refuse"
+
+
+def test_a_self_referring_alias_inventory_is_refused() -> None:
+    assert _problems("machines: {h1: {address: 10.0.0.1}}\nx: &a [1, *a]\n") == [
+        "inv.yaml:2: a YAML alias refers to the node that contains it"
+    ]
+
+
+def test_the_default_work_dir_is_under_the_logins_home_never_a_shared_temp_dir() -> None:
+    from harness.hosts.ssh_remote import shell_path
+
+    inv = parse_inventory("machines: {h1: {address: 10.0.0.1}}\n")
+    assert inv.machines["h1"].work_dir == "~/.cache/mxchaos/work"
+    assert shell_path(inv.machines["h1"].work_dir) == '"$HOME"/.cache/mxchaos/work'
+    assert shell_path("/srv/a b") == "'/srv/a b'"

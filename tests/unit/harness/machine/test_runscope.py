@@ -136,7 +136,27 @@ def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_r
     me = os.getpid()
     ledger.write_entry(rid, {"run_id": rid, "harness_pid": me, "harness_start": procscan.proc_start_time(me)})
     early = procscan.RunProcess(pid=me, run_id=rid, proc=None, harness_pid=None, harness_start=None, state="R", cmdline="python")
-    monkeypatch.setattr(procscan, "find", lambda run_id=None: [early])
+    monkeypatch.setattr(procscan, "find", lambda run_id=None, skipped=None: [early])
     monkeypatch.setattr(runscope, "runs", lambda: {rid})
     report = cleanup.sweep(dry_run=True)
     assert report.skipped_live_runs == [rid] and report.runs == [] and report.killed == []
+
+
+def test_a_signal_reaches_a_pid_only_while_it_is_the_process_that_was_found() -> None:
+    """``signal_exact``: a pid whose start time is not the one it was found with (reused by
+    another process meanwhile) gets no signal; the process found gets it."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        st = runscope.proc_stat(proc.pid)
+        assert st is not None
+        assert not runscope.signal_exact(proc.pid, st.start + 1, signal.SIGKILL)  # another process's start
+        assert not runscope.signal_exact(proc.pid, None, signal.SIGKILL)  # not known: nothing sent
+        assert proc.poll() is None
+        assert runscope.signal_exact(proc.pid, st.start, signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait(10)
