@@ -292,11 +292,11 @@ def test_at_the_cap_the_oldest_silent_connection_makes_room() -> None:
 def test_a_body_that_does_not_arrive_in_time_gives_its_bytes_back() -> None:
     from fixtures.h2raw import RawH2, grpc_message
 
-    server = native(body_timeout_s=1.0, min_body_bytes_per_s=1 << 30)
+    server = native(body_timeout_s=2.0, min_body_bytes_per_s=1 << 30)
     peer = RawH2(server.port)
     try:
         peer.data(peer.open("/mxref.v1.P2pService/PublishMetadata"), grpc_message(b"\x0a" * 100_000, declared=1 << 20))
-        assert until(lambda: server.stats()["received_bytes"] == 100_005, within_s=0.9)  # counted as it came
+        assert until(lambda: server.stats()["received_bytes"] == 100_005, within_s=1.8)  # counted as it came
         assert until(lambda: server.stats()["body_timeouts"] == 1)
         assert server.stats()["received_bytes"] == 0
         with own_channel(f"127.0.0.1:{server.port}") as channel:
