@@ -85,7 +85,7 @@ MAX_QUEUED_BYTES = 256 << 20
 (64 calls at the 4 MiB receive limit)."""
 FRONT_DOOR: dict[str, float] = {
     "max_connections": 4096,  # in all; each is a descriptor and up to 64 streams. At the cap the oldest
-    # connection that has sent no call is dropped for the newcomer (refused only when all have sent one)
+    # connection that has sent no call is dropped for the newcomer, else the one idle longest (1 s at least)
     "max_connections_per_peer": 1024,  # per peer address: a fleet's host opens a few each
     "max_connections_per_block": 2048,  # per IPv4 /24 or IPv6 /64: a few addresses cannot take every place
     "handshake_timeout_s": 10.0,  # TLS: a peer that connects and says nothing is dropped

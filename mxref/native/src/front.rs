@@ -6,8 +6,8 @@
 //! the count of the others), the loop backs off (5 ms doubling to 1 s) and goes on. Each
 //! connection is admitted against caps on open connections per peer address and per address
 //! block (an IPv4 /24, an IPv6 /64; beyond either: closed at once) and in all: at that cap the
-//! oldest connection that has sent no call is dropped to make room (a newcomer is refused only
-//! when every connection has sent one). A connection has `handshake_timeout` to finish TLS, then
+//! oldest connection that has sent no call is dropped to make room, else the one idle longest (a
+//! newcomer is refused only when every connection is busy or called within `EVICT_IDLE`). A connection has `handshake_timeout` to finish TLS, then
 //! `first_request_timeout` to send its first call (the HTTP/2 preface, SETTINGS and a request's
 //! headers), and is served by hyper's HTTP/2 with keepalive pings; it is closed gracefully
 //! (GOAWAY, the calls in flight finish) once idle (no call) for `idle_timeout` or older than
@@ -32,6 +32,9 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(5);
 const BACKOFF_MOST: Duration = Duration::from_secs(1);
 /// The most header bytes a call may carry (a token, a path and gRPC's few headers need < 8 KiB).
 const MAX_HEADER_BYTES: u32 = 16 << 10;
+/// At the connection cap, a connection idle this long (and holding no answer) may be dropped for a
+/// newcomer when none is silent; one that called just now keeps its place.
+const EVICT_IDLE: Duration = Duration::from_secs(1);
 
 /// What a connection may take: caps, timeouts and HTTP/2 settings.
 #[derive(Clone, Debug)]
@@ -166,10 +169,20 @@ impl Gate {
         }
         let open = gate.stats.open.load(Ordering::Relaxed);
         if open >= gate.limits.max_connections {
-            // room for the newcomer: the oldest connection that has sent no call goes
-            let victim = state.open.iter().find(|(_, c)| !c.activity.ever.load(Ordering::Relaxed)).map(|(id, _)| *id);
+            // room for the newcomer: the oldest connection that has sent no call goes, else the one
+            // idle longest (no call in flight, no answer waiting, idle `EVICT_IDLE` at least)
+            let silent = state.open.iter().find(|(_, c)| !c.activity.ever.load(Ordering::Relaxed)).map(|(id, _)| *id);
+            let victim = silent.or_else(|| {
+                state
+                    .open
+                    .iter()
+                    .map(|(id, c)| (*id, c.activity.idle_for(), c.activity.unsent.load(Ordering::Relaxed)))
+                    .filter(|(_, idle, unsent)| *unsent == 0 && *idle >= EVICT_IDLE)
+                    .max_by_key(|(_, idle, _)| *idle)
+                    .map(|(id, _, _)| id)
+            });
             let Some(victim) = victim else {
-                return Err(format!("{open} connections open, the most allowed, each of which has sent a call"));
+                return Err(format!("{open} connections open, the most allowed, each busy or called within the last second"));
             };
             if let Some(gone) = state.open.remove(&victim) {
                 gone.evict.notify_one();

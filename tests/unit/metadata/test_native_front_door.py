@@ -289,6 +289,26 @@ def test_at_the_cap_the_oldest_silent_connection_makes_room() -> None:
         server.stop(0.2)
 
 
+def test_at_the_cap_a_connection_idle_longest_makes_room_when_none_is_silent() -> None:
+    """Three connections that each made a call and went idle hold the cap (a server without a token
+    lets anyone call): a newcomer still gets in, in place of the one idle longest."""
+    server = native(max_connections=3)
+    address = f"127.0.0.1:{server.port}"
+    holders = [own_channel(address) for _ in range(3)]
+    try:
+        for channel in holders:
+            assert call(channel, LIST).result() == b""
+        assert until(lambda: server.stats()["open"] == 3)
+        time.sleep(1.2)  # idle a second at least: the ones that may be dropped
+        with own_channel(address) as channel:
+            assert call(channel, LIST, timeout=5).result() == b""
+        assert server.stats()["evicted"] >= 1
+    finally:
+        for channel in holders:
+            channel.close()
+        server.stop(0.2)
+
+
 def test_a_body_that_does_not_arrive_in_time_gives_its_bytes_back() -> None:
     from fixtures.h2raw import RawH2, grpc_message
 
