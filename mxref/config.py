@@ -305,6 +305,12 @@ DEFAULT_PEER_PUBLISH_RATE_PER_S = 200.0
 """Per peer address (every connection of one host together): writes refilled per second."""
 DEFAULT_PEER_PUBLISH_BURST = 1000
 """Per peer address: writes allowed back to back before the rate applies."""
+DEFAULT_PEER_SHARE = 0.5
+"""The part of ``max_records`` and of ``max_store_bytes`` the records published from one peer
+address may hold together (``mxref.metadata.limits.Capacity``)."""
+DEFAULT_NEW_PEER_HEADROOM = 0.05
+"""The part of both budgets kept for peers that hold no record yet: a peer that holds one may not
+take the store past ``1 - headroom`` of either (``mxref.metadata.limits.Capacity``)."""
 MAX_TOPOLOGY_ENTRIES = 32
 """Entries of ModelExpress's ``worker.topology`` (listed with every ref, so kept small)."""
 MAX_TOPOLOGY_STRING_BYTES = 256
@@ -330,6 +336,8 @@ class ServerLimits:
     max_store_bytes: int = DEFAULT_MAX_STORE_BYTES
     peer_publish_rate_per_s: float = DEFAULT_PEER_PUBLISH_RATE_PER_S
     peer_publish_burst: int = DEFAULT_PEER_PUBLISH_BURST
+    peer_share: float = DEFAULT_PEER_SHARE
+    new_peer_headroom: float = DEFAULT_NEW_PEER_HEADROOM
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_blob_bytes", "max_name_bytes", "max_tensors", "publish_burst",
@@ -345,6 +353,13 @@ class ServerLimits:
             rate = getattr(self, name)
             if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
                 raise ValueError(f"ServerLimits.{name}={rate!r}: must be a finite number > 0")
+        if isinstance(self.peer_share, bool) or not isinstance(self.peer_share, (int, float)) or not (
+            0 < self.peer_share <= 1
+        ):
+            raise ValueError(f"ServerLimits.peer_share={self.peer_share!r}: must be in (0, 1]")
+        headroom = self.new_peer_headroom
+        if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+            raise ValueError(f"ServerLimits.new_peer_headroom={headroom!r}: must be in [0, 1)")
         if self.max_record_bytes > self.max_store_bytes:
             raise ValueError(f"ServerLimits.max_record_bytes={self.max_record_bytes} must not exceed "
                              f"max_store_bytes={self.max_store_bytes} (one record must fit the store)")

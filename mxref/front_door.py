@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import resource
 import threading
@@ -59,6 +60,23 @@ def peer_address(peer: str) -> str:
     if kind == "ipv6" and rest.startswith("[") and "]:" in rest:
         return f"ipv6:{rest[:rest.index(']') + 1]}"
     return urllib.parse.unquote(peer)
+
+
+def peer_holder(peer: str) -> str:
+    """Whose share a caller's writes count in (``mxref.metadata.limits.Capacity``): its IPv4
+    address, or its IPv6 address's /64 (a host is handed a /64: one per address would be 2**64
+    shares); an IPv4-mapped IPv6 address counts as its IPv4 address."""
+    address = peer_address(peer)
+    kind, _, rest = address.partition(":")
+    if kind != "ipv6" or not rest.startswith("["):
+        return address
+    try:
+        ip = ipaddress.IPv6Address(rest.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return f"ipv4:{ip.ipv4_mapped}"
+    return f"ipv6:[{ipaddress.IPv6Network((ip, 64), strict=False).network_address}]/64"
 
 
 Key = tuple[str, str, str]

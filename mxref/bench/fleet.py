@@ -458,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                                  reaper_scan_interval_s=args.reaper_interval, gc_timeout_s=args.gc_timeout)
     limits = config.ServerLimits(publish_rate_per_s=1e9, publish_burst=10**9,
                                  peer_publish_rate_per_s=1e9, peer_publish_burst=10**9,
-                                 max_records=args.sources * args.ranks + 2 * args.silent + 1)
+                                 max_records=args.sources * args.ranks + 2 * args.silent + 1,
+                                 peer_share=1.0, new_peer_headroom=0.0)  # the whole fleet publishes from here
     clock = ShiftedClock()
     store: SourceStore
     if args.store == "memory":

@@ -15,9 +15,10 @@ Two parts, both pure (no gRPC, no store), used by ``mxref.metadata.P2pServicer``
   to ``burst``) for the write rate, kept per connection and per peer address (a new
   connection does not reset the address's bucket); a client over either is refused
   before its request is parsed.
-- ``ByteBudget``: the bytes the store's records hold, per record key; a publish that
-  would take the store past ``max_store_bytes`` is refused (a replacement is charged
-  only its growth).
+- ``Capacity``: the records and bytes the store holds, per record key and per peer address; a
+  publish that would take the store past ``max_store_bytes``, its peer past its share of either
+  budget (``peer_share``), or a peer that already holds a record into the headroom kept for new
+  peers (``new_peer_headroom``) is refused (a replacement is charged only its growth).
 
 Fields the schema does not define are refused in ``mxref.v1`` (an mxref client sends
 none; a 16 MiB unknown field would otherwise ride into the store) and bounded to
@@ -390,46 +391,110 @@ class ClientBuckets:
             del self._buckets[key]
 
 
-# --- bytes --------------------------------------------------------------------------
+# --- capacity ------------------------------------------------------------------------
 
 
-class ByteBudget:
-    """What the store's records weigh (their publish's size), per record key, against ``limit``.
+@dataclass
+class _Holding:
+    records: int = 0
+    bytes: int = 0
 
-    ``admit(key, size)`` raises ``BudgetExceeded`` when holding ``size`` for ``key`` (replacing
-    what ``key`` held) would take the total past ``limit``; ``charge`` records it once stored;
-    ``forget`` when the record is gone. Callers serialize admit+charge (the servicer holds its
-    publish lock). The table holds one int per record the store holds.
+
+class Capacity:
+    """What the store's records weigh (each its publish's size) and who published them, against
+    the budgets (``max_records``, ``max_store_bytes``) and each peer's fair share of them.
+
+    Three rules, checked by ``admit(key, peer, size)`` before a publish is written:
+
+    - **the budget**: the bytes of every record together stay within ``max_store_bytes`` (a
+      replacement is charged only its growth);
+    - **a peer's share**: the records published from one peer address hold at most
+      ``peer_share`` of ``max_records`` and of ``max_store_bytes`` together (at least one record);
+    - **headroom for new peers**: a peer that already holds a record may not take the store past
+      ``1 - new_peer_headroom`` of either budget; a peer that holds none may (its first record).
+
+    So one address (or several) filling what they may cannot stop a new source from publishing:
+    its first record fits the headroom. ``charge`` records a publish once stored, ``forget`` a
+    record the reaper deleted (the caller holds its publish lock). The tables hold one entry per
+    record the store holds and one per peer that holds a record.
     """
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._sizes: dict[tuple[str, str], int] = {}
-        self._total = 0
+    def __init__(self, limits: config.ServerLimits) -> None:
+        self.limits = limits
+        self.peer_records = max(1, int(limits.max_records * limits.peer_share))
+        self.peer_bytes = max(limits.max_record_bytes, int(limits.max_store_bytes * limits.peer_share))
+        self.shared_records = limits.max_records - int(limits.max_records * limits.new_peer_headroom)
+        self.shared_bytes = limits.max_store_bytes - int(limits.max_store_bytes * limits.new_peer_headroom)
+        self._held: dict[tuple[str, str], tuple[str, int]] = {}  # record key -> (peer, size)
+        self._peers: dict[str, _Holding] = {}
+        self._total = _Holding()
         self._lock = threading.Lock()
 
     @property
     def total(self) -> int:
+        """The bytes the records hold together."""
         with self._lock:
-            return self._total
+            return self._total.bytes
 
-    def admit(self, key: tuple[str, str], size: int) -> str | None:
-        """``None`` when ``size`` fits for ``key``, else the reason it does not."""
+    def holding(self, peer: str) -> tuple[int, int]:
+        """(records, bytes) published from ``peer`` and still held."""
         with self._lock:
-            after = self._total - self._sizes.get(key, 0) + size
-            if after > self.limit:
-                return (f"the store holds {self._total} bytes of records; {size} more would pass its limit of "
-                        f"{self.limit} bytes (--max-store-bytes)")
+            held = self._peers.get(peer)
+            return (held.records, held.bytes) if held is not None else (0, 0)
+
+    def admit(self, key: tuple[str, str], peer: str, size: int) -> str | None:
+        """``None`` when ``peer`` may hold ``size`` bytes at ``key``, else the reason it may not."""
+        limits = self.limits
+        with self._lock:
+            before_peer, before = self._held.get(key, ("", 0))
+            new_record = key not in self._held
+            total_bytes = self._total.bytes - before + size
+            if total_bytes > limits.max_store_bytes:
+                return (f"the store holds {self._total.bytes} bytes of records; {size} more would pass its limit of "
+                        f"{limits.max_store_bytes} bytes (--max-store-bytes)")
+            mine = self._peers.get(peer, _Holding())
+            moved = before_peer != peer  # a new record, or one published before from another address
+            peer_records = mine.records + (1 if moved else 0)
+            peer_bytes = mine.bytes + size - (0 if moved else before)
+            if peer_records > self.peer_records or peer_bytes > self.peer_bytes:
+                return (f"peer {peer[:64]} holds {mine.records} records of {mine.bytes} bytes; this one "
+                        f"({size} bytes) would pass its share of {self.peer_records} records and "
+                        f"{self.peer_bytes} bytes (--peer-share {limits.peer_share:g} of --max-records and "
+                        "--max-store-bytes)")
+            if mine.records > 0:
+                over_records = new_record and self._total.records + 1 > self.shared_records
+                if over_records or (total_bytes > self.shared_bytes and size > before):
+                    return (f"the store holds {self._total.records} records of {self._total.bytes} bytes; the last "
+                            f"{limits.new_peer_headroom:g} of each budget is kept for peers that hold no record yet "
+                            f"(--new-peer-headroom), and peer {peer[:64]} holds {mine.records}")
             return None
 
-    def charge(self, key: tuple[str, str], size: int) -> None:
+    def charge(self, key: tuple[str, str], peer: str, size: int) -> None:
         with self._lock:
-            self._total += size - self._sizes.get(key, 0)
-            self._sizes[key] = size
+            self._drop(key)
+            self._held[key] = (peer, size)
+            mine = self._peers.setdefault(peer, _Holding())
+            mine.records += 1
+            mine.bytes += size
+            self._total.records += 1
+            self._total.bytes += size
 
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
-            self._total -= self._sizes.pop(key, 0)
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        held = self._held.pop(key, None)
+        if held is None:
+            return
+        peer, size = held
+        mine = self._peers[peer]
+        mine.records -= 1
+        mine.bytes -= size
+        if mine.records == 0:
+            del self._peers[peer]
+        self._total.records -= 1
+        self._total.bytes -= size
 
 
 class WriteRates:

@@ -71,6 +71,23 @@ def _rate(text: str) -> float:
     return value
 
 
+def _fraction(low: float, high: float, *, low_open: bool = True, high_open: bool = True) -> Callable[[str], float]:
+    """An argparse type: a number between ``low`` and ``high`` (each end excluded when open)."""
+    span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or value > high or (low_open and value == low) or (
+                high_open and value == high):
+            raise argparse.ArgumentTypeError(f"{text!r} is outside {span}")
+        return value
+
+    return parse
+
+
 def add_server_args(parser: argparse.ArgumentParser) -> None:
     """The ``server`` subcommand's flags (timers: flag over env over default)."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -127,6 +144,14 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                              f"(default {default.peer_publish_rate_per_s:g})")
     limits.add_argument("--peer-publish-burst", type=_positive_int, default=default.peer_publish_burst, metavar="N",
                         help=f"writes one peer address may send back to back (default {default.peer_publish_burst})")
+    limits.add_argument("--peer-share", type=_fraction(0.0, 1.0, high_open=False), default=default.peer_share,
+                        metavar="FRACTION",
+                        help="the part of --max-records and of --max-store-bytes the records published from one "
+                             f"peer address (an IPv6 /64) may hold (default {default.peer_share:g})")
+    limits.add_argument("--new-peer-headroom", type=_fraction(0.0, 1.0, low_open=False),
+                        default=default.new_peer_headroom, metavar="FRACTION",
+                        help="the part of both budgets kept for peers that hold no record yet "
+                             f"(default {default.new_peer_headroom:g}; docs/security.md)")
     limits.add_argument("--mx-writes", choices=MX_WRITES, default=MxWrites.TRUSTED.value,
                         help="model_express.p2p writes, which carry no owner secret: trusted (first come; never "
                              "over an mxref publisher's record) or refused (docs/security.md; default trusted)")
@@ -147,6 +172,8 @@ def server_limits(args: argparse.Namespace) -> config.ServerLimits:
         max_store_bytes=args.max_store_bytes,
         peer_publish_rate_per_s=args.peer_publish_rate,
         peer_publish_burst=args.peer_publish_burst,
+        peer_share=args.peer_share,
+        new_peer_headroom=args.new_peer_headroom,
     )
 
 

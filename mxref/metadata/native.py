@@ -81,17 +81,28 @@ MAX_QUEUED_CALLS = 4096
 """Calls one queue (reads, writes) holds; a heartbeat fleet of 10k/s drains it in well under a
 second, and beyond it a caller hears RESOURCE_EXHAUSTED at once rather than waiting."""
 MAX_QUEUED_BYTES = 256 << 20
-"""Request bytes both queues hold together (64 calls at the 4 MiB receive limit)."""
+"""Request bytes received (each frame counted as it arrives, before it is kept) and queued, together
+(64 calls at the 4 MiB receive limit)."""
 FRONT_DOOR: dict[str, float] = {
-    "max_connections": 4096,  # in all; each is a descriptor and up to 64 streams
+    "max_connections": 4096,  # in all; each is a descriptor and up to 64 streams. At the cap the oldest
+    # connection that has sent no call is dropped for the newcomer, else the one idle longest (1 s at least)
     "max_connections_per_peer": 1024,  # per peer address: a fleet's host opens a few each
+    "max_connections_per_block": 2048,  # per IPv4 /24 or IPv6 /64: a few addresses cannot take every place
     "handshake_timeout_s": 10.0,  # TLS: a peer that connects and says nothing is dropped
+    "first_request_timeout_s": 10.0,  # after accept (after TLS, with it): the first call's headers, or dropped
     "keepalive_interval_s": 30.0,  # HTTP/2 PING on a quiet connection ...
     "keepalive_timeout_s": 20.0,  # ... unanswered this long: the peer is gone, closed
     "idle_timeout_s": 600.0,  # no call this long: closed (GOAWAY; clients reconnect when they need to)
     "max_connection_age_s": 7200.0,  # then GOAWAY, +-10% per connection; the calls in flight finish
+    "body_timeout_s": 10.0,  # a call's body is due within this ...
+    "min_body_bytes_per_s": 256 * 1024,  # ... plus its size at this rate (8 MiB: 42 s); else DEADLINE_EXCEEDED
+    "send_stall_timeout_s": 30.0,  # answers waiting this long without a byte read: the connection is dropped
+    "max_unsent_bytes_per_connection": 32 << 20,  # answers not yet read, per connection ...
+    "max_unsent_bytes": 256 << 20,  # ... and in all; beyond either a call is answered RESOURCE_EXHAUSTED
 }
-"""The native server's connection limits (``mxref_native.Server``'s keywords)."""
+"""The native server's connection and call limits (``mxref_native.Server``'s ``front_door``: Rust
+keeps no default of its own, and names a key missing or unknown). Request bodies count against
+``MAX_QUEUED_BYTES`` as they arrive, before they are kept."""
 
 
 def method_table() -> list[tuple[str, str, bool]]:
@@ -193,10 +204,7 @@ class NativeMetadataServer:
                 tls_cert_pem=credentials.cert_pem, tls_key_pem=credentials.key_pem,
                 accepted_authorization=credentials.bearer_values(),
                 refusal_details={reason.value: security.refusal_details(reason) for reason in security.RefusalReason},
-                max_queued_calls=max_queued_calls, max_queued_bytes=max_queued_bytes,
-                max_connections=int(limits.pop("max_connections")),
-                max_connections_per_peer=int(limits.pop("max_connections_per_peer")),
-                **limits,
+                max_queued_calls=max_queued_calls, max_queued_bytes=max_queued_bytes, front_door=limits,
             )
         except (OSError, ValueError) as exc:
             raise LocalError(f"metadata server (--grpc-impl native): {exc}") from exc

@@ -21,10 +21,12 @@ client can write any ModelExpress-published record, none can write a record an m
 owns, and an mxref publisher cannot write a ModelExpress one); ``refused`` answers every
 ModelExpress write with PERMISSION_DENIED (its reads are served as before).
 
-What the book does not know it cannot protect: a server started over a Redis store that already
-holds records (a restart) has no secrets for them, and the first writer of each after the start
-owns it (an mxref source heartbeats within its interval, so it is almost always the first; its
-client keeps the secret and the server adopts it).
+The owner survives the server: each record's owner is kept **with the record** in the store (the
+digest, never the secret: ``OWNER_FIELD`` on Redis; see ``persisted``), and the book is a cache
+over it. A server restarted over Redis reads a record's owner from the store at its first write,
+so the first writer after a restart does not become the owner; an entry the cache drops is read
+again. Records written without an owner (by an older server, or ModelExpress's own) are first
+come, as before: the first heartbeat's sender (``adopt``), for this server's life.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from mxref.metadata.limits import ByteBudget, RejectReason, Violation
+from mxref.metadata.limits import Capacity, RejectReason, Violation
 from mxref.security import AUTHORIZATION_KEY, BEARER_PREFIX
 
 __all__ = ["MX_WRITES", "BudgetExceeded", "Claims", "MxWrites", "NotAllowed", "OwnerBook", "WriteGate"]
@@ -48,6 +50,29 @@ T = TypeVar("T")
 SECRET_BYTES = 32
 _MX_OWNED = b""
 """The book's entry for a record ModelExpress's package published (no secret to check)."""
+MX_OWNER = "model_express.p2p"
+"""How the store keeps ``_MX_OWNED`` (any other owner is the digest's 64 hex digits)."""
+
+Key = tuple[str, str]
+OwnerLoader = Callable[[Key], "str | None"]
+
+
+def persisted(entry: bytes) -> str:
+    """The book's entry as the store keeps it: the digest in hex, or ``MX_OWNER``."""
+    return MX_OWNER if entry == _MX_OWNED else entry.hex()
+
+
+def _entry(text: str | None) -> bytes | None:
+    """The store's owner text as a book entry; None for none (or for text this server never wrote)."""
+    if text is None:
+        return None
+    if text == MX_OWNER:
+        return _MX_OWNED
+    try:
+        digest = bytes.fromhex(text)
+    except ValueError:
+        return None
+    return digest if len(digest) == hashlib.sha256().digest_size else None
 
 
 class MxWrites(StrEnum):
@@ -76,8 +101,9 @@ class OwnerBook:
     """Each record's owner: the digest of its secret, or "ModelExpress's package" (module docstring).
 
     ``claim`` (a publish) and ``check`` (a heartbeat) raise ``NotAllowed`` or return; the
-    servicer serializes a claim with its store write. At most ``max_entries`` entries (the
-    oldest claimed go first past it; the reaper's ``forget`` keeps it to the store's records).
+    servicer serializes a claim with its store write. The book caches what the store keeps
+    (``load``: a record's persisted owner, read on a miss), so dropping an entry loses nothing:
+    at most ``max_entries`` entries (the oldest claimed go first past it).
     """
 
     def __init__(self, mx_writes: MxWrites = MxWrites.TRUSTED, *, max_entries: int = 200_000) -> None:
@@ -85,6 +111,19 @@ class OwnerBook:
         self._max_entries = max_entries
         self._owners: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._lock = threading.Lock()
+        self.load: OwnerLoader = lambda key: None
+
+    def _held(self, key: Key) -> bytes | None:
+        """``key``'s owner: the cached entry, else the store's (cached from then on)."""
+        with self._lock:
+            held = self._owners.get(key)
+        if held is not None:
+            return held
+        held = _entry(self.load(key))
+        if held is not None:
+            with self._lock:
+                self._set(key, held)
+        return held
 
     def __len__(self) -> int:
         with self._lock:
@@ -94,8 +133,9 @@ class OwnerBook:
         """May this publish write ``key``? Returns the secret to hand back ("" for ModelExpress's
         package) and records the owner: a key with no owner gets a new secret."""
         self._refuse_mx(mx, "PublishMetadata")
+        held_before = self._held(key)
         with self._lock:
-            held = self._owners.get(key)
+            held = self._owners.get(key, held_before)
             if held is None:  # a new record (or one this server never saw published): first come
                 if mx:
                     self._set(key, _MX_OWNED)
@@ -110,14 +150,13 @@ class OwnerBook:
         """May this heartbeat (``UpdateStatus``) write ``key``? A key with no owner passes (the
         store refuses an unknown worker; ``adopt`` then records a heartbeat the store accepted)."""
         self._refuse_mx(mx, "UpdateStatus")
-        with self._lock:
-            held = self._owners.get(key)
-            if held is not None:
-                self._owned_by_caller(key, held, secret, mx, "UpdateStatus")
+        held = self._held(key)
+        if held is not None:
+            self._owned_by_caller(key, held, secret, mx, "UpdateStatus")
 
     def adopt(self, key: tuple[str, str], secret: str, *, mx: bool) -> None:
-        """The store accepted a heartbeat of ``key``: if it has no owner yet (a record this server
-        never saw published: a restart over Redis), the heartbeat's sender owns it from now on."""
+        """The store accepted a heartbeat of ``key``: if it has no owner (a record written without
+        one: by an older server, or ModelExpress's own), the heartbeat's sender owns it from now on."""
         with self._lock:
             if key not in self._owners and (mx or secret):
                 self._set(key, _MX_OWNED if mx else _digest(secret))
@@ -168,43 +207,57 @@ class OwnerBook:
 
 
 class BudgetExceeded(Exception):
-    """A publish that would take the store past its byte budget (the message says by how much)."""
+    """A publish that would take the store past its byte budget, or its peer past its share (the
+    message says which and by how much)."""
 
 
 class Claims:
     """Each write's claim on its record, applied around the store write: the owner (``OwnerBook``)
-    and the bytes (``ByteBudget``). A publish's claim, budget check and store write are one step
-    (under one lock: publishes are rare next to heartbeats, which take no lock here)."""
+    and the capacity (``Capacity``: bytes, and each peer's share). A publish's claim, capacity
+    check and store write are one step, and so is the reaper's ``forget`` (under one lock:
+    publishes are rare next to heartbeats, which take no lock here).
 
-    def __init__(self, owners: OwnerBook, budget: ByteBudget) -> None:
+    ``holds(key)`` says whether the store still holds a record (``forget`` drops the claim only if
+    it does not: a publish may have put it back since the reaper deleted it); ``owner_of(key)``
+    is the owner the store keeps with it (``OwnerBook.load``).
+    """
+
+    def __init__(self, owners: OwnerBook, capacity: Capacity, *, holds: Callable[[Key], bool] = lambda key: False,
+                 owner_of: OwnerLoader = lambda key: None) -> None:
         self.owners = owners
-        self._budget = budget
+        self.capacity = capacity
+        self._holds = holds
+        owners.load = owner_of
         self._lock = threading.Lock()
 
     @property
     def store_bytes(self) -> int:
-        return self._budget.total
+        return self.capacity.total
 
-    def publish(self, key: tuple[str, str], secret: str, *, mx: bool, size: int,
-                write: Callable[[], T]) -> tuple[T, str]:
-        """``write()`` (the store's publish) once the caller may write ``key`` and ``size`` bytes fit;
-        returns what it returned and the owner secret to hand back. ``NotAllowed``,
-        ``BudgetExceeded``, or what ``write`` raised (then nothing is claimed)."""
+    def publish(self, key: Key, secret: str, *, mx: bool, size: int, peer: str,
+                write: Callable[[str], T]) -> tuple[T, str]:
+        """``write(owner)`` (the store's publish, keeping ``owner`` with the record: ``persisted``)
+        once the caller may write ``key`` and ``size`` bytes from ``peer`` fit; returns what it
+        returned and the owner secret to hand back. ``NotAllowed``, ``BudgetExceeded``, or what
+        ``write`` raised (then nothing is claimed)."""
         with self._lock:
-            over = self._budget.admit(key, size)
+            over = self.capacity.admit(key, peer, size)
             if over is not None:
                 raise BudgetExceeded(over)
             held = self.owners.entry(key)
             handed = self.owners.claim(key, secret, mx=mx)
+            owner = self.owners.entry(key)
             try:
-                written = write()
+                if owner is None:  # not reached: a claim that returns leaves an owner
+                    raise AssertionError(f"claim of {key} left no owner")
+                written = write(persisted(owner))
             except BaseException:  # the store refused or failed: the claim was for nothing
                 self.owners.restore(key, held)
                 raise
-            self._budget.charge(key, size)
+            self.capacity.charge(key, peer, size)
         return written, handed
 
-    def heartbeat(self, key: tuple[str, str], secret: str, *, mx: bool, write: Callable[[], T]) -> T:
+    def heartbeat(self, key: Key, secret: str, *, mx: bool, write: Callable[[], T]) -> T:
         """``write()`` (the store's status update) once the caller may write ``key``; a heartbeat
         the store accepted for a record with no owner makes its sender the owner (``adopt``)."""
         self.owners.check(key, secret, mx=mx)
@@ -212,10 +265,16 @@ class Claims:
         self.owners.adopt(key, secret, mx=mx)
         return written
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too."""
-        self.owners.forget(key)
-        self._budget.forget(key)
+    def forget(self, key: Key) -> bool:
+        """The reaper deleted the record at ``key``: its owner and bytes go too, under the publish
+        lock and only if the store still holds no record there (a publish in between keeps its
+        claim). True when forgotten; a store that cannot say keeps the claim (``holds`` raised)."""
+        with self._lock:
+            if self._holds(key):
+                return False
+            self.owners.forget(key)
+            self.capacity.forget(key)
+        return True
 
 
 def _not_owner(key: tuple[str, str], what: str, why: str) -> Violation:

@@ -8,7 +8,9 @@ as ModelExpress's Redis backend lays them out (``docs/modelexpress-wire.md#redis
   ``status``, ``updated_at``, ``accelerator``): what a listing reads.
 - ``mx:source:{mx_source_id}:{worker_id}`` (hash): field ``{worker_rank}`` = the record (JSON:
   ``worker_rank``, ``status``, ``updated_at`` and ``worker``, the ``WorkerMetadata`` as protobuf
-  JSON), written by a publish only; field ``status:{worker_rank}`` = the rank's mutable summary.
+  JSON), written by a publish only; field ``status:{worker_rank}`` = the rank's mutable summary;
+  field ``mxref:owner`` (mxref's own) = the record's owner as ``mxref.metadata.ownership`` keeps
+  it (the SHA-256 of its owner secret in hex, never the secret), so a restarted server knows it.
 - ``mxref:age:{status}`` (sorted set, mxref's own addition): ``{mx_source_id}:{worker_id}`` by
   ``updated_at``, kept in the same scripts, so the reaper reads only the records old enough to
   act on (as the in-memory store's age order does) instead of every record each scan.
@@ -25,9 +27,11 @@ and the sources publish again.
 Every Redis call is bounded (``timeout_s`` per socket operation, one retry); a failure raises
 ``StoreUnavailable`` naming the operation and the store, which the servicer turns into
 ModelExpress's negative answers (an empty list, ``success=false``, ``found=false``), and
-``on_error``/``on_ok`` let the server's metrics say the store is failing. ``count`` and
-``len`` answer from the last reaper scan (``ZCARD`` of each age index) or full read, so a
-/metrics scrape never waits on Redis. Records written by a server that keeps no age index
+``on_error``/``on_ok`` let the server's metrics say the store is failing. A publish is one Lua
+script that counts the records (``ZCARD`` of each age index) and refuses a new one past
+``max_records`` in the same step, so the limit is exact however many servers share the store.
+``count`` and ``len`` answer from the last publish, reaper scan or full read, so a /metrics scrape
+never waits on Redis. Records written by a server that keeps no age index
 (ModelExpress's own, on the same Redis) are listed but not reaped by this one.
 """
 
@@ -74,6 +78,8 @@ _INDEXED_STATUSES = (0, 1, 2, 3)  # UNKNOWN .. STALE: a publish clears the membe
 SOURCE_SCAN_PATTERN = KEY_PREFIX + "?" * 16
 ATTRIBUTES_FIELD = "__attributes__"
 STATUS_FIELD_PREFIX = "status:"
+OWNER_FIELD = "mxref:owner"
+"""The worker hash's field that keeps the record's owner (mxref's own addition)."""
 AGE_PREFIX = "mxref:age:"
 """``mxref:age:{status}``: sorted sets of ``{mx_source_id}:{worker_id}`` by ``updated_at`` (mxref's
 own index, not ModelExpress's layout): the reaper reads only the members old enough to act on."""
@@ -93,7 +99,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   local ranks = {}
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.sub(f, 1, 7) ~= 'status:' then table.insert(ranks, f) end
+    if string.sub(f, 1, 7) ~= 'status:' and f ~= 'mxref:owner' then table.insert(ranks, f) end
   end
   return {-2, table.concat(ranks, ',')}
 end
@@ -114,6 +120,24 @@ redis.call('HSET', KEYS[2], ARGV[3], encoded)
 if previous >= 0 then redis.call('ZREM', ARGV[7] .. previous, ARGV[6]) end
 redis.call('ZADD', ARGV[7] .. ARGV[4], ARGV[5], ARGV[6])
 return {1, previous, before, accelerator}
+"""
+
+# KEYS: source key, worker key. ARGV: max records (0: none), attributes JSON, worker_id, summary,
+# rank, record JSON, status, updated_at, age member, age key prefix, owner ('' keeps none).
+# Returns {0, records} when a new record would pass max records, else {1, records after, 1 if new}.
+_PUBLISH = """
+local new = 1 - redis.call('EXISTS', KEYS[2])
+local n = 0
+for s = 0, 3 do n = n + redis.call('ZCARD', ARGV[10] .. s) end
+if new == 1 and tonumber(ARGV[1]) > 0 and n >= tonumber(ARGV[1]) then return {0, n} end
+redis.call('HSET', KEYS[1], '__attributes__', ARGV[2], ARGV[3], ARGV[4])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6], 'status:' .. ARGV[5], ARGV[4])
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'mxref:owner', ARGV[11]) end
+local indexed = 0
+for s = 0, 3 do indexed = indexed + redis.call('ZREM', ARGV[10] .. s, ARGV[9]) end
+redis.call('ZADD', ARGV[10] .. ARGV[7], ARGV[8], ARGV[9])
+return {1, n + 1 - indexed, new}
 """
 
 # KEYS: worker key, source key. ARGV: status field, worker_id, expected updated_at, expected
@@ -231,6 +255,7 @@ class RedisStore:
             retry=Retry(NoBackoff(), 1), health_check_interval=0,
         )
         self._update = self._redis.register_script(_UPDATE_IF_FRESH)
+        self._publish = self._redis.register_script(_PUBLISH)
         self._reap = self._redis.register_script(_REAP_IF_UNCHANGED)
         self._lock = threading.Lock()  # guards the cached counts
         self._counts: Counter[int] = Counter()
@@ -265,9 +290,11 @@ class RedisStore:
         worker: p2p_pb2.WorkerMetadata,
         worker_id: str,
         status: SourceStatus,
+        owner: str | None = None,
     ) -> SourceRecord:
-        """Store (or replace) the worker's record, stamped now; ``StoreFull`` beyond ``max_records``
-        (counted as of the last reaper scan or full read, so the limit is approximate on Redis)."""
+        """Store (or replace) the worker's record, stamped now, with its ``owner`` (``OWNER_FIELD``;
+        None keeps none); ``StoreFull`` when a new record would pass ``max_records`` (counted in
+        the same script as the write: exact)."""
         if worker_id == ATTRIBUTES_FIELD:  # the servicer refuses it first (RESERVED_WORKER_IDS); never trust that
             raise UpdateRejected(f"worker_id {worker_id!r} is reserved: the source's identity is kept under it")
         sid = mx_source_id(identity)
@@ -280,22 +307,14 @@ class RedisStore:
         }, separators=(",", ":"))
         attributes = json_format.MessageToJson(identity, preserving_proto_field_name=True, indent=None)
         wkey, skey, member = _worker_key(sid, worker_id), KEY_PREFIX + sid, _member(sid, worker_id)
-
-        def write() -> None:
-            if self._max_records is not None and not self._redis.exists(wkey):
-                with self._lock:
-                    if self._total >= self._max_records:
-                        raise StoreFull(f"the store holds {self._total} records, its limit (--max-records)")
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hset(skey, mapping={ATTRIBUTES_FIELD: attributes, worker_id: summary})
-            pipe.delete(wkey)
-            pipe.hset(wkey, mapping={str(rank): record_json, f"{STATUS_FIELD_PREFIX}{rank}": summary})
-            for old in _INDEXED_STATUSES:
-                pipe.zrem(f"{AGE_PREFIX}{old}", member)
-            pipe.zadd(f"{AGE_PREFIX}{int(status)}", {member: now_ms})
-            pipe.execute()
-
-        self._call("publish", write)
+        args: list[str | int] = [self._max_records or 0, attributes, worker_id, summary, rank, record_json,
+                                 int(status), now_ms, member, AGE_PREFIX, owner or ""]
+        reply = self._call("publish", lambda: self._publish(keys=[skey, wkey], args=args))
+        records = int(reply[1])
+        with self._lock:
+            self._total = records
+        if not int(reply[0]):
+            raise StoreFull(f"the store holds {records} records, its limit (--max-records)")
         stored_identity, stored_worker = p2p_pb2.SourceIdentity(), p2p_pb2.WorkerMetadata()
         stored_identity.CopyFrom(identity)
         stored_worker.CopyFrom(worker)
@@ -303,6 +322,16 @@ class RedisStore:
         if self._listener is not None:
             self._listener.published(record)
         return record
+
+    def holds(self, key: tuple[str, str]) -> bool:
+        """Whether the store holds a record at ``key`` now."""
+        exists: int = self._call("holds", lambda: self._redis.exists(_worker_key(*key)))
+        return bool(exists)
+
+    def owner(self, key: tuple[str, str]) -> str | None:
+        """The owner kept with the record at ``key`` (None: no record, or none kept)."""
+        value = self._call("owner", lambda: self._redis.hget(_worker_key(*key), OWNER_FIELD))
+        return None if value is None else _text(value)
 
     def update_status(self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus) -> StatusChange:
         """Set the status and stamp ``updated_at`` (a heartbeat) without rewriting the record;
@@ -349,7 +378,7 @@ class RedisStore:
         if not fields or attributes is None:
             return None
         for name, value in fields.items():
-            if name.startswith(STATUS_FIELD_PREFIX.encode()):
+            if name.startswith(STATUS_FIELD_PREFIX.encode()) or name == OWNER_FIELD.encode():
                 continue
             body = json.loads(value)
             worker = json_format.ParseDict(body["worker"], p2p_pb2.WorkerMetadata(), ignore_unknown_fields=True)

@@ -28,8 +28,9 @@ from google.protobuf.message import DecodeError, EncodeError  # type: ignore[imp
 from prometheus_client import CollectorRegistry
 
 from mxref import config
+from mxref.front_door import peer_holder
 from mxref.identity import mx_source_id
-from mxref.metadata.limits import MX_REQUESTS, ByteBudget, RejectReason, RequestChecker, Violation, WriteRates
+from mxref.metadata.limits import MX_REQUESTS, Capacity, RejectReason, RequestChecker, Violation, WriteRates
 from mxref.metadata.ownership import BudgetExceeded, Claims, NotAllowed, OwnerBook, WriteGate
 from mxref.metadata.query import SourceQuery
 from mxref.metadata.records import (
@@ -154,7 +155,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         self._checker = RequestChecker(self.limits)
         self._writes = WriteRates(self.limits, clock=rate_clock)
         self.claims = Claims(owners if owners is not None else OwnerBook(max_entries=2 * self.limits.max_records),
-                             ByteBudget(self.limits.max_store_bytes))
+                             Capacity(self.limits), holds=store.holds, owner_of=store.owner)
         self._write_gate = write_gate if write_gate is not None else WriteGate()
         self._rate_limit_delay_s = rate_limit_delay_s
         self._held_back = threading.BoundedSemaphore(HELD_BACK_CALLS)
@@ -180,8 +181,13 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         return response.message() if isinstance(response, Listing) else response
 
     def forget(self, key: tuple[str, str]) -> None:
-        """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too."""
-        self.claims.forget(key)
+        """The record at ``key`` is gone (the reaper deleted it): its owner and bytes go too, unless
+        a publish put it back since (``Claims.forget``); a store that cannot say keeps them."""
+        try:
+            self.claims.forget(key)
+        except StoreUnavailable as exc:
+            logger.warning("the reaper deleted worker %r of source %r; its owner is kept: %s", key[1][:64],
+                           key[0][:32], exc)
 
     def serve_encoded(self, method: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Serve one call, answering with the response's bytes (a transport's entry point)."""
@@ -245,7 +251,7 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         if isinstance(request, Violation):
             self._refuse(method, request, context, started)
         try:
-            response, outcome = self._handlers[method](request, _Call(len(raw), mx))
+            response, outcome = self._handlers[method](request, _Call(len(raw), mx, context))
         except NotAllowed as exc:
             self._refuse(method, exc.violation, context, started)
         except StoreFull as exc:
@@ -343,8 +349,9 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
         key = (mx_source_id(request.identity), request.worker_id)
         try:
             return self.claims.publish(
-                key, request.owner_secret, mx=call.mx, size=call.size,
-                write=lambda: self._store.publish(request.identity, request.worker, request.worker_id, status))
+                key, request.owner_secret, mx=call.mx, size=call.size, peer=call.peer,
+                write=lambda owner: self._store.publish(request.identity, request.worker, request.worker_id, status,
+                                                        owner))
         except BudgetExceeded as exc:
             raise StoreFull(str(exc)) from None
 
@@ -399,10 +406,16 @@ class P2pServicer(p2p_pb2_grpc.P2pServiceServicer):
 
 @dataclass(frozen=True)
 class _Call:
-    """What a handler knows of its call beyond the request: its size and its package."""
+    """What a handler knows of its call beyond the request: its size, its package and its context."""
 
     size: int
     mx: bool
+    context: grpc.ServicerContext
+
+    @property
+    def peer(self) -> str:
+        """Whose share a publish counts in: the caller's address (``mxref.front_door.peer_holder``)."""
+        return peer_holder(client_key(self.context))
 
 
 ENCODE_ERRORS: tuple[type[Exception], ...] = (DecodeError, EncodeError, ValueError, TypeError)

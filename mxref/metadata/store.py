@@ -94,6 +94,7 @@ class Store:
         self._max_records = max_records
         self._lock = threading.Lock()
         self._records: dict[Key, SourceRecord] = {}
+        self._owners: dict[Key, str] = {}  # each record's owner as ``mxref.metadata.ownership`` keeps it
         self._by_source: dict[str, dict[str, SourceRecord]] = {}
         self._by_source_status: dict[tuple[str, int], ListingOrder] = {}
         self._by_status: dict[int, dict[Key, SourceRecord]] = {}
@@ -140,6 +141,7 @@ class Store:
     def _drop(self, record: SourceRecord) -> None:
         self._unindex(record)
         del self._records[record.key]
+        self._owners.pop(record.key, None)
 
     # -- the API --
 
@@ -149,8 +151,10 @@ class Store:
         worker: p2p_pb2.WorkerMetadata,
         worker_id: str,
         status: SourceStatus,
+        owner: str | None = None,
     ) -> SourceRecord:
-        """Store (or replace) the worker's record, stamped now; returns it.
+        """Store (or replace) the worker's record, stamped now, with its ``owner`` (kept until the
+        record goes; None keeps none); returns it.
 
         ``StoreFull`` when it would add a record beyond ``max_records`` (a replacement always fits).
         """
@@ -173,6 +177,10 @@ class Store:
                 updated_at_ms=self.now_ms(),
             )
             self._put(record, previous)
+            if owner is None:
+                self._owners.pop((source_id, worker_id), None)
+            else:
+                self._owners[(source_id, worker_id)] = owner
             self._listener.published(record)
         return record
 
@@ -190,6 +198,15 @@ class Store:
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None:
         with self._lock:
             return self._records.get((mx_source_id, worker_id))
+
+    def holds(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._records
+
+    def owner(self, key: Key) -> str | None:
+        """The owner kept with the record at ``key`` (None: no record, or none kept)."""
+        with self._lock:
+            return self._owners.get(key)
 
     def update_status(
         self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus
@@ -318,10 +335,15 @@ class SourceStore(Protocol):
     def now_ms(self) -> int: ...
 
     def publish(
-        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str, status: SourceStatus
+        self, identity: p2p_pb2.SourceIdentity, worker: p2p_pb2.WorkerMetadata, worker_id: str, status: SourceStatus,
+        owner: str | None = None,
     ) -> SourceRecord: ...
 
     def get(self, mx_source_id: str, worker_id: str) -> SourceRecord | None: ...
+
+    def holds(self, key: Key) -> bool: ...
+
+    def owner(self, key: Key) -> str | None: ...
 
     def update_status(
         self, mx_source_id: str, worker_id: str, worker_rank: int, status: SourceStatus

@@ -31,7 +31,7 @@ from harness.subjects.redisd import RedisServer, redis_available
 from mxref import config
 from mxref.identity import mx_source_id
 from mxref.metadata.query import SourceQuery
-from mxref.metadata.records import READY, STALE, ReapAction, StoreUnavailable, UpdateRejected
+from mxref.metadata.records import READY, STALE, ReapAction, StoreFull, StoreUnavailable, UpdateRejected
 from mxref.metadata.redis_store import RedisStore
 from mxref.metadata.store import SourceStore, Store
 from mxref.roles.client import MxClient
@@ -188,6 +188,50 @@ def test_a_republish_replaces_the_record(make_store: StoreFactory) -> None:
     assert got is not None and got.worker == worker(2, b"second") and got.status == READY
     assert got.status != INITIALIZING
     assert len(store.snapshot()) == 1
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_the_record_limit_is_exact_at_publish_and_the_owner_is_kept_with_the_record(
+        request: pytest.FixtureRequest, backend: str) -> None:
+    """Five records fill a store of five at once, with no reaper scan in between (before, on
+    Redis, the count was the last scan's: a store that had never been scanned took any number),
+    and a second server on the same Redis counts the same records; a replacement still fits; the
+    owner is kept with its record and goes with it."""
+    clock = ManualClock()
+    opened: list[RedisStore] = []
+
+    def make() -> SourceStore:
+        if backend == "memory":
+            return Store(clock, max_records=5)
+        server: RedisServer = request.getfixturevalue("redis_server")
+        request.getfixturevalue("flushed")
+        opened.append(RedisStore(server.url, clock, max_records=5, timeout_s=2.0))
+        return opened[-1]
+
+    try:
+        store = make()
+        for i in range(5):
+            store.publish(IDENTITY, worker(), f"w{i}", READY)
+        with pytest.raises(StoreFull):
+            store.publish(IDENTITY, worker(), "w5", READY)
+        if opened:  # another server over the same store
+            with pytest.raises(StoreFull):
+                RedisStore(opened[0].url, clock, max_records=5).publish(IDENTITY, worker(), "w5", READY)
+        store.publish(IDENTITY, worker(), "w0", READY, "cd" * 32)  # a replacement fits
+        store.publish(IDENTITY, worker(), "w1", READY, "ab" * 32)
+        assert len(store) == 5
+        assert store.owner((SID, "w0")) == "cd" * 32 and store.owner((SID, "w1")) == "ab" * 32
+        assert store.holds((SID, "w1")) and not store.holds((SID, "w9")) and store.owner((SID, "w9")) is None
+        got = store.get(SID, "w0")
+        assert got is not None and got.worker == worker()  # the owner field is not read as a rank
+        timers = config.ServerTimers(heartbeat_timeout_s=1, reaper_scan_interval_s=1, gc_timeout_s=1)
+        for _ in range(2):  # STALE, then deleted
+            clock.now += 10
+            store.reap(timers)
+        assert not store.holds((SID, "w0")) and store.owner((SID, "w0")) is None and len(store) == 0
+    finally:
+        for opened_store in opened:
+            opened_store.close()
 
 
 # --- Redis only ------------------------------------------------------------------------------

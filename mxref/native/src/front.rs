@@ -4,21 +4,26 @@
 //! handshake that fails), after which the process serves nothing and says nothing. Here the
 //! accept loop never ends by itself: an accept error is logged (at most one line a second, with
 //! the count of the others), the loop backs off (5 ms doubling to 1 s) and goes on. Each
-//! connection is admitted against a cap on open connections, in all and per peer address
-//! (beyond it: closed at once), has `handshake_timeout` to finish TLS, and is served by hyper's
-//! HTTP/2 with keepalive pings; it is closed gracefully (GOAWAY, the calls in flight finish)
-//! once idle (no call) for `idle_timeout` or older than `max_age`, and dropped `AGE_GRACE` later.
+//! connection is admitted against caps on open connections per peer address and per address
+//! block (an IPv4 /24, an IPv6 /64; beyond either: closed at once) and in all: at that cap the
+//! oldest connection that has sent no call is dropped to make room, else the one idle longest (a
+//! newcomer is refused only when every connection is busy or called within `EVICT_IDLE`). A connection has `handshake_timeout` to finish TLS, then
+//! `first_request_timeout` to send its first call (the HTTP/2 preface, SETTINGS and a request's
+//! headers), and is served by hyper's HTTP/2 with keepalive pings; it is closed gracefully
+//! (GOAWAY, the calls in flight finish) once idle (no call) for `idle_timeout` or older than
+//! `max_age`, and dropped `AGE_GRACE` later; one whose answers wait unread (a peer that grants
+//! no flow-control window) for `send_stall_timeout` is dropped at once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 /// After a connection is asked to close (idle, age, stop), how long its calls in flight have.
@@ -27,17 +32,23 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(5);
 const BACKOFF_MOST: Duration = Duration::from_secs(1);
 /// The most header bytes a call may carry (a token, a path and gRPC's few headers need < 8 KiB).
 const MAX_HEADER_BYTES: u32 = 16 << 10;
+/// At the connection cap, a connection idle this long (and holding no answer) may be dropped for a
+/// newcomer when none is silent; one that called just now keeps its place.
+const EVICT_IDLE: Duration = Duration::from_secs(1);
 
 /// What a connection may take: caps, timeouts and HTTP/2 settings.
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
+    pub max_connections_per_block: usize,
     pub handshake_timeout: Duration,
+    pub first_request_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_age: Duration,
+    pub send_stall_timeout: Duration,
     pub max_concurrent_streams: u32,
     pub window_bytes: u32,
 }
@@ -51,6 +62,9 @@ pub struct Stats {
     pub handshake_failures: AtomicU64,
     pub closed_idle: AtomicU64,
     pub closed_age: AtomicU64,
+    pub closed_silent: AtomicU64,
+    pub closed_stalled: AtomicU64,
+    pub evicted: AtomicU64,
     pub open: AtomicUsize,
 }
 
@@ -86,55 +100,136 @@ impl Throttled {
 static ACCEPT_FAILED: Throttled = Throttled::new("accept failed, backing off");
 static OVER_CAP: Throttled = Throttled::new("connection refused");
 
-/// The connections open, in all and per peer address.
+/// An address block: an IPv4 /24 or an IPv6 /64 (one host is often handed a whole /64).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Block {
+    V4(u32),
+    V6(u64),
+}
+
+fn block_of(ip: IpAddr) -> Block {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => Block::V4(u32::from(v4) & 0xFFFF_FF00),
+        IpAddr::V6(v6) => Block::V6((u128::from(v6) >> 64) as u64),
+    }
+}
+
+impl std::fmt::Display for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Block::V4(net) => write!(f, "{}/24", std::net::Ipv4Addr::from(*net)),
+            Block::V6(net) => write!(f, "{}/64", std::net::Ipv6Addr::from(u128::from(*net) << 64)),
+        }
+    }
+}
+
+/// An open connection as the gate sees it: what it has done, and how to drop it.
+struct Open {
+    activity: Arc<Activity>,
+    evict: Arc<Notify>,
+}
+
+/// The connections open, in all, per peer address and per address block.
 struct Gate {
     limits: Limits,
-    per_peer: Mutex<HashMap<IpAddr, usize>>,
+    state: Mutex<GateState>,
     stats: Arc<Stats>,
+}
+
+#[derive(Default)]
+struct GateState {
+    per_peer: HashMap<IpAddr, usize>,
+    per_block: HashMap<Block, usize>,
+    /// Every connection not yet dropped, by id (the order they were accepted in).
+    open: BTreeMap<u64, Open>,
+    next_id: u64,
 }
 
 /// An admitted connection's place: given back when dropped.
 struct Ticket {
     gate: Arc<Gate>,
     ip: IpAddr,
+    id: u64,
+    activity: Arc<Activity>,
+    evict: Arc<Notify>,
 }
 
 impl Gate {
     fn admit(gate: &Arc<Gate>, ip: IpAddr) -> Result<Ticket, String> {
-        let mut per_peer = gate.per_peer.lock().unwrap();
-        let open = gate.stats.open.load(Ordering::Relaxed);
-        if open >= gate.limits.max_connections {
-            return Err(format!("{open} connections open, the most allowed"));
-        }
-        let mine = per_peer.entry(ip).or_insert(0);
-        if *mine >= gate.limits.max_connections_per_peer {
+        let ip = ip.to_canonical();
+        let block = block_of(ip);
+        let mut state = gate.state.lock().unwrap();
+        let mine = state.per_peer.get(&ip).copied().unwrap_or(0);
+        if mine >= gate.limits.max_connections_per_peer {
             return Err(format!("{ip} has {mine} connections open, the most one address may"));
         }
-        *mine += 1;
+        let ours = state.per_block.get(&block).copied().unwrap_or(0);
+        if ours >= gate.limits.max_connections_per_block {
+            return Err(format!("{block} has {ours} connections open, the most one address block may"));
+        }
+        let open = gate.stats.open.load(Ordering::Relaxed);
+        if open >= gate.limits.max_connections {
+            // room for the newcomer: the oldest connection that has sent no call goes, else the one
+            // idle longest (no call in flight, no answer waiting, idle `EVICT_IDLE` at least)
+            let silent = state.open.iter().find(|(_, c)| !c.activity.ever.load(Ordering::Relaxed)).map(|(id, _)| *id);
+            let victim = silent.or_else(|| {
+                state
+                    .open
+                    .iter()
+                    .map(|(id, c)| (*id, c.activity.idle_for(), c.activity.unsent.load(Ordering::Relaxed)))
+                    .filter(|(_, idle, unsent)| *unsent == 0 && *idle >= EVICT_IDLE)
+                    .max_by_key(|(_, idle, _)| *idle)
+                    .map(|(id, _, _)| id)
+            });
+            let Some(victim) = victim else {
+                return Err(format!("{open} connections open, the most allowed, each busy or called within the last second"));
+            };
+            if let Some(gone) = state.open.remove(&victim) {
+                gone.evict.notify_one();
+                gate.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        *state.per_peer.entry(ip).or_insert(0) += 1;
+        *state.per_block.entry(block).or_insert(0) += 1;
+        let id = state.next_id;
+        state.next_id += 1;
+        let (activity, evict) = (Activity::new(), Arc::new(Notify::new()));
+        state.open.insert(id, Open { activity: activity.clone(), evict: evict.clone() });
         gate.stats.open.fetch_add(1, Ordering::Relaxed);
-        Ok(Ticket { gate: gate.clone(), ip })
+        Ok(Ticket { gate: gate.clone(), ip, id, activity, evict })
+    }
+}
+
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
+        }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut per_peer = self.gate.per_peer.lock().unwrap();
-        if let Some(n) = per_peer.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                per_peer.remove(&self.ip);
-            }
-        }
+        let mut state = self.gate.state.lock().unwrap();
+        release(&mut state.per_peer, &self.ip);
+        release(&mut state.per_block, &block_of(self.ip));
+        state.open.remove(&self.id);
         self.gate.stats.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Calls in flight on one connection and when the last one ended (the idle clock).
+/// Calls in flight on one connection and when the last one ended (the idle clock); whether it
+/// has sent a call at all; the bytes of its answers not yet handed to HTTP/2, and when a byte of
+/// them last was (the stall clock).
 #[derive(Default)]
 pub struct Activity {
     active: AtomicUsize,
     last_ms: AtomicU64,
     started: std::sync::OnceLock<Instant>,
+    ever: AtomicBool,
+    pub unsent: AtomicUsize,
+    sent_ms: AtomicU64,
 }
 
 /// One call in flight: ends when dropped.
@@ -152,6 +247,7 @@ impl Activity {
     }
 
     pub fn begin(self: &Arc<Self>) -> Busy {
+        self.ever.store(true, Ordering::Relaxed);
         self.active.fetch_add(1, Ordering::Relaxed);
         Busy(self.clone())
     }
@@ -161,6 +257,19 @@ impl Activity {
             return Duration::ZERO;
         }
         Duration::from_millis(self.now_ms().saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Answer bytes handed on (or newly waiting after none were): the stall clock starts again.
+    pub fn sent(&self) {
+        self.sent_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long answers have waited without a byte handed on (zero when none wait).
+    fn stalled_for(&self) -> Duration {
+        if self.unsent.load(Ordering::Relaxed) == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.now_ms().saturating_sub(self.sent_ms.load(Ordering::Relaxed)))
     }
 }
 
@@ -185,7 +294,7 @@ pub async fn serve(
     make: Arc<MakeService>,
     mut stop: watch::Receiver<Option<f64>>,
 ) {
-    let gate = Arc::new(Gate { limits: limits.clone(), per_peer: Mutex::new(HashMap::new()), stats: stats.clone() });
+    let gate = Arc::new(Gate { limits: limits.clone(), state: Mutex::new(GateState::default()), stats: stats.clone() });
     let mut connections = JoinSet::new();
     let mut backoff = Duration::ZERO;
     loop {
@@ -224,13 +333,18 @@ pub async fn serve(
         };
         let (tls, limits, stats, make, stop) = (tls.clone(), limits.clone(), stats.clone(), make.clone(), stop.clone());
         connections.spawn(async move {
-            connection(stream, peer, tls, limits, stats, make, stop).await;
+            let (activity, evict) = (ticket.activity.clone(), ticket.evict.clone());
+            tokio::select! {
+                _ = connection(stream, peer, tls, limits, stats, make, stop, activity) => {}
+                _ = evict.notified() => {}
+            }
             drop(ticket);
         });
     }
     while connections.join_next().await.is_some() {}
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -239,10 +353,11 @@ async fn connection(
     stats: Arc<Stats>,
     make: Arc<MakeService>,
     mut stop: watch::Receiver<Option<f64>>,
+    activity: Arc<Activity>,
 ) {
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        return http2(stream, peer, limits, stats, make, stop).await;
+        return http2(stream, peer, limits, stats, make, stop, activity).await;
     };
     let handshake = tokio::time::timeout(limits.handshake_timeout, tls.accept(stream));
     let stream = tokio::select! {
@@ -255,7 +370,7 @@ async fn connection(
             }
         },
     };
-    http2(stream, peer, limits, stats, make, stop).await
+    http2(stream, peer, limits, stats, make, stop, activity).await
 }
 
 async fn http2<I>(
@@ -265,10 +380,10 @@ async fn http2<I>(
     stats: Arc<Stats>,
     make: Arc<MakeService>,
     mut stop: watch::Receiver<Option<f64>>,
+    activity: Arc<Activity>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Activity::new();
     let service = make(peer, activity.clone());
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
@@ -287,20 +402,32 @@ async fn http2<I>(
     tokio::pin!(age);
     let hard_stop = tokio::time::sleep(Duration::from_secs(86400 * 365));
     tokio::pin!(hard_stop);
-    let check_every = (limits.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    // the first call's headers are due this long after accept (after TLS, with it)
+    let first_request = tokio::time::sleep(limits.first_request_timeout);
+    tokio::pin!(first_request);
+    let check_every = (limits.idle_timeout.min(limits.send_stall_timeout) / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut idle_check = tokio::time::interval(check_every);
     let mut closing = false;
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
+            _ = &mut first_request, if !activity.ever.load(Ordering::Relaxed) => {
+                stats.closed_silent.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             _ = &mut age, if !closing => {
                 stats.closed_age.fetch_add(1, Ordering::Relaxed);
                 conn.as_mut().graceful_shutdown();
                 closing = true;
                 hard_stop.as_mut().reset(tokio::time::Instant::now() + AGE_GRACE);
             }
-            _ = idle_check.tick(), if !closing => {
-                if activity.idle_for() >= limits.idle_timeout {
+            _ = idle_check.tick() => {
+                if activity.stalled_for() >= limits.send_stall_timeout {
+                    stats.closed_stalled.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                if !closing && activity.idle_for() >= limits.idle_timeout {
                     stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                     conn.as_mut().graceful_shutdown();
                     closing = true;

@@ -164,13 +164,28 @@ impl Refusals {
     }
 }
 
+/// What a call's body and its answer may take (`front_door`'s keys, from Python).
+struct CallLimits {
+    /// A body arrives within this, plus its size at `min_body_rate` bytes a second.
+    body_timeout: Duration,
+    min_body_rate: f64,
+    /// Answer bytes not yet handed to HTTP/2 (a peer that reads none), per connection and in all.
+    max_unsent_per_connection: usize,
+    max_unsent: usize,
+}
+
 struct Shared {
     reads: crossbeam_channel::Sender<Pending>,
     writes: crossbeam_channel::Sender<Pending>,
+    /// Request bytes received (counted as each frame arrives, before it is kept) and queued.
     queued_bytes: Arc<AtomicUsize>,
     reads_open: Arc<ReadGauge>,
     max_queued_bytes: usize,
     queue_full: AtomicU64,
+    body_timeouts: AtomicU64,
+    unsent_full: AtomicU64,
+    unsent_bytes: Arc<AtomicUsize>,
+    call_limits: CallLimits,
     max_message_bytes: usize,
     tokens: Option<Tokens>,
     refusals: Refusals,
@@ -199,6 +214,185 @@ struct Call {
     route: Route,
     peer: String,
     authorization: Vec<Bytes>,
+    /// The body's bytes, counted since they arrived (`receive`); queued with the call.
+    queued: Option<Queued>,
+    activity: Arc<front::Activity>,
+    /// Where the answer's `Unsent` goes, for the response body to hold (`Router::call`).
+    unsent: Arc<Mutex<Option<Unsent>>>,
+}
+
+/// An answer's bytes not yet handed to HTTP/2, counted per connection and in all until then.
+struct Unsent {
+    total: Arc<AtomicUsize>,
+    activity: Arc<front::Activity>,
+    n: usize,
+}
+
+impl Unsent {
+    fn reserve(shared: &Shared, activity: &Arc<front::Activity>, n: usize) -> Result<Unsent, String> {
+        let limits = &shared.call_limits;
+        let before = activity.unsent.fetch_add(n, Ordering::Relaxed);
+        if before + n > limits.max_unsent_per_connection {
+            activity.unsent.fetch_sub(n, Ordering::Relaxed);
+            return Err(format!(
+                "this connection has {before} bytes of answers it has not read, and {n} more would pass the {} bytes \
+                 one connection may hold",
+                limits.max_unsent_per_connection
+            ));
+        }
+        let all = shared.unsent_bytes.fetch_add(n, Ordering::Relaxed);
+        if all + n > limits.max_unsent {
+            shared.unsent_bytes.fetch_sub(n, Ordering::Relaxed);
+            activity.unsent.fetch_sub(n, Ordering::Relaxed);
+            return Err(format!("the server holds {all} bytes of answers not yet read, its most is {}", limits.max_unsent));
+        }
+        if before == 0 {
+            activity.sent(); // the stall clock starts now
+        }
+        Ok(Unsent { total: shared.unsent_bytes.clone(), activity: activity.clone(), n })
+    }
+
+    fn handed_on(&mut self, k: usize) {
+        let k = k.min(self.n);
+        self.n -= k;
+        self.total.fetch_sub(k, Ordering::Relaxed);
+        self.activity.unsent.fetch_sub(k, Ordering::Relaxed);
+        self.activity.sent();
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.n, Ordering::Relaxed);
+        self.activity.unsent.fetch_sub(self.n, Ordering::Relaxed);
+    }
+}
+
+/// The most of an answer handed to HTTP/2 at once: it asks for the next piece only when the
+/// peer's window has room, so an unread answer stays here, counted (`Unsent`).
+const SEND_PIECE: usize = 16 << 10;
+
+/// A response body whose data leaves in `SEND_PIECE`s, each copied (so HTTP/2's buffer does not
+/// hold the whole answer), counted in its `Unsent` until handed on.
+struct Sending {
+    inner: tonic::body::BoxBody,
+    rest: Bytes,
+    unsent: Unsent,
+}
+
+impl hyper::body::Body for Sending {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Status>>> {
+        use bytes::Buf;
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.rest.is_empty() {
+            match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => this.rest = data,
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return other,
+            }
+        }
+        let k = this.rest.len().min(SEND_PIECE);
+        let piece = Bytes::copy_from_slice(&this.rest[..k]);
+        this.rest.advance(k);
+        this.unsent.handed_on(k);
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && self.inner.is_end_stream()
+    }
+}
+
+/// A request body already received, whole: what tonic reads after `receive`.
+struct Whole(Option<Bytes>);
+
+impl hyper::body::Body for Whole {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(self.get_mut().0.take().map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+/// The gRPC length prefix: a flag byte, then the message's length (big-endian).
+const GRPC_PREFIX: usize = 5;
+
+/// Read a call's body as it arrives: each frame counted against the received-and-queued budget
+/// before it is kept (over it: RESOURCE_EXHAUSTED), the message's declared length checked as soon
+/// as its prefix is in (over the receive limit: RESOURCE_EXHAUSTED, as grpcio answers), and the
+/// whole due within `body_timeout` plus its size at `min_body_rate` (else DEADLINE_EXCEEDED).
+async fn receive(shared: &Shared, method: &str, body: hyper::body::Incoming) -> Result<(Bytes, Queued), Status> {
+    use hyper::body::Body;
+    let limits = &shared.call_limits;
+    let mut body = Box::pin(body);
+    let mut queued = Queued { bytes: shared.queued_bytes.clone(), n: 0 };
+    let mut kept = bytes::BytesMut::new();
+    let started = tokio::time::Instant::now();
+    let mut declared: Option<usize> = None;
+    loop {
+        let due = started + limits.body_timeout + Duration::from_secs_f64(kept.len() as f64 / limits.min_body_rate);
+        let frame = match tokio::time::timeout_at(due, std::future::poll_fn(|cx| body.as_mut().poll_frame(cx))).await {
+            Err(_) => {
+                shared.body_timeouts.fetch_add(1, Ordering::Relaxed);
+                return Err(Status::deadline_exceeded(format!(
+                    "{method}: the request's body did not arrive in time ({} bytes in {:.1} s; a body is due within {} s \
+                     plus its size at {} bytes a second)",
+                    kept.len(),
+                    started.elapsed().as_secs_f64(),
+                    limits.body_timeout.as_secs_f64(),
+                    limits.min_body_rate
+                )));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(Status::cancelled(format!("{method}: the request's body: {e}"))),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: a unary request has none worth keeping
+        };
+        let n = data.len();
+        if shared.queued_bytes.fetch_add(n, Ordering::Relaxed) + n > shared.max_queued_bytes {
+            shared.queued_bytes.fetch_sub(n, Ordering::Relaxed);
+            shared.queue_full.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::resource_exhausted(format!(
+                "{method}: the server is busy ({} bytes of calls received or queued); try again later",
+                shared.max_queued_bytes
+            )));
+        }
+        queued.n += n;
+        kept.extend_from_slice(&data);
+        if declared.is_none() && kept.len() >= GRPC_PREFIX {
+            let length = u32::from_be_bytes([kept[1], kept[2], kept[3], kept[4]]) as usize;
+            if length > shared.max_message_bytes {
+                return Err(Status::resource_exhausted(format!(
+                    "Received message larger than max ({length} vs. {})",
+                    shared.max_message_bytes
+                )));
+            }
+            declared = Some(length);
+        }
+        if declared.is_some_and(|length| kept.len() > GRPC_PREFIX + length) {
+            return Err(Status::invalid_argument(format!("{method}: a unary call carries one message")));
+        }
+    }
+    Ok((kept.freeze(), queued))
 }
 
 /// (gRPC code, details, trailing metadata, response, delay): code 0 answers with the response;
@@ -213,18 +407,10 @@ impl tonic::server::UnaryService<Bytes> for Call {
         let body = request.into_inner();
         let (shared, Route { service, method, read }) = (self.shared.clone(), self.route);
         let (peer, authorization) = (std::mem::take(&mut self.peer), std::mem::take(&mut self.authorization));
+        let queued = self.queued.take().unwrap_or(Queued { bytes: shared.queued_bytes.clone(), n: 0 });
+        let (activity, unsent) = (self.activity.clone(), self.unsent.clone());
         Box::pin(async move {
             let (reply, answer) = tokio::sync::oneshot::channel();
-            let n = body.len();
-            if shared.queued_bytes.fetch_add(n, Ordering::Relaxed) + n > shared.max_queued_bytes {
-                shared.queued_bytes.fetch_sub(n, Ordering::Relaxed);
-                shared.queue_full.fetch_add(1, Ordering::Relaxed);
-                return Err(Status::resource_exhausted(format!(
-                    "{method}: the server is busy ({} bytes of calls queued); try again later",
-                    shared.max_queued_bytes
-                )));
-            }
-            let queued = Queued { bytes: shared.queued_bytes.clone(), n };
             let queue = if read { &shared.reads } else { &shared.writes };
             let read = read.then(|| ReadOpen::new(&shared.reads_open));
             match queue.try_send(Pending { service, method, body, peer, authorization, reply, _queued: queued, read }) {
@@ -246,6 +432,13 @@ impl tonic::server::UnaryService<Bytes> for Call {
                 tokio::time::sleep(Duration::from_secs_f64(delay_s.min(60.0))).await;
             }
             if code == 0 {
+                match Unsent::reserve(&shared, &activity, response.len()) {
+                    Ok(reserved) => *unsent.lock().unwrap() = Some(reserved),
+                    Err(why) => {
+                        shared.unsent_full.fetch_add(1, Ordering::Relaxed);
+                        return Err(Status::resource_exhausted(format!("{method}: {why}; read the answers you asked for")));
+                    }
+                }
                 return Ok(tonic::Response::new(response));
             }
             let mut metadata = MetadataMap::new();
@@ -338,14 +531,25 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Router {
         }
         let authorization = values.iter().map(|v| Bytes::copy_from_slice(v)).collect();
         let busy = self.activity.begin();
-        let call = Call { shared: self.shared.clone(), route, peer: peer_name(self.peer), authorization };
-        let limit = self.shared.max_message_bytes;
+        let (shared, activity, peer) = (self.shared.clone(), self.activity.clone(), peer_name(self.peer));
         Box::pin(async move {
             let _busy = busy;
+            let (parts, body) = req.into_parts();
+            let (body, queued) = match receive(&shared, method, body).await {
+                Ok(received) => received,
+                Err(status) => return Ok(status.into_http()),
+            };
+            let unsent = Arc::new(Mutex::new(None));
+            let limit = shared.max_message_bytes;
+            let call = Call { shared, route, peer, authorization, queued: Some(queued), activity, unsent: unsent.clone() };
             let mut grpc = tonic::server::Grpc::new(RawCodec).max_decoding_message_size(limit);
-            let mut response = grpc.unary(call, req).await;
+            let mut response = grpc.unary(call, http::Request::from_parts(parts, Whole(Some(body)))).await;
             as_grpcio_size_refusal(response.headers_mut());
-            Ok(response)
+            let reserved = unsent.lock().unwrap().take();
+            Ok(match reserved {
+                Some(unsent) => response.map(|inner| tonic::body::boxed(Sending { inner, rest: Bytes::new(), unsent })),
+                None => response,
+            })
         })
     }
 }
@@ -400,11 +604,56 @@ mod watch_sender {
     pub type Sender = tokio::sync::watch::Sender<Option<f64>>;
 }
 
-fn seconds(name: &str, value: f64) -> PyResult<Duration> {
-    if !(value.is_finite() && value > 0.0) {
-        return Err(PyValueError::new_err(format!("{name} must be a positive number of seconds, not {value}")));
+/// The front door's limits as Python gives them (`mxref.metadata.native.FRONT_DOOR`): every key
+/// named, each a positive number; Rust keeps no default of its own. Problems are collected and
+/// `finish` names them all.
+struct FrontDoor {
+    given: HashMap<String, f64>,
+    problems: Vec<String>,
+}
+
+impl FrontDoor {
+    fn new(given: HashMap<String, f64>) -> Self {
+        FrontDoor { given, problems: Vec::new() }
     }
-    Ok(Duration::from_secs_f64(value))
+
+    fn positive(&mut self, key: &str) -> f64 {
+        match self.given.remove(key) {
+            Some(value) if value.is_finite() && value > 0.0 => value,
+            Some(value) => {
+                self.problems.push(format!("{key} must be a positive number, not {value}"));
+                1.0
+            }
+            None => {
+                self.problems.push(format!("{key} is missing"));
+                1.0
+            }
+        }
+    }
+
+    fn seconds(&mut self, key: &str) -> Duration {
+        Duration::from_secs_f64(self.positive(key))
+    }
+
+    fn count(&mut self, key: &str) -> usize {
+        let value = self.positive(key);
+        if value.fract() != 0.0 || value > usize::MAX as f64 {
+            self.problems.push(format!("{key} must be a whole number, not {value}"));
+        }
+        value as usize
+    }
+
+    fn finish(self) -> PyResult<()> {
+        let mut problems = self.problems;
+        let mut unknown: Vec<&String> = self.given.keys().collect();
+        unknown.sort();
+        problems.extend(unknown.into_iter().map(|key| format!("{key} is not a front-door limit")));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(format!("front_door: {}", problems.join("; "))))
+        }
+    }
 }
 
 #[pymethods]
@@ -418,13 +667,13 @@ impl Server {
     /// `refusal_details[reason]` (reasons `missing_token`, `wrong_token`) before its body is
     /// read, and counted for `refusals`. Calls wait in two queues (reads, writes) of
     /// `max_queued_calls` each and `max_queued_bytes` together; beyond, RESOURCE_EXHAUSTED.
-    /// Connections: `front::Limits`.
+    /// `front_door`: every connection and call limit (`front::Limits`, `CallLimits`), by the names
+    /// `mxref.metadata.native.FRONT_DOOR` gives them; `ValueError` naming a missing, unknown or
+    /// bad one.
     #[new]
     #[pyo3(signature = (host, port, *, methods, authorization_key, max_concurrent_streams, max_message_bytes, tls_cert_pem=None, tls_key_pem=None,
                         accepted_authorization=None, refusal_details=None, max_queued_calls=4096,
-                        max_queued_bytes=256 << 20, max_connections=4096, max_connections_per_peer=1024,
-                        handshake_timeout_s=10.0, keepalive_interval_s=30.0, keepalive_timeout_s=20.0,
-                        idle_timeout_s=600.0, max_connection_age_s=7200.0))]
+                        max_queued_bytes=256 << 20, front_door))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -440,13 +689,7 @@ impl Server {
         refusal_details: Option<HashMap<String, String>>,
         max_queued_calls: usize,
         max_queued_bytes: usize,
-        max_connections: usize,
-        max_connections_per_peer: usize,
-        handshake_timeout_s: f64,
-        keepalive_interval_s: f64,
-        keepalive_timeout_s: f64,
-        idle_timeout_s: f64,
-        max_connection_age_s: f64,
+        front_door: HashMap<String, f64>,
     ) -> PyResult<Self> {
         let routes = routes(methods)?;
         let authorization_key = http::HeaderName::from_bytes(authorization_key.as_bytes())
@@ -471,20 +714,31 @@ impl Server {
                 Some(Tokens { accepted, missing_details: text(MISSING_TOKEN), wrong_details: text(WRONG_TOKEN) })
             }
         };
-        if max_queued_calls == 0 || max_connections == 0 || max_connections_per_peer == 0 || max_queued_bytes == 0 {
-            return Err(PyValueError::new_err("max_queued_calls, max_queued_bytes and the connection caps must be > 0"));
+        if max_queued_calls == 0 || max_queued_bytes == 0 {
+            return Err(PyValueError::new_err("max_queued_calls and max_queued_bytes must be > 0"));
         }
+        let mut door = FrontDoor::new(front_door);
         let limits = front::Limits {
-            max_connections,
-            max_connections_per_peer,
-            handshake_timeout: seconds("handshake_timeout_s", handshake_timeout_s)?,
-            keepalive_interval: seconds("keepalive_interval_s", keepalive_interval_s)?,
-            keepalive_timeout: seconds("keepalive_timeout_s", keepalive_timeout_s)?,
-            idle_timeout: seconds("idle_timeout_s", idle_timeout_s)?,
-            max_age: seconds("max_connection_age_s", max_connection_age_s)?,
+            max_connections: door.count("max_connections"),
+            max_connections_per_peer: door.count("max_connections_per_peer"),
+            max_connections_per_block: door.count("max_connections_per_block"),
+            handshake_timeout: door.seconds("handshake_timeout_s"),
+            first_request_timeout: door.seconds("first_request_timeout_s"),
+            keepalive_interval: door.seconds("keepalive_interval_s"),
+            keepalive_timeout: door.seconds("keepalive_timeout_s"),
+            idle_timeout: door.seconds("idle_timeout_s"),
+            max_age: door.seconds("max_connection_age_s"),
+            send_stall_timeout: door.seconds("send_stall_timeout_s"),
             max_concurrent_streams,
             window_bytes: WINDOW_BYTES,
         };
+        let call_limits = CallLimits {
+            body_timeout: door.seconds("body_timeout_s"),
+            min_body_rate: door.positive("min_body_bytes_per_s"),
+            max_unsent_per_connection: door.count("max_unsent_bytes_per_connection"),
+            max_unsent: door.count("max_unsent_bytes"),
+        };
+        door.finish()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("mxref-native-grpc")
@@ -507,6 +761,10 @@ impl Server {
             reads_open: Arc::new(ReadGauge::default()),
             max_queued_bytes,
             queue_full: AtomicU64::new(0),
+            body_timeouts: AtomicU64::new(0),
+            unsent_full: AtomicU64::new(0),
+            unsent_bytes: Arc::new(AtomicUsize::new(0)),
+            call_limits,
             max_message_bytes,
             tokens,
             refusals: Refusals { counts: Mutex::new(HashMap::new()), wake: Some(wake_tx) },
@@ -708,6 +966,13 @@ impl Server {
             ("handshake_failures", s.handshake_failures.load(Ordering::Relaxed)),
             ("closed_idle", s.closed_idle.load(Ordering::Relaxed)),
             ("closed_age", s.closed_age.load(Ordering::Relaxed)),
+            ("closed_silent", s.closed_silent.load(Ordering::Relaxed)),
+            ("closed_stalled", s.closed_stalled.load(Ordering::Relaxed)),
+            ("evicted", s.evicted.load(Ordering::Relaxed)),
+            ("body_timeouts", self.shared.body_timeouts.load(Ordering::Relaxed)),
+            ("unsent_full", self.shared.unsent_full.load(Ordering::Relaxed)),
+            ("unsent_bytes", self.shared.unsent_bytes.load(Ordering::Relaxed) as u64),
+            ("received_bytes", self.shared.queued_bytes.load(Ordering::Relaxed) as u64),
             ("accept_errors", s.accept_errors.load(Ordering::Relaxed)),
             ("queue_full", self.shared.queue_full.load(Ordering::Relaxed)),
         ])

@@ -203,6 +203,37 @@ def test_a_reaped_record_may_be_published_afresh(server: Server) -> None:
         assert second.publish_metadata(identity(), worker("10.0.0.9"), "w1").success
 
 
+def test_an_owner_dropped_from_the_book_is_read_back_from_the_store(grpc_impl: str) -> None:
+    """The book holds 2 entries; a third record pushes the first one's out. Its owner is kept with
+    the record, so a caller that knows its ids still cannot take it (before: the first writer after
+    the eviction owned it, and one address could evict honest owners by publishing records)."""
+    with serve(grpc_impl, owners=OwnerBook(max_entries=2)) as srv, MxClient(srv.address, timeout_s=5) as victim, \
+            MxClient(srv.address, timeout_s=5) as thief:
+        sid = victim.publish_metadata(identity(), worker("10.0.0.1"), "w0").mx_source_id
+        for i in (1, 2):
+            assert thief.publish_metadata(identity(), worker("10.6.6.6"), f"w{i}").success
+        assert len(srv.servicer.claims.owners) == 2  # w0's entry is out of the book
+        assert refused(lambda: thief.publish_metadata(identity(), worker("10.6.6.6"), "w0")).code == \
+            grpc.StatusCode.PERMISSION_DENIED
+        assert refused(lambda: thief.update_status(sid, "w0", 0, STALE)).code == grpc.StatusCode.PERMISSION_DENIED
+        assert victim.update_status(sid, "w0", 0, READY).success
+        assert srv.store.get(sid, "w0").worker.metadata_endpoint == "10.0.0.1:5555"  # type: ignore[union-attr]
+
+
+def test_a_late_forget_does_not_free_a_record_published_again(grpc_impl: str) -> None:
+    """The reaper deletes a record, its source publishes it again (a new owner secret), and only
+    then does the reaper's ``forget`` run: the record is held, so its owner stays (before: the
+    owner entry went, and the next writer of the live record owned it)."""
+    with serve(grpc_impl) as srv, MxClient(srv.address, timeout_s=5) as source, \
+            MxClient(srv.address, timeout_s=5) as thief:
+        sid = source.publish_metadata(identity(), worker("10.0.0.1"), "w1").mx_source_id
+        srv.servicer.forget((sid, "w1"))  # as the reaper's callback would, racing a republish
+        assert len(srv.servicer.claims.owners) == 1 and srv.servicer.claims.store_bytes > 0
+        assert refused(lambda: thief.publish_metadata(identity(), worker("10.6.6.6"), "w1")).code == \
+            grpc.StatusCode.PERMISSION_DENIED
+        assert source.update_status(sid, "w1", 0, READY).success
+
+
 @pytest.mark.parametrize("mode", list(MxWrites))
 def test_modelexpress_writes_follow_the_flag(grpc_impl: str, mode: MxWrites) -> None:
     """trusted: ModelExpress's package publishes and heartbeats its own records (first come);
@@ -261,7 +292,7 @@ def test_a_reader_token_needs_the_source_token_and_must_differ() -> None:
 
 def test_byte_budgets_per_record_and_for_the_store(grpc_impl: str) -> None:
     limits = ServerLimits(max_record_bytes=64 * 1024, max_store_bytes=150 * 1024, publish_burst=1000,
-                          publish_rate_per_s=1000)
+                          publish_rate_per_s=1000, peer_share=1.0, new_peer_headroom=0.0)  # the budget alone
     with serve(grpc_impl, limits=limits) as srv, MxClient(srv.address, timeout_s=5) as honest, \
             MxClient(srv.address, timeout_s=5) as flood:
         assert honest.publish_metadata(identity(), worker(blob=b"h" * 40_000), "honest").success

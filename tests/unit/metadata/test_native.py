@@ -124,7 +124,8 @@ def test_the_native_server_refuses_an_empty_or_malformed_method_table() -> None:
     for methods, words in (([], "at least one"), ([("a/b", "M", True)], "not a service and a method name")):
         with pytest.raises(ValueError, match=words):
             mxref_native.Server("127.0.0.1", 0, methods=methods, authorization_key="authorization",
-                                max_concurrent_streams=8, max_message_bytes=1 << 20)
+                                max_concurrent_streams=8, max_message_bytes=1 << 20,
+                                front_door=native_grpc.FRONT_DOOR)
 
 
 def test_stop_frees_the_port_and_refuses_later_calls() -> None:
@@ -161,7 +162,8 @@ def test_a_listing_is_taken_before_the_heartbeats_queued_ahead_of_it() -> None:
     does not wait behind a fleet's heartbeats. (No workers here: the test takes the calls.)"""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR)
     try:
         with own_channel(f"127.0.0.1:{server.port}") as channel:
             writes = [call(channel, "UpdateStatus", b"") for _ in range(5)]
@@ -286,7 +288,8 @@ def test_a_worker_takes_only_its_lane() -> None:
     ``reads_open`` counts a read from its queuing to its answer."""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=16, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR)
     try:
         with own_channel(f"127.0.0.1:{server.port}") as channel:
             write = call(channel, "UpdateStatus", b"")
@@ -314,7 +317,8 @@ def test_stop_refuses_the_calls_left_unanswered() -> None:
     dropped, and its caller is told UNAVAILABLE instead of waiting for its deadline."""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR)
     with own_channel(f"127.0.0.1:{server.port}") as channel:
         waiting = call(channel, "ListSources", b"")
         deadline = time.monotonic() + 10
@@ -335,7 +339,8 @@ def test_stop_wakes_the_workers_waiting_for_a_call() -> None:
     they waited out, the joins would time out."""
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR)
     got: dict[str, Any] = {}
     waiters = [threading.Thread(target=lambda: got.update(take=server.take(16, 30.0, "reads")), daemon=True),
                threading.Thread(target=lambda: got.update(refusals=server.refusals(30.0)), daemon=True)]

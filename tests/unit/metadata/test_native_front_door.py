@@ -104,7 +104,8 @@ def test_a_call_without_the_token_is_refused_before_any_queue_and_reported_with_
 def test_a_full_queue_answers_resource_exhausted_at_once() -> None:
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20, max_queued_calls=4)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR, max_queued_calls=4)
     try:
         got = mxref_native.unary_load(f"127.0.0.1:{server.port}", f"/mxref.v1.P2pService/{LIST}", [b""],
                                       connections=1, window=16, seconds=0.5, timeout_s=1.0)
@@ -118,7 +119,8 @@ def test_a_full_queue_answers_resource_exhausted_at_once() -> None:
 def test_reads_and_writes_are_taken_in_turn_so_a_read_flood_cannot_starve_heartbeats() -> None:
     import mxref_native
 
-    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20)
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=64, max_message_bytes=1 << 20,
+                                 front_door=native_grpc.FRONT_DOOR)
     try:
         with own_channel(f"127.0.0.1:{server.port}") as channel:
             reads = [call(channel, LIST) for _ in range(20)]
@@ -218,3 +220,155 @@ def test_a_stopped_native_server_reports_no_failure() -> None:
     assert server.stop(0.2).wait(5)
     assert server.failure() is None
     assert server._server.ended(0) == "stopped"
+
+
+# --- issue 36: a door a few addresses cannot shut, bytes in flight counted -------------------
+
+
+def native(**front_door: float) -> native_grpc.NativeMetadataServer:
+    servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server)
+    return native_grpc.NativeMetadataServer(servicer, "127.0.0.1", 0, front_door=front_door)
+
+
+def closed_by_server(sock: socket.socket, within_s: float = 5.0) -> bool:
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(65536):
+            pass  # the server's SETTINGS and GOAWAY, if any, then the end
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_a_peer_that_sends_no_call_is_dropped_after_the_first_request_deadline() -> None:
+    server = native(first_request_timeout_s=0.3)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as silent:
+            started = time.monotonic()
+            assert closed_by_server(silent)
+            assert time.monotonic() - started < 4
+        assert until(lambda: server.stats()["closed_silent"] == 1)
+        with own_channel(f"127.0.0.1:{server.port}") as channel:  # an honest client calls at once
+            assert call(channel, LIST).result() == b""
+    finally:
+        server.stop(0.2)
+
+
+def test_an_address_block_has_a_cap_of_its_own() -> None:
+    server = native(max_connections_per_block=3)
+    held = [socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=(ip, 0))
+            for ip in ("127.0.0.2", "127.0.0.2", "127.0.0.3")]
+    try:
+        assert until(lambda: server.stats()["open"] == 3)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=("127.0.0.4", 0)) as s:
+            assert closed_by_server(s)  # a fourth address of 127.0.0.0/24
+        assert server.stats()["over_cap"] == 1
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=("127.0.1.4", 0)):
+            assert until(lambda: server.stats()["open"] == 4)  # another /24 is let in
+    finally:
+        for s in held:
+            s.close()
+        server.stop(0.2)
+
+
+def test_at_the_cap_the_oldest_silent_connection_makes_room() -> None:
+    server = native(max_connections=3)
+    held = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    try:
+        assert until(lambda: server.stats()["open"] == 3)
+        with own_channel(f"127.0.0.1:{server.port}") as channel:
+            assert call(channel, LIST).result() == b""  # before: UNAVAILABLE while the three were held
+            assert server.stats()["evicted"] >= 1
+            assert closed_by_server(held[0])  # the oldest went
+            assert call(channel, LIST).result() == b""
+    finally:
+        for s in held:
+            s.close()
+        server.stop(0.2)
+
+
+def test_at_the_cap_a_connection_idle_longest_makes_room_when_none_is_silent() -> None:
+    """Three connections that each made a call and went idle hold the cap (a server without a token
+    lets anyone call): a newcomer still gets in, in place of the one idle longest."""
+    server = native(max_connections=3)
+    address = f"127.0.0.1:{server.port}"
+    holders = [own_channel(address) for _ in range(3)]
+    try:
+        for channel in holders:
+            assert call(channel, LIST).result() == b""
+        assert until(lambda: server.stats()["open"] == 3)
+        time.sleep(1.2)  # idle a second at least: the ones that may be dropped
+        with own_channel(address) as channel:
+            assert call(channel, LIST, timeout=5).result() == b""
+        assert server.stats()["evicted"] >= 1
+    finally:
+        for channel in holders:
+            channel.close()
+        server.stop(0.2)
+
+
+def test_a_body_that_does_not_arrive_in_time_gives_its_bytes_back() -> None:
+    from fixtures.h2raw import RawH2, grpc_message
+
+    server = native(body_timeout_s=2.0, min_body_bytes_per_s=1 << 30)
+    peer = RawH2(server.port)
+    try:
+        peer.data(peer.open("/mxref.v1.P2pService/PublishMetadata"), grpc_message(b"\x0a" * 100_000, declared=1 << 20))
+        assert until(lambda: server.stats()["received_bytes"] == 100_005, within_s=1.8)  # counted as it came
+        assert until(lambda: server.stats()["body_timeouts"] == 1)
+        assert server.stats()["received_bytes"] == 0
+        with own_channel(f"127.0.0.1:{server.port}") as channel:
+            assert call(channel, LIST).result() == b""
+    finally:
+        peer.close()
+        server.stop(0.2)
+
+
+def test_a_message_declared_over_the_limit_is_refused_before_its_body() -> None:
+    from fixtures.h2raw import RawH2, grpc_message
+
+    server = native()
+    peer = RawH2(server.port)
+    try:
+        peer.data(peer.open("/mxref.v1.P2pService/PublishMetadata"), grpc_message(b"\x0a" * 10, declared=1 << 30))
+        time.sleep(0.3)
+        assert server.stats()["received_bytes"] == 0  # not a byte of it kept
+    finally:
+        peer.close()
+        server.stop(0.2)
+
+
+def test_answers_nobody_reads_are_capped_and_their_connection_dropped() -> None:
+    import mxref_native
+    from fixtures.h2raw import RawH2, grpc_message
+
+    limits = {**native_grpc.FRONT_DOOR, "max_unsent_bytes_per_connection": 100_000, "send_stall_timeout_s": 0.5}
+    server = mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8,
+                                 max_message_bytes=1 << 20, front_door=limits)
+    peer = RawH2(server.port, window=0)
+    try:
+        for _ in range(3):
+            peer.data(peer.open(f"/mxref.v1.P2pService/{LIST}"), grpc_message(b""), end=True)
+        assert until(lambda: server.queued() == (3, 0))
+        for taken in server.take(8, 1.0) or []:
+            taken.answer(0, "", [], b"x" * 60_000)
+        assert until(lambda: server.stats()["unsent_full"] == 2)  # 60 kB fit, a second would pass 100 kB
+        assert server.stats()["unsent_bytes"] > 0
+        assert until(lambda: server.stats()["closed_stalled"] == 1)  # none read for 0.5 s: dropped
+        assert until(lambda: server.stats()["unsent_bytes"] == 0)
+    finally:
+        peer.close()
+        server.stop(0.2)
+
+
+def test_the_front_door_limits_come_from_python_each_named() -> None:
+    import mxref_native
+
+    limits = dict(native_grpc.FRONT_DOOR)
+    del limits["first_request_timeout_s"]
+    limits["max_silence"] = 1.0
+    with pytest.raises(ValueError, match=r"first_request_timeout_s is missing.*max_silence is not a front-door limit"):
+        mxref_native.Server("127.0.0.1", 0, **native_grpc.routing(), max_concurrent_streams=8,
+                            max_message_bytes=1 << 20, front_door=limits)
