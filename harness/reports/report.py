@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import HarnessError
+from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
 from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, write_json
@@ -214,13 +215,14 @@ def load_run(path: str | Path) -> RunResult:
         status, reason, failed_step = "crashed", _crash_reason(run_dir, history), None
     skip = history.last(actor="harness", f="skip")
     checks = [] if status == "skipped" else judge(scenario, history)
+    unexercised = [] if status == "skipped" else not_exercised(history)
     return RunResult(
         scenario=scenario,
         run_id=(saved.run_id if saved else "") or (info.run_id if info else "") or run_dir.name,
         run_dir=run_dir,
         status=status,
         reason=reason,
-        verdict=verdict_of(status, checks, scenario.known_defect),
+        verdict=verdict_of(status, checks, scenario.known_defect, unexercised),
         history=history,
         checks=checks,
         started_at=(saved.started_at if saved else "") or (info.started if info else ""),
@@ -230,6 +232,7 @@ def load_run(path: str | Path) -> RunResult:
         stacks=dict(saved.stacks) if saved else {},
         interrupted_by=saved.interrupted_by if saved else None,
         missing_capabilities=list(skip.get("missing") or []) if skip is not None else [],
+        not_exercised=unexercised,
     )
 
 
