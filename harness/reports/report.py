@@ -338,6 +338,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         tests = failures = errors = skipped = 0
         # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
         expected = result.verdict == "xfail"
+        unexercised = result.verdict == "not_exercised"
         why_expected = f"xfail: known defect: {result.known_defect}"
         case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
         tests += 1
@@ -347,6 +348,10 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         elif expected:
             skipped += 1
             ET.SubElement(case, "skipped", message=why_expected).text = _expected_text(result)
+        elif unexercised:  # neither a pass nor a failure of the subject: an error of the scenario
+            errors += 1
+            ET.SubElement(case, "error", type="not_exercised",
+                          message=f"not exercised: {result.not_exercised[0]}").text = "\n".join(result.not_exercised)
         elif result.status == "step_failed":
             failures += 1
             ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = result.reason
@@ -363,6 +368,9 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
             if check.valid is False and expected:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+            elif check.valid is not True and unexercised:
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"not judged: the run was not exercised: {check.summary}")
             elif check.valid is False:
                 failures += 1
                 ET.SubElement(case, "failure", message=check.summary).text = json.dumps(dict(check.details), default=str)[:4000]
