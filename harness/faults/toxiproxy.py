@@ -41,8 +41,10 @@ from pydantic import Field, ValidationInfo, field_validator
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, register, undo_on_failure
 from harness.machine.ledger import recorded_toxiproxy_api
+from harness.record.witness import Witness
+from harness.scrape import sample_value, scrape
 from harness.spec import Name, custom_error, parse_duration
-from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
+from harness.toxiproxy import API_TIMEOUT_S, ToxiproxyAPI, ToxiproxyError, proxy_prefix
 
 __all__ = ["TOXIC_ATTRIBUTES", "AddedToxic", "DisabledProxy", "ProxyDown", "ProxyDownSpec", "Toxic", "ToxicSpec", "ToxicType"]
 
@@ -148,6 +150,8 @@ class AddedToxic:
     proxy: str  # the scenario's name for the proxy
     toxiproxy_name: str  # its name in toxiproxy
     toxic: str
+    stream: str = "downstream"
+    received_before: int | None = None  # the bytes its stream had received when the toxic went in
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,34 @@ class DisabledProxy:
     api: str
     proxy: str
     toxiproxy_name: str
+
+
+RECEIVED = "toxiproxy_proxy_received_bytes_total"  # toxiproxy-server -proxy-metrics, per proxy and direction
+
+
+def stream_bytes(api: str, toxiproxy_name: str, stream: str) -> int | None:
+    """The bytes proxy ``toxiproxy_name`` has received on ``stream`` (upstream: client -> server,
+    downstream: server -> client) so far, from its server's ``/metrics``; None when they cannot
+    be read (its server is gone). The run's server runs with ``-proxy-metrics``: a proxy
+    without a sample has carried no byte that way yet (toxiproxy makes one at the first)."""
+    try:
+        samples = scrape(f"{api}/metrics", API_TIMEOUT_S)
+    except (OSError, ValueError):
+        return None
+    value = sample_value(samples, RECEIVED, {"proxy": toxiproxy_name, "direction": stream})
+    return 0 if value is None else int(value)
+
+
+def toxic_witness(token: AddedToxic) -> Witness:
+    """What went through the toxic's stream of its proxy while the toxic was in place."""
+    after = stream_bytes(token.api, token.toxiproxy_name, token.stream)
+    if token.received_before is None or after is None:
+        return Witness.unwitnessed(f"proxy {token.proxy}'s byte counters could not be read (toxiproxy /metrics)")
+    moved = after - token.received_before
+    figures = {"stream": token.stream, "bytes": moved}
+    if moved > 0:
+        return Witness.seen(f"{moved} bytes went {token.stream} through proxy {token.proxy} while it held", **figures)
+    return Witness.none(f"no byte went {token.stream} through proxy {token.proxy} while it held", **figures)
 
 
 def _sweep(run_id: str) -> list[str]:
@@ -190,7 +222,8 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
         spec = self.spec
         view = ctx.proxy(spec.proxy)
         api = ToxiproxyAPI(view.api)
-        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name)
+        before = stream_bytes(view.api, view.proxy, spec.stream)
+        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name, spec.stream, before)
         body = {
             "name": self.name,
             "type": spec.type,
@@ -217,8 +250,9 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
         })
 
     def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
+        witness = toxic_witness(token)  # the counters, before it goes
         removed = ToxiproxyAPI(token.api).remove_toxic(token.toxiproxy_name, token.toxic)
-        return {"proxy": token.proxy, "toxic": token.toxic, "removed": removed}
+        return {"proxy": token.proxy, "toxic": token.toxic, "removed": removed, "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:

@@ -9,6 +9,7 @@ from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 
 from harness.errors import FaultError, RunInterrupted
 from harness.faults import REGISTRY, make_fault
+from harness.faults import toxiproxy as toxiproxy_faults
 from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec
 from harness.toxiproxy import ToxiproxyError
 
@@ -30,25 +31,54 @@ def server(monkeypatch: pytest.MonkeyPatch) -> FakeToxiproxy:
     return server
 
 
+@pytest.fixture
+def counters(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, str], int]:
+    """What the server's /metrics says each (proxy, stream) has received."""
+    received: dict[tuple[str, str], int] = {}
+
+    def stream_bytes(api: str, proxy: str, stream: str) -> int | None:
+        assert api == API
+        return received.get((proxy, stream))
+
+    monkeypatch.setattr(toxiproxy_faults, "stream_bytes", stream_bytes)
+    return received
+
+
 def latency() -> ToxicSpec:
     return ToxicSpec.model_validate({"kind": "toxic", "proxy": "mds", "type": "latency", "stream": "upstream",
                                      "toxicity": 0.5, "attributes": {"latency": "1s", "jitter": 50}})
 
 
-def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, server: FakeToxiproxy) -> None:
+def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, server: FakeToxiproxy,
+                                                          counters: dict[tuple[str, str], int]) -> None:
+    counters[(PROXY, "upstream")] = 100
     fault = make_fault(latency(), "slow")
     injected = fault.inject(ctx)
     body = {"name": "slow", "type": "latency", "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
     assert server.calls == [("add_toxic", PROXY, body)]
     assert ctx.recorded("proxy") == [("mds",)]
-    assert injected.token == AddedToxic(API, "mds", PROXY, "slow")
+    assert injected.token == AddedToxic(API, "mds", PROXY, "slow", "upstream", 100)
     assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "toxic": "slow", "type": "latency",
                                "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
     server.proxies[PROXY]["toxics"]["other"] = {"name": "other"}
-    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": True}
-    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": False}
+    counters[(PROXY, "upstream")] = 1300  # what the clients sent through it meanwhile
+    seen = {"effect": "seen", "why": "1200 bytes went upstream through proxy mds while it held",
+            "figures": {"stream": "upstream", "bytes": 1200}}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": True, "witness": seen}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": False, "witness": seen}
     assert list(server.proxies[PROXY]["toxics"]) == ["other"]
     assert ctx.recorded("proxy") == [("mds",)]  # heal needs no proxy from the context
+
+
+def test_a_toxic_no_byte_went_through_is_no_effect_and_one_without_counters_is_not_witnessed(
+        ctx: FakeContext, server: FakeToxiproxy, counters: dict[tuple[str, str], int]) -> None:
+    fault = make_fault(latency(), "slow")
+    token = fault.inject(ctx).token  # no counters yet: a server without -proxy-metrics
+    assert ((fault.heal(ctx, token) or {})["witness"]["effect"]) == "unwitnessed"
+    counters[(PROXY, "upstream")] = 7
+    token = fault.inject(ctx).token
+    witness = (fault.heal(ctx, token) or {})["witness"]
+    assert (witness["effect"], witness["figures"]["bytes"]) == ("none", 0)  # a toxic on a proxy no client used
 
 
 def test_a_toxic_the_server_refuses_removes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:
