@@ -124,7 +124,7 @@ def test_a_latency_toxic_is_on_the_proxy_until_healed_and_nothing_is_left(tmp_pa
     assert seen["heal_round_trip"] < 0.25
     # its witness: the greeting that went downstream through the proxy while the toxic held
     (window,) = history.fault_windows()
-    assert window.witness is not None and window.witness.effect == "seen" and window.witness.figures["bytes"] >= 1
+    assert window.witness is not None and window.witness.effect == "seen" and window.witness.figures["closed_bytes"] >= 1
 
     # teardown removed the proxy and stopped the server: no process, no API, no listener
     stop = history.last(actor="harness", f="toxiproxy_stop")
@@ -235,8 +235,8 @@ def test_toxic_and_proxy_down_heal_idempotently(standalone: ToxiproxyAPI) -> Non
     (on,) = standalone.toxics("run-x.mds")
     assert (on["name"], on["type"], on["stream"], on["toxicity"]) == ("hold", "timeout", "upstream", 0.5)
     # no client used the proxy while it held: its witness is no effect (a toxic aimed at nothing)
-    none = {"effect": "none", "why": "no byte went upstream through proxy mds while it held",
-            "figures": {"stream": "upstream", "bytes": 0}}
+    none = {"effect": "none", "why": "no connection through proxy mds while it held",
+            "figures": {"stream": "upstream", "closed_bytes": 0, "open_at_inject": 0, "open_at_heal": 0}}
     assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": True,  # type: ignore[arg-type]
                                                "witness": none}
     assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": False,  # type: ignore[arg-type]
