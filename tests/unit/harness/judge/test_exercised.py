@@ -103,3 +103,24 @@ def test_a_signal_that_need_not_end_a_process_is_not_witnessed() -> None:
     (w,) = history.fault_windows()
     witness = fault_witness(w, history)
     assert witness is not None and witness.effect == "unwitnessed"
+
+
+SCENARIO = """\
+name: t
+processes:
+  server: {role: server}
+  source-1: {role: source}
+steps:
+  - start: [server, source-1]
+"""
+
+
+def test_expect_effect_is_a_boolean_of_every_fault_named_with_its_line() -> None:
+    from harness.errors import ScenarioInvalid
+    from harness.scenario import parse_scenario
+
+    sc = parse_scenario(SCENARIO + "  - fault: {kind: pause, target: source-1, expect_effect: false}\n", "t.yaml")
+    assert sc.model_dump(mode="json")["steps"][1]["fault"]["expect_effect"] is False
+    with pytest.raises(ScenarioInvalid) as err:
+        parse_scenario(SCENARIO + "  - fault: {kind: pause, target: source-1, expect_effect: maybe}\n", "t.yaml")
+    assert "t.yaml:7" in str(err.value) and "expect_effect" in str(err.value)
