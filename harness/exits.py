@@ -16,7 +16,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "every scenario passed, or was XFAIL / XPASS (a known defect) or SKIP (a capability is missing); "
     "validate, list: every file is valid",
     EXIT_FAILED: "a check failed or was unknown, a step failed, a run hung or errored, a scenario was FLAKY "
-    "(--repeat: passed in some runs only); cleanup: a process survived",
+    "(--repeat: passed in some runs only) or NOT EXERCISED (a fault's witness showed it had no effect); "
+    "cleanup: a process survived",
     EXIT_INVALID: "invalid input: a scenario file, a path, a run folder, an option",
     EXIT_ENV_BROKEN: "environment broken (run --inventory, matrix, nightly, doctor): a place the run needs cannot play its role "
     "(NIXL or the native extension does not import, a host does not answer); nothing was started, or every run of "

@@ -193,6 +193,8 @@ class ScenarioFailed(Exception):
         if r.status != "completed":
             step = f" at step {r.failed_step}" if r.failed_step else ""
             lines.append(f"  {r.status}{step}: {r.reason}")
+        for why in getattr(r, "not_exercised", ()):
+            lines.append(f"  NOT EXERCISED {why}")
         for c in r.checks:
             if c.valid is True:
                 continue

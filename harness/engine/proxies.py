@@ -78,7 +78,8 @@ class RunProxies:
         env = {**env, "LOG_LEVEL": env.get("LOG_LEVEL", "info")}
         for attempt in range(1, 4):
             lease = lease_port(host.address)
-            argv = [binary, "-host", host.address, "-port", str(lease.port)]
+            # -proxy-metrics: each proxy's bytes on /metrics, what a toxic's witness reads
+            argv = [binary, "-host", host.address, "-port", str(lease.port), "-proxy-metrics"]
             self.timeline.append("invoke", "harness", "toxiproxy", {"argv": argv, "attempt": attempt})
             started = time.monotonic()
             try:

@@ -51,6 +51,7 @@ from harness.hosts import clocks, netns, ssh
 from harness.hosts.base import Host, make_host
 from harness.hosts.inventory import Inventory
 from harness.judge import content
+from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, verdict_of
 from harness.machine import ledger, procscan, statedir
 from harness.record.load import load_sample
@@ -182,13 +183,14 @@ class Runner:
         self.timeline.close_sink()
         history = self.timeline.snapshot()
         results = judge(sc, history)
+        unexercised = not_exercised(history)
         return RunResult(
             scenario=sc,
             run_id=self.run_id,
             run_dir=self.run_dir,
             status=status,
             reason=reason,
-            verdict=verdict_of(status, results, sc.known_defect),
+            verdict=verdict_of(status, results, sc.known_defect, unexercised),
             history=history,
             checks=results,
             started_at=started_wall,
@@ -197,6 +199,7 @@ class Runner:
             failed_step=failed_step,
             stacks=dict(self.stacks.written),
             interrupted_by=self._interrupted,
+            not_exercised=unexercised,
         )
 
     def _skipped(self, started_wall: str, lacking: list[str], why: str) -> RunResult:

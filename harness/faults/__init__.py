@@ -120,7 +120,8 @@ class FaultSpec(Strict):
     """Keys every fault has. ``name`` lets a later ``heal`` step refer to it; ``duration``
     heals it automatically (healable kinds only); ``if_gone`` (kinds with ``running_refs``
     only): what a target that is not running when the fault fires means, ``fail`` the step
-    or ``skip`` the fault.
+    or ``skip`` the fault; ``expect_effect: false`` makes it a negative control (its witness
+    is meant to show no effect, and no effect does not make the run NOT EXERCISED).
 
     Each spec declares the scenario names it refers to (validated before the run); the
     defaults refer to nothing."""
@@ -129,6 +130,7 @@ class FaultSpec(Strict):
     name: Name | None = None
     duration: Duration | None = None
     if_gone: Literal["fail", "skip"] = "fail"
+    expect_effect: bool = True
 
     # host kinds each of ``host_refs`` must lead to
     host_kinds: ClassVar[tuple[str, ...]] = ()

@@ -46,6 +46,7 @@ from harness.hosts import netns
 from harness.hosts.base import Place
 from harness.hosts.netns import QDISC_HANDLE
 from harness.record.fault_windows import target_text
+from harness.record.witness import Witness
 from harness.spec import Duration, Target, custom_error
 
 __all__ = [
@@ -99,6 +100,34 @@ def _iptables(ns: Place, *args: str, check: bool = True) -> tuple[int, str]:
 def _ns_exists(ns: Place) -> bool:
     """Whether its namespace still exists (an ssh host: whether it is still open for the run)."""
     return ns.remote.connected if ns.remote is not None else ns.name in commands.shell.namespaces()
+
+
+_HITS = ("DROP", "REJECT")  # the rules that act (the RETURN of resets passes them)
+
+
+def chain_witness(ns: Place, chain: str) -> Witness:
+    """What our chain did: the packets and bytes its DROP / REJECT rules met (``iptables -L -v
+    -x``), and how many hooks jump to it. A chain nothing jumps to, or whose rules no packet
+    met, had no effect."""
+    if not _ns_exists(ns):
+        return Witness.unwitnessed(f"{ns} is gone: chain {chain}'s counters cannot be read")
+    rc, out = _iptables(ns, "-L", chain, "-v", "-x", "-n", check=False)
+    if rc != 0:
+        return Witness.unwitnessed(f"iptables -L {chain} failed (rc {rc}): {out[:200]}")
+    packets = octets = 0
+    refs = 0
+    for line in out.splitlines():
+        fields = line.split()
+        if line.startswith("Chain ") and "references)" in line:
+            match = re.search(r"\((\d+) references\)", line)
+            refs = int(match[1]) if match else 0
+        elif len(fields) >= 3 and fields[0].isdigit() and fields[1].isdigit() and fields[2] in _HITS:
+            packets, octets = packets + int(fields[0]), octets + int(fields[1])
+    figures = {"chain": chain, "packets": packets, "bytes": octets, "hooks": refs}
+    if packets:
+        return Witness.seen(f"{packets} packets ({octets} bytes) met chain {chain}'s rules", **figures)
+    why = "no hook jumps to it" if refs == 0 else "no packet met its rules"
+    return Witness.none(f"chain {chain}: 0 packets ({why})", **figures)
 
 
 def _remove_chain(ns: Place, chain: str) -> bool:
@@ -225,7 +254,8 @@ class _Firewall(Fault[BetweenSpec, Chain]):
             "rules": [" ".join(r) for r in rules], "ports": list(spec.ports)})
 
     def heal(self, ctx: FaultContext, token: Chain) -> dict[str, Any] | None:
-        return {"chain": token.chain, "removed": _remove_chain(token.place, token.chain)}
+        witness = chain_witness(token.place, token.chain)  # the counters, before the chain goes
+        return {"chain": token.chain, "removed": _remove_chain(token.place, token.chain), "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
@@ -276,6 +306,20 @@ class LinkDownSpec(FaultSpec):
         return (("target", self.target),)
 
 
+def link_witness(ns: Place | None, link: str) -> Witness:
+    """Whether ``link`` is down now (no UP among its flags, ``ip -o link show``)."""
+    if ns is not None and not _ns_exists(ns):
+        return Witness.unwitnessed(f"{ns} is gone: {link} cannot be read")
+    rc, out = commands.shell.run(ns, ["ip", "-o", "link", "show", "dev", link])
+    match = re.search(r"<([^>]*)>", out)
+    if rc != 0 or match is None:
+        return Witness.unwitnessed(f"ip link show dev {link} failed (rc {rc}): {out[:200]}")
+    flags = match[1].split(",")
+    if "UP" in flags:
+        return Witness.none(f"{link} is up ({match[1]})", link=link, flags=match[1])
+    return Witness.seen(f"{link} is down ({match[1]})", link=link, flags=match[1])
+
+
 def _link_up(link: str) -> bool:
     """Set ``link`` up; False when it is gone (its network was deleted)."""
     rc, out = commands.shell.run(None, ["ip", "link", "set", "dev", link, "up"])
@@ -317,7 +361,7 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[Place, str]]):
             rc, out = commands.shell.run(None, ["ip", "link", "set", "dev", link, "down"])
             if rc != 0:
                 raise FaultError(f"ip link set dev {link} down failed (rc {rc}): {out}")
-        return Injected(link, {"host": host.name, "link": link})
+        return Injected(link, {"host": host.name, "link": link, "witness": link_witness(None, link).to_json()})
 
     def _inject_on_host(self, host: HostView, ns: Place) -> Injected[str | tuple[Place, str]]:
         dev = host.inner_link
@@ -328,12 +372,16 @@ class LinkDown(Fault[LinkDownSpec, str | tuple[Place, str]]):
             rc, out = commands.shell.run(ns, ["ip", "link", "set", "dev", dev, "down"])
             if rc != 0:
                 raise FaultError(f"ip link set dev {dev} down on {host.name} failed (rc {rc}): {out}")
-        return Injected((ns, dev), {"host": host.name, "link": dev, "on_host": True})
+        return Injected((ns, dev), {"host": host.name, "link": dev, "on_host": True,
+                                    "witness": link_witness(ns, dev).to_json()})
 
     def heal(self, ctx: FaultContext, token: str | tuple[Place, str]) -> dict[str, Any] | None:
+        # measured before it goes up again: was it still down (nothing set it up meanwhile)?
         if isinstance(token, tuple):
-            return {"link": token[1], "up": _ns_link_up(*token)}
-        return {"link": token, "up": _link_up(token)}
+            witness = link_witness(*token)
+            return {"link": token[1], "up": _ns_link_up(*token), "witness": witness.to_json()}
+        witness = link_witness(None, token)
+        return {"link": token, "up": _link_up(token), "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
@@ -406,6 +454,32 @@ def _remove_qdisc(ns: Place | None, dev: str) -> bool:
     return True
 
 
+_TBF_STATS = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)")
+
+
+def qdisc_witness(devices: tuple[tuple[Place | None, str], ...]) -> Witness:
+    """What our tbf qdiscs held back (``tc -s qdisc show``): the bytes they sent, and the packets
+    they made wait (overlimits) or dropped. A limit no packet ever exceeded had no effect."""
+    sent = held = dropped = 0
+    read: list[str] = []
+    for ns, dev in devices:
+        if ns is not None and not _ns_exists(ns):
+            continue
+        rc, out = _tc(ns, "-s", "qdisc", "show", "dev", dev)
+        ours = out[out.find(f"qdisc tbf {QDISC_HANDLE}"):] if f"qdisc tbf {QDISC_HANDLE}" in out else ""
+        match = _TBF_STATS.search(ours)
+        if rc != 0 or match is None:
+            continue
+        sent, dropped, held = sent + int(match[1]), dropped + int(match[3]), held + int(match[4])
+        read.append(_where(ns, dev))
+    if not read:
+        return Witness.unwitnessed("no qdisc of ours could be read (its namespace is gone?)")
+    figures = {"sent_bytes": sent, "overlimits": held, "dropped": dropped, "devices": read}
+    if held or dropped:
+        return Witness.seen(f"{held} packets over the limit, {dropped} dropped ({sent} bytes sent)", **figures)
+    return Witness.none(f"no packet over the limit ({sent} bytes sent under it)", **figures)
+
+
 def _where(ns: Place | None, dev: str) -> str:
     return f"{ns.name if ns is not None else 'root'}:{dev}"
 
@@ -451,7 +525,9 @@ class RateLimit(Fault[RateSpec, Qdiscs]):
             "devices": [_where(dev_ns, dev) for dev_ns, dev in devices]})
 
     def heal(self, ctx: FaultContext, token: Qdiscs) -> dict[str, Any] | None:
-        return {"removed": [_where(ns, dev) for ns, dev in token.devices if _remove_qdisc(ns, dev)]}
+        witness = qdisc_witness(token.devices)  # the counters, before the qdiscs go
+        return {"removed": [_where(ns, dev) for ns, dev in token.devices if _remove_qdisc(ns, dev)],
+                "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:

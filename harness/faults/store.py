@@ -18,6 +18,7 @@ import redis
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, register
+from harness.record.witness import Witness
 from harness.spec import Duration, Name, Target
 
 __all__ = ["StoreWipe", "StoreWipeSpec"]
@@ -63,5 +64,10 @@ class StoreWipe(Fault[StoreWipeSpec, None]):
             raise FaultError(f"store_wipe {spec.target} at {address}:{port}: {type(exc).__name__}: {exc}") from None
         finally:
             client.close()
+        figures = {"keys_before": before, "keys_after": after}
+        if before and after < before:
+            witness = Witness.seen(f"{before} keys before, {after} after", **figures)
+        else:  # an empty store wiped, or one whose keys stayed: nothing was taken away
+            witness = Witness.none(f"{before} keys before, {after} after", **figures)
         return Injected(None, {"target": spec.target, "address": f"{address}:{port}",
-                               "keys_removed": before, "keys_after": after})
+                               "keys_removed": before, "keys_after": after, "witness": witness.to_json()})

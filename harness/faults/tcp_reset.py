@@ -25,6 +25,7 @@ from typing import Literal
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, process_of, register
+from harness.record.witness import Witness
 from harness.spec import Duration, Name, Target
 
 __all__ = ["TcpReset", "TcpResetSpec", "connections_between"]
@@ -108,4 +109,12 @@ class TcpReset(Fault[TcpResetSpec, None]):
             if rc != 0:
                 raise FaultError(f"tcp_reset: {' '.join(cmd)} failed (rc {rc}): {out}")
             killed.append(f"{local}->{remote}")
-        return Injected(None, {"target": spec.target, "peer": peer, "connections": killed, "waited_s": waited_s})
+        # the witness: which of them are gone now (an ``ss -K`` on a kernel without
+        # INET_DIAG_DESTROY answers 0 and destroys nothing)
+        still = set(connections_between(a.pid, b.pid)) & set(pairs)
+        gone = len(pairs) - len(still)
+        figures = {"connections": len(pairs), "destroyed": gone, "still": sorted(f"{x}->{y}" for x, y in still)}
+        witness = (Witness.seen(f"{gone} of {len(pairs)} connections destroyed", **figures) if gone
+                   else Witness.none(f"all {len(pairs)} connections still established after ss -K", **figures))
+        return Injected(None, {"target": spec.target, "peer": peer, "connections": killed, "waited_s": waited_s,
+                               "witness": witness.to_json()})

@@ -39,10 +39,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, Injected, register, undo_on_failure
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, register, undo_on_failure
 from harness.machine.ledger import recorded_toxiproxy_api
+from harness.record.witness import Witness
+from harness.scrape import sample_value, scrape
 from harness.spec import Name, custom_error, parse_duration
-from harness.toxiproxy import ToxiproxyAPI, ToxiproxyError, proxy_prefix
+from harness.toxiproxy import API_TIMEOUT_S, ToxiproxyAPI, ToxiproxyError, proxy_prefix
 
 __all__ = ["TOXIC_ATTRIBUTES", "AddedToxic", "DisabledProxy", "ProxyDown", "ProxyDownSpec", "Toxic", "ToxicSpec", "ToxicType"]
 
@@ -141,6 +143,18 @@ class ProxyDownSpec(FaultSpec):
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """What went through a proxy by a moment: bytes of closed connections, open connections."""
+
+    closed_bytes: int | None
+    open: int | None
+
+    @classmethod
+    def now(cls, api: str, toxiproxy_name: str, stream: str, listen: str) -> Traffic:
+        return cls(stream_bytes(api, toxiproxy_name, stream), connections(listen))
+
+
+@dataclass(frozen=True)
 class AddedToxic:
     """A toxic a ``toxic`` fault added: heal removes it from that proxy of that server."""
 
@@ -148,6 +162,9 @@ class AddedToxic:
     proxy: str  # the scenario's name for the proxy
     toxiproxy_name: str  # its name in toxiproxy
     toxic: str
+    stream: str = "downstream"
+    listen: str = ""  # where its clients connect
+    traffic: Traffic = Traffic(None, None)  # what had gone through the proxy when the toxic went in
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,49 @@ class DisabledProxy:
     api: str
     proxy: str
     toxiproxy_name: str
+
+
+RECEIVED = "toxiproxy_proxy_received_bytes_total"  # toxiproxy-server -proxy-metrics, per proxy and direction
+
+
+def stream_bytes(api: str, toxiproxy_name: str, stream: str) -> int | None:
+    """The bytes proxy ``toxiproxy_name`` has received on ``stream`` (upstream: client -> server,
+    downstream: server -> client) over the connections that have *closed* so far (toxiproxy adds
+    a connection's bytes when it ends), from its server's ``/metrics``; None when they cannot be
+    read (its server is gone). The run's server runs with ``-proxy-metrics``: a proxy without a
+    sample has carried no byte that way yet."""
+    try:
+        samples = scrape(f"{api}/metrics", API_TIMEOUT_S)
+    except (OSError, ValueError):
+        return None
+    value = sample_value(samples, RECEIVED, {"proxy": toxiproxy_name, "direction": stream})
+    return 0 if value is None else int(value)
+
+
+def connections(listen: str) -> int | None:
+    """Established TCP connections to the proxy's listener (``ss``, this machine: the run's
+    toxiproxy server is local); None when they cannot be counted."""
+    port = listen.rpartition(":")[2]
+    if not port.isdigit() or not commands.shell.have("ss"):
+        return None
+    rc, out = commands.shell.run(None, ["ss", "-tnH", "state", "established", f"( sport = :{port} )"])
+    return len([line for line in out.splitlines() if line.strip()]) if rc == 0 else None
+
+
+def toxic_witness(token: AddedToxic, at_heal: Traffic) -> Witness:
+    """Whether anything went through the toxic's proxy while it was in place: a connection open
+    at its inject or its heal (a gRPC channel stays open), or bytes of one that closed meanwhile."""
+    before = token.traffic
+    moved = (None if before.closed_bytes is None or at_heal.closed_bytes is None
+             else at_heal.closed_bytes - before.closed_bytes)
+    opened = [n for n in (before.open, at_heal.open) if n is not None]
+    if moved is None and not opened:
+        return Witness.unwitnessed(f"proxy {token.proxy}'s traffic could not be read (toxiproxy /metrics, ss)")
+    figures = {"stream": token.stream, "closed_bytes": moved, "open_at_inject": before.open, "open_at_heal": at_heal.open}
+    if moved or any(opened):
+        return Witness.seen(f"proxy {token.proxy}: {before.open} connections open at inject, {at_heal.open} at heal, "
+                            f"{moved} bytes {token.stream} on connections closed meanwhile", **figures)
+    return Witness.none(f"no connection through proxy {token.proxy} while it held", **figures)
 
 
 def _sweep(run_id: str) -> list[str]:
@@ -190,7 +250,8 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
         spec = self.spec
         view = ctx.proxy(spec.proxy)
         api = ToxiproxyAPI(view.api)
-        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name)
+        before = Traffic.now(view.api, view.proxy, spec.stream, view.listen)
+        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name, spec.stream, view.listen, before)
         body = {
             "name": self.name,
             "type": spec.type,
@@ -217,8 +278,9 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
         })
 
     def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
+        witness = toxic_witness(token, Traffic.now(token.api, token.toxiproxy_name, token.stream, token.listen))
         removed = ToxiproxyAPI(token.api).remove_toxic(token.toxiproxy_name, token.toxic)
-        return {"proxy": token.proxy, "toxic": token.toxic, "removed": removed}
+        return {"proxy": token.proxy, "toxic": token.toxic, "removed": removed, "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:

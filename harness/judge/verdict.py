@@ -21,8 +21,9 @@ from harness.scenario import Scenario
 __all__ = ["OK_VERDICTS", "RUN_STATUSES", "VERDICTS", "RunResult", "RunStatus", "judge", "result_to_json", "verdict_of"]
 
 # pass | fail | unknown | hang | error, and: xfail / xpass (a known_defect scenario failed /
-# passed), skip (a capability its faults require is missing; nothing ran)
-VERDICTS = ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip")
+# passed), skip (a capability its faults require is missing; nothing ran), not_exercised (a
+# fault's witness shows it had no effect: the scenario did not happen, so it is judged neither way)
+VERDICTS = ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip", "not_exercised")
 OK_VERDICTS = ("pass", "xfail", "xpass", "skip")  # what does not fail `mxchaos run`
 
 RunStatus = Literal["completed", "step_failed", "hang", "interrupted", "error", "skipped", "crashed"]
@@ -48,6 +49,7 @@ class RunResult:
     stacks: dict[str, str] = field(default_factory=dict)
     interrupted_by: int | None = None
     missing_capabilities: list[str] = field(default_factory=list)  # verdict skip: what is missing
+    not_exercised: list[str] = field(default_factory=list)  # each fault that had no effect, with its witness
 
     @property
     def ok(self) -> bool:
@@ -69,9 +71,12 @@ def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResu
     ]
 
 
-def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None) -> str:
+def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known_defect: str | None = None,
+               not_exercised: Sequence[str] = ()) -> str:
     """The run's verdict: ``skip`` (nothing ran), ``hang``, ``error`` (a harness error, an
-    interrupt, a failed heal, a crash of the harness), ``fail`` (a step failed or a check is false), ``unknown``
+    interrupt, a failed heal, a crash of the harness), ``not_exercised`` (a fault had no
+    effect, ``harness.judge.exercised``: the scenario did not happen, whatever its checks
+    say; a known defect's too), ``fail`` (a step failed or a check is false), ``unknown``
     (a check is unknown), else ``pass``. For a scenario with a ``known_defect``, steps that
     all completed with a false check are ``xfail`` (the defect reproduced) and a pass is
     ``xpass`` (it did not: fixed?); a failed step stays ``fail``: the scenario did not get
@@ -82,6 +87,8 @@ def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known
         return "hang"
     if status in ("error", "interrupted", "crashed"):
         return "error"
+    if not_exercised:
+        return "not_exercised"
     merged = check_registry.merge_valid(r.valid for r in results)
     if status == "step_failed":
         return "fail"
@@ -106,6 +113,7 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
         "seconds": round(result.seconds, 3),
         "known_defect": result.scenario.known_defect,
         "missing_capabilities": result.missing_capabilities,
+        "not_exercised": result.not_exercised,
         "checks": [r.to_json() for r in result.checks],
         "stacks": result.stacks,
         "interrupted_by": result.interrupted_by,

@@ -43,10 +43,10 @@ __all__ = [
 # worst first: a cell whose runs disagree shows the worst verdict, and its rate says how often.
 # Run verdicts (lower case) and the cells of ``mxchaos run --repeat`` (``harness.record.rates``: PASS,
 # FLAKY, REPRODUCED, FIXED?, ...; kept as given, compared lower-cased) in one order.
-SEVERITY = ("error", "hang", "fail", "flaky", "unknown", "none", "xfail", "reproduced", "not_reproduced",
+SEVERITY = ("error", "hang", "fail", "flaky", "unknown", "not_exercised", "none", "xfail", "reproduced", "not_reproduced",
             "xpass", "fixed?", "pass", "skip", "unavailable")
-BAD = ("error", "hang", "fail", "unknown", "xfail")  # what counts as a failure in a cell's failure rate
-FAILING = ("error", "hang", "fail", "flaky", "unknown", "none")  # cells that make `mxchaos matrix` exit 1
+BAD = ("error", "hang", "fail", "unknown", "xfail", "not_exercised")  # what counts as a failure in a cell's failure rate
+FAILING = ("error", "hang", "fail", "flaky", "unknown", "not_exercised", "none")  # cells that make `mxchaos matrix` exit 1
 
 
 @dataclass(frozen=True)

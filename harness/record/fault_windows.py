@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from harness.record.witness import Witness, combined
+
 __all__ = ["FaultAction", "FaultEntry", "FaultOutcome", "FaultWindow", "fault_windows", "target_text"]
 
 FaultAction = Literal["inject", "heal"]
@@ -120,6 +122,17 @@ class FaultWindow:
     peer: str | None = None  # the process the inject named as its peer
     spec: Mapping[str, Any] = field(default_factory=dict)  # the fault as the step gave it (JSON)
     value: Mapping[str, Any] = field(default_factory=dict)  # the invocation's value, updated by the ok answer
+    witnesses: tuple[Witness, ...] = ()  # what the fault measured of its effect, at inject and at heal
+
+    @property
+    def witness(self) -> Witness | None:
+        """Its witnesses as one (``harness.record.witness.combined``); None: it recorded none."""
+        return combined(self.witnesses)
+
+    @property
+    def expect_effect(self) -> bool:
+        """False for a negative control (``expect_effect: false``): no effect is what it expects."""
+        return self.spec.get("expect_effect") is not False
 
     @property
     def active_at_teardown(self) -> bool:
@@ -165,6 +178,9 @@ class _OpenWindow:
             outcome, end, error = "active", None, self.heal_error
         record = answer.value if ok and answer is not None else {}
         value = {**start.value, **record}
+        witnesses = [Witness.of(record.get("witness"), "inject")]
+        if healed is not None:
+            witnesses.append(Witness.of(healed.value.get("witness"), "heal"))
         return FaultWindow(
             name=start.fault,
             kind=start.kind,
@@ -186,6 +202,7 @@ class _OpenWindow:
             peer=_text(record.get("peer")),
             spec=dict(start.value.get("spec") or {}),
             value=value,
+            witnesses=tuple(w for w in witnesses if w is not None),
         )
 
 

@@ -7,7 +7,8 @@ with its own run folder; ``cell_of`` turns the N verdicts into one cell:
 plain scenario (no ``known_defect``); k = runs that passed, n = runs that did not skip:
   ``PASS``   k == n (only N/N passes)
   ``FLAKY``  0 < k < n: it passes sometimes; fails the run (the failing run folders are listed)
-  0 == k:    the worst verdict of the runs: ``HANG`` > ``ERROR`` > ``UNKNOWN`` > ``FAIL``
+  0 == k:    the worst verdict of the runs: ``HANG`` > ``ERROR`` > ``UNKNOWN`` > ``FAIL`` >
+             ``NOT_EXERCISED`` (a fault had no effect in every run: nothing was judged; fails the run)
   ``SKIP``   every run skipped (a capability is missing); skip stays skip
 
 ``known_defect`` scenario; k = runs where the defect showed (verdict xfail), n = runs that
@@ -25,7 +26,7 @@ The bound (``upper_bound``) is the one-sided 95% Clopper-Pearson upper bound on 
 rate: the p at which seeing at most k of n has probability 0.05; at k == 0 it is
 ``1 - 0.05 ** (1 / n)`` (e.g. 0.632 at n = 3, 0.259 at n = 10). ``bound`` is given for every
 known-defect cell, ``None`` for plain ones. A cell fails the run (``FAILING_CELLS``) when it is
-FAIL, FLAKY, HANG, ERROR or UNKNOWN; ``mxchaos run`` exits 1 then.
+FAIL, FLAKY, HANG, ERROR, UNKNOWN or NOT_EXERCISED; ``mxchaos run`` exits 1 then.
 
 The run-level summary (``--summary FILE``, default ``<out>/summary.json``), a contract other
 tools read (the NIXL-version matrix); its shape is exactly::
@@ -33,7 +34,8 @@ tools read (the NIXL-version matrix); its shape is exactly::
     {"repeat": N,
      "scenarios": {NAME: {"cell": str, "rate": {"k": int, "n": int}, "bound": float | null,
                           "measured": {"k": int, "n": int} | null,
-                          "runs": [{"verdict": str, "run_dir": str, "seed": int, "seconds": float}]}}}
+                          "runs": [{"verdict": str, "run_dir": str, "seed": int, "seconds": float,
+                                   "not_exercised": [str]}]}}}
 
 Pure: nothing here runs a scenario; ``RunRecord.of`` reads what a run's result holds (``Judged``:
 ``harness.judge.verdict.RunResult`` is one; a protocol, so this module imports none of the harness).
@@ -67,9 +69,10 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95  # one-sided Clopper-Pearson
-CELLS = ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED", "FIXED?", "NOT_REPRODUCED")
-FAILING_CELLS = frozenset({"FAIL", "FLAKY", "HANG", "ERROR", "UNKNOWN"})
-_WORST_FIRST = ("hang", "error", "unknown", "fail")  # 0/N of a plain scenario: the worst of these
+CELLS = ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED", "FIXED?", "NOT_REPRODUCED",
+         "NOT_EXERCISED")
+FAILING_CELLS = frozenset({"FAIL", "FLAKY", "HANG", "ERROR", "UNKNOWN", "NOT_EXERCISED"})
+_WORST_FIRST = ("hang", "error", "unknown", "fail", "not_exercised")  # 0/N of a plain scenario: the worst of these
 _RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
 
@@ -163,13 +166,16 @@ class RunRecord:
     run_dir: str
     seed: int
     seconds: float
+    not_exercised: tuple[str, ...] = ()  # verdict not_exercised: each fault that had no effect
 
     @classmethod
     def of(cls, result: Judged) -> RunRecord:
-        return cls(result.verdict, str(result.run_dir), result.seed, round(result.seconds, 3))
+        unexercised = tuple(str(why) for why in getattr(result, "not_exercised", ()) or ())
+        return cls(result.verdict, str(result.run_dir), result.seed, round(result.seconds, 3), unexercised)
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "run_dir": self.run_dir, "seed": self.seed, "seconds": self.seconds}
+        return {"verdict": self.verdict, "run_dir": self.run_dir, "seed": self.seed, "seconds": self.seconds,
+                "not_exercised": list(self.not_exercised)}
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,7 @@ class VerdictDoc(SavedDoc):
     seconds: float | None = None
     known_defect: Any = None
     missing_capabilities: list[str] = []
+    not_exercised: list[str] = []  # each fault whose witness showed no effect (verdict not_exercised)
     checks: list[dict[str, Any]] = []
     stacks: dict[str, str] = {}
     interrupted_by: int | None = None
@@ -177,6 +178,7 @@ class RunRecordDoc(SavedDoc):
     run_dir: str = ""
     seed: int | None = None
     seconds: float | None = None
+    not_exercised: list[str] = []  # the faults that had no effect (verdict not_exercised)
 
 
 class CellDoc(SavedDoc):

@@ -150,6 +150,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         "xfail": "33",
         "xpass": "1;36",
         "skip": "2",
+        "not_exercised": "1;35",
     }
 
     def p(text: str, key: str) -> str:
@@ -165,6 +166,8 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         if result.known_defect:
             word = {"xfail": "reproduced", "xpass": "NOT reproduced"}.get(result.verdict, "")
             out.write(f"  known defect{f' ({word})' if word else ''}: {result.known_defect}\n")
+        for why in result.not_exercised:
+            out.write(f"  {p('NOT EXERCISED', 'not_exercised')} {why}\n")
         width = max([len(c.name) for c in result.checks] + [5])
         cut = result.status == "interrupted"  # a check it did not pass: the run ended before it was judged whole
         for c in result.checks:
@@ -182,6 +185,8 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         note = {"xfail": "  known defect reproduced (expected)", "xpass": "  known defect did NOT reproduce"}.get(r.verdict, "")
         if r.verdict == "skip":
             note = f"  {r.reason}"
+        elif r.verdict == "not_exercised" and r.not_exercised:
+            note = f"  {r.not_exercised[0]}"
         out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}{note}\n")
     counts: dict[str, int] = {}
     for r in results:

@@ -214,7 +214,9 @@ class SuiteProgress:
             self.seconds.append(result.seconds)
         failing = first_failing_check(result)
         why = f"  ({result.reason})" if result.verdict == "skip" else ""
-        if result.verdict not in _PASSING:
+        if result.verdict == "not_exercised":
+            why = f"  {result.not_exercised[0]}" if result.not_exercised else ""
+        elif result.verdict not in _PASSING:
             why = f"  first failing: {failing}" if failing else f"  {result.status}: {result.reason}"
             if oversubscribed(result.history):
                 why += f"  (machine {run_load(result.history)})"

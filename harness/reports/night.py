@@ -79,7 +79,8 @@ def run_detail(result: RunResult) -> RunDetail:
     """How a run ended, its checks that did not pass, and the machine's load when it was oversubscribed."""
     from harness.record.load import oversubscribed, run_load
 
-    failed = tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
+    failed = tuple(f"not exercised: {why}" for why in result.not_exercised)  # first: the scenario did not happen
+    failed += tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
     return RunDetail(result.status, result.reason, failed, run_load(result.history) if oversubscribed(result.history) else "")
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import HarnessError
+from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
 from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, write_json
@@ -214,13 +215,14 @@ def load_run(path: str | Path) -> RunResult:
         status, reason, failed_step = "crashed", _crash_reason(run_dir, history), None
     skip = history.last(actor="harness", f="skip")
     checks = [] if status == "skipped" else judge(scenario, history)
+    unexercised = [] if status == "skipped" else not_exercised(history)
     return RunResult(
         scenario=scenario,
         run_id=(saved.run_id if saved else "") or (info.run_id if info else "") or run_dir.name,
         run_dir=run_dir,
         status=status,
         reason=reason,
-        verdict=verdict_of(status, checks, scenario.known_defect),
+        verdict=verdict_of(status, checks, scenario.known_defect, unexercised),
         history=history,
         checks=checks,
         started_at=(saved.started_at if saved else "") or (info.started if info else ""),
@@ -230,6 +232,7 @@ def load_run(path: str | Path) -> RunResult:
         stacks=dict(saved.stacks) if saved else {},
         interrupted_by=saved.interrupted_by if saved else None,
         missing_capabilities=list(skip.get("missing") or []) if skip is not None else [],
+        not_exercised=unexercised,
     )
 
 
@@ -335,6 +338,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         tests = failures = errors = skipped = 0
         # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
         expected = result.verdict == "xfail"
+        unexercised = result.verdict == "not_exercised"
         why_expected = f"xfail: known defect: {result.known_defect}"
         case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
         tests += 1
@@ -344,6 +348,10 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         elif expected:
             skipped += 1
             ET.SubElement(case, "skipped", message=why_expected).text = _expected_text(result)
+        elif unexercised:  # neither a pass nor a failure of the subject: an error of the scenario
+            errors += 1
+            ET.SubElement(case, "error", type="not_exercised",
+                          message=f"not exercised: {result.not_exercised[0]}").text = "\n".join(result.not_exercised)
         elif result.status == "step_failed":
             failures += 1
             ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = result.reason
@@ -360,6 +368,9 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
             if check.valid is False and expected:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+            elif check.valid is not True and unexercised:
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"not judged: the run was not exercised: {check.summary}")
             elif check.valid is False:
                 failures += 1
                 ET.SubElement(case, "failure", message=check.summary).text = json.dumps(dict(check.details), default=str)[:4000]

@@ -27,6 +27,7 @@ from harness.faults.netns import LinkDownSpec, PartitionSpec, RateSpec, RejectSp
 from harness.hosts import netns
 from harness.machine import procscan
 from harness.record.timeline import History
+from harness.record.witness import Witness
 from harness.reports.report import write_run_folder
 from harness.scenario import load_scenario
 
@@ -141,8 +142,13 @@ def test_partition_blackholes_the_peer_and_heal_restores_it(net: tuple[netns.Net
     assert value["host"] == "b" and len(chains(b.netns)) == 5  # -N, 2 rules, 2 jumps
     assert talk(b, a.address, limit=0.7) == "timeout"  # a blackhole: no refusal, no reset
     assert a.port_open(7000)  # only b <-> a is cut
-    assert fault.heal(ctx, injected.token) == {"chain": value["chain"], "removed": True}  # type: ignore[arg-type]
-    assert fault.heal(ctx, injected.token) == {"chain": value["chain"], "removed": False}  # type: ignore[arg-type]  # idempotent
+    healed = fault.heal(ctx, injected.token) or {}  # type: ignore[arg-type]
+    witness = Witness.of(healed.pop("witness"))
+    assert healed == {"chain": value["chain"], "removed": True}
+    # its witness: the counters of the chain's rules, read before it went (the SYNs the blackhole ate)
+    assert witness is not None and witness.effect == "seen" and witness.figures["packets"] >= 1, witness
+    healed = fault.heal(ctx, injected.token) or {}  # type: ignore[arg-type]
+    assert healed["removed"] is False and healed["witness"]["effect"] == "unwitnessed"  # idempotent: nothing to read
     assert chains(b.netns) == []
     assert talk(b, a.address).startswith("ok")
 
@@ -191,7 +197,8 @@ def test_link_down_cuts_the_host_off_and_up_restores_it(net: tuple[netns.Network
     a, b = network.hosts["a"], network.hosts["b"]
     fault = make_fault(LinkDownSpec(kind="link_down", target="a"), "down")
     injected = fault.inject(ctx)  # type: ignore[arg-type]
-    assert injected.record == {"host": "a", "link": a.link}
+    assert {k: v for k, v in injected.record.items() if k != "witness"} == {"host": "a", "link": a.link}
+    assert injected.record["witness"]["effect"] == "seen"  # no UP among its flags
     assert talk(b, a.address, limit=0.7) == "timeout"
     assert not a.port_open(7000, timeout=0.3)  # from the harness too
     fault.heal(ctx, injected.token)  # type: ignore[arg-type]
@@ -209,7 +216,10 @@ def test_rate_slows_the_host_and_heal_removes_our_qdisc(net: tuple[netns.Network
     slow = talk(b, a.address, want=size, limit=10).split()
     assert slow[0] == "ok" and int(slow[2]) == size and float(slow[1]) > 0.6, slow
     assert "tbf 1de:" in netns.ns_run(a.netns, ["tc", "qdisc", "show", "dev", "mx0"]).stdout
-    assert fault.heal(ctx, injected.token) == {"removed": [f"{a.netns}:mx0"]}  # type: ignore[arg-type]
+    healed = fault.heal(ctx, injected.token) or {}  # type: ignore[arg-type]
+    witness = Witness.of(healed.pop("witness"))
+    assert healed == {"removed": [f"{a.netns}:mx0"]}
+    assert witness is not None and witness.effect == "seen" and witness.figures["sent_bytes"] >= size, witness
     assert "tbf" not in netns.ns_run(a.netns, ["tc", "qdisc", "show", "dev", "mx0"]).stdout
     fast = talk(b, a.address, want=size, limit=10).split()
     assert fast[0] == "ok" and float(fast[1]) < 0.5, fast
@@ -234,6 +244,7 @@ processes:
   server: {{role: server, host: ctl}}
   source-1: {{role: source, host: a}}
   reader-1: {{role: reader, host: a, extra_args: [--fake-load-seconds, "0.5"]}}
+  probe: {{role: reader, host: a}}
 steps:
   - start: [server, source-1]
   - await: {{process: source-1, event: heartbeat}}
@@ -245,8 +256,14 @@ checks:
 
 def test_a_scenario_on_netns_hosts_runs_scrapes_and_leaves_nothing(tmp_path: Path) -> None:
     steps = """\
-  - fault: {kind: partition, target: a, peer: ctl, name: cut, duration: 500ms}
-  - fault: {kind: rate, target: source-1, rate: 10mbit, name: slow}
+  # held while a probe on a connects to the server (the fake reader's first act, 2 s timeout):
+  # its SYNs are what the cut's witness counts, whatever the machine's load
+  - fault: {kind: partition, target: a, peer: ctl, name: cut}
+  - start: probe
+  - await: {process: probe, exit: true, code: any}
+  - heal: cut
+  # a negative control: the fake source sends only its scrapes' answers, never 10 mbit/s
+  - fault: {kind: rate, target: source-1, rate: 10mbit, name: slow, expect_effect: false}
   - fault: {kind: link_down, target: ctl, name: down}
   - heal: down
   - start: reader-1
@@ -256,7 +273,7 @@ def test_a_scenario_on_netns_hosts_runs_scrapes_and_leaves_nothing(tmp_path: Pat
     path.write_text(SCENARIO.format(name="netns_fake", fake=FAKE, steps=steps))
     result = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False).run()
     folder = write_run_folder(result)
-    assert result.verdict == "pass", (result.reason, [(c.name, c.summary) for c in result.checks])
+    assert result.verdict == "pass", (result.reason, result.not_exercised, [(c.name, c.summary) for c in result.checks])
     history = History.from_jsonl(folder / "timeline.jsonl")
     network = history.first(actor="harness", f="network", type="ok")
     assert network is not None and set(network.get("hosts")) == {"ctl", "a"}
@@ -271,6 +288,8 @@ def test_a_scenario_on_netns_hosts_runs_scrapes_and_leaves_nothing(tmp_path: Pat
     assert scrapes and all(s.get("ok") for s in scrapes)  # the harness reaches the namespace
     healed = [e.get("fault") for e in history.select(actor="nemesis", f="heal", type="ok")]
     assert sorted(healed) == ["cut", "down", "slow"]
+    witnesses = {w.name: w.witness.effect for w in history.fault_windows() if w.witness is not None}
+    assert witnesses == {"cut": "seen", "slow": "none", "down": "seen"}  # the control held nothing back
     down = history.last(actor="harness", f="network_down")
     assert down is not None and down.get("leftovers") == []
     assert netns.leftovers(result.run_id) == []

@@ -122,6 +122,9 @@ def test_a_latency_toxic_is_on_the_proxy_until_healed_and_nothing_is_left(tmp_pa
     assert seen["inject_round_trip"] >= 0.25
     assert seen["heal_toxics"] == []
     assert seen["heal_round_trip"] < 0.25
+    # its witness: the greeting that went downstream through the proxy while the toxic held
+    (window,) = history.fault_windows()
+    assert window.witness is not None and window.witness.effect == "seen" and window.witness.figures["closed_bytes"] >= 1
 
     # teardown removed the proxy and stopped the server: no process, no API, no listener
     stop = history.last(actor="harness", f="toxiproxy_stop")
@@ -182,7 +185,7 @@ def standalone() -> Iterator[ToxiproxyAPI]:
     """A toxiproxy server of no run (as a crashed run's would be, still answering)."""
     with lease_port() as lease:
         server = subprocess.Popen(
-            [str(toxiproxy_server()), "-host", "127.0.0.1", "-port", str(lease.port)],
+            [str(toxiproxy_server()), "-host", "127.0.0.1", "-port", str(lease.port), "-proxy-metrics"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         try:
@@ -231,8 +234,13 @@ def test_toxic_and_proxy_down_heal_idempotently(standalone: ToxiproxyAPI) -> Non
     assert value["attributes"] == {"timeout": 0} and value["toxiproxy_name"] == "run-x.mds"
     (on,) = standalone.toxics("run-x.mds")
     assert (on["name"], on["type"], on["stream"], on["toxicity"]) == ("hold", "timeout", "upstream", 0.5)
-    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": True}  # type: ignore[arg-type]
-    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": False}  # type: ignore[arg-type]
+    # no client used the proxy while it held: its witness is no effect (a toxic aimed at nothing)
+    none = {"effect": "none", "why": "no connection through proxy mds while it held",
+            "figures": {"stream": "upstream", "closed_bytes": 0, "open_at_inject": 0, "open_at_heal": 0}}
+    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": True,  # type: ignore[arg-type]
+                                               "witness": none}
+    assert toxic.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "hold", "removed": False,  # type: ignore[arg-type]
+                                               "witness": none}
     assert standalone.toxics("run-x.mds") == []
 
     down = REGISTRY["proxy_down"](REGISTRY["proxy_down"].Spec.model_validate({"kind": "proxy_down", "proxy": "mds"}), "down")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import NamedResult
+from harness.judge.exercised import fault_witness
 from harness.judge.verdict import RunResult
 from harness.record.load import oversubscribed, run_load
 from harness.record.saved import VERDICT, VERSIONS
@@ -59,7 +60,7 @@ def _why(result: RunResult) -> str:
     for a known defect that reproduced, grey for a skip or an interrupted run)."""
     interrupted = result.status == "interrupted"
     bad = [c for c in _by_severity(result.checks) if c.valid is not True]
-    items = []
+    items = [f"<li><b>not exercised</b>: {_e(why)}</li>" for why in result.not_exercised]
     if result.reason:
         items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
     for c in bad:
@@ -75,6 +76,10 @@ def _why(result: RunResult) -> str:
         head = f"the run was interrupted: {len(bad)} of {len(result.checks)} checks not judged (the run ended before them)"
     elif result.verdict == "skip":
         head = "skipped: nothing ran"
+    elif result.verdict == "not_exercised":
+        n = len(result.not_exercised)
+        head = (f"not exercised: {n} fault{'s' if n != 1 else ''} did not do what the scenario meant, as measured "
+                "(its witness below): the checks judged a run that did not happen, neither PASS nor FAIL")
     elif result.verdict == "xfail":
         head = f"the known defect reproduced: {len(bad)} of {len(result.checks)} checks did not pass, as expected"
     return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
@@ -258,10 +263,23 @@ def _faults_table(h: History) -> str:
         return ""
     rows = (
         f"<tr><td>{_e(w.name)}</td><td>{_e(w.kind)}</td><td>{_e(w.target or '')}</td><td>{w.start:.3f}</td>"
-        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{_e(_fault_outcome(w))}</td></tr>"
+        f"<td>{'-' if w.end is None else f'{w.end:.3f}'}</td><td>{_e(_fault_outcome(w))}</td>{_witness_cell(w, h)}</tr>"
         for w in windows
     )
-    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "outcome"), rows)
+    return _table("Faults", ("fault", "kind", "target", "from (s)", "until (s)", "outcome", "witness"), rows)
+
+
+def _witness_cell(w: FaultWindow, h: History) -> str:
+    """What the fault measured of its effect: the words, coloured (no effect: NOT EXERCISED's
+    colour), its figures in the title; a negative control says so."""
+    witness = fault_witness(w, h)
+    if witness is None:
+        return "<td>-</td>"
+    control = "" if w.expect_effect else " (negative control: expect_effect false)"
+    missed = (witness.effect == "none") == w.expect_effect and witness.effect != "unwitnessed"
+    style = f" style='color:{swatch('not_exercised').strong};font-weight:700'" if missed else ""
+    figures = json.dumps(dict(witness.figures), default=str)
+    return f"<td class='witness'{style} title='{_e(figures)}'>{_e(witness.describe() + control)}</td>"
 
 
 def _fault_outcome(w: FaultWindow) -> str:

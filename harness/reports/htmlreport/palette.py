@@ -3,7 +3,8 @@ history of nights): for each verdict or cell, a strong colour (text, marks), a l
 (table cells) and a glyph, so no verdict is told by colour alone.
 
 Failing (FAIL, FLAKY, HANG, ERROR, ENV_BROKEN) is red with a cross; UNKNOWN and XFAIL
-(a known defect, as expected) amber; SKIP and NOT JUDGED (a check an interrupted run did not
+(a known defect, as expected) amber; NOT EXERCISED (a fault had no effect: the scenario did
+not happen) magenta with an empty circle-slash; SKIP and NOT JUDGED (a check an interrupted run did not
 reach) neutral grey with a dash or a ring; PASS green with a tick; XPASS and FIXED? blue.
 Imports nothing of the report, so any page may use it.
 """
@@ -33,12 +34,14 @@ _UNKNOWN = Swatch("#9a6700", "#fff8c5", "?", "warn")
 _XFAIL = Swatch("#bc4c00", "#fff1e5", "!", "warn")
 _BLUE = Swatch("#0969da", "#ddf4ff", "\u2605", "info")
 _SKIP = Swatch("#6e7781", "#f6f8fa", "\u2013", "neutral")
+_UNEXERCISED = Swatch("#bf3989", "#ffeff7", "\u2298", "fail")
 _UNJUDGED = Swatch("#6e7781", "#f6f8fa", "\u25cb", "neutral")
 
 _BY_NAME: dict[str, Swatch] = {
     "pass": _PASS, "fail": _FAIL, "flaky": _FAIL, "hang": _HANG, "error": _ERROR, "env_broken": _ERROR,
     "unknown": _UNKNOWN, "xfail": _XFAIL, "reproduced": _XFAIL, "xpass": _BLUE, "fixed?": _BLUE,
     "not_reproduced": _BLUE, "skip": _SKIP, "not judged": _UNJUDGED, "not run": _UNJUDGED,
+    "not_exercised": _UNEXERCISED, "not exercised": _UNEXERCISED,
     "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "none": _SKIP,
 }
 

@@ -19,10 +19,11 @@ _GREEN, _RED, _AMBER, _PURPLE, _BLUE, _ORANGE, _VIOLET, _GREY = (
 )
 _CHECK_COLORS: dict[object, str] = {True: swatch("pass").strong, False: swatch("fail").strong,
                                      "unknown": swatch("unknown").strong}
-_VERDICT_COLORS = {v: swatch(v).strong for v in ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip")}
+_VERDICT_COLORS = {v: swatch(v).strong for v in ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip",
+                                                  "not_exercised")}
 # a scenario's cell over its --repeat N runs (harness.record.rates.CELLS)
 _CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED",
-                                               "FIXED?", "NOT_REPRODUCED")}
+                                               "FIXED?", "NOT_REPRODUCED", "NOT_EXERCISED")}
 # events drawn as dots on a process lane: colour, legend text
 _EVENT_STYLE = {
     "load_done": (_GREEN, "load_done"),

@@ -148,11 +148,16 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
         return SimpleNamespace(
             scenario=SimpleNamespace(name=name, path=None), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
             status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
+            not_exercised=["fault cut (partition b): no effect: chain c: 0 packets"] if verdict == "not_exercised" else [],
         )
 
     out = io.StringIO()
-    verdict_table(cast(Any, [result("a", "pass", 1.0), result("b", "fail", 2.0), result("c", "pass", 0.5), result("d", "skip", 0.0)]), out)
-    assert out.getvalue().splitlines()[-1] == "4 scenarios: 2 PASS, 1 FAIL, 1 SKIP in 3.5s"
+    verdict_table(cast(Any, [result("a", "pass", 1.0), result("b", "fail", 2.0), result("c", "pass", 0.5), result("d", "skip", 0.0),
+                             result("e", "not_exercised", 1.0)]), out)
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "5 scenarios: 2 PASS, 1 FAIL, 1 SKIP, 1 NOT_EXERCISED in 4.5s"
+    assert "  NOT EXERCISED fault cut (partition b): no effect: chain c: 0 packets" in lines  # under its name
+    assert any(line.startswith("e ") and "NOT_EXERCISED" in line and "no effect" in line for line in lines)  # its row
     empty = io.StringIO()
     verdict_table([], empty)
     assert empty.getvalue() == ""
@@ -161,7 +166,8 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
 def test_an_interrupted_runs_unfinished_checks_are_not_judged_in_the_table() -> None:
     checks = [SimpleNamespace(valid=True, name="loaded", summary="ok"), SimpleNamespace(valid=False, name="exit_codes", summary="-9")]
     run = SimpleNamespace(scenario=SimpleNamespace(name="cut", path=None), verdict="error", seconds=1.0, seed=1,
-                          run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks)
+                          run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks,
+                          not_exercised=[])
     out = io.StringIO()
     verdict_table(cast(Any, [run]), out)
     lines = [line.split() for line in out.getvalue().splitlines() if "loaded" in line or "exit_codes" in line]

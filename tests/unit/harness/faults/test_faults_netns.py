@@ -5,6 +5,7 @@ lead to a host of the wrong kind."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from harness.faults.netns import (
     firewall_rules,
 )
 from harness.hosts.base import Place
+from harness.record.witness import Witness
 from harness.spec import SourceOf
 
 RUN = "run-fake"
@@ -53,6 +55,14 @@ def iptables(*args: str) -> tuple[str, ...]:
     return ("iptables", "-w", "5", *args)
 
 
+def unwitnessed(value: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
+    """A record without its witness, and the witness's effect."""
+    rest = dict(value or {})
+    witness = Witness.of(rest.pop("witness", None))
+    assert witness is not None, f"no witness in {value}"
+    return rest, witness.effect
+
+
 # ---------------------------------------------------------------------------- partition / reject
 
 
@@ -73,9 +83,9 @@ def test_partition_adds_one_chain_hooked_both_ways_and_heal_removes_exactly_it(c
                                "chain": chain, "direction": "both", "rules": ["-s 10.9.0.2 -j DROP", "-d 10.9.0.2 -j DROP"],
                                "ports": []}
     assert shell.left()["jumps"] == {NS_B: {"INPUT": [chain], "OUTPUT": [chain]}}
-    assert fault.heal(ctx, injected.token) == {"chain": chain, "removed": True}
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"chain": chain, "removed": True}, "none")
     assert shell.left() == NOTHING_LEFT
-    assert fault.heal(ctx, injected.token) == {"chain": chain, "removed": False}  # idempotent
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"chain": chain, "removed": False}, "unwitnessed")
     assert shell.left() == NOTHING_LEFT
 
 
@@ -132,7 +142,7 @@ def test_a_chain_whose_namespace_is_gone_heals_as_a_noop(ctx: FakeContext, shell
     fault = make_fault(PartitionSpec(kind="partition", target="a", peer="b"), "cut")
     token = fault.inject(ctx).token
     shell.namespaces_.remove(NS_A)
-    assert fault.heal(ctx, token) == {"chain": token.chain, "removed": False}
+    assert unwitnessed(fault.heal(ctx, token)) == ({"chain": token.chain, "removed": False}, "unwitnessed")
 
 
 @pytest.mark.parametrize(("target", "peer", "error"), [
@@ -206,12 +216,14 @@ def test_sweep_removes_the_runs_chains_in_the_runs_namespaces_only(ctx: FakeCont
 def test_link_down_sets_the_bridge_end_down_and_heal_sets_that_link_up(ctx: FakeContext, shell: FakeShell) -> None:
     fault = make_fault(LinkDownSpec(kind="link_down", target="reader-1"), "down")
     injected = fault.inject(ctx)
-    assert injected.token == "mxv2" and injected.record == {"host": "b", "link": "mxv2"}
-    assert shell.commands == [(None, ("ip", "link", "set", "dev", "mxv2", "down"))]
+    assert injected.token == "mxv2" and unwitnessed(injected.record) == ({"host": "b", "link": "mxv2"}, "seen")
+    assert shell.commands == [(None, ("ip", "link", "set", "dev", "mxv2", "down")),
+                              (None, ("ip", "-o", "link", "show", "dev", "mxv2"))]  # its witness
     assert shell.left()["down"] == ["mxv2"]
-    assert fault.heal(ctx, injected.token) == {"link": "mxv2", "up": True}
-    assert fault.heal(ctx, injected.token) == {"link": "mxv2", "up": True}
-    assert shell.commands[1:] == [(None, ("ip", "link", "set", "dev", "mxv2", "up"))] * 2
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"link": "mxv2", "up": True}, "seen")  # down until now
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"link": "mxv2", "up": True}, "none")  # it was up
+    assert shell.commands[2:] == [(None, ("ip", "-o", "link", "show", "dev", "mxv2")),
+                                  (None, ("ip", "link", "set", "dev", "mxv2", "up"))] * 2
     assert shell.left() == NOTHING_LEFT
 
 
@@ -219,7 +231,7 @@ def test_link_down_heal_after_the_network_is_gone_is_a_noop(ctx: FakeContext, sh
     fault = make_fault(LinkDownSpec(kind="link_down", target="a"), "down")
     token = fault.inject(ctx).token
     del shell.links["mxv1"]
-    assert fault.heal(ctx, token) == {"link": "mxv1", "up": False}
+    assert unwitnessed(fault.heal(ctx, token)) == ({"link": "mxv1", "up": False}, "unwitnessed")
 
 
 def test_link_down_interrupted_sets_the_link_up_again(ctx: FakeContext, shell: FakeShell) -> None:
@@ -258,10 +270,10 @@ def test_rate_on_both_directions_puts_tbf_on_both_veth_ends_and_heal_removes_the
     assert injected.record == {"host": "a", "rate": "8mbit", "bits_per_s": 8e6, "burst": 20000,
                                "devices": [f"{NS_A}:mx0", "root:mxv1"]}
     shell.commands.clear()
-    assert fault.heal(ctx, injected.token) == {"removed": [f"{NS_A}:mx0", "root:mxv1"]}
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"removed": [f"{NS_A}:mx0", "root:mxv1"]}, "none")
     assert (NS_A, ("tc", "qdisc", "del", "dev", "mx0", "root", "handle", "1de:")) in shell.commands
     assert shell.left() == NOTHING_LEFT
-    assert fault.heal(ctx, injected.token) == {"removed": []}
+    assert unwitnessed(fault.heal(ctx, injected.token)) == ({"removed": []}, "unwitnessed")
 
 
 def test_rate_heal_leaves_the_qdiscs_of_other_hosts(ctx: FakeContext, shell: FakeShell) -> None:
@@ -298,3 +310,33 @@ def test_network_specs_declare_host_references_and_the_kinds_they_need() -> None
     for kind in ("partition", "reject", "link_down", "rate"):
         assert REGISTRY[kind].Spec.host_kinds == ("netns",)
     assert partition.process_refs() == () and partition.proxy_refs() == ()
+
+
+# ---------------------------------------------------------------------------- witnesses
+
+
+def test_a_partition_whose_rules_met_packets_is_witnessed_at_heal_by_its_counters(ctx: FakeContext, shell: FakeShell) -> None:
+    fault = make_fault(PartitionSpec(kind="partition", target="b", peer="a"), "cut")
+    injected = fault.inject(ctx)
+    shell.hits[injected.token.chain] = 7
+    witness = Witness.of((fault.heal(ctx, injected.token) or {})["witness"])
+    assert witness is not None and witness.effect == "seen"
+    assert dict(witness.figures) == {"chain": injected.token.chain, "packets": 14, "bytes": 840, "hooks": 2}
+
+
+def test_a_chain_nothing_jumps_to_is_no_effect_and_says_so(ctx: FakeContext, shell: FakeShell) -> None:
+    """The planted regression of the issue: rules in a chain no hook reaches."""
+    fault = make_fault(RejectSpec(kind="reject", target="b", peer="a"), "cut")
+    injected = fault.inject(ctx)
+    shell.hooks[NS_B] = {"INPUT": [], "OUTPUT": []}
+    witness = Witness.of((fault.heal(ctx, injected.token) or {})["witness"])
+    assert witness is not None and witness.effect == "none"
+    assert "no hook jumps to it" in witness.why and witness.figures["hooks"] == 0
+
+
+def test_a_rate_limit_that_held_packets_back_is_seen(ctx: FakeContext, shell: FakeShell) -> None:
+    fault = make_fault(RateSpec(kind="rate", target="a", rate="8mbit"), "slow")
+    injected = fault.inject(ctx)
+    shell.overlimits = 12
+    healed, effect = unwitnessed(fault.heal(ctx, injected.token))
+    assert effect == "seen" and healed == {"removed": [f"{NS_A}:mx0"]}

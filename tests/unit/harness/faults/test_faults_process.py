@@ -4,18 +4,45 @@ midway, and references that lead nowhere."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 import pytest
 from fixtures.fault_context import FakeContext
 
 from harness.errors import FaultError, RunInterrupted
 from harness.faults import make_fault
+from harness.faults import process as process_faults
 from harness.faults.process import DepartSpec, KillSpec, Paused, PauseSpec, RestartSpec, StopSpec
+from harness.record.witness import Witness
 from harness.spec import SourceOf
 
 
 @pytest.fixture
 def ctx() -> FakeContext:
     return FakeContext.source_and_reader()
+
+
+@pytest.fixture
+def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A /proc of our own: ``threads(proc, pid, "TTS")`` gives pid three threads in those states."""
+    monkeypatch.setattr(process_faults, "PROC", tmp_path)
+    return tmp_path
+
+
+def threads(proc: Path, pid: int | None, states: str) -> None:
+    for tid, state in enumerate(states, start=1):
+        task = proc / str(pid) / "task" / str(tid)
+        task.mkdir(parents=True, exist_ok=True)
+        (task / "stat").write_text(f"{tid} (py thr) a) {state} 1 {pid} {pid} 0 -1\n")
+
+
+def split(value: Mapping[str, Any] | None) -> tuple[dict[str, Any], Witness]:
+    rest = dict(value or {})
+    witness = Witness.of(rest.pop("witness", None))
+    assert witness is not None, f"no witness in {value}"
+    return rest, witness
 
 
 def test_kill_sends_its_signal_to_the_current_pid_and_has_nothing_to_heal(ctx: FakeContext) -> None:
@@ -35,29 +62,37 @@ def test_kill_of_source_of_hits_the_source_the_reader_attempts(ctx: FakeContext)
     assert fault.spec.process_refs() == ("reader-1",)  # validated: the reader
 
 
-def test_pause_heal_resumes_the_pid_it_paused_not_a_later_incarnation(ctx: FakeContext) -> None:
+def test_pause_heal_resumes_the_pid_it_paused_not_a_later_incarnation(ctx: FakeContext, proc: Path) -> None:
     first = ctx.procs["source-1"].pid
     assert first is not None
+    threads(proc, first, "TT")
     fault = make_fault(PauseSpec(kind="pause", target="source-1"), "freeze")
     injected = fault.inject(ctx)
     assert injected.token == Paused("source-1", first, True)
-    assert injected.record == {"target": "source-1", "pid": first, "signal": "SIGSTOP"}
+    record, witness = split(injected.record)
+    assert record == {"target": "source-1", "pid": first, "signal": "SIGSTOP"}
+    assert witness.effect == "seen" and witness.figures["threads"] == 2
     assert ctx.paused == {first}
     ctx.stop("source-1", 1.0)
     ctx.start("source-1")  # a new incarnation, another pid
     later = ctx.procs["source-1"].pid
     assert later != first
-    assert fault.heal(ctx, injected.token) == {"target": "source-1", "pid": first, "signal": "SIGCONT", "resumed": False}
+    threads(proc, first, "TS")  # something resumed one of its threads before the heal
+    healed, witness = split(fault.heal(ctx, injected.token))
+    assert healed == {"target": "source-1", "pid": first, "signal": "SIGCONT", "resumed": False}
+    assert witness.effect == "none" and witness.why == f"1 of 2 threads of pid {first} in state T"
     assert ctx.recorded("signal_pid") == [(first, "SIGCONT", True, False)]  # never the new pid
 
 
-def test_pause_heal_resumes_and_a_second_heal_is_harmless(ctx: FakeContext) -> None:
+def test_pause_heal_resumes_and_a_second_heal_is_harmless(ctx: FakeContext, proc: Path) -> None:
     fault = make_fault(PauseSpec(kind="pause", target="source-1", group=False), "freeze")
-    token = fault.inject(ctx).token
+    token = fault.inject(ctx).token  # its threads cannot be read: not witnessed, and it does not wait for them
     pid = token.pid
-    assert fault.heal(ctx, token) == {"target": "source-1", "pid": pid, "signal": "SIGCONT", "resumed": True}
+    assert split(fault.heal(ctx, token))[0] == {"target": "source-1", "pid": pid, "signal": "SIGCONT", "resumed": True}
     assert ctx.paused == set()
-    assert fault.heal(ctx, token) == {"target": "source-1", "pid": pid, "signal": "SIGCONT", "resumed": True}
+    healed, witness = split(fault.heal(ctx, token))
+    assert healed == {"target": "source-1", "pid": pid, "signal": "SIGCONT", "resumed": True}
+    assert witness.effect == "unwitnessed" and "gone" in witness.why
     assert ctx.paused == set() and ctx.procs["source-1"].alive
     assert ctx.recorded("signal_pid") == [(pid, "SIGCONT", False, True)] * 2
 
@@ -97,7 +132,9 @@ def test_a_reference_that_leads_nowhere_is_a_fault_error_naming_it(ctx: FakeCont
 def test_stop_stops_gracefully_and_records_the_outcome(ctx: FakeContext) -> None:
     injected = make_fault(StopSpec(kind="stop", target="source-1", grace=3.0), "s").inject(ctx)
     assert injected.token is None
-    assert injected.record == {"target": "source-1", "rc": -15, "escalated": False}
+    record, witness = split(injected.record)
+    assert record == {"target": "source-1", "rc": -15, "escalated": False}
+    assert witness.effect == "seen" and witness.figures["rc"] == -15
     assert ctx.recorded("stop") == [("source-1", 3.0)]
 
 
@@ -110,7 +147,9 @@ def test_restart_signals_stops_waits_and_starts_a_new_incarnation(ctx: FakeConte
     assert [call[0] for call in ctx.calls] == ["signal", "stop", "sleep", "start"]
     assert ctx.recorded("sleep") == [(0.5,)]
     assert injected.token is None
-    assert injected.record == {"target": "source-1", "pid": old, "signal": "SIGKILL",
+    record, witness = split(injected.record)
+    assert witness.effect == "seen" and witness.figures["incarnation"] == 2
+    assert record == {"target": "source-1", "pid": old, "signal": "SIGKILL",
                                "stopped": {"rc": None, "escalated": False},
                                "started": {"pid": new.pid, "incarnation": 2}}
 

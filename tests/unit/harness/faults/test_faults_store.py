@@ -63,12 +63,27 @@ def test_store_wipe_flushes_the_redis_the_target_listens_on_and_records_the_keys
     fault = make_fault(StoreWipeSpec(kind="store_wipe", target="store", timeout=2.0), "wipe")
     injected = fault.inject(ctx)
     assert injected.token is None
-    assert injected.record == {"target": "store", "address": "127.0.0.1:6390", "keys_removed": 5, "keys_after": 0}
+    record = dict(injected.record)
+    assert record.pop("witness") == {"effect": "seen", "why": "5 keys before, 0 after",
+                                     "figures": {"keys_before": 5, "keys_after": 0}}
+    assert record == {"target": "store", "address": "127.0.0.1:6390", "keys_removed": 5, "keys_after": 0}
     [client] = fake_redis.made
     assert client.kwargs == {"host": "127.0.0.1", "port": 6390, "socket_timeout": 2.0, "socket_connect_timeout": 2.0}
     assert client.closed and client.keys == 0
     assert ctx.recorded("wait") == [("store", "listening", {"what": "redis"}, 2.0)]
     assert fault.heal(ctx, None) is None  # a wiped store stays wiped
+
+
+def test_a_wipe_of_an_empty_store_is_no_effect(ctx: FakeContext, fake_redis: type[FakeRedis],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    class Empty(FakeRedis):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.keys = 0
+
+    monkeypatch.setattr(redis, "Redis", Empty)
+    injected = make_fault(StoreWipeSpec(kind="store_wipe", target="store"), "wipe").inject(ctx)
+    assert injected.record["witness"]["effect"] == "none"  # nothing was there to take away
 
 
 def test_store_wipe_turns_a_redis_error_into_a_fault_error_naming_the_address(

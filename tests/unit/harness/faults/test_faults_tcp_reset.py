@@ -11,6 +11,7 @@ from fixtures.fault_context import FakeContext, FakeShell, install_shell
 from harness.errors import FaultError
 from harness.faults import make_fault
 from harness.faults.tcp_reset import TcpResetSpec
+from harness.record.witness import Witness
 from harness.spec import SourceOf
 
 
@@ -44,14 +45,27 @@ def test_tcp_reset_kills_each_connection_between_the_two_and_no_other(ctx: FakeC
     fault = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer=SourceOf(source_of="reader-1")), "rst")
     injected = fault.inject(ctx)
     assert injected.token is None
-    assert injected.record == {"target": "reader-1", "peer": "source-1", "waited_s": 0.0,
-                               "connections": ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]}
+    record = dict(injected.record)
+    witness = Witness.of(record.pop("witness"))
+    assert record == {"target": "reader-1", "peer": "source-1", "waited_s": 0.0,
+                      "connections": ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]}
+    assert witness is not None and witness.effect == "seen" and witness.why == "2 of 2 connections destroyed"
     assert shell.commands == [
         (None, ("ss", "-tnpH", "state", "established")),
         (None, ("ss", "-K", "-tn", "src", "127.0.0.1:40001", "dst", "127.0.0.1:50001")),
         (None, ("ss", "-K", "-tn", "src", "::1:40002", "dst", "::1:50002")),
+        (None, ("ss", "-tnpH", "state", "established")),  # its witness: are they gone?
     ]
     assert fault.heal(ctx, None) is None  # nothing to heal
+
+
+def test_an_ss_that_destroys_nothing_is_no_effect(ctx: FakeContext, shell: FakeShell) -> None:
+    """A kernel without INET_DIAG_DESTROY: ``ss -K`` answers 0 and every connection stays."""
+    shell.destroys = False
+    injected = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
+    witness = Witness.of(injected.record["witness"])
+    assert witness is not None and witness.effect == "none"
+    assert witness.figures["destroyed"] == 0 and len(witness.figures["still"]) == 2
 
 
 def test_tcp_reset_without_a_connection_between_them_fails(ctx: FakeContext, shell: FakeShell) -> None:
@@ -75,7 +89,7 @@ def test_tcp_reset_looks_again_until_the_connection_is_there(ctx: FakeContext, s
     monkeypatch.setattr(ctx, "sleep", nap)
     injected = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
     assert naps == [0.02, 0.02, 0.02]
-    assert [argv[1] for _ns, argv in shell.commands] == ["-tnpH"] * 4 + ["-K", "-K"]
+    assert [argv[1] for _ns, argv in shell.commands] == ["-tnpH"] * 4 + ["-K", "-K", "-tnpH"]
     assert injected.record["connections"] == ["127.0.0.1:40001->127.0.0.1:50001", "[::1]:40002->[::1]:50002"]
     assert 0.0 <= injected.record["waited_s"] < 1.0
 

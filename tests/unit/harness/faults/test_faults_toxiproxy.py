@@ -9,11 +9,13 @@ from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 
 from harness.errors import FaultError, RunInterrupted
 from harness.faults import REGISTRY, make_fault
-from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec
+from harness.faults import toxiproxy as toxiproxy_faults
+from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec, Traffic
 from harness.toxiproxy import ToxiproxyError
 
 API = "http://127.0.0.1:8474"
 PROXY = "run-fake.mds"
+LISTEN = "127.0.0.1:20001"  # the fake proxy's listener
 
 
 @pytest.fixture
@@ -30,25 +32,61 @@ def server(monkeypatch: pytest.MonkeyPatch) -> FakeToxiproxy:
     return server
 
 
+@pytest.fixture
+def counters(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, str], int]:
+    """What the server's /metrics says each (proxy, stream) has received on closed connections,
+    and (listen, "open") the connections ss counts open on a listener."""
+    received: dict[tuple[str, str], int] = {}
+
+    def stream_bytes(api: str, proxy: str, stream: str) -> int | None:
+        assert api == API
+        return received.get((proxy, stream))
+
+    monkeypatch.setattr(toxiproxy_faults, "stream_bytes", stream_bytes)
+    monkeypatch.setattr(toxiproxy_faults, "connections", lambda listen: received.get((listen, "open")))
+    return received
+
+
 def latency() -> ToxicSpec:
     return ToxicSpec.model_validate({"kind": "toxic", "proxy": "mds", "type": "latency", "stream": "upstream",
                                      "toxicity": 0.5, "attributes": {"latency": "1s", "jitter": 50}})
 
 
-def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, server: FakeToxiproxy) -> None:
+def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, server: FakeToxiproxy,
+                                                          counters: dict[tuple[str, str], int]) -> None:
+    counters[(PROXY, "upstream")] = 100
     fault = make_fault(latency(), "slow")
     injected = fault.inject(ctx)
     body = {"name": "slow", "type": "latency", "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
     assert server.calls == [("add_toxic", PROXY, body)]
     assert ctx.recorded("proxy") == [("mds",)]
-    assert injected.token == AddedToxic(API, "mds", PROXY, "slow")
+    assert injected.token == AddedToxic(API, "mds", PROXY, "slow", "upstream", LISTEN, Traffic(100, None))
     assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "toxic": "slow", "type": "latency",
                                "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
     server.proxies[PROXY]["toxics"]["other"] = {"name": "other"}
-    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": True}
-    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": False}
+    counters[(PROXY, "upstream")] = 1300  # what a client sent through it meanwhile, and closed
+    seen = {"effect": "seen", "why": "proxy mds: None connections open at inject, None at heal, 1200 bytes upstream "
+            "on connections closed meanwhile",
+            "figures": {"stream": "upstream", "closed_bytes": 1200, "open_at_inject": None, "open_at_heal": None}}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": True, "witness": seen}
+    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "toxic": "slow", "removed": False, "witness": seen}
     assert list(server.proxies[PROXY]["toxics"]) == ["other"]
     assert ctx.recorded("proxy") == [("mds",)]  # heal needs no proxy from the context
+
+
+def test_a_toxic_no_connection_went_through_is_no_effect_and_one_unread_is_not_witnessed(
+        ctx: FakeContext, server: FakeToxiproxy, counters: dict[tuple[str, str], int]) -> None:
+    fault = make_fault(latency(), "slow")
+    token = fault.inject(ctx).token  # neither /metrics nor ss answer
+    assert ((fault.heal(ctx, token) or {})["witness"]["effect"]) == "unwitnessed"
+    counters[(PROXY, "upstream")] = 7
+    counters[(LISTEN, "open")] = 0
+    token = fault.inject(ctx).token
+    witness = (fault.heal(ctx, token) or {})["witness"]
+    assert (witness["effect"], witness["figures"]["closed_bytes"]) == ("none", 0)  # a toxic on a proxy no client used
+    token = fault.inject(ctx).token
+    counters[(LISTEN, "open")] = 1  # a gRPC channel open through it (its bytes count only when it closes)
+    assert (fault.heal(ctx, token) or {})["witness"]["effect"] == "seen"
 
 
 def test_a_toxic_the_server_refuses_removes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:

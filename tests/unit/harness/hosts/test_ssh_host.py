@@ -182,8 +182,15 @@ def test_a_network_faults_commands_reach_an_ssh_host_through_its_own_shell_while
     host.inner_link = "eth9"
     lines: list[str] = []
 
+    up = {"eth9": True}
+
     def answer(line: str, timeout: float) -> ExecResult:
         lines.append(line)
+        if line.startswith("sudo -n ip link set dev eth9 "):
+            up["eth9"] = line.endswith(" up")
+        if " -o link show " in line:  # the witness reads the device's flags on the host
+            flags = "BROADCAST,MULTICAST,UP,LOWER_UP" if up["eth9"] else "BROADCAST,MULTICAST"
+            return ExecResult(0, f"3: eth9: <{flags}> mtu 1500 state DOWN", "", 0.0)
         return ExecResult(0, "", "", 0.0)
 
     monkeypatch.setattr(host.shell, "run", answer)
@@ -192,10 +199,13 @@ def test_a_network_faults_commands_reach_an_ssh_host_through_its_own_shell_while
     host.connected = True  # as ``open`` leaves it
     fault = make_fault(LinkDownSpec(kind="link_down", target="b"), "down")
     injected = fault.inject(_OneHost(host))  # type: ignore[arg-type]
-    assert lines == ["sudo -n ip link set dev eth9 down"] and injected.record["on_host"] is True
-    assert fault.heal(_OneHost(host), injected.token) == {"link": "eth9", "up": True}  # type: ignore[arg-type]
-    assert lines[-1] == "sudo -n ip link set dev eth9 up"
+    assert lines == ["sudo -n ip link set dev eth9 down", "sudo -n ip -o link show dev eth9"]
+    assert injected.record["on_host"] is True and injected.record["witness"]["effect"] == "seen"
+    healed = fault.heal(_OneHost(host), injected.token) or {}  # type: ignore[arg-type]
+    assert healed.pop("witness")["effect"] == "seen" and healed == {"link": "eth9", "up": True}
+    assert lines[-2:] == ["sudo -n ip -o link show dev eth9", "sudo -n ip link set dev eth9 up"]
     host.connected = False  # closed: its heal has nothing left to reach
-    assert fault.heal(_OneHost(host), injected.token) == {"link": "eth9", "up": False}  # type: ignore[arg-type]
-    assert len(lines) == 2
+    healed = fault.heal(_OneHost(host), injected.token) or {}  # type: ignore[arg-type]
+    assert healed.pop("witness")["effect"] == "unwitnessed" and healed == {"link": "eth9", "up": False}
+    assert len(lines) == 4
     assert LocalHost("l").fault_place() is None

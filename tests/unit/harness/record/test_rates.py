@@ -79,11 +79,18 @@ def test_a_plain_scenario_that_passes_sometimes_is_flaky_and_names_its_failing_r
         (("fail", "unknown"), "UNKNOWN"),
         (("unknown", "error", "fail"), "ERROR"),
         (("error", "hang", "fail"), "HANG"),
+        (("not_exercised", "not_exercised"), "NOT_EXERCISED"),  # a column of not-exercised runs does not pass
+        (("not_exercised", "fail"), "FAIL"),
     ],
 )
 def test_zero_of_n_is_the_worst_verdict(verdicts: tuple[str, ...], cell: str) -> None:
     judged = cell_of("s", runs(*verdicts))
     assert (judged.name, judged.rate.k, judged.fails_run) == (cell, 0, True)
+
+
+def test_a_run_not_exercised_beside_passes_is_flaky_not_a_pass() -> None:
+    cell = cell_of("s", runs("pass", "not_exercised", "pass"))
+    assert (cell.name, cell.rate, cell.fails_run) == ("FLAKY", Rate(2, 3), True)
 
 
 def test_skip_stays_skip_and_skipped_runs_do_not_count() -> None:
@@ -146,8 +153,8 @@ def test_the_summary_has_exactly_the_documented_shape(tmp_path: Path) -> None:
         "bound": None,
         "measured": None,
         "runs": [
-            {"verdict": "pass", "run_dir": "/runs/s/0", "seed": 7, "seconds": 1.5},
-            {"verdict": "fail", "run_dir": "/runs/s/1", "seed": 8, "seconds": 1.5},
+            {"verdict": "pass", "run_dir": "/runs/s/0", "seed": 7, "seconds": 1.5, "not_exercised": []},
+            {"verdict": "fail", "run_dir": "/runs/s/1", "seed": 8, "seconds": 1.5, "not_exercised": []},
         ],
     }
     defect = saved["scenarios"]["defect"]

@@ -542,3 +542,35 @@ def test_check_write_judges_a_crashed_folder_and_writes_its_verdict_files(tmp_pa
 
 def test_the_statuses_listed_are_the_statuses_typed() -> None:
     assert get_args(RunStatus) == RUN_STATUSES and "crashed" in RUN_STATUSES
+
+
+# ------------------------------------------------------------------------ not exercised (issue 35)
+
+NO_EFFECT = {"effect": "none", "why": "1 of 3 threads of pid 2 in state T", "figures": {"pid": 2, "threads": 3, "stopped": 1}}
+
+
+def test_a_fault_without_effect_is_not_exercised_on_the_page_in_junit_and_when_checked_again(tmp_path: Path) -> None:
+    from harness.judge.exercised import not_exercised
+
+    rows = [r if r[3] != "heal" else (r[0], r[1], r[2], r[3], {**r[4], "witness": NO_EFFECT}) for r in ROWS]
+    result = make_result(tmp_path, [named(0, True), named(1, False)])
+    result.history = History.build(rows)
+    result.not_exercised = not_exercised(result.history)
+    result.verdict = verdict_of(result.status, result.checks, None, result.not_exercised)
+    assert result.verdict == "not_exercised" and not result.ok
+    why = "fault freeze (pause source-1): no effect: 1 of 3 threads of pid 2 in state T"
+    assert result.not_exercised == [why]
+
+    suite = _suite(result)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "0", "1", "1")
+    run = suite.findall("testcase")[0].find("error")
+    assert run is not None and (run.get("type"), run.get("message")) == ("not_exercised", f"not exercised: {why}")
+
+    folder = write_run_folder(result)
+    page = (folder / "report.html").read_text()
+    assert ">NOT_EXERCISED</span>" in page and "not exercised: 1 fault did not do what the scenario meant" in page
+    assert "<td class='witness'" in page and "no effect: 1 of 3 threads of pid 2 in state T" in page
+    saved = json.loads((folder / "verdict.json").read_text())
+    assert (saved["verdict"], saved["not_exercised"]) == ("not_exercised", [why])
+    again = load_run(folder)  # mxchaos check: judged again from the timeline, witnesses included
+    assert (again.verdict, again.not_exercised) == ("not_exercised", [why])
