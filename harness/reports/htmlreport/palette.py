@@ -39,7 +39,7 @@ _BY_NAME: dict[str, Swatch] = {
     "pass": _PASS, "fail": _FAIL, "flaky": _FAIL, "hang": _HANG, "error": _ERROR, "env_broken": _ERROR,
     "unknown": _UNKNOWN, "xfail": _XFAIL, "reproduced": _XFAIL, "xpass": _BLUE, "fixed?": _BLUE,
     "not_reproduced": _BLUE, "skip": _SKIP, "not judged": _UNJUDGED, "not run": _UNJUDGED,
-    "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "none": _SKIP,
+    "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "not_installable": _SKIP, "none": _SKIP,
 }
 
 
