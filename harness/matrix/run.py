@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
-from harness.matrix.defects import defect_status
+from harness.matrix.defects import defect_here, defect_status
 from harness.matrix.schedule import Placement, plan_column, run_plan
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
@@ -247,7 +247,8 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                     except ValueError:
                         run["link"] = str(rd)
             defect = spec.defects.get(name)
-            if defect:
+            played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
+            if defect and defect_here(defect, played):
                 cell["defect"] = defect_status(defect, column.nixl or here_nixl(), cell["verdicts"])
                 if cell["defect"]["headline"]:
                     headlines.append({"scenario": name, "column": column.id, "text": cell["defect"]["headline"]})
