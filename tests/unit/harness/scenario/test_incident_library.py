@@ -70,5 +70,11 @@ def test_incident_names_are_unique_across_the_suite() -> None:
 
 
 def test_the_library_puts_the_real_client_through_most_incidents() -> None:
+    """Most incidents put the real client through them. Two stage what only mxref's own means can
+    (issue 37): a half-open store read through mxref's per-heartbeat events, and a rolling upgrade's
+    version skew set per process (the real client's version is its installed package's: a matrix
+    axis, not a scenario option); they are not counted against the rule."""
+    mxref_means = {"mooncake4003_half_open_store", "mx_version_skew_rolling_upgrade"}
     both = [p.stem for p in INCIDENTS if "modelexpress" in load_scenario(p).subjects]
-    assert len(both) >= len(INCIDENTS) // 2, f"only {both} can be played by the real client"
+    counted = [p for p in INCIDENTS if p.stem not in mxref_means]
+    assert len(both) >= len(counted) // 2, f"only {both} can be played by the real client"
