@@ -85,6 +85,9 @@ def _add_nixl_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-name", default=None,
                    help="exact NIXL agent name (default: NAME-<worker id>, unique per incarnation)")
     p.add_argument("--advertise-host", default="127.0.0.1", help="address peers use to reach this process")
+    p.add_argument("--mx-version", default=None, metavar="V",
+                   help="the identity's mx_version (default: this mxref's version); a source and a reader of "
+                   "different versions never match (ModelExpress hashes its client version into a source's id)")
     g = p.add_argument_group("control-plane security (default: plaintext, no token)")
     g.add_argument("--tls-ca", default=None, metavar="PEM",
                    help="dial the metadata server and sources' WorkerService over TLS, verified against this CA")
@@ -368,7 +371,8 @@ def run_source(args: argparse.Namespace) -> int:
                   pinned=bool(args.expect_digest), held_digest=held.digest, manifest="reference" if lie else "held")
         accel = get_backend(args.accelerator)
         arena = accel.to_device(host_arena, args.device_id)
-        identity = identity_for(args.model_name, arena.specs[0].dtype, revision=reference.digest)
+        identity = identity_for(args.model_name, arena.specs[0].dtype, revision=reference.digest,
+                                mx_version=args.mx_version)
         agent_name = args.agent_name or f"{args.name}-{uuid.uuid4().hex[:8]}"
         mgr = NixlTransferManager(agent_name, args.device_id, accel, events=proc.events, metrics=metrics.nixl)
         try:
@@ -431,7 +435,8 @@ def run_reader(args: argparse.Namespace) -> int:
             chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window, ramp=args.read_ramp)
                     if args.read_chunk_mib > 0 else None),
         )
-        identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest)
+        identity = identity_for(args.model_name, reference.tensors[0].dtype, revision=reference.digest,
+                                mx_version=args.mx_version)
         reader = Reader(options, reference, identity, proc.events, metrics, warmup=warmup)
         try:
             return _read(args, proc, metrics, reader, hooks)

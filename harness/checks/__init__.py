@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
+from pydantic_core import PydanticCustomError
 
 from harness.record.timeline import Entry, History
 from harness.spec import Ref, Strict
@@ -40,8 +41,10 @@ __all__ = [
     "CheckDef",
     "CheckParams",
     "CheckResult",
+    "NOT_FOR_SERVER",
     "NamedResult",
     "RunFacts",
+    "ServerName",
     "Valid",
     "evaluate",
     "merge_valid",
@@ -53,10 +56,28 @@ __all__ = [
 Valid = bool | Literal["unknown"]
 
 
+ServerName = Literal["mxref", "modelexpress"]  # who can play a server (harness.subjects.mx_server.SUBJECT_NAMES)
+NOT_FOR_SERVER = "not for this server"  # the words a check that names other servers is shown with
+
+
 class CheckParams(Strict):
-    """Keys every check has: ``name`` (shown in reports instead of the generated label)."""
+    """Keys every check has: ``name`` (shown in reports instead of the generated label);
+    ``servers``: the servers the check is for (a metric only the real ModelExpress server exports:
+    ``servers: [modelexpress]``); unset: every server. A run whose servers are all played by
+    others does not judge it: it is shown as "not for this server" (``evaluate``)."""
 
     name: str | None = None
+    servers: tuple[ServerName, ...] | None = None
+
+    @field_validator("servers")
+    @classmethod
+    def _servers(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not value:
+            raise PydanticCustomError("servers", "name the servers the check is for (mxref, modelexpress), "
+                                      "or drop the key: it is for every server")
+        if value is not None and len(set(value)) != len(value):
+            raise PydanticCustomError("servers", "name each server once")
+        return value
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
         """``(key, process name, allowed roles or None)`` for pre-run validation."""
@@ -86,6 +107,12 @@ class NamedResult:
     details: Mapping[str, Any] = field(default_factory=dict)
     marks: tuple[tuple[float, str], ...] = ()
     seconds: float = 0.0
+
+    @property
+    def not_judged(self) -> str | None:
+        """Why a valid check was not judged ("not for this server"), or None when it was."""
+        why = self.details.get("not_judged") if self.valid is True else None
+        return str(why) if why else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,12 +179,31 @@ def merge_valid(values: Iterable[Valid]) -> Valid:
     return result
 
 
+def not_for_server(params: BaseModel, run: RunFacts) -> CheckResult | None:
+    """The result of a check declared for other servers than the run's (``servers:``), or None
+    when it is to be judged. The servers it concerns: the server its ``process`` names, else
+    every server of the run; it is judged when one of them is played by a server it names."""
+    servers = params.servers if isinstance(params, CheckParams) else None
+    if servers is None:
+        return None
+    named = getattr(params, "process", None)
+    concerned = [named] if isinstance(named, str) and run.roles.get(named) == "server" else run.processes("server")
+    players = {name: run.played_by(name) for name in concerned}
+    if any(player in servers for player in players.values()):
+        return None
+    played = ", ".join(f"{n} played by {s}" for n, s in players.items()) or "no server in the run"
+    return CheckResult(True, f"{NOT_FOR_SERVER}: for {', '.join(servers)} (servers:), here {played}; not judged",
+                       {"not_judged": NOT_FOR_SERVER, "servers": list(servers), "players": players})
+
+
 def evaluate(index: int, kind: str, params: BaseModel, history: History, run: RunFacts) -> NamedResult:
-    """Run one check; never raises."""
+    """Run one check; never raises. A check declared for other servers than the run's is not
+    judged: valid, its summary starting "not for this server" (``not_for_server``)."""
     label = params.label(kind) if isinstance(params, CheckParams) else kind
     started = time.perf_counter()
     try:
-        result = REGISTRY[kind].fn(params, history, run)
+        skipped = not_for_server(params, run)
+        result = skipped if skipped is not None else REGISTRY[kind].fn(params, history, run)
         if not isinstance(result, CheckResult) or result.valid not in (True, False, "unknown"):
             raise TypeError(f"check {kind!r} returned {result!r}, not a CheckResult")
     except Exception as exc:  # noqa: BLE001 - rule: a check that raises is "unknown"

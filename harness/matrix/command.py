@@ -7,7 +7,7 @@ then runs ``harness.matrix.run.run_matrix`` and prints the table (a line per sce
 column per NIXL version x subject x env value, each cell its verdict, failures and median times), the headlines and the baseline changes. Exit 0: the
 matrix was written, no cell is failing (``cells.FAILING``: error, hang, fail, FLAKY, unknown,
 or no run at all) and there is no regression against the baseline (a version that cannot be installed is a column that says
-why, not a failure); 1: a cell is failing or regressed; 2: invalid input; 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``):
+"not installable: <why>", an environment verdict, not a failure); 1: a cell is failing or regressed; 2: invalid input; 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``):
 an environment cannot play the roles its scenarios give it (the preflight, ``mxchaos doctor``'s words, before any
 cell runs), or a column's every run failed before its first step for an environment reason. Heavy imports happen
 when it runs, not when the parser is built.
@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
         "write matrix.json and matrix.html",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
-    p.add_argument("--nixl", metavar="V1,V2", help="NIXL versions, comma-separated (e.g. 1.3.2,1.4.1,1.5.1); "
+    p.add_argument("--nixl", metavar="V1,V2", help="NIXL versions, comma-separated (e.g. 1.4.1,1.5.0,1.5.1; one pip cannot install is a column saying why); "
                    "without it the columns run in this environment")
     p.add_argument("--subject", metavar="S1,S2", help="a subject axis: who plays the sources and readers "
                    "(mxref,modelexpress: the differential table; mxchaos run --subject)")
@@ -72,17 +72,21 @@ def add_parser(sub: Any) -> None:
 def format_table(matrix: dict[str, Any]) -> str:
     """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
     from harness.judge.envbroken import ENV_BROKEN, LABEL
+    from harness.record.cells import NOT_INSTALLABLE
 
     cols = matrix["columns"]
     header = ["scenario", *[c["id"] for c in cols]]
     rows = [header, ["(loaded)", *[
         (f"nixl {','.join(c.get('loaded_nixl') or ['?'])} ucx {','.join(c.get('loaded_ucx') or ['?'])}"
-         if c.get("available") else "unavailable") for c in cols]]]
+         if c.get("available") else str(c.get("error") or "not installable")[:100]) for c in cols]]]
     for sc in matrix["scenarios"]:
         row = [sc["name"]]
         for c in cols:
             cell = matrix["cells"][sc["name"]].get(c["id"], {})
             text = str(cell.get("verdict", "none")).upper()
+            if cell.get("verdict") == NOT_INSTALLABLE:  # the release itself: its column's (loaded) row says why
+                row.append("NOT INSTALLABLE")
+                continue
             if cell.get("verdict") == ENV_BROKEN:  # no verdict on NIXL: say why instead
                 row.append(str(cell.get("error") or LABEL)[:100])
                 continue
@@ -200,6 +204,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     prepare_servers(servers, log=lambda m: print(m, flush=True))  # never fatal: an unbuilt version's cells SKIP
     matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
     print(format_table(matrix))
+    for c in matrix["columns"]:  # an environment verdict, never a failure: the exit code does not count it
+        if not c.get("available"):
+            print(f"{c['id']}: {c.get('error')}")
     for h in matrix["headlines"]:
         print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
     changes = matrix.get("baseline_changes")

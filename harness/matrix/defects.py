@@ -21,15 +21,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harness.scenario import Scenario
 
-__all__ = ["defect_info", "defect_status", "version_matches"]
+__all__ = ["defect_here", "defect_info", "defect_status", "version_matches"]
 
 
 def defect_info(scenario: Scenario) -> dict[str, Any] | None:
-    """``{"text": str, "versions": [..] | None}`` of a validated scenario, None if it has no defect."""
+    """``{"text": str, "versions": [..] | None, "servers": [..] | None}`` of a validated scenario,
+    None if it has no defect. ``servers``: whose defect it is (``defect_servers``)."""
     if not scenario.known_defect:
         return None
     listed = [v for v in scenario.defect_versions if v.strip()] or None
-    return {"text": " ".join(scenario.known_defect.split()), "versions": listed}
+    return {"text": " ".join(scenario.known_defect.split()), "versions": listed,
+            "servers": list(scenario.defect_servers) or None}
+
+
+def defect_here(defect: Mapping[str, Any], server: str) -> bool:
+    """Whether a column whose servers are played by ``server`` (``mxref``, ``modelexpress``; "":
+    each scenario's own) runs the defect at all: a defect of other servers is not judged there
+    (its runs are plain scenarios: ``harness.scenario.subjects.with_subjects``)."""
+    servers = defect.get("servers")
+    return not servers or not server or server in servers
 
 
 def version_matches(version: str, listed: Sequence[str]) -> bool:

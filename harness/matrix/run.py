@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
-from harness.matrix.defects import defect_status
+from harness.matrix.defects import defect_here, defect_status
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan
 from harness.record.baseline import diff_matrices
-from harness.record.cells import Column, read_column
+from harness.record.cells import NOT_INSTALLABLE, Column, read_column
 from harness.record.saved import MatrixDoc, SummaryDoc
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
-__all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "run_matrix"]
+__all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "not_installable", "run_matrix"]
 
 SCHEMA_VERSION = 1
 RAW_READ_BYTES = 64 << 20
@@ -97,6 +97,13 @@ def here_nixl() -> str:
         return importlib.metadata.version("nixl")
     except importlib.metadata.PackageNotFoundError:
         return ""
+
+
+def not_installable(env: EnvResult) -> str:
+    """What a column whose env could not be built says: ``not installable: <the step>: <pip's or
+    Python's line>`` (``nixl`` 1.5.2: ``not installable: nixl: ERROR: No matching distribution found
+    for nixl-cu12==1.5.2``)."""
+    return f"not installable: {env.error}"
 
 
 def _raw_read(env: EnvResult, column: Column, execute: Execute, nbytes: int) -> tuple[float | None, str | None]:
@@ -210,9 +217,10 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                                "env": column.env_dict(),
                                "available": env.ok, "error": env.error, "env_path": str(env.path),
                                "out_dir": column.id, **info}
-        if not env.ok:
+        if not env.ok:  # the release cannot be installed here: a column saying why, no verdict on its scenarios
+            col["error"] = why = not_installable(env)
             for name in spec.names:
-                cells[name][column.id] = {"verdict": "unavailable", "error": env.error, "runs": [], "verdicts": {},
+                cells[name][column.id] = {"verdict": NOT_INSTALLABLE, "error": why, "runs": [], "verdicts": {},
                                           "failures": {"k": 0, "n": 0}}
             col.update(loaded_nixl=[], loaded_ucx=[])
             columns.append(col)
@@ -239,7 +247,8 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                     except ValueError:
                         run["link"] = str(rd)
             defect = spec.defects.get(name)
-            if defect:
+            played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
+            if defect and defect_here(defect, played):
                 cell["defect"] = defect_status(defect, column.nixl or here_nixl(), cell["verdicts"])
                 if cell["defect"]["headline"]:
                     headlines.append({"scenario": name, "column": column.id, "text": cell["defect"]["headline"]})
@@ -279,7 +288,7 @@ def run_matrix(
             continue
         envs[version] = make(version)
         log(f"NIXL {version}: " + ("env ready" + (" (cached)" if envs[version].cached else "") if envs[version].ok
-                                   else f"unavailable: {envs[version].error}"))
+                                   else not_installable(envs[version])))
     infos: dict[str, dict[str, Any]] = {}
     raw_reads: dict[Any, tuple[float | None, str | None]] = {}
     matrix: dict[str, Any] = {}

@@ -31,6 +31,7 @@ from harness.record.timeline import History
 
 __all__ = [
     "FAILING",
+    "NOT_INSTALLABLE",
     "SEVERITY",
     "Column",
     "cell_verdict",
@@ -44,7 +45,11 @@ __all__ = [
 # Run verdicts (lower case) and the cells of ``mxchaos run --repeat`` (``harness.record.rates``: PASS,
 # FLAKY, REPRODUCED, FIXED?, ...; kept as given, compared lower-cased) in one order.
 SEVERITY = ("error", "hang", "fail", "flaky", "unknown", "not_exercised", "none", "xfail", "reproduced", "not_reproduced",
-            "xpass", "fixed?", "pass", "skip", "unavailable")
+            "xpass", "fixed?", "pass", "skip", "not_installable", "unavailable")
+# a column whose NIXL release cannot be installed here (pip cannot resolve it, e.g. ``nixl`` 1.5.2 whose
+# ``nixl-cu12``/``nixl-cu13`` 1.5.2 were never published): an environment verdict, never a failure of
+# its scenarios; the cell's ``error`` reads "not installable: <why>" (older matrix.json: "unavailable")
+NOT_INSTALLABLE = "not_installable"
 BAD = ("error", "hang", "fail", "unknown", "xfail", "not_exercised")  # what counts as a failure in a cell's failure rate
 FAILING = ("error", "hang", "fail", "flaky", "unknown", "not_exercised", "none")  # cells that make `mxchaos matrix` exit 1
 

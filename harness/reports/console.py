@@ -172,7 +172,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         cut = result.status == "interrupted"  # a check it did not pass: the run ended before it was judged whole
         for c in result.checks:
             key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
-            word = "NOT JUDGED" if cut and c.valid is not True else key.upper()
+            word = "NOT JUDGED" if (cut and c.valid is not True) or c.not_judged else key.upper()
             out.write(f"  {p(f'{word:7}', 'skip' if word == 'NOT JUDGED' else key)} {c.name:{width}}  {c.summary}\n")
     out.write("\n")
     name_w = max([len(r.scenario.name) for r in shown] + [8])

@@ -104,7 +104,8 @@ def render_matrix(matrix: Mapping[str, Any]) -> str:
             raw = ", ".join(raws) if raws else _num(col.get("raw_read_gbps"), " GB/s")
             loaded += f"; raw READ {raw}" if raw else (f"; {col['raw_read_error']}" if col.get("raw_read_error") else "")
         else:
-            loaded = f"unavailable: {col.get('error')}"
+            why = str(col.get("error") or "")  # "not installable: ..." (an older matrix.json: the bare reason)
+            loaded = why if why.startswith("not installable") else f"unavailable: {why}"
         head.append(f'<th>{_e(col["label"])}<div class="small">{_e(loaded)}</div></th>')
     head.append("</tr>")
     cells: Mapping[str, Mapping[str, Any]] = matrix.get("cells") or {}

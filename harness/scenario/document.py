@@ -110,6 +110,9 @@ class Scenario(Strict):
     # the NIXL versions the defect was measured on ("1.5.1", or "1.4" for any 1.4.x); the release
     # matrix expects it there and headlines a version where it did not show (harness.matrix)
     defect_versions: tuple[str, ...] = ()
+    # the servers whose defect it is (a ModelExpress server's: [modelexpress]); played by another
+    # server (a matrix's mxref server column) the run is judged as a plain scenario (``with_subjects``)
+    defect_servers: tuple[Subject, ...] = ()
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
@@ -211,6 +214,15 @@ class Scenario(Strict):
         ):
             raise custom_error("defect_versions", "list NIXL versions as strings, e.g. [\"1.5.1\", \"1.4\"] (1.4: any 1.4.x)")
         return tuple(v.strip() for v in items)
+
+    @field_validator("defect_servers")
+    @classmethod
+    def _defect_servers(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if value and "known_defect" in info.data and info.data["known_defect"] is None:
+            raise custom_error("defect_servers", "defect_servers name whose defect a known_defect is: state known_defect too")
+        if len(set(value)) != len(value):
+            raise custom_error("defect_servers", "name each server once", value=list(value))
+        return value
 
     @property
     def measured_rate(self) -> tuple[int, int] | None:

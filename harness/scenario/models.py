@@ -245,6 +245,9 @@ class PeerOptions(Options):
     worker_port: int | None = Field(None, ge=0, le=65535)
     heartbeat_interval: Duration | None = None
     serve_seconds: Duration | None = None
+    # the identity's mx_version (mxref: its own version): peers of different versions never match,
+    # as ModelExpress's source id hashes the client version (a rolling upgrade's version skew)
+    mx_version: str | None = Field(None, pattern=r"^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$")
 
 
 class SourceOptions(PeerOptions):

@@ -14,7 +14,9 @@ __all__ = ["with_subjects"]
 def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
     """``sc`` played as ``subjects`` (``parse_subjects``) says: ``client`` sets the scenario's
     ``subject`` (sources and readers without their own), ``source``/``reader`` every process of
-    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store)."""
+    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store). A
+    ``known_defect`` of other servers than those now playing (``defect_servers``) is dropped: the
+    run is judged as a plain scenario."""
     if "client" in subjects:
         sc = sc.with_subject(subjects["client"])
     processes = dict(sc.processes)
@@ -23,6 +25,9 @@ def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
         if role_subject is not None and isinstance(spec, ServerProcess | SourceProcess | ReaderProcess):
             processes[name] = spec.model_copy(update={"subject": role_subject})
     sc = sc.model_copy(update={"processes": processes})
+    if sc.defect_servers and not any(isinstance(spec, ServerProcess) and (spec.subject or "mxref") in sc.defect_servers
+                                     for spec in processes.values()):  # another server's defect: judged as plain
+        sc = sc.model_copy(update={"known_defect": None, "defect_rate": None, "defect_versions": (), "defect_servers": ()})
     needs_store = any(isinstance(spec, ServerProcess) and server_of_subject(spec) in SERVER_SUBJECTS
                       and spec.store is None for spec in processes.values())
     return with_store(sc, "redis") if needs_store else sc

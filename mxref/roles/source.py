@@ -60,12 +60,15 @@ REJECTIONS_BEFORE_REPUBLISH = 2
 DRAIN_MARGIN_S = 1.0
 
 
-def identity_for(model_name: str, dtype: str, tp: int = 1, revision: str = "") -> p2p_pb2.SourceIdentity:
+def identity_for(model_name: str, dtype: str, tp: int = 1, revision: str = "",
+                 mx_version: str | None = None) -> p2p_pb2.SourceIdentity:
     """The identity a source publishes and a reader lists by. ``revision`` carries the model's
     content reference digest (``mxref.model.Reference.digest``), so a reader only matches
-    sources that claim the content it expects."""
+    sources that claim the content it expects. ``mx_version`` (default: this mxref's version)
+    is part of the source's id, as ModelExpress hashes its client version into it: a source
+    and a reader of different versions (a rolling upgrade) never see each other."""
     return p2p_pb2.SourceIdentity(
-        mx_version=__version__, mx_source_type=p2p_pb2.WEIGHTS, model_name=model_name,
+        mx_version=mx_version or __version__, mx_source_type=p2p_pb2.WEIGHTS, model_name=model_name,
         backend_framework=p2p_pb2.VLLM, tensor_parallel_size=tp, pipeline_parallel_size=1,
         expert_parallel_size=0, dtype=dtype, revision=revision,
     )

@@ -69,3 +69,16 @@ def test_optional_fields_only_count_when_set() -> None:
 
 def test_different_content_gives_a_different_id() -> None:
     assert mx_source_id(base_identity(tensor_parallel_size=4)) != mx_source_id(base_identity())
+
+
+def test_a_rolling_upgrades_versions_never_share_a_source_id() -> None:
+    """``mxref source/reader --mx-version``: the identity's version is part of the id, as
+    ModelExpress hashes its client version into it (scenarios/incidents/mx_version_skew_rolling_upgrade.yaml)."""
+    from mxref import __version__
+    from mxref.identity import mx_source_id
+    from mxref.roles.source import identity_for
+
+    old, new = identity_for("m", "float16", mx_version="0.7.0"), identity_for("m", "float16", mx_version="0.8.0.dev20261026")
+    assert old.mx_version == "0.7.0" and mx_source_id(old) != mx_source_id(new)
+    assert identity_for("m", "float16").mx_version == __version__  # unset: this mxref's version
+    assert mx_source_id(identity_for("m", "float16", mx_version="0.7.0")) == mx_source_id(old)

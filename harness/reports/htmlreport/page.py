@@ -37,7 +37,7 @@ from harness.reports.htmlreport.timeline import legend_html, timeline_svg
 def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str:
     rows = []
     for check in _by_severity(checks):
-        word = _valid_text(check.valid, interrupted)
+        word = _valid_text(check.valid, interrupted, check.not_judged)
         look = swatch(word)
         cls = {"pass": "pass", "fail": "fail", "neutral": "neutral"}.get(look.kind, "unknown")
         details = ""
@@ -64,7 +64,7 @@ def _why(result: RunResult) -> str:
     if result.reason:
         items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
     for c in bad:
-        items.append(f"<li><b>{_valid_text(c.valid, interrupted)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
+        items.append(f"<li><b>{_valid_text(c.valid, interrupted, c.not_judged)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
     if not items:
         return ""
     kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")

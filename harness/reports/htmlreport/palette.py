@@ -42,7 +42,7 @@ _BY_NAME: dict[str, Swatch] = {
     "unknown": _UNKNOWN, "xfail": _XFAIL, "reproduced": _XFAIL, "xpass": _BLUE, "fixed?": _BLUE,
     "not_reproduced": _BLUE, "skip": _SKIP, "not judged": _UNJUDGED, "not run": _UNJUDGED,
     "not_exercised": _UNEXERCISED, "not exercised": _UNEXERCISED,
-    "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "none": _SKIP,
+    "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "not_installable": _SKIP, "none": _SKIP,
 }
 
 

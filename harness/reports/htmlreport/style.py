@@ -47,9 +47,10 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _valid_text(valid: Any, interrupted: bool = False) -> str:
-    """A check's word; in an interrupted run a check that did not pass was never judged whole."""
-    if interrupted and valid is not True:
+def _valid_text(valid: Any, interrupted: bool = False, not_judged: str | None = None) -> str:
+    """A check's word; in an interrupted run a check that did not pass was never judged whole;
+    one declared for other servers (``NamedResult.not_judged``) was not judged either."""
+    if (interrupted and valid is not True) or not_judged:
         return NOT_JUDGED
     return "PASS" if valid is True else "FAIL" if valid is False else "UNKNOWN"
 

@@ -193,7 +193,7 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
     placed = [(check, t, label) for check in _by_severity(checks) for t, label in check.marks]
     check_rows = _rows_in_order([(x(t) - 7, x(t) + 7) for _, t, _ in placed])
     for (check, t, label), row in zip(placed, check_rows, strict=True):
-        word = _valid_text(check.valid, interrupted)
+        word = _valid_text(check.valid, interrupted, check.not_judged)
         color = swatch(word).strong
         cy = top + 14 + 16 * row
         body.append(

@@ -164,7 +164,8 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
 
 
 def test_an_interrupted_runs_unfinished_checks_are_not_judged_in_the_table() -> None:
-    checks = [SimpleNamespace(valid=True, name="loaded", summary="ok"), SimpleNamespace(valid=False, name="exit_codes", summary="-9")]
+    checks = [SimpleNamespace(valid=True, name="loaded", summary="ok", not_judged=None),
+              SimpleNamespace(valid=False, name="exit_codes", summary="-9", not_judged=None)]
     run = SimpleNamespace(scenario=SimpleNamespace(name="cut", path=None), verdict="error", seconds=1.0, seed=1,
                           run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks,
                           not_exercised=[])

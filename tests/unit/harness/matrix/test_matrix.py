@@ -239,9 +239,9 @@ def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
     f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"]}
+    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None}
     f.write_text(body + "known_defect: aborts\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None}
+    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None}
     f.write_text(body)
     assert defect_info(load_scenario(f)) is None
 
@@ -410,7 +410,9 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     assert cols["nixl-1.5.1+AB=n"]["loaded_nixl"] == ["1.5.1"] and cols["nixl-1.5.1+AB=n"]["raw_read_gbps"] == 2.0
     assert not cols["nixl-1.5.2+AB=y"]["available"]
     gone = matrix["cells"]["smoke"]["nixl-1.5.2+AB=y"]
-    assert gone["verdict"] == "unavailable" and "No matching distribution" in gone["error"]
+    assert gone["verdict"] == "not_installable" and gone["error"].startswith("not installable: nixl: ")
+    assert "No matching distribution" in gone["error"] and not gone["runs"]
+    assert cols["nixl-1.5.2+AB=y"]["error"] == gone["error"]
     cell = matrix["cells"]["reset"]["nixl-1.5.1+AB=n"]
     assert cell["verdict"] == "REPRODUCED" and cell["read_ratio"] == 0.5 and cell["runs"][0]["link"].startswith("nixl-1.5.1+AB=n/")
     # each cell's READ over a raw READ of its own model's size, measured once per size and column env
@@ -423,7 +425,13 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     assert len(run_calls) == 4 and {c[1]["AB"] for c in run_calls} == {"y", "n"}
     page = (tmp_path / "out" / "matrix.html").read_text()
     assert "fixed in this release?" in page and "brought back" in page
-    assert "unavailable: nixl: ERROR: No matching distribution found" in page
+    assert "not installable: nixl: ERROR: No matching distribution found" in page
+    from harness.matrix.command import format_table
+    from harness.record.cells import FAILING
+
+    table = format_table(matrix)  # the terminal: the column's (loaded) row says why, its cells say what
+    assert "not installable: nixl: ERROR: No matching distribution found" in table and "NOT INSTALLABLE" in table
+    assert "not_installable" not in FAILING  # an environment verdict: `mxchaos matrix` does not exit 1 for it
     assert 'href="nixl-1.5.1+AB=n/reset/run0/report.html"' in page
 
     # the same matrix again, with the first as its baseline: nothing changed

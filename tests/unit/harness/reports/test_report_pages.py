@@ -188,3 +188,15 @@ def test_figures_scale_with_the_page_and_a_failed_run_says_what_next(tmp_path: P
     nxt = by_class(page, "div", "next")
     assert len(nxt) == 1 and "mxchaos run pages --seed 3" in text_of(nxt[0])
     assert by_class(parse_html(render_html(result(tmp_path, [check(0, True)]))), "div", "next") == []
+
+
+def test_a_check_for_another_server_is_not_judged_on_the_page(tmp_path: Path) -> None:
+    """A check declared ``servers: [modelexpress]`` in a run on mxref's server reads NOT JUDGED,
+    not PASS: the page does not claim what the run never judged."""
+    other = NamedResult(1, "metric", "check 1", True, "not for this server: for modelexpress (servers:)",
+                        {"not_judged": "not for this server"}, ((3.0, "here"),))
+    page = parse_html(render_html(result(tmp_path, [check(0, True), other])))
+    words = {text_of(r.findall("td")[1]): text_of(r.findall("td")[2]) for t in by_class(page, "table", "checks")
+             for r in t.iter("tr") if r.findall("td")}
+    assert words == {"check 0": "\u2713 PASS", "check 1": "\u25cb NOT JUDGED"}
+    assert sorted(str(g.get("data-valid")) for g in by_class(page, "g", "check-mark")) == ["NOT JUDGED", "PASS"]

@@ -2,7 +2,8 @@
 
 Every incident is an ordinary scenario (it runs with ``mxchaos run scenarios/`` and is collected
 by pytest like any other); this pins what makes it an *incident*: the public thread it
-reproduces in ``references`` (``ai-dynamo/modelexpress#N`` or ``ai-dynamo/nixl#N``), the subjects
+reproduces in ``references`` (``ai-dynamo/modelexpress#N``, ``ai-dynamo/nixl#N``, or another tracker of
+the field notes: ``kvcache-ai/Mooncake#N`` ...), the subjects
 it applies to (its ``subjects:`` key, stated in the file: an incident says whether the real client
 can be put through it, and ``subjects_note`` says why not), a description saying what happened and what must hold, and the narrative header comment. It also
 keeps the library covering every thread the incident issue names.
@@ -22,7 +23,9 @@ from harness.scenario import load_scenario
 ROOT = Path(__file__).resolve().parents[4]
 LIBRARY = ROOT / "scenarios" / "incidents"
 INCIDENTS = sorted(LIBRARY.glob("*.yaml"))
-THREAD = re.compile(r"^ai-dynamo/(modelexpress|nixl)#\d+$")
+# the public trackers: ModelExpress and NIXL, and the projects whose
+# field reports the library reproduces over the same protocol (Mooncake, vLLM, SGLang, UCX)
+THREAD = re.compile(r"^(ai-dynamo/(modelexpress|nixl)|kvcache-ai/Mooncake|vllm-project/vllm|sgl-project/sglang|openucx/ucx)#\d+$")
 SUBJECTS = {"mxref", "modelexpress"}
 # the threads the incident issue (12) names; each must be reproduced by some scenario here
 REQUIRED = {
@@ -41,7 +44,7 @@ def test_the_library_holds_at_least_twelve_incidents() -> None:
 def test_an_incident_cites_its_thread_subjects_and_story(path: Path) -> None:
     scenario = load_scenario(path)
     threads = [r for r in scenario.references if THREAD.match(r)]
-    assert threads, f"{path.name}: references name no public thread (ai-dynamo/<repo>#N): {scenario.references}"
+    assert threads, f"{path.name}: references name no public thread (owner/repo#N): {scenario.references}"
     stated = yaml.safe_load(path.read_text()).get("subjects")
     assert stated, f"{path.name}: say who can play it: subjects: [mxref, modelexpress], or [mxref] with a subjects_note"
     assert set(scenario.subjects) <= SUBJECTS and "mxref" in scenario.subjects, f"{path.name}: subjects {scenario.subjects}"
@@ -50,7 +53,8 @@ def test_an_incident_cites_its_thread_subjects_and_story(path: Path) -> None:
     assert len(scenario.description.split()) >= 15, f"{path.name}: the description must say what happened and what must hold"
     assert "Must hold" in scenario.description, f"{path.name}: the description says what must hold now"
     header = path.read_text().splitlines()[0]
-    assert header.startswith("# Incident: ai-dynamo/"), f"{path.name}: the header comment opens with the incident"
+    assert header.startswith("# Incident: ") and THREAD.match(header.split()[2]), (
+        f"{path.name}: the header comment opens with the incident's thread")
     assert scenario.name.startswith("incident_"), f"{path.name}: name {scenario.name!r}"
     assert scenario.checks, f"{path.name}: an incident without checks judges nothing"
 
@@ -66,5 +70,11 @@ def test_incident_names_are_unique_across_the_suite() -> None:
 
 
 def test_the_library_puts_the_real_client_through_most_incidents() -> None:
+    """Most incidents put the real client through them. Two stage what only mxref's own means can
+    (issue 37): a half-open store read through mxref's per-heartbeat events, and a rolling upgrade's
+    version skew set per process (the real client's version is its installed package's: a matrix
+    axis, not a scenario option); they are not counted against the rule."""
+    mxref_means = {"mooncake4003_half_open_store", "mx_version_skew_rolling_upgrade"}
     both = [p.stem for p in INCIDENTS if "modelexpress" in load_scenario(p).subjects]
-    assert len(both) >= len(INCIDENTS) // 2, f"only {both} can be played by the real client"
+    counted = [p for p in INCIDENTS if p.stem not in mxref_means]
+    assert len(both) >= len(counted) // 2, f"only {both} can be played by the real client"
