@@ -6,7 +6,8 @@
 - (a) a two-host network scenario (a partition mid-READ) run inside ``salloc -N2 -w h2,h3`` passes,
   its hosts bound to the job's nodes (not to h1, which the job does not hold);
 - (e) with no controller answering, ``mxchaos run --inventory slurm:`` exits 4 naming the controller
-  before anything is started (no run folder);
+  before anything is started (no run folder), and so does ``cleanup --inventory slurm:``; inside a job
+  ``cleanup --inventory`` reaches its nodes;
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
   every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
   ``lab down`` for a lab whose record is lost.
@@ -163,6 +164,20 @@ def test_no_controller_answering_is_exit_4_naming_it_before_anything_runs(
     assert done.returncode == 4, done.stdout + done.stderr
     assert "controller" in done.stderr and ":9 does not answer" in done.stderr and str(dead) in done.stderr
     assert not out.exists()  # refused before anything started
+    swept = subprocess.run([*MXCHAOS, "cleanup", "--run-id", "nosuch-20260101T000000-a1b2c3", "--inventory", "slurm:"],
+                           capture_output=True, text=True, timeout=60, check=False,
+                           env=_env(info, SLURM_CONF=str(dead), SLURM_JOB_ID="1"))
+    assert swept.returncode == 4 and ":9 does not answer" in swept.stderr, swept.stdout + swept.stderr
+
+
+def test_cleanup_sweeps_the_nodes_of_an_allocation(slurm_state: tuple[Path, dict[str, Any]]) -> None:
+    """``cleanup --inventory slurm:`` inside a job reaches each of its nodes over ssh (a run id no run has: nothing to remove)."""
+    _state, info = slurm_state
+    inside = f"{sys.executable} -m harness.cli cleanup --run-id nosuch-20260101T000000-a1b2c3 --inventory {info['slurm']['inventory']}"
+    done = subprocess.run(["salloc", "-N2", "--job-name=mxchaos-test-cleanup", "sh", "-c", inside], capture_output=True,
+                          text=True, timeout=120, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not swept" not in done.stderr
 
 
 @pytest.fixture
