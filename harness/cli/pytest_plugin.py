@@ -71,8 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mxchaos-subject", default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
                     help="who plays every scenario's sources and readers (harness.subjects; default: the scenario's); "
                          "per role: server=modelexpress,reader=mxref (harness.subjects.mx_server)")
-    group.addoption("--mxchaos-inventory", default=None, metavar="FILE",
-                    help="run the scenarios' hosts on this inventory's machines over ssh (harness/hosts/inventory.py)")
+    group.addoption("--mxchaos-inventory", default=None, metavar="FILE|slurm:[JOB]",
+                    help="run the scenarios' hosts on this inventory's machines over ssh (harness/hosts/inventory.py); "
+                         "slurm: the nodes of the SLURM job this runs in (harness/hosts/allocation.py)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,
@@ -247,11 +248,13 @@ def _inventory(config: pytest.Config) -> Any:
     if path is None:
         return None
     if _INVENTORY_KEY not in config.stash:
-        from harness.hosts.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.allocation import open_inventory
+        from harness.hosts.inventory import InventoryInvalid
+        from harness.hosts.slurm import SlurmUnavailable
 
         try:
-            config.stash[_INVENTORY_KEY] = load_inventory(path)
-        except InventoryInvalid as exc:
+            config.stash[_INVENTORY_KEY] = open_inventory(path)  # a file, or slurm: (the nodes of a job)
+        except (InventoryInvalid, SlurmUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
     return config.stash[_INVENTORY_KEY]
 

@@ -37,9 +37,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.exits import EXIT_ENV_BROKEN
+
+if TYPE_CHECKING:
+    from harness.hosts.inventory import Inventory
 
 __all__ = ["EXIT_ENV_BROKEN", "ProbeSite", "add_parser", "blocking", "cmd_doctor", "preflight", "probe", "render",
            "scenario_needs"]
@@ -204,13 +207,14 @@ def probe_env(name: str, kind: str, python: Path, capabilities: Sequence[str]) -
     return ProbeSite(name, kind, facts, error)
 
 
-def probe_inventory(path: Path, capabilities: Sequence[str]) -> list[ProbeSite]:
-    """Each machine of the inventory, probed over ssh with its own interpreter and checkout."""
+def probe_inventory(path: Path | Inventory, capabilities: Sequence[str]) -> list[ProbeSite]:
+    """Each machine of the inventory (a file, ``slurm:``, or one already read), probed over ssh with its own
+    interpreter and checkout."""
     from harness.errors import HarnessError
-    from harness.hosts.inventory import load_inventory
+    from harness.hosts.allocation import open_inventory
     from harness.hosts.ssh import SshHost
 
-    inventory = load_inventory(path)
+    inventory = path if not isinstance(path, Path) else open_inventory(path)
     places = []
     run_dir = Path(tempfile.mkdtemp(prefix="mxchaos-doctor-"))
     for name, machine in inventory.machines.items():
@@ -340,7 +344,7 @@ def render(places: Sequence[ProbeSite], scenarios: Sequence[Any]) -> str:
 # ------------------------------------------------------------------ the command and the preflight
 
 
-def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), inventory: Path | None = None,
+def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), inventory: Path | Inventory | None = None,
                capabilities: Sequence[str] = CAPABILITIES, log: Callable[[str], None] = lambda _m: None,
                here: bool = True) -> list[ProbeSite]:
     from harness.subjects import env_ready
@@ -419,9 +423,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not set(subjects) <= set(SUBJECTS):
         print(f"--subject {args.subject!r}: give subjects from {', '.join(SUBJECTS)}", file=sys.stderr)
         return 2
+    from harness.hosts.slurm import SlurmUnavailable
+
     try:
         places = places_for(nixl=versions, subjects=subjects, inventory=Path(args.inventory) if args.inventory else None,
                             capabilities=wanted, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except SlurmUnavailable as exc:  # --inventory slurm: without an allocation to probe
+        print(exc, file=sys.stderr)
+        return EXIT_ENV_BROKEN
     except HarnessError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from harness.counts import at_least
-from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from harness.record.saved import SummaryDoc
 from harness.scenario.select import scenarios_to_run
 from harness.scenario.select import shown as _shown
@@ -57,13 +57,18 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
 
     inventory = None
     if args.inventory:
-        from harness.hosts.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.allocation import open_inventory
+        from harness.hosts.inventory import InventoryInvalid
+        from harness.hosts.slurm import SlurmUnavailable
 
         try:
-            inventory = load_inventory(args.inventory)
+            inventory = open_inventory(args.inventory)
         except InventoryInvalid as bad:
             print(bad, file=sys.stderr)
             return EXIT_INVALID
+        except SlurmUnavailable as down:  # no allocation to run on: the environment, before anything started
+            print(f"mxchaos run: refused before starting anything: {down}", file=sys.stderr)
+            return EXIT_ENV_BROKEN
     paths, wanted = list(args.paths), None
     if args.lf:
         from harness.reports.invocation import DEFAULT_ROOT, last_failed
@@ -95,7 +100,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
         from harness.commands.doctor import places_for, preflight
 
-        refused = preflight(scenarios, places_for(inventory=Path(args.inventory), here=False), "mxchaos run --inventory")
+        refused = preflight(scenarios, places_for(inventory=inventory, here=False), "mxchaos run --inventory")
         if refused is not None:
             return refused
     if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
@@ -190,8 +195,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                           "modelexpress builds its environment on first use (harness/subjects); per role: "
                           "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
                           "server runs the real binary on the scenario's Redis store)")
-    run.add_argument("--inventory", metavar="FILE", help="run the scenarios' hosts on this inventory's machines over ssh "
-                     "(harness/hosts/inventory.py: binding by bind:, by name, then in order)")
+    run.add_argument("--inventory", metavar="FILE|slurm:[JOB]", help="run the scenarios' hosts on this inventory's machines over ssh "
+                     "(harness/hosts/inventory.py: binding by bind:, by name, then in order); slurm: the nodes of the SLURM "
+                     "job this runs in (or of job JOB; harness/hosts/allocation.py)")
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/reports/invocation.py)")

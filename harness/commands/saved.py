@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ScenarioInvalid
-from harness.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from harness.scenario import scenario_json_schema
 
 __all__ = ["add_parser", "cmd_check", "cmd_cleanup", "cmd_schema"]
@@ -38,8 +38,8 @@ def add_parser(sub: Any) -> None:
     cleanup.add_argument("--run-id", help="this run only (even if its harness is alive)")
     cleanup.add_argument("--all", action="store_true", help="every run, including ones whose harness is alive")
     cleanup.add_argument("--dry-run", action="store_true")
-    cleanup.add_argument("--inventory", metavar="FILE", help="also sweep every machine of this inventory over ssh: "
-                         "processes, iptables chains, qdiscs and per-run folders of dead runs")
+    cleanup.add_argument("--inventory", metavar="FILE|slurm:[JOB]", help="also sweep every machine of this inventory over ssh: "
+                         "processes, iptables chains, qdiscs and per-run folders of dead runs (slurm: the nodes of a SLURM job)")
     cleanup.set_defaults(fn=cmd_cleanup)
 
 
@@ -102,14 +102,19 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     remote_failed = False
     if args.inventory:  # the machines of an inventory too (harness/hosts/ssh_sweep.py)
-        from harness.hosts.inventory import InventoryInvalid, load_inventory
+        from harness.hosts.allocation import open_inventory
+        from harness.hosts.inventory import InventoryInvalid
+        from harness.hosts.slurm import SlurmUnavailable
         from harness.hosts.ssh_sweep import sweep_inventory
 
         try:
-            inventory = load_inventory(args.inventory)
+            inventory = open_inventory(args.inventory)  # a file, or slurm: (the nodes of a job)
         except InventoryInvalid as bad:
             print(bad, file=sys.stderr)
             return EXIT_INVALID
+        except SlurmUnavailable as down:
+            print(f"mxchaos cleanup --inventory: {down}", file=sys.stderr)
+            return EXIT_ENV_BROKEN
         for machine in sweep_inventory(inventory, run_id=args.run_id, all_runs=args.all, dry_run=args.dry_run):
             for item in machine.removed:
                 print(f"{machine.machine}: {item}")

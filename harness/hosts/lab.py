@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from harness.errors import HarnessError
-from harness.hosts import netns
+from harness.hosts import netns, slurm_lab
 from harness.machine import procscan, statedir
 
 __all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "status", "up"]
@@ -154,13 +154,17 @@ def _write_state(state: Path, info: dict[str, Any]) -> None:
     statedir.replace(_state_file(state), json.dumps(info, indent=2).encode())
 
 
-def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = None) -> dict[str, Any]:
-    """Build the lab (see the module docstring); on any failure what was made goes again."""
+def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = None, slurm: bool = False) -> dict[str, Any]:
+    """Build the lab (see the module docstring; ``slurm``: and a SLURM cluster on its hosts,
+    ``harness.hosts.slurm_lab``); on any failure what was made goes again."""
     if not 1 <= hosts <= MAX_HOSTS:
         raise HarnessError(f"lab up --hosts: between 1 and {MAX_HOSTS} (got {hosts})")
     if os.geteuid() != 0:
         raise HarnessError("lab up needs root (it creates network namespaces and runs sshd)")
     state = _checked(state, create=True)
+    if slurm and slurm_lab.missing():
+        raise HarnessError(f"lab up --slurm: this machine lacks {', '.join(slurm_lab.missing())} "
+                           f"(apt-get install -y {slurm_lab.PACKAGES})")
     if status(state) is not None or [x for x in leftovers(state) if not x.startswith("dir ")]:
         raise HarnessError(f"lab: one is already up (state {state}); run `mxchaos lab down` first")
     sshd = _sshd()
@@ -177,6 +181,8 @@ def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = No
     _write_state(state, info)
     try:
         _build(state, info, hosts, sshd, mgmt, data)
+        if slurm:
+            slurm_lab.start(state, info, lambda: _write_state(state, info))
     except BaseException:
         with contextlib.suppress(Exception):
             down(state)
@@ -186,6 +192,11 @@ def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = No
     if inventory_out is not None:
         write_inventory(info, inventory_out)
         info["inventory"] = str(inventory_out)
+        _write_state(state, info)
+    if slurm:
+        slurm_out = state / "slurm-inventory.yaml"
+        write_inventory(info, slurm_out, slurm=True)
+        info["slurm"]["inventory"] = str(slurm_out)
         _write_state(state, info)
     return info
 
@@ -285,14 +296,16 @@ def _read_pid(path: Path) -> int | None:
     return None
 
 
-def write_inventory(info: dict[str, Any], path: Path) -> None:
+def write_inventory(info: dict[str, Any], path: Path, *, slurm: bool = False) -> None:
     """The lab as an inventory file (``harness.hosts.inventory``): strict host keys, the lab's client
     key, this harness's Python and checkout (the file system is shared, not the work dirs). Written
     whole under a fresh name and renamed over ``path`` (``statedir.replace``): a symlink planted at
-    ``path`` is replaced, never followed, and a reader never sees half a file."""
+    ``path`` is replaced, never followed, and a reader never sees half a file.
+    ``slurm``: an allocation's inventory (``harness.hosts.allocation``): the machines are the nodes
+    of the job it is used in; the file gives each node's data plane and work dir."""
     state = Path(info["state"])
-    repo = Path(__file__).resolve().parents[2]
-    doc = {
+    repo = Path(__file__).resolve().parents[2]  # the checkout (this file is harness/hosts/lab.py)
+    doc: dict[str, Any] = {
         "defaults": {
             "user": "root",
             "identity_file": str(state / "id_ed25519"),
@@ -301,12 +314,15 @@ def write_inventory(info: dict[str, Any], path: Path) -> None:
             "repo": str(repo),
             "transport": "ucx-tcp-any",
         },
-        "machines": {
-            name: {"address": h["mgmt_address"], "work_dir": h["work_dir"],
-                   "data": {"address": h["data_address"], "device": h["data_device"]}}
-            for name, h in info["hosts"].items()
-        },
     }
+    machines = {name: {"address": h["mgmt_address"], "work_dir": h["work_dir"],
+                       "data": {"address": h["data_address"], "device": h["data_device"]}}
+                for name, h in info["hosts"].items()}
+    if slurm:
+        nodes = {name: {k: v for k, v in m.items() if k != "address"} for name, m in machines.items()}
+        doc["slurm"] = {"conf": info["slurm"]["conf"], "nodes": nodes}
+    else:
+        doc["machines"] = machines
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (f"# written by `mxchaos lab up` ({info['state']}); `mxchaos lab down` removes the lab\n"
             + yaml.safe_dump(doc, sort_keys=False))
@@ -338,6 +354,7 @@ def leftovers(state: Path | None = None) -> list[str]:
     tok = _token(state)
     found = [f"netns {ns}" for ns in _lab_namespaces(tok)] + [f"link {n}" for n in _lab_links(state, tok)]
     found += [f"sshd pid {pid}" for pid in _lab_sshd_pids(state)]
+    found += slurm_lab.leftovers(state, tok, status(state))
     found += [f"dir {folder}" for folder in (state, _keys_dir(state)) if os.path.lexists(folder)]
     return found
 
@@ -360,7 +377,7 @@ def down(state: Path | None = None) -> list[str]:
     StateDirError (before anything is touched) when the state dir is not ours or a symlink."""
     state = _checked(state)
     tok = _token(state)
-    removed: list[str] = []
+    removed: list[str] = slurm_lab.stop(state, tok, status(state))  # the controller and munged live outside the namespaces
     for ns in _lab_namespaces(tok):  # everything inside: sshd, its sessions, anything a run left
         for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
             with contextlib.suppress(ProcessLookupError, ValueError):
@@ -417,6 +434,9 @@ def add_parser(sub: Any) -> None:
     p_up = verbs.add_parser("up", help="build the lab and write its inventory")
     p_up.add_argument("--hosts", type=int, required=True, metavar="N")
     p_up.add_argument("--inventory-out", metavar="FILE", help="write the lab's inventory here (default: <state>/inventory.yaml)")
+    p_up.add_argument("--slurm", action="store_true",
+                      help="also a SLURM cluster: munge, slurmctld and a slurmd per host, all under the lab's state dir "
+                           "(harness/hosts/slurm_lab.py); prints the SLURM_CONF to use")
     p_up.set_defaults(fn=_cmd_up)
     verbs.add_parser("down", help="remove every namespace, veth, bridge, sshd and key of the lab").set_defaults(fn=_cmd_down)
     verbs.add_parser("status", help="print the lab's state (exit 1 when none is up)").set_defaults(fn=_cmd_status)
@@ -425,7 +445,7 @@ def add_parser(sub: Any) -> None:
 def _cmd_up(args: Any) -> int:
     out = Path(args.inventory_out) if args.inventory_out else lab_dir() / "inventory.yaml"
     try:
-        info = up(args.hosts, inventory_out=out)
+        info = up(args.hosts, inventory_out=out, slurm=args.slurm)
     except HarnessError as exc:
         print(f"mxchaos lab up: {exc}", file=sys.stderr)
         return 1
@@ -433,6 +453,11 @@ def _cmd_up(args: Any) -> int:
         print(f"{name}  ssh root@{h['mgmt_address']}  data {h['data_address']} ({h['data_device']})  netns {h['netns']}")
     print(f"inventory: {out}\nssh: ssh -i {info['state']}/id_ed25519 -o UserKnownHostsFile={info['state']}/known_hosts "
           f"root@{next(iter(info['hosts'].values()))['mgmt_address']}")
+    if args.slurm:
+        record = info["slurm"]
+        print(f"slurm: controller {record['controller']}, nodes {','.join(info['hosts'])}\n"
+              f"  export SLURM_CONF={record['conf']}   (or: . {record['env_file']})\n"
+              f"  inside an allocation (salloc -N2 ...): mxchaos run --inventory {record['inventory']} SCENARIO")
     return 0
 
 
@@ -457,4 +482,6 @@ def _cmd_status(args: Any) -> int:
         print("no lab" + (f" (leftovers: {', '.join(left)}; run `mxchaos lab down`)" if left else ""))
         return 1
     print(json.dumps(info, indent=2))
+    if "slurm" in info:
+        print(slurm_lab.sinfo(info))
     return 0

@@ -1,0 +1,212 @@
+"""A real SLURM cluster in the lab (``mxchaos lab up --slurm``: munge, slurmctld and a slurmd per lab host,
+``harness.hosts.slurm_lab``) and scenarios run on the nodes of a real allocation
+(``--inventory`` with ``slurm:``, ``harness.hosts.allocation``):
+
+- ``srun -N3`` runs on the three nodes, each its own hostname; ``lab status`` shows ``sinfo``;
+- (a) a two-host network scenario (a partition mid-READ) run inside ``salloc -N2 -w h2,h3`` passes,
+  its hosts bound to the job's nodes (not to h1, which the job does not hold);
+- (e) with no controller answering, ``mxchaos run --inventory slurm:`` exits 4 naming the controller
+  before anything is started (no run folder), and so does ``cleanup --inventory slurm:``; inside a job
+  ``cleanup --inventory`` reaches its nodes;
+- ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
+  every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
+  ``lab down`` for a lab whose record is lost.
+
+They hold the machine alone: the lab's daemons and a global cleanup must not meet a neighbour's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.commands import cleanup
+from harness.errors import HarnessError
+from harness.hosts import lab, slurm_lab
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.root,
+    pytest.mark.alone,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, sshd, SLURM daemons)"),
+    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "ssh", "ssh-keygen", "iptables", "tc"))
+                       or not Path("/usr/sbin/sshd").exists(),
+                       reason="needs iproute2, iptables, tc, openssh-client and openssh-server"),
+    pytest.mark.skipif(bool(slurm_lab.missing()),
+                       reason=f"needs SLURM and munge ({', '.join(slurm_lab.missing())} missing: "
+                              f"apt-get install -y {slurm_lab.PACKAGES})"),
+]
+
+MXCHAOS = [sys.executable, "-m", "harness.cli"]
+TWO_HOSTS = """\
+name: slurm_two_host_partition
+description: on two nodes of a SLURM allocation, the reader's node is cut from its only source's mid-READ; the READ is called a stall and the reader loads from disk
+seed: 5
+budgets: {step: 30s, run: 100s}
+hosts: {a: netns, r: netns}
+model: {tensors: 8, tensor_mib: 16}
+processes:
+  server: {role: server, host: r, options: {heartbeat_timeout: 20s, reaper_interval: 500ms}}
+  source-1: {role: source, host: a, options: {heartbeat_interval: 500ms, mode: central}}
+  reader-1: {role: reader, host: r, options: {transfer_timeout: 30s}}
+steps:
+  - start: server
+  - start: source-1
+  - await: {process: source-1, event: status_change, where: {status: READY}}
+  - fault: {kind: rate, target: a, rate: 1gbit, name: slow-a}
+  - start: reader-1
+  - await: {process: reader-1, event: transfer_start}
+  - fault: {kind: partition, target: reader-1, peer: {source_of: reader-1}, name: cut}
+  - await: {process: reader-1, exit: true, code: 0}
+  - heal: [cut, slow-a]
+checks:
+  - loaded: {reader: reader-1, path: disk}
+  - count: {process: reader-1, event: transfer_timeout, where: {stalled: true}, min: 1, max: 1}
+  - integrity: {}
+  - exit_codes: {expect: {reader-1: 0}, by_itself: [reader-1]}
+  - nothing_leaked: {}
+"""
+
+
+def _slurm_processes(state: Path) -> list[str]:
+    """Every process on this machine whose command line names the lab's state dir or its munge socket
+    (seen in /proc, never the harness's own record)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            status = (entry / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if str(state) in cmdline and status != "Z":
+            found.append(f"{entry.name} {cmdline.strip()}")
+    return found
+
+
+def _gone(state: Path, info: dict[str, Any]) -> None:
+    assert lab.leftovers(state) == []
+    assert _slurm_processes(state) == []
+    assert not slurm_lab.munge_dir(info["token"]).exists()
+    assert not any(ns.startswith(f"mxl{info['token']}-") for ns in
+                   subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split())
+
+
+@pytest.fixture(scope="module")
+def slurm_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    state = tmp_path_factory.mktemp("slurmlab") / "lab"
+    info = lab.up(3, inventory_out=state.parent / "inventory.yaml", state=state, slurm=True)
+    try:
+        yield state, info
+    finally:
+        try:
+            lab.down(state)
+        except HarnessError as exc:
+            pytest.fail(f"lab down left something: {exc}")
+        _gone(state, info)
+
+
+def _env(info: dict[str, Any], **extra: str) -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": info["slurm"]["conf"], **extra}
+
+
+def test_the_nodes_run_a_job_step_each_and_status_shows_sinfo(slurm_state: tuple[Path, dict[str, Any]]) -> None:
+    _state, info = slurm_state
+    done = subprocess.run(["srun", "-N3", "--job-name=mxchaos-test-srun", "hostname"], capture_output=True, text=True,
+                          timeout=60, env=_env(info), check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["h1", "h2", "h3"]  # each node in a UTS namespace of its own
+    assert "idle" in slurm_lab.sinfo(info) and "h[1-3]" in slurm_lab.sinfo(info)
+    assert set(info["slurm"]["daemons"]) == {"munged", "slurmctld", "slurmd h1", "slurmd h2", "slurmd h3"}
+
+
+def test_a_two_host_network_scenario_runs_on_the_allocations_nodes(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(TWO_HOSTS)
+    out = tmp_path / "out"
+    command = [*MXCHAOS, "run", "--inventory", info["slurm"]["inventory"], "--out", str(out), str(scenario)]
+    done = subprocess.run(["salloc", "-N2", "-w", "h2,h3", "--job-name=mxchaos-test-alloc", *command],
+                          capture_output=True, text=True, timeout=240, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 PASS" in done.stdout
+    timeline = next(out.glob("slurm_two_host_partition/*/timeline.jsonl"))
+    entries = [json.loads(line) for line in timeline.read_text().splitlines() if '"ssh_hosts"' in line]
+    opened = next(e for e in entries if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+    assert {host: d["machine"] for host, d in opened["value"]["hosts"].items()} == {"a": "h2", "r": "h3"}
+
+
+def test_no_controller_answering_is_exit_4_naming_it_before_anything_runs(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    conf = Path(info["slurm"]["conf"]).read_text()
+    port = info["slurm"]["controller"].rsplit(":", 1)[1]
+    dead = tmp_path / "slurm.conf"  # the lab's configuration, its controller on a port where nothing listens
+    dead.write_text(conf.replace(f"SlurmctldPort={port}", "SlurmctldPort=9"))
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(TWO_HOSTS)
+    out = tmp_path / "out"
+    done = subprocess.run([*MXCHAOS, "run", "--inventory", "slurm:", "--out", str(out), str(scenario)], capture_output=True,
+                          text=True, timeout=60, env=_env(info, SLURM_CONF=str(dead), SLURM_JOB_ID="1"), check=False)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "controller" in done.stderr and ":9 does not answer" in done.stderr and str(dead) in done.stderr
+    assert not out.exists()  # refused before anything started
+    swept = subprocess.run([*MXCHAOS, "cleanup", "--run-id", "nosuch-20260101T000000-a1b2c3", "--inventory", "slurm:"],
+                           capture_output=True, text=True, timeout=60, check=False,
+                           env=_env(info, SLURM_CONF=str(dead), SLURM_JOB_ID="1"))
+    assert swept.returncode == 4 and ":9 does not answer" in swept.stderr, swept.stdout + swept.stderr
+
+
+def test_cleanup_sweeps_the_nodes_of_an_allocation(slurm_state: tuple[Path, dict[str, Any]]) -> None:
+    """``cleanup --inventory slurm:`` inside a job reaches each of its nodes over ssh (a run id no run has: nothing to remove)."""
+    _state, info = slurm_state
+    inside = f"{sys.executable} -m harness.cli cleanup --run-id nosuch-20260101T000000-a1b2c3 --inventory {info['slurm']['inventory']}"
+    done = subprocess.run(["salloc", "-N2", "--job-name=mxchaos-test-cleanup", "sh", "-c", inside], capture_output=True,
+                          text=True, timeout=120, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not swept" not in done.stderr
+
+
+@pytest.fixture
+def own_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path))  # lab_dir() is this lab: cleanup sees it
+    state = tmp_path / "lab"
+    yield state
+    try:
+        lab.down(state)
+    except HarnessError:
+        pass
+
+
+def test_cleanup_stops_the_slurm_of_a_lab_whose_builder_died(own_lab: Path) -> None:
+    info = lab.up(1, state=own_lab, slurm=True)
+    assert _slurm_processes(own_lab)
+    record = lab.status(own_lab)
+    assert record is not None
+    record.update(status="building", builder_pid=2**22 + 7, builder_start=1)  # a `lab up` that is gone
+    (own_lab / "lab.json").write_text(json.dumps(record))
+    report = cleanup.sweep(run_id="no-such-run")
+    swept = report.network["abandoned lab"]
+    assert any(x.startswith("slurmctld pid") for x in swept) and any(x.startswith("munged pid") for x in swept)
+    _gone(own_lab, info)
+
+
+def test_down_stops_the_daemons_of_a_lab_whose_record_is_lost(own_lab: Path) -> None:
+    info = lab.up(1, state=own_lab, slurm=True)
+    (own_lab / "lab.json").unlink()  # by the lab's own pid files: root's processes running the daemons' binaries
+    removed = lab.down(own_lab)
+    assert any(x.startswith("slurmctld pid") for x in removed) and any(x.startswith("munged pid") for x in removed)
+    _gone(own_lab, info)
