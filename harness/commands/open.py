@@ -2,8 +2,9 @@
 
 RUN may be nothing (the last invocation's ``index.html``: ``runs/latest``), an invocation's or
 a night's folder (its ``index.html``), a run folder (its ``report.html``), a scenario's folder
-of runs (its ``latest`` run's page), or a scenario's name (its latest run in the last
-invocation). Prints the page's path; exit 2 naming what was looked for when there is none.
+of runs (its ``latest`` run's page), or a scenario's name (its newest run under the results root,
+from whichever invocation ran it last: ``harness.record.results``). Prints the page's path; exit 2
+naming what was looked for when there is none.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exits import EXIT_INVALID, EXIT_OK
+from harness.record.results import newest_runs, results_root
 
 __all__ = ["add_parser", "cmd_open", "page_of"]
 
@@ -22,7 +24,7 @@ __all__ = ["add_parser", "cmd_open", "page_of"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("open", help="print (and with --browser open) the page of a run: the last invocation's index by default")
     p.add_argument("run", nargs="?", metavar="RUN",
-                   help="an invocation, night or run folder, or a scenario name (default: runs/latest)")
+                   help="an invocation, night or run folder, or a scenario name: its newest run (default: runs/latest)")
     p.add_argument("--browser", action="store_true", help="also open it in the default web browser")
     p.set_defaults(fn=cmd_open)
 
@@ -33,8 +35,10 @@ def page_of(run: str | None, root: Path) -> tuple[Path | None, list[Path]]:
         tried = [root / "latest" / "index.html"]
     else:
         folder = Path(run)
-        tried = [folder / "index.html", folder / "report.html", folder / "latest" / "report.html",
-                 root / "latest" / run / "latest" / "report.html"] if folder.is_dir() or "/" not in run else []
+        tried = [folder / "index.html", folder / "report.html", folder / "latest" / "report.html"] if folder.is_dir() else []
+        newest = newest_runs(root).get(run) if "/" not in run else None
+        if newest is not None:
+            tried.append(newest.folder / "report.html")
         if folder.is_file() and folder.suffix == ".html":
             tried = [folder]
     for page in tried:
@@ -44,11 +48,10 @@ def page_of(run: str | None, root: Path) -> tuple[Path | None, list[Path]]:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from harness.reports.invocation import DEFAULT_ROOT
-
-    page, tried = page_of(args.run, DEFAULT_ROOT)
+    root = results_root()
+    page, tried = page_of(args.run, root)
     if page is None:
-        looked = ", ".join(str(p) for p in tried) or "nothing (not a folder, a page or a scenario name)"
+        looked = ", ".join(str(p) for p in tried) or f"nothing (not a folder, a page or a scenario with a run under {root})"
         print(f"mxchaos open {args.run or ''}: no page; looked at {looked}".replace("open :", "open:"), file=sys.stderr)
         return EXIT_INVALID
     print(page)

@@ -48,7 +48,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None) -> int:
     """Run every scenario ``--repeat`` times (seed, seed+1, ...), judge each scenario's runs as
     one cell (``harness.record.rates``), write the summary; exit 1 if some cell fails the run.
-    ``--lf``: only what failed in the last invocation under ``runs/``; ``--maxfail N`` (``-x``: 1):
+    ``--lf``: only the scenarios whose newest run under the results root did not pass
+    (``harness.record.results``: a failure stays until a run of it passes); ``--maxfail N`` (``-x``: 1):
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
     from harness.engine.play import run_scenario
     from harness.record.rates import write_summary
@@ -71,18 +72,19 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
             return EXIT_ENV_BROKEN
     paths, wanted = list(args.paths), None
     if args.lf:
-        from harness.reports.invocation import DEFAULT_ROOT, last_failed
+        from harness.record.results import failing, results_root
 
-        failed = last_failed(DEFAULT_ROOT)
-        if failed is None or not failed:
-            print(f"--lf: {'no earlier invocation in ' + str(DEFAULT_ROOT) if failed is None else 'nothing failed last time'}"
+        root = results_root()
+        failed = failing(root)
+        if not failed:
+            print(f"--lf: no scenario's newest run under {root} failed"
                   + ("; running what was given" if paths else "; nothing to run"))
             if not paths:
                 return EXIT_OK
         else:
             wanted = set(failed)
-            paths = paths or sorted(set(failed.values()))
-            print(f"--lf: {len(failed)} scenario(s) failed last time: {', '.join(failed)}")
+            paths = paths or sorted({run.path or name for name, run in failed.items()})
+            print(f"--lf: {len(failed)} scenario(s) whose newest run did not pass: {', '.join(failed)}")
     if not paths:
         print("run: give scenario files, folders or names (or --lf)", file=sys.stderr)
         return EXIT_INVALID
@@ -177,8 +179,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run = sub.add_parser("run", help="validate, then run scenario files; exit 0 only if all pass")
     run.add_argument("paths", nargs="*", metavar="PATH", help="scenario files, folders or names (mxchaos run smoke)")
     run.add_argument("--lf", "--last-failed", dest="lf", action="store_true",
-                     help="only the scenarios that failed in the last invocation under runs/ (runs/latest); with no PATH, "
-                          "their files")
+                     help="only the scenarios whose newest run did not pass, from any invocation under the "
+                          "results root (a failure stays until a run of it passes); with no PATH, their files")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first run that does not pass")
     run.add_argument("--maxfail", type=at_least(1, "a number of runs"), metavar="N", help="stop after N runs that do not pass")
     run.add_argument("--json", action="store_true",

@@ -34,12 +34,12 @@ from typing import Any, TextIO
 from harness.checks.deadlines import BROKEN_CONTRACT
 from harness.judge.verdict import RunResult
 from harness.record.load import load_sample, oversubscribed, run_load
+from harness.record.results import results_root
 from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
 
-__all__ = ["DEFAULT_ROOT", "Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "last_failed", "next_steps",
+__all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "next_steps",
            "open_invocation"]
 
-DEFAULT_ROOT = Path("runs")
 RECORD = INVOCATION
 _PASSING = ("pass", "xfail", "xpass", "skip")
 # how the checks word a missed time bound (harness/checks: elapsed, loaded, fell_back): one run's
@@ -93,7 +93,7 @@ def open_invocation(out: str | Path | None, now: dt.datetime | None = None) -> I
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         return Invocation(folder.resolve(), None, start)
-    root = DEFAULT_ROOT
+    root = results_root()
     root.mkdir(parents=True, exist_ok=True)
     base = start.strftime("%Y%m%dT%H%M%SZ")
     for n in range(1, 1000):
@@ -265,13 +265,6 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
     NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)
     _atomic_write(inv.folder / "index.html", render_night(doc))
     return doc
-
-
-def last_failed(root: Path) -> dict[str, str] | None:
-    """The scenarios whose cell failed in the last invocation under ``root`` (``root/latest``):
-    name -> its file as recorded; None when there is no readable invocation there."""
-    doc = NightDoc.read_or_none(root / "latest" / RECORD)
-    return doc.failing() if doc is not None else None
 
 
 def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:

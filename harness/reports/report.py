@@ -42,6 +42,7 @@ from harness.errors import HarnessError
 from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
+from harness.record.results import RunNotFound, resolve_run, results_root
 from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, write_json
 from harness.record.timeline import History
 from harness.record.versions import collect_versions, git_commit
@@ -146,10 +147,12 @@ def _saved(doc: type[SavedDocT], run_dir: Path) -> SavedDocT | None:
 
 
 def _run_folder(path: Path) -> Path:
-    """``path`` itself, or its ``latest`` run when given a scenario's folder of runs."""
-    if not (path / "timeline.jsonl").is_file() and (path / "latest" / "timeline.jsonl").is_file():
-        return (path / "latest").resolve()
-    return path.resolve()
+    """The run folder ``path`` names (``harness.record.results.resolve_run``: a run folder, a
+    scenario's folder of runs, or a scenario's name: its newest run under the results root)."""
+    try:
+        return resolve_run(path, results_root())
+    except RunNotFound as exc:
+        raise RunFolderError(str(exc)) from None
 
 
 def _crash_reason(run_dir: Path, history: History) -> str:

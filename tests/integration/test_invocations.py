@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.record.results import RESULTS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +41,7 @@ def test_each_invocation_keeps_its_own_folder_index_and_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     first_a, first_b = _scenario(tmp_path, "first_a", "min: 1"), _scenario(tmp_path, "first_b", "min: 1")
     assert cli.main(["run", str(first_a), str(first_b)]) == 0
     out = capsys.readouterr().out
@@ -76,6 +78,7 @@ def test_each_invocation_keeps_its_own_folder_index_and_summary(
 def test_an_explicit_out_is_the_invocation_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The matrix and the tests name the folder: runs go straight into it, and no runs/ appears."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     path = _scenario(tmp_path, "named", "min: 1")
     assert cli.main(["run", str(path), "--out", str(tmp_path / "col"), "-q"]) == 0
     assert (tmp_path / "col" / "named" / "latest" / "verdict.json").is_file()
@@ -87,6 +90,7 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     good, bad, later = (_scenario(tmp_path, "good", "min: 1"), _scenario(tmp_path, "bad", "max: 0"),
                         _scenario(tmp_path, "later", "min: 1"))
     assert cli.main(["run", str(good), str(bad), str(later), "-x", "-q"]) == 1
@@ -94,10 +98,12 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     first = (tmp_path / "runs" / "latest").resolve()
     assert set(json.loads((first / "summary.json").read_text())["scenarios"]) == {"good", "bad"}
 
-    assert cli.main(["run", "--lf", "--json"]) == 1  # no PATH: the files of what failed last time
+    assert cli.main(["run", str(good), "-q"]) == 0  # a passing run since does not hide the failure
+    capsys.readouterr()
+    assert cli.main(["run", "--lf", "--json"]) == 1  # no PATH: the files of what failed
     captured = capsys.readouterr()
     doc = json.loads(captured.out)  # stdout is the document alone; the lines went to stderr
-    assert "--lf: 1 scenario(s) failed last time: bad" in captured.err and "[1/1] bad" in captured.err
+    assert "--lf: 1 scenario(s) whose newest run did not pass: bad" in captured.err and "[1/1] bad" in captured.err
     assert [s["name"] for s in doc["scenarios"]] == ["bad"] and doc["exit_code"] == 1
     folder = Path(doc["folder"])
     assert folder == (tmp_path / "runs" / "latest").resolve() != first
@@ -110,5 +116,9 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     assert cli.main(["open", "bad"]) == 0
     assert capsys.readouterr().out.strip() == str((folder / "bad" / "latest" / "report.html").resolve())
     assert cli.main(["open", str(first)]) == 0 and capsys.readouterr().out.strip() == str(first / "index.html")
+    assert cli.main(["run", str(good), "-q"]) == 0  # bad is no longer in the newest invocation
+    capsys.readouterr()
+    assert cli.main(["open", "bad"]) == 0  # its newest run, from the invocation before
+    assert capsys.readouterr().out.strip() == str((folder / "bad" / "latest" / "report.html").resolve())
     assert cli.main(["open", "nothing_by_that_name"]) == 2
     assert "no page; looked at" in capsys.readouterr().err

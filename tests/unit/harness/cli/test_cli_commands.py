@@ -100,6 +100,7 @@ def test_validate_json_names_each_file_and_its_problems(
     bad = write(tmp_path / "s", "h_bad")
     bad.write_text(bad.read_text().replace("steps:", "stpes:"))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     assert cli.main(["validate", "--json", "s", "missing.yaml"]) == 2
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
@@ -117,6 +118,7 @@ def test_validate_prints_each_file_in_order_then_a_tally(
     bad = write(tmp_path / "s", "h_bad")
     bad.write_text(bad.read_text().replace("steps:", "stpes:"))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     assert cli.main(["validate", "s", "missing.yaml"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "ok  s/good.yaml  (good: 2 processes, 2 steps, 0 checks)\n"

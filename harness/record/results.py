@@ -1,0 +1,120 @@
+"""Where runs are kept and found again: the results root, each scenario's newest run across
+invocations, and the scenarios whose newest run did not pass.
+
+The root is one per checkout, not per working directory: ``$MXCHAOS_RESULTS`` when set, else
+``runs/`` beside the harness's own ``pyproject.toml`` (a checkout), else ``runs/`` in the working
+directory (an installed harness). Under it, each ``mxchaos run`` invocation has a folder
+(``<stamp>/``) holding a folder per scenario (``<scenario>/``) holding its runs
+(``<stamp>-<run id>/``, ``latest``). A run folder's name starts with its UTC start stamp, so the
+newest of a scenario's runs is the greatest name among every invocation's, whatever ran since.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.record.saved import RunInfo, VerdictDoc
+
+__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "failing", "newest_runs", "resolve_run", "results_root",
+           "run_folders", "scenario_names"]
+
+RESULTS_ENV = "MXCHAOS_RESULTS"
+PASSING = frozenset({"pass", "xfail", "xpass", "skip"})
+"""Verdicts a rerun of failures leaves alone: passed, a known defect as recorded, or skipped."""
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def results_root() -> Path:
+    """The folder every invocation without ``--out`` writes under (see the module)."""
+    env = os.environ.get(RESULTS_ENV)
+    if env:
+        return Path(env)
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "harness").is_dir():
+        return _CHECKOUT / "runs"
+    return Path("runs")
+
+
+@dataclass(frozen=True)
+class FoundRun:
+    """One saved run: its scenario, folder, verdict (None: not judged yet, or unreadable) and the
+    scenario file it came from (as recorded; "" when unknown)."""
+
+    scenario: str
+    folder: Path
+    verdict: str | None
+    path: str
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in PASSING
+
+
+def run_folders(root: Path) -> Iterator[tuple[str, Path]]:
+    """(scenario, run folder) of every run under ``root``, ``latest`` links left out."""
+    if not root.is_dir():
+        return
+    for invocation in root.iterdir():
+        if invocation.is_symlink() or not invocation.is_dir() or invocation.name.startswith("."):
+            continue
+        for scenario in invocation.iterdir():
+            if scenario.is_symlink() or not scenario.is_dir():
+                continue
+            for run in scenario.iterdir():
+                if not run.is_symlink() and (run / "scenario.json").is_file():
+                    yield scenario.name, run
+
+
+def _found(scenario: str, folder: Path) -> FoundRun:
+    verdict = VerdictDoc.read_or_none(VerdictDoc.in_folder(folder))
+    info = RunInfo.read_or_none(RunInfo.in_folder(folder))
+    return FoundRun(scenario, folder, verdict.verdict if verdict is not None else None,
+                    (info.scenario_path or "") if info is not None else "")
+
+
+def newest_runs(root: Path) -> dict[str, FoundRun]:
+    """Each scenario's newest run under ``root`` (by its folder's start stamp), by name."""
+    newest: dict[str, Path] = {}
+    for scenario, folder in run_folders(root):
+        if scenario not in newest or folder.name > newest[scenario].name:
+            newest[scenario] = folder
+    return {name: _found(name, folder) for name, folder in sorted(newest.items())}
+
+
+def scenario_names(root: Path) -> list[str]:
+    """Every scenario with a run under ``root``, sorted."""
+    return sorted({scenario for scenario, _ in run_folders(root)})
+
+
+def failing(root: Path) -> dict[str, FoundRun]:
+    """The scenarios whose newest run did not pass (a rerun that passes takes one off)."""
+    return {name: run for name, run in newest_runs(root).items() if not run.passed}
+
+
+class RunNotFound(HarnessError):
+    """A run was asked for by a folder or name that leads to none; the message says what exists."""
+
+
+def resolve_run(arg: str | Path, root: Path) -> Path:
+    """The run folder ``arg`` names: a run folder; a scenario's folder of runs (its ``latest``); or a
+    scenario's name (its newest run under ``root``, from any invocation). ``RunNotFound`` otherwise,
+    naming the scenarios that have runs."""
+    path = Path(arg)
+    if (path / "timeline.jsonl").is_file():
+        return path.resolve()
+    if (path / "latest" / "timeline.jsonl").is_file():
+        return (path / "latest").resolve()
+    if path.is_dir():
+        return path.resolve()  # not a run folder: its reader says which file it lacks
+    newest = newest_runs(root)
+    if str(arg) in newest:
+        return newest[str(arg)].folder.resolve()
+    hint = f"; {path.name}'s newest run is {newest[path.name].folder} (give the name {path.name} to use it)" \
+        if path.name in newest else ""
+    known = ", ".join(sorted(newest)[:12]) + (f" and {len(newest) - 12} more" if len(newest) > 12 else "")
+    raise RunNotFound(f"{arg}: no such run folder, and no scenario of that name has a run under {root}{hint} "
+                      f"(scenarios with runs: {known or 'none'})")
