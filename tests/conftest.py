@@ -50,3 +50,13 @@ def _environment_restored() -> Iterator[None]:
     if dict(os.environ) != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _results_root_of_its_own(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without ``--out`` writes under the results root (``harness.record.results``), the
+    checkout's ``runs/`` by default: each test gets a root of its own, so none writes into the
+    checkout or finds another's runs (a test that names the root sets it again)."""
+    from harness.record.results import RESULTS_ENV
+
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path_factory.mktemp("results")))

@@ -202,7 +202,7 @@ def _resolve_nested(data: list[Any], faults: dict[str, FaultRecord]) -> None:
 
 
 def replay_text(run_dir: str | Path, *, name: str | None = None, extra_header: Sequence[str] = ()) -> str:
-    """The replay of the run in ``run_dir`` (or ``runs/<scenario>``: its latest) as YAML text.
+    """The replay of the run ``run_dir`` names (``harness.record.results.resolve_run``) as YAML text.
     Raises ``RunFolderError`` / ``ScenarioInvalid`` for a folder ``load_run`` refuses."""
     result = load_run(run_dir)
     faults = run_faults(result)
@@ -240,7 +240,7 @@ def add_parser(sub: Any) -> None:
         help="write the scenario a run executed (targets resolved, fault times as measured, its seed) "
         "as a standalone scenario file",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (or runs/<scenario>: its latest run)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder, a scenario's folder of runs (its latest), or a scenario's name (its newest run)")
     p.add_argument("-o", "--out", metavar="FILE", help="write it here (default: standard output)")
     p.add_argument("--name", help="the replayed scenario's name (default: the run's)")
     p.set_defaults(fn=cmd_replay)

@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
         "of a crashed harness (status crashed: an error); exit codes as run",
     )
     check.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (or runs/<scenario>: its latest run)"
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, scenarios' folders of runs (their latest), or scenario names (their newest runs)"
     )
     check.add_argument("--write", action="store_true", help="rewrite verdict.json, junit.xml and report.html")
     check.set_defaults(fn=cmd_check)

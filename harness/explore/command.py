@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.record.results import results_root
+
 __all__ = ["add_parser", "cmd_explore"]
 
 
@@ -62,7 +64,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     except ScenarioInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path("runs") / "explore" / template.name
+    out = Path(args.out) if args.out else results_root() / "explore" / template.name
     print(f"=== explore {template.name}: seed {args.seed}, up to {args.runs} schedules, budget {budget:g}s -> {out}",
           flush=True)
     ex = explore(template, seed=args.seed, runs=args.runs, budget_s=budget, out_dir=out, repeat=args.repeat,

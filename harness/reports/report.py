@@ -1,6 +1,6 @@
 """Reports: everything a run leaves in its folder, written even when the run went wrong.
 
-``runs/<scenario>/<stamp>-<id>/``::
+``<invocation>/<scenario>/<stamp>-<id>/`` under the results root (``harness.record.results``)::
 
     scenario.yaml       the file as given          scenario.json  the validated model
     run.json            id, harness pid, t0        versions.json  NIXL, UCX, torch, Python, host
@@ -9,7 +9,7 @@
     report.html         timeline picture + tables  procs/<name>.log, procs/<name>.events.jsonl
     stacks/             py-spy dumps (hang, await timeouts)
 
-and ``runs/<scenario>/latest`` -> the newest run folder. What a crash must not lose is
+and ``<invocation>/<scenario>/latest`` -> the invocation's newest run folder. What a crash must not lose is
 there from the start: ``run.json``, ``scenario.yaml`` and ``scenario.json``
 (``write_scenario_files``) are written when the folder is made, and ``timeline.jsonl`` grows
 line by line as the run goes (``Timeline.open_sink``); ``write_run_folder`` keeps that file

@@ -17,6 +17,7 @@ import pytest
 
 from harness import cli, exits
 from harness.record.rates import Rate, RunRecord, cell_of
+from harness.record.results import RESULTS_ENV
 from harness.record.timeline import Entry
 from harness.reports.console import Progress, rate_table, verdict_table
 from harness.scenario import capabilities, select
