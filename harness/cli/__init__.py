@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
+    from harness.matrix.project_command import add_parser as add_project_parser
+
+    add_project_parser(sub)  # mxchaos project: harness/matrix/project_command.py
     from harness.nightly.command import add_parser as add_nightly_parser
 
     add_nightly_parser(sub)  # mxchaos nightly: harness/nightly/command.py

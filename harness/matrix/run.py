@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.defects import defect_here, defect_status
+from harness.matrix.projection import matrix_seconds
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
@@ -162,7 +163,7 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     runs = spec.repeat * len(paths)
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
-    plan = plan_column(spec.placements, spec.jobs, _seconds(spec.baseline)) if spec.placements else None
+    plan = plan_column(spec.placements, spec.jobs, matrix_seconds(spec.baseline)) if spec.placements else None
     if rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
         by_name = dict(zip(spec.names, paths))
 
@@ -191,17 +192,6 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     if info["rc"] not in (0, 1):  # 0/1: the runs ran (pass / something failed); else say what the tool said
         info["run_error"] = f"mxchaos run exited {info['rc']}: {error_line(logs[-1] if logs else '')}"
     return info
-
-
-def _seconds(baseline: Mapping[str, Any] | None) -> dict[str, float]:
-    """Each scenario's run seconds in an earlier matrix (its cells' median, the longest column's):
-    what the lanes are balanced on."""
-    out: dict[str, float] = {}
-    for name, row in ((baseline or {}).get("cells") or {}).items():
-        times = [float(c["seconds"]) for c in (row or {}).values() if isinstance(c, dict) and isinstance(c.get("seconds"), int | float)]
-        if times:
-            out[name] = max(times)
-    return out
 
 
 def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping[str, dict[str, Any]]) -> dict[str, Any]:

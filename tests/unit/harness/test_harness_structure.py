@@ -18,7 +18,7 @@ GENERATED = (ROOT / "mxref" / "v1", ROOT / "mxref" / "mx")  # protoc's output (m
 
 MXREF_COMMON = ("mxref.accelerators", "mxref.codegen", "mxref.config", "mxref.debug_hooks", "mxref.errors",
                 "mxref.events", "mxref.front_door", "mxref.identity", "mxref.metrics", "mxref.model", "mxref.pki",
-                "mxref.process", "mxref.rpc", "mxref.security", "mxref.wire", "mxref.worker_service")
+                "mxref.process", "mxref.rpc", "mxref.security", "mxref.signals", "mxref.wire", "mxref.worker_service")
 """What every part of mxref may use; these import none of mxref's packages."""
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
