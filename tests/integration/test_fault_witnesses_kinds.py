@@ -113,3 +113,37 @@ def test_a_syscall_fault_strace_delayed_is_seen_and_one_on_a_call_never_made_is_
     missed = run(tmp_path / "missed", SYSCALL % "mknodat")  # a call the source never makes
     assert (missed.verdict, witnessed(missed)["crawl"][0]) == ("not_exercised", "none")
     assert "0 calls failed, 0 delayed of 0 traced" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- proxy_down
+
+PROXY_DOWN = """\
+    budgets: {step: 10s, run: 40s, stop_grace: 2s}
+    proxies:
+      mds: {upstream: server}
+    processes:
+      server: {role: server}
+      source-1: {role: source, server_via: mds}
+      reader-1: {role: reader, server_via: mds}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: proxy_down, proxy: mds, name: down}
+%s
+      - heal: down
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "iptables", "toxiproxy")
+def test_a_proxy_down_a_connection_met_is_seen_and_one_nothing_tried_is_not_exercised(tmp_path: Path) -> None:
+    # the fake reader's first act is a connect to its server, here through the disabled proxy: refused
+    tried = "      - start: reader-1\n      - await: {process: reader-1, exit: true, code: any}"
+    landed = run(tmp_path / "landed", PROXY_DOWN % tried)
+    effect, figures = witnessed(landed)["down"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["refused_syns"] >= 1  # type: ignore[operator]
+    missed = run(tmp_path / "missed", PROXY_DOWN % "      - sleep: 500ms")  # nothing connects while it is down
+    assert (missed.verdict, witnessed(missed)["down"]) == ("not_exercised", ("none", {"cut": 0, "refused_syns": 0}))
+    assert "nothing tried it while it was down" in missed.not_exercised[0]
