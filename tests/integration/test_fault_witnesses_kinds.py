@@ -232,3 +232,36 @@ def test_a_drain_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exerc
     missed = run(tmp_path / "missed", DRAIN % ("", ""), fake=False)  # nobody reads: nothing to wait for
     assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)
+
+CORRUPT = """\
+    budgets: {step: 30s, run: 60s}
+    model: {tensors: 4, tensor_mib: 1}
+    processes:
+      server: {role: server}
+      source-1: {role: source, options: {debug_hooks: true}%s}
+    steps:
+      - start: server
+      - start: source-1
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: corrupt, target: source-1, name: rot}
+      - sleep: 300ms
+      - heal: rot
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root")
+def test_a_corruption_is_seen_in_the_sources_memory_and_a_toggle_that_flips_nothing_is_not_exercised(
+        tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", CORRUPT % "", fake=False)
+    effect, figures = witnessed(landed)["rot"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["changed"] == figures["bytes"] == figures["held"] == 4  # byte 0 of each of the 4 tensors
+    # the planted regression: a source whose toggle confirms corrupted: true and flips nothing
+    missed = run(tmp_path / "missed", CORRUPT % ", env: {MXREF_SIMULATED_BUG: corrupt_in_word_only}", fake=False)
+    assert (missed.verdict, witnessed(missed)["rot"][0]) == ("not_exercised", "none")
+    assert "0 of 4 bytes" in missed.not_exercised[0]
