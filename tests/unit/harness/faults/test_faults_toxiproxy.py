@@ -4,11 +4,13 @@ inject that fails or is interrupted midway, and a proxy the scenario does not ha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 
 from harness.errors import FaultError, RunInterrupted
-from harness.faults import REGISTRY, make_fault
+from harness.faults import REGISTRY, commands, make_fault
 from harness.faults import toxiproxy as toxiproxy_faults
 from harness.faults.netns import chain_name
 from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec, Traffic
@@ -46,6 +48,9 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, str], int]:
     monkeypatch.setattr(toxiproxy_faults, "stream_bytes", stream_bytes)
     monkeypatch.setattr(toxiproxy_faults, "connections", lambda listen: received.get((listen, "open")))
     return received
+
+
+REMOVE = toxiproxy_faults.remove_refusal_counter  # as written (the fixture below stands in for it)
 
 
 @pytest.fixture(autouse=True)
@@ -209,3 +214,44 @@ def test_sweep_deletes_the_runs_proxies_from_its_recorded_server(monkeypatch: py
     assert list(server.proxies) == ["run-ab.mds"]
     assert REGISTRY["toxic"].sweep("run-b") == []  # no server recorded
     assert REGISTRY["proxy_down"].sweep("run-a") == []
+
+
+class RootFirewall:
+    """``commands.shell`` with this machine's (root namespace) iptables: the chains by name."""
+
+    def __init__(self, chains: dict[str, list[str]]) -> None:
+        self.chains = chains
+        self.jumps = [name for name in chains]  # each hooked from INPUT once
+        self.commands: list[tuple[str, ...]] = []
+
+    def have(self, program: str) -> bool:
+        return program == "iptables"
+
+    def namespaces(self) -> list[str]:
+        return []
+
+    def run(self, place: object, argv: Sequence[str]) -> tuple[int, str]:
+        assert place is None and tuple(argv[:3]) == ("iptables", "-w", "5")
+        words = tuple(argv[3:])
+        self.commands.append(words)
+        if words == ("-S",):
+            return 0, "\n".join(["-P INPUT ACCEPT", *(f"-N {c}" for c in self.chains), *(f"-A INPUT -j {c}" for c in self.jumps)])
+        if words[0] == "-S":
+            return (0, "") if words[1] in self.chains else (1, "No chain/target/match by that name.")
+        if words[:2] == ("-D", "INPUT") and words[3] in self.jumps:
+            self.jumps.remove(words[3])
+            return 0, ""
+        if words[0] == "-X" and words[1] in self.chains:
+            del self.chains[words[1]]
+            return 0, ""
+        return (0, "") if words[0] == "-F" else (1, "no such rule")
+
+
+def test_sweep_removes_the_refusal_counters_of_its_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine, theirs = chain_name("run-a", "down"), chain_name("run-b", "down")
+    shell = RootFirewall({mine: [], theirs: []})
+    monkeypatch.setattr(commands, "shell", shell)
+    monkeypatch.setattr(toxiproxy_faults, "remove_refusal_counter", REMOVE)
+    assert REGISTRY["proxy_down"].sweep("run-a") == [f"iptables chain {mine}"]
+    assert list(shell.chains) == [theirs] and shell.jumps == [theirs]
+    assert REGISTRY["proxy_down"].sweep("run-a") == []  # idempotent
