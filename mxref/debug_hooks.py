@@ -14,12 +14,22 @@ ours does the work and emits the events.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from mxref.model import Arena
 from mxref.signals import QueuedSignal
+
+
+def flipped_addresses(arena: Any) -> tuple[str, list[int]]:
+    """Where the toggle flips: ``("host", [address of byte 0 of each non-empty tensor])`` for a
+    host arena (the harness reads them back through ``/proc/PID/mem``: the corrupt fault's
+    witness), ``("device", [...])`` for one in device memory."""
+    where = "host" if isinstance(arena, Arena) else "device"
+    return where, [addr for (addr, size) in arena.regions() if size]
 
 
 def flip_first_bytes(arena: Any) -> int:
@@ -67,13 +77,23 @@ class CorruptionToggle:
         return self
 
     def toggle(self) -> bool:
-        """Flip once; returns the state now, after emitting ``debug_corrupt``."""
+        """Flip once; returns the state now, after emitting ``debug_corrupt`` (with where it
+        flipped: ``memory`` and ``addrs``, ``flipped_addresses``)."""
         with self._lock:
-            tensors = flip_first_bytes(self._arena) if self._arena is not None else 0
+            arena = self._arena
+            if arena is not None and os.environ.get("MXREF_SIMULATED_BUG") == "corrupt_in_word_only":
+                # SIMULATED BUG: the toggle says it flipped and flips nothing (the fault's witness catches it)
+                tensors = len(flipped_addresses(arena)[1])
+            else:
+                tensors = flip_first_bytes(arena) if arena is not None else 0
             if tensors:
                 self.corrupted = not self.corrupted
             corrupted = self.corrupted
-        self.emit("debug_corrupt", corrupted=corrupted, tensors=tensors)
+        if arena is None:  # nothing held yet: nothing flipped, nowhere
+            self.emit("debug_corrupt", corrupted=corrupted, tensors=tensors)
+        else:
+            memory, addrs = flipped_addresses(arena)
+            self.emit("debug_corrupt", corrupted=corrupted, tensors=tensors, memory=memory, addrs=addrs)
         return corrupted
 
     def rewrite(self) -> int:

@@ -70,10 +70,13 @@ class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
         name = os.path.basename(path)
         return any(fnmatch.fnmatch(name, pattern) for pattern in self.match)
 
-    def _fault(self) -> None:
+    def _fault(self, op: str, path: str) -> None:
+        """Count one faulted call and print its line, ``faultfs faulted MODE N OP PATH`` (the
+        disk fault's witness reads them back: ``harness.faults.disk.layer_witness``)."""
         with self._lock:
             self.faulted += 1
-        print(f"faultfs faulted {self.mode} {self.faulted}", flush=True)
+            count = self.faulted
+        print(f"faultfs faulted {self.mode} {count} {op} {path}", flush=True)
 
     # ------------------------------------------------------------------ metadata
 
@@ -105,20 +108,20 @@ class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
 
     def open(self, path: str, flags: int) -> int:
         if flags & (os.O_WRONLY | os.O_RDWR) and flags & os.O_TRUNC and self.mode == "enospc" and self._hit(path):
-            self._fault()
+            self._fault("open", path)
             raise mfusepy.FuseOSError(errno.ENOSPC)
         return os.open(self._rel(path), flags & ~os.O_CREAT, dir_fd=self.root)
 
     def create(self, path: str, mode: int, fi: Any = None) -> int:
         if self.mode == "enospc" and self._hit(path):
-            self._fault()
+            self._fault("create", path)
             raise mfusepy.FuseOSError(errno.ENOSPC)
         return os.open(self._rel(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode, dir_fd=self.root)
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         if not self._hit(path) or self.mode == "enospc" or offset + size <= self.after_bytes:
             return os.pread(fh, size, offset)
-        self._fault()
+        self._fault("read", path)
         if self.mode == "eio":
             raise mfusepy.FuseOSError(errno.EIO)
         if self.mode == "slow":
@@ -128,13 +131,13 @@ class FaultFs(mfusepy.Operations):  # type: ignore[misc]  # mfusepy is untyped
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         if self.mode == "enospc" and self._hit(path):
-            self._fault()
+            self._fault("write", path)
             raise mfusepy.FuseOSError(errno.ENOSPC)
         return os.pwrite(fh, data, offset)
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> None:
         if self.mode == "enospc" and self._hit(path) and length > 0:
-            self._fault()
+            self._fault("truncate", path)
             raise mfusepy.FuseOSError(errno.ENOSPC)
         fd = os.open(self._rel(path), os.O_WRONLY, dir_fd=self.root) if fh is None else fh
         try:

@@ -27,6 +27,13 @@ wall stamp it writes, or judges another's by, is skewed. Needs Debian's ``faketi
 library only; a program that calls the kernel without libc, or is statically linked, is not
 reached).
 
+Each records a witness of the new incarnation's clocks, measured from outside it at the inject:
+``clock`` the offsets of the time namespace it is in, as the kernel shows them
+(``/proc/PID/timens_offsets``, and that namespace is not the harness's); ``wall_clock`` that
+libfaketime is mapped into it (``/proc/PID/maps``) and the offset its own settings (read from
+``/proc/PID/environ``) give ``date`` here. Process on the host's clocks: no effect. A target on
+an ssh host is not witnessed (its ``/proc`` is not read from here).
+
 Both act where the target runs: its host wraps the start (``Host.wrap_clocks``), so on an ssh
 host ``unshare`` and libfaketime are the host's, and ``requires`` is probed there instead
 (``Clock.ssh_needs``: a uid-0 login for ``clock``).
@@ -35,16 +42,24 @@ host ``unshare`` and libfaketime are the host's, and ``requires`` is probed ther
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, WithJsonSchema, model_validator
 
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
 from harness.hosts.clocks import ClockOffsets
+from harness.record.witness import Witness
 from harness.spec import Duration, Target, custom_error, parse_duration
 
-__all__ = ["Clock", "ClockSpec", "WallClock", "WallClockSpec", "parse_offset", "restart_with"]
+__all__ = ["Clock", "ClockSpec", "WallClock", "WallClockSpec", "faketime_witness", "parse_offset", "read_timens_offsets",
+           "restart_with", "timens_witness"]
 
+EXEC_SETTLE_S = 2.0  # how long a witness of no effect is measured again: unshare / env may not have exec'd yet
 MAX_OFFSET_S = 10 * 365 * 86400.0  # ten years: far past any host's uptime, far inside the kernel's range
 OFFSET_RULE = ("a clock offset is 0 or a whole number of seconds as a duration with an optional sign (+72h, "
                f"-90s, 1.5h, 3600), at most {MAX_OFFSET_S / 86400 / 365:g} years either way")
@@ -107,15 +122,97 @@ class ClockSpec(FaultSpec):
         return (self.target,) if isinstance(self.target, str) else ()
 
 
-def restart_with(ctx: FaultContext, target: Target, offsets: ClockOffsets, grace: float) -> Injected[None]:
+def restart_with(ctx: FaultContext, target: Target, offsets: ClockOffsets, grace: float,
+                 witness: Callable[[int, ClockOffsets], Witness]) -> Injected[None]:
     """Stop ``target`` if it runs (TERM, ``grace``, KILL) and start its next incarnation with
-    ``offsets``; nothing to heal (the offsets end with the incarnation)."""
+    ``offsets``; nothing to heal (the offsets end with the incarnation). ``witness`` measures,
+    from outside it, the clocks the new incarnation (its pid) runs on."""
     name = ctx.resolve(target)
     value: dict[str, Any] = {"target": name, "clocks": offsets.record()}
     if ctx.proc(name).alive:
         value["stopped"] = ctx.stop(name, grace)
     value["started"] = ctx.start(name, offsets)
+    view, host = ctx.proc(name), ctx.locate(name)
+    if host.kind == "ssh":
+        seen = Witness.unwitnessed(f"{name} runs on ssh host {host.name}: its /proc is not read from here")
+    elif view.pid is None:
+        seen = Witness.unwitnessed(f"{name} {view.ended or 'is not running'}: its clocks cannot be read")
+    else:
+        seen = witness(view.pid, offsets)
+        settle = time.monotonic() + EXEC_SETTLE_S
+        while seen.effect == "none" and time.monotonic() < settle:  # its wrapper may not have exec'd it yet
+            ctx.sleep(0.05)
+            seen = witness(view.pid, offsets)
+    value["witness"] = seen.to_json()
     return Injected(None, value)
+
+
+def read_timens_offsets(text: str) -> dict[str, float]:
+    """``/proc/PID/timens_offsets`` (``monotonic  SECONDS NANOSECONDS`` per clock) -> clock ->
+    seconds."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1].lstrip("-").isdigit() and fields[2].isdigit():
+            out[fields[0]] = int(fields[1]) + int(fields[2]) / 1e9
+    return out
+
+
+def timens_witness(pid: int, offsets: ClockOffsets, proc: Path = Path("/proc")) -> Witness:
+    """The offsets of the time namespace ``pid`` is in, as the kernel shows them
+    (``/proc/PID/timens_offsets``), and whether it is another namespace than the harness's own:
+    seen when its clocks are offset; none when the process runs on the host's clocks."""
+    try:
+        text = (proc / str(pid) / "timens_offsets").read_text()
+        own = os.readlink(proc / "self" / "ns" / "time") != os.readlink(proc / str(pid) / "ns" / "time")
+    except OSError as exc:
+        return Witness.unwitnessed(f"pid {pid}'s time namespace cannot be read: {exc.strerror}", pid=pid)
+    found = read_timens_offsets(text)
+    monotonic, boottime = found.get("monotonic", 0.0), found.get("boottime", 0.0)
+    figures = {"pid": pid, "monotonic_s": monotonic, "boottime_s": boottime, "own_namespace": own,
+               "asked_monotonic_s": offsets.monotonic_s, "asked_boottime_s": offsets.boottime_s}
+    said = f"pid {pid}'s time namespace: monotonic {monotonic:+g}s, boottime {boottime:+g}s"
+    if own and (monotonic or boottime):
+        asked = (monotonic, boottime) == (offsets.monotonic_s, offsets.boottime_s)
+        return Witness.seen(said + ("" if asked else f" (asked {offsets.monotonic_s:+g}s, {offsets.boottime_s:+g}s)"),
+                            **figures)
+    return Witness.none(said + ("" if own else " (the host's own namespace)"), **figures)
+
+
+def faketime_witness(pid: int, offsets: ClockOffsets, proc: Path = Path("/proc")) -> Witness:
+    """Whether libfaketime is in ``pid`` (mapped into its memory, ``/proc/PID/maps``) and the
+    wall clock it gives with the target's own settings (``FAKETIME`` and ``LD_PRELOAD`` read
+    from ``/proc/PID/environ``): ``date`` run with them, against this machine's clock."""
+    try:
+        maps = (proc / str(pid) / "maps").read_text(errors="replace")
+        environ = (proc / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError as exc:
+        return Witness.unwitnessed(f"pid {pid}'s memory map cannot be read: {exc.strerror}", pid=pid)
+    env: dict[str, str] = {}
+    for item in environ:
+        key, _, val = item.decode(errors="replace").partition("=")
+        env.setdefault(key, val)
+    library = next((line.split()[-1] for line in maps.splitlines() if "libfaketime" in line), None)
+    figures: dict[str, Any] = {"pid": pid, "library": library, "faketime": env.get("FAKETIME"),
+                               "asked_s": offsets.realtime_s, "measured_s": None}
+    if library is None:
+        return Witness.none(f"no libfaketime in pid {pid}'s memory: its wall clock is the host's", **figures)
+    probe: dict[str, str] = {"PATH": os.defpath}
+    probe |= {k: env[k] for k in ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC", "FAKETIME_NO_CACHE") if k in env}
+    try:
+        before = time.time()
+        done = subprocess.run(["date", "+%s.%N"], env=probe, capture_output=True, text=True,
+                              timeout=10, check=False)
+        measured = round(float(done.stdout.strip()) - (before + time.time()) / 2, 1)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return Witness.unwitnessed(f"libfaketime is in pid {pid} ({library}), but its offset could not be measured",
+                                   **figures)
+    figures["measured_s"] = measured
+    if abs(measured) >= 0.5:
+        return Witness.seen(f"libfaketime in pid {pid}: its settings give a wall clock {measured:+g}s off the host's",
+                            **figures)
+    return Witness.none(f"libfaketime in pid {pid}, but its settings give the host's wall clock ({measured:+g}s)",
+                        **figures)
 
 
 @register
@@ -127,7 +224,7 @@ class Clock(Fault[ClockSpec, None]):
     needs_on_target_host = True
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
-        return restart_with(ctx, self.spec.target, self.spec.offsets(), self.spec.grace)
+        return restart_with(ctx, self.spec.target, self.spec.offsets(), self.spec.grace, timens_witness)
 
 
 class WallClockSpec(FaultSpec):
@@ -161,4 +258,5 @@ class WallClock(Fault[WallClockSpec, None]):
     needs_on_target_host = True
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
-        return restart_with(ctx, self.spec.target, ClockOffsets(realtime_s=self.spec.offset), self.spec.grace)
+        return restart_with(ctx, self.spec.target, ClockOffsets(realtime_s=self.spec.offset), self.spec.grace,
+                            faketime_witness)

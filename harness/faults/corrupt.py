@@ -9,6 +9,14 @@ first SIGUSR2 to the source process only (not its group) and waits, bounded by `
 A toggle that is not confirmed in time is toggled back before the error; an interrupt inside the
 send is taken as landed, as ``pause`` takes it, and toggled back too.
 
+Its witness is the harness's own reading of the target's memory: the toggle's event names the
+address of each byte it flips (``addrs``; the subject says *where*, never *what*), the harness
+reads those bytes through ``/proc/PID/mem`` once the corruption is confirmed, again just before
+the heal (did it hold?) and once the heal is confirmed, and counts the bytes that differ by
+0xFF between corrupted and restored. A toggle that flipped nothing (whatever its event said)
+has no effect. Not witnessed: a source on an ssh host, tensors in device memory, a subject
+whose event names no addresses, a source gone by the heal.
+
 Limit: the wait matches any such event of the current incarnation, so a second corruption of
 the same incarnation is confirmed by the first one's event (the toggle itself still happens).
 """
@@ -16,15 +24,17 @@ the same incarnation is confirmed by the first one's event (the toggle itself st
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register, undo_on_failure
+from harness.record.witness import Witness
 from harness.spec import Duration, SourceOf, Target
 
-__all__ = ["Corrupt", "CorruptSpec", "Corrupted", "hooked_source_issues"]
+__all__ = ["Corrupt", "CorruptSpec", "Corrupted", "hooked_source_issues", "memory_witness", "read_bytes", "where_flipped"]
 
 TOGGLE = int(signal.SIGUSR2)
 EVENT = "debug_corrupt"
@@ -79,10 +89,61 @@ def _hooked(process: Any) -> bool:
 
 @dataclass(frozen=True)
 class Corrupted:
-    """What heal restores: the source process and the pid whose memory was corrupted."""
+    """What heal restores: the source process and the pid whose memory was corrupted; ``addrs``
+    the bytes the toggle said it flipped and ``read`` what the harness read there once corrupted
+    (None: not read, ``why`` says why)."""
 
     target: str
     pid: int
+    addrs: tuple[int, ...] = ()
+    read: bytes | None = None
+    why: str = ""
+
+
+def read_bytes(pid: int, addrs: Sequence[int], proc: Path = Path("/proc")) -> bytes | None:
+    """The byte at each address of ``pid``'s memory (``/proc/PID/mem``); None when it cannot be
+    read (the process is gone, an address is not mapped)."""
+    try:
+        with open(proc / str(pid) / "mem", "rb", buffering=0) as mem:
+            out = bytearray()
+            for addr in addrs:
+                mem.seek(addr)
+                byte = mem.read(1)
+                if len(byte) != 1:
+                    return None
+                out += byte
+            return bytes(out)
+    except (OSError, OverflowError, ValueError):
+        return None
+
+
+def where_flipped(confirmed: Mapping[str, Any], host_kind: str) -> tuple[tuple[int, ...], str]:
+    """The addresses a toggle's ``debug_corrupt`` names, or () and why they cannot be read here."""
+    addrs = confirmed.get("addrs")
+    if host_kind == "ssh":
+        return (), "the source runs on an ssh host: its memory is not read from here"
+    if confirmed.get("memory") == "device":
+        return (), "its tensors are in device memory, which /proc/PID/mem does not reach"
+    if not isinstance(addrs, list) or not addrs or not all(isinstance(a, int) and a > 0 for a in addrs):
+        return (), "its debug_corrupt names no addresses (a subject whose hooks do not say where they flip)"
+    return tuple(addrs), ""
+
+
+def memory_witness(token: Corrupted, restored: bytes | None, held: bytes | None) -> Witness:
+    """What the toggle did to the memory, as the harness read it: each flipped byte as read while
+    corrupted (inject) against the same byte once restored (heal): a corruption changes it by
+    0xFF, and it held until the heal (``held``: read just before it)."""
+    if token.read is None or restored is None:
+        return Witness.unwitnessed(token.why or f"{token.target} (pid {token.pid})'s memory could not be read back "
+                                   "at its heal (gone?)", pid=token.pid)
+    changed = sum(1 for a, b in zip(token.read, restored, strict=True) if a ^ b == 0xFF)
+    kept = None if held is None else sum(1 for a, b in zip(token.read, held, strict=True) if a == b)
+    figures = {"pid": token.pid, "bytes": len(token.addrs), "changed": changed, "held": kept}
+    said = (f"{changed} of {len(token.addrs)} bytes of {token.target}'s tensors read back (/proc/{token.pid}/mem) "
+            "flipped while corrupted against restored")
+    if changed:
+        return Witness.seen(said + ("" if kept is None else f", {kept} held until the heal"), **figures)
+    return Witness.none(said, **figures)
 
 
 @register
@@ -105,17 +166,26 @@ class Corrupt(Fault[CorruptSpec, Corrupted]):
         with undo_on_failure() as undo:
             undo.callback(ctx.signal_pid, pid, TOGGLE, group=False)  # sent: failing now means toggling back
             confirmed = ctx.wait_event(target, EVENT, {"corrupted": True}, self.spec.confirm)
+        addrs, why = where_flipped(confirmed, ctx.locate(target).kind)
+        read = read_bytes(pid, addrs) if addrs else None
+        if addrs and read is None:
+            why = f"{target} (pid {pid})'s memory could not be read at the addresses its toggle named"
         return Injected(
-            Corrupted(target, pid),
+            Corrupted(target, pid, addrs, read, why),
             {"target": target, "pid": pid, "signal": "SIGUSR2", "tensors": confirmed.get("tensors"),
-             "confirmed_t": confirmed.get("t")},
+             "confirmed_t": confirmed.get("t"), "read": None if read is None else read.hex()},
         )
 
     def heal(self, ctx: FaultContext, token: Corrupted) -> dict[str, Any] | None:
+        held = read_bytes(token.pid, token.addrs) if token.read is not None else None
         if not ctx.signal_pid(token.pid, TOGGLE, group=False):
-            return {"target": token.target, "pid": token.pid, "gone": True}
+            witness = Witness.unwitnessed(f"{token.target} (pid {token.pid}) was gone at the heal: its memory with it")
+            return {"target": token.target, "pid": token.pid, "gone": True, "witness": witness.to_json()}
         try:
             restored = ctx.wait_event(token.target, EVENT, {"corrupted": False}, self.spec.confirm)
         except FaultError as exc:
             raise FaultError(f"{token.target} (pid {token.pid}) did not confirm its memory restored: {exc}") from None
-        return {"target": token.target, "pid": token.pid, "restored": True, "tensors": restored.get("tensors")}
+        after = read_bytes(token.pid, token.addrs) if token.read is not None else None
+        witness = memory_witness(token, after, held)
+        return {"target": token.target, "pid": token.pid, "restored": True, "tensors": restored.get("tensors"),
+                "witness": witness.to_json()}

@@ -8,6 +8,10 @@ keeps the path it was started with and meets the fault on its next open: EIO on 
 reads, slow reads, or ENOSPC on every write (``mode``), on the files that match ``match``, after
 the first ``after_bytes`` of each.
 
+The layer counts each call it faulted, one line in its log (``<run>/faults/<name>.faultfs.log``);
+heal reads them back as the fault's witness (``layer_witness``: the errors, short reads or delays
+it served, by call): a layer no call met had no effect.
+
 The token is the layer's pid and the folder; heal sends it SIGTERM (libfuse unmounts on it),
 waits, bounded, for the mount to go, and otherwise kills the layer and detaches the mount
 (``umount -l``). A layer outlives no harness (``harness.faults._tether`` ends it when the
@@ -32,9 +36,10 @@ from pydantic import Field, model_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, _tether, register, undo_on_failure
+from harness.record.witness import Witness
 from harness.spec import Duration, Name, custom_error
 
-__all__ = ["Disk", "DiskSpec", "Mounted", "checkpoint_folder", "fsname", "mounts_named"]
+__all__ = ["Disk", "DiskSpec", "Mounted", "checkpoint_folder", "fsname", "layer_counts", "layer_witness", "mounts_named"]
 
 MOUNT_WAIT_S = 10.0  # a Python start and a mount, on a loaded machine too
 FSNAME = "mxchaos-faultfs"
@@ -123,12 +128,37 @@ def _mounted(folder: str, name: str) -> bool:
     return folder in mounts_named(name)
 
 
-def _faulted(log: str) -> int | None:
+# what each mode's faulted call is, in the witness's words and figures
+SERVED = {"eio": "reads failed with EIO", "short": "short reads", "slow": "delayed reads",
+          "enospc": "writes failed with ENOSPC"}
+_FAULTED = re.compile(r"^faultfs faulted (\S+) (\d+)(?: (\S+))?", re.M)
+
+
+def layer_counts(text: str) -> dict[str, int]:
+    """The calls the FUSE layer faulted, by operation (``read``, ``write``, ``create``, ``open``,
+    ``truncate``), from its own log (``faultfs faulted MODE N OP PATH`` per call; a line of an
+    older layer without ``OP`` counts as ``read``)."""
+    counts: dict[str, int] = {}
+    for match in _FAULTED.finditer(text):
+        op = match[3] or "read"
+        counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def layer_witness(log: str, mode: str, folder: str) -> Witness:
+    """What the layer served while mounted: the calls it faulted (counted by the layer itself,
+    the harness's own process, one line each in its log); none when no call met the fault."""
     try:
-        counts = re.findall(r"faultfs faulted \S+ (\d+)", Path(log).read_text())
-    except OSError:
-        return None
-    return int(counts[-1]) if counts else 0
+        text = Path(log).read_text(errors="replace")
+    except OSError as exc:
+        return Witness.unwitnessed(f"the FUSE layer's log {log} cannot be read: {exc.strerror}")
+    counts = layer_counts(text)
+    total = sum(counts.values())
+    figures = {"mode": mode, "faulted": total, "by_call": counts}
+    if total:
+        return Witness.seen(f"the FUSE layer over {folder} served {total} {SERVED[mode]} "
+                            f"({', '.join(f'{op} {n}' for op, n in sorted(counts.items()))})", **figures)
+    return Witness.none(f"no call through the FUSE layer over {folder} met the fault (0 {SERVED[mode]})", **figures)
 
 
 def _detach(folder: str) -> None:
@@ -193,7 +223,9 @@ class Disk(Fault[DiskSpec, Mounted]):
         was = _end(token.pid, token.folder, name)
         if _mounted(token.folder, name):
             raise FaultError(f"disk: {token.folder} is still mounted after SIGTERM, SIGKILL and umount -l")
-        return {"target": token.target, "folder": token.folder, "unmounted": was, "faulted": _faulted(token.log)}
+        witness = layer_witness(token.log, self.spec.mode, token.folder)  # the layer has ended: its log is whole
+        return {"target": token.target, "folder": token.folder, "unmounted": was,
+                "faulted": witness.figures.get("faulted"), "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:

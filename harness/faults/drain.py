@@ -8,21 +8,31 @@ is an event (``drain_started``, then ``drain_done`` and ``refit``, or ``drain_ti
 ``confirm``, for ``drain_started``; how the drain ends is the scenario's to await and judge.
 Nothing to heal: a drain ends by itself, within its timeout, and re-opens admission either way.
 
+Its witness (recorded at the inject): the drain began (the ``drain_started`` the harness's
+timeline received from the incarnation it signalled), what it had to wait for (its ``live``
+leases), and the target's state as the harness reads it: the process catches SIGHUP
+(``SigCgt`` in ``/proc/PID/status``, read before the signal: one that does not would be ended
+by it) and is still running once the drain began. A drain with no live lease waited for
+nothing: no effect. A target on an ssh host has its state unread (the events still count).
+
 Limit: as with ``corrupt``, the wait matches any ``drain_started`` of the current incarnation,
 so a second drain of the same incarnation is confirmed by the first one's event.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
 from harness.faults.corrupt import hooked_source_issues
+from harness.record.witness import Witness
 from harness.spec import Duration, Target
 
-__all__ = ["Drain", "DrainSpec"]
+__all__ = ["Drain", "DrainSpec", "catches", "drain_witness"]
 
 REFIT = int(signal.SIGHUP)
 EVENT = "drain_started"
@@ -47,6 +57,32 @@ class DrainSpec(FaultSpec):
                                     "asks a source's refit")
 
 
+def catches(pid: int, sig: int, proc: Path = Path("/proc")) -> bool | None:
+    """Whether ``pid`` has a handler for ``sig`` (its ``SigCgt`` mask); None when unreadable."""
+    try:
+        status = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^SigCgt:\s*([0-9a-fA-F]+)", status, re.M)
+    return None if found is None else bool(int(found[1], 16) >> (sig - 1) & 1)
+
+
+def drain_witness(target: str, pid: int, started: Mapping[str, Any], caught: bool | None, alive: bool | None) -> Witness:
+    """What the drain did: it began (``started``, the event the timeline received), what it
+    waited for (its live leases), the target catching SIGHUP and alive after it."""
+    live = started.get("live")
+    figures = {"pid": pid, "live": live, "timeout_s": started.get("timeout_s"), "catches_sighup": caught,
+               "alive": alive}
+    if caught is False or alive is False:
+        return Witness.none(f"{target} (pid {pid}) " + ("has no SIGHUP handler" if caught is False
+                                                         else "ended as its drain began"), **figures)
+    if not isinstance(live, int):
+        return Witness.unwitnessed(f"{target}'s drain_started carries no live lease count", **figures)
+    said = f"{target} (pid {pid}) began its drain with {live} live leases to wait for"
+    state = "" if caught is None else ", catching SIGHUP and running"
+    return (Witness.seen if live else Witness.none)(said + state, **figures)
+
+
 @register
 class Drain(Fault[DrainSpec, None]):
     kind = "drain"
@@ -54,7 +90,14 @@ class Drain(Fault[DrainSpec, None]):
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
         target = ctx.resolve(self.spec.target)
+        local = ctx.locate(target).kind != "ssh"
+        before = ctx.proc(target).pid
+        caught = catches(before, REFIT) if local and before is not None else None
         pid = ctx.send_signal(target, REFIT, group=False)
         started = ctx.wait_event(target, EVENT, {}, self.spec.confirm)
+        view = ctx.proc(target)
+        alive = (view.alive and view.pid == pid) if local else None
+        witness = drain_witness(target, pid, started, caught, alive)
         return Injected(None, {"target": target, "pid": pid, "signal": "SIGHUP", "live": started.get("live"),
-                               "timeout_s": started.get("timeout_s"), "confirmed_t": started.get("t")})
+                               "timeout_s": started.get("timeout_s"), "confirmed_t": started.get("t"),
+                               "witness": witness.to_json()})

@@ -12,8 +12,10 @@ it, and nothing else of it changes: no signal, no stop, its memory untouched.
 The inject waits, bounded by ``attach``, until every thread of the target shows strace as its
 tracer (``/proc/<pid>/task/*/status``: the kernel's word, not strace's). Heal ends strace
 (SIGTERM: it detaches, and the process runs on untraced), waits until no thread is traced any
-more, and records how many calls it faulted (strace marks each ``(INJECTED)`` or ``(DELAYED)``
-in ``<run>/faults/<name>.strace``). strace runs under ``harness.faults._tether``, so it never
+more, and records its witness (``strace_witness``): the calls strace failed or delayed, per call,
+read from strace's own output (``<run>/faults/<name>.strace``: it marks each ``(INJECTED)`` or
+``(DELAYED)``); a strace that faulted no call (the target made none of ``calls``, or fewer than
+``when`` numbers) had no effect. strace runs under ``harness.faults._tether``, so it never
 outlives the harness; a tracer that dies detaches its tracees in the kernel. Needs root (to
 trace a process it did not start) and ``strace``.
 """
@@ -33,9 +35,10 @@ from pydantic import AfterValidator, Field, model_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, _tether, process_of, register, undo_on_failure
+from harness.record.witness import Witness
 from harness.spec import Duration, Target, custom_error
 
-__all__ = ["Syscall", "SyscallSpec", "Traced", "traced_threads"]
+__all__ = ["StraceCounts", "Syscall", "SyscallSpec", "Traced", "strace_witness", "traced_threads"]
 
 DETACH_WAIT_S = 5.0
 _CALL = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -123,12 +126,64 @@ class Traced:
     log: str
 
 
-def _faulted(log: str) -> int | None:
+# one line of ``strace -f -o``: ``PID call(args) = RET ...``, or the end of a call another
+# thread's line cut (``PID <... call resumed>...) = RET ...``); a call's start that was cut
+# (``<unfinished ...>``) ends on its resumed line
+_LINE = re.compile(r"^(?:\d+\s+)?(?:<\.\.\. (?P<resumed>[a-z_][a-z0-9_]*) resumed>|(?P<call>[a-z_][a-z0-9_]*)\()")
+
+
+@dataclass(frozen=True)
+class StraceCounts:
+    """What strace's own output says it did, per system call: the calls it saw return
+    (``traced``), those it failed (marked ``(INJECTED)``), those it delayed (``(DELAYED)``), and
+    ``faulted``: the calls either (one failed and delayed counts once)."""
+
+    traced: dict[str, int]
+    failed: dict[str, int]
+    delayed: dict[str, int]
+    faulted: int
+
+    @classmethod
+    def parse(cls, text: str) -> StraceCounts:
+        traced: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        delayed: dict[str, int] = {}
+        faulted = 0
+        for line in text.splitlines():
+            match = _LINE.match(line)
+            if match is None or line.rstrip().endswith("<unfinished ...>"):
+                continue  # strace's own notes (attached, exited, signals), or a call's cut start
+            call = match["resumed"] or match["call"]
+            traced[call] = traced.get(call, 0) + 1
+            marks = line[line.rfind(" = "):].split()  # the result's tail: RET [ERRNO (text)] (INJECTED) (DELAYED)
+            if "(INJECTED)" in marks:
+                failed[call] = failed.get(call, 0) + 1
+            if "(DELAYED)" in marks:
+                delayed[call] = delayed.get(call, 0) + 1
+            faulted += "(INJECTED)" in marks or "(DELAYED)" in marks
+        return cls(traced, failed, delayed, faulted)
+
+
+def strace_witness(log: str, target: str, pid: int) -> Witness:
+    """What strace did to ``target``: the calls it failed or delayed, from its own output (read
+    after it ended, so whole); none when it faulted no call (the target never made one, or
+    ``when`` numbered past those it made)."""
     try:
         text = Path(log).read_text(errors="replace")
-    except OSError:
-        return None
-    return len(re.findall(r"\((INJECTED|DELAYED)\)", text))
+    except OSError as exc:
+        return Witness.unwitnessed(f"strace's output {log} cannot be read: {exc.strerror}")
+    counts = StraceCounts.parse(text)
+    failed, delayed = sum(counts.failed.values()), sum(counts.delayed.values())
+    figures = {"faulted": counts.faulted, "traced": counts.traced, "failed": counts.failed, "delayed": counts.delayed}
+    said = f"{failed} calls failed, {delayed} delayed of {sum(counts.traced.values())} traced"
+    if counts.faulted:
+        return Witness.seen(f"strace on {target} (pid {pid}): {said} ({_per_call(counts)})", **figures)
+    return Witness.none(f"strace on {target} (pid {pid}): {said}", **figures)
+
+
+def _per_call(counts: StraceCounts) -> str:
+    calls = sorted(set(counts.failed) | set(counts.delayed))
+    return ", ".join(f"{c} {counts.failed.get(c, 0)} failed {counts.delayed.get(c, 0)} delayed" for c in calls)
 
 
 def _detach(token: Traced) -> bool:
@@ -198,4 +253,6 @@ class Syscall(Fault[SyscallSpec, Traced]):
     def heal(self, ctx: FaultContext, token: Traced) -> dict[str, Any] | None:
         if not _detach(token):
             raise FaultError(f"syscall: {token.target} (pid {token.pid}) is still traced after strace was ended")
-        return {"target": token.target, "pid": token.pid, "detached": True, "faulted": _faulted(token.log)}
+        witness = strace_witness(token.log, token.target, token.pid)  # strace has ended: its output is whole
+        return {"target": token.target, "pid": token.pid, "detached": True, "faulted": witness.figures.get("faulted"),
+                "witness": witness.to_json()}

@@ -10,7 +10,12 @@ These faults change one proxy through toxiproxy's HTTP API, reached with
   heal removes it (a toxic already gone is fine). ``toxicity`` is the share of connections
   it affects (toxiproxy picks per connection).
 - ``proxy_down`` disables the proxy: its listener closes, so new connections are refused
-  and open ones are cut; heal enables it again (same port).
+  and open ones are cut; heal enables it again (same port). Its witness counts both: the
+  connections open through the proxy as it went down (``ss``) and the SYNs that met its
+  closed listener while down, counted by a chain of ours in this machine's INPUT
+  (``mxc-<token>-<hash>``, one rule that only counts and lets every packet on; removed at
+  heal, swept by ``mxchaos cleanup``). Without root or iptables the refusals go uncounted: a
+  proxy no connection was open through is then "not witnessed", saying why.
 
 Attributes per toxic type (toxiproxy 2.5; units in brackets; times in milliseconds also
 take a duration such as ``500ms`` or ``2s``). The server silently ignores an attribute it
@@ -40,6 +45,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, register, undo_on_failure
+from harness.faults.netns import chain_name
+from harness.hosts import netns as netns_hosts
 from harness.machine.ledger import recorded_toxiproxy_api
 from harness.record.witness import Witness
 from harness.scrape import sample_value, scrape
@@ -169,11 +176,16 @@ class AddedToxic:
 
 @dataclass(frozen=True)
 class DisabledProxy:
-    """A proxy a ``proxy_down`` fault disabled: heal enables it again."""
+    """A proxy a ``proxy_down`` fault disabled: heal enables it again. ``cut``: the connections
+    open through it when it went down (None: not counted); ``counter``: the chain counting the
+    SYNs its closed listener refused meanwhile (None: none could be added here)."""
 
     api: str
     proxy: str
     toxiproxy_name: str
+    listen: str = ""
+    cut: int | None = None
+    counter: str | None = None
 
 
 RECEIVED = "toxiproxy_proxy_received_bytes_total"  # toxiproxy-server -proxy-metrics, per proxy and direction
@@ -217,6 +229,68 @@ def toxic_witness(token: AddedToxic, at_heal: Traffic) -> Witness:
         return Witness.seen(f"proxy {token.proxy}: {before.open} connections open at inject, {at_heal.open} at heal, "
                             f"{moved} bytes {token.stream} on connections closed meanwhile", **figures)
     return Witness.none(f"no connection through proxy {token.proxy} while it held", **figures)
+
+
+# ---------------------------------------------------------------- proxy_down's witness: SYNs refused
+
+def _refusal_rule(listen: str) -> list[str] | None:
+    """The rule matching a connection's first packet (a SYN) to ``listen`` (``ADDR:PORT``)."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not host:
+        return None
+    return ["-d", host.strip("[]"), "-p", "tcp", "--dport", port, "--tcp-flags", "SYN,ACK,RST", "SYN", "-j", "RETURN"]
+
+
+def add_refusal_counter(chain: str, listen: str) -> str | None:
+    """A chain of ours in this machine's INPUT (where a SYN to the proxy's listener arrives,
+    from this machine over lo or from a run's namespace over its bridge) holding one rule that
+    only counts the SYNs to ``listen`` and lets every packet on; None when it cannot be added
+    (no root or no iptables: the refusals go uncounted)."""
+    rule = _refusal_rule(listen)
+    if rule is None or not commands.shell.have("iptables"):
+        return None
+    remove_refusal_counter(chain)  # a leftover of an earlier attempt
+    for argv in (["-N", chain], ["-A", chain, *rule], ["-I", "INPUT", "1", "-j", chain]):
+        rc, _out = commands.shell.run(None, ["iptables", "-w", "5", *argv])
+        if rc != 0:
+            remove_refusal_counter(chain)
+            return None
+    return chain
+
+
+def refused_syns(chain: str) -> int | None:
+    """The SYNs ``chain``'s rule counted; None when it cannot be read."""
+    rc, out = commands.shell.run(None, ["iptables", "-w", "5", "-L", chain, "-v", "-x", "-n"])
+    if rc != 0:
+        return None
+    counts = [int(f[0]) for f in (line.split() for line in out.splitlines()) if len(f) > 2 and f[0].isdigit()
+              and f[2] == "RETURN"]
+    return sum(counts) if counts else None
+
+
+def remove_refusal_counter(chain: str) -> bool:
+    """Unhook ``chain`` from INPUT and delete it; False when it did not exist."""
+    if commands.shell.run(None, ["iptables", "-w", "5", "-S", chain])[0] != 0:
+        return False
+    for _ in range(16):  # bounded: each pass removes one jump
+        if commands.shell.run(None, ["iptables", "-w", "5", "-D", "INPUT", "-j", chain])[0] != 0:
+            break
+    commands.shell.run(None, ["iptables", "-w", "5", "-F", chain])
+    commands.shell.run(None, ["iptables", "-w", "5", "-X", chain])
+    return True
+
+
+def down_witness(token: DisabledProxy, refused: int | None) -> Witness:
+    """What a disabled proxy did: the connections open through it that its going down cut, and
+    the connection attempts (SYNs) its closed listener refused while it was down."""
+    figures = {"cut": token.cut, "refused_syns": refused}
+    said = f"proxy {token.proxy}: {token.cut} connections cut as it went down, {refused} SYNs refused while down"
+    if token.cut or refused:
+        return Witness.seen(said, **figures)
+    if refused is None:
+        why = "no root or no iptables here" if token.counter is None else "its counting chain could not be read"
+        return Witness.unwitnessed(f"{said} (the refusals could not be counted: {why})", **figures)
+    return Witness.none(f"{said}: nothing tried it while it was down", **figures)
 
 
 def _sweep(run_id: str) -> list[str]:
@@ -307,20 +381,38 @@ class ProxyDown(Fault[ProxyDownSpec, DisabledProxy]):
     def inject(self, ctx: FaultContext) -> Injected[DisabledProxy]:
         spec = self.spec
         view = ctx.proxy(spec.proxy)
+        cut = connections(view.listen)  # open now: going down cuts them
+        chain = chain_name(ctx.run_id, self.name)
         with undo_on_failure() as undo:
+            undo.callback(remove_refusal_counter, chain)
+            counter = add_refusal_counter(chain, view.listen)
             undo.callback(_enable, view.api, spec.proxy, view.proxy)
             try:
                 ToxiproxyAPI(view.api).update_proxy(view.proxy, enabled=False)
             except ToxiproxyError as exc:
-                if exc.status is not None:
-                    undo.pop_all()  # the server answered no: nothing was changed
+                if exc.status is not None:  # the server answered no: nothing was changed
+                    undo.pop_all()
+                    remove_refusal_counter(chain)
                 raise FaultError(f"proxy_down {spec.proxy}: {exc}") from None
-        return Injected(DisabledProxy(view.api, spec.proxy, view.proxy),
-                        {"proxy": spec.proxy, "toxiproxy_name": view.proxy, "enabled": False})
+        token = DisabledProxy(view.api, spec.proxy, view.proxy, view.listen, cut, counter)
+        return Injected(token, {"proxy": spec.proxy, "toxiproxy_name": view.proxy, "enabled": False, "cut": cut,
+                                "counter": counter})
 
     def heal(self, ctx: FaultContext, token: DisabledProxy) -> dict[str, Any] | None:
-        return _enable(token.api, token.proxy, token.toxiproxy_name)
+        # counted before the listener opens again: every SYN until now met a closed port
+        refused = refused_syns(token.counter) if token.counter else None
+        witness = down_witness(token, refused)
+        if token.counter:
+            remove_refusal_counter(token.counter)
+        return {**_enable(token.api, token.proxy, token.toxiproxy_name), "witness": witness.to_json()}
 
     @classmethod
     def sweep(cls, run_id: str) -> list[str]:
-        return []  # the same proxies as toxic: swept there
+        # the proxies are toxic's to sweep; the chains counting refusals are this kind's
+        if not commands.shell.have("iptables"):
+            return []
+        prefix = f"mxc-{netns_hosts.token(run_id)}-"  # chain_name's, without its fault's hash
+        rc, out = commands.shell.run(None, ["iptables", "-w", "5", "-S"])
+        chains = sorted({line.split()[1] for line in out.splitlines()
+                         if rc == 0 and line.startswith("-N ") and line.split()[1].startswith(prefix)})
+        return [f"iptables chain {chain}" for chain in chains if remove_refusal_counter(chain)]

@@ -56,7 +56,7 @@ def fault_witness(window: FaultWindow, history: History) -> Witness | None:
     if window.kind in _KILLS:
         return _exit_witness(window, history)
     if window.witness is None and window.outcome == "healed":
-        return Witness("unwitnessed", f"a {window.kind} fault measures no witness of its effect yet", {}, "run")
+        return Witness("unwitnessed", f"a {window.kind} fault recorded no witness of its effect (a run recorded before it measured one)", {}, "run")
     return window.witness
 
 

@@ -17,7 +17,7 @@ from fixtures.fault_context import FakeContext
 from harness.errors import ScenarioInvalid
 from harness.faults import REGISTRY, make_fault
 from harness.faults._faultfs import FaultFs
-from harness.faults.disk import Disk, DiskSpec, checkpoint_folder, fsname, mounts_named
+from harness.faults.disk import Disk, DiskSpec, checkpoint_folder, fsname, layer_counts, layer_witness, mounts_named
 from harness.scenario import capabilities, parse_scenario
 
 SCENARIO = """\
@@ -110,6 +110,7 @@ def test_a_real_mount_faults_reads_and_writes_and_heal_and_sweep_unmount_it(tmp_
     finally:
         healed = fault.heal(ctx, injected.token)
     assert healed is not None and healed["unmounted"] and healed["faulted"] >= 1
+    assert healed["witness"]["effect"] == "seen" and healed["witness"]["figures"]["by_call"]["read"] >= 1
     assert (folder / "m.safetensors").read_bytes() == b"\0" * 8192
     assert mounts_named(fsname("run-disk", "bad")) == []
     # a layer killed outright leaves a dead mount: sweep detaches it by the run's name
@@ -173,3 +174,23 @@ def test_a_checkpoint_cache_someone_else_could_write_is_refused(case: str, tmp_p
         checkpoint_cache()
     text = str(err.value)
     assert text.startswith(f"checkpoint cache: refusing {folder} ($MXCHAOS_CACHE_DIR is ") and rule in text, text
+
+
+def test_the_layers_own_lines_are_its_witness(tmp_path: Path) -> None:
+    log = tmp_path / "d.faultfs.log"
+    log.write_text("faultfs ready\nfaultfs faulted short 1 read /m.safetensors\n"
+                   "faultfs faulted short 2 read /m.safetensors\nfaultfs faulted short 3\n"
+                   "faultfs unmounted faulted=3\n")
+    assert layer_counts(log.read_text()) == {"read": 3}  # a line without its call (an older layer) is a read
+    seen = layer_witness(str(log), "short", "/x")
+    assert seen.effect == "seen" and seen.figures["faulted"] == 3 and "3 short reads" in seen.why
+    log.write_text("faultfs ready\nfaultfs unmounted faulted=0\n")
+    assert layer_witness(str(log), "eio", "/x").effect == "none"
+    assert layer_witness(str(tmp_path / "gone.log"), "eio", "/x").effect == "unwitnessed"
+
+
+def test_the_layer_prints_one_line_per_faulted_call(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fs = layer(folder, "slow", delay=0.001)
+    fs.read("/m.safetensors", 16, 0, fs.open("/m.safetensors", os.O_RDONLY))
+    fs.read("/notes.txt", 16, 0, fs.open("/notes.txt", os.O_RDONLY))  # not matched: not faulted, not counted
+    assert layer_counts(capsys.readouterr().out) == {"read": 1}

@@ -4,13 +4,18 @@ debug hooks."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import pytest
 from fixtures.fault_context import FakeContext
 from fixtures.hooked_scenario import parses, problems
 
 from harness.errors import FaultError
-from harness.faults import make_fault
+from harness.faults import drain, make_fault
 from harness.faults.drain import DrainSpec
+
+CATCHES = drain.catches  # as written (the fixture below stands in for it)
 
 
 @pytest.fixture
@@ -18,16 +23,48 @@ def ctx() -> FakeContext:
     return FakeContext.source_and_reader()
 
 
+@pytest.fixture(autouse=True)
+def handlers(monkeypatch: pytest.MonkeyPatch) -> dict[int, bool]:
+    """pid -> whether it catches SIGHUP (the fake context's pids are no processes of this machine)."""
+    caught: dict[int, bool] = {}
+    monkeypatch.setattr(drain, "catches", lambda pid, sig: caught.get(pid, True))
+    return caught
+
+
 def test_drain_sends_sighup_to_the_source_alone_and_waits_for_drain_started(ctx: FakeContext) -> None:
     pid = ctx.procs["source-1"].pid
     ctx.events[("source-1", "drain_started")] = {"t": 2.5, "live": 1, "timeout_s": 5.0}
     fault = make_fault(DrainSpec(kind="drain", target="source-1", confirm="3s"), "refit")
     injected = fault.inject(ctx)
+    witness = injected.record.pop("witness")
+    assert witness["effect"] == "seen" and witness["figures"] == {
+        "pid": pid, "live": 1, "timeout_s": 5.0, "catches_sighup": True, "alive": True}
     assert injected.record == {"target": "source-1", "pid": pid, "signal": "SIGHUP", "live": 1, "timeout_s": 5.0,
                                "confirmed_t": 2.5}
     assert ctx.recorded("signal") == [("source-1", pid, "SIGHUP", False)]  # the process only, not its group
     assert ctx.recorded("wait") == [("source-1", "drain_started", {}, 3.0)]
     assert ctx.procs["source-1"].alive and not fault.healable
+
+
+@pytest.mark.parametrize(("live", "caught", "alive", "effect"), [
+    (2, True, True, "seen"),
+    (0, True, True, "none"),  # nothing to wait for: the drain drained nothing
+    (2, False, True, "none"),  # no handler: the SIGHUP ends it, whatever an event said
+    (2, True, False, "none"),  # it ended as its drain began
+    (2, None, None, "seen"),  # an ssh host's target: its state unread, its events still count
+    (None, True, True, "unwitnessed"),
+])
+def test_a_drains_witness_is_its_live_leases_and_the_targets_state(live: int | None, caught: bool | None,
+                                                                    alive: bool | None, effect: str) -> None:
+    assert drain.drain_witness("source-1", 7, {"live": live}, caught, alive).effect == effect
+
+
+def test_the_sighup_handler_is_read_from_sigcgt(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "status").write_text("Name:\tpython\nSigCgt:\t0000000180000001\n")  # HUP (1) caught
+    assert CATCHES(7, signal.SIGHUP, tmp_path) is True
+    assert CATCHES(7, signal.SIGUSR2, tmp_path) is False  # bit 12 clear
+    assert CATCHES(8, signal.SIGHUP, tmp_path) is None  # no such process
 
 
 def test_an_unconfirmed_drain_is_a_fault_error(ctx: FakeContext) -> None:

@@ -16,7 +16,7 @@ from fixtures.fault_context import FakeContext
 from pydantic import ValidationError
 
 from harness.faults import REGISTRY, make_fault
-from harness.faults.syscall import SyscallSpec, traced_threads
+from harness.faults.syscall import StraceCounts, SyscallSpec, strace_witness, traced_threads
 from harness.scenario import capabilities
 
 
@@ -83,7 +83,8 @@ def test_a_traced_process_meets_the_error_until_heal_detaches(tmp_path: Path) ->
         assert injected.record["threads"] >= 1 and all(traced_threads(proc.pid).values())
         assert connect() == "111" and connect() == "111"  # ECONNREFUSED, injected: the listener is there
         healed = fault.heal(ctx, injected.token)
-        assert healed == {"target": "reader-1", "pid": proc.pid, "detached": True, "faulted": 2}
+        assert healed is not None and healed["faulted"] == 2 and healed["witness"]["effect"] == "seen"
+        assert healed["witness"]["figures"]["failed"] == {"connect": 2}
         assert not any(traced_threads(proc.pid).values())
         assert connect() == "ok"
         assert fault.heal(ctx, injected.token) is not None  # idempotent
@@ -93,3 +94,33 @@ def test_a_traced_process_meets_the_error_until_heal_detaches(tmp_path: Path) ->
         proc.stdin.close()
         proc.stdout.close()
         listener.close()
+
+
+STRACE = """\
+4101  recvmsg(7, {msg_name=NULL}, 0) = 64 (DELAYED)
+4102  recvmsg(9,  <unfinished ...>
+4101  sendmsg(7, {msg_name=NULL}, MSG_NOSIGNAL) = -1 ECONNRESET (Connection reset by peer) (INJECTED) (DELAYED)
+4102  <... recvmsg resumed>{msg_name=NULL}, 0) = -1 EAGAIN (Resource temporarily unavailable) (DELAYED)
+4101  sendmsg(7, {msg_name=NULL, msg_iov=[{iov_base="(INJECTED)", iov_len=10}]}, 0) = 10
+4103  +++ exited with 0 +++
+4101  --- SIGCHLD {si_signo=SIGCHLD} ---
+"""
+
+
+def test_strace_output_is_counted_per_call_from_its_own_marks() -> None:
+    counts = StraceCounts.parse(STRACE)
+    assert counts.traced == {"recvmsg": 2, "sendmsg": 2}  # the cut start is counted once, on its resumed line
+    assert counts.failed == {"sendmsg": 1}  # the marks of the result only: not a buffer that spells one
+    assert counts.delayed == {"recvmsg": 2, "sendmsg": 1}
+    assert counts.faulted == 3  # failed and delayed counts once
+    assert StraceCounts.parse("strace: Process 12 attached\n").faulted == 0
+
+
+def test_the_strace_witness_is_seen_none_or_unwitnessed(tmp_path: Path) -> None:
+    log = tmp_path / "f.strace"
+    log.write_text(STRACE)
+    seen = strace_witness(str(log), "reader-1", 4101)
+    assert seen.effect == "seen" and "1 calls failed, 3 delayed of 4 traced" in seen.why
+    log.write_text("4101  recvmsg(7, {}, 0) = 64\n")  # traced, but ``when`` numbered past it
+    assert strace_witness(str(log), "reader-1", 4101).effect == "none"
+    assert strace_witness(str(tmp_path / "gone"), "reader-1", 4101).effect == "unwitnessed"

@@ -4,12 +4,15 @@ inject that fails or is interrupted midway, and a proxy the scenario does not ha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 
 from harness.errors import FaultError, RunInterrupted
-from harness.faults import REGISTRY, make_fault
+from harness.faults import REGISTRY, commands, make_fault
 from harness.faults import toxiproxy as toxiproxy_faults
+from harness.faults.netns import chain_name
 from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec, Traffic
 from harness.toxiproxy import ToxiproxyError
 
@@ -45,6 +48,27 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, str], int]:
     monkeypatch.setattr(toxiproxy_faults, "stream_bytes", stream_bytes)
     monkeypatch.setattr(toxiproxy_faults, "connections", lambda listen: received.get((listen, "open")))
     return received
+
+
+REMOVE = toxiproxy_faults.remove_refusal_counter  # as written (the fixture below stands in for it)
+
+
+@pytest.fixture(autouse=True)
+def refusals(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """proxy_down's counting chains, by name -> the SYNs each counted (never this machine's
+    firewall in a unit test), and no ``ss`` (connections open: none unless ``counters`` says)."""
+    chains: dict[str, int] = {}
+
+    def add(chain: str, listen: str) -> str:
+        assert listen == LISTEN
+        chains[chain] = 0
+        return chain
+
+    monkeypatch.setattr(toxiproxy_faults, "add_refusal_counter", add)
+    monkeypatch.setattr(toxiproxy_faults, "refused_syns", lambda chain: chains.get(chain))
+    monkeypatch.setattr(toxiproxy_faults, "remove_refusal_counter", lambda chain: chains.pop(chain, None) is not None)
+    monkeypatch.setattr(toxiproxy_faults, "connections", lambda listen: 0)
+    return chains
 
 
 def latency() -> ToxicSpec:
@@ -111,17 +135,43 @@ def test_a_toxic_interrupted_mid_inject_is_removed(ctx: FakeContext, server: Fak
     assert server.proxies[PROXY]["toxics"] == {}
 
 
-def test_proxy_down_disables_and_heal_enables_the_same_proxy(ctx: FakeContext, server: FakeToxiproxy) -> None:
+def test_proxy_down_disables_and_heal_enables_the_same_proxy(ctx: FakeContext, server: FakeToxiproxy,
+                                                             refusals: dict[str, int]) -> None:
     fault = make_fault(ProxyDownSpec(kind="proxy_down", proxy="mds"), "down")
     injected = fault.inject(ctx)
+    chain = chain_name("run-fake", "down")
     assert server.calls == [("update_proxy", PROXY, {"enabled": False})]
-    assert injected.token == DisabledProxy(API, "mds", PROXY)
-    assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "enabled": False}
-    assert server.proxies[PROXY]["enabled"] is False
-    for _ in range(2):
-        assert fault.heal(ctx, injected.token) == {"proxy": "mds", "enabled": True, "listen": "127.0.0.1:20001"}
+    assert injected.token == DisabledProxy(API, "mds", PROXY, LISTEN, 0, chain)
+    assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "enabled": False, "cut": 0, "counter": chain}
+    assert server.proxies[PROXY]["enabled"] is False and refusals == {chain: 0}
+    refusals[chain] = 3  # three SYNs met its closed listener
+    healed = fault.heal(ctx, injected.token)
+    assert healed is not None and healed.pop("witness") == {
+        "effect": "seen", "figures": {"cut": 0, "refused_syns": 3},
+        "why": "proxy mds: 0 connections cut as it went down, 3 SYNs refused while down"}
+    assert healed == {"proxy": "mds", "enabled": True, "listen": "127.0.0.1:20001"} and refusals == {}
+    again = fault.heal(ctx, injected.token)  # the chain is gone: its refusals cannot be read again
+    assert again is not None and again["enabled"] is True and again["witness"]["effect"] == "unwitnessed"
     del server.proxies[PROXY]
-    assert fault.heal(ctx, injected.token) == {"proxy": "mds", "gone": True}
+    assert fault.heal(ctx, injected.token)["gone"] is True  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("cut", "counter", "refused", "effect"), [
+    (2, None, None, "seen"),  # connections were open: going down cut them, whatever was refused
+    (0, "c", 1, "seen"),
+    (0, "c", 0, "none"),  # nothing tried it
+    (0, None, None, "unwitnessed"),  # no root or iptables: its refusals went uncounted
+])
+def test_a_down_proxys_witness_is_the_connections_it_cut_and_refused(cut: int, counter: str | None,
+                                                                     refused: int | None, effect: str) -> None:
+    token = DisabledProxy(API, "mds", PROXY, LISTEN, cut, counter)
+    assert toxiproxy_faults.down_witness(token, refused).effect == effect
+
+
+def test_the_refusal_rule_counts_first_packets_to_the_listener_only() -> None:
+    assert toxiproxy_faults._refusal_rule("10.9.0.1:20001") == [
+        "-d", "10.9.0.1", "-p", "tcp", "--dport", "20001", "--tcp-flags", "SYN,ACK,RST", "SYN", "-j", "RETURN"]
+    assert toxiproxy_faults._refusal_rule("nowhere") is None
 
 
 def test_proxy_down_interrupted_mid_inject_enables_it_again(ctx: FakeContext, server: FakeToxiproxy) -> None:
@@ -164,3 +214,44 @@ def test_sweep_deletes_the_runs_proxies_from_its_recorded_server(monkeypatch: py
     assert list(server.proxies) == ["run-ab.mds"]
     assert REGISTRY["toxic"].sweep("run-b") == []  # no server recorded
     assert REGISTRY["proxy_down"].sweep("run-a") == []
+
+
+class RootFirewall:
+    """``commands.shell`` with this machine's (root namespace) iptables: the chains by name."""
+
+    def __init__(self, chains: dict[str, list[str]]) -> None:
+        self.chains = chains
+        self.jumps = [name for name in chains]  # each hooked from INPUT once
+        self.commands: list[tuple[str, ...]] = []
+
+    def have(self, program: str) -> bool:
+        return program == "iptables"
+
+    def namespaces(self) -> list[str]:
+        return []
+
+    def run(self, place: object, argv: Sequence[str]) -> tuple[int, str]:
+        assert place is None and tuple(argv[:3]) == ("iptables", "-w", "5")
+        words = tuple(argv[3:])
+        self.commands.append(words)
+        if words == ("-S",):
+            return 0, "\n".join(["-P INPUT ACCEPT", *(f"-N {c}" for c in self.chains), *(f"-A INPUT -j {c}" for c in self.jumps)])
+        if words[0] == "-S":
+            return (0, "") if words[1] in self.chains else (1, "No chain/target/match by that name.")
+        if words[:2] == ("-D", "INPUT") and words[3] in self.jumps:
+            self.jumps.remove(words[3])
+            return 0, ""
+        if words[0] == "-X" and words[1] in self.chains:
+            del self.chains[words[1]]
+            return 0, ""
+        return (0, "") if words[0] == "-F" else (1, "no such rule")
+
+
+def test_sweep_removes_the_refusal_counters_of_its_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine, theirs = chain_name("run-a", "down"), chain_name("run-b", "down")
+    shell = RootFirewall({mine: [], theirs: []})
+    monkeypatch.setattr(commands, "shell", shell)
+    monkeypatch.setattr(toxiproxy_faults, "remove_refusal_counter", REMOVE)
+    assert REGISTRY["proxy_down"].sweep("run-a") == [f"iptables chain {mine}"]
+    assert list(shell.chains) == [theirs] and shell.jumps == [theirs]
+    assert REGISTRY["proxy_down"].sweep("run-a") == []  # idempotent

@@ -220,11 +220,12 @@ def test_sigusr2_toggles_the_corruption_and_reports_it() -> None:
     try:
         os.kill(os.getpid(), signal.SIGUSR2)
         assert arrived.acquire(timeout=5), "no debug_corrupt after SIGUSR2"
-        assert seen[-1] == {"event": "debug_corrupt", "corrupted": True, "tensors": 4}
+        addrs = [addr for addr, _size in arena.regions()]  # where it flipped: the corrupt fault reads them back
+        assert seen[-1] == {"event": "debug_corrupt", "corrupted": True, "tensors": 4, "memory": "host", "addrs": addrs}
         assert len(ref.mismatches(Reference.from_arena(arena).checksums)) == 4
         os.kill(os.getpid(), signal.SIGUSR2)
         assert arrived.acquire(timeout=5)
-        assert seen[-1] == {"event": "debug_corrupt", "corrupted": False, "tensors": 4}
+        assert seen[-1] == {"event": "debug_corrupt", "corrupted": False, "tensors": 4, "memory": "host", "addrs": addrs}
         assert Reference.from_arena(arena).digest == ref.digest
     finally:
         hooks.close()

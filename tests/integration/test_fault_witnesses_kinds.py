@@ -1,0 +1,267 @@
+"""Every fault proves it landed (issue 35), for the kinds whose witness is a measurement of their
+own machinery: the disk fault's FUSE layer counts the calls it faulted, strace marks the calls
+it failed or delayed, a disabled proxy's refusals are counted at the listener, a clock fault's
+time namespace is read from /proc, a drain's start and its live leases, with the target's
+SIGHUP handler read from /proc. Each lands on a live target (effect seen, the run passes) and is
+aimed at nothing (no effect: NOT EXERCISED). The targets are the fake mxref of
+tests/fixtures/fakeproc.py on this machine, or real mxref where the fault needs its hooks."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.engine.runner import Runner
+from harness.hosts.base import LocalHost
+from harness.judge.exercised import fault_witness
+from harness.judge.verdict import RunResult
+from harness.machine import procscan
+from harness.record.timeline import History
+from harness.reports.report import write_run_folder
+from harness.scenario import capabilities, load_scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
+
+
+def needs(*caps: str) -> pytest.MarkDecorator:
+    lacking = capabilities.missing(caps)
+    return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
+
+
+def run(tmp_path: Path, body: str, name: str = "w", fake: bool = True) -> RunResult:
+    head = f'name: {name}\n' + (f'launcher: ["{{python}}", "{FAKE}"]\n' if fake else "")
+    path = tmp_path / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + textwrap.dedent(body))
+    result = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False).run()
+    folder = write_run_folder(result)
+    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
+    # what the page and `mxchaos check` read is what the run judged
+    assert History.from_jsonl(folder / "timeline.jsonl").fault_windows() == result.history.fault_windows()
+    page = (folder / "report.html").read_text()
+    for w in result.history.fault_windows():
+        witness = fault_witness(w, result.history)
+        assert witness is not None and witness.describe().split(":")[0] in page  # the faults table shows it
+    return result
+
+
+def witnessed(result: RunResult) -> dict[str, tuple[str, dict[str, Any]]]:
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for w in result.history.fault_windows():
+        witness = fault_witness(w, result.history)
+        assert witness is not None, w
+        out[w.name] = (witness.effect, dict(witness.figures))
+    return out
+
+
+# ---------------------------------------------------------------------------- disk
+
+DISK = """\
+    budgets: {step: 15s, run: 40s, stop_grace: 2s}
+    processes:
+      server: {role: server}
+      reader-1: {role: reader, extra_args: [--fake-read-checkpoint]}
+    steps:
+      - start: server
+      - fault: {kind: disk, target: reader-1, mode: eio, name: failing%s}
+      - start: reader-1
+      - await: {process: reader-1, exit: true, code: any}
+      - heal: failing
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "fuse")
+def test_a_disk_fault_a_read_met_is_seen_and_one_matching_no_file_is_not_exercised(tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", DISK % "")
+    effect, figures = witnessed(landed)["failing"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["faulted"] >= 1 and figures["by_call"]["read"] >= 1
+    missed = run(tmp_path / "missed", DISK % ', match: ["*.nothing"]')  # no file of the folder matches
+    assert (missed.verdict, witnessed(missed)["failing"][0]) == ("not_exercised", "none")
+    assert "no call through the FUSE layer" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- syscall
+
+SYSCALL = """\
+    budgets: {step: 10s, run: 40s, stop_grace: 2s}
+    processes:
+      server: {role: server}
+      source-1: {role: source}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: syscall, target: source-1, calls: [%s], delay: 1ms, name: crawl}
+      - sleep: 1s
+      - heal: crawl
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "strace")
+def test_a_syscall_fault_strace_delayed_is_seen_and_one_on_a_call_never_made_is_not_exercised(tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", SYSCALL % "write")  # each heartbeat event is a write(2)
+    effect, figures = witnessed(landed)["crawl"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["delayed"]["write"] >= 1
+    missed = run(tmp_path / "missed", SYSCALL % "mknodat")  # a call the source never makes
+    assert (missed.verdict, witnessed(missed)["crawl"][0]) == ("not_exercised", "none")
+    assert "0 calls failed, 0 delayed of 0 traced" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- proxy_down
+
+PROXY_DOWN = """\
+    budgets: {step: 10s, run: 40s, stop_grace: 2s}
+    proxies:
+      mds: {upstream: server}
+    processes:
+      server: {role: server}
+      source-1: {role: source, server_via: mds}
+      reader-1: {role: reader, server_via: mds}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: proxy_down, proxy: mds, name: down}
+%s
+      - heal: down
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root", "iptables", "toxiproxy")
+def test_a_proxy_down_a_connection_met_is_seen_and_one_nothing_tried_is_not_exercised(tmp_path: Path) -> None:
+    # the fake reader's first act is a connect to its server, here through the disabled proxy: refused
+    tried = "      - start: reader-1\n      - await: {process: reader-1, exit: true, code: any}"
+    landed = run(tmp_path / "landed", PROXY_DOWN % tried)
+    effect, figures = witnessed(landed)["down"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["refused_syns"] >= 1
+    missed = run(tmp_path / "missed", PROXY_DOWN % "      - sleep: 500ms")  # nothing connects while it is down
+    assert (missed.verdict, witnessed(missed)["down"]) == ("not_exercised", ("none", {"cut": 0, "refused_syns": 0}))
+    assert "nothing tried it while it was down" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- clock, wall_clock
+
+CLOCK = """\
+    budgets: {step: 10s, run: 40s, stop_grace: 2s}
+    processes:
+      server: {role: server}
+      source-1: {role: source}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {%s, target: source-1, name: skew}
+      - sleep: 500ms
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+def _clocks_ignored(self: object, argv: Sequence[str], offsets: object) -> list[str]:
+    return list(argv)  # the planted regression: a host that starts the program on its own clocks
+
+
+@needs("root", "unshare", "timens")
+def test_a_clock_fault_is_seen_in_its_targets_time_namespace_and_one_not_applied_is_not_exercised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    landed = run(tmp_path / "landed", CLOCK % "kind: clock, monotonic: +72h")
+    effect, figures = witnessed(landed)["skew"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert (figures["monotonic_s"], figures["boottime_s"], figures["own_namespace"]) == (259200.0, 259200.0, True)
+    monkeypatch.setattr(LocalHost, "wrap_clocks", _clocks_ignored)
+    missed = run(tmp_path / "missed", CLOCK % "kind: clock, monotonic: +72h")
+    assert (missed.verdict, witnessed(missed)["skew"][0]) == ("not_exercised", "none")
+    assert "monotonic +0s, boottime +0s (the host's own namespace)" in missed.not_exercised[0]
+
+
+@needs("faketime")
+def test_a_wall_clock_fault_is_seen_in_its_targets_memory_and_one_not_applied_is_not_exercised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    landed = run(tmp_path / "landed", CLOCK % "kind: wall_clock, offset: -5s")
+    effect, figures = witnessed(landed)["skew"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["measured_s"] == pytest.approx(-5.0, abs=0.5) and "libfaketime" in figures["library"]
+    monkeypatch.setattr(LocalHost, "wrap_clocks", _clocks_ignored)
+    missed = run(tmp_path / "missed", CLOCK % "kind: wall_clock, offset: -5s")
+    assert (missed.verdict, witnessed(missed)["skew"][0]) == ("not_exercised", "none")
+    assert "no libfaketime in pid" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- drain (real mxref: its debug hooks)
+
+DRAIN = """\
+    budgets: {step: 30s, run: 90s}
+    model: {tensors: 4, tensor_mib: 32}
+    processes:
+      server: {role: server, options: {heartbeat_timeout: 10s, reaper_interval: 500ms}}
+      source-1: {role: source, options: {heartbeat_interval: 500ms, debug_hooks: true, lease_seconds: 60s, drain_timeout: 10s}}
+      reader-1: {role: reader, options: {lease: true, transfer_timeout: 20s}}
+    steps:
+      - start: server
+      - start: source-1
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+%s
+      - fault: {kind: drain, target: source-1, name: refit}
+      - await: {process: source-1, event: refit, within: 15s}
+%s
+    checks:
+      - nothing_leaked: {}
+"""
+MID_READ = ("      - start: reader-1\n      - await: {process: reader-1, event: transfer_start}",
+            "      - await: {process: reader-1, exit: true, code: 0}")
+
+
+@needs("root")
+def test_a_drain_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exercised(tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", DRAIN % MID_READ, fake=False)  # reader-1's lease is out mid-READ
+    effect, figures = witnessed(landed)["refit"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["live"] >= 1 and figures["catches_sighup"] is True and figures["alive"] is True
+    missed = run(tmp_path / "missed", DRAIN % ("", ""), fake=False)  # nobody reads: nothing to wait for
+    assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
+    assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)
+
+CORRUPT = """\
+    budgets: {step: 30s, run: 60s}
+    model: {tensors: 4, tensor_mib: 1}
+    processes:
+      server: {role: server}
+      source-1: {role: source, options: {debug_hooks: true}%s}
+    steps:
+      - start: server
+      - start: source-1
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: corrupt, target: source-1, name: rot}
+      - sleep: 300ms
+      - heal: rot
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root")
+def test_a_corruption_is_seen_in_the_sources_memory_and_a_toggle_that_flips_nothing_is_not_exercised(
+        tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", CORRUPT % "", fake=False)
+    effect, figures = witnessed(landed)["rot"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["changed"] == figures["bytes"] == figures["held"] == 4  # byte 0 of each of the 4 tensors
+    # the planted regression: a source whose toggle confirms corrupted: true and flips nothing
+    missed = run(tmp_path / "missed", CORRUPT % ", env: {MXREF_SIMULATED_BUG: corrupt_in_word_only}", fake=False)
+    assert (missed.verdict, witnessed(missed)["rot"][0]) == ("not_exercised", "none")
+    assert "0 of 4 bytes" in missed.not_exercised[0]
