@@ -1,0 +1,162 @@
+"""Hijack: a peer holding the run's valid token writes another worker's record.
+
+``rogue_publisher`` stops at the token: a peer without it is refused before any rule about
+records applies. A hijacker has the token (a compromised or buggy worker of the same fleet) and
+knows the victim's ids (``ListSources`` tells anyone who may read). It tries one of three writes
+of the victim's record, ``times`` times, ``every`` apart, through the run's credentials:
+
+- ``republish``: ``PublishMetadata`` of the victim's ``(identity, worker_id)`` with the record
+  moved: its endpoints and agent name the hijacker's (a closed port), its NIXL blob not the
+  victim's, its status STALE (what a reader is offered of it changes at once);
+- ``heartbeat``: ``UpdateStatus`` READY for it (keeping a dead worker's record listed);
+- ``demote``: ``UpdateStatus`` STALE for it (taking a live worker out of the listing).
+
+Each sends ``secret`` as the owner secret: ``forged`` (64 random hex digits, the shape of a real
+one) or ``none``. What the server must do about it (refuse it: mxref's owner secret,
+``mxref.metadata.ownership``) is for the checks to judge by what the server lists afterwards;
+the fault records every answer (accepted, or the gRPC code). Its witness: the writes reached
+the server and were answered on their merits; none answered (the server unreachable, or the
+token refused: that is a rogue, not a hijack) is no effect. Nothing to heal: a write is done.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any, Literal, cast
+
+import grpc
+from pydantic import Field
+
+from harness.errors import FaultError
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, register
+from harness.record.witness import Witness
+from harness.spec import Duration, Name, Target
+from mxref.security import ClientCredentials
+from mxref.v1 import p2p_pb2, p2p_pb2_grpc
+
+__all__ = ["Hijack", "HijackSpec"]
+
+HijackWrite = Literal["republish", "heartbeat", "demote"]
+MOVED_ENDPOINT = "127.0.0.1:9"  # the discard port: nothing serves a reader there
+MOVED_AGENT = "mxchaos-hijacker"
+# answers on the merits: the call got past the token check to the record's rules
+_NOT_ANSWERED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAUTHENTICATED}
+
+
+class HijackSpec(FaultSpec):
+    """Write the record of source ``target`` on ``server`` with the run's token, as another peer."""
+
+    kind: Literal["hijack"]
+    target: Name  # the victim: a source process (its last `published` ids)
+    server: Name  # the metadata server written to
+    write: HijackWrite
+    secret: Literal["forged", "none"] = "forged"
+    times: int = Field(1, ge=1, le=1000)
+    every: Duration = 0.2
+    timeout: Duration = 5.0  # each RPC, and the wait for the victim's ids and the server's port
+
+    def process_refs(self) -> tuple[str, ...]:
+        return (self.target, self.server)
+
+    def running_refs(self) -> tuple[Target, ...]:
+        return (self.server,)  # the victim may be dead: keeping its record alive is one of the writes
+
+    def process_issues(self, processes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        issues = []
+        for key, name, role in (("target", self.target, "source"), ("server", self.server, "server")):
+            spec = processes.get(name)
+            if spec is not None and getattr(spec, "role", None) != role:
+                issues.append((key, f"{name!r} is a {getattr(spec, 'role', None)} process; hijack's {key} is a {role}"))
+        return tuple(issues)
+
+
+@register
+class Hijack(Fault[HijackSpec, None]):
+    kind = "hijack"
+    Spec = HijackSpec
+
+    def inject(self, ctx: FaultContext) -> Injected[None]:
+        spec = self.spec
+        published = ctx.wait_event(spec.target, "published", {}, spec.timeout)
+        sid, wid = str(published["mx_source_id"]), str(published["worker_id"])
+        port = int(ctx.wait_event(spec.server, "listening", {"what": "grpc"}, spec.timeout)["port"])
+        address = f"{ctx.locate(spec.server).address}:{port}"
+        creds = ctx.credentials
+        client = (ClientCredentials.from_files(ca=creds.ca_cert, token_file=creds.token)
+                  if creds is not None and creds.tls else ClientCredentials())
+        secret = secrets.token_hex(32) if spec.secret == "forged" else ""
+        answers: list[dict[str, Any]] = []
+        channel = client.channel(address)
+        try:
+            stub: Any = p2p_pb2_grpc.P2pServiceStub(channel)  # type: ignore[no-untyped-call]
+            before = _record(stub, sid, wid, spec.timeout)
+            if before is None and spec.write == "republish":
+                raise FaultError(f"hijack {spec.target}: {address} has no record {sid}/{wid} to copy")
+            for n in range(spec.times):
+                if n:
+                    ctx.sleep(spec.every)
+                answers.append(_write(stub, spec, sid, wid, secret, before, spec.timeout))
+            after = _record(stub, sid, wid, spec.timeout)
+        finally:
+            channel.close()
+        accepted = sum(1 for a in answers if a["accepted"])
+        answered = sum(1 for a in answers if a["code"] not in {c.name for c in _NOT_ANSWERED})
+        figures = {"writes": len(answers), "answered": answered, "accepted": accepted}
+        codes = sorted({a["code"] for a in answers})
+        if answered:
+            witness = Witness.seen(f"{answered} of {len(answers)} {spec.write} writes answered by the server "
+                                   f"({', '.join(codes)}; {accepted} accepted)", **figures)
+        else:
+            witness = Witness.none(f"no {spec.write} write was answered on its merits ({', '.join(codes)})", **figures)
+        return Injected(None, {"target": spec.target, "server": address, "mx_source_id": sid, "worker_id": wid,
+                               "write": spec.write, "secret": spec.secret, "accepted": accepted,
+                               "refused": len(answers) - accepted, "codes": codes,
+                               "first": answers[0], "record_before": _summary(before),
+                               "record_after": _summary(after), "witness": witness.to_json()})
+
+
+def _record(stub: Any, sid: str, wid: str, timeout: float) -> p2p_pb2.GetMetadataResponse | None:
+    """The record as the server gives it to anyone (None: not found, or not answered)."""
+    try:
+        answer = stub.GetMetadata(p2p_pb2.GetMetadataRequest(mx_source_id=sid, worker_id=wid), timeout=timeout)
+    except grpc.RpcError:
+        return None
+    return cast(p2p_pb2.GetMetadataResponse, answer) if answer.found else None
+
+
+def _summary(record: p2p_pb2.GetMetadataResponse | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    w = record.worker
+    return {"status": p2p_pb2.SourceStatus.Name(w.status), "agent_name": w.agent_name,
+            "worker_grpc_endpoint": w.worker_grpc_endpoint, "metadata_endpoint": w.metadata_endpoint}
+
+
+def _write(stub: Any, spec: HijackSpec, sid: str, wid: str, secret: str,
+           before: p2p_pb2.GetMetadataResponse | None, timeout: float) -> dict[str, Any]:
+    """One write; ``{accepted, code, message}`` (code ``OK`` when the call returned)."""
+    try:
+        if spec.write == "republish":
+            assert before is not None
+            worker = p2p_pb2.WorkerMetadata()
+            worker.CopyFrom(before.worker)
+            worker.agent_name = MOVED_AGENT
+            worker.status = p2p_pb2.SOURCE_STATUS_STALE
+            if worker.worker_grpc_endpoint:
+                worker.worker_grpc_endpoint = MOVED_ENDPOINT
+            if worker.metadata_endpoint:
+                worker.metadata_endpoint = MOVED_ENDPOINT
+            if worker.HasField("nixl_metadata"):
+                worker.nixl_metadata = b"hijacked"
+            answer = stub.PublishMetadata(p2p_pb2.PublishMetadataRequest(
+                identity=before.identity, worker=worker, worker_id=wid, owner_secret=secret), timeout=timeout)
+        else:
+            status = p2p_pb2.SOURCE_STATUS_READY if spec.write == "heartbeat" else p2p_pb2.SOURCE_STATUS_STALE
+            rank = before.worker.worker_rank if before is not None else 0
+            answer = stub.UpdateStatus(p2p_pb2.UpdateStatusRequest(
+                mx_source_id=sid, worker_id=wid, worker_rank=rank, status=status, owner_secret=secret), timeout=timeout)
+    except grpc.RpcError as exc:
+        call = cast(grpc.Call, exc)
+        return {"accepted": False, "code": call.code().name, "message": str(call.details())[:300]}
+    return {"accepted": bool(answer.success), "code": "OK", "message": str(answer.message)[:300]}
