@@ -12,7 +12,8 @@ of the victim's record, ``times`` times, ``every`` apart, through the run's cred
 - ``demote``: ``UpdateStatus`` STALE for it (taking a live worker out of the listing).
 
 Each sends ``secret`` as the owner secret: ``forged`` (64 random hex digits, the shape of a real
-one) or ``none``. What the server must do about it (refuse it: mxref's owner secret,
+one) or ``none``. A server that answers mxref.v1 UNIMPLEMENTED (ModelExpress's own) is written
+through ``model_express.p2p``, whose messages carry no owner secret at all (``wire`` is recorded). What the server must do about it (refuse it: mxref's owner secret,
 ``mxref.metadata.ownership``) is for the checks to judge by what the server lists afterwards;
 the fault records every answer (accepted, or the gRPC code). Its witness: the writes reached
 the server and were answered on their merits; none answered (the server unreachable, or the
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, Literal, cast
 
 import grpc
@@ -32,6 +34,8 @@ from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, register
 from harness.record.witness import Witness
 from harness.spec import Duration, Name, Target
+from mxref.mx import p2p_pb2 as mx_pb2
+from mxref.mx import p2p_pb2_grpc as mx_pb2_grpc
 from mxref.security import ClientCredentials
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
@@ -89,15 +93,22 @@ class Hijack(Fault[HijackSpec, None]):
         answers: list[dict[str, Any]] = []
         channel = client.channel(address)
         try:
-            stub: Any = p2p_pb2_grpc.P2pServiceStub(channel)  # type: ignore[no-untyped-call]
-            before = _record(stub, sid, wid, spec.timeout)
+            wire = _Wire.V1
+            try:
+                before = _record(wire, channel, sid, wid, spec.timeout)
+            except grpc.RpcError:  # UNIMPLEMENTED: ModelExpress's own server
+                wire = _Wire.MX
+                before = _record(wire, channel, sid, wid, spec.timeout)
             if before is None and spec.write == "republish":
                 raise FaultError(f"hijack {spec.target}: {address} has no record {sid}/{wid} to copy")
             for n in range(spec.times):
                 if n:
                     ctx.sleep(spec.every)
-                answers.append(_write(stub, spec, sid, wid, secret, before, spec.timeout))
-            after = _record(stub, sid, wid, spec.timeout)
+                answers.append(_write(wire, channel, spec, sid, wid, secret, before, spec.timeout))
+            try:
+                after = _record(wire, channel, sid, wid, spec.timeout)
+            except grpc.RpcError:
+                after = None
         finally:
             channel.close()
         accepted = sum(1 for a in answers if a["accepted"])
@@ -110,52 +121,72 @@ class Hijack(Fault[HijackSpec, None]):
         else:
             witness = Witness.none(f"no {spec.write} write was answered on its merits ({', '.join(codes)})", **figures)
         return Injected(None, {"target": spec.target, "server": address, "mx_source_id": sid, "worker_id": wid,
-                               "write": spec.write, "secret": spec.secret, "accepted": accepted,
+                               "write": spec.write, "secret": spec.secret if wire is _Wire.V1 else "not sent (model_express.p2p has none)",
+                               "wire": wire.value, "accepted": accepted,
                                "refused": len(answers) - accepted, "codes": codes,
                                "first": answers[0], "record_before": _summary(before),
                                "record_after": _summary(after), "witness": witness.to_json()})
 
 
-def _record(stub: Any, sid: str, wid: str, timeout: float) -> p2p_pb2.GetMetadataResponse | None:
-    """The record as the server gives it to anyone (None: not found, or not answered)."""
+class _Wire(StrEnum):
+    V1 = "mxref.v1"
+    MX = "model_express.p2p"
+
+    @property
+    def pb(self) -> Any:
+        """The package's messages (numbered alike; only mxref.v1 has owner_secret)."""
+        return p2p_pb2 if self is _Wire.V1 else mx_pb2
+
+    def stub(self, channel: grpc.Channel) -> Any:
+        return (p2p_pb2_grpc if self is _Wire.V1 else mx_pb2_grpc).P2pServiceStub(channel)
+
+
+def _record(wire: _Wire, channel: grpc.Channel, sid: str, wid: str, timeout: float) -> Any:
+    """The record as the server gives it to anyone (None: not found). UNIMPLEMENTED raises (the
+    wire is wrong); any other failure is None."""
     try:
-        answer = stub.GetMetadata(p2p_pb2.GetMetadataRequest(mx_source_id=sid, worker_id=wid), timeout=timeout)
-    except grpc.RpcError:
+        answer = wire.stub(channel).GetMetadata(wire.pb.GetMetadataRequest(mx_source_id=sid, worker_id=wid), timeout=timeout)
+    except grpc.RpcError as exc:
+        if cast(grpc.Call, exc).code() == grpc.StatusCode.UNIMPLEMENTED:
+            raise
         return None
-    return cast(p2p_pb2.GetMetadataResponse, answer) if answer.found else None
+    return answer if answer.found else None
 
 
-def _summary(record: p2p_pb2.GetMetadataResponse | None) -> dict[str, Any] | None:
+def _summary(record: Any) -> dict[str, Any] | None:
     if record is None:
         return None
     w = record.worker
-    return {"status": p2p_pb2.SourceStatus.Name(w.status), "agent_name": w.agent_name,
-            "worker_grpc_endpoint": w.worker_grpc_endpoint, "metadata_endpoint": w.metadata_endpoint}
+    return {"status": w.DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[w.status].name,
+            "agent_name": w.agent_name, "worker_grpc_endpoint": w.worker_grpc_endpoint,
+            "metadata_endpoint": w.metadata_endpoint}
 
 
-def _write(stub: Any, spec: HijackSpec, sid: str, wid: str, secret: str,
-           before: p2p_pb2.GetMetadataResponse | None, timeout: float) -> dict[str, Any]:
+def _write(wire: _Wire, channel: grpc.Channel, spec: HijackSpec, sid: str, wid: str, secret: str, before: Any,
+           timeout: float) -> dict[str, Any]:
     """One write; ``{accepted, code, message}`` (code ``OK`` when the call returned)."""
+    pb, stub = wire.pb, wire.stub(channel)
+    owner = {"owner_secret": secret} if wire is _Wire.V1 else {}
     try:
         if spec.write == "republish":
             assert before is not None
-            worker = p2p_pb2.WorkerMetadata()
+            worker = pb.WorkerMetadata()
             worker.CopyFrom(before.worker)
             worker.agent_name = MOVED_AGENT
-            worker.status = p2p_pb2.SOURCE_STATUS_STALE
+            worker.status = pb.SOURCE_STATUS_STALE
             if worker.worker_grpc_endpoint:
                 worker.worker_grpc_endpoint = MOVED_ENDPOINT
             if worker.metadata_endpoint:
                 worker.metadata_endpoint = MOVED_ENDPOINT
             if worker.HasField("nixl_metadata"):
                 worker.nixl_metadata = b"hijacked"
-            answer = stub.PublishMetadata(p2p_pb2.PublishMetadataRequest(
-                identity=before.identity, worker=worker, worker_id=wid, owner_secret=secret), timeout=timeout)
+            answer = stub.PublishMetadata(pb.PublishMetadataRequest(
+                identity=before.identity, worker=worker, worker_id=wid, **owner), timeout=timeout)
         else:
-            status = p2p_pb2.SOURCE_STATUS_READY if spec.write == "heartbeat" else p2p_pb2.SOURCE_STATUS_STALE
+            status = pb.SOURCE_STATUS_READY if spec.write == "heartbeat" else pb.SOURCE_STATUS_STALE
             rank = before.worker.worker_rank if before is not None else 0
-            answer = stub.UpdateStatus(p2p_pb2.UpdateStatusRequest(
-                mx_source_id=sid, worker_id=wid, worker_rank=rank, status=status, owner_secret=secret), timeout=timeout)
+            answer = stub.UpdateStatus(pb.UpdateStatusRequest(
+                mx_source_id=sid, worker_id=wid, worker_rank=rank, status=status, **owner), timeout=timeout)
     except grpc.RpcError as exc:
         call = cast(grpc.Call, exc)
         return {"accepted": False, "code": call.code().name, "message": str(call.details())[:300]}

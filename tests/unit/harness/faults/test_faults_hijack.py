@@ -15,6 +15,8 @@ from fixtures.fault_context import FakeContext
 from harness.faults import make_fault
 from harness.faults.hijack import MOVED_ENDPOINT, HijackSpec
 from harness.scenario.models import ServerProcess, SourceProcess
+from mxref.mx import p2p_pb2 as mx_pb2
+from mxref.mx import p2p_pb2_grpc as mx_pb2_grpc
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 
@@ -121,3 +123,19 @@ def test_the_target_must_be_a_source_and_the_server_a_server() -> None:
     issues = dict(swapped.process_issues(processes))
     assert "source" in issues["target"] and "server" in issues["server"]
     assert spec("heartbeat").running_refs() == ("server",)  # a dead victim's record is fair game
+
+
+def test_a_server_without_mxref_v1_is_written_through_model_express_p2p_with_no_secret(
+        ctx: FakeContext, stub: type[FakeStub], monkeypatch: pytest.MonkeyPatch) -> None:
+    class V1Unimplemented(FakeStub):
+        def GetMetadata(self, request: Any, timeout: float) -> Any:
+            raise Refused(grpc.StatusCode.UNIMPLEMENTED, "unknown service mxref.v1.P2pService")
+
+    monkeypatch.setattr(p2p_pb2_grpc, "P2pServiceStub", V1Unimplemented)
+    monkeypatch.setattr(mx_pb2_grpc, "P2pServiceStub", FakeStub)
+    stub.refuse = None
+    record = make_fault(spec("demote"), "hijack").inject(ctx).record
+    [sent] = [r for m, r in stub.calls if m == "UpdateStatus"]
+    assert isinstance(sent, mx_pb2.UpdateStatusRequest) and sent.status == mx_pb2.SOURCE_STATUS_STALE
+    assert record["wire"] == "model_express.p2p" and record["accepted"] == 1
+    assert record["record_before"]["status"] == "SOURCE_STATUS_READY"
