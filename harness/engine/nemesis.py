@@ -33,6 +33,7 @@ from harness.hosts.clocks import HOST_CLOCKS, ClockOffsets
 from harness.record.timeline import Timeline
 from harness.scenario import Scenario
 from harness.spec import Scalar, SourceOf
+from mxref.pki import RunCredentials
 
 __all__ = ["HostView", "Nemesis", "NemesisContext", "ProcView", "RunFaultContext"]
 
@@ -90,6 +91,7 @@ class RunFaultContext:
         start: Callable[[str, ClockOffsets], dict[str, Any]],
         ensure_proxy: Callable[[str], ProxyView],
         proxy_names: frozenset[str],
+        credentials: Callable[[], RunCredentials | None] = lambda: None,
         healing: bool = False,
     ) -> None:
         self.run_id = run_id
@@ -102,13 +104,19 @@ class RunFaultContext:
         self._ensure_proxy = ensure_proxy
         self._proxy_names = proxy_names
         self._healing = healing
+        self._credentials = credentials  # asked when a fault runs: the run makes them after this context
 
     def healing(self) -> RunFaultContext:
         """The same context for a heal: it never creates a proxy."""
         return RunFaultContext(
             run_id=self.run_id, run_dir=self.run_dir, table=self._table, hosts=self._hosts, clock=self._clock, proxies=self._proxies,
-            start=self._start, ensure_proxy=self._ensure_proxy, proxy_names=self._proxy_names, healing=True,
+            start=self._start, ensure_proxy=self._ensure_proxy, proxy_names=self._proxy_names,
+            credentials=self._credentials, healing=True,
         )
+
+    @property
+    def credentials(self) -> RunCredentials | None:
+        return self._credentials()
 
     def _known(self, name: str) -> str:
         if name not in self._table.states:

@@ -465,7 +465,7 @@ class Runner:
             run_id=self.run_id, run_dir=self.run_dir, table=self.table, hosts=self.hosts, clock=self.clock,
             proxies=self.proxies, start=lambda name, offsets: self.start_process(name, self.clock.step_deadline(), offsets),
             ensure_proxy=lambda name: self._proxy(name, self.clock.step_deadline()),
-            proxy_names=frozenset(self.scenario.proxies),
+            proxy_names=frozenset(self.scenario.proxies), credentials=lambda: self._credentials,
         )
 
     def start_process(self, name: str, deadline: float, offsets: clocks.ClockOffsets = clocks.HOST_CLOCKS) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from harness.hosts.base import Place
 from harness.hosts.clocks import HOST_CLOCKS, ClockOffsets
 from harness.spec import Duration, Name, Scalar, SourceOf, Strict, Target, custom_error
+from mxref.pki import RunCredentials
 
 __all__ = [
     "REGISTRY",
@@ -236,6 +237,11 @@ class FaultContext(Protocol):
     @property
     def run_dir(self) -> Path:
         """This run's folder (a fault keeps its own files under ``faults/`` there)."""
+        ...
+
+    @property
+    def credentials(self) -> RunCredentials | None:
+        """The run's CA and token (``security:``), as its honest peers get them; None: plaintext."""
         ...
 
     def proc(self, name: str) -> ProcessView:

@@ -268,6 +268,7 @@ class ReaderOptions(PeerOptions):
     # chunked READ with a stall deadline (mxref's default: 16 MiB); 0: one READ handle, bounded
     # only by transfer_timeout (docs/contract.md#read-budget)
     read_chunk_mib: float | None = Field(None, ge=0)
+    read_window: int | None = Field(None, ge=1, le=64)  # chunks in flight (mxref's default: 2); a deeper window's deadline is longer
     selector: Literal["random", "rendezvous_hash"] | None = None
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False
