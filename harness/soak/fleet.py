@@ -62,6 +62,7 @@ class MxProcess:
     loads: int = 0  # verified loads it reported (readers)
     failed: int = 0  # loads it reported failed (readers)
     _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    _pump: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -101,7 +102,8 @@ class MxProcess:
                 self._lines.put(raw.decode(errors="replace"))
             self._lines.put(None)
 
-        threading.Thread(target=pump, name=f"soak-{self.name}-stdout", daemon=True).start()
+        self._pump = threading.Thread(target=pump, name=f"soak-{self.name}-stdout", daemon=True)
+        self._pump.start()
 
     def next_json(self, key: str, timeout_s: float) -> dict[str, Any]:
         """The next standard-output line that is a JSON object holding ``key``."""
@@ -156,6 +158,10 @@ class MxProcess:
                 self.popen.wait(STOP_GRACE_S)
             except ProcessLookupError:
                 pass
+        if self._pump is not None:
+            self._pump.join(STOP_GRACE_S)  # the process is gone: its output ends
+        if self.popen.stdout is not None and (self._pump is None or not self._pump.is_alive()):
+            self.popen.stdout.close()
         return self.popen.poll()
 
 
