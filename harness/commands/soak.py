@@ -64,6 +64,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--source-mode", choices=("p2p", "central"), default="p2p",
                    help="p2p (default): readers fetch a source's NIXL metadata from its listener; central: "
                         "from the metadata server")
+    p.add_argument("--source-fd-limit", type=_positive_int, default=None, metavar="N",
+                   help="the sources' open-descriptor limit (RLIMIT_NOFILE; default: this process's): a "
+                        "descriptor leak then ends in minutes what it ends in days at the usual limit")
     p.add_argument("--sample-every", type=_positive_int, default=20, metavar="N",
                    help="transfers between two samples (default 20)")
     p.add_argument("--warmup", type=int, default=100, metavar="N",
@@ -84,7 +87,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
         print("mxchaos soak: --tensor-mib must be > 0 and --warmup >= 0", file=sys.stderr)
         return EXIT_INVALID
     spec = FleetSpec(sources=args.sources, readers=args.readers, tensors=args.tensors, tensor_mib=args.tensor_mib,
-                     transport=args.transport, source_mode=args.source_mode, leak=args.leak, leak_readers=args.leak_readers)
+                     transport=args.transport, source_mode=args.source_mode, leak=args.leak, leak_readers=args.leak_readers,
+                     source_fd_limit=args.source_fd_limit)
     options = SoakOptions(out=args.out, transfers=args.transfers, seconds=args.seconds, spec=spec,
                           sample_every=args.sample_every, warmup=args.warmup,
                           stop_on_growth=args.stop_on_growth, resume=args.resume)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import resource
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ class FleetSpec:
     source_mode: str = "p2p"  # p2p: readers fetch a source's NIXL metadata from its listener; central: from the server
     leak: str | None = None  # a planted per-load leak of every reader (--debug-leak)
     leak_readers: int | None = None  # how many readers carry it (None: all)
+    source_fd_limit: int | None = None  # the sources' RLIMIT_NOFILE (None: inherited): a leak of descriptors kills sooner
 
     def model_args(self) -> list[str]:
         return ["--tensors", str(self.tensors), "--tensor-mib", f"{self.tensor_mib:g}", "--transport", self.transport]
@@ -177,15 +179,20 @@ class Fleet:
     def readers(self) -> list[MxProcess]:
         return [p for p in self.processes if p.role == "reader"]
 
-    def _start(self, name: str, role: str, *flags: str, loop: bool = False) -> MxProcess:
+    def _start(self, name: str, role: str, *flags: str, loop: bool = False, fd_limit: int | None = None) -> MxProcess:
         events = self.workdir / f"{name}.events.jsonl"
         log_path = self.workdir / f"{name}.log"
         argv = [sys.executable, "-m", "mxref", role, "--name", name, "--events", str(events), "--metrics-port", "0",
                 *flags]
+        def preexec() -> None:
+            die_with_parent()
+            if fd_limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(argv, stdin=subprocess.PIPE if loop else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE if loop else log, stderr=log,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+                                     start_new_session=True, preexec_fn=preexec)
         proc = MxProcess(name, role, popen, events, log_path)
         self.processes.append(proc)
         return proc
@@ -197,7 +204,8 @@ class Fleet:
         port = server.wait_event("listening", START_TIMEOUT_S, what="grpc")["port"]
         addr = f"127.0.0.1:{port}"
         sources = [self._start(f"source-{i + 1}", "source", "--server", addr, "--heartbeat-interval", "5",
-                               "--mode", spec.source_mode, *spec.model_args()) for i in range(spec.sources)]
+                               "--mode", spec.source_mode, *spec.model_args(), fd_limit=spec.source_fd_limit)
+                   for i in range(spec.sources)]
         for source in sources:
             source.wait_event("status_change", START_TIMEOUT_S, status="READY")
         leaky = spec.readers if spec.leak_readers is None else spec.leak_readers
