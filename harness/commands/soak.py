@@ -69,8 +69,8 @@ def add_parser(sub: Any) -> None:
                         "descriptor leak then ends in minutes what it ends in days at the usual limit")
     p.add_argument("--sample-every", type=_positive_int, default=20, metavar="N",
                    help="transfers between two samples (default 20)")
-    p.add_argument("--warmup", type=int, default=100, metavar="N",
-                   help="transfers of each segment left out of the fit (default 100)")
+    p.add_argument("--warmup", type=int, default=200, metavar="N",
+                   help="transfers of each segment left out of the fit (default 200: a reader's RSS climbs over its first ~100-200 loads)")
     p.add_argument("--stop-on-growth", action="store_true", help="stop at the first resource that grows")
     p.add_argument("--leak", choices=LEAK_KINDS, default=None,
                    help="DEBUG: plant a per-transfer leak in the readers (mxref reader --debug-leak)")

@@ -40,7 +40,7 @@ class SoakOptions:
     seconds: float | None = None
     spec: FleetSpec = field(default_factory=FleetSpec)
     sample_every: int = 20
-    warmup: int = 100
+    warmup: int = 200
     stop_on_growth: bool = False
     resume: bool = False
 
