@@ -9,8 +9,8 @@ slope and one intercept per segment).
 
 Each resource has a limit, per 1,000 transfers (``LIMITS``): what still counts as flat. The
 verdict is ``grows`` when the whole interval lies above the limit (``lo > limit``), ``flat``
-when it lies below it (``hi <= limit``), ``unsettled`` when it straddles it or too few points
-are past the warm-up (``MIN_POINTS``). ``detection`` replays the judgement on each prefix of a
+when it lies below it (``hi <= limit``), ``unsettled`` when it straddles it, too few points
+are past the warm-up (``MIN_POINTS``) or they span too few transfers (``MIN_SPAN``: memory). ``detection`` replays the judgement on each prefix of a
 series: the first transfer count at which it said ``grows``.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LIMITS", "MIN_POINTS", "Point", "Slope", "detection", "fit", "judge", "t_quantile_975"]
+__all__ = ["LIMITS", "MIN_POINTS", "MIN_SPAN", "Point", "Slope", "detection", "fit", "judge", "t_quantile_975"]
 
 PER = 1000
 """Slopes are per this many transfers."""
@@ -44,6 +44,11 @@ LIMITS: dict[str, float] = {
 
 MIN_POINTS = 5
 """The fewest points past the warm-up a series needs to be judged (else ``unsettled``)."""
+
+MIN_SPAN: dict[str, int] = {"rss_kib": 1000}
+"""Per resource, the fewest transfers past the warm-up its points must span to be judged (else
+``unsettled``): memory moves in steps (an allocator's arena, a pool), which a short span reads as
+a slope; a count does not."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ def judge(points: Sequence[Point], resource: str, warmup: int = 0) -> tuple[str,
     slope = fit(points, warmup)
     if slope is None:
         return "unsettled", None
+    kept = _past_warmup(points, warmup)
+    if max(p.transfers for p in kept) - min(p.transfers for p in kept) < MIN_SPAN.get(resource, 0):
+        return "unsettled", slope
     limit = LIMITS.get(resource, 1.0)
     if slope.lo > limit:
         return "grows", slope

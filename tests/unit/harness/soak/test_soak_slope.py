@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from harness.soak.slope import LIMITS, MIN_POINTS, Point, detection, fit, judge, t_quantile_975
+from harness.soak.slope import LIMITS, MIN_POINTS, MIN_SPAN, Point, detection, fit, judge, t_quantile_975
 
 
 def series(values: list[float], every: int = 20, segment: int = 0, start: int = 0) -> list[Point]:
@@ -23,7 +23,7 @@ def test_a_constant_series_is_flat_with_a_zero_width_interval() -> None:
 
 
 def test_a_warm_up_ramp_is_left_out_of_the_fit() -> None:
-    ramp = [90_000.0, 97_000.0, 101_000.0, 103_000.0, 104_000.0] + [104_000.0] * 25  # what a reader's RSS does in its first loads
+    ramp = [90_000.0, 97_000.0, 101_000.0, 103_000.0, 104_000.0] + [104_000.0] * 60  # what a reader's RSS does in its first loads
     assert judge(series(ramp), "rss_kib", warmup=0)[0] != "flat"
     verdict, slope = judge(series(ramp), "rss_kib", warmup=100)
     assert verdict == "flat" and slope is not None and slope.per_1000 == pytest.approx(0, abs=1e-6)
@@ -92,3 +92,11 @@ def test_t_quantiles(df: int, expected: float) -> None:
 def test_t_quantile_refuses_no_degrees_of_freedom() -> None:
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_quantile_975(0)
+
+
+def test_memory_is_judged_only_over_a_long_enough_span() -> None:
+    step = series([104_000.0] * 3 + [104_600.0] * 3)  # an allocator's step over 100 transfers: not a rate yet
+    assert judge(step, "rss_kib")[0] == "unsettled"
+    assert judge(step, "fds")[0] == "grows"  # a count has no such steps: its growth is judged at once
+    longer = series([104_000.0 + 10 * i for i in range(MIN_SPAN["rss_kib"] // 20 + 1)])  # 0.5 MiB per 1,000
+    assert judge(longer, "rss_kib")[0] == "flat"
