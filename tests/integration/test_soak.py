@@ -80,3 +80,36 @@ def test_p2p_sources_keep_their_sockets_flat(tmp_path: Path) -> None:
     summary = run_soak(SoakOptions(out=tmp_path, transfers=140, spec=spec, sample_every=20, warmup=40), lambda _: None)
     assert summary["error"] is None and summary["failed_loads"] == 0
     assert summary["series"]["source-1"]["tcp_close_wait"]["verdict"] != "grows", summary["series"]["source-1"]
+
+
+def test_an_interrupted_soak_stops_its_processes_and_leaves_a_readable_record(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "soak"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "soak", "--seconds", "600", "--out", str(out), "--source-mode", "central",
+         "--sources", "1", "--readers", "1"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # three samples of each of its 3 processes: it is loading
+            samples = out / "samples.jsonl"
+            if samples.exists() and len(samples.read_text().splitlines()) >= 9:
+                break
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, output[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["transfers"] >= 40 and summary["error"] is None and (out / "soak.html").exists()
+    pids = {json.loads(line)["pid"] for line in (out / "samples.jsonl").read_text().splitlines()}
+    assert len(pids) == 3
+    for pid in pids:  # every process it started is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
