@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxref import config
+from mxref.debug_hooks import LEAK_KINDS
 from mxref.model import add_model_args, model_spec
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
 
@@ -193,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", action="store_true",
                    help="take a tensor read lease (ModelExpress's PrepareTensorRead; its manifest is the one "
                         "checked) before each READ and give it back after; no READ without one (P2P sources only)")
+    p.add_argument("--load-loop", action="store_true",
+                   help="stay up and load once per line 'load' on standard input, printing each result line "
+                        "and giving the load back before the next; exit at end of input or 'quit' "
+                        "(mxref.roles.load_loop; the soak's long-lived reader)")
+    p.add_argument("--debug-leak", choices=LEAK_KINDS, default=None,
+                   help="DEBUG HOOK (tests only), with --load-loop: leak one descriptor (fd) or one NIXL "
+                        "registration (registration) per load, for the soak to catch")
     _add_debug_hooks(p)
 
     p = sub.add_parser("prepare", help="write the safetensors checkpoint of a synthetic model")
@@ -439,10 +447,26 @@ def run_reader(args: argparse.Namespace) -> int:
                                 mx_version=args.mx_version)
         reader = Reader(options, reference, identity, proc.events, metrics, warmup=warmup)
         try:
+            if args.load_loop:
+                return _load_loop(args, proc, reader)
             return _read(args, proc, metrics, reader, hooks)
         finally:
             if hooks is not None:
                 hooks.close()
+
+
+def _load_loop(args: argparse.Namespace, proc: Process, reader: Reader) -> int:
+    """``--load-loop``: a load per line of standard input (``mxref.roles.load_loop``), then close."""
+    from mxref.debug_hooks import PlantedLeak
+    from mxref.roles.load_loop import load_loop
+
+    leak = PlantedLeak(args.debug_leak, proc.emit) if args.debug_leak else None
+    try:
+        load_loop(reader, sys.stdin, sys.stdout, proc.stop, args.settle_s, leak)
+    finally:
+        reader.drop_load()
+        reader.close()
+    return proc.finish(EXIT_OK)
 
 
 def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,

@@ -110,3 +110,38 @@ class CorruptionToggle:
         if self._refit is not None:
             self._refit.close()
         self._signal.close()
+
+
+LEAK_KINDS = ("fd", "registration")
+"""What ``--debug-leak`` leaks once per load of a looping reader (``--load-loop``)."""
+
+
+class PlantedLeak:
+    """A per-transfer leak planted on purpose (``--debug-leak KIND``, off by default), for the soak
+    to catch (``mxchaos soak``): after every load, ``fd`` opens ``/dev/null`` and never closes it;
+    ``registration`` registers one page of fresh memory with the load's NIXL agent (counted by its
+    audit, ``mxref.audit``) and never deregisters it (the page itself is kept too). Each leak
+    emits ``debug_leak`` with ``kind`` and ``leaked`` (how many so far)."""
+
+    PAGE = 4096
+
+    def __init__(self, kind: str, emit: Callable[..., Any]) -> None:
+        if kind not in LEAK_KINDS:
+            raise ValueError(f"--debug-leak {kind!r}: one of {', '.join(LEAK_KINDS)}")
+        self.kind = kind
+        self.emit = emit
+        self._kept: list[Any] = []  # the descriptors or pages, held until the process exits
+
+    def leak(self, agent: Any = None) -> None:
+        """Leak one of ``kind``; ``agent`` (an audited NIXL agent) is needed for ``registration``."""
+        if self.kind == "fd":
+            self._kept.append(os.open(os.devnull, os.O_RDONLY))
+        else:
+            import numpy as np
+
+            if agent is None:
+                return  # the load held no agent (a fallback to disk): nothing to register with
+            page = np.zeros(self.PAGE, dtype=np.uint8)
+            agent.register_memory(np.array([(page.ctypes.data, self.PAGE, 0)], dtype=np.uint64), "DRAM")
+            self._kept.append(page)
+        self.emit("debug_leak", kind=self.kind, leaked=len(self._kept))

@@ -127,6 +127,8 @@ EVENTS: dict[str, EventSpec] = {
     # --debug-hooks: SIGUSR2 toggled the corruption of the registered memory
     "debug_corrupt": _ev("corrupted", "tensors", "addrs", notes={"corrupted": "bool", "addrs": "where byte 0 of each tensor is"},
                          memory=("host", "device")),
+    # --debug-leak (a looping reader): the leak planted after a load, and how many so far
+    "debug_leak": _ev("leaked", kind=("fd", "registration")),
     # reader with --lease: a tensor read lease per attempt (mxref.roles.lease)
     "lease_acquired": _ev("index", "lease_id", "mx_source_id", "worker_id"),
     "lease_released": _ev("index", "lease_id", "ok", "error", notes={"ok": "false: the source did not take it back"}),

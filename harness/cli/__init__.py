@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.mutate.command import add_parser as add_mutate_parser
 
     add_mutate_parser(sub)  # mxchaos mutate: harness/mutate/
+    from harness.commands.soak import add_parser as add_soak_parser
+
+    add_soak_parser(sub)  # mxchaos soak: harness/commands/soak.py, harness/soak/
     return parser
 
 

@@ -657,6 +657,18 @@ class Reader:
         self.events.emit("load_phase", phase=phase, index=index, seconds=round(seconds, 6), ok=ok,
                          overlapped=overlapped)
 
+    def drop_load(self) -> None:
+        """Give back what the last load holds (its agent and its memory), as a reader that loads
+        again does before its next load (``--load-loop``); parked regions stay parked until ``close``."""
+        if self.manager is not None:
+            with self._agent_lock:
+                self.manager.shutdown()
+            self.manager = None
+        if self.arena is not None:
+            self.arena.release()
+            self.arena = None
+        self.released_mid_read = False
+
     def close(self) -> None:
         if self.manager is not None:
             self.manager.shutdown()

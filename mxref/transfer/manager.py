@@ -582,6 +582,11 @@ class NixlTransferManager:
             self._events.emit("shutdown_step", step="drop_agent", ok=True, detail=self.agent_name)
             del agent
 
+    @property
+    def agent(self) -> Any:
+        """The audited NIXL agent (``mxref.audit.AuditedAgent``), or None before ``create_agent`` and after ``shutdown``."""
+        return self._agent
+
     def _require_agent(self) -> Any:
         if self._agent is None:
             raise RuntimeError("NIXL agent not created")

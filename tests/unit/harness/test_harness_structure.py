@@ -32,6 +32,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the scenario language", ("harness.scenario",)),
     ("judging", ("harness.judge",)),
     ("reports", ("harness.reports",)),
+    ("the soak", ("harness.soak",)),
     ("the engine", ("harness.engine",)),
     ("front ends that run scenarios", ("harness.explore", "harness.mutate")),
     ("commands", ("harness.commands",)),

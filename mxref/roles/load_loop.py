@@ -1,0 +1,45 @@
+"""A reader that stays up and loads again on request (``mxref reader --load-loop``): the long-lived
+reader of a soak (``mxchaos soak``).
+
+Each line ``load`` on standard input is one load (``Reader.load``: list, metadata, a fresh target,
+handshake, READ, verify, release), its result printed as one JSON line (``{"result": ...}``, with
+``n``: the loads so far) and then given back (``Reader.drop_load``: its agent shut down, its memory
+released), so the next load starts as the first did. Standard input closed, ``quit``, or the process
+asked to stop: it closes and exits. A planted leak (``--debug-leak``, ``mxref.debug_hooks.PlantedLeak``)
+leaks once per load, after it, with the load's agent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from typing import IO
+
+from mxref.debug_hooks import PlantedLeak
+from mxref.roles.reader import Reader
+
+
+def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threading.Event,
+              settle_s: float = 0.0, leak: PlantedLeak | None = None) -> int:
+    """Load once per ``load`` line until the lines end, ``quit`` or ``stop``; returns the loads made."""
+    n = 0
+    print(json.dumps({"ready": {"loop": True}}), file=out, flush=True)
+    for line in lines:
+        command = line.strip()
+        if stop.is_set() or command == "quit":
+            break
+        if command != "load":
+            print(json.dumps({"error": f"unknown command {command!r}: 'load' or 'quit'"}), file=out, flush=True)
+            continue
+        result = reader.load()
+        n += 1
+        if result.ok:
+            reader.settle(settle_s, stop)
+        if leak is not None:
+            leak.leak(reader.manager.agent if reader.manager is not None else None)
+        record = json.loads(result.to_json())
+        record["n"] = n
+        print(json.dumps(record), file=out, flush=True)
+        reader.drop_load()
+    return n
