@@ -2,7 +2,7 @@
 
 ``mxchaos soak --transfers 10000 --out DIR`` (or ``--seconds 3600``, or both: whichever comes
 first) runs loads between long-lived mxref sources and readers, samples each process between
-rounds and writes ``DIR/samples.jsonl`` (as it goes), ``DIR/summary.json`` and ``DIR/soak.html``.
+rounds and writes ``DIR/samples.jsonl`` (as it goes), ``DIR/soak-result.json`` and ``DIR/soak.html``.
 Exit 0: no resource grows and every load was verified; 1: a resource grows, a load failed or a
 process died; 2: bad options or an ``--out`` holding a soak without ``--resume``; 130: interrupted
 (the processes stopped and the outputs written first).
@@ -54,7 +54,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seconds", type=_seconds, default=None, metavar="S",
                    help="stop after this long (this invocation), e.g. 3600 or 1h")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="where samples.jsonl, summary.json, soak.html and the processes' logs go")
+                   help="where samples.jsonl, soak-result.json, soak.html and the processes' logs go")
     p.add_argument("--resume", action="store_true", help="continue the soak recorded in --out (new processes)")
     p.add_argument("--sources", type=_positive_int, default=2, help="sources (default 2)")
     p.add_argument("--readers", type=_positive_int, default=2, help="looping readers (default 2)")
@@ -108,7 +108,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
         print(f"  {growth_text(g)}")
     if summary.get("error"):
         print(f"  error: {summary['error']}")
-    print(f"  page: {args.out / 'soak.html'}; summary: {args.out / 'summary.json'}")
+    print(f"  page: {args.out / 'soak.html'}; summary: {args.out / 'soak-result.json'}")
     if stop.is_set():
         return EXIT_INTERRUPTED
     return EXIT_FAILED if summary["verdict"] in ("grows", "error", "failed_loads") else EXIT_OK

@@ -118,6 +118,6 @@ def render_page(summary: Mapping[str, Any], samples: Sequence[Any], title: str =
         parts.append(_chart(resource, lines, rows))
     parts.append("<h2>Every series</h2>" + _table(summary))
     parts.append("<p class='small'>slopes: least squares over the samples past each segment's warm-up, an intercept "
-                 "per segment; interval: 95 % (Student's t). samples.jsonl holds every sample; summary.json this "
+                 "per segment; interval: 95 % (Student's t). samples.jsonl holds every sample; soak-result.json this "
                  "page's figures.</p></body></html>")
     return "".join(parts)

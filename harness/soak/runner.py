@@ -30,7 +30,7 @@ from harness.soak.verdict import growth_text, series_of, summarize
 __all__ = ["SoakOptions", "run_soak", "write_outputs"]
 
 WRITE_EVERY_S = 30.0
-SUMMARY, PAGE, CONFIG = "summary.json", "soak.html", "soak.json"
+SUMMARY, PAGE, CONFIG = "soak-result.json", "soak.html", "soak.json"
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class SoakOptions:
 
 
 def write_outputs(out: Path, warmup: int, error: str | None = None) -> dict[str, Any]:
-    """``summary.json`` and ``soak.html`` from the record as it stands; the summary."""
+    """``soak-result.json`` and ``soak.html`` from the record as it stands; the summary."""
     samples = read_samples(out)
     summary = summarize(samples, warmup, error=error)
     (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
@@ -170,7 +170,7 @@ class _Soak:
 
 def run_soak(options: SoakOptions, say: Callable[[str], None] = print,
              stop: threading.Event | None = None) -> dict[str, Any]:
-    """Run one soak (see the module); its summary (also in ``summary.json``, the page in ``soak.html``)."""
+    """Run one soak (see the module); its summary (also in ``soak-result.json``, the page in ``soak.html``)."""
     soak = _Soak(options, say, stop or threading.Event())
     error = soak.run()
     summary = write_outputs(options.out, options.warmup, error)

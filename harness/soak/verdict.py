@@ -58,7 +58,7 @@ def audit_crosscheck(samples: Sequence[Sample]) -> dict[str, dict[str, Any]]:
 
 def summarize(samples: Sequence[Sample], warmup: int, *, error: str | None = None,
               elapsed_s: float | None = None) -> dict[str, Any]:
-    """The summary (``summary.json``) of a record."""
+    """The summary (``soak-result.json``) of a record."""
     transfers = max((s.transfers for s in samples), default=0)
     failed = max((s.failed for s in samples), default=0)
     seconds = elapsed_s if elapsed_s is not None else max((s.elapsed_s for s in samples), default=0.0)

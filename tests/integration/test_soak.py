@@ -50,7 +50,7 @@ def test_a_real_soak_resumed_once_keeps_its_counts_flat(tmp_path: Path) -> None:
     assert (tmp_path / "processes-0").is_dir() and (tmp_path / "processes-1").is_dir()
     page = (tmp_path / "soak.html").read_text()
     assert "<svg" in page and "tcp_close_wait" in page
-    assert json.loads((tmp_path / "summary.json").read_text())["transfers"] == 200
+    assert json.loads((tmp_path / "soak-result.json").read_text())["transfers"] == 200
 
 
 @pytest.mark.parametrize(("kind", "resource"), [("fd", "fds"), ("registration", "nixl_registrations_open")])
@@ -61,7 +61,7 @@ def test_a_planted_per_transfer_leak_is_caught_named_and_rated(tmp_path: Path, k
          "--sample-every", "20", "--source-mode", "central", "--leak", kind, "--leak-readers", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "soak-result.json").read_text())
     assert summary["verdict"] == "grows" and summary["error"] is None and summary["failed_loads"] == 0
     leaks = [g for g in summary["growths"] if g["resource"] == resource]
     assert [g["process"] for g in leaks] == ["reader-1"], summary["growths"]
@@ -106,7 +106,7 @@ def test_an_interrupted_soak_stops_its_processes_and_leaves_a_readable_record(tm
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, output[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "soak-result.json").read_text())
     assert summary["transfers"] >= 40 and summary["error"] is None and (out / "soak.html").exists()
     pids = {json.loads(line)["pid"] for line in (out / "samples.jsonl").read_text().splitlines()}
     assert len(pids) == 3
