@@ -151,7 +151,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
         rate_table(list(cells.values()), repeat)
     else:
-        verdict_table(results, quiet=args.quiet)
+        verdict_table(results, quiet=args.quiet, verbose=args.verbose)
     write_summary(summary, cells, repeat)
     if repeat > 1:
         write_junit_cells(inv.folder / "junit.xml", list(cells.values()))
@@ -208,14 +208,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("-q", "--quiet", action="store_true",
                      help="only what did not pass: its [i/N] line, the next steps and its checks")
     run.add_argument("-v", "--verbose", action="store_true",
-                     help="also the live event stream of each run (steps, faults, process events)")
+                     help="also the live event stream of each run (steps, faults, process events) and, at the end, "
+                          "the check table of every run (by default only of the runs that did not pass)")
     run.add_argument(
         "--repeat",
         type=at_least(1, "a number of runs"),
         default=1,
         metavar="N",
         help="run every scenario N times (seeds seed..seed+N-1) and judge its rate: PASS only at N/N, "
-        "FLAKY (fails the run) when it passes sometimes; a known defect REPRODUCED at >= 1, FIXED? only at "
+        "FLAKY (fails the run) when it passes sometimes; a known defect XFAIL at >= 1, FIXED? only at "
         "0/N when the 95%% upper bound is below its defect_rate (default: 1)",
     )
     run.add_argument(

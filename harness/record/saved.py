@@ -22,9 +22,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harness.errors import HarnessError
+from harness.record.vocabulary import canonical
 
 __all__ = [
     "INVOCATION",
@@ -190,6 +191,11 @@ class CellDoc(SavedDoc):
     measured: dict[str, int] | None = None
     runs: list[RunRecordDoc] = []
 
+    @field_validator("cell")
+    @classmethod
+    def _one_name(cls, cell: str) -> str:  # an older record's REPRODUCED reads as XFAIL
+        return canonical(cell)
+
 
 class SummaryDoc(SavedDoc):
     """``summary.json``: ``--repeat`` N and every scenario's cell (``harness.record.rates``)."""
@@ -228,6 +234,12 @@ class NightDoc(SavedDoc):
     passed: bool | None = None
     exit_code: int | None = None
     interrupted: bool = False
+
+    @field_validator("scenarios")
+    @classmethod
+    def _one_name(cls, scenarios: list[Any]) -> list[Any]:  # an older record's cell words read as today's
+        return [s | {"cell": canonical(s["cell"])} if isinstance(s, dict) and isinstance(s.get("cell"), str) else s
+                for s in scenarios]
 
     def failing(self) -> dict[str, str]:
         """The scenarios whose cell failed the night: name -> its file as recorded."""

@@ -3,7 +3,7 @@
 The night passed (``night_passed``) when it was not interrupted, at least one scenario ran,
 and no cell fails the run (``rates.FAILING_CELLS``: FAIL, FLAKY, HANG, ERROR, UNKNOWN): the
 rule of ``mxchaos run --repeat N``, so a plain scenario passes only at N/N, a known defect
-REPRODUCED, FIXED? or NOT_REPRODUCED does not fail it, and a SKIP (a capability missing, a
+XFAIL, FIXED? or XPASS does not fail it, and a SKIP (a capability missing, a
 host not bound) does not either.
 
 ``nightly.json`` (``SCHEMA`` 1)::

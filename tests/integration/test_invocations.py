@@ -93,9 +93,19 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))  # the results root, here rather than the checkout's
     good, bad, later = (_scenario(tmp_path, "good", "min: 1"), _scenario(tmp_path, "bad", "max: 0"),
                         _scenario(tmp_path, "later", "min: 1"))
-    assert cli.main(["run", str(good), str(bad), str(later), "-x", "-q"]) == 1
-    assert "stopping: 1 run(s) did not pass (--maxfail 1); later and the rest not run" in capsys.readouterr().out
+    assert cli.main(["run", str(good), str(bad), str(later), "-x"]) == 1
+    out = capsys.readouterr().out
+    assert "stopping: 1 run(s) did not pass (--maxfail 1); later and the rest not run" in out
     first = (tmp_path / "runs" / "latest").resolve()
+    # the closing recap: the failing run's check table, no passing run's, a line per run that did not
+    # pass (its first failing check and its page), the tally last
+    lines = out.splitlines()
+    assert any(line.startswith("bad  (seed") for line in lines) and not any(line.startswith("good  (seed") for line in lines)
+    recap = lines[lines.index(f"{'short summary':-^72}") + 1:]
+    page = Path("runs") / first.name / "bad"
+    assert recap[0].split()[:3] == ["FAIL", "bad", "count(source-1"] and str(page) in recap[0]
+    assert (tmp_path / recap[0].split()[-1]).is_file()  # the page, as a person would type it
+    assert recap[-3].startswith("2 scenarios: 1 PASS, 1 FAIL in ")  # then the summary: and index: lines
     assert set(json.loads((first / "summary.json").read_text())["scenarios"]) == {"good", "bad"}
 
     assert cli.main(["run", str(good), "-q"]) == 0  # a passing run since does not hide the failure

@@ -22,8 +22,8 @@ _CHECK_COLORS: dict[object, str] = {True: swatch("pass").strong, False: swatch("
 _VERDICT_COLORS = {v: swatch(v).strong for v in ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip",
                                                   "not_exercised")}
 # a scenario's cell over its --repeat N runs (harness.record.rates.CELLS)
-_CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED",
-                                               "FIXED?", "NOT_REPRODUCED", "NOT_EXERCISED")}
+_CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "XFAIL",
+                                               "FIXED?", "XPASS", "NOT_EXERCISED")}
 # events drawn as dots on a process lane: colour, legend text
 _EVENT_STYLE = {
     "load_done": (_GREEN, "load_done"),
