@@ -342,7 +342,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
         expected = result.verdict == "xfail"
         unexercised = result.verdict == "not_exercised"
-        why_expected = f"xfail: known defect: {result.known_defect}"
+        why_expected = f"XFAIL: known defect: {result.known_defect}"
         case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
         tests += 1
         if result.verdict == "skip":
@@ -370,7 +370,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
             )
             if check.valid is False and expected:
                 skipped += 1
-                ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+                ET.SubElement(case, "skipped", message=f"XFAIL: {check.summary}").text = why_expected
             elif check.valid is not True and unexercised:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"not judged: the run was not exercised: {check.summary}")
@@ -390,7 +390,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
 
 
 def _expected_text(result: RunResult) -> str:
-    lines = [f"known defect: {result.known_defect}", "reproduced:"]
+    lines = [f"known defect: {result.known_defect}", "XFAIL: the checks that showed it:"]
     lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
     return "\n".join(lines)
 

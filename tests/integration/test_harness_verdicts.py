@@ -257,10 +257,10 @@ def test_known_defects_are_xfail_or_xpass_and_never_fail_the_run(tmp_path: Path,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "] defect_reproduced: XFAIL" in out and "] defect_fixed: XPASS" in out
-    assert "known defect (reproduced): fake 1.0: the source never heartbeats" in out
+    assert "known defect (XFAIL): fake 1.0: the source never heartbeats" in out
     assert "XPASS defect_fixed: every check passed, the known defect did not reproduce in this run." in out
     text = junit.read_text()
-    assert 'message="xfail: known defect: fake 1.0: the source never heartbeats"' in text
+    assert 'message="XFAIL: known defect: fake 1.0: the source never heartbeats"' in text
     assert "<system-out>XPASS: every check passed" in text
     verdicts = {p.parent.parent.name: json.loads(p.read_text())["verdict"] for p in (tmp_path / "runs").glob("*/latest/verdict.json")}
     assert verdicts == {"defect_reproduced": "xfail", "defect_fixed": "xpass"}

@@ -215,10 +215,10 @@ def test_junit_reports_an_xfail_as_skipped_with_the_defect(tmp_path: Path) -> No
     suite = _suite(result)
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "0", "0", "2")
     run, passed, failed = suite.findall("testcase")
-    assert run.find("skipped").get("message") == f"xfail: known defect: {DEFECT}"  # type: ignore[union-attr]
+    assert run.find("skipped").get("message") == f"XFAIL: known defect: {DEFECT}"  # type: ignore[union-attr]
     assert "c1: summary 1" in (run.find("skipped").text or "")  # type: ignore[union-attr]
     assert list(passed) == []
-    assert failed.find("skipped").get("message") == "xfail: summary 1"  # type: ignore[union-attr]
+    assert failed.find("skipped").get("message") == "XFAIL: summary 1"  # type: ignore[union-attr]
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert (props["verdict"], props["known_defect"]) == ("xfail", DEFECT)
 
