@@ -53,6 +53,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
     from harness.engine.play import run_scenario
     from harness.record.rates import write_summary
+    from harness.record.results import command as mxchaos_command
     from harness.reports.console import Progress, rate_table, verdict_table
     from harness.reports.report import judge_runs, write_junit, write_junit_cells
 
@@ -166,7 +167,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         code = EXIT_INTERRUPTED
     else:
         code = EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
-    doc = write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    doc = write_record(inv, results, cells, repeat, args.seed, [mxchaos_command(), *sys.argv[1:]], interrupted, code)
     if record is not None:
         record.update(doc, summary=str(summary.resolve()))
     inv.link_latest()

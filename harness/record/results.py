@@ -12,6 +12,7 @@ newest of a scenario's runs is the greatest name among every invocation's, whate
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +20,26 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.record.saved import RunInfo, VerdictDoc
 
-__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "failing", "newest_runs", "resolve_run", "results_root",
-           "run_folders", "scenario_names"]
+__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "command", "failing", "newest_runs", "resolve_run",
+           "results_root", "run_folders", "scenario_names"]
 
 RESULTS_ENV = "MXCHAOS_RESULTS"
 PASSING = frozenset({"pass", "xfail", "xpass", "skip"})
 """Verdicts a rerun of failures leaves alone: passed, a known defect as recorded, or skipped."""
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def command() -> str:
+    """How a printed command names the harness so that it runs as printed: ``.venv/bin/mxchaos``
+    (from the working folder) when this harness runs from a checkout's ``.venv`` (a README user's
+    PATH has no ``mxchaos``), else ``mxchaos`` (an installed harness, on PATH)."""
+    venv = _CHECKOUT / ".venv"
+    if os.path.abspath(sys.prefix) != os.path.abspath(venv) or not (venv / "bin" / "mxchaos").exists():
+        return "mxchaos"
+    here = Path.cwd()
+    exe = venv / "bin" / "mxchaos"
+    return str(exe.relative_to(here)) if exe.is_relative_to(here) else str(exe)
 
 
 def results_root() -> Path:

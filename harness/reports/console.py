@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from harness.judge.verdict import RunResult
 from harness.record.fault_windows import FaultEntry
+from harness.record.results import command
 from harness.record.timeline import Entry
 from harness.record.vocabulary import meaning
 
@@ -200,7 +201,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         for r in xpassed:
             out.write(
                 p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce in this run.", "xpass")
-                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `mxchaos run --repeat N` calls it FIXED? only when its "
+                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `{command()} run --repeat N` calls it FIXED? only when its "
                 f"confidence bound falls below the measured rate; then remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
             )
     recap = recap_lines(results) if len(results) > 1 else []

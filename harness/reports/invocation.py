@@ -34,8 +34,10 @@ from typing import Any, TextIO
 from harness.checks.deadlines import BROKEN_CONTRACT
 from harness.judge.verdict import RunResult
 from harness.record.load import load_sample, oversubscribed, run_load
+from harness.record.results import command as mxchaos_command
 from harness.record.results import results_root
 from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
+from harness.scenario.select import shown
 
 __all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "next_steps",
            "open_invocation"]
@@ -150,18 +152,21 @@ def _process_log(result: RunResult) -> Path | None:
     return None
 
 
-def next_steps(result: RunResult, mxchaos: str = "mxchaos") -> list[str]:
-    """What to do next about a run that did not pass: rerun, replay, read the log."""
+def next_steps(result: RunResult, mxchaos: str | None = None) -> list[str]:
+    """What to do next about a run that did not pass: rerun, replay, read the log, open the page;
+    each command as it runs when typed here (``harness.record.results.command``), each path
+    relative to the working folder when inside it."""
     if result.verdict in _PASSING:
         return []
-    path = str(result.scenario.path) if result.scenario.path else result.scenario.name
+    exe = mxchaos or mxchaos_command()
+    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
     repeat = " --repeat 5" if _missed_a_time_bound(result) else ""
-    steps = [f"rerun:  {mxchaos} run {shlex.quote(path)} --seed {result.seed}{repeat}",
-             f"replay: {mxchaos} replay {shlex.quote(str(result.run_dir))} -o again.yaml"]
+    steps = [f"rerun:  {exe} run {shlex.quote(path)} --seed {result.seed}{repeat}",
+             f"replay: {exe} replay {shlex.quote(shown(result.run_dir))} -o again.yaml"]
     log = _process_log(result)
     if log is not None:
-        steps.append(f"log:    {log}")
-    steps.append(f"page:   {result.run_dir / 'report.html'}")
+        steps.append(f"log:    {shown(log)}")
+    steps.append(f"page:   {shown(result.run_dir / 'report.html')}")
     return steps
 
 
@@ -260,16 +265,16 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
         versions=collect_versions(), hosts={"binding": "here"}, artifacts={},
     )
     doc["kind"] = "run"
-    doc["dir"] = str(inv.folder)
     doc["load"] = {"start": inv.load, "end": load_sample()}
-    NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)
+    NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)  # every path in it relative to the folder
     _atomic_write(inv.folder / "index.html", render_night(doc))
-    return doc
+    return doc | {"dir": str(inv.folder)}  # where it lies: for the caller, not saved
 
 
 def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``run --json`` prints of ``invocation.json``'s document: the folder (absolute), every
-    other path relative to it (run folders, pages, summary), each run's first failing check."""
+    """What ``run --json`` prints of ``invocation.json``'s document: the folder (relative to the
+    working folder when inside it), every other path relative to the invocation's folder (run
+    folders, pages, summary), each run's first failing check."""
     folder = Path(str(doc.get("dir") or doc.get("folder") or "."))
     summary = Path(str(doc.get("summary") or SummaryDoc.in_folder(folder)))
     scenarios = []
@@ -279,7 +284,7 @@ def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
                 for r in s.get("runs") or []]
         scenarios.append({"name": s.get("name"), "path": s.get("path"), "cell": s.get("cell"), "rate": s.get("rate"),
                           "fails": s.get("fails_night"), "skip": s.get("skip"), "runs": runs})
-    return {"invocation": doc.get("night"), "folder": str(folder), "index": "index.html",
+    return {"invocation": doc.get("night"), "folder": shown(folder), "index": "index.html",
             "summary": os.path.relpath(summary, folder), "junit": "junit.xml", "passed": doc.get("passed"),
             "exit_code": doc.get("exit_code"), "interrupted": doc.get("interrupted"), "counts": doc.get("counts"),
             "scenarios": scenarios}

@@ -356,15 +356,18 @@ def test_a_scenario_that_passes_sometimes_is_flaky_and_fails_the_run(tmp_path: P
     cell = json.loads(summary.read_text())["scenarios"]["coin_flaky"]
     assert (cell["cell"], cell["rate"], cell["bound"], cell["measured"]) == ("FLAKY", {"k": 2, "n": 3}, None, None)
     assert [(r["verdict"], r["seed"]) for r in cell["runs"]] == [("pass", 0), ("fail", 1), ("pass", 2)]
+    for run in cell["runs"]:  # saved relative to the summary's folder
+        run["run_dir"] = str((summary.parent / run["run_dir"]).resolve())
     failing = cell["runs"][1]["run_dir"]
-    assert "coin_flaky  FLAKY           2/3     passed" in out
+    assert "coin_flaky  FLAKY  2/3     passed" in out
     assert f"FAIL    seed 1  {failing}" in out
     for index, run in enumerate(cell["runs"], 1):  # each run is a full run with its own folder
         saved = json.loads((Path(run["run_dir"]) / "verdict.json").read_text())
         assert (saved["seed"], saved["verdict"]) == (run["seed"], run["verdict"])
         repeat = {k: v for k, v in saved["repeat"].items() if k not in ("runs", "note")}
         assert repeat == {"index": index, "of": 3, "cell": "FLAKY", "rate": {"k": 2, "n": 3}, "bound": None, "measured": None}
-        assert [r["run_dir"] for r in saved["repeat"]["runs"]] == [r["run_dir"] for r in cell["runs"]]
+        assert [str((Path(run["run_dir"]) / r["run_dir"]).resolve()) for r in saved["repeat"]["runs"]] == [
+            r["run_dir"] for r in cell["runs"]]  # relative to the run's own folder
         # the page says which of the N it is, the cell that counts, and links the others
         page = (Path(run["run_dir"]) / "report.html").read_text()
         assert f"Run {index} of 3 of this scenario" in page and ">FLAKY</span> 2/3 runs passed" in page
@@ -373,7 +376,7 @@ def test_a_scenario_that_passes_sometimes_is_flaky_and_fails_the_run(tmp_path: P
         assert f"{index}: {run['verdict'].upper()} (this run)" in page
     text = junit.read_text()
     assert text.count("<testcase ") == 1
-    assert f'message="FLAKY 2/3: passed in 2 of 3 runs; a plain scenario passes only at 3/3; failing runs: FAIL {failing}"' in text
+    assert f'message="FLAKY 2/3: passed in 2 of 3 runs; a plain scenario passes only at 3/3; failing runs: FAIL {os.path.relpath(failing, junit.parent)}"' in text
 
 
 def test_a_known_defect_is_reproduced_or_not_by_its_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

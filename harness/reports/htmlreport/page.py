@@ -129,7 +129,7 @@ def _repeat(result: RunResult, repeat: dict[str, Any] | None) -> str:
     links = []
     here = Path(result.run_dir).resolve()
     for i, run in enumerate(repeat.get("runs") or [], 1):
-        there = Path(str(run.get("run_dir") or ""))
+        there = here / str(run.get("run_dir") or "")  # relative to this run's folder (an absolute one stays)
         text = f"{i}: {str(run.get('verdict') or '?').upper()}"
         if there.resolve() == here:
             links.append(f"<b>{_e(text)} (this run)</b>")
