@@ -31,22 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.checks.deadlines import BROKEN_CONTRACT
+from harness.judge.timing import is_time_bound, load_caveat, timing_checks_failed
 from harness.judge.verdict import RunResult
-from harness.record.load import load_sample, oversubscribed, run_load
+from harness.record.load import load_sample
 from harness.record.results import command as mxchaos_command
 from harness.record.results import results_root
 from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
 from harness.scenario.select import shown
 
-__all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "next_steps",
-           "open_invocation"]
+__all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "load_caveat",
+           "next_steps", "open_invocation", "timing_checks_failed"]
 
 RECORD = INVOCATION
 _PASSING = ("pass", "xfail", "xpass", "skip")
-# how the checks word a missed time bound (harness/checks: elapsed, loaded, fell_back): one run's
-# FAIL of such a bound may be the machine's load, so the rerun repeats it
-_MISSED_BOUND = ("later than", "earlier than", ", budget ")
 
 
 @dataclass
@@ -115,15 +112,6 @@ def first_failing_check(result: RunResult) -> str | None:
             if c.valid is wanted:
                 return f"{c.name}: {c.summary}"
     return None
-
-
-def is_time_bound(kind: str, summary: str) -> bool:
-    """Whether a failed check failed on a time bound (an ``elapsed`` check, or a bound a
-    ``loaded``/``fell_back`` check words as missed); not when it failed on the stall deadlines
-    a reader announced (``harness.checks.deadlines``): that is a behaviour."""
-    if BROKEN_CONTRACT in summary:
-        return False
-    return kind == "elapsed" or any(words in summary for words in _MISSED_BOUND)
 
 
 def _missed_a_time_bound(result: RunResult) -> bool:
@@ -223,8 +211,9 @@ class SuiteProgress:
             why = f"  {result.not_exercised[0]}" if result.not_exercised else ""
         elif result.verdict not in _PASSING:
             why = f"  first failing: {failing}" if failing else f"  {result.status}: {result.reason}"
-            if oversubscribed(result.history):
-                why += f"  (machine {run_load(result.history)})"
+            caveat = load_caveat(result)
+            if caveat:
+                why += f"  (a timing check, on a loaded machine: {caveat})"
         line = (f"[{self.done}/{self.total}] {label}: {result.verdict.upper()} {result.seconds:.1f}s{why}"
                 f"  [{self._tallies()}{self._estimate()}]")
         if quiet and result.verdict == "pass":

@@ -16,7 +16,7 @@ from typing import Any
 from harness.checks import NamedResult
 from harness.judge.exercised import fault_witness
 from harness.judge.verdict import RunResult
-from harness.record.load import oversubscribed, run_load
+from harness.record.load import run_load
 from harness.record.saved import VERDICT, VERSIONS
 from harness.record.timeline import Entry, FaultWindow, History
 from harness.reports.htmlreport.charts import metric_charts
@@ -68,9 +68,6 @@ def _why(result: RunResult) -> str:
     if not items:
         return ""
     kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")
-    if oversubscribed(result.history):  # a timing bound may have failed for the machine, not the subject
-        items.append(f"<li><b>machine load</b>: {_e(run_load(result.history))}: more runnable tasks than CPUs; "
-                     "a timing check may have failed for that. <code>mxchaos run --repeat 5</code> tells.</li>")
     head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
     if interrupted:
         head = f"the run was interrupted: {len(bad)} of {len(result.checks)} checks not judged (the run ended before them)"
@@ -82,7 +79,22 @@ def _why(result: RunResult) -> str:
                 "(its witness below): the checks judged a run that did not happen, neither PASS nor FAIL")
     elif result.verdict == "xfail":
         head = f"the known defect reproduced: {len(bad)} of {len(result.checks)} checks did not pass, as expected"
-    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>{_load_caveat(result)}"
+
+
+def _load_caveat(result: RunResult) -> str:
+    """A note, not a failure: the machine was oversubscribed and a timing check failed
+    (``harness.judge.timing.load_caveat``); nothing when no timing check failed."""
+    from harness.judge.timing import load_caveat, timing_checks_failed
+    from harness.record.results import command
+
+    caveat = load_caveat(result)
+    if not caveat:
+        return ""
+    names = ", ".join(timing_checks_failed(result))
+    return (f"<p class='caveat'>Note: the machine was loaded ({_e(caveat)}): more runnable tasks than CPUs, so the "
+            f"timing check {_e(names)} may have failed for the machine rather than the subject; "
+            f"<code>{_e(command())} run --repeat 5</code> tells.</p>")
 
 
 def _next(result: RunResult) -> str:
