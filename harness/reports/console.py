@@ -207,9 +207,9 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
     recap = recap_lines(results) if len(results) > 1 else []
     if recap:
         out.write(f"\n{'short summary':-^72}\n")
+        word_w = max(len(verdict) for verdict, _ in recap)
         for verdict, line in recap:
-            word = verdict.upper()
-            out.write(f"{p(f'{word:13}', verdict)} {line}\n")
+            out.write(f"{p(f'{verdict.upper():{word_w}}', verdict)}  {line}\n")
     counts: dict[str, int] = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
