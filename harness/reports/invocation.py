@@ -91,6 +91,7 @@ def open_invocation(out: str | Path | None, now: dt.datetime | None = None) -> I
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
+        _placeholder_index(folder)
         return Invocation(folder.resolve(), None, start)
     root = results_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -101,8 +102,19 @@ def open_invocation(out: str | Path | None, now: dt.datetime | None = None) -> I
             (root / name).mkdir()
         except FileExistsError:
             continue
+        _placeholder_index(root / name)
         return Invocation((root / name).resolve(), root.resolve(), start)
     raise RuntimeError(f"{root}: 999 invocations already started at {base}")
+
+
+def _placeholder_index(folder: Path) -> None:
+    """An ``index.html`` from the invocation's start (replaced when it ends), so a run page can link
+    back to it and a person who opens it early learns why it is empty; an existing one is kept."""
+    index = folder / "index.html"
+    if not index.exists():
+        _atomic_write(index, "<!doctype html><meta charset=utf-8><title>mxchaos run</title>"
+                             "<p>This invocation is still running (or was cut before it wrote its index); "
+                             "each run's folder holds its own report.html.</p>\n")
 
 
 def first_failing_check(result: RunResult) -> str | None:

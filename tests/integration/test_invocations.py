@@ -35,7 +35,7 @@ def _scenario(folder: Path, name: str, count: str) -> Path:
 
 
 def _links(index: Path) -> list[str]:
-    return re.findall(r'href="([^"]+)"', index.read_text())
+    return [double or single for double, single in re.findall(r"""href=(?:"([^"]+)"|'([^']+)')""", index.read_text())]
 
 
 def test_each_invocation_keeps_its_own_folder_index_and_summary(
@@ -161,8 +161,9 @@ def test_an_invocation_folder_moved_elsewhere_still_finds_every_run_page_and_log
         assert str(tmp_path) not in verdict.read_text()
     links = _links(moved / "index.html")
     assert len(links) == 2 and all((moved / link).is_file() for link in links), links
-    for link in links:  # each run page's own links
+    for link in links:  # each run page's own links, the one back to the index first
         page = moved / link
+        assert _links(page)[0] == "../../index.html"
         for href in _links(page):
             if "://" not in href and not href.startswith("#"):
                 assert (page.parent / href.split("#")[0]).exists(), (link, href)

@@ -55,6 +55,15 @@ def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str
     return "".join(rows)
 
 
+def _back(result: RunResult) -> str:
+    """A link back to the index of the invocation the run belongs to (``<invocation>/<scenario>/
+    <run>/``, its ``index.html`` there from the invocation's start: ``harness.reports.invocation``);
+    nothing for a run outside one (the pytest plugin's)."""
+    if not (Path(result.run_dir).parent.parent / "index.html").is_file():
+        return ""
+    return "<p class='back'><a href='../../index.html'>&larr; all runs of this invocation</a></p>"
+
+
 def _why(result: RunResult) -> str:
     """Right under the badge: what went wrong, so no one has to scroll for it (a red box; amber
     for a known defect that reproduced, grey for a skip or an interrupted run)."""
@@ -175,6 +184,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
         f"<style>{_CSS}</style></head><body>",
+        _back(result),
         f"<h1>{_e(sc.name)} {glyph_badge(result.verdict)}{crashed}</h1>",
         f"<p>{_e(sc.description)}</p>" if sc.description else "",
     ]

@@ -76,6 +76,7 @@ _CSS = (
     f".why.warn{{border-color:{swatch('xfail').strong};background:{swatch('xfail').light}}}"
     f".why.neutral{{border-color:{swatch('skip').strong};background:{swatch('skip').light}}}"
     ".caveat{color:#57606a;font-size:13px;margin:-8px 0 16px;padding:0 14px}"
+    ".back{font-size:13px;margin:0 0 -8px}"
     ".next{border-left:4px solid #0969da;padding:4px 10px;margin:8px 0 16px;background:#f6f8fa}"
     ".verdict{color:#fff;padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap}"
     "td.word{font-weight:600;white-space:nowrap}"

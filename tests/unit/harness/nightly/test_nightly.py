@@ -486,8 +486,21 @@ def test_the_index_counts_the_same_thing_in_every_rows_passed_column() -> None:
     doc["scenarios"][1]["known_defect"] = "the coin lands odd"
     tree = parse_html(render_night(doc))
     table = by_class(tree, "table", "scenarios")[0]
-    rows = list(table.iter("tr"))
+    rows = [r for r in table.iter("tr") if r.get("class") != "group"]
     assert [text_of(th) for th in rows[0].iter("th")][2] == "passed / ran"
     passed = [text_of(list(r.iter("td"))[1]) for r in rows[1:]]
     assert passed[0] == "2/3" and passed[1].startswith("1/3; the defect showed in 2/3 (bound ")
     assert defect.name == "XFAIL"
+
+
+def test_the_index_puts_what_fails_first_and_the_known_defects_together() -> None:
+    steady, coin = cell("steady", ["pass"]), cell("coin", ["pass", "fail"])
+    defect = cell("defect", ["xfail"], defect=True)
+    doc = night([steady, defect, coin])
+    doc["scenarios"][1]["known_defect"] = "the coin lands odd"
+    table = by_class(parse_html(render_night(doc)), "table", "scenarios")[0]
+    shown = [text_of(r.find("th")) for r in table.iter("tr")][1:]
+    assert [t.split()[0] for t in shown] == ["Failing", "coinscenarios/coin.yaml", "Known", "defectknown",
+                                             "Passed", "steadyscenarios/steady.yaml"]  # a name, then its file
+    alone = by_class(parse_html(render_night(night([steady]))), "table", "scenarios")[0]
+    assert len(list(alone.iter("tr"))) == 2  # one group: no group row
