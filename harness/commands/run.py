@@ -89,6 +89,9 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if not paths:
         print("run: give scenario files, folders or names (or --lf)", file=sys.stderr)
         return EXIT_INVALID
+    if args.keep is not None and args.out is not None:
+        print("run: --keep prunes the invocations under the results root; --out names a folder outside it", file=sys.stderr)
+        return EXIT_INVALID
     scenarios = scenarios_to_run(paths, args.seed, args.k, args.store)
     if scenarios is None:
         return EXIT_INVALID
@@ -171,6 +174,13 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if record is not None:
         record.update(doc, summary=str(summary.resolve()))
     inv.link_latest()
+    if args.keep is not None and inv.root is not None:
+        from harness.record.results import prune_invocations
+
+        deleted = prune_invocations(inv.root, args.keep, spare=inv.folder)
+        freed = sum(size for _, size in deleted) / (1 << 20)
+        print(f"--keep {args.keep}: deleted {len(deleted)} older invocation(s) under {_shown(inv.root)} ({freed:.1f} MiB)"
+              + (f": {', '.join(p.name for p, _ in deleted)}" if deleted else ""))
     print(f"summary: {_shown(summary)}")
     print(f"index:   {_shown(inv.folder / 'index.html')}")
     return code
@@ -204,6 +214,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/reports/invocation.py)")
+    run.add_argument("--keep", type=at_least(1, "a number of invocations"), metavar="N",
+                     help="once this invocation ends, delete all but the newest N invocations under the results root "
+                          "(this one counts; only folders of ours: named by their start stamp, holding invocation.json)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
     run.add_argument("-q", "--quiet", action="store_true",

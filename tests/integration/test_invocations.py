@@ -174,3 +174,23 @@ def test_an_invocation_folder_moved_elsewhere_still_finds_every_run_page_and_log
         for run in scenario["runs"]:
             assert (moved / run["run_dir"]).is_dir() and (moved / run["report"]).is_file()
     assert (moved / doc["summary"]).is_file() and (moved / doc["junit"]).is_file() and (moved / doc["index"]).is_file()
+
+
+def test_keep_leaves_the_newest_invocations_and_refuses_an_out_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "runs"))
+    _scenario(tmp_path, "good", "min: 1")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mine").mkdir()  # not an invocation: never deleted
+    made = []
+    for _ in range(3):
+        assert cli.main(["run", "good.yaml", "-q", "--keep", "2"]) == 0
+        made.append((tmp_path / "runs" / "latest").resolve())
+    out = capsys.readouterr().out
+    assert "--keep 2: deleted 1 older invocation(s) under runs (" in out and made[0].name in out
+    left = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert left == sorted([made[1].name, made[2].name, "latest", "mine"])
+    assert cli.main(["run", "good.yaml", "--keep", "2", "--out", "col"]) == 2
+    assert "--keep prunes the invocations under the results root" in capsys.readouterr().err

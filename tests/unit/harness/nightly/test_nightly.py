@@ -499,7 +499,7 @@ def test_the_index_puts_what_fails_first_and_the_known_defects_together() -> Non
     doc = night([steady, defect, coin])
     doc["scenarios"][1]["known_defect"] = "the coin lands odd"
     table = by_class(parse_html(render_night(doc)), "table", "scenarios")[0]
-    shown = [text_of(r.find("th")) for r in table.iter("tr")][1:]
+    shown = [text_of(next(r.iter("th"))) for r in table.iter("tr")][1:]
     assert [t.split()[0] for t in shown] == ["Failing", "coinscenarios/coin.yaml", "Known", "defectknown",
                                              "Passed", "steadyscenarios/steady.yaml"]  # a name, then its file
     alone = by_class(parse_html(render_night(night([steady]))), "table", "scenarios")[0]
