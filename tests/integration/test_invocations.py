@@ -135,6 +135,15 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     assert cli.main(["open", "nothing_by_that_name"]) == 2
     assert "no page; looked at" in capsys.readouterr().err
 
+    # from any working folder, a name means that scenario's newest run under the results root
+    away = tmp_path / "away"
+    away.mkdir()
+    monkeypatch.chdir(away)
+    assert cli.main(["check", "bad"]) == 1  # re-judged: it still fails
+    assert f"--- bad: FAIL  {(folder / 'bad' / 'latest').resolve()}" in capsys.readouterr().out
+    assert cli.main(["replay", "good", "-o", "again.yaml"]) == 0
+    assert "name: good" in (away / "again.yaml").read_text()
+
 
 def test_an_invocation_folder_moved_elsewhere_still_finds_every_run_page_and_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
