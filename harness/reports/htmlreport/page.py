@@ -100,7 +100,7 @@ def _load_caveat(result: RunResult) -> str:
     caveat = load_caveat(result)
     if not caveat:
         return ""
-    names = ", ".join(timing_checks_failed(result))
+    names = ", ".join(f"\u201c{name}\u201d" for name in timing_checks_failed(result))
     return (f"<p class='caveat'>Note: the machine was loaded ({_e(caveat)}): more runnable tasks than CPUs, so the "
             f"timing check {_e(names)} may have failed for the machine rather than the subject; "
             f"<code>{_e(command())} run --repeat 5</code> tells.</p>")
