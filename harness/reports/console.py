@@ -207,9 +207,11 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
     recap = recap_lines(results) if len(results) > 1 else []
     if recap:
         out.write(f"\n{'short summary':-^72}\n")
-        word_w = max(len(verdict) for verdict, _ in recap)
-        for verdict, line in recap:
+        word_w = max(len(verdict) for verdict, _, _ in recap)
+        for verdict, line, rerun in recap:
             out.write(f"{p(f'{verdict.upper():{word_w}}', verdict)}  {line}\n")
+            if rerun:
+                out.write(f"{'':{word_w}}  {rerun}\n")
     counts: dict[str, int] = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
@@ -224,11 +226,12 @@ _RECAP_ORDER = ("fail", "error", "hang", "unknown", "not_exercised", "xpass", "x
 _RECAP_WIDTH = 100  # a first failing check's text is cut here: the page has it whole
 
 
-def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str]]:
-    """``(verdict, line)`` per run that did not pass, what fails the run first: the scenario,
-    its first failing check (a skip's reason, a run with no failing check its status), the path
-    of its page as a person would type it."""
-    from harness.reports.invocation import first_failing_check
+def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str, str]]:
+    """``(verdict, line, rerun)`` per run that did not pass, what fails the run first: the
+    scenario, its first failing check (a skip's reason, a run with no failing check its status),
+    the path of its page as a person would type it; ``rerun``: the command that reruns one that
+    fails the run ('' for a known defect or a skip: nothing to fix there)."""
+    from harness.reports.invocation import first_failing_check, next_steps
     from harness.scenario.select import shown as shown_path
 
     def rank(r: RunResult) -> int:
@@ -245,7 +248,8 @@ def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str]]:
         if len(why) > _RECAP_WIDTH:
             why = why[: _RECAP_WIDTH - 3] + "..."
         page = "" if r.verdict == "skip" else f"  {shown_path(r.run_dir / 'report.html')}"
-        lines.append((r.verdict, f"{r.scenario.name}  {why}{page}"))
+        steps = next_steps(r)
+        lines.append((r.verdict, f"{r.scenario.name}  {why}{page}", steps[0] if steps else ""))
     return lines
 
 

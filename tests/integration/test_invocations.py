@@ -107,6 +107,7 @@ def test_maxfail_stops_last_failed_reruns_only_the_failures_json_and_open_name_t
     page = Path("runs") / first.name / "bad"
     assert recap[0].split()[:3] == ["FAIL", "bad", "count(source-1"] and str(page) in recap[0]
     assert (tmp_path / recap[0].split()[-1]).is_file()  # the page, as a person would type it
+    assert recap[1].split() == ["rerun:", command(), "run", "bad.yaml", "--seed", "0"]  # runs as printed
     assert recap[-3].startswith("2 scenarios: 1 PASS, 1 FAIL in ")  # then the summary: and index: lines
     assert set(json.loads((first / "summary.json").read_text())["scenarios"]) == {"good", "bad"}
 

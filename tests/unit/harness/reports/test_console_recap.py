@@ -39,11 +39,13 @@ def suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 def test_the_recap_puts_what_fails_the_run_first_with_its_first_failing_check_and_page(suite: list[Any]) -> None:
     lines = recap_lines(cast(Any, suite))
-    assert lines == [
+    assert [(verdict, line) for verdict, line, _ in lines] == [
         ("fail", f"frozen  stall_detected: no stall seen in 10 s  {Path('runs/frozen/report.html')}"),
         ("xfail", f"known  exit_codes: source-1 rc -6  {Path('runs/known/report.html')}"),
         ("skip", "rooted  this machine lacks root"),
     ]
+    reruns = [rerun for _, _, rerun in lines]
+    assert reruns[0].startswith("rerun:  ") and reruns[0].endswith(" run frozen --seed 7") and reruns[1:] == ["", ""]
 
 
 def test_a_suite_prints_check_tables_only_for_runs_that_did_not_pass_then_recap_then_tally(suite: list[Any]) -> None:
@@ -56,7 +58,8 @@ def test_a_suite_prints_check_tables_only_for_runs_that_did_not_pass_then_recap_
     assert any(line.startswith("steady ") and "PASS" in line for line in lines)  # its row stays
     recap = lines.index(f"{'short summary':-^72}")
     assert lines[recap + 1].split()[:3] == ["FAIL", "frozen", "stall_detected:"]
-    assert lines[recap + 3].split()[:2] == ["SKIP", "rooted"]
+    assert lines[recap + 2].split()[0] == "rerun:"  # under what fails the run, the command that reruns it
+    assert lines[recap + 4].split()[:2] == ["SKIP", "rooted"]
     assert lines[-1] == "4 scenarios: 1 PASS, 1 XFAIL, 1 FAIL, 1 SKIP in 4.0s"
 
     verbose = io.StringIO()
