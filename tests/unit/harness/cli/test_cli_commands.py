@@ -149,7 +149,7 @@ def test_progress_says_exited_once_per_exit() -> None:
 def test_the_verdict_table_ends_with_a_tally() -> None:
     def result(name: str, verdict: str, seconds: float) -> Any:
         return SimpleNamespace(
-            scenario=SimpleNamespace(name=name, path=None), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
+            scenario=SimpleNamespace(name=name, path=None, processes={}), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
             status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
             not_exercised=["fault cut (partition b): no effect: chain c: 0 packets"] if verdict == "not_exercised" else [],
         )
