@@ -17,7 +17,7 @@ readers; with it, or ``MXCHAOS_BUILD_SUBJECTS=1``, the environments the selected
 are built before the first run, else a scenario whose subject has none skips), ``--mxchaos-repeat N`` (run each scenario N times inside its one item,
 seeds seed..seed+N-1, and judge the runs as one cell by ``harness.record.rates``: a plain scenario
 passes only at N/N, FLAKY and the other cells that fail the run fail the item with the rate
-and the failing run folders, REPRODUCED is xfail, FIXED? / NOT_REPRODUCED pass with a note;
+and the failing run folders, XFAIL is xfail, FIXED? / XPASS pass with a note;
 the item's timeout grows N-fold). Works under pytest-xdist: runs share nothing but the output
 folder, and every run folder name is unique.
 
@@ -353,11 +353,11 @@ class ScenarioItem(pytest.Item):
             except pytest.skip.Exception as exc:
                 exc._use_item_location = True
                 raise
-        if cell.name == "REPRODUCED":
+        if cell.name == "XFAIL":
             pytest.xfail(f"known defect: {sc.known_defect} | reproduced in {cell.rate} runs (measured {cell.measured})")
         if cell.fails_run:
             raise CellFailed(cell, [r for r in results if r.verdict not in ("pass", "xfail", "xpass", "skip")])
-        if cell.name != "PASS":  # FIXED? / NOT_REPRODUCED: a known defect that did not show
+        if cell.name != "PASS":  # FIXED? / XPASS: a known defect that did not show
             note = f"{cell.name} {cell.rate}: {cell.note} ({sc.known_defect})"
             self.user_properties.append((XPASS_PROPERTY, note))
             self.add_report_section("call", "mxchaos", note)

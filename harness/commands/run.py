@@ -53,6 +53,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
     from harness.engine.play import run_scenario
     from harness.record.rates import write_summary
+    from harness.record.results import command as mxchaos_command
     from harness.reports.console import Progress, rate_table, verdict_table
     from harness.reports.report import judge_runs, write_junit, write_junit_cells
 
@@ -87,6 +88,9 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
             print(f"--lf: {len(failed)} scenario(s) whose newest run did not pass: {', '.join(failed)}")
     if not paths:
         print("run: give scenario files, folders or names (or --lf)", file=sys.stderr)
+        return EXIT_INVALID
+    if args.keep is not None and args.out is not None:
+        print("run: --keep prunes the invocations under the results root; --out names a folder outside it", file=sys.stderr)
         return EXIT_INVALID
     scenarios = scenarios_to_run(paths, args.seed, args.k, args.store)
     if scenarios is None:
@@ -151,7 +155,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
         rate_table(list(cells.values()), repeat)
     else:
-        verdict_table(results, quiet=args.quiet)
+        verdict_table(results, quiet=args.quiet, verbose=args.verbose)
     write_summary(summary, cells, repeat)
     if repeat > 1:
         write_junit_cells(inv.folder / "junit.xml", list(cells.values()))
@@ -166,10 +170,17 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         code = EXIT_INTERRUPTED
     else:
         code = EXIT_FAILED if any(c.fails_run for c in cells.values()) else EXIT_OK
-    doc = write_record(inv, results, cells, repeat, args.seed, ["mxchaos", *sys.argv[1:]], interrupted, code)
+    doc = write_record(inv, results, cells, repeat, args.seed, [mxchaos_command(), *sys.argv[1:]], interrupted, code)
     if record is not None:
         record.update(doc, summary=str(summary.resolve()))
     inv.link_latest()
+    if args.keep is not None and inv.root is not None:
+        from harness.record.results import prune_invocations
+
+        deleted = prune_invocations(inv.root, args.keep, spare=inv.folder)
+        freed = sum(size for _, size in deleted) / (1 << 20)
+        print(f"--keep {args.keep}: deleted {len(deleted)} older invocation(s) under {_shown(inv.root)} ({freed:.1f} MiB)"
+              + (f": {', '.join(p.name for p, _ in deleted)}" if deleted else ""))
     print(f"summary: {_shown(summary)}")
     print(f"index:   {_shown(inv.folder / 'index.html')}")
     return code
@@ -203,19 +214,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/reports/invocation.py)")
+    run.add_argument("--keep", type=at_least(1, "a number of invocations"), metavar="N",
+                     help="once this invocation ends, delete all but the newest N invocations under the results root "
+                          "(this one counts; only folders of ours: named by their start stamp, holding invocation.json)")
     run.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     run.add_argument("--junit", metavar="FILE", help="also write one JUnit XML for all runs")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="only what did not pass: its [i/N] line, the next steps and its checks")
     run.add_argument("-v", "--verbose", action="store_true",
-                     help="also the live event stream of each run (steps, faults, process events)")
+                     help="also the live event stream of each run (steps, faults, process events) and, at the end, "
+                          "the check table of every run (by default only of the runs that did not pass)")
     run.add_argument(
         "--repeat",
         type=at_least(1, "a number of runs"),
         default=1,
         metavar="N",
         help="run every scenario N times (seeds seed..seed+N-1) and judge its rate: PASS only at N/N, "
-        "FLAKY (fails the run) when it passes sometimes; a known defect REPRODUCED at >= 1, FIXED? only at "
+        "FLAKY (fails the run) when it passes sometimes; a known defect XFAIL at >= 1, FIXED? only at "
         "0/N when the 95%% upper bound is below its defect_rate (default: 1)",
     )
     run.add_argument(

@@ -6,7 +6,7 @@ Scenarios are matched by name. Each scenario of the new night lands in at most o
   before, or it is new and fails;
 * ``fixed``: its cell failed the night before and now does not (a SKIP now is not a fix: it
   did not run; it is an ``other`` change);
-* ``other``: the cell changed otherwise (REPRODUCED -> FIXED?, FLAKY -> FAIL, PASS -> SKIP).
+* ``other``: the cell changed otherwise (XFAIL -> FIXED?, FLAKY -> FAIL, PASS -> SKIP).
 
 Independently of the cells (by ``harness.record.baseline``, the matrix's own rules, fed a
 one-column view of each night):

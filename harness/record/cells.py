@@ -43,7 +43,7 @@ __all__ = [
 
 # worst first: a cell whose runs disagree shows the worst verdict, and its rate says how often.
 # Run verdicts (lower case) and the cells of ``mxchaos run --repeat`` (``harness.record.rates``: PASS,
-# FLAKY, REPRODUCED, FIXED?, ...; kept as given, compared lower-cased) in one order.
+# FLAKY, XFAIL, FIXED?, ...; kept as given, compared lower-cased) in one order.
 SEVERITY = ("error", "hang", "fail", "flaky", "unknown", "not_exercised", "none", "xfail", "reproduced", "not_reproduced",
             "xpass", "fixed?", "pass", "skip", "not_installable", "unavailable")
 # a column whose NIXL release cannot be installed here (pip cannot resolve it, e.g. ``nixl`` 1.5.2 whose

@@ -15,11 +15,11 @@ plain scenario (no ``known_defect``); k = runs that passed, n = runs that did no
 did not skip; ``measured`` is the rate the scenario states (``defect_rate: 4/6``):
   a run that did not get to where the defect is judged (fail, hang, error, unknown) makes
   the cell the worst such verdict, as for a plain scenario (it fails the run)
-  ``REPRODUCED``      k >= 1
+  ``XFAIL``           k >= 1 (the defect showed, as expected; the run's word, ``harness.record.vocabulary``)
   ``FIXED?``          k == 0 and the upper confidence bound on the defect's rate is below the
                       measured rate: it did not show in enough runs to doubt it is still there;
                       does not fail the run (drop ``known_defect`` once it stays fixed)
-  ``NOT_REPRODUCED``  k == 0 but N is too small to call it fixed (bound >= measured, or no
+  ``XPASS``           k == 0 but N is too small to call it fixed (bound >= measured, or no
                       measured rate is stated); does not fail the run
 
 The bound (``upper_bound``) is the one-sided 95% Clopper-Pearson upper bound on a binomial
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.record.saved import SummaryDoc
+from harness.record.vocabulary import OUTCOMES
 
 __all__ = [
     "CELLS",
@@ -69,9 +70,8 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95  # one-sided Clopper-Pearson
-CELLS = ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED", "FIXED?", "NOT_REPRODUCED",
-         "NOT_EXERCISED")
-FAILING_CELLS = frozenset({"FAIL", "FLAKY", "HANG", "ERROR", "UNKNOWN", "NOT_EXERCISED"})
+CELLS = ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "XFAIL", "FIXED?", "XPASS", "NOT_EXERCISED")
+FAILING_CELLS = frozenset(o.name for o in OUTCOMES if o.fails_run)
 _WORST_FIRST = ("hang", "error", "unknown", "fail", "not_exercised")  # 0/N of a plain scenario: the worst of these
 _RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -244,10 +244,10 @@ def cell_of(scenario: str, runs: Sequence[RunRecord], known_defect: bool = False
         note = f"{len(unjudged)} of {n} runs did not get to where the defect is judged ({', '.join(sorted(set(unjudged)))})"
         return Cell(scenario, _worst(unjudged), rate, tuple(runs), True, bound, measured, note)
     if k >= 1:
-        return Cell(scenario, "REPRODUCED", rate, tuple(runs), True, bound, measured, f"the defect showed in {rate}")
+        return Cell(scenario, "XFAIL", rate, tuple(runs), True, bound, measured, f"the defect showed in {rate}")
     if measured is None:
         note = "not reproduced; no measured rate stated (defect_rate), so it cannot be called fixed"
-        return Cell(scenario, "NOT_REPRODUCED", rate, tuple(runs), True, bound, measured, note)
+        return Cell(scenario, "XPASS", rate, tuple(runs), True, bound, measured, note)
     if bound < measured.value:
         note = f"0/{n}: the {CONFIDENCE:.0%} upper bound {bound:.3f} < measured {measured} ({measured.value:.3f})"
         return Cell(scenario, "FIXED?", rate, tuple(runs), True, bound, measured, note)
@@ -256,7 +256,7 @@ def cell_of(scenario: str, runs: Sequence[RunRecord], known_defect: bool = False
         f"N too small to call it fixed: bound {bound:.3f} >= measured {measured} ({measured.value:.3f})"
         + (f"; needs N >= {need}" if need else "")
     )
-    return Cell(scenario, "NOT_REPRODUCED", rate, tuple(runs), True, bound, measured, note)
+    return Cell(scenario, "XPASS", rate, tuple(runs), True, bound, measured, note)
 
 
 def summary_json(cells: Mapping[str, Cell], repeat: int) -> dict[str, Any]:

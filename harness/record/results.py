@@ -12,21 +12,36 @@ newest of a scenario's runs is the greatest name among every invocation's, whate
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.record.saved import RunInfo, VerdictDoc
+from harness.record.saved import INVOCATION, RunInfo, VerdictDoc
 
-__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "failing", "newest_runs", "resolve_run", "results_root",
-           "run_folders", "scenario_names"]
+__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "command", "failing", "invocation_folders", "newest_runs",
+           "prune_invocations", "resolve_run", "results_root", "run_folders", "scenario_names"]
 
 RESULTS_ENV = "MXCHAOS_RESULTS"
 PASSING = frozenset({"pass", "xfail", "xpass", "skip"})
 """Verdicts a rerun of failures leaves alone: passed, a known defect as recorded, or skipped."""
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def command() -> str:
+    """How a printed command names the harness so that it runs as printed: ``.venv/bin/mxchaos``
+    (from the working folder) when this harness runs from a checkout's ``.venv`` (a README user's
+    PATH has no ``mxchaos``), else ``mxchaos`` (an installed harness, on PATH)."""
+    venv = _CHECKOUT / ".venv"
+    if os.path.abspath(sys.prefix) != os.path.abspath(venv) or not (venv / "bin" / "mxchaos").exists():
+        return "mxchaos"
+    here = Path.cwd()
+    exe = venv / "bin" / "mxchaos"
+    return str(exe.relative_to(here)) if exe.is_relative_to(here) else str(exe)
 
 
 def results_root() -> Path:
@@ -93,6 +108,36 @@ def scenario_names(root: Path) -> list[str]:
 def failing(root: Path) -> dict[str, FoundRun]:
     """The scenarios whose newest run did not pass (a rerun that passes takes one off)."""
     return {name: run for name, run in newest_runs(root).items() if not run.passed}
+
+
+_STAMP = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")  # an invocation's folder (harness.reports.invocation)
+
+
+def invocation_folders(root: Path) -> list[Path]:
+    """The finished invocations under ``root``, oldest first: folders directly under it (not
+    links) named as an invocation names its folder and holding its ``invocation.json``. Nothing
+    else under the root is one: a folder a person put there, one still running, ``latest``."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir()
+             if _STAMP.match(p.name) and not p.is_symlink() and p.is_dir() and (p / INVOCATION).is_file()]
+    return sorted(found, key=lambda p: (p.name.split("-")[0], int(p.name.split("-")[1]) if "-" in p.name else 1))
+
+
+def prune_invocations(root: Path, keep: int, spare: Path | None = None) -> list[tuple[Path, int]]:
+    """Delete all but the newest ``keep`` (>= 1) invocations under ``root`` (``invocation_folders``:
+    only folders of ours), never ``spare`` (the one just written); (folder, bytes freed) per one
+    deleted, oldest first."""
+    if keep < 1:
+        raise ValueError(f"keep {keep}: keep at least the newest invocation")
+    folders = invocation_folders(root)
+    doomed = [p for p in folders[:-keep] if spare is None or p.resolve() != spare.resolve()]
+    deleted = []
+    for folder in doomed:
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+        shutil.rmtree(folder, ignore_errors=True)
+        deleted.append((folder, size))
+    return deleted
 
 
 class RunNotFound(HarnessError):

@@ -3,7 +3,8 @@
 A run folder holds ``run.json`` (``RunInfo``: who ran it, where, since when; written when the
 run starts, read by cleanup and by ``mxchaos check``) and ``verdict.json`` (``VerdictDoc``: the
 verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of runs holds
-``summary.json`` (``SummaryDoc``: per scenario the cell of its N runs, ``CellDoc``). An
+``summary.json`` (``SummaryDoc``: per scenario the cell of its N runs, ``CellDoc``; each run's
+folder relative to the summary's own). An
 invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
 ``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``).
 
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from harness.errors import HarnessError
+from harness.record.vocabulary import canonical
 
 __all__ = [
     "INVOCATION",
@@ -44,6 +46,7 @@ __all__ = [
     "SummaryDoc",
     "VerdictDoc",
     "read_json",
+    "relative",
     "run_verdict_files",
     "write_json",
 ]
@@ -74,6 +77,12 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise SavedDocError(f"{path}: not JSON: {exc}") from None
+
+
+def relative(path: Path | str, folder: Path | str) -> str:
+    """``path`` as a saved document names it: relative to ``folder``, the document's own (so a
+    folder moved or downloaded elsewhere still finds what it names)."""
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -190,6 +199,11 @@ class CellDoc(SavedDoc):
     measured: dict[str, int] | None = None
     runs: list[RunRecordDoc] = []
 
+    @field_validator("cell")
+    @classmethod
+    def _one_name(cls, cell: str) -> str:  # an older record's REPRODUCED reads as XFAIL
+        return canonical(cell)
+
 
 class SummaryDoc(SavedDoc):
     """``summary.json``: ``--repeat`` N and every scenario's cell (``harness.record.rates``)."""
@@ -210,6 +224,24 @@ class SummaryDoc(SavedDoc):
                 scenarios[name] = cell
         return cls(repeat=repeat, scenarios=scenarios)
 
+    @classmethod
+    def read(cls, path: Path) -> Self | None:
+        """The summary, each run's folder whole again: on disk it is relative to the summary's own
+        folder (``write``), so a folder moved or downloaded elsewhere still finds its runs."""
+        doc = super().read(path)
+        base = os.path.abspath(path.parent)
+        return None if doc is None else doc._with_run_dirs(
+            lambda d: d if not d or os.path.isabs(d) else os.path.normpath(os.path.join(base, d)))
+
+    def write(self, path: Path) -> None:
+        """Atomically, each run's folder relative to the summary's own folder."""
+        super(SummaryDoc, self._with_run_dirs(lambda d: relative(d, path.parent) if os.path.isabs(d) else d)).write(path)
+
+    def _with_run_dirs(self, move: Callable[[str], str]) -> Self:
+        scenarios = {name: cell.model_copy(update={"runs": [r.model_copy(update={"run_dir": move(r.run_dir)}) for r in cell.runs]})
+                     for name, cell in self.scenarios.items()}
+        return self.model_copy(update={"scenarios": scenarios})
+
     def runs(self) -> Iterator[tuple[str, RunRecordDoc]]:
         """(scenario, run) for every run of every cell, in order."""
         for name, cell in self.scenarios.items():
@@ -228,6 +260,25 @@ class NightDoc(SavedDoc):
     passed: bool | None = None
     exit_code: int | None = None
     interrupted: bool = False
+
+    @field_validator("scenarios")
+    @classmethod
+    def _one_name(cls, scenarios: list[Any]) -> list[Any]:  # an older record's cell words read as today's
+        return [s | {"cell": canonical(s["cell"])} if isinstance(s, dict) and isinstance(s.get("cell"), str) else s
+                for s in scenarios]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted_by_one_name(cls, doc: Any) -> Any:  # and its counts of cells (REPRODUCED: 2 is XFAIL: 2)
+        counts = doc.get("counts") if isinstance(doc, dict) else None
+        if not isinstance(counts, dict) or not isinstance(counts.get("cells"), dict):
+            return doc
+        cells = counts["cells"]
+        renamed: dict[str, Any] = {}
+        for word, n in cells.items():
+            name = canonical(str(word))
+            renamed[name] = renamed.get(name, 0) + n if isinstance(n, int) else n
+        return doc | {"counts": counts | {"cells": renamed}}
 
     def failing(self) -> dict[str, str]:
         """The scenarios whose cell failed the night: name -> its file as recorded."""

@@ -12,12 +12,26 @@ from typing import TYPE_CHECKING, TextIO
 
 from harness.judge.verdict import RunResult
 from harness.record.fault_windows import FaultEntry
+from harness.record.results import command
 from harness.record.timeline import Entry
+from harness.record.vocabulary import meaning
 
 if TYPE_CHECKING:
     from harness.record.rates import Cell
 
-__all__ = ["Progress", "interrupt_line", "rate_table", "tell", "verdict_table"]
+__all__ = ["Progress", "interrupt_line", "rate_table", "recap_lines", "tell", "verdict_table"]
+
+_VERDICT_PAINT = {
+    "pass": "32",
+    "fail": "31",
+    "unknown": "33",
+    "hang": "35",
+    "error": "31",
+    "xfail": "33",
+    "xpass": "1;36",
+    "skip": "2",
+    "not_exercised": "1;35",
+}
 
 _CELL_PAINT = {
     "PASS": "32",
@@ -27,9 +41,9 @@ _CELL_PAINT = {
     "HANG": "35",
     "ERROR": "31",
     "SKIP": "2",
-    "REPRODUCED": "33",
+    "XFAIL": "33",
     "FIXED?": "1;36",
-    "NOT_REPRODUCED": "36",
+    "XPASS": "36",
 }
 
 _PROCESS_EVENTS = {
@@ -133,30 +147,23 @@ class Progress:
         return None
 
 
-def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *, quiet: bool = False) -> None:
-    """Each run's checks, then a row per run and the tally; ``quiet``: the runs that passed get
-    neither (every other verdict, skip and xfail too, still does), the tally counts all."""
+def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *, quiet: bool = False,
+                  verbose: bool = False) -> None:
+    """The check tables of the runs that did not pass (of every run with ``verbose`` or when
+    there is one run), a row per run, and for more than one run the recap (``recap_lines``:
+    a line per run that did not pass); the tally last. ``quiet``: the runs that passed get no
+    row either (every other verdict, skip and xfail too, still does), the tally counts all."""
     out = stream or sys.stdout
     if not results:
         return
     shown = [r for r in results if not quiet or r.verdict != "pass"]
+    detailed = [r for r in shown if verbose or len(results) == 1 or r.verdict != "pass"]
     color = _use_color(out)
-    paint = {
-        "pass": "32",
-        "fail": "31",
-        "unknown": "33",
-        "hang": "35",
-        "error": "31",
-        "xfail": "33",
-        "xpass": "1;36",
-        "skip": "2",
-        "not_exercised": "1;35",
-    }
 
     def p(text: str, key: str) -> str:
-        return f"\033[{paint.get(key, '0')}m{text}\033[0m" if color else text
+        return f"\033[{_VERDICT_PAINT.get(key, '0')}m{text}\033[0m" if color else text
 
-    for result in shown:
+    for result in detailed:
         out.write(f"\n{result.scenario.name}  (seed {result.seed}, {result.seconds:.1f}s)  {result.run_dir}\n")
         if result.verdict == "skip":
             out.write(f"  {p('SKIP', 'skip')}: {result.reason}\n")
@@ -164,7 +171,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         if result.status != "completed":
             out.write(f"  {result.status}: {result.reason}\n")
         if result.known_defect:
-            word = {"xfail": "reproduced", "xpass": "NOT reproduced"}.get(result.verdict, "")
+            word = result.verdict.upper() if result.verdict in ("xfail", "xpass") else ""
             out.write(f"  known defect{f' ({word})' if word else ''}: {result.known_defect}\n")
         for why in result.not_exercised:
             out.write(f"  {p('NOT EXERCISED', 'not_exercised')} {why}\n")
@@ -182,28 +189,68 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         n_pass = sum(1 for c in r.checks if c.valid is True)
         n_fail = sum(1 for c in r.checks if c.valid is False)
         n_unk = len(r.checks) - n_pass - n_fail
-        note = {"xfail": "  known defect reproduced (expected)", "xpass": "  known defect did NOT reproduce"}.get(r.verdict, "")
+        note = f"  {meaning(r.verdict)}" if r.verdict in ("xfail", "xpass") else ""
         if r.verdict == "skip":
             note = f"  {r.reason}"
         elif r.verdict == "not_exercised" and r.not_exercised:
             note = f"  {r.not_exercised[0]}"
         out.write(f"{r.scenario.name:{name_w}}  {p(f'{r.verdict.upper():7}', r.verdict)}  {n_pass}/{n_fail}/{n_unk}{note}\n")
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    tally = ", ".join(p(f"{n} {verdict.upper()}", verdict) for verdict, n in counts.items())
-    total = sum(r.seconds for r in results)
-    out.write(f"\n{len(results)} scenario{'s' if len(results) != 1 else ''}: {tally} in {total:.1f}s\n")
     xpassed = [r for r in results if r.verdict == "xpass"]
     if xpassed:
         out.write("\n")
         for r in xpassed:
             out.write(
                 p(f"XPASS {r.scenario.name}: every check passed, the known defect did not reproduce in this run.", "xpass")
-                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `mxchaos run --repeat N` calls it FIXED? only when its "
+                + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `{command()} run --repeat N` calls it FIXED? only when its "
                 f"confidence bound falls below the measured rate; then remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
             )
+    recap = recap_lines(results) if len(results) > 1 else []
+    if recap:
+        out.write(f"\n{'short summary':-^72}\n")
+        word_w = max(len(verdict) for verdict, _, _ in recap)
+        for verdict, line, rerun in recap:
+            out.write(f"{p(f'{verdict.upper():{word_w}}', verdict)}  {line}\n")
+            if rerun:
+                out.write(f"{'':{word_w}}  {rerun}\n")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    tally = ", ".join(p(f"{n} {verdict.upper()}", verdict) for verdict, n in counts.items())
+    total = sum(r.seconds for r in results)
+    out.write(f"\n{len(results)} scenario{'s' if len(results) != 1 else ''}: {tally} in {total:.1f}s\n")
     out.flush()
+
+
+# the recap's order: what fails the run first, then the known defects, then what did not run
+_RECAP_ORDER = ("fail", "error", "hang", "unknown", "not_exercised", "xpass", "xfail", "skip")
+_RECAP_WIDTH = 100  # a first failing check's text is cut here: the page has it whole
+
+
+def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str, str]]:
+    """``(verdict, line, rerun)`` per run that did not pass, what fails the run first: the
+    scenario, its first failing check (a skip's reason, a run with no failing check its status),
+    the path of its page as a person would type it; ``rerun``: the command that reruns one that
+    fails the run ('' for a known defect or a skip: nothing to fix there)."""
+    from harness.reports.invocation import first_failing_check, next_steps
+    from harness.scenario.select import shown as shown_path
+
+    def rank(r: RunResult) -> int:
+        return _RECAP_ORDER.index(r.verdict) if r.verdict in _RECAP_ORDER else 0
+
+    lines = []
+    for r in sorted((r for r in results if r.verdict != "pass"), key=rank):
+        if r.verdict == "skip":
+            why = r.reason
+        elif r.verdict == "not_exercised" and r.not_exercised:
+            why = r.not_exercised[0]
+        else:
+            why = first_failing_check(r) or f"{r.status}: {r.reason}"
+        if len(why) > _RECAP_WIDTH:
+            why = why[: _RECAP_WIDTH - 3] + "..."
+        page = "" if r.verdict == "skip" else f"  {shown_path(r.run_dir / 'report.html')}"
+        steps = next_steps(r)
+        lines.append((r.verdict, f"{r.scenario.name}  {why}{page}", steps[0] if steps else ""))
+    return lines
 
 
 def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None) -> None:
@@ -218,14 +265,14 @@ def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None)
         return f"\033[{_CELL_PAINT.get(key, '0')}m{text}\033[0m" if color else text
 
     name_w = max([len(c.scenario) for c in cells] + [8])
-    cell_w = max(len(c) for c in _CELL_PAINT)
+    cell_w = max(len(c.name) for c in cells)
     out.write(f"\n{'scenario':{name_w}}  {'cell':{cell_w}}  rate    (--repeat {repeat}; bound: one-sided 95% Clopper-Pearson)\n")
     for c in cells:
         what = "passed" if not c.known_defect else "defect showed"
         extra = f"  bound {c.bound:.3f}" if c.bound is not None else ""
         extra += f", measured {c.measured} ({c.measured.value:.3f})" if c.measured is not None else ""
         out.write(f"{c.scenario:{name_w}}  {p(f'{c.name:{cell_w}}', c.name)}  {c.rate!s:6}  {what}{extra}\n")
-        if c.name not in ("PASS", "REPRODUCED", "SKIP"):
+        if c.name not in ("PASS", "XFAIL", "SKIP"):
             out.write(f"{'':{name_w}}  {c.note}\n")
         if c.fails_run:
             for r in c.failing_runs:

@@ -31,20 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.checks.deadlines import BROKEN_CONTRACT
+from harness.judge.timing import is_time_bound, load_caveat, timing_checks_failed
 from harness.judge.verdict import RunResult
-from harness.record.load import load_sample, oversubscribed, run_load
+from harness.record.load import load_sample
+from harness.record.results import command as mxchaos_command
 from harness.record.results import results_root
 from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
+from harness.scenario.select import shown
 
-__all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "next_steps",
-           "open_invocation"]
+__all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "load_caveat",
+           "next_steps", "open_invocation", "timing_checks_failed"]
 
 RECORD = INVOCATION
 _PASSING = ("pass", "xfail", "xpass", "skip")
-# how the checks word a missed time bound (harness/checks: elapsed, loaded, fell_back): one run's
-# FAIL of such a bound may be the machine's load, so the rerun repeats it
-_MISSED_BOUND = ("later than", "earlier than", ", budget ")
 
 
 @dataclass
@@ -92,6 +91,7 @@ def open_invocation(out: str | Path | None, now: dt.datetime | None = None) -> I
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
+        _placeholder_index(folder)
         return Invocation(folder.resolve(), None, start)
     root = results_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -102,8 +102,19 @@ def open_invocation(out: str | Path | None, now: dt.datetime | None = None) -> I
             (root / name).mkdir()
         except FileExistsError:
             continue
+        _placeholder_index(root / name)
         return Invocation((root / name).resolve(), root.resolve(), start)
     raise RuntimeError(f"{root}: 999 invocations already started at {base}")
+
+
+def _placeholder_index(folder: Path) -> None:
+    """An ``index.html`` from the invocation's start (replaced when it ends), so a run page can link
+    back to it and a person who opens it early learns why it is empty; an existing one is kept."""
+    index = folder / "index.html"
+    if not index.exists():
+        _atomic_write(index, "<!doctype html><meta charset=utf-8><title>mxchaos run</title>"
+                             "<p>This invocation is still running (or was cut before it wrote its index); "
+                             "each run's folder holds its own report.html.</p>\n")
 
 
 def first_failing_check(result: RunResult) -> str | None:
@@ -113,15 +124,6 @@ def first_failing_check(result: RunResult) -> str | None:
             if c.valid is wanted:
                 return f"{c.name}: {c.summary}"
     return None
-
-
-def is_time_bound(kind: str, summary: str) -> bool:
-    """Whether a failed check failed on a time bound (an ``elapsed`` check, or a bound a
-    ``loaded``/``fell_back`` check words as missed); not when it failed on the stall deadlines
-    a reader announced (``harness.checks.deadlines``): that is a behaviour."""
-    if BROKEN_CONTRACT in summary:
-        return False
-    return kind == "elapsed" or any(words in summary for words in _MISSED_BOUND)
 
 
 def _missed_a_time_bound(result: RunResult) -> bool:
@@ -150,18 +152,21 @@ def _process_log(result: RunResult) -> Path | None:
     return None
 
 
-def next_steps(result: RunResult, mxchaos: str = "mxchaos") -> list[str]:
-    """What to do next about a run that did not pass: rerun, replay, read the log."""
+def next_steps(result: RunResult, mxchaos: str | None = None) -> list[str]:
+    """What to do next about a run that did not pass: rerun, replay, read the log, open the page;
+    each command as it runs when typed here (``harness.record.results.command``), each path
+    relative to the working folder when inside it."""
     if result.verdict in _PASSING:
         return []
-    path = str(result.scenario.path) if result.scenario.path else result.scenario.name
+    exe = mxchaos or mxchaos_command()
+    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
     repeat = " --repeat 5" if _missed_a_time_bound(result) else ""
-    steps = [f"rerun:  {mxchaos} run {shlex.quote(path)} --seed {result.seed}{repeat}",
-             f"replay: {mxchaos} replay {shlex.quote(str(result.run_dir))} -o again.yaml"]
+    steps = [f"rerun:  {exe} run {shlex.quote(path)} --seed {result.seed}{repeat}",
+             f"replay: {exe} replay {shlex.quote(shown(result.run_dir))} -o again.yaml"]
     log = _process_log(result)
     if log is not None:
-        steps.append(f"log:    {log}")
-    steps.append(f"page:   {result.run_dir / 'report.html'}")
+        steps.append(f"log:    {shown(log)}")
+    steps.append(f"page:   {shown(result.run_dir / 'report.html')}")
     return steps
 
 
@@ -218,8 +223,9 @@ class SuiteProgress:
             why = f"  {result.not_exercised[0]}" if result.not_exercised else ""
         elif result.verdict not in _PASSING:
             why = f"  first failing: {failing}" if failing else f"  {result.status}: {result.reason}"
-            if oversubscribed(result.history):
-                why += f"  (machine {run_load(result.history)})"
+            caveat = load_caveat(result)
+            if caveat:
+                why += f"  (a timing check, on a loaded machine: {caveat})"
         line = (f"[{self.done}/{self.total}] {label}: {result.verdict.upper()} {result.seconds:.1f}s{why}"
                 f"  [{self._tallies()}{self._estimate()}]")
         if quiet and result.verdict == "pass":
@@ -260,16 +266,16 @@ def write_record(inv: Invocation, results: Sequence[RunResult], cells: Mapping[s
         versions=collect_versions(), hosts={"binding": "here"}, artifacts={},
     )
     doc["kind"] = "run"
-    doc["dir"] = str(inv.folder)
     doc["load"] = {"start": inv.load, "end": load_sample()}
-    NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)
+    NightDoc.parse(doc, inv.folder / RECORD).write(inv.folder / RECORD)  # every path in it relative to the folder
     _atomic_write(inv.folder / "index.html", render_night(doc))
-    return doc
+    return doc | {"dir": str(inv.folder)}  # where it lies: for the caller, not saved
 
 
 def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``run --json`` prints of ``invocation.json``'s document: the folder (absolute), every
-    other path relative to it (run folders, pages, summary), each run's first failing check."""
+    """What ``run --json`` prints of ``invocation.json``'s document: the folder (relative to the
+    working folder when inside it), every other path relative to the invocation's folder (run
+    folders, pages, summary), each run's first failing check."""
     folder = Path(str(doc.get("dir") or doc.get("folder") or "."))
     summary = Path(str(doc.get("summary") or SummaryDoc.in_folder(folder)))
     scenarios = []
@@ -279,7 +285,7 @@ def json_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
                 for r in s.get("runs") or []]
         scenarios.append({"name": s.get("name"), "path": s.get("path"), "cell": s.get("cell"), "rate": s.get("rate"),
                           "fails": s.get("fails_night"), "skip": s.get("skip"), "runs": runs})
-    return {"invocation": doc.get("night"), "folder": str(folder), "index": "index.html",
+    return {"invocation": doc.get("night"), "folder": shown(folder), "index": "index.html",
             "summary": os.path.relpath(summary, folder), "junit": "junit.xml", "passed": doc.get("passed"),
             "exit_code": doc.get("exit_code"), "interrupted": doc.get("interrupted"), "counts": doc.get("counts"),
             "scenarios": scenarios}

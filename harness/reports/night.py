@@ -3,7 +3,7 @@
 The night passed (``night_passed``) when it was not interrupted, at least one scenario ran,
 and no cell fails the run (``rates.FAILING_CELLS``: FAIL, FLAKY, HANG, ERROR, UNKNOWN): the
 rule of ``mxchaos run --repeat N``, so a plain scenario passes only at N/N, a known defect
-REPRODUCED, FIXED? or NOT_REPRODUCED does not fail it, and a SKIP (a capability missing, a
+XFAIL, FIXED? or XPASS does not fail it, and a SKIP (a capability missing, a
 host not bound) does not either.
 
 ``nightly.json`` (``SCHEMA`` 1)::
@@ -76,12 +76,13 @@ class ScenarioNight:
 
 
 def run_detail(result: RunResult) -> RunDetail:
-    """How a run ended, its checks that did not pass, and the machine's load when it was oversubscribed."""
-    from harness.record.load import oversubscribed, run_load
+    """How a run ended, its checks that did not pass, and the machine's load when it was
+    oversubscribed and a timing check failed (``harness.reports.invocation.load_caveat``)."""
+    from harness.judge.timing import load_caveat
 
     failed = tuple(f"not exercised: {why}" for why in result.not_exercised)  # first: the scenario did not happen
     failed += tuple(f"{c.name}: {c.summary}" for c in result.checks if c.valid is not True)
-    return RunDetail(result.status, result.reason, failed, run_load(result.history) if oversubscribed(result.history) else "")
+    return RunDetail(result.status, result.reason, failed, load_caveat(result))
 
 
 def failures_of(cell: Cell) -> Rate:

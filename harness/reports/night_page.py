@@ -38,6 +38,7 @@ ul.changes li{margin:2px 0}td.run{min-width:170px}
 .chip{display:inline-block;min-width:34px;padding:1px 4px;border:1px solid;border-radius:3px;font-size:12px;
 text-align:center;text-decoration:none;color:#1f2328}
 .load{font-size:11px;color:#6e7781}table{max-width:100%}td,th{overflow-wrap:break-word}
+tr.group th{text-align:left;background:#fff;border:none;padding-top:12px;font-size:15px}
 @media (max-width:700px){body{margin:6px}th.name{max-width:none}}
 """
 
@@ -74,12 +75,23 @@ def _mib(n: Any) -> str:
 
 
 def _rate(s: Mapping[str, Any]) -> str:
+    """The same count on every row: the runs whose checks all passed (``pass``, or ``xpass`` for a
+    known defect) of the runs that ran; a known defect's row adds how often it showed, its bound
+    and its measured rate (``harness.record.rates``)."""
+    runs = [r for r in s.get("runs") or [] if isinstance(r, Mapping) and r.get("verdict") != "skip"]
     rate = s.get("rate") or {}
-    text = f"{rate.get('k', 0)}/{rate.get('n', 0)}"
-    if isinstance(s.get("bound"), int | float):
-        text += f" (bound {s['bound']:.3f}"
-        measured = s.get("measured")
-        text += f", measured {measured['k']}/{measured['n']})" if measured else ")"
+    if runs:
+        text = f"{sum(1 for r in runs if r.get('verdict') in ('pass', 'xpass'))}/{len(runs)}"
+    elif s.get("known_defect"):  # a record without its runs: the defect's k counts the runs that did not pass
+        text = f"{rate.get('n', 0) - rate.get('k', 0)}/{rate.get('n', 0)}"
+    else:
+        text = f"{rate.get('k', 0)}/{rate.get('n', 0)}"
+    if s.get("known_defect"):
+        text += f"; the defect showed in {rate.get('k', 0)}/{rate.get('n', 0)}"
+        if isinstance(s.get("bound"), int | float):
+            text += f" (bound {s['bound']:.3f}"
+            measured = s.get("measured")
+            text += f", measured {measured['k']}/{measured['n']})" if measured else ")"
     return text
 
 
@@ -165,23 +177,49 @@ def _table(night: Mapping[str, Any]) -> str:
     repeat = int(night.get("repeat") or 1)
     scenarios: Sequence[Mapping[str, Any]] = night.get("scenarios") or []
     marks = _since_marks(night)
-    rows = ["<tr><th>scenario</th><th>cell</th><th>rate</th><th>median</th><th>runs</th></tr>"]
-    for s in scenarios:
-        defect = (f'<details class="small"><summary>known defect</summary>{_e(s["known_defect"])}</details>'
-                  if s.get("known_defect") else "")
-        name = f'<th class="name">{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
-        note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
-        look = swatch(s.get("cell"))
-        cell = (f'<td class="note" style="background:{look.light}"><span class="v">{look.glyph} {_e(s.get("cell"))}</span>'
-                f"{note}</td>")
-        median = s.get("median_seconds")
-        row = [name, cell, f"<td>{_e(_rate(s))}</td>", f"<td>{f'{median:.1f}s' if isinstance(median, int | float) else '-'}</td>"]
-        if s.get("skip"):
-            row.append(f'<td class="small">skipped: {_e(s["skip"])}</td>')
-        else:
-            row.append(_runs(s, repeat))
-        rows.append("<tr>" + "".join(row) + "</tr>")
+    rows = ["<tr><th>scenario</th><th>cell</th><th title='runs whose checks all passed / runs that ran (not skipped)'>"
+            "passed / ran</th><th>median</th><th>runs</th></tr>"]
+    for group, members in _groups(scenarios):
+        if len(members) < len(scenarios):
+            rows.append(f'<tr class="group"><th colspan="5">{_e(group)} ({len(members)})</th></tr>')
+        rows += [_row(s, repeat, marks) for s in members]
     return "<h2>Scenarios x runs</h2><table class=scenarios>" + "".join(rows) + "</table>"
+
+
+# the index's groups, in order: what fails first, then the known defects together, then the rest
+_GROUPS = ("Failing", "Known defects", "Passed", "Skipped")
+
+
+def _groups(scenarios: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The scenarios in ``_GROUPS``, each group in the order it ran; empty groups left out."""
+    def group(s: Mapping[str, Any]) -> str:
+        if s.get("fails_night"):
+            return "Failing"
+        if s.get("known_defect"):
+            return "Known defects"
+        return "Skipped" if s.get("skip") or s.get("cell") == "SKIP" else "Passed"
+
+    by: dict[str, list[Mapping[str, Any]]] = {g: [] for g in _GROUPS}
+    for s in scenarios:
+        by[group(s)].append(s)
+    return [(g, members) for g, members in by.items() if members]
+
+
+def _row(s: Mapping[str, Any], repeat: int, marks: Mapping[str, str]) -> str:
+    defect = (f'<details class="small"><summary>known defect</summary>{_e(s["known_defect"])}</details>'
+              if s.get("known_defect") else "")
+    name = f'<th class="name">{_e(s["name"])}{marks.get(s["name"], "")}{defect}<div class="small">{_e(s.get("path") or "")}</div></th>'
+    note = f'<div class="small">{_e(s["note"])}</div>' if s.get("note") and s.get("cell") not in ("PASS", "SKIP") else ""
+    look = swatch(s.get("cell"))
+    cell = (f'<td class="note" style="background:{look.light}"><span class="v">{look.glyph} {_e(s.get("cell"))}</span>'
+            f"{note}</td>")
+    median = s.get("median_seconds")
+    row = [name, cell, f"<td>{_e(_rate(s))}</td>", f"<td>{f'{median:.1f}s' if isinstance(median, int | float) else '-'}</td>"]
+    if s.get("skip"):
+        row.append(f'<td class="small">skipped: {_e(s["skip"])}</td>')
+    else:
+        row.append(_runs(s, repeat))
+    return "<tr>" + "".join(row) + "</tr>"
 
 
 def _about(night: Mapping[str, Any]) -> str:
@@ -224,7 +262,7 @@ def render_night(night: Mapping[str, Any]) -> str:
         f"<h1>mxchaos {kind} {_e(night.get('night'))} {badge}{_e(interrupted)}</h1>",
         f"<p class=small>{_e(night.get('started'))} to {_e(night.get('ended'))} ({_e(night.get('seconds'))}s); "
         f"--repeat {_e(night.get('repeat'))}{_e(seed)}; a plain scenario passes only at N/N (FLAKY fails the {_e(kind)}); "
-        "a known defect is REPRODUCED at k &ge; 1 and FIXED? only at 0/N with its 95% bound below the measured rate; "
+        "a known defect is XFAIL at k &ge; 1 and FIXED? only at 0/N with its 95% bound below the measured rate; "
         "exit code " + _e(night.get("exit_code")) + "</p>",
         _counts(night),
         _comparison(night) if kind == "nightly" else "",

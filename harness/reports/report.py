@@ -43,7 +43,7 @@ from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
 from harness.record.results import RunNotFound, resolve_run, results_root
-from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, write_json
+from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, relative, write_json
 from harness.record.timeline import History
 from harness.record.versions import collect_versions, git_commit
 from harness.reports.htmlreport import render_html, timeline_svg
@@ -125,7 +125,8 @@ def write_run_folder(result: RunResult) -> Path:
 def write_verdict_files(result: RunResult, versions: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
     """verdict.json (plus ``extra`` keys), junit.xml and report.html of ``result.run_dir``."""
     run_dir = result.run_dir
-    verdict = VerdictDoc.parse({**result_to_json(result), "versions": versions, **(extra or {})}, run_dir)
+    saved = {**result_to_json(result), "run_dir": "."}  # its own folder: a moved folder still names itself
+    verdict = VerdictDoc.parse({**saved, "versions": versions, **(extra or {})}, run_dir)
     verdict.write(VerdictDoc.in_folder(run_dir))
     write_junit(run_dir / "junit.xml", [result])
     (run_dir / "report.html").write_text(render_html(result, versions, repeat=verdict.repeat))
@@ -295,7 +296,7 @@ def annotate_repeat(result: RunResult, index: int, of: int, cell: Cell) -> None:
         "bound": judged["bound"],
         "measured": judged["measured"],
         "note": cell.note,
-        "runs": [{"verdict": r.verdict, "run_dir": r.run_dir, "seed": r.seed} for r in cell.runs],
+        "runs": [{"verdict": r.verdict, "run_dir": relative(r.run_dir, run_dir), "seed": r.seed} for r in cell.runs],  # from here
     }
     saved.write(VerdictDoc.in_folder(run_dir))
     page = run_dir / "report.html"
@@ -318,7 +319,9 @@ def _link_latest(run_dir: Path) -> None:
 # ------------------------------------------------------------------------ junit
 
 
-def junit_xml(results: Sequence[RunResult]) -> ET.Element:
+def junit_xml(results: Sequence[RunResult], base: Path | None = None) -> ET.Element:
+    """A testsuite per run, a testcase for the run and one per check; ``base``: the folder the
+    XML is saved in, which its paths are relative to (None: as the results hold them)."""
     root = ET.Element("testsuites")
     for result in results:
         suite = ET.SubElement(
@@ -331,7 +334,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         props = ET.SubElement(suite, "properties")
         for key, value in (
             ("run_id", result.run_id),
-            ("run_dir", str(result.run_dir)),
+            ("run_dir", _path(result.run_dir, base)),
             ("seed", str(result.seed)),
             ("verdict", result.verdict),
         ):
@@ -342,7 +345,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
         # xfail: what failed is expected, so it is reported as skipped with the defect as the reason
         expected = result.verdict == "xfail"
         unexercised = result.verdict == "not_exercised"
-        why_expected = f"xfail: known defect: {result.known_defect}"
+        why_expected = f"XFAIL: known defect: {result.known_defect}"
         case = ET.SubElement(suite, "testcase", classname=f"mxchaos.{result.scenario.name}", name="run", time=f"{result.seconds:.3f}")
         tests += 1
         if result.verdict == "skip":
@@ -370,7 +373,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
             )
             if check.valid is False and expected:
                 skipped += 1
-                ET.SubElement(case, "skipped", message=f"xfail: {check.summary}").text = why_expected
+                ET.SubElement(case, "skipped", message=f"XFAIL: {check.summary}").text = why_expected
             elif check.valid is not True and unexercised:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"not judged: the run was not exercised: {check.summary}")
@@ -390,7 +393,7 @@ def junit_xml(results: Sequence[RunResult]) -> ET.Element:
 
 
 def _expected_text(result: RunResult) -> str:
-    lines = [f"known defect: {result.known_defect}", "reproduced:"]
+    lines = [f"known defect: {result.known_defect}", "XFAIL: the checks that showed it:"]
     lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
     return "\n".join(lines)
 
@@ -402,8 +405,12 @@ def _xpass_note(result: RunResult) -> str:
     )
 
 
+def _path(path: Path | str, base: Path | None) -> str:
+    return str(path) if base is None else relative(path, base)
+
+
 def write_junit(path: Path, results: Sequence[RunResult]) -> None:
-    tree = ET.ElementTree(junit_xml(results))
+    tree = ET.ElementTree(junit_xml(results, path.parent))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)
 
@@ -414,10 +421,10 @@ def _cell_message(cell: Cell) -> str:
     return f"{cell.name} {cell.rate}{bound}{measured}: {cell.note}"
 
 
-def junit_cells_xml(cells: Sequence[Cell]) -> ET.Element:
+def junit_cells_xml(cells: Sequence[Cell], base: Path | None = None) -> ET.Element:
     """One testsuite ``mxchaos.repeat``, one testcase per scenario: its cell and rate; a cell
     that fails the run is a failure (FAIL, FLAKY, UNKNOWN) or an error (HANG, ERROR) naming
-    its failing runs; REPRODUCED and SKIP are skipped; FIXED? and NOT_REPRODUCED pass with a note."""
+    its failing runs; XFAIL and SKIP are skipped; FIXED? and XPASS pass with a note."""
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name="mxchaos.repeat")
     counts = {"failures": 0, "errors": 0, "skipped": 0}
@@ -428,14 +435,15 @@ def junit_cells_xml(cells: Sequence[Cell]) -> ET.Element:
         for key, value in (("cell", cell.name), ("rate", str(cell.rate)), ("bound", cell.bound), ("measured", cell.measured)):
             if value is not None:
                 ET.SubElement(props, "property", name=key, value=value if isinstance(value, str) else str(value))
-        runs = "\n".join(f"run {i}: {r.verdict.upper()} (seed {r.seed}, {r.seconds:.1f}s) {r.run_dir}" for i, r in enumerate(cell.runs, 1))
+        runs = "\n".join(f"run {i}: {r.verdict.upper()} (seed {r.seed}, {r.seconds:.1f}s) {_path(r.run_dir, base)}"
+                         for i, r in enumerate(cell.runs, 1))
         message = _cell_message(cell)
         if cell.fails_run:
-            failing = ", ".join(f"{r.verdict.upper()} {r.run_dir}" for r in cell.failing_runs)
+            failing = ", ".join(f"{r.verdict.upper()} {_path(r.run_dir, base)}" for r in cell.failing_runs)
             tag = "error" if cell.name in ("HANG", "ERROR") else "failure"
             counts["errors" if tag == "error" else "failures"] += 1
             ET.SubElement(case, tag, message=f"{message}; failing runs: {failing}").text = runs
-        elif cell.name in ("REPRODUCED", "SKIP"):
+        elif cell.name in ("XFAIL", "SKIP"):
             counts["skipped"] += 1
             ET.SubElement(case, "skipped", message=message).text = runs
         else:
@@ -447,6 +455,6 @@ def junit_cells_xml(cells: Sequence[Cell]) -> ET.Element:
 
 
 def write_junit_cells(path: Path, cells: Sequence[Cell]) -> None:
-    tree = ET.ElementTree(junit_cells_xml(cells))
+    tree = ET.ElementTree(junit_cells_xml(cells, path.parent))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)

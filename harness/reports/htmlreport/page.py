@@ -16,7 +16,7 @@ from typing import Any
 from harness.checks import NamedResult
 from harness.judge.exercised import fault_witness
 from harness.judge.verdict import RunResult
-from harness.record.load import oversubscribed, run_load
+from harness.record.load import run_load
 from harness.record.saved import VERDICT, VERSIONS
 from harness.record.timeline import Entry, FaultWindow, History
 from harness.reports.htmlreport.charts import metric_charts
@@ -55,6 +55,15 @@ def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str
     return "".join(rows)
 
 
+def _back(result: RunResult) -> str:
+    """A link back to the index of the invocation the run belongs to (``<invocation>/<scenario>/
+    <run>/``, its ``index.html`` there from the invocation's start: ``harness.reports.invocation``);
+    nothing for a run outside one (the pytest plugin's)."""
+    if not (Path(result.run_dir).parent.parent / "index.html").is_file():
+        return ""
+    return "<p class='back'><a href='../../index.html'>&larr; all runs of this invocation</a></p>"
+
+
 def _why(result: RunResult) -> str:
     """Right under the badge: what went wrong, so no one has to scroll for it (a red box; amber
     for a known defect that reproduced, grey for a skip or an interrupted run)."""
@@ -68,9 +77,6 @@ def _why(result: RunResult) -> str:
     if not items:
         return ""
     kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")
-    if oversubscribed(result.history):  # a timing bound may have failed for the machine, not the subject
-        items.append(f"<li><b>machine load</b>: {_e(run_load(result.history))}: more runnable tasks than CPUs; "
-                     "a timing check may have failed for that. <code>mxchaos run --repeat 5</code> tells.</li>")
     head = f"{len(bad)} of {len(result.checks)} checks did not pass" if bad else "the run did not complete"
     if interrupted:
         head = f"the run was interrupted: {len(bad)} of {len(result.checks)} checks not judged (the run ended before them)"
@@ -82,7 +88,22 @@ def _why(result: RunResult) -> str:
                 "(its witness below): the checks judged a run that did not happen, neither PASS nor FAIL")
     elif result.verdict == "xfail":
         head = f"the known defect reproduced: {len(bad)} of {len(result.checks)} checks did not pass, as expected"
-    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>"
+    return f"<div class='why{kind}'><b>{_e(head)}</b><ul>{''.join(items)}</ul></div>{_load_caveat(result)}"
+
+
+def _load_caveat(result: RunResult) -> str:
+    """A note, not a failure: the machine was oversubscribed and a timing check failed
+    (``harness.judge.timing.load_caveat``); nothing when no timing check failed."""
+    from harness.judge.timing import load_caveat, timing_checks_failed
+    from harness.record.results import command
+
+    caveat = load_caveat(result)
+    if not caveat:
+        return ""
+    names = ", ".join(f"\u201c{name}\u201d" for name in timing_checks_failed(result))
+    return (f"<p class='caveat'>Note: the machine was loaded ({_e(caveat)}): more runnable tasks than CPUs, so the "
+            f"timing check {_e(names)} may have failed for the machine rather than the subject; "
+            f"<code>{_e(command())} run --repeat 5</code> tells.</p>")
 
 
 def _next(result: RunResult) -> str:
@@ -129,7 +150,7 @@ def _repeat(result: RunResult, repeat: dict[str, Any] | None) -> str:
     links = []
     here = Path(result.run_dir).resolve()
     for i, run in enumerate(repeat.get("runs") or [], 1):
-        there = Path(str(run.get("run_dir") or ""))
+        there = here / str(run.get("run_dir") or "")  # relative to this run's folder (an absolute one stays)
         text = f"{i}: {str(run.get('verdict') or '?').upper()}"
         if there.resolve() == here:
             links.append(f"<b>{_e(text)} (this run)</b>")
@@ -163,6 +184,7 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{_e(sc.name)}: {_e(result.verdict.upper())}</title>",
         f"<style>{_CSS}</style></head><body>",
+        _back(result),
         f"<h1>{_e(sc.name)} {glyph_badge(result.verdict)}{crashed}</h1>",
         f"<p>{_e(sc.description)}</p>" if sc.description else "",
     ]

@@ -5,13 +5,16 @@ history of nights): for each verdict or cell, a strong colour (text, marks), a l
 Failing (FAIL, FLAKY, HANG, ERROR, ENV_BROKEN) is red with a cross; UNKNOWN and XFAIL
 (a known defect, as expected) amber; NOT EXERCISED (a fault had no effect: the scenario did
 not happen) magenta with an empty circle-slash; SKIP and NOT JUDGED (a check an interrupted run did not
-reach) neutral grey with a dash or a ring; PASS green with a tick; XPASS and FIXED? blue.
+reach) neutral grey with a dash or a ring; PASS green with a tick; XPASS and FIXED? blue with a
+star. The names are ``harness.record.vocabulary``'s; an older record's words (REPRODUCED) read as today's.
 Imports nothing of the report, so any page may use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from harness.record.vocabulary import canonical
 
 __all__ = ["NOT_JUDGED", "Swatch", "glyph_badge", "swatch"]
 
@@ -39,8 +42,7 @@ _UNJUDGED = Swatch("#6e7781", "#f6f8fa", "\u25cb", "neutral")
 
 _BY_NAME: dict[str, Swatch] = {
     "pass": _PASS, "fail": _FAIL, "flaky": _FAIL, "hang": _HANG, "error": _ERROR, "env_broken": _ERROR,
-    "unknown": _UNKNOWN, "xfail": _XFAIL, "reproduced": _XFAIL, "xpass": _BLUE, "fixed?": _BLUE,
-    "not_reproduced": _BLUE, "skip": _SKIP, "not judged": _UNJUDGED, "not run": _UNJUDGED,
+    "unknown": _UNKNOWN, "xfail": _XFAIL, "xpass": _BLUE, "fixed?": _BLUE, "skip": _SKIP, "not judged": _UNJUDGED, "not run": _UNJUDGED,
     "not_exercised": _UNEXERCISED, "not exercised": _UNEXERCISED,
     "passed": _PASS, "failed": _FAIL, "unavailable": _SKIP, "not_installable": _SKIP, "none": _SKIP,
 }
@@ -48,7 +50,7 @@ _BY_NAME: dict[str, Swatch] = {
 
 def swatch(verdict: object) -> Swatch:
     """The swatch of a run verdict, a cell or a check verdict word (any case); unknown names: UNKNOWN's."""
-    return _BY_NAME.get(str(verdict).lower(), _UNKNOWN)
+    return _BY_NAME.get(canonical(str(verdict)).lower(), _UNKNOWN)
 
 
 def glyph_badge(verdict: object, text: str | None = None) -> str:

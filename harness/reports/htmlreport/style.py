@@ -22,8 +22,8 @@ _CHECK_COLORS: dict[object, str] = {True: swatch("pass").strong, False: swatch("
 _VERDICT_COLORS = {v: swatch(v).strong for v in ("pass", "fail", "unknown", "hang", "error", "xfail", "xpass", "skip",
                                                   "not_exercised")}
 # a scenario's cell over its --repeat N runs (harness.record.rates.CELLS)
-_CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "REPRODUCED",
-                                               "FIXED?", "NOT_REPRODUCED", "NOT_EXERCISED")}
+_CELL_COLORS = {c: swatch(c).strong for c in ("PASS", "FLAKY", "FAIL", "UNKNOWN", "ERROR", "HANG", "SKIP", "XFAIL",
+                                               "FIXED?", "XPASS", "NOT_EXERCISED")}
 # events drawn as dots on a process lane: colour, legend text
 _EVENT_STYLE = {
     "load_done": (_GREEN, "load_done"),
@@ -75,6 +75,8 @@ _CSS = (
     f".why{{border-left:4px solid {swatch('fail').strong};padding:4px 10px;margin:8px 0 16px;background:#fff5f5}}"
     f".why.warn{{border-color:{swatch('xfail').strong};background:{swatch('xfail').light}}}"
     f".why.neutral{{border-color:{swatch('skip').strong};background:{swatch('skip').light}}}"
+    ".caveat{color:#57606a;font-size:13px;margin:-8px 0 16px;padding:0 14px}"
+    ".back{font-size:13px;margin:0 0 -8px}"
     ".next{border-left:4px solid #0969da;padding:4px 10px;margin:8px 0 16px;background:#f6f8fa}"
     ".verdict{color:#fff;padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap}"
     "td.word{font-weight:600;white-space:nowrap}"

@@ -149,7 +149,7 @@ def test_progress_says_exited_once_per_exit() -> None:
 def test_the_verdict_table_ends_with_a_tally() -> None:
     def result(name: str, verdict: str, seconds: float) -> Any:
         return SimpleNamespace(
-            scenario=SimpleNamespace(name=name, path=None), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
+            scenario=SimpleNamespace(name=name, path=None, processes={}), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
             status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
             not_exercised=["fault cut (partition b): no effect: chain c: 0 packets"] if verdict == "not_exercised" else [],
         )
@@ -190,12 +190,12 @@ def test_the_rate_table_shows_each_cell_its_rate_bound_and_failing_runs() -> Non
     out = io.StringIO()
     rate_table(cells, 3, out)
     lines = out.getvalue().splitlines()
-    assert "steady    PASS            3/3     passed" in lines
-    assert "coin      FLAKY           2/3     passed" in lines
+    assert "steady    PASS   3/3     passed" in lines
+    assert "coin      FLAKY  2/3     passed" in lines
     assert "            FAIL    seed 6  runs/x/1" in lines
-    assert "defect    NOT_REPRODUCED  0/2     defect showed  bound 0.776, measured 4/6 (0.667)" in lines
+    assert "defect    XPASS  0/2     defect showed  bound 0.776, measured 4/6 (0.667)" in lines
     assert any("N too small to call it fixed: bound 0.776 >= measured 4/6 (0.667); needs N >= 3" in line for line in lines)
-    assert lines[-1] == "3 scenarios x 3: 1 PASS, 1 FLAKY, 1 NOT_REPRODUCED; 1 fail the run"
+    assert lines[-1] == "3 scenarios x 3: 1 PASS, 1 FLAKY, 1 XPASS; 1 fail the run"
 
 
 def test_run_refuses_a_repeat_below_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

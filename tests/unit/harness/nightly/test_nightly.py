@@ -71,7 +71,7 @@ def test_the_night_json_holds_cells_rates_links_and_counts() -> None:
     doc = night([cell("smoke", ["pass", "pass"]), cell("coin", ["pass", "fail"]),
                  cell("defect", ["xfail", "xpass"], defect=True, measured=Rate(2, 3)), skip_cell("netns_only")])
     assert doc["counts"] == {"scenarios": 4, "ran": 3, "skipped": 1, "runs": 6, "failing": 1,
-                             "cells": {"FLAKY": 1, "PASS": 1, "REPRODUCED": 1, "SKIP": 1}}
+                             "cells": {"FLAKY": 1, "PASS": 1, "XFAIL": 1, "SKIP": 1}}
     assert doc["passed"] is False and doc["exit_code"] == 1
     by = {s["name"]: s for s in doc["scenarios"]}
     assert by["coin"]["cell"] == "FLAKY" and by["coin"]["rate"] == {"k": 1, "n": 2} and by["coin"]["fails_night"]
@@ -129,7 +129,7 @@ def test_the_comparison_lists_newly_failing_fixed_and_other_changes() -> None:
     assert comp["newly_failing"][0]["failing_runs"] == [{"index": 2, "verdict": "fail", "report": "runs/breaks/r1/report.html"}]
     assert [(i["scenario"], i["text"]) for i in comp["fixed"]] == [("heals", "fixed: FAIL 0/2 -> PASS 2/2")]
     assert [(i["scenario"], i["old"], i["new"]) for i in comp["other"]] == [
-        ("defect", "REPRODUCED", "NOT_REPRODUCED"), ("skipped_now", "FAIL", "SKIP")]  # a skip is not a fix
+        ("defect", "XFAIL", "XPASS"), ("skipped_now", "FAIL", "SKIP")]  # a skip is not a fix
     assert comp["new_scenarios"] == ["fresh"] and comp["gone_scenarios"] == ["gone"]
     assert comp["rates_moved"] == []  # two runs a side: every move is inside the bounds
     assert count_changes(comp)["newly_failing"] == 2 and count_changes(None)["fixed"] == 0
@@ -445,7 +445,7 @@ def test_eight_runs_wrap_as_chips_in_one_column_and_a_loaded_run_says_so() -> No
     tree = parse_html(render_night(doc))
     table = by_class(tree, "table", "scenarios")[0]
     header, row = list(table.iter("tr"))
-    assert [text_of(th) for th in header.iter("th")] == ["scenario", "cell", "rate", "median", "runs"]  # no column per run
+    assert [text_of(th) for th in header.iter("th")] == ["scenario", "cell", "passed / ran", "median", "runs"]  # no column per run
     strip = by_class(row, "div", "chips")
     assert len(strip) == 1 and len(by_class(strip[0], "a", "chip")) == 8
     assert "flex-wrap:wrap" in "".join(s.text or "" for s in tree.iter("style"))
@@ -475,3 +475,32 @@ def test_four_nights_say_still_failing_since_flaky_and_fixed_and_draw_a_strip_pe
     assert "still failing (3 nights" in text_of(rows["stuck"]) and "flaky: failed 2 of the last 4 nights" in text_of(rows["coin"])
     index = (outcomes[-1].night_dir / "index.html").read_text()
     assert "Still failing (1)" in index and '<a href="../history.html">' in index
+
+
+def test_the_index_counts_the_same_thing_in_every_rows_passed_column() -> None:
+    """passed / ran on every row: a plain scenario's passes and a known defect's runs whose checks
+    all passed alike; the defect's row adds how often it showed."""
+    plain = cell("plain", ["pass", "fail", "pass"])
+    defect = cell("defect", ["xfail", "xpass", "xfail"], defect=True, measured=Rate(2, 3))
+    doc = night([plain, defect])
+    doc["scenarios"][1]["known_defect"] = "the coin lands odd"
+    tree = parse_html(render_night(doc))
+    table = by_class(tree, "table", "scenarios")[0]
+    rows = [r for r in table.iter("tr") if r.get("class") != "group"]
+    assert [text_of(th) for th in rows[0].iter("th")][2] == "passed / ran"
+    passed = [text_of(list(r.iter("td"))[1]) for r in rows[1:]]
+    assert passed[0] == "2/3" and passed[1].startswith("1/3; the defect showed in 2/3 (bound ")
+    assert defect.name == "XFAIL"
+
+
+def test_the_index_puts_what_fails_first_and_the_known_defects_together() -> None:
+    steady, coin = cell("steady", ["pass"]), cell("coin", ["pass", "fail"])
+    defect = cell("defect", ["xfail"], defect=True)
+    doc = night([steady, defect, coin])
+    doc["scenarios"][1]["known_defect"] = "the coin lands odd"
+    table = by_class(parse_html(render_night(doc)), "table", "scenarios")[0]
+    shown = [text_of(next(r.iter("th"))) for r in table.iter("tr")][1:]
+    assert [t.split()[0] for t in shown] == ["Failing", "coinscenarios/coin.yaml", "Known", "defectknown",
+                                             "Passed", "steadyscenarios/steady.yaml"]  # a name, then its file
+    alone = by_class(parse_html(render_night(night([steady]))), "table", "scenarios")[0]
+    assert len(list(alone.iter("tr"))) == 2  # one group: no group row

@@ -67,8 +67,24 @@ def test_each_document_reads_back_as_it_was_written(tmp_path: Path, cls: type[Sa
     cls.parse(doc, "given").write(path)
     back = cls.read(path)
     assert back is not None and back.to_json() == doc
-    assert json.loads(path.read_text()) == doc
+    if cls is not SummaryDoc:  # its run folders are saved relative to it: test_a_summary_keeps_its_runs_when_moved
+        assert json.loads(path.read_text()) == doc
     assert not list(tmp_path.glob(".*.tmp")), "the atomic write left its temporary file"
+
+
+def test_a_summary_keeps_its_runs_when_moved(tmp_path: Path) -> None:
+    """summary.json names each run's folder relative to its own folder: moved (a CI artefact
+    downloaded elsewhere), it still finds its runs; a relative path as given stays."""
+    here = tmp_path / "inv"
+    doc = {"repeat": 1, "scenarios": {"s": {"cell": "PASS", "runs": [
+        {"verdict": "pass", "run_dir": str(here / "s" / "r1")}, {"verdict": "pass", "run_dir": "s/r2"}]}}}
+    SummaryDoc.parse(doc, "given").write(SummaryDoc.in_folder(here))
+    saved = json.loads(SummaryDoc.in_folder(here).read_text())
+    assert [r["run_dir"] for r in saved["scenarios"]["s"]["runs"]] == [str(Path("s") / "r1"), "s/r2"]
+    here.rename(tmp_path / "elsewhere")
+    back = SummaryDoc.read(SummaryDoc.in_folder(tmp_path / "elsewhere"))
+    assert back is not None
+    assert [r.run_dir for _, r in back.runs()] == [str(tmp_path / "elsewhere" / "s" / "r1"), str(tmp_path / "elsewhere" / "s" / "r2")]
 
 
 def test_the_summary_the_rates_write_is_a_summary_doc(tmp_path: Path) -> None:

@@ -215,10 +215,10 @@ def test_junit_reports_an_xfail_as_skipped_with_the_defect(tmp_path: Path) -> No
     suite = _suite(result)
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "0", "0", "2")
     run, passed, failed = suite.findall("testcase")
-    assert run.find("skipped").get("message") == f"xfail: known defect: {DEFECT}"  # type: ignore[union-attr]
+    assert run.find("skipped").get("message") == f"XFAIL: known defect: {DEFECT}"  # type: ignore[union-attr]
     assert "c1: summary 1" in (run.find("skipped").text or "")  # type: ignore[union-attr]
     assert list(passed) == []
-    assert failed.find("skipped").get("message") == "xfail: summary 1"  # type: ignore[union-attr]
+    assert failed.find("skipped").get("message") == "XFAIL: summary 1"  # type: ignore[union-attr]
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert (props["verdict"], props["known_defect"]) == ("xfail", DEFECT)
 
@@ -254,6 +254,7 @@ def test_html_and_verdict_json_show_the_known_defect(tmp_path: Path) -> None:
 def test_the_verdict_table_names_xfail_xpass_and_skip(tmp_path: Path) -> None:
     import io
 
+    from harness.record.vocabulary import meaning
     from harness.reports.console import verdict_table
 
     xfail = make_result(tmp_path, [named(0, False)], known_defect=DEFECT)
@@ -263,8 +264,8 @@ def test_the_verdict_table_names_xfail_xpass_and_skip(tmp_path: Path) -> None:
     out = io.StringIO()
     verdict_table([xfail, xpass, skipped], out)
     text = out.getvalue()
-    assert "demo      XFAIL    0/1/0  known defect reproduced (expected)" in text
-    assert "demo      XPASS    1/0/0  known defect did NOT reproduce" in text
+    assert f"demo      XFAIL    0/1/0  {meaning('xfail')}" in text
+    assert f"demo      XPASS    1/0/0  {meaning('xpass')}" in text
     assert "demo      SKIP     0/0/0  this machine lacks root (for cut (tcp_reset))" in text
     assert f"XPASS demo: every check passed, the known defect did not reproduce in this run.\n  defect: {DEFECT}" in text
 
