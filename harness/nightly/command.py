@@ -49,16 +49,41 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keep", type=at_least(1, "a number of nights to keep (the newest at least)"), metavar="K",
                    help="after the night, delete all but the newest K nights in DIR (default: keep every night)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
+    add_slurm_options(p)
     p.set_defaults(fn=cmd_nightly)
+
+
+def add_slurm_options(p: Any) -> None:
+    """``--slurm`` and its options (``mxchaos nightly`` and ``mxchaos matrix``)."""
+    g = p.add_argument_group("SLURM (docs/slurm-dispatch.md)")
+    g.add_argument("--slurm", action="store_true",
+                   help="run the lanes as one SLURM job array (sbatch --array), each on a node of its own; "
+                        "the nodes must share this folder's file system")
+    g.add_argument("--partition", metavar="P", help="sbatch --partition (default: SLURM's default partition)")
+    g.add_argument("--time", metavar="T", help="sbatch --time of each lane (SLURM's format: MM, HH:MM:SS, D-HH)")
+    g.add_argument("--allocation-timeout", type=float, default=600.0, metavar="S",
+                   help="a lane still pending after S seconds is an infrastructure verdict (default 600)")
+
+
+def slurm_options(args: argparse.Namespace, label: str) -> Any:
+    """The dispatch options of ``--slurm``, after the controller answered (``SlurmUnavailable`` otherwise)."""
+    from harness.hosts import slurm
+    from harness.hosts.slurm_dispatch import Options
+
+    conf = slurm.conf_path()
+    slurm.ping(conf)
+    return Options(conf, partition=args.partition, time_limit=args.time,
+                   allocation_timeout=float(args.allocation_timeout), label=label)
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:
     """The night's command as parsed (for nightly.json and the page)."""
     argv = ["mxchaos", "nightly", "--out", str(args.out), "--repeat", str(args.repeat)]
-    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep)):
+    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep),
+                        ("--partition", args.partition), ("--time", args.time)):
         if value is not None:
             argv += [flag, str(value)]
-    return [*argv, *(["-q"] if args.quiet else []), *args.paths]
+    return [*argv, *(["--slurm"] if args.slurm else []), *(["-q"] if args.quiet else []), *args.paths]
 
 
 def print_comparison(comparison: Mapping[str, Any] | None) -> None:
@@ -84,7 +109,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from harness.scenario.select import scenarios_to_run
 
     inventory = Path(args.inventory) if args.inventory else None
-    hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
+    if args.slurm and inventory is not None:
+        print("--slurm and --inventory: choose one (a lane runs its scenarios on its node's network namespaces)",
+              file=sys.stderr)
+        return EXIT_INVALID
+    hosts: dict[str, Any] = {"binding": "slurm" if args.slurm else ("here" if inventory is None else "inventory"),
+                             "inventory": None}
     if inventory is not None:
         try:
             hosts["inventory"] = inventory_summary(inventory)
@@ -106,6 +136,16 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     except InventoryError as exc:  # invalid: named file, key and rule, before anything runs
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    if args.slurm:
+        from harness.exits import EXIT_ENV_BROKEN
+        from harness.hosts.slurm import SlurmUnavailable
+        from harness.nightly.slurm import SlurmBinding
+
+        try:
+            binding = SlurmBinding(slurm_options(args, "nightly"), log=lambda m: print(m, flush=True), record=hosts)
+        except SlurmUnavailable as exc:  # no controller: nothing is written or queued
+            print(exc, file=sys.stderr)
+            return EXIT_ENV_BROKEN
     # the preflight (mxchaos doctor): this machine, or every inventory machine, must be able to play the
     # roles the scenarios give it; else the night is refused before anything starts (not a FAIL per cell)
     from harness.commands.doctor import places_for, preflight

@@ -242,6 +242,7 @@ def run_night(
     removed: list[dict[str, Any]] = []
     interrupted = False
     try:
+        binding.prepare([sc for sc, b in bound if not b.skip], runs_dir, spec.repeat, spec.seed)
         for sc, b in bound:
             done, stop = _scenario(spec, binding, sc, b, night_dir, runs_dir, log, observers, capped, removed)
             results.append(done)
