@@ -294,10 +294,10 @@ def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
             continue
         name, conf = str(record["name"]), Path(str(record.get("conf") or slurm.conf_path()))
         if dry_run:
-            said.append(f"SLURM jobs named {name} ({conf})")
+            said.append(f"the SLURM jobs named {name} ({conf})")
             continue
         left = cancel_name(name, conf, wait=wait)
-        said.append(f"SLURM jobs named {name} cancelled" + (f"; still listed: {', '.join(left)}" if left else ""))
+        said.append(f"the SLURM jobs named {name}" + (f"; still listed after {wait:g}s: {', '.join(left)}" if left else ""))
         if not left:
             _remove_record(token)
     return said
