@@ -46,7 +46,7 @@ from harness.hosts import slurm
 from harness.machine import procscan, statedir
 
 __all__ = ["DONE", "INFRA", "INFRA_STATES", "PENDING", "RUNNING", "Dispatch", "Group", "TaskState", "cancel_name",
-           "parse_tasks", "records", "state_of", "sweep_dead"]
+           "parse_tasks", "partition_nodes", "records", "state_of", "sweep_dead"]
 
 PENDING, RUNNING, DONE, INFRA = "PENDING", "RUNNING", "DONE", "INFRA"
 INFRA_STATES = frozenset({"TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE", "REVOKED",
@@ -123,8 +123,10 @@ def parse_tasks(text: str, *, cancelled_by_us: bool = False) -> dict[int, TaskSt
         raw = record.get("JobState", "UNKNOWN")
         node = record.get("BatchHost") or record.get("NodeList") or ""
         node = "" if node in ("(null)", "None") else node
-        with contextlib.suppress(slurm.SlurmError):
+        try:
             node = slurm.valid_node(node) if node else ""
+        except slurm.SlurmError:
+            node = ""  # not a host name: never on a command line (--exclude) nor in a verdict
         code = re.match(r"^(\d+):(\d+)$", record.get("ExitCode", ""))
         rc = int(code.group(1)) if code else None
         for index in _task_indices(record["ArrayTaskId"]):
@@ -200,6 +202,13 @@ def cancel_name(name: str, conf: Path, *, wait: float = 30.0) -> list[str]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.5)
+
+
+def partition_nodes(conf: Path, partition: str | None) -> int:
+    """How many nodes the partition (default: SLURM's default one) has: ``sinfo -h -o %D``."""
+    argv = ["sinfo", "-h", "-o", "%D"] + ([f"--partition={partition}"] if partition else [])
+    done = _call(argv, conf)
+    return sum(int(w) for w in done.stdout.split() if w.isdigit()) if done.returncode == 0 else 1
 
 
 class Dispatch:

@@ -34,7 +34,7 @@ from harness.hosts import slurm
 from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING, Dispatch, Group, TaskState
 from harness.machine import runscope
 
-__all__ = ["FOLDER", "Options", "Outcome", "dispatch", "stop_leftovers"]
+__all__ = ["FOLDER", "FolderFor", "Options", "Outcome", "dispatch", "stop_leftovers"]
 
 FOLDER = "{folder}"  # in a group's argv: the folder of the attempt that runs it
 POLL_S = 1.0
@@ -63,10 +63,13 @@ class Outcome:
     queued_to_start_s: float | None = None  # submission -> the task's first act on its node
 
 
-def _attempt(groups: Sequence[Group], spool: Path, n: int) -> list[Group]:
+FolderFor = Callable[[Group, int], Path]  # (group, attempt 1 or 2) -> the folder that attempt writes
+
+
+def _attempt(groups: Sequence[Group], spool: Path, n: int, folder_for: FolderFor | None) -> list[Group]:
     out = []
     for g in groups:
-        folder = spool / f"a{n}" / g.name
+        folder = folder_for(g, n) if folder_for is not None else spool / f"a{n}" / g.name
         out.append(replace(g, folder=folder, argv=tuple(str(folder) if a == FOLDER else a for a in g.argv)))
     return out
 
@@ -177,10 +180,11 @@ def _judge_end(task: TaskState, folder: Path) -> str | None:
 
 
 def dispatch(groups: Sequence[Group], spool: Path, options: Options,
-             log: Callable[[str], None] = lambda _m: None) -> list[Outcome]:
-    """Run ``groups`` as one array (module docstring); their outcomes, in order."""
+             log: Callable[[str], None] = lambda _m: None, folder_for: FolderFor | None = None) -> list[Outcome]:
+    """Run ``groups`` as one array (module docstring); their outcomes, in order. Each attempt of a
+    group writes ``folder_for(group, attempt)`` (default ``<spool>/a<attempt>/<group>``)."""
     slurm.ping(options.conf)  # exit 4 naming the controller before anything is written or queued
-    first = _attempt(groups, spool, 1)
+    first = _attempt(groups, spool, 1, folder_for)
     d = Dispatch(first, spool, options.conf, partition=options.partition, time_limit=options.time_limit,
                  label=options.label)
     outcomes = [Outcome(g, g.folder) for g in first]
@@ -232,7 +236,7 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 else:
                     redo.append(i)
             if redo:
-                again = _attempt([groups[i] for i in redo], spool, 2)
+                again = _attempt([groups[i] for i in redo], spool, 2, folder_for)
                 for i, g in zip(redo, again):
                     attempt[i] = 2
                     d.groups[i] = g

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.commands.slurmopts import add_slurm_options, slurm_options
 from harness.counts import at_least
 from harness.exits import EXIT_INVALID
 from harness.record.saved import NIGHT
@@ -51,29 +52,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
     add_slurm_options(p)
     p.set_defaults(fn=cmd_nightly)
-
-
-def add_slurm_options(p: Any) -> None:
-    """``--slurm`` and its options (``mxchaos nightly`` and ``mxchaos matrix``)."""
-    g = p.add_argument_group("SLURM (docs/slurm-dispatch.md)")
-    g.add_argument("--slurm", action="store_true",
-                   help="run the lanes as one SLURM job array (sbatch --array), each on a node of its own; "
-                        "the nodes must share this folder's file system")
-    g.add_argument("--partition", metavar="P", help="sbatch --partition (default: SLURM's default partition)")
-    g.add_argument("--time", metavar="T", help="sbatch --time of each lane (SLURM's format: MM, HH:MM:SS, D-HH)")
-    g.add_argument("--allocation-timeout", type=float, default=600.0, metavar="S",
-                   help="a lane still pending after S seconds is an infrastructure verdict (default 600)")
-
-
-def slurm_options(args: argparse.Namespace, label: str) -> Any:
-    """The dispatch options of ``--slurm``, after the controller answered (``SlurmUnavailable`` otherwise)."""
-    from harness.hosts import slurm
-    from harness.hosts.slurm_dispatch import Options
-
-    conf = slurm.conf_path()
-    slurm.ping(conf)
-    return Options(conf, partition=args.partition, time_limit=args.time,
-                   allocation_timeout=float(args.allocation_timeout), label=label)
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,38 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.hosts import slurm
-from harness.hosts.slurm_array import Group
+from harness.hosts.slurm_array import Group, partition_nodes
 from harness.hosts.slurm_dispatch import FOLDER, Options, Outcome, dispatch
 from harness.judge.envbroken import INFRA_FILE
 from harness.judge.verdict import RunResult
 from harness.nightly.binding import Bound, HereBinding, Observer
 from harness.record.timeline import History
 from harness.scenario import Scenario
-from harness.scenario.placement import place, plan_column
+from harness.scenario.placement import place, spread
 
-__all__ = ["SlurmBinding", "lanes_of", "partition_nodes"]
-
-
-def partition_nodes(conf: Path, partition: str | None) -> int:
-    """How many nodes the partition (default: SLURM's default one) has: ``sinfo -h -o %D``."""
-    argv = ["sinfo", "-h", "-o", "%D"] + ([f"--partition={partition}"] if partition else [])
-    exe = shutil.which(argv[0])
-    if exe is None:
-        raise slurm.SlurmUnavailable("SLURM: no `sinfo` here (install the slurm-client package)")
-    done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=20, check=False,
-                          env={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(conf)})
-    return sum(int(w) for w in done.stdout.split() if w.isdigit()) if done.returncode == 0 else 1
+__all__ = ["SlurmBinding", "lanes_of"]
 
 
 def lanes_of(scenarios: Sequence[Scenario], nodes: int) -> list[tuple[str, tuple[Scenario, ...]]]:
-    """(lane name, its scenarios): the shared ones dealt into lanes, each alone one a lane of its own."""
+    """(lane name, its scenarios): ``harness.scenario.placement.spread`` of the night's scenarios."""
     by_name = {sc.name: sc for sc in scenarios}
-    placements = [place(sc) for sc in scenarios]
-    alone = [p.name for p in placements if p.alone]
-    plan = plan_column(placements, max(1, nodes - len(alone)))
-    lanes = [(f"lane-{i + 1}", tuple(by_name[n] for n in lane)) for i, lane in enumerate(plan.lanes)]
-    return lanes + [(f"alone-{n}", (by_name[n],)) for n in plan.alone]
+    return [(name, tuple(by_name[n] for n in names)) for name, names in spread([place(sc) for sc in scenarios], nodes)]
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Any
 from harness.checks.deadlines import Bound
 
 __all__ = ["GLOBAL_CAPABILITIES", "LANES_PER_CORE", "TIGHT_WITHIN_S", "LanePlacement", "Plan", "default_jobs", "place",
-           "plan_column"]
+           "plan_column", "spread"]
 
 # capabilities whose faults or hosts act on what every process of the machine shares
 GLOBAL_CAPABILITIES = frozenset({"netns", "iptables", "tc", "ss", "inventory", "cuda", "rdma"})
@@ -150,3 +150,12 @@ def plan_column(placements: Sequence[LanePlacement], jobs: int, seconds: Mapping
     return Plan(tuple(tuple(sorted(m, key=order.__getitem__)) for m in members), alone)
 
 
+
+
+def spread(placements: Sequence[LanePlacement], nodes: int) -> list[tuple[str, tuple[str, ...]]]:
+    """Lanes for a cluster of ``nodes`` (``--slurm``), each a node of its own: the shared scenarios
+    dealt into at most ``nodes`` less one per lone scenario (at least one), and each lone scenario
+    a lane of its own. (lane name, its scenario names), the lone ones last."""
+    alone = [p.name for p in placements if p.alone]
+    plan = plan_column(placements, max(1, nodes - len(alone)))
+    return [(f"lane-{i + 1}", lane) for i, lane in enumerate(plan.lanes)] + [(f"alone-{n}", (n,)) for n in plan.alone]
