@@ -133,7 +133,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         for item in items:
             print(f"{'would delete' if report.dry_run else 'deleted'} {item} of run {rid}")
     for item in report.slurm:
-        print(f"{'would cancel' if report.dry_run else 'cancelled'} {item} (a --slurm dispatcher that is gone)")
+        print(f"{item} (a --slurm dispatcher that is gone)")
     for rid in report.skipped_live_runs:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
     for rid in report.not_ours:

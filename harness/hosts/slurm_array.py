@@ -302,11 +302,22 @@ def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
         if procscan.harness_alive(pid if isinstance(pid, int) else None, start if isinstance(start, int) else None):
             continue
         name, conf = str(record["name"]), Path(str(record.get("conf") or slurm.conf_path()))
-        if dry_run:
-            said.append(f"the SLURM jobs named {name} ({conf})")
+        if not conf.is_file():  # its cluster's configuration is gone (a lab taken down): no job of it can run
+            said.append(f"{'would remove' if dry_run else 'removed'} the record of {name} (its SLURM configuration "
+                        f"{conf} is gone: nothing to cancel)")
+            if not dry_run:
+                _remove_record(token)
             continue
-        left = cancel_name(name, conf, wait=wait)
-        said.append(f"the SLURM jobs named {name}" + (f"; still listed after {wait:g}s: {', '.join(left)}" if left else ""))
+        if dry_run:
+            said.append(f"would cancel the SLURM jobs named {name} ({conf})")
+            continue
+        try:
+            left = cancel_name(name, conf, wait=wait)
+        except slurm.SlurmError as exc:  # one cluster not answering does not keep the others' jobs alive
+            said.append(f"could not cancel the SLURM jobs named {name}: {exc}")
+            continue
+        said.append(f"cancelled the SLURM jobs named {name}"
+                    + (f"; still listed after {wait:g}s: {', '.join(left)}" if left else ""))
         if not left:
             _remove_record(token)
     return said

@@ -368,9 +368,11 @@ def test_d_a_killed_dispatchers_array_is_cancelled_by_cleanup(
     _state, info = slurm_state
     paths = _scenarios(tmp_path / "sc", "orphan", sleep_s=60)
     out, log = tmp_path / "nights", tmp_path / "nightly.log"
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = _env(info, MXCHAOS_STATE_DIR=str(tmp_path / "state"))  # the dispatch's record, and the cleanup that reads it
     with open(log, "w") as sink:
         night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--out", str(out), "-q", str(paths)], stdout=sink,
-                                 stderr=subprocess.STDOUT, env=_env(info))
+                                 stderr=subprocess.STDOUT, env=env)
     try:
         name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
         _await("every lane runs", lambda: len([ln for ln in _pending_or_running(info, name) if "RUNNING" in ln]) == 3, 60)
@@ -379,11 +381,13 @@ def test_d_a_killed_dispatchers_array_is_cancelled_by_cleanup(
         night.kill()  # SIGKILL: no handler runs, nothing is cancelled by the dispatcher
         night.wait(timeout=30)
     assert len(_pending_or_running(info, name)) == 3  # the array outlives its dispatcher
-    swept = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=_env(info), check=False)
+    assert len(list((tmp_path / "state" / "slurm").glob("*.json"))) == 1  # recorded before sbatch
+    swept = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert swept.returncode == 0, swept.stdout + swept.stderr
     assert f"cancelled the SLURM jobs named {name}" in swept.stdout, swept.stdout
     assert _pending_or_running(info, name) == []
     night_dir = next(p for p in out.iterdir() if p.name[0].isdigit())
     assert _await("no process of the lanes is left", lambda: _processes_naming(str(night_dir)) == [] or None, 30) is True
-    again = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=_env(info), check=False)
-    assert name not in again.stdout  # its record went with its jobs
+    assert list((tmp_path / "state" / "slurm").glob("*.json")) == []  # its record went with its jobs
+    again = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert name not in again.stdout

@@ -117,3 +117,20 @@ def test_a_lane_slurm_ended_twice_is_an_environment_verdict_naming_job_node_and_
     assert all(c.note == f"environment broken: {why}" for c in outcome.cells)
     assert record["slurm"]["lanes"][0]["infra"] == why  # type: ignore[index]
     assert os.path.isfile(outcome.night_dir / "nightly.json")
+
+
+def test_cleanup_forgets_a_dead_dispatchers_record_whose_cluster_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    slurm_array._write_record("0badc0de", {"name": "mxchaos-nightly-0badc0de", "conf": str(tmp_path / "gone.conf"),
+                                           "arrays": ["8"], "pid": 2**22 + 7, "start": 1})
+    slurm_array._write_record("live0001", {"name": "mxchaos-nightly-live0001", "conf": str(tmp_path / "gone.conf"),
+                                           "arrays": ["9"], "pid": os.getpid(),
+                                           "start": slurm_array.procscan.proc_start_time(os.getpid())})
+    assert slurm_array.sweep_dead(dry_run=True) == [
+        f"would remove the record of mxchaos-nightly-0badc0de (its SLURM configuration {tmp_path / 'gone.conf'} is gone: "
+        "nothing to cancel)"]
+    assert len(slurm_array.sweep_dead()) == 1
+    assert sorted(slurm_array.records()) == ["live0001"]  # a live dispatcher's record is never touched
