@@ -17,6 +17,7 @@ import pytest
 from harness.exits import EXIT_ENV_BROKEN
 from harness.hosts import slurm_array, slurm_dispatch, slurm_task
 from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING
+from harness.machine import procscan
 from harness.nightly import slurm as night_slurm
 from harness.nightly.run import ENV_BROKEN_CELL, NightSpec, run_night
 from harness.scenario import load_scenario
@@ -128,7 +129,7 @@ def test_cleanup_forgets_a_dead_dispatchers_record_whose_cluster_is_gone(
                                            "arrays": ["8"], "pid": 2**22 + 7, "start": 1})
     slurm_array._write_record("live0001", {"name": "mxchaos-nightly-live0001", "conf": str(tmp_path / "gone.conf"),
                                            "arrays": ["9"], "pid": os.getpid(),
-                                           "start": slurm_array.procscan.proc_start_time(os.getpid())})
+                                           "start": procscan.proc_start_time(os.getpid())})
     assert slurm_array.sweep_dead(dry_run=True) == [
         f"would remove the record of mxchaos-nightly-0badc0de (its SLURM configuration {tmp_path / 'gone.conf'} is gone: "
         "nothing to cancel)"]
