@@ -391,3 +391,33 @@ def test_d_a_killed_dispatchers_array_is_cancelled_by_cleanup(
     assert list((tmp_path / "state" / "slurm").glob("*.json")) == []  # its record went with its jobs
     again = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert name not in again.stdout
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_of_the_dispatcher_cancels_its_array_and_writes_the_night_interrupted(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "term", sleep_s=60)
+    out, log = tmp_path / "nights", tmp_path / "nightly.log"
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = _env(info, MXCHAOS_STATE_DIR=str(tmp_path / "state"))
+    with open(log, "w") as sink:
+        night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--out", str(out), "-q", str(paths)], stdout=sink,
+                                 stderr=subprocess.STDOUT, env=env)
+    try:
+        name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
+        _await("the lanes' runs have started", lambda: len(list(out.glob("*/slurm/a1/*/term_*/*/timeline.jsonl"))) >= 3, 60)
+        night.terminate()
+        rc = night.wait(timeout=90)
+    finally:
+        if night.poll() is None:
+            night.kill()
+            night.wait(timeout=30)
+    assert rc == 130, log.read_text()[-3000:]
+    assert f"cancelling SLURM jobs named {name}" in log.read_text()
+    assert _pending_or_running(info, name) == []
+    assert list((tmp_path / "state" / "slurm").glob("*.json")) == []
+    night_dir, doc = _night(out)
+    assert doc["interrupted"] is True
+    assert _await("no process of the lanes is left", lambda: _processes_naming(str(night_dir)) == [] or None, 30) is True
