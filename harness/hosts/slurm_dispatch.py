@@ -12,7 +12,9 @@ failed it; a second such end is the group's ``infra``, naming the job, the node 
 Before it is resubmitted, what the ended task left running is stopped where the dispatcher can
 see it (``stop_leftovers``: the processes carrying its ``SLURM_JOB_ID``, and its slurmstepd).
 
-SIGINT and SIGTERM of the dispatcher cancel the whole dispatch (``scancel --name``, then a bounded
+A controller that stops answering mid-dispatch is ``SlurmUnavailable`` (exit 4 naming it) after a
+best-effort cancel (the record stays for ``mxchaos cleanup`` when that fails too). SIGINT and
+SIGTERM of the dispatcher cancel the whole dispatch (``scancel --name``, then a bounded
 wait until nothing of it is pending or running) and raise ``KeyboardInterrupt``. The dispatch is
 recorded in the state dir before anything is submitted, and removed when every task has ended:
 ``mxchaos cleanup`` cancels the jobs of a dispatcher that died.
@@ -97,6 +99,12 @@ def _signals_cancel(d: Dispatch, log: Callable[[str], None]) -> Iterator[None]:
             log(f"still listed after the bound: {', '.join(left)}")
         else:
             d.forget()
+        raise
+    except slurm.SlurmError as exc:  # the controller stopped answering mid-dispatch: cancel what can be, say so
+        log(f"SLURM failed mid-dispatch ({exc}): cancelling SLURM jobs named {d.name}")
+        with contextlib.suppress(slurm.SlurmError):
+            if not d.cancel(wait=10.0):
+                d.forget()
         raise
     finally:
         for s, h in old.items():

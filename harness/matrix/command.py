@@ -214,7 +214,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     prepare_servers(servers, log=lambda m: print(m, flush=True))  # never fatal: an unbuilt version's cells SKIP
-    matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+    from harness.hosts.slurm import SlurmError
+
+    try:
+        matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+    except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
+        print(exc, file=sys.stderr)
+        return EXIT_ENV_BROKEN
     print(format_table(matrix))
     for c in matrix["columns"]:  # an environment verdict, never a failure: the exit code does not count it
         if not c.get("available"):

@@ -128,6 +128,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     # roles the scenarios give it; else the night is refused before anything starts (not a FAIL per cell)
     from harness.commands.doctor import places_for, preflight
     from harness.errors import HarnessError
+    from harness.hosts.slurm import SlurmError
 
     try:
         places = places_for(inventory=inventory, here=inventory is None)
@@ -145,6 +146,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     except NothingToRun as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
+        from harness.exits import EXIT_ENV_BROKEN
+
+        print(exc, file=sys.stderr)
+        return EXIT_ENV_BROKEN
     rate_table(outcome.cells, args.repeat)
     print_comparison(outcome.night.get("comparison"))
     night = outcome.night

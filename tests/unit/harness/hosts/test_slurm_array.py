@@ -16,6 +16,7 @@ import pytest
 
 from harness.exits import EXIT_ENV_BROKEN
 from harness.hosts import slurm_array, slurm_dispatch, slurm_task
+from harness.hosts.slurm import SlurmError
 from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING
 from harness.machine import procscan
 from harness.nightly import slurm as night_slurm
@@ -135,3 +136,34 @@ def test_cleanup_forgets_a_dead_dispatchers_record_whose_cluster_is_gone(
         "nothing to cancel)"]
     assert len(slurm_array.sweep_dead()) == 1
     assert sorted(slurm_array.records()) == ["live0001"]  # a live dispatcher's record is never touched
+
+
+def _fake_client(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_an_array_sbatch_refuses_is_an_error_naming_why_and_leaves_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _fake_client(bin_dir, "scontrol", 'echo "Slurmctld(primary) at vm is UP"')
+    _fake_client(bin_dir, "sbatch", f'echo "$@" >> {calls}; '
+                 'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2; exit 1')
+    _fake_client(bin_dir, "scancel", f'echo "scancel $@" >> {calls}')
+    _fake_client(bin_dir, "squeue", "exit 0")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=vm(10.0.0.1)\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    group = slurm_array.Group("lane-1", ("true",), Path(slurm_dispatch.FOLDER))
+    with pytest.raises(SlurmError, match="Invalid partition name"):
+        slurm_dispatch.dispatch([group], tmp_path / "spool", slurm_dispatch.Options(conf, partition="nope"))
+    said = calls.read_text()
+    assert "--partition=nope" in said and "--no-requeue" in said and "--exclusive" in said and "--array=0" in said
+    assert "scancel --name mxchaos-run-" in said  # sbatch may fail yet queue: what carries the name is cancelled
+    assert slurm_array.records() == {}
