@@ -48,7 +48,8 @@ from harness.machine import ports, procscan, runscope, statedir
 
 __all__ = ["TOOLS", "leftovers", "missing", "munge_dir", "restart_node", "sinfo", "start", "stop"]
 
-TOOLS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "salloc", "nsenter", "unshare")
+TOOLS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "salloc", "sbatch", "squeue", "scancel", "nsenter",
+         "unshare")
 PACKAGES = "slurmctld slurmd slurm-client munge"
 READY_S = 30.0
 CMD_TIMEOUT_S = 20.0

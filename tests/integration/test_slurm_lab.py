@@ -6,7 +6,8 @@
 - (a) a two-host network scenario (a partition mid-READ) run inside ``salloc -N2 -w h2,h3`` passes,
   its hosts bound to the job's nodes (not to h1, which the job does not hold);
 - (e) with no controller answering, ``mxchaos run --inventory slurm:`` exits 4 naming the controller
-  before anything is started (no run folder), and so does ``cleanup --inventory slurm:``; inside a job
+  before anything is started (no run folder), and so do ``cleanup --inventory slurm:`` and
+  ``nightly --slurm`` (no night folder); inside a job
   ``cleanup --inventory`` reaches its nodes;
 - (b) ``nightly --slurm`` of four scenarios (one ``schedule: alone``) runs as one job array, a lane per
   node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night;
@@ -176,6 +177,11 @@ def test_no_controller_answering_is_exit_4_naming_it_before_anything_runs(
                            capture_output=True, text=True, timeout=60, check=False,
                            env=_env(info, SLURM_CONF=str(dead), SLURM_JOB_ID="1"))
     assert swept.returncode == 4 and ":9 does not answer" in swept.stderr, swept.stdout + swept.stderr
+    nights = tmp_path / "nights"
+    night = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--out", str(nights), str(scenario)], capture_output=True,
+                           text=True, timeout=120, env=_env(info, SLURM_CONF=str(dead)), check=False)
+    assert night.returncode == 4 and ":9 does not answer" in night.stderr, night.stdout + night.stderr
+    assert not nights.exists()  # nothing written, nothing queued
 
 
 def test_cleanup_sweeps_the_nodes_of_an_allocation(slurm_state: tuple[Path, dict[str, Any]]) -> None:
