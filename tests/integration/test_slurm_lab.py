@@ -9,6 +9,7 @@
   before anything is started (no run folder), and so do ``cleanup --inventory slurm:`` and
   ``nightly --slurm`` (no night folder); inside a job
   ``cleanup --inventory`` reaches its nodes;
+- ``matrix --slurm``: a column's lanes as one array, each writing its folder of the column;
 - (b) ``nightly --slurm`` of four scenarios (one ``schedule: alone``) runs as one job array, a lane per
   node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night;
 - (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
@@ -427,3 +428,25 @@ def test_sigterm_of_the_dispatcher_cancels_its_array_and_writes_the_night_interr
     night_dir, doc = _night(out)
     assert doc["interrupted"] is True
     assert _await("no process of the lanes is left", lambda: _processes_naming(str(night_dir)) == [] or None, 30) is True
+
+
+@pytest.mark.timeout(420)
+def test_matrix_slurm_runs_a_columns_lanes_as_one_array_into_the_column_folder(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "column")
+    out = tmp_path / "matrix"
+    done = subprocess.run([*MXCHAOS, "matrix", "--slurm", "--subject", "mxref", "--no-raw-read", "--out", str(out),
+                           str(paths)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert len(re.findall(r"SLURM array \d+ ", done.stdout)) == 1
+    doc = json.loads((out / "matrix.json").read_text())
+    (column,) = doc["columns"]
+    lanes = column["slurm"]["lanes"]
+    assert {lane["node"] for lane in lanes} == {"h1", "h2", "h3"} and not column["infra"]
+    assert next(lane for lane in lanes if lane["name"].startswith("alone-"))["scenarios"] == ["column_d"]
+    for lane in lanes:  # each lane wrote its folder of the column, which the column's summary joins
+        assert (out / column["id"] / lane["name"] / "summary.json").is_file()
+    assert {name: row[column["id"]]["verdict"] for name, row in doc["cells"].items()} == \
+        dict.fromkeys(("column_a", "column_b", "column_c", "column_d"), "PASS")
