@@ -1,18 +1,20 @@
 """The ``mxchaos nightly`` sub-command: its options and what it prints.
 
-``mxchaos nightly --out DIR [--repeat N] [--inventory FILE] [--seed S] [-k EXPR] [--keep K]
-[-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
+``mxchaos nightly --out DIR [--repeat N] [--inventory FILE | --slurm [--partition P] [--time T]
+[--allocation-timeout S]] [--seed S] [-k EXPR] [--keep K] [-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
 file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
 ``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
 table (as ``mxchaos run --repeat``), what changed since the night before, and where the
-night's ``index.html``, ``nightly.json`` and ``junit.xml`` are.
+night's ``index.html``, ``nightly.json`` and ``junit.xml`` are. ``--slurm``: the night's lanes run
+as one SLURM job array (``harness.nightly.slurm``; docs/slurm-dispatch.md).
 
 Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
 UNKNOWN, and at least one scenario ran); 1 it did not; 2 invalid input (a scenario file, a
 path, an option, the inventory) or no scenario can be bound or run here (each one's reason
 is printed); 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``) an environment is broken: the preflight (``mxchaos
 doctor``) found a place that cannot play its role (nothing ran), or a scenario's every run failed before any
-fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"); 130 interrupted (the
+fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"), or ``--slurm``: no
+controller answers, or SLURM ended a lane twice (its cells ENV_BROKEN naming job, node and state); 130 interrupted (the
 night's folder is still written, marked interrupted).
 """
 
