@@ -226,6 +226,7 @@ class Dispatch:
         self.arrays: list[str] = []  # array job ids, one per submission
         self.cancelled = False
         self.submitted_at: dict[int, float] = {}  # task index -> when its latest submission was queued (monotonic)
+        self.array_of: dict[int, str] = {}  # task index -> the array of its latest submission
         self.submitted_wall: dict[int, float] = {}  # the same, wall clock (a task's task.json says when it started)
 
     def _record(self) -> None:
@@ -267,6 +268,7 @@ class Dispatch:
         self._record()
         for i in indices:
             self.submitted_at[i], self.submitted_wall[i] = queued, wall
+            self.array_of[i] = array
         return array
 
     def cancel_task(self, job: str) -> None:
@@ -274,14 +276,16 @@ class Dispatch:
         _call(["scancel", slurm.valid_job_id(job)], self.conf)
 
     def poll(self) -> dict[int, TaskState]:
-        """Every task's latest state (a later submission of a task overrides an earlier one)."""
+        """Every task's state in the array of its latest submission (an earlier attempt's end is
+        never read again)."""
         out: dict[int, TaskState] = {}
-        for array in self.arrays:
+        for array in sorted(set(self.array_of.values()), key=self.arrays.index):
             done = _call(["scontrol", "-o", "show", "job", array], self.conf)
             if done.returncode != 0:
                 slurm.ping(self.conf)  # names the controller when that is what failed
                 continue
-            out.update(parse_tasks(done.stdout, cancelled_by_us=self.cancelled))
+            tasks = parse_tasks(done.stdout, cancelled_by_us=self.cancelled)
+            out.update({i: t for i, t in tasks.items() if self.array_of.get(i) == array})
         return out
 
     def cancel(self, wait: float = 30.0) -> list[str]:

@@ -41,6 +41,7 @@ __all__ = ["FOLDER", "FolderFor", "Options", "Outcome", "dispatch", "stop_leftov
 FOLDER = "{folder}"  # in a group's argv: the folder of the attempt that runs it
 POLL_S = 1.0
 KILL_WAIT_S = 15.0
+UNLISTED_S = 60.0  # a submitted task SLURM does not list this long after its submission: the infrastructure's
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,13 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
             redo: list[int] = []
             for i, out in enumerate(outcomes):
                 task = states.get(i)
-                if i in ended or task is None:
+                if i in ended:
                     continue
+                if task is None:  # SLURM lists no such task (purged, a controller that lost its state): bounded too
+                    if now - d.submitted_at[i] <= UNLISTED_S:
+                        continue
+                    task = TaskState(i, f"{d.arrays[-1]}_{i}", INFRA, "NOT_LISTED", out.node,
+                                     reason=f"scontrol lists no such task {UNLISTED_S:g}s after its submission")
                 if task.state == RUNNING:
                     running_since.setdefault(i, now)
                 if out.queued_to_start_s is None and (t0 := _started(out.folder)) is not None:

@@ -167,3 +167,28 @@ def test_an_array_sbatch_refuses_is_an_error_naming_why_and_leaves_no_record(
     assert "--partition=nope" in said and "--no-requeue" in said and "--exclusive" in said and "--array=0" in said
     assert "scancel --name mxchaos-run-" in said  # sbatch may fail yet queue: what carries the name is cancelled
     assert slurm_array.records() == {}
+
+
+def test_a_task_slurm_stops_listing_is_resubmitted_once_then_the_infrastructures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _fake_client(bin_dir, "scontrol", 'if [ "$1" = ping ]; then echo "Slurmctld(primary) at vm is UP"; fi')
+    _fake_client(bin_dir, "sbatch", f'echo "$@" >> {calls}; echo 77')
+    _fake_client(bin_dir, "scancel", "exit 0")
+    _fake_client(bin_dir, "squeue", "exit 0")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=vm(10.0.0.1)\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    monkeypatch.setattr(slurm_dispatch, "UNLISTED_S", 0.0)
+    monkeypatch.setattr(slurm_dispatch, "POLL_S", 0.01)
+    group = slurm_array.Group("lane-1", ("true",), Path(slurm_dispatch.FOLDER))
+    (outcome,) = slurm_dispatch.dispatch([group], tmp_path / "spool", slurm_dispatch.Options(conf))
+    assert outcome.infra is not None and "NOT_LISTED" in outcome.infra and "scontrol lists no such task" in outcome.infra
+    assert len(outcome.attempts) == 2 and outcome.folder == tmp_path / "spool" / "a2" / "lane-1"
+    assert len(calls.read_text().splitlines()) == 2  # submitted, then resubmitted once
+    assert slurm_array.records() == {}
