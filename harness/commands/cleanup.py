@@ -8,7 +8,9 @@ live harness may be a parallel pytest worker); ``run_id`` picks one run, ``all_r
 every run. Each fault kind's ``sweep(run_id)`` removes its own leftovers (rules, qdiscs,
 toxics named after the run), then the run's network of ``netns`` hosts goes (namespaces, veths,
 bridge: found by the names and link aliases derived from the run id, also for a run whose
-ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. A lab (``harness.hosts.lab``) whose
+ledger entry is lost), and the run's ledger entry and its scope (cgroups, ledger of pids) are removed. First
+of all (no ``run_id``), the SLURM jobs of a ``--slurm`` dispatcher that is gone are cancelled by the name
+its record in the state dir gives (``harness.hosts.slurm_array.sweep_dead``), and waited for (bounded). A lab (``harness.hosts.lab``) whose
 ``mxchaos lab up`` died while building it goes too; a lab that is up is left alone.
 
 What counts as a run's, and when it is dead: a process's ``MXCHAOS_RUN_ID`` counts only on a
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness import faults as fault_registry
-from harness.hosts import lab, netns, ssh
+from harness.hosts import lab, netns, slurm_array, ssh
 from harness.machine import ledger, procscan, runscope, statedir
 
 __all__ = ["CleanupReport", "sweep"]
@@ -53,6 +55,7 @@ class CleanupReport:
     runs: list[str] = field(default_factory=list)
     fault_leftovers: dict[str, list[str]] = field(default_factory=dict)
     network: dict[str, list[str]] = field(default_factory=dict)  # run id -> namespaces/links deleted (dry run: found)
+    slurm: list[str] = field(default_factory=list)  # a dead --slurm dispatcher's jobs, cancelled (dry run: found)
     dry_run: bool = False
 
 
@@ -62,6 +65,9 @@ def sweep(run_id: str | None = None, *, all_runs: bool = False, dry_run: bool = 
     report = CleanupReport(dry_run=dry_run)
     if run_id is not None:
         runscope.valid_run_id(run_id)
+    if run_id is None:  # first: a dead dispatcher's SLURM tasks end (their runs tear down) before runs are looked for
+        with contextlib.suppress(Exception):
+            report.slurm = slurm_array.sweep_dead(dry_run=dry_run)
     found = procscan.find(skipped=report.skipped)
     live_entries = _valid(ledger.entries(), "a ledger entry", report.skipped)
     scoped = runscope.runs()

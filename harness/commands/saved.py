@@ -132,6 +132,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     for rid, items in report.network.items():
         for item in items:
             print(f"{'would delete' if report.dry_run else 'deleted'} {item} of run {rid}")
+    for item in report.slurm:
+        print(f"{item} (a --slurm dispatcher that is gone)")
     for rid in report.skipped_live_runs:
         print(f"skipped run {rid}: its harness is still running (use --run-id or --all)")
     for rid in report.not_ours:
@@ -139,7 +141,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
               "taken as live (use --run-id or --all)")
     for why in report.skipped:
         print(f"skipped a malformed run id: {why}", file=sys.stderr)
-    if not report.killed and not report.fault_leftovers and not report.network:
+    if not report.killed and not report.fault_leftovers and not report.network and not report.slurm:
         print("nothing to clean up" + (f" for run {args.run_id}" if args.run_id else ""))
     return EXIT_FAILED if report.survivors or remote_failed else EXIT_OK
 

@@ -54,7 +54,7 @@ from harness.errors import HarnessError
 from harness.hosts import netns, slurm_lab
 from harness.machine import procscan, statedir
 
-__all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "status", "up"]
+__all__ = ["LAB_POOL", "LabHost", "abandoned", "add_parser", "down", "lab_dir", "leftovers", "restart_slurmd", "status", "up"]
 
 LAB_POOL = ipaddress.IPv4Network("10.214.0.0/16")
 ALIAS_PREFIX = "mxchaos-lab "
@@ -152,6 +152,15 @@ def status(state: Path | None = None) -> dict[str, Any] | None:
 
 def _write_state(state: Path, info: dict[str, Any]) -> None:
     statedir.replace(_state_file(state), json.dumps(info, indent=2).encode())
+
+
+def restart_slurmd(node: str, state: Path | None = None) -> None:
+    """Start a SLURM lab node's slurmd again (after a test killed it); recorded in ``lab.json``."""
+    state = _checked(state)
+    info = status(state)
+    if info is None or "slurm" not in info:
+        raise HarnessError(f"lab: no SLURM lab recorded in {state}")
+    slurm_lab.restart_node(state, info, node, lambda: _write_state(state, info))
 
 
 def up(hosts: int, *, inventory_out: Path | None = None, state: Path | None = None, slurm: bool = False) -> dict[str, Any]:

@@ -46,9 +46,10 @@ from harness.errors import HarnessError
 from harness.hosts import slurm
 from harness.machine import ports, procscan, runscope, statedir
 
-__all__ = ["TOOLS", "leftovers", "missing", "munge_dir", "sinfo", "start", "stop"]
+__all__ = ["TOOLS", "leftovers", "missing", "munge_dir", "restart_node", "sinfo", "start", "stop"]
 
-TOOLS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "salloc", "nsenter", "unshare")
+TOOLS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "srun", "salloc", "sbatch", "squeue", "scancel", "nsenter",
+         "unshare")
 PACKAGES = "slurmctld slurmd slurm-client munge"
 READY_S = 30.0
 CMD_TIMEOUT_S = 20.0
@@ -209,16 +210,33 @@ def start(state: Path, info: dict[str, Any], save: Callable[[], None]) -> None:
         _run([_exe("slurmctld"), "-f", str(conf)], env=env, log=folder / "ctld" / "start.log")
         _record(info, "slurmctld", folder / "ctld" / "slurmctld.pid", save, lambda: _pings(conf))
         slurmd_port.release()
-        for name, host in info["hosts"].items():
-            slurm.valid_node(name)
-            node = folder / "nodes" / name
-            statedir.ensure_dir(node)
-            statedir.ensure_dir(node / "spool")
-            _run(["setsid", _exe("nsenter"), f"--net=/run/netns/{host['netns']}", _exe("unshare"), "--uts", "sh", "-c",
-                  'hostname "$1" && exec "$2" -f "$3" -N "$1"', "sh", name, _exe("slurmd"), str(conf)],
-                 env=env, log=node / "start.log")
-            _record(info, f"slurmd {name}", node / "slurmd.pid", save, lambda: True)
+        for name in info["hosts"]:
+            _start_slurmd(state, info, name, save)
     _await_idle(conf, list(info["hosts"]))
+
+
+def _start_slurmd(state: Path, info: dict[str, Any], name: str, save: Callable[[], None]) -> None:
+    """Node ``name``'s slurmd, in its host's network namespace and a UTS namespace of its own; recorded."""
+    slurm.valid_node(name)
+    folder, conf = state / "slurm", Path(info["slurm"]["conf"])
+    node = folder / "nodes" / name
+    statedir.ensure_dir(node)
+    statedir.ensure_dir(node / "spool")
+    with contextlib.suppress(OSError):
+        (node / "slurmd.pid").unlink()  # a killed slurmd's: the new one writes its own
+    _run(["setsid", _exe("nsenter"), f"--net=/run/netns/{info['hosts'][name]['netns']}", _exe("unshare"), "--uts", "sh",
+          "-c", 'hostname "$1" && exec "$2" -f "$3" -N "$1"', "sh", name, _exe("slurmd"), str(conf)],
+         env={"SLURM_CONF": str(conf)}, log=node / "start.log")
+    _record(info, f"slurmd {name}", node / "slurmd.pid", save, lambda: True)
+
+
+def restart_node(state: Path, info: dict[str, Any], name: str, save: Callable[[], None]) -> None:
+    """Start node ``name``'s slurmd again (a test killed it) and wait (bounded) until SLURM has it idle
+    (``ReturnToService=2``: a node that registers again returns to service)."""
+    if name not in info.get("hosts", {}):
+        raise HarnessError(f"lab --slurm: no node {name!r} in this lab ({', '.join(info.get('hosts', {}))})")
+    _start_slurmd(state, info, name, save)
+    _await_idle(Path(info["slurm"]["conf"]), [name])
 
 
 def _pings(conf: Path) -> bool:

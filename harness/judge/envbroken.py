@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.record.saved import VerdictDoc
 from harness.record.timeline import History
 
-__all__ = ["ENV_BROKEN", "ENV_WORDS", "LABEL", "cell_reason", "environment_reason", "text_reason"]
+__all__ = ["ENV_BROKEN", "ENV_WORDS", "INFRA_FILE", "LABEL", "cell_reason", "environment_reason", "text_reason"]
 
 ENV_BROKEN = "env_broken"  # the cell verdict (matrix.json, nightly.json)
 LABEL = "environment broken"
@@ -32,6 +32,7 @@ ENV_WORDS = re.compile(
 )
 LOG_TAIL_BYTES = 8192
 GOOD = ("pass", "skip", "xfail", "xpass")
+INFRA_FILE = "infrastructure.json"  # written by a dispatcher whose cluster ended the run (harness.nightly.slurm)
 
 
 def text_reason(text: str) -> str | None:
@@ -51,8 +52,20 @@ def _fault_injected(run_dir: Path) -> bool:
         return True
 
 
+def _infrastructure(run_dir: Path) -> str | None:
+    """What the cluster that was to run this run said ended it (``INFRA_FILE``), else None."""
+    try:
+        reason = json.loads((run_dir / INFRA_FILE).read_text())["reason"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(reason)[:400] if reason else None
+
+
 def environment_reason(run_dir: Path) -> str | None:
     """Why the run failed for its environment before any fault (see the module docstring), else None."""
+    infra = _infrastructure(run_dir)
+    if infra:
+        return infra
     verdict = VerdictDoc.read_or_none(VerdictDoc.in_folder(run_dir))
     if verdict is None or verdict.verdict.lower() in GOOD:
         return None

@@ -66,6 +66,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the mxchaos source installed into each env (default: this checkout)")
+    from harness.commands.slurmopts import add_slurm_options
+
+    add_slurm_options(p)
     p.set_defaults(fn=cmd_matrix)
 
 
@@ -193,6 +196,15 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         rebuild_envs=args.rebuild_envs, resume=args.resume,
         jobs=args.jobs or default_jobs(), placements=[place(sc) for sc in loaded],
     )
+    if args.slurm:
+        from harness.commands.slurmopts import slurm_options
+        from harness.hosts.slurm import SlurmUnavailable
+
+        try:
+            spec.slurm = slurm_options(args, "matrix")
+        except SlurmUnavailable as exc:  # no controller: nothing is built, written or queued
+            print(exc, file=sys.stderr)
+            return EXIT_ENV_BROKEN
     # the preflight (mxchaos doctor): every env built and probed; one that cannot play a role its
     # scenarios give it (NIXL or the native server does not import) refuses the matrix before any cell runs
     from harness.commands.doctor import places_for, preflight
@@ -202,7 +214,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     prepare_servers(servers, log=lambda m: print(m, flush=True))  # never fatal: an unbuilt version's cells SKIP
-    matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+    from harness.hosts.slurm import SlurmError
+
+    try:
+        matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+    except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
+        print(exc, file=sys.stderr)
+        return EXIT_ENV_BROKEN
     print(format_table(matrix))
     for c in matrix["columns"]:  # an environment verdict, never a failure: the exit code does not count it
         if not c.get("available"):

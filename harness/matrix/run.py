@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.hosts.slurm_dispatch import FOLDER
 from harness.judge.envbroken import ENV_BROKEN, LABEL, cell_reason, text_reason
 from harness.matrix.defects import defect_here, defect_status
 from harness.matrix.projection import matrix_seconds
-from harness.matrix.schedule import LanePlacement, plan_column, run_plan
+from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_plan_slurm
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
 from harness.record.saved import MatrixDoc, SummaryDoc
@@ -66,6 +67,7 @@ class MatrixSpec:
     resume: bool = False  # reuse a column whose folder already holds all its runs (summary.json)
     jobs: int = 1  # lanes of a column at once (harness.matrix.schedule); 1: one run after another
     placements: list[LanePlacement] = field(default_factory=list)  # who may run beside others (none: all in one run)
+    slurm: Any = None  # --slurm: harness.hosts.slurm_dispatch.Options; a column's lanes as one SLURM job array
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,7 +166,17 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
     budget = spec.timeout_per_run * runs + 120.0
     logs = []
     plan = plan_column(spec.placements, spec.jobs, matrix_seconds(spec.baseline)) if spec.placements else None
-    if rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
+    if rc_help == 0 and "--repeat" in help_text and spec.slurm is not None and spec.placements:
+        by_name = dict(zip(spec.names, paths))
+
+        def lane(names: Sequence[str]) -> list[str]:
+            return [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", FOLDER, "-q", *subject,
+                    *(by_name[n] for n in names)]
+
+        info["rc"], info["infra"], info["slurm"] = run_plan_slurm(spec.placements, out_dir, lane, run_env, spec.slurm,
+                                                                  spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
+        logs += [f.read_text(errors="replace") for f in sorted((out_dir / "slurm").glob("*.out"))]
+    elif rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
         by_name = dict(zip(spec.names, paths))
 
         def group(names: Sequence[str], folder: Path) -> tuple[int, str]:
@@ -226,7 +238,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
             # every run failed before any fault, for its environment (or no run, the tool itself did not
             # start there): no verdict on NIXL (harness.judge.envbroken)
             broken = (cell_reason(str(r.get("run_dir", "")) for r in cell["runs"]) if cell["runs"]
-                      else text_reason(str(info.get("run_error") or "")))
+                      else (info.get("infra") or {}).get(name) or text_reason(str(info.get("run_error") or "")))
             if broken:
                 cell["verdict"], cell["error"] = ENV_BROKEN, f"{LABEL}: {broken}"
             for run in cell["runs"]:  # links relative to matrix.json

@@ -58,6 +58,9 @@ class Binding(Protocol):
 
     def bind(self, scenario: Scenario) -> Bound: ...
 
+    def prepare(self, scenarios: Sequence[Scenario], runs_dir: Path, repeat: int, seed: int | None) -> None:
+        """Before the night's loop: a binding that runs elsewhere runs them all now (``harness.nightly.slurm``)."""
+
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult: ...
 
 
@@ -70,6 +73,9 @@ class HereBinding:
         hosts: dict[str, str] = {name: str(spec.kind) for name, spec in scenario.hosts.items()}
         lacking, why = capabilities.describe_missing(capabilities.scenario_requirements(scenario))
         return Bound(hosts, scenario.not_playable() or (why if lacking else None))
+
+    def prepare(self, scenarios: Sequence[Scenario], runs_dir: Path, repeat: int, seed: int | None) -> None:
+        """Nothing: each run happens when the night asks for it."""
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
         from harness.engine.play import run_scenario  # the night writes and trims the folder itself
@@ -99,6 +105,9 @@ class InventoryBinding:
             return Bound(bind_hosts(list(scenario.hosts), self.inventory, scenario=scenario.name))
         except HarnessError as exc:
             return Bound({name: "unbound" for name in scenario.hosts}, str(exc))
+
+    def prepare(self, scenarios: Sequence[Scenario], runs_dir: Path, repeat: int, seed: int | None) -> None:
+        """Nothing: each run happens when the night asks for it."""
 
     def run(self, scenario: Scenario, out_dir: Path, observers: Sequence[Observer]) -> RunResult:
         from harness.engine.play import run_scenario

@@ -1,18 +1,20 @@
 """The ``mxchaos nightly`` sub-command: its options and what it prints.
 
-``mxchaos nightly --out DIR [--repeat N] [--inventory FILE] [--seed S] [-k EXPR] [--keep K]
-[-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
+``mxchaos nightly --out DIR [--repeat N] [--inventory FILE | --slurm [--partition P] [--time T]
+[--allocation-timeout S]] [--seed S] [-k EXPR] [--keep K] [-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
 file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
 ``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
 table (as ``mxchaos run --repeat``), what changed since the night before, and where the
-night's ``index.html``, ``nightly.json`` and ``junit.xml`` are.
+night's ``index.html``, ``nightly.json`` and ``junit.xml`` are. ``--slurm``: the night's lanes run
+as one SLURM job array (``harness.nightly.slurm``; docs/slurm-dispatch.md).
 
 Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
 UNKNOWN, and at least one scenario ran); 1 it did not; 2 invalid input (a scenario file, a
 path, an option, the inventory) or no scenario can be bound or run here (each one's reason
 is printed); 4 (``harness.commands.doctor.EXIT_ENV_BROKEN``) an environment is broken: the preflight (``mxchaos
 doctor``) found a place that cannot play its role (nothing ran), or a scenario's every run failed before any
-fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"); 130 interrupted (the
+fault for an environment reason (its cell: ENV_BROKEN, "environment broken: <reason>"), or ``--slurm``: no
+controller answers, or SLURM ended a lane twice (its cells ENV_BROKEN naming job, node and state); 130 interrupted (the
 night's folder is still written, marked interrupted).
 """
 
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.commands.slurmopts import add_slurm_options, slurm_options
 from harness.counts import at_least
 from harness.exits import EXIT_INVALID
 from harness.record.saved import NIGHT
@@ -49,16 +52,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keep", type=at_least(1, "a number of nights to keep (the newest at least)"), metavar="K",
                    help="after the night, delete all but the newest K nights in DIR (default: keep every night)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
+    add_slurm_options(p)
     p.set_defaults(fn=cmd_nightly)
 
 
 def _command_line(args: argparse.Namespace) -> list[str]:
     """The night's command as parsed (for nightly.json and the page)."""
     argv = ["mxchaos", "nightly", "--out", str(args.out), "--repeat", str(args.repeat)]
-    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep)):
+    for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep),
+                        ("--partition", args.partition), ("--time", args.time)):
         if value is not None:
             argv += [flag, str(value)]
-    return [*argv, *(["-q"] if args.quiet else []), *args.paths]
+    return [*argv, *(["--slurm"] if args.slurm else []), *(["-q"] if args.quiet else []), *args.paths]
 
 
 def print_comparison(comparison: Mapping[str, Any] | None) -> None:
@@ -84,7 +89,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from harness.scenario.select import scenarios_to_run
 
     inventory = Path(args.inventory) if args.inventory else None
-    hosts: dict[str, Any] = {"binding": "here" if inventory is None else "inventory", "inventory": None}
+    if args.slurm and inventory is not None:
+        print("--slurm and --inventory: choose one (a lane runs its scenarios on its node's network namespaces)",
+              file=sys.stderr)
+        return EXIT_INVALID
+    hosts: dict[str, Any] = {"binding": "slurm" if args.slurm else ("here" if inventory is None else "inventory"),
+                             "inventory": None}
     if inventory is not None:
         try:
             hosts["inventory"] = inventory_summary(inventory)
@@ -106,10 +116,21 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     except InventoryError as exc:  # invalid: named file, key and rule, before anything runs
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    if args.slurm:
+        from harness.exits import EXIT_ENV_BROKEN
+        from harness.hosts.slurm import SlurmUnavailable
+        from harness.nightly.slurm import SlurmBinding
+
+        try:
+            binding = SlurmBinding(slurm_options(args, "nightly"), log=lambda m: print(m, flush=True), record=hosts)
+        except SlurmUnavailable as exc:  # no controller: nothing is written or queued
+            print(exc, file=sys.stderr)
+            return EXIT_ENV_BROKEN
     # the preflight (mxchaos doctor): this machine, or every inventory machine, must be able to play the
     # roles the scenarios give it; else the night is refused before anything starts (not a FAIL per cell)
     from harness.commands.doctor import places_for, preflight
     from harness.errors import HarnessError
+    from harness.hosts.slurm import SlurmError
 
     try:
         places = places_for(inventory=inventory, here=inventory is None)
@@ -127,6 +148,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     except NothingToRun as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
+        from harness.exits import EXIT_ENV_BROKEN
+
+        print(exc, file=sys.stderr)
+        return EXIT_ENV_BROKEN
     rate_table(outcome.cells, args.repeat)
     print_comparison(outcome.night.get("comparison"))
     night = outcome.night

@@ -5,7 +5,8 @@
 1. binds every scenario (``harness.nightly.binding``); when none can run, ``NothingToRun``
    says why for each, and no folder is written;
 2. runs each bound scenario ``repeat`` times, run i with seed ``seed + i``, through the
-   binding (for this machine: ``harness.engine.runner.Runner``), writes each run folder
+   binding (for this machine: ``harness.engine.runner.Runner``; a binding that runs them elsewhere,
+   ``--slurm``'s, runs them all in its ``prepare`` first and hands each run back judged from its folder), writes each run folder
    (``harness.reports.report.write_run_folder``) and trims it (``harness.nightly.artifacts``); a
    scenario that skips stops repeating (a missing capability stays missing), an interrupted
    run (SIGINT/SIGTERM, healed and torn down by the runner) ends the night;
@@ -242,6 +243,7 @@ def run_night(
     removed: list[dict[str, Any]] = []
     interrupted = False
     try:
+        binding.prepare([sc for sc, b in bound if not b.skip], runs_dir, spec.repeat, spec.seed)
         for sc, b in bound:
             done, stop = _scenario(spec, binding, sc, b, night_dir, runs_dir, log, observers, capped, removed)
             results.append(done)

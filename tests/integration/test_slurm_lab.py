@@ -6,8 +6,16 @@
 - (a) a two-host network scenario (a partition mid-READ) run inside ``salloc -N2 -w h2,h3`` passes,
   its hosts bound to the job's nodes (not to h1, which the job does not hold);
 - (e) with no controller answering, ``mxchaos run --inventory slurm:`` exits 4 naming the controller
-  before anything is started (no run folder), and so does ``cleanup --inventory slurm:``; inside a job
+  before anything is started (no run folder), and so do ``cleanup --inventory slurm:`` and
+  ``nightly --slurm`` (no night folder); inside a job
   ``cleanup --inventory`` reaches its nodes;
+- ``matrix --slurm``: a column's lanes as one array, each writing its folder of the column;
+- (b) ``nightly --slurm`` of four scenarios (one ``schedule: alone``) runs as one job array, a lane per
+  node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night;
+- (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
+  naming job, node and state, the lane is resubmitted elsewhere and passes; nothing lost, nothing left;
+- (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
+  running, no process of its runs left);
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
   every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
   ``lab down`` for a lab whose record is lost.
@@ -19,9 +27,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +178,11 @@ def test_no_controller_answering_is_exit_4_naming_it_before_anything_runs(
                            capture_output=True, text=True, timeout=60, check=False,
                            env=_env(info, SLURM_CONF=str(dead), SLURM_JOB_ID="1"))
     assert swept.returncode == 4 and ":9 does not answer" in swept.stderr, swept.stdout + swept.stderr
+    nights = tmp_path / "nights"
+    night = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--out", str(nights), str(scenario)], capture_output=True,
+                           text=True, timeout=120, env=_env(info, SLURM_CONF=str(dead)), check=False)
+    assert night.returncode == 4 and ":9 does not answer" in night.stderr, night.stdout + night.stderr
+    assert not nights.exists()  # nothing written, nothing queued
 
 
 def test_cleanup_sweeps_the_nodes_of_an_allocation(slurm_state: tuple[Path, dict[str, Any]]) -> None:
@@ -210,3 +225,228 @@ def test_down_stops_the_daemons_of_a_lab_whose_record_is_lost(own_lab: Path) -> 
     removed = lab.down(own_lab)
     assert any(x.startswith("slurmctld pid") for x in removed) and any(x.startswith("munged pid") for x in removed)
     _gone(own_lab, info)
+
+
+# --- the nightly as one SLURM job array (issue #34 item 2: (b), (c), (d)) -------------------------
+
+SMOKE = (Path(__file__).resolve().parents[2] / "scenarios" / "smoke.yaml").read_text()
+
+
+def _scenarios(folder: Path, prefix: str, sleep_s: int = 0) -> Path:
+    """Four small scenarios (the smoke scenario under other names), the last ``schedule: alone``;
+    ``sleep_s``: each holds its processes that long after the load (a lane long enough to hit)."""
+    folder.mkdir()
+    for i, letter in enumerate("abcd"):
+        text = SMOKE.replace("name: smoke", f"name: {prefix}_{letter}")
+        if letter == "d":
+            text = text.replace("\nseed: 1\n", "\nseed: 1\nschedule: alone\n")
+        if sleep_s:
+            text = text.replace("  - await: {process: reader-1, exit: true}\n",
+                                f"  - await: {{process: reader-1, exit: true}}\n  - sleep: {sleep_s}s\n")
+        assert f"{prefix}_{letter}" in text and (letter != "d" or "schedule: alone" in text), i
+        (folder / f"{prefix}_{letter}.yaml").write_text(text)
+    return folder
+
+
+def _night(out: Path) -> tuple[Path, dict[str, Any]]:
+    nights = [p for p in out.iterdir() if p.is_dir() and not p.is_symlink() and p.name[0].isdigit()]
+    assert len(nights) == 1, nights
+    return nights[0], json.loads((nights[0] / "nightly.json").read_text())
+
+
+def _cells(doc: dict[str, Any]) -> dict[str, str]:
+    return {s["name"]: s["cell"] for s in doc["scenarios"]}
+
+
+def _pending_or_running(info: dict[str, Any], name: str) -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-n", name, "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING", "-o", "%i %T"],
+                          capture_output=True, text=True, timeout=30, env=_env(info), check=True)
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The processes of this machine whose command line names ``text`` (not zombies)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            status = (entry / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and status != "Z":
+            found.append(f"{entry.name} {cmdline.strip()[:200]}")
+    return found
+
+
+def _await(what: str, probe: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout:g}s: {what}")
+
+
+def _dispatch_name(log: Path) -> str:
+    match = re.search(r"SLURM array \d+ \((mxchaos-nightly-[0-9a-f]+)\)", log.read_text(errors="replace"))
+    return match.group(1) if match else ""
+
+
+@pytest.mark.timeout(420)
+def test_b_nightly_slurm_spreads_the_lanes_as_one_array_and_gathers_one_night(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "quick")
+    slurm_out, local_out = tmp_path / "slurm-nights", tmp_path / "local-nights"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--out", str(slurm_out), "-q", str(paths)],
+                          capture_output=True, text=True, timeout=300, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert len(re.findall(r"SLURM array \d+ ", done.stdout)) == 1  # one sbatch --array, no resubmission
+    night, doc = _night(slurm_out)
+    assert (night / "index.html").is_file() and (night / "junit.xml").is_file()
+    lanes = doc["hosts"]["slurm"]["lanes"]
+    assert doc["hosts"]["binding"] == "slurm" and len(lanes) == 3
+    assert {lane["node"] for lane in lanes} == {"h1", "h2", "h3"}  # each lane a node of its own
+    alone = next(lane for lane in lanes if lane["name"].startswith("alone-"))
+    assert alone["scenarios"] == ["quick_d"]
+    assert sorted(n for lane in lanes for n in lane["scenarios"]) == ["quick_a", "quick_b", "quick_c", "quick_d"]
+    for name in ("quick_a", "quick_b", "quick_c", "quick_d"):  # every run folder gathered into the night's runs/
+        runs = [p for p in (night / "runs" / name).glob("*/verdict.json") if not p.parent.is_symlink()]  # not latest
+        assert len(runs) == 1, name
+    local = subprocess.run([*MXCHAOS, "nightly", "--out", str(local_out), "-q", str(paths)],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert local.returncode == done.returncode, local.stdout[-2000:]
+    assert _cells(doc) == _cells(_night(local_out)[1]) == dict.fromkeys(_cells(doc), "PASS")
+
+
+@pytest.mark.timeout(420)
+def test_c_a_node_that_dies_under_its_lane_is_an_infrastructure_verdict_and_the_lane_runs_again(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "nodefail", sleep_s=25)
+    out, log = tmp_path / "nights", tmp_path / "nightly.log"
+    with open(log, "w") as sink:
+        night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--out", str(out), "-q", str(paths)], stdout=sink,
+                                 stderr=subprocess.STDOUT, env=_env(info))
+    killed = ""
+    try:
+        name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
+
+        def lane_2_node() -> str:
+            done = subprocess.run(["squeue", "-h", "-n", name, "-t", "RUNNING", "-o", "%K %N"], capture_output=True,
+                                  text=True, timeout=30, env=_env(info), check=False)
+            return next((n for k, n in (ln.split() for ln in done.stdout.splitlines() if len(ln.split()) == 2)
+                         if k == "1"), "")
+
+        killed = _await("lane-2 runs on a node", lane_2_node, 60)
+        _await("lane-2's run has started", lambda: list(out.glob("*/slurm/a1/lane-2/nodefail_b/*/timeline.jsonl")), 60)
+        daemon = lab.status(state)["slurm"]["daemons"][f"slurmd {killed}"]  # type: ignore[index]
+        os.kill(daemon["pid"], 9)
+        rc = night.wait(timeout=360)
+    finally:
+        if night.poll() is None:
+            night.kill()
+            night.wait(timeout=30)
+        if killed:
+            lab.restart_slurmd(killed, state)
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-4000:]
+    assert re.search(rf"lane-2: infrastructure: SLURM job \d+ \(task 1\) on node {killed} ended NODE_FAIL", text), text[-3000:]
+    assert f"(not on {killed})" in text
+    night_dir, doc = _night(out)
+    lane = next(lane for lane in doc["hosts"]["slurm"]["lanes"] if lane["name"] == "lane-2")
+    assert len(lane["attempts"]) == 2 and "NODE_FAIL" in lane["attempts"][0] and lane["node"] != killed
+    assert lane["infra"] is None and lane["rc"] == 0
+    assert _cells(doc) == dict.fromkeys(("nodefail_a", "nodefail_b", "nodefail_c", "nodefail_d"), "PASS")  # nothing lost
+    assert (night_dir / "slurm" / "a1" / "lane-2" / "task.json").is_file()  # the failed attempt kept for a look
+    assert _pending_or_running(info, name) == []
+    assert _processes_naming(str(night_dir)) == []  # nothing of the killed lane left running
+
+
+@pytest.mark.timeout(300)
+def test_d_a_killed_dispatchers_array_is_cancelled_by_cleanup(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "orphan", sleep_s=60)
+    out, log = tmp_path / "nights", tmp_path / "nightly.log"
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = _env(info, MXCHAOS_STATE_DIR=str(tmp_path / "state"))  # the dispatch's record, and the cleanup that reads it
+    with open(log, "w") as sink:
+        night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--out", str(out), "-q", str(paths)], stdout=sink,
+                                 stderr=subprocess.STDOUT, env=env)
+    try:
+        name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
+        _await("every lane runs", lambda: len([ln for ln in _pending_or_running(info, name) if "RUNNING" in ln]) == 3, 60)
+        _await("the lanes' runs have started", lambda: len(list(out.glob("*/slurm/a1/*/orphan_*/*/timeline.jsonl"))) >= 3, 60)
+    finally:
+        night.kill()  # SIGKILL: no handler runs, nothing is cancelled by the dispatcher
+        night.wait(timeout=30)
+    assert len(_pending_or_running(info, name)) == 3  # the array outlives its dispatcher
+    assert len(list((tmp_path / "state" / "slurm").glob("*.json"))) == 1  # recorded before sbatch
+    swept = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert f"cancelled the SLURM jobs named {name}" in swept.stdout, swept.stdout
+    assert _pending_or_running(info, name) == []
+    night_dir = next(p for p in out.iterdir() if p.name[0].isdigit())
+    assert _await("no process of the lanes is left", lambda: _processes_naming(str(night_dir)) == [] or None, 30) is True
+    assert list((tmp_path / "state" / "slurm").glob("*.json")) == []  # its record went with its jobs
+    again = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert name not in again.stdout
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_of_the_dispatcher_cancels_its_array_and_writes_the_night_interrupted(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "term", sleep_s=60)
+    out, log = tmp_path / "nights", tmp_path / "nightly.log"
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = _env(info, MXCHAOS_STATE_DIR=str(tmp_path / "state"))
+    with open(log, "w") as sink:
+        night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--out", str(out), "-q", str(paths)], stdout=sink,
+                                 stderr=subprocess.STDOUT, env=env)
+    try:
+        name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
+        _await("the lanes' runs have started", lambda: len(list(out.glob("*/slurm/a1/*/term_*/*/timeline.jsonl"))) >= 3, 60)
+        night.terminate()
+        rc = night.wait(timeout=90)
+    finally:
+        if night.poll() is None:
+            night.kill()
+            night.wait(timeout=30)
+    assert rc == 130, log.read_text()[-3000:]
+    assert f"cancelling SLURM jobs named {name}" in log.read_text()
+    assert _pending_or_running(info, name) == []
+    assert list((tmp_path / "state" / "slurm").glob("*.json")) == []
+    night_dir, doc = _night(out)
+    assert doc["interrupted"] is True
+    assert _await("no process of the lanes is left", lambda: _processes_naming(str(night_dir)) == [] or None, 30) is True
+
+
+@pytest.mark.timeout(420)
+def test_matrix_slurm_runs_a_columns_lanes_as_one_array_into_the_column_folder(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "column")
+    out = tmp_path / "matrix"
+    done = subprocess.run([*MXCHAOS, "matrix", "--slurm", "--subject", "mxref", "--no-raw-read", "--out", str(out),
+                           str(paths)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert len(re.findall(r"SLURM array \d+ ", done.stdout)) == 1
+    doc = json.loads((out / "matrix.json").read_text())
+    (column,) = doc["columns"]
+    lanes = column["slurm"]["lanes"]
+    assert {lane["node"] for lane in lanes} == {"h1", "h2", "h3"} and not column["infra"]
+    assert next(lane for lane in lanes if lane["name"].startswith("alone-"))["scenarios"] == ["column_d"]
+    for lane in lanes:  # each lane wrote its folder of the column, which the column's summary joins
+        assert (out / column["id"] / lane["name"] / "summary.json").is_file()
+    assert {name: row[column["id"]]["verdict"] for name, row in doc["cells"].items()} == \
+        dict.fromkeys(("column_a", "column_b", "column_c", "column_d"), "PASS")

@@ -13,10 +13,10 @@ from harness.checks import RunFacts, evaluate
 from harness.checks.deadlines import Bound, parse_bound
 from harness.checks.events import ElapsedParams
 from harness.checks.loads import FellBackParams
-from harness.matrix.schedule import _tight_check
 from harness.record.timeline import History
 from harness.reports.invocation import is_time_bound
 from harness.scenario import parse_scenario
+from harness.scenario.placement import _tight_check
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "reader-1": "reader"})
 STALL = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},

@@ -289,6 +289,9 @@ class ScriptedBinding:
     def bind(self, sc: Scenario) -> Bound:
         return Bound({"a": "local"}, self.skip.get(sc.name))
 
+    def prepare(self, scenarios: Sequence[Scenario], runs_dir: Path, repeat: int, seed: int | None) -> None:
+        pass
+
     def run(self, sc: Scenario, out_dir: Path, observers: Sequence[Any]) -> RunResult:
         verdict = self.script[sc.name].pop(0)
         run_dir = (out_dir / sc.name / f"seed{sc.seed}").resolve()
