@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_project(args: argparse.Namespace) -> int:
     from harness.errors import HarnessError
-    from harness.matrix.schedule import place
+    from harness.scenario.placement import place
     from harness.scenario.select import files_to_run, load_all
 
     try:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.schedule import LanePlacement
 from harness.record.saved import MatrixDoc, SavedDocError, SummaryDoc
+from harness.scenario.placement import LanePlacement
 
 __all__ = ["DEFAULT_NODES", "Projection", "ProjectionInput", "column_seconds", "matrix_seconds", "project",
            "read_seconds", "render"]

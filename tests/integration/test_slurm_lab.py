@@ -87,26 +87,9 @@ checks:
 """
 
 
-def _slurm_processes(state: Path) -> list[str]:
-    """Every process on this machine whose command line names the lab's state dir or its munge socket
-    (seen in /proc, never the harness's own record)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            status = (entry / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if str(state) in cmdline and status != "Z":
-            found.append(f"{entry.name} {cmdline.strip()}")
-    return found
-
-
 def _gone(state: Path, info: dict[str, Any]) -> None:
     assert lab.leftovers(state) == []
-    assert _slurm_processes(state) == []
+    assert _processes_naming(str(state)) == []
     assert not slurm_lab.munge_dir(info["token"]).exists()
     assert not any(ns.startswith(f"mxl{info['token']}-") for ns in
                    subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split())
@@ -208,7 +191,7 @@ def own_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def test_cleanup_stops_the_slurm_of_a_lab_whose_builder_died(own_lab: Path) -> None:
     info = lab.up(1, state=own_lab, slurm=True)
-    assert _slurm_processes(own_lab)
+    assert _processes_naming(str(own_lab))
     record = lab.status(own_lab)
     assert record is not None
     record.update(status="building", builder_pid=2**22 + 7, builder_start=1)  # a `lab up` that is gone
