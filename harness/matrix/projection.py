@@ -13,9 +13,10 @@ runs on clusters of 1, 4, 16, 64 nodes under the lane rules of a column spread o
   gather of its folder.
 
 The schedule is list scheduling, longest first (the alone units first, each on the node free
-soonest; then the shared units each on the lane free soonest): within 4/3 of the best possible
-for independent units, and never below the lower bound printed beside it (the longest unit, or
-the total work over the lanes). Pure: ``project`` decides, ``render`` writes the table.
+soonest; then the shared units each on the lane free soonest). Never below the lower bound printed
+beside it (the longest unit, or the total work over the lanes); for shared units only, longest
+first is within 4/3 of the best schedule (Graham's bound), while alone units, which idle a node's
+other lanes, may keep it further above the bound. Pure: ``project`` decides, ``render`` writes the table.
 """
 
 from __future__ import annotations
