@@ -22,13 +22,24 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxref import config
 from mxref.debug_hooks import LEAK_KINDS
 from mxref.model import add_model_args, model_spec
+from mxref.options import (
+    DemoFlags,
+    ModelFlags,
+    PeerFlags,
+    PrepareFlags,
+    ReaderFlags,
+    RoleFlags,
+    ServerFlags,
+    SourceFlags,
+    parse_role,
+)
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_USAGE, Process
 
 if TYPE_CHECKING:
@@ -37,6 +48,7 @@ if TYPE_CHECKING:
     from mxref.metrics import ReaderMetrics
     from mxref.model import Arena, Reference, TensorSpec
     from mxref.roles.reader import Reader
+    from mxref.roles.source import ServeOptions
 
 
 def _seconds(text: str) -> float:
@@ -229,15 +241,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_argv(argv: Sequence[str]) -> RoleFlags:
+    """``python -m mxref ROLE ...``'s flags, typed (``mxref.options``); exits 2 on bad flags."""
+    return parse_role(build_parser(), argv)
+
+
 class BadInput(Exception):
     """Bad flags or input: the message names the flag or file; the process exits 2."""
 
 
-def _pin(reference: Reference, args: argparse.Namespace) -> Reference:
+def _pin(reference: Reference, args: ModelFlags) -> Reference:
     """``reference``, when ``--expect-digest`` (if given) is its digest; BadInput otherwise."""
     from mxref.model import check_digest_syntax
 
-    if not getattr(args, "expect_digest", None):
+    if not args.expect_digest:
         return reference
     try:
         want = check_digest_syntax(args.expect_digest, "--expect-digest")
@@ -249,7 +266,7 @@ def _pin(reference: Reference, args: argparse.Namespace) -> Reference:
     return reference
 
 
-def _early_target(args: argparse.Namespace) -> tuple[AcceleratorBackend | None, list[TensorSpec] | None]:
+def _early_target(args: ReaderFlags) -> tuple[AcceleratorBackend | None, list[TensorSpec] | None]:
     """The reader's memory backend and its synthetic model's tensor layout, known before the
     reference is computed; (None, None) for a model file, or flags that make no model or no
     backend (the later, real checks report those)."""
@@ -263,7 +280,7 @@ def _early_target(args: argparse.Namespace) -> tuple[AcceleratorBackend | None, 
         return None, None
 
 
-def model_reference(args: argparse.Namespace) -> Reference:
+def model_reference(args: ModelFlags) -> Reference:
     """The reference a reader holds its load to (module docstring: precedence). Reads only
     the header of a model file that records its reference."""
     from mxref.model import Reference
@@ -278,7 +295,7 @@ def model_reference(args: argparse.Namespace) -> Reference:
     return _pin(ref, args)
 
 
-def model_from_args(args: argparse.Namespace, emit: Callable[..., Any]) -> tuple[Reference, Arena]:
+def model_from_args(args: ModelFlags, emit: Callable[..., Any]) -> tuple[Reference, Arena]:
     """A source's (reference, host arena) from the model flags. A model file is checked against
     the reference recorded in it (``content_check``) and refused (BadInput) when it differs."""
     from mxref.model import Reference, generate, load_checkpoint
@@ -310,7 +327,7 @@ def model_from_args(args: argparse.Namespace, emit: Callable[..., Any]) -> tuple
     return _pin(Reference.from_arena(arena, "spec"), args), arena
 
 
-def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-untyped-def]
+def serve_options(args: SourceFlags | ReaderFlags, server: str) -> ServeOptions:
     """How this process serves as a source (a source, or a reader after its load)."""
     from mxref.roles.source import ServeOptions
 
@@ -319,8 +336,9 @@ def serve_options(args: argparse.Namespace, server: str):  # type: ignore[no-unt
         worker_port=args.worker_port,
         heartbeat_interval_s=args.heartbeat_interval
         or config.env_float("MX_HEARTBEAT_INTERVAL_SECS", config.DEFAULT_HEARTBEAT_INTERVAL_S),
-        ready_delay_s=getattr(args, "ready_delay", 0.0) or 0.0,
-        lease_seconds=getattr(args, "lease_seconds", None), drain_timeout_s=getattr(args, "drain_timeout", None),
+        ready_delay_s=args.ready_delay if isinstance(args, SourceFlags) else 0.0,
+        lease_seconds=args.lease_seconds if isinstance(args, SourceFlags) else None,
+        drain_timeout_s=args.drain_timeout if isinstance(args, SourceFlags) else None,
     )
 
 
@@ -341,7 +359,7 @@ def _serve(service, proc: Process, seconds: float | None,  # type: ignore[no-unt
             service.close()
 
 
-def _debug_hooks(args: argparse.Namespace, proc: Process, arena: Any = None) -> CorruptionToggle | None:
+def _debug_hooks(args: SourceFlags | ReaderFlags, proc: Process, arena: Any = None) -> CorruptionToggle | None:
     """The SIGUSR2 corruption toggle when ``--debug-hooks`` is given (mxref.debug_hooks)."""
     if not args.debug_hooks:
         return None
@@ -350,7 +368,7 @@ def _debug_hooks(args: argparse.Namespace, proc: Process, arena: Any = None) -> 
     return CorruptionToggle(proc.emit, arena).install()
 
 
-def run_source(args: argparse.Namespace) -> int:
+def run_source(args: SourceFlags) -> int:
     import uuid
 
     from mxref.accelerators import get_backend
@@ -410,7 +428,7 @@ def run_source(args: argparse.Namespace) -> int:
         return proc.finish(EXIT_OK)
 
 
-def run_reader(args: argparse.Namespace) -> int:
+def run_reader(args: ReaderFlags) -> int:
     from mxref.metrics import ReaderMetrics
     from mxref.roles.reader import Reader, ReaderOptions
     from mxref.roles.source import identity_for
@@ -455,7 +473,7 @@ def run_reader(args: argparse.Namespace) -> int:
                 hooks.close()
 
 
-def _load_loop(args: argparse.Namespace, proc: Process, reader: Reader) -> int:
+def _load_loop(args: ReaderFlags, proc: Process, reader: Reader) -> int:
     """``--load-loop``: a load per line of standard input (``mxref.roles.load_loop``), then close."""
     from mxref.debug_hooks import PlantedLeak
     from mxref.roles.load_loop import load_loop
@@ -469,7 +487,7 @@ def _load_loop(args: argparse.Namespace, proc: Process, reader: Reader) -> int:
     return proc.finish(EXIT_OK)
 
 
-def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reader: Reader,
+def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Reader,
           hooks: CorruptionToggle | None) -> int:
     """The reader after its setup: load, report, settle, then exit or serve."""
     from mxref.roles.source import SourceService
@@ -520,7 +538,7 @@ def _read(args: argparse.Namespace, proc: Process, metrics: ReaderMetrics, reade
     return proc.finish(EXIT_OK)
 
 
-def run_prepare(args: argparse.Namespace) -> int:
+def run_prepare(args: PrepareFlags) -> int:
     from mxref.metrics import ProcessMetrics
     from mxref.model import Reference, fill_from_seed, generate, save_checkpoint
 
@@ -542,13 +560,13 @@ def run_prepare(args: argparse.Namespace) -> int:
         return proc.finish(EXIT_OK)
 
 
-def install_credentials(args: argparse.Namespace) -> bool:
+def install_credentials(args: SourceFlags | ReaderFlags) -> bool:
     """The process's control-plane credentials from the TLS/token flags (``mxref.security``);
     false, with the reason on stderr, when they cannot be used."""
     from mxref import security
 
     try:
-        serves = args.role == "source" or getattr(args, "serve_after_load", False)
+        serves = isinstance(args, SourceFlags) or args.serve_after_load
         if serves and args.token_file and not args.tls_cert:
             # A source (and a reader that serves after its load) serves its WorkerService: with a token but
             # no TLS it would serve plaintext with no token check, so it refuses, as the server does.
@@ -574,28 +592,26 @@ def main(argv: list[str] | None = None) -> int:
         from mxref.bench.load import main as bench
 
         return bench(["--raw", *argv[1:]])
-    args = build_parser().parse_args(argv)
-    if hasattr(args, "transport"):
+    args = parse_argv(argv)
+    if isinstance(args, PeerFlags | DemoFlags):
         config.apply_transport_profile(args.transport)
-    if args.role == "server":
+    if isinstance(args, ServerFlags):
         from mxref.metadata.main import run_server
         from mxref.metadata.transport import spread_full_collections
 
         spread_full_collections()  # this process is the server: its records are most of its objects
         return run_server(args)
-    if args.role in ("source", "reader") and not install_credentials(args):
+    if isinstance(args, SourceFlags | ReaderFlags) and not install_credentials(args):
         return EXIT_USAGE
-    if args.role == "source":
+    if isinstance(args, SourceFlags):
         return run_source(args)
-    if args.role == "reader":
+    if isinstance(args, ReaderFlags):
         return run_reader(args)
-    if args.role == "prepare":
+    if isinstance(args, PrepareFlags):
         return run_prepare(args)
-    if args.role == "demo":
-        from mxref.bench.demo import run_demo
+    from mxref.bench.demo import run_demo
 
-        return run_demo(args)
-    return EXIT_USAGE
+    return run_demo(args)
 
 
 if __name__ == "__main__":

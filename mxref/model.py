@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from mxref.options import ModelFlags, parse_known
+
 ALIGN = 4096
 DTYPES = ("float32", "float16", "int8", "uint8", "int32", "int64")
 # safetensors' dtype names for ours
@@ -546,7 +548,7 @@ def add_model_args(p: argparse.ArgumentParser, checkpoint_required: bool = False
                    help="safetensors checkpoint (reader: disk fallback; prepare: output)")
 
 
-def model_spec(args: argparse.Namespace) -> ModelSpec:
+def model_spec(args: ModelFlags) -> ModelSpec:
     """The synthetic model the flags of ``add_model_args`` name (its tensor size cut to whole elements)."""
     tensor_bytes = int(args.tensor_mib * (1 << 20))
     tensor_bytes -= tensor_bytes % np.dtype(args.dtype).itemsize
@@ -560,5 +562,5 @@ def spec_from_flags(flags: Sequence[str]) -> ModelSpec:
     that are not model flags are ignored."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     add_model_args(parser)
-    args, _ = parser.parse_known_args(list(flags))
+    args, _ = parse_known(parser, list(flags), ModelFlags)
     return model_spec(args)

@@ -8,7 +8,6 @@ started (SIGTERM, then SIGKILL after a grace period) before returning.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mxref.metrics import ProcessMetrics
+from mxref.options import DemoFlags
 from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, Process, die_with_parent
 
 STARTUP_TIMEOUT_S = 60.0
@@ -79,7 +79,7 @@ def _read_once(workdir: Path, children: list[Child], name: str, addr: str, flags
     return result
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: DemoFlags) -> int:
     from mxref.bench.raw import raw_read
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mxref-demo-"))

@@ -25,6 +25,7 @@ from mxref.metadata.servicer import P2pServicer
 from mxref.metadata.store import SourceStore, Store
 from mxref.metadata.transport import DEFAULT_GRPC_IMPL, GRPC_IMPLS, refusal_reporter, start_metadata_server
 from mxref.metrics import ServerFamilies, ServerMetrics
+from mxref.options import ServerFlags
 from mxref.process import EXIT_OK, EXIT_SERVING_ENDED, EXIT_STARTUP_FAILED, EXIT_USAGE, StopSignals
 from mxref.rpc import endpoint
 
@@ -157,7 +158,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                              "over an mxref publisher's record) or refused (docs/security.md; default trusted)")
 
 
-def server_limits(args: argparse.Namespace) -> config.ServerLimits:
+def server_limits(args: ServerFlags) -> config.ServerLimits:
     """The ``ServerLimits`` of the parsed flags; ``ValueError`` naming an inconsistent pair."""
     return config.ServerLimits(
         max_message_bytes=args.max_message_bytes,
@@ -189,10 +190,10 @@ def add_tls_server_args(parser: argparse.ArgumentParser) -> None:
                         "are PERMISSION_DENIED (needs --token-file)")
 
 
-def run_server(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+def run_server(args: ServerFlags, stop: threading.Event | None = None) -> int:
     """Run the metadata server until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
 
-    ``args`` carries ``name``, ``events`` and the flags of ``add_server_args``.
+    ``args``: the flags of ``add_server_args``, typed (``mxref.options.ServerFlags``).
     Exit codes (``mxref.process``): 0 after a clean stop, 2 when the credentials cannot be used,
     3 when an address cannot be bound.
     """
@@ -203,7 +204,7 @@ def run_server(args: argparse.Namespace, stop: threading.Event | None = None) ->
         events.close()
 
 
-def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | None) -> int:
+def _run(args: ServerFlags, events: EventLog, stop: threading.Event | None) -> int:
     def emit(event: str, **fields: Any) -> None:
         log_to_stderr(events.emit(event, **fields))
 
@@ -217,8 +218,7 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     emit("started", argv=sys.argv, version=__version__, env=config.logged_env(), timers=dataclasses.asdict(timers))
     try:
         credentials = security.ServerCredentials.from_files(
-            getattr(args, "tls_cert", None), getattr(args, "tls_key", None), getattr(args, "token_file", None),
-            getattr(args, "reader_token_file", None),
+            args.tls_cert, args.tls_key, args.token_file, args.reader_token_file,
         )
     except security.SecurityError as exc:
         logger.error("%s", exc)
@@ -227,20 +227,20 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
     logger.info("limits: %s", dataclasses.asdict(limits))
     metrics = ServerMetrics()
     try:
-        store_url = getattr(args, "store", "memory")
+        store_url = args.store
         store = open_store(store_url, EventJournal(events), limits.max_records,
-                           getattr(args, "store_timeout", 1.0), metrics.server)
+                           args.store_timeout, metrics.server)
     except ValueError as exc:
         logger.error("%s", exc)
         emit("exit", code=EXIT_USAGE, error=str(exc))
         return EXIT_USAGE
     emit("store", url=store_url, reachable=store_reachable(store))
-    owners = OwnerBook(MxWrites(getattr(args, "mx_writes", MxWrites.TRUSTED.value)), max_entries=2 * limits.max_records)
+    owners = OwnerBook(MxWrites(args.mx_writes), max_entries=2 * limits.max_records)
     servicer = P2pServicer(store, timers, metrics=metrics.server, limits=limits, owners=owners,
                            write_gate=WriteGate(credentials.reader_token))
     reaper = Reaper(store, timers, metrics=metrics.server, on_deleted=servicer.forget)
     code, error = EXIT_OK, ""
-    grpc_impl = getattr(args, "grpc_impl", DEFAULT_GRPC_IMPL)
+    grpc_impl = args.grpc_impl
     refusals = refusal_reporter(emit, metrics.server)
     with StopSignals(stop) as signals:
         try:
@@ -253,7 +253,7 @@ def _run(args: argparse.Namespace, events: EventLog, stop: threading.Event | Non
             return EXIT_STARTUP_FAILED
         try:
             emit("listening", what="grpc", port=port, endpoint=endpoint(args.host, port), grpc_impl=grpc_impl)
-            metrics_host = getattr(args, "metrics_host", None) or args.host
+            metrics_host = args.metrics_host or args.host
             try:
                 metrics_port = metrics.serve(args.metrics_port, metrics_host)
             except OSError as exc:

@@ -48,12 +48,14 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mxref import config
 from mxref.events import EventLog, log_to_stderr
 from mxref.model import Arena, ModelSpec, Reference, fill_from_seed, load_checkpoint
+from mxref.options import parse_known
 from mxref.process import StopSignals, free_port
 
 logger = logging.getLogger("mxref.modelexpress.adapter")
@@ -303,6 +305,35 @@ def _add_args(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address the harness scrapes it at")
 
 
+@dataclass(frozen=True, kw_only=True)
+class AdapterFlags:
+    """The adapter's flags, typed (``mxref.options``): ``role`` is ``source`` or ``reader``."""
+
+    role: str
+    name: str
+    events: str | None
+    server: str | None
+    transport: str
+    rank: int
+    advertise_host: str
+    model_name: str
+    tensors: int
+    tensor_mib: float
+    dtype: str
+    seed: int
+    data_seed: int | None
+    checkpoint: Path | None
+    heartbeat_interval: float | None
+    transfer_timeout: float | None
+    serve_seconds: float | None
+    serve_after_load: bool
+    nixl_port: int
+    worker_port: int
+    mode: str
+    metrics_port: int
+    metrics_host: str
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mxref.modelexpress.adapter", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="role", required=True)
@@ -311,10 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _environment(args: argparse.Namespace) -> None:
+def _environment(args: AdapterFlags, server: str) -> None:
     """The client's configuration, through its own environment variables."""
     env = os.environ
-    env["MX_SERVER_ADDRESS"] = args.server
+    env["MX_SERVER_ADDRESS"] = server
     env.pop("MODEL_EXPRESS_URL", None)  # it would win over MX_SERVER_ADDRESS
     env["MX_WORKER_HOST"] = args.advertise_host
     env["MX_METADATA_PORT"] = str(args.nixl_port or free_port(args.advertise_host))
@@ -334,7 +365,7 @@ def _environment(args: argparse.Namespace) -> None:
     logger.info("transport %s: %s", args.transport, applied)
 
 
-def _identity(args: argparse.Namespace, reference: Reference) -> Any:
+def _identity(args: AdapterFlags, reference: Reference) -> Any:
     from modelexpress import p2p_pb2
 
     return p2p_pb2.SourceIdentity(
@@ -344,7 +375,7 @@ def _identity(args: argparse.Namespace, reference: Reference) -> Any:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: AdapterFlags) -> int:
     """Run the role; the ``exit`` event is written at interpreter exit, after the client's own
     atexit hooks (registered later, so run earlier: STALE on shutdown, NIXL teardown)."""
     events = EventLog(args.events, args.name, args.role)
@@ -364,11 +395,11 @@ def run(args: argparse.Namespace) -> int:
     return outcome["code"]
 
 
-def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
+def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
     if not args.server:
         emit("load_failed", error="no metadata server (--server or MX_SERVER_ADDRESS)")
         return EXIT_USAGE
-    _environment(args)
+    _environment(args, args.server)
     import numpy as np
     import torch
     from modelexpress.client import MxClient
@@ -431,7 +462,7 @@ def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args, unknown = build_parser().parse_known_args(argv)
+    args, unknown = parse_known(build_parser(), argv, AdapterFlags)
     if unknown:
         logger.warning("ignoring options the modelexpress subject does not take: %s", " ".join(unknown))
     return run(args)

@@ -15,15 +15,18 @@ import pytest
 import xxhash
 from safetensors.numpy import save_file
 
-from mxref.__main__ import BadInput, build_parser, main, model_from_args, model_reference
+from mxref.__main__ import BadInput, build_parser, main, model_from_args, model_reference, parse_argv
 from mxref.model import ModelSpec, Reference, generate, load_checkpoint, save_checkpoint
+from mxref.options import SourceFlags
 
 SPEC = ModelSpec(name="mxref/synthetic", tensors=3, tensor_bytes=1 << 16, dtype="float16", seed=5)
 MODEL = ["--tensors", "3", "--tensor-mib", str((1 << 16) / (1 << 20)), "--seed", "5"]
 
 
-def parse(*argv: str) -> Any:
-    return build_parser().parse_args(["source", *argv])
+def parse(*argv: str) -> SourceFlags:
+    args = parse_argv(["source", *argv])
+    assert isinstance(args, SourceFlags)
+    return args
 
 
 class Events:

@@ -6,7 +6,6 @@ harness passes parses back to itself) and, where the harness states one, the sam
 
 from __future__ import annotations
 
-import argparse
 import types
 import typing
 from pathlib import Path
@@ -16,7 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from harness.scenario.models import Options, ReaderOptions, ServerOptions, SourceOptions
-from mxref.__main__ import build_parser
+from mxref.__main__ import parse_argv
+from mxref.options import RoleFlags
 
 ROLES: dict[str, type[Options]] = {"server": ServerOptions, "source": SourceOptions, "reader": ReaderOptions}
 
@@ -39,8 +39,8 @@ def _samples(model: type[BaseModel], key: str) -> list[Any]:
     return samples[kind]
 
 
-def _parsed(role: str, argv: list[str]) -> argparse.Namespace:
-    return build_parser().parse_args([role, *argv])
+def _parsed(role: str, argv: list[str]) -> RoleFlags:
+    return parse_argv([role, *argv])
 
 
 def _cases() -> list[tuple[str, str]]:

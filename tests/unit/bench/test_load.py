@@ -201,13 +201,15 @@ def test_reader_variants_chunked_single_and_baseline(tmp_path: Path, capsys: pyt
 
 
 def test_the_reader_takes_its_chunk_window(capsys: pytest.CaptureFixture[str]) -> None:
-    from mxref.__main__ import build_parser
+    from mxref.__main__ import parse_argv
+    from mxref.options import ReaderFlags
 
-    args = build_parser().parse_args(["reader", "--read-chunk-mib", "8", "--read-window", "4"])
-    assert (args.read_chunk_mib, args.read_window) == (8.0, 4)
-    assert build_parser().parse_args(["reader"]).read_window == 2
+    args = parse_argv(["reader", "--read-chunk-mib", "8", "--read-window", "4"])
+    assert isinstance(args, ReaderFlags) and (args.read_chunk_mib, args.read_window) == (8.0, 4)
+    defaults = parse_argv(["reader"])
+    assert isinstance(defaults, ReaderFlags) and defaults.read_window == 2
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["reader", "--read-window", "0"])
+        parse_argv(["reader", "--read-window", "0"])
     assert "chunks in flight must be 1..64" in capsys.readouterr().err
 
 

@@ -12,7 +12,6 @@ server still answers.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 import urllib.request
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from mxref import pki, security
-from mxref.__main__ import build_parser
+from mxref.__main__ import parse_argv
 from mxref.config import ServerLimits, ServerTimers
 from mxref.errors import MetadataServerError
 from mxref.identity import mx_source_id
@@ -41,6 +40,7 @@ from mxref.metadata.store import Store
 from mxref.metadata.transport import GRPC_IMPLS, start_metadata_server
 from mxref.metrics import ServerMetrics
 from mxref.mx import p2p_pb2 as mx_pb2
+from mxref.options import ReaderFlags, ServerFlags, SourceFlags
 from mxref.roles.client import MxClient
 from mxref.v1 import p2p_pb2
 
@@ -414,9 +414,9 @@ def test_a_source_refuses_a_token_without_tls(tmp_path: Path, capsys: pytest.Cap
 
     token = tmp_path / "token"
     token.write_text("t0ken")
-    for role, serve_after_load in (("source", False), ("reader", True)):
-        args = argparse.Namespace(role=role, tls_ca=str(token), tls_cert=None, tls_key=None, token_file=str(token),
-                                  serve_after_load=serve_after_load)
+    for argv in (["source"], ["reader", "--serve-after-load"]):
+        args = parse_argv([*argv, "--tls-ca", str(token), "--token-file", str(token)])
+        assert isinstance(args, SourceFlags | ReaderFlags)
         assert install_credentials(args) is False
         assert "--token-file needs --tls-cert" in capsys.readouterr().err
 
@@ -507,15 +507,18 @@ def test_fuzz_every_rpc_of_both_packages(grpc_impl: str) -> None:
 def test_the_budget_and_ownership_flags_parse() -> None:
     from mxref.metadata.main import server_limits
 
-    args = build_parser().parse_args(["server", "--max-record-bytes", "1000", "--max-store-bytes", "5000",
-                                      "--peer-publish-rate", "3.5", "--peer-publish-burst", "7",
-                                      "--mx-writes", "refused", "--reader-token-file", "/r"])
+    args = parse_argv(["server", "--max-record-bytes", "1000", "--max-store-bytes", "5000",
+                       "--peer-publish-rate", "3.5", "--peer-publish-burst", "7",
+                       "--mx-writes", "refused", "--reader-token-file", "/r"])
+    assert isinstance(args, ServerFlags)
     limits = server_limits(args)
     assert (limits.max_record_bytes, limits.max_store_bytes) == (1000, 5000)
     assert (limits.peer_publish_rate_per_s, limits.peer_publish_burst) == (3.5, 7)
     assert MxWrites(args.mx_writes) is MxWrites.REFUSED and args.reader_token_file == "/r"
     with pytest.raises(ValueError, match="max_record_bytes"):
         ServerLimits(max_record_bytes=10, max_store_bytes=5)
-    defaults = server_limits(build_parser().parse_args(["server"]))
+    defaults_flags = parse_argv(["server"])
+    assert isinstance(defaults_flags, ServerFlags)
+    defaults = server_limits(defaults_flags)
     assert defaults.max_record_bytes == 8 << 20 and defaults.max_store_bytes == 2 << 30
-    assert build_parser().parse_args(["server"]).mx_writes == "trusted"
+    assert defaults_flags.mx_writes == "trusted"

@@ -25,12 +25,13 @@ from fixtures.metadata_stack import (
 )
 from fixtures.wire import field
 
-from mxref.__main__ import build_parser
+from mxref.__main__ import parse_argv
 from mxref.config import ServerLimits
 from mxref.errors import MetadataServerError
 from mxref.metadata.limits import ClientBuckets
 from mxref.metadata.main import server_limits
 from mxref.metadata.store import Store
+from mxref.options import ServerFlags
 from mxref.v1 import p2p_pb2
 
 # --- limits: a server that trusts no client ------------------------------------------
@@ -263,12 +264,14 @@ def test_server_limits_refuse_inconsistent_values() -> None:
 
 
 def test_limit_flags_reach_the_servicer() -> None:
-    args = build_parser().parse_args(["server", "--max-blob-bytes", "10", "--max-worker-rank", "3", "--publish-rate", "0.5",
-                                      "--publish-burst", "2", "--max-records", "9", "--max-tensors", "5",
-                                      "--max-name-bytes", "12", "--max-message-bytes", "1000"])
+    args = parse_argv(["server", "--max-blob-bytes", "10", "--max-worker-rank", "3", "--publish-rate", "0.5",
+                       "--publish-burst", "2", "--max-records", "9", "--max-tensors", "5",
+                       "--max-name-bytes", "12", "--max-message-bytes", "1000"])
+    assert isinstance(args, ServerFlags)
     assert server_limits(args) == ServerLimits(
         max_message_bytes=1000, max_blob_bytes=10, max_name_bytes=12, max_tensors=5, max_worker_rank=3,
         publish_rate_per_s=0.5, publish_burst=2, max_records=9)
-    assert server_limits(build_parser().parse_args(["server"])) == ServerLimits()
+    defaults = parse_argv(["server"])
+    assert isinstance(defaults, ServerFlags) and server_limits(defaults) == ServerLimits()
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["server", "--publish-rate", "0"])
+        parse_argv(["server", "--publish-rate", "0"])

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from mxref import pki, security
-from mxref.__main__ import build_parser
+from mxref.__main__ import parse_argv
 from mxref.config import ServerTimers
 from mxref.metadata import native as native_grpc
 from mxref.metadata.main import run_server
@@ -26,6 +26,7 @@ from mxref.metadata.servicer import P2pServicer
 from mxref.metadata.store import Store
 from mxref.metadata.transport import start_metadata_server
 from mxref.metrics import ServerMetrics
+from mxref.options import ServerFlags
 from mxref.process import EXIT_SERVING_ENDED
 
 TIMERS = ServerTimers(heartbeat_timeout_s=90, reaper_scan_interval_s=30, gc_timeout_s=3600)
@@ -200,7 +201,8 @@ def test_a_server_that_stops_serving_makes_the_process_say_so_and_exit_non_zero(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("mxref.metadata.main.start_metadata_server", lambda *a, **k: (_Ended(), 1))
     events = tmp_path / "events.jsonl"
-    args = build_parser().parse_args(["server", "--port", "0", "--metrics-port", "0", "--events", str(events)])
+    args = parse_argv(["server", "--port", "0", "--metrics-port", "0", "--events", str(events)])
+    assert isinstance(args, ServerFlags)
     stop = threading.Event()
     give_up = threading.Timer(30, stop.set)  # without the check, the run loop would wait for a signal forever
     give_up.start()

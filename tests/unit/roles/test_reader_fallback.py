@@ -143,11 +143,12 @@ class TestRpcDeadline:
 
     def test_the_cli_flag_takes_a_duration_and_defaults_to_the_configured_deadline(self) -> None:
         from mxref import config
-        from mxref.__main__ import build_parser
+        from mxref.__main__ import parse_argv
+        from mxref.options import ReaderFlags
 
-        parser = build_parser()
-        assert parser.parse_args(["reader", "--rpc-timeout", "3s"]).rpc_timeout == 3.0
-        assert parser.parse_args(["reader", "--rpc-timeout", "500ms"]).rpc_timeout == 0.5
-        assert parser.parse_args(["reader"]).rpc_timeout == config.DEFAULT_RPC_TIMEOUT_S
+        for argv, want in ((["--rpc-timeout", "3s"], 3.0), (["--rpc-timeout", "500ms"], 0.5),
+                           ([], config.DEFAULT_RPC_TIMEOUT_S)):
+            args = parse_argv(["reader", *argv])
+            assert isinstance(args, ReaderFlags) and args.rpc_timeout == want
         with pytest.raises(SystemExit):
-            parser.parse_args(["reader", "--rpc-timeout", "0"])
+            parse_argv(["reader", "--rpc-timeout", "0"])

@@ -5,7 +5,6 @@ generation and admits leases again; one that timed out writes nothing and admits
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -15,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from mxref.__main__ import build_parser
+from mxref.__main__ import parse_argv
 from mxref.debug_hooks import CorruptionToggle
 from mxref.events import EventLog
 from mxref.model import ModelSpec, Reference, generate
 from mxref.modelexpress.worker import Leases
+from mxref.options import SourceFlags
 from mxref.roles.source import Refit, lease_events
 
 
@@ -122,8 +122,10 @@ def test_sighup_asks_a_refit_whose_write_leaves_the_weights_as_they_were() -> No
     assert signal.getsignal(signal.SIGHUP) == inherited  # given back as it was found
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["source", *argv])
+def parse(*argv: str) -> SourceFlags:
+    args = parse_argv(["source", *argv])
+    assert isinstance(args, SourceFlags)
+    return args
 
 
 def test_lease_and_drain_flags_are_bounded_durations(capsys: pytest.CaptureFixture[str]) -> None:
