@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from mxref.options import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
@@ -40,10 +43,21 @@ def generate(out: Path) -> list[Path]:
     return sorted(path for pkg in PACKAGES for path in (out / "mxref" / pkg).glob("*_pb2*.py*"))
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class CodegenFlags:
+    """``python -m mxref.codegen``'s flags, typed (``mxref.options``)."""
+
+    out: Path
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT, help="root to write mxref/v1/ and mxref/mx/ under")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(build_parser(), argv, CodegenFlags)
     for path in generate(args.out):
         print(path)
     return 0

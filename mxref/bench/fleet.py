@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -73,6 +74,7 @@ from mxref.metadata.transport import (
     spread_full_collections,
     start_metadata_server,
 )
+from mxref.options import parse
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 CALL_TIMEOUT_S = 10.0
@@ -121,7 +123,7 @@ class ShiftedClock:
         return time.time() + self.offset_s
 
 
-def populate(store: SourceStore, clock: ShiftedClock, args: argparse.Namespace,
+def populate(store: SourceStore, clock: ShiftedClock, args: FleetFlags,
              timers: config.ServerTimers) -> list[tuple[str, str, int]]:
     """Publish the fleet; returns the live workers as (mx_source_id, worker_id, rank)."""
     live: list[tuple[str, str, int]] = []
@@ -236,7 +238,7 @@ ACCEPTED_PREFIX = p2p_pb2.UpdateStatusResponse(success=True).SerializeToString()
 """How an accepted heartbeat's answer begins (``success = true`` is field 1, first on the wire)."""
 
 
-def native_heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace) -> dict[str, Any]:
+def native_heartbeat_load(address: str, live: list[tuple[str, str, int]], args: FleetFlags) -> dict[str, Any]:
     """``heartbeat_load`` sent by ``mxref_native`` from this process (``--native-clients``): the
     same connections, window, rate and round robin, the counts in the same shape."""
     import mxref_native
@@ -275,7 +277,7 @@ class Pacer:
         return not (stop.wait(delay) if delay > 0 else stop.is_set())
 
 
-def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: FleetFlags,
                    stop: threading.Event) -> dict[str, Any]:
     """UpdateStatus from ``--clients`` connections, ``--window`` in flight each, until ``stop``;
     counts and the achieved rate."""
@@ -331,13 +333,13 @@ def heartbeat_load(address: str, live: list[tuple[str, str, int]], args: argpars
     return {**counts, "seconds": round(elapsed, 2), "per_s": round(counts["ok"] / elapsed, 1)}
 
 
-def _heartbeat_process(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+def _heartbeat_process(address: str, live: list[tuple[str, str, int]], args: FleetFlags,
                        results: Any) -> None:
     """A heartbeat client process (``--client-processes``): its ``heartbeat_load`` into ``results``."""
     results.put(heartbeat_load(address, live, args, threading.Event()))
 
 
-def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: argparse.Namespace,
+def heartbeat_processes(address: str, live: list[tuple[str, str, int]], args: FleetFlags,
                         stop: threading.Event) -> dict[str, Any]:
     """``heartbeat_load`` from ``--client-processes`` processes (each its ``--clients``
     connections, a share of the fleet's workers), so that the server's process holds the server
@@ -405,7 +407,34 @@ def store_heartbeat_rate(store: SourceStore, live: list[tuple[str, str, int]], s
     return n / (time.perf_counter() - started)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class FleetFlags:
+    """``python -m mxref.bench.fleet``'s flags, typed (``mxref.options``)."""
+
+    sources: int
+    ranks: int
+    identities: int
+    silent: int
+    limit: int
+    idle_calls: int
+    seconds: float
+    clients: int
+    window: int
+    grpc_impl: str
+    native_lanes: str
+    full_gc_every: int
+    native_clients: bool
+    list_interval: float
+    rate: float
+    client_processes: int
+    reaper_interval: float
+    heartbeat_timeout: float
+    gc_timeout: float
+    label: str
+    store: str
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mxref.bench.fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=10_000)
     parser.add_argument("--ranks", type=int, default=8)
@@ -443,7 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="a name for this run in the JSON (before/after)")
     parser.add_argument("--store", default="memory", metavar="URL",
                         help="memory (default) or redis://HOST:PORT[/DB] (FLUSHALLed first)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv, FleetFlags)
     for flag in ("sources", "ranks", "identities", "clients", "window"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} {getattr(args, flag)}: must be >= 1")

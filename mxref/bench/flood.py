@@ -28,11 +28,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from mxref.options import parse
 from mxref.v1 import p2p_pb2, p2p_pb2_grpc
 
 START_TIMEOUT_S = 20.0
@@ -154,7 +156,7 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def measure(server: Server, label: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure(server: Server, label: str, args: FloodFlags) -> dict[str, Any]:
     with own_channel(server.address) as channel:
         stub = _STUB(channel)
         for i in range(args.records):  # something to list
@@ -194,7 +196,23 @@ def measure(server: Server, label: str, args: argparse.Namespace) -> dict[str, A
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class FloodFlags:
+    """``python -m mxref.bench.flood``'s flags, typed (``mxref.options``)."""
+
+    calls: int
+    rounds: int
+    warmup: int
+    records: int
+    concurrency: int
+    tensors: int
+    flood_seconds: float
+    flood_ramp: float
+    no_unlimited: bool
+    flood: str | None
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mxref.bench.flood", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="ListSources calls per phase (default 2000)")
     parser.add_argument("--rounds", type=int, default=4, help="idle/flood alternations (default 4)")
@@ -206,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood-ramp", type=float, default=1.0, help="seconds of flood before measuring")
     parser.add_argument("--no-unlimited", action="store_true", help="skip the unlimited server")
     parser.add_argument("--flood", metavar="ADDRESS", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv, FloodFlags)
     if args.flood:
         print(json.dumps(run_flood(args.flood, args.flood_seconds, args.concurrency, args.tensors)), flush=True)
         return 0

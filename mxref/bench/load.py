@@ -44,12 +44,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mxref import config
 from mxref.bench.demo import STARTUP_TIMEOUT_S, Child
 from mxref.bench.report import NOHASH, SINGLE, summarize, table
+from mxref.options import parse
 from mxref.process import die_with_parent
 
 READER_TIMEOUT_S = 300.0
@@ -96,6 +98,22 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
             "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window}
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchFlags:
+    """``python -m mxref bench``'s flags (``mxref.bench.load``), typed (``mxref.options``)."""
+
+    mib: list[int]
+    rounds: int
+    baseline: str | None
+    single: bool
+    variant: list[str]
+    raw: bool
+    raw_progress: list[str]
+    ceiling: bool
+    transport: str
+    workdir: Path | None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mxref.bench.raw import SOURCE_PROGRESS
 
@@ -124,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def reader_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, tuple[Path, tuple[str, ...]]]:
+def reader_variants(args: BenchFlags, parser: argparse.ArgumentParser) -> dict[str, tuple[Path, tuple[str, ...]]]:
     """Reader variant -> (the mxref checkout it runs from, its extra reader flags)."""
     here = Path(__file__).resolve().parents[2]
     variants: dict[str, tuple[Path, tuple[str, ...]]] = {"this": (here, ())}
@@ -146,7 +164,7 @@ def reader_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, BenchFlags)
     variants = reader_variants(args, parser)
     config.apply_transport_profile(args.transport)  # the raw READ runs in this process; children inherit it
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mxref-bench-load-"))
@@ -156,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _size(args: argparse.Namespace, mib: int, workdir: Path,
+def _size(args: BenchFlags, mib: int, workdir: Path,
           variants: dict[str, tuple[Path, tuple[str, ...]]]) -> dict[str, Any]:
     """Every variant at one model size, interleaved rounds; prints its table, returns its summary."""
     from mxref.bench.loopback import loopback_gbps

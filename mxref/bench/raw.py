@@ -25,10 +25,12 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from mxref import config
+from mxref.options import parse
 
 SOURCE_PROGRESS = ("pump", "thread")
 
@@ -104,7 +106,19 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = 
         src.communicate(timeout=10)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class RawFlags:
+    """``python -m mxref.bench.raw``'s flags, typed (``mxref.options``)."""
+
+    bytes: int
+    repeat: int
+    transport: str
+    progress: str
+    serve: int | None
+    seconds: float
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", type=int, default=256 << 20)
     parser.add_argument("--repeat", type=int, default=3)
@@ -114,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
                              "one after the other and the faster reported (default pump)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=90.0, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv, RawFlags)
     if args.serve is not None and args.progress not in SOURCE_PROGRESS:
         parser.error(f"--serve needs --progress {' or '.join(SOURCE_PROGRESS)}")
     if args.repeat < 1:

@@ -38,6 +38,7 @@ from mxref.bench.flood import Server, p99
 from mxref.metadata.modelexpress import MX_SERVICE_NAME
 from mxref.metadata.servicer import SERVICE_NAME
 from mxref.metadata.transport import GRPC_IMPLS
+from mxref.options import parse
 from mxref.v1 import p2p_pb2
 
 READY = p2p_pb2.SourceStatus.Value("SOURCE_STATUS_READY")
@@ -162,7 +163,7 @@ def server_events(path: Path, name: str) -> list[dict[str, Any]]:
     return [e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == name]
 
 
-def measure(grpc_impl: str, creds: Creds, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+def measure(grpc_impl: str, creds: Creds, workdir: Path, args: RefusalsFlags) -> dict[str, Any]:
     server = Server(workdir, f"server-{grpc_impl}", "--port", "0", "--metrics-port", "0", "--grpc-impl", grpc_impl,
                     "--heartbeat-timeout", str(args.heartbeat_timeout), "--reaper-interval", "0.25",
                     *creds.server_flags())
@@ -217,7 +218,25 @@ def throwaway_creds(directory: Path) -> Creds:
     return Creds(made.server_cert, made.server_key, made.ca_cert, made.token)
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, kw_only=True)
+class RefusalsFlags:
+    """``python -m mxref.bench.refusals``'s flags, typed (``mxref.options``)."""
+
+    grpc_impl: str
+    seconds: float
+    rounds: int
+    interval: float
+    connections: int
+    window: int
+    rate: float
+    heartbeat_timeout: float
+    tls_cert: str | None
+    tls_key: str | None
+    tls_ca: str | None
+    token_file: str | None
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mxref.bench.refusals", description=__doc__.splitlines()[0])
     parser.add_argument("--grpc-impl", choices=(*GRPC_IMPLS, "both"), default="both")
     parser.add_argument("--seconds", type=float, default=4.0, help="each idle and each flood window (default 4)")
@@ -230,11 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-timeout", type=float, default=2.0, help="the server's (default 2)")
     for flag in ("--tls-cert", "--tls-key", "--tls-ca", "--token-file"):
         parser.add_argument(flag, default=None, metavar="PATH")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv, RefusalsFlags)
     impls = GRPC_IMPLS if args.grpc_impl == "both" else (args.grpc_impl,)
     with tempfile.TemporaryDirectory(prefix="mxref-bench-refusals-") as tmp:
         given = (args.tls_cert, args.tls_key, args.tls_ca, args.token_file)
-        creds = Creds(*map(Path, given)) if all(given) else throwaway_creds(Path(tmp) / "pki")
+        paths = [Path(path) for path in given if path]
+        creds = Creds(*paths) if len(paths) == len(given) else throwaway_creds(Path(tmp) / "pki")
         results = []
         for impl in impls:
             results.append(measure(impl, creds, Path(tmp), args))

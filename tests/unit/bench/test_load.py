@@ -13,8 +13,10 @@ import pytest
 from mxref.__main__ import main as mxref_main
 from mxref.bench import load as bench_load
 from mxref.bench import raw as bench
+from mxref.bench.load import BenchFlags
 from mxref.bench.loopback import loopback_ceiling, loopback_gbps
 from mxref.bench.report import median_interval, quantile_interval, summarize, table
+from mxref.options import parse
 
 MIB = 1 << 20
 
@@ -182,21 +184,21 @@ def test_bench_flags_defaults_and_bounds(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_reader_variants_chunked_single_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = bench_load.build_parser()
-    variants = bench_load.reader_variants(parser.parse_args([]), parser)
+    variants = bench_load.reader_variants(parse(parser, [], BenchFlags), parser)
     assert list(variants) == ["this", "this-single", "this-nohash"]
     assert variants["this"][1] == () and variants["this-single"][1] == ("--read-chunk-mib", "0")
     assert variants["this-nohash"][1] == ("--no-hash-while-reading",)
     assert variants["this"][0] == variants["this-single"][0]
     assert (variants["this"][0] / "mxref" / "__main__.py").is_file(), "the variant runs this checkout"
-    assert list(bench_load.reader_variants(parser.parse_args(["--no-single"]), parser)) == ["this"]
+    assert list(bench_load.reader_variants(parse(parser, ["--no-single"], BenchFlags), parser)) == ["this"]
     with pytest.raises(SystemExit):
-        bench_load.reader_variants(parser.parse_args(["--baseline", str(tmp_path)]), parser)
+        bench_load.reader_variants(parse(parser, ["--baseline", str(tmp_path)], BenchFlags), parser)
     assert "no mxref/__main__.py there" in capsys.readouterr().err
-    named = bench_load.reader_variants(parser.parse_args(["--variant", "c8w4=--read-chunk-mib 8 --read-window 4"]), parser)
+    named = bench_load.reader_variants(parse(parser, ["--variant", "c8w4=--read-chunk-mib 8 --read-window 4"], BenchFlags), parser)
     assert named["c8w4"][1] == ("--read-chunk-mib", "8", "--read-window", "4") and list(named)[-1] == "c8w4"
     for bad in ("nothing", "this=--x", "=--x"):
         with pytest.raises(SystemExit):
-            bench_load.reader_variants(parser.parse_args(["--variant", bad]), parser)
+            bench_load.reader_variants(parse(parser, ["--variant", bad], BenchFlags), parser)
         assert "NAME=FLAGS" in capsys.readouterr().err
 
 

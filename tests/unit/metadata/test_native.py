@@ -368,15 +368,14 @@ def test_a_store_that_waits_on_io_gets_as_many_workers_as_grpcio_has_threads() -
 
 def test_the_compiled_load_counts_failures_by_grpcs_code_names() -> None:
     """``bench_fleet.native_heartbeat_load`` reports refusals under the names grpcio's load uses."""
-    import argparse
-
-    from mxref.bench.fleet import native_heartbeat_load
+    from mxref.bench.fleet import FleetFlags, build_parser, native_heartbeat_load
+    from mxref.options import parse
 
     servicer = P2pServicer(Store(), TIMERS, metrics=ServerMetrics().server,
                            limits=ServerLimits(publish_rate_per_s=1, publish_burst=1), rate_limit_delay_s=0.01)
     server, port = start_metadata_server(servicer, "127.0.0.1", 0, grpc_impl="native")
     try:
-        args = argparse.Namespace(clients=1, window=2, seconds=0.5, rate=0.0)
+        args = parse(build_parser(), ["--clients", "1", "--window", "2", "--seconds", "0.5", "--rate", "0"], FleetFlags)
         got = native_heartbeat_load(f"127.0.0.1:{port}", [("s", "w", 0)], args)
     finally:
         assert server.stop(1).wait(5)
