@@ -29,58 +29,57 @@ from typing import Any
 from harness.record.baseline import diff_matrices
 from harness.record.load import load_text
 from harness.record.rates import FAILING_CELLS
+from harness.record.saved import NightDoc, NightEntry
 
 __all__ = ["COLUMN", "compare_nights", "count_changes"]
 
 COLUMN = "night"  # the one column of the matrix-shaped view of a night
 
 
-def _as_matrix(night: Mapping[str, Any]) -> dict[str, Any]:
+def _as_matrix(night: NightDoc) -> dict[str, Any]:
     cells = {}
-    for s in night.get("scenarios") or []:
-        cells[s["name"]] = {COLUMN: {"verdict": str(s.get("cell", "none")).lower(),
-                                     "failures": s.get("failures") or {"k": 0, "n": 0},
-                                     "seconds": s.get("median_seconds")}}
+    for s in night.scenarios:
+        cells[s.name] = {COLUMN: {"verdict": str(s.cell or "none").lower(),
+                                  "failures": s.failures or {"k": 0, "n": 0},
+                                  "seconds": s.median_seconds}}
     return {"columns": [{"id": COLUMN}], "cells": cells}
 
 
-def _fails(s: Mapping[str, Any] | None) -> bool:
-    return s is not None and str(s.get("cell")) in FAILING_CELLS
+def _fails(s: NightEntry | None) -> bool:
+    return s is not None and str(s.cell) in FAILING_CELLS
 
 
-def _rate(s: Mapping[str, Any] | None) -> str:
-    if not s:
-        return "-"
-    rate = s.get("rate") or {}
-    return f"{s.get('cell')} {rate.get('k', 0)}/{rate.get('n', 0)}"
+def _rate(s: NightEntry) -> str:
+    rate = s.rate or {}
+    return f"{s.cell} {rate.get('k', 0)}/{rate.get('n', 0)}"
 
 
-def _item(name: str, old: Mapping[str, Any] | None, new: Mapping[str, Any], what: str) -> dict[str, Any]:
+def _item(name: str, old: NightEntry | None, new: NightEntry, what: str) -> dict[str, Any]:
     item: dict[str, Any] = {
         "scenario": name,
-        "old": old.get("cell") if old else None,
-        "new": new.get("cell"),
-        "old_rate": old.get("rate") if old else None,
-        "new_rate": new.get("rate"),
+        "old": old.cell if old else None,
+        "new": new.cell,
+        "old_rate": old.rate if old else None,
+        "new_rate": new.rate,
         "text": f"{what}: {_rate(old) if old else 'not in the earlier night'} -> {_rate(new)}",
     }
     if _fails(new):
-        item["failing_runs"] = [{"index": r.get("index"), "verdict": r.get("verdict"), "report": r.get("report")}
-                                for r in new.get("runs") or [] if r.get("verdict") not in ("pass", "xfail", "xpass", "skip")]
+        item["failing_runs"] = [{"index": r.index, "verdict": r.verdict, "report": r.report}
+                                for r in new.runs if r.verdict not in ("pass", "xfail", "xpass", "skip")]
     return item
 
 
-def _loads(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def _loads(old: NightDoc, new: NightDoc) -> str:
     """The machine's load at the end of each night, beside a timing change (a loaded machine is slower)."""
-    then, now = (load_text((n.get("load") or {}).get("end")) for n in (old, new))
+    then, now = (load_text((n.load or {}).get("end")) for n in (old, new))
     return f" (machine: {then or '?'} then, {now or '?'} now)" if then or now else ""
 
 
-def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 0.2) -> dict[str, Any]:
+def compare_nights(old: NightDoc, new: NightDoc, drop: float = 0.2) -> dict[str, Any]:
     """The comparison of ``new`` against ``old`` (both ``nightly.json``), by the rules above."""
-    old_by = {s["name"]: s for s in old.get("scenarios") or []}
-    new_by = {s["name"]: s for s in new.get("scenarios") or []}
-    out: dict[str, Any] = {"against": old.get("night"), "newly_failing": [], "fixed": [], "other": [],
+    old_by = {s.name: s for s in old.scenarios}
+    new_by = {s.name: s for s in new.scenarios}
+    out: dict[str, Any] = {"against": old.night, "newly_failing": [], "fixed": [], "other": [],
                            "rates_moved": [], "slower": [],
                            "new_scenarios": [n for n in new_by if n not in old_by],
                            "gone_scenarios": [n for n in old_by if n not in new_by]}
@@ -88,19 +87,19 @@ def compare_nights(old: Mapping[str, Any], new: Mapping[str, Any], drop: float =
         before = old_by.get(name)
         if _fails(s) and not _fails(before):
             out["newly_failing"].append(_item(name, before, s, "newly failing"))
-        elif before and _fails(before) and not _fails(s) and s.get("cell") != "SKIP":
+        elif before and _fails(before) and not _fails(s) and s.cell != "SKIP":
             out["fixed"].append(_item(name, before, s, "fixed"))
-        elif before and before.get("cell") != s.get("cell"):
+        elif before and before.cell != s.cell:
             out["other"].append(_item(name, before, s, "changed"))
     for change in diff_matrices(_as_matrix(old), _as_matrix(new), drop):
-        name = change.get("scenario")
-        if name is None:
+        changed = change.get("scenario")
+        if changed is None:
             continue
         if change["kind"] == "rate":
-            out["rates_moved"].append({"scenario": name, "old": change["old"], "new": change["new"],
+            out["rates_moved"].append({"scenario": changed, "old": change["old"], "new": change["new"],
                                        "up": bool(change["regression"]), "text": change["text"]})
         elif change["kind"] == "timing":
-            out["slower"].append({"scenario": name, "old": change["old"], "new": change["new"],
+            out["slower"].append({"scenario": changed, "old": change["old"], "new": change["new"],
                                   "text": change["text"].replace("seconds grew", "median run grew") + _loads(old, new)})
     return out
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.record.load import load_text
 from harness.record.rates import FAILING_CELLS
-from harness.record.saved import NightDoc
+from harness.record.saved import NightDoc, NightEntry
 from harness.reports.htmlreport.palette import swatch
 
 __all__ = ["NIGHT_ID", "SHOWN", "WINDOW", "history_lines", "night_folders", "night_order", "read_night", "render_history"]
@@ -34,7 +34,7 @@ NIGHT_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 WINDOW = 7  # nights a flaky scenario is looked for in
 SHOWN = 30  # nights on the history page
 
-Night = tuple[str, Mapping[str, Any]]
+Night = tuple[str, NightDoc]
 
 
 def night_order(folder: Path) -> tuple[str, int]:
@@ -51,9 +51,8 @@ def night_folders(out: Path) -> list[Path]:
                   key=night_order)
 
 
-def read_night(folder: Path) -> dict[str, Any] | None:
-    doc = NightDoc.read_or_none(NightDoc.in_folder(folder))
-    return doc.to_json() if doc is not None else None
+def read_night(folder: Path) -> NightDoc | None:
+    return NightDoc.read_or_none(NightDoc.in_folder(folder))
 
 
 def read_nights(out: Path) -> list[Night]:
@@ -66,8 +65,8 @@ def read_nights(out: Path) -> list[Night]:
     return nights
 
 
-def _cells(doc: Mapping[str, Any]) -> dict[str, str]:
-    return {str(s.get("name")): str(s.get("cell")) for s in doc.get("scenarios") or [] if isinstance(s, Mapping)}
+def _cells(doc: NightDoc) -> dict[str, str]:
+    return {s.name: str(s.cell) for s in doc.scenarios}
 
 
 def history_lines(before: Sequence[Night], new: Night) -> dict[str, list[dict[str, Any]]]:
@@ -97,13 +96,13 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _chip(night: str, s: Mapping[str, Any] | None, load: str) -> str:
+def _chip(night: str, s: NightEntry | None, load: str) -> str:
     if s is None:
         return '<span class="chip" data-cell="none" title="not in this night">&nbsp;</span>'
-    cell = str(s.get("cell"))
+    cell = str(s.cell)
     look = swatch(cell)
-    rate = s.get("rate") or {}
-    median = s.get("median_seconds")
+    rate = s.rate or {}
+    median = s.median_seconds
     title = (f"{night}: {cell} {rate.get('k', 0)}/{rate.get('n', 0)}"
              + (f", median {median:.1f}s" if isinstance(median, int | float) else "") + (f"; machine {load}" if load else ""))
     return (f'<a class="chip" data-cell="{_e(cell)}" href="{_e(night)}/index.html" title="{_e(title)}" '
@@ -116,8 +115,8 @@ def render_history(nights: Sequence[Night]) -> str:
     names: dict[str, None] = {}
     for _, doc in reversed(shown):  # the newest night's order first, then names gone since
         names.update(dict.fromkeys(_cells(doc)))
-    by_night = [(name, {str(s.get("name")): s for s in doc.get("scenarios") or []},
-                 load_text((doc.get("load") or {}).get("end"))) for name, doc in shown]
+    by_night = [(name, {s.name: s for s in doc.scenarios}, load_text((doc.load or {}).get("end")))
+                for name, doc in shown]
     lines = history_lines(shown[:-1], shown[-1]) if shown else {"still_failing": [], "flaky": []}
     words: dict[str, list[str]] = {}
     for key in ("still_failing", "flaky"):

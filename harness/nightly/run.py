@@ -106,7 +106,7 @@ def _make_night_dir(out: Path, start: dt.datetime) -> tuple[str, Path]:
     raise FileExistsError(f"{out}: no free night id for {start.isoformat()}")
 
 
-def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+def find_previous(out: Path, exclude: str | None = None) -> tuple[Path, NightDoc] | None:
     """The night before: ``out/latest``'s, else the newest night folder with a readable ``nightly.json``."""
     latest = out / "latest"
     candidates: list[Path] = []
@@ -273,7 +273,8 @@ def run_night(
     doc["load"] = {"start": start_load, "end": load_sample()}  # the machine's: a timing FAIL under load says so
     if previous is not None:
         before = [n for n in read_nights(spec.out) if n[0] != night]
-        doc["comparison"] = {**compare_nights(previous[1], doc), **history_lines(before, (night, doc))}
+        now = NightDoc.parse(doc, NightDoc.in_folder(night_dir))
+        doc["comparison"] = {**compare_nights(previous[1], now), **history_lines(before, (night, now))}
     write_night(night_dir, doc)
     _link_latest(spec.out, night)
     if spec.keep is not None:

@@ -39,6 +39,8 @@ __all__ = [
     "CellDoc",
     "MatrixDoc",
     "NightDoc",
+    "NightEntry",
+    "NightRunEntry",
     "RunInfo",
     "RunRecordDoc",
     "SavedDoc",
@@ -249,23 +251,58 @@ class SummaryDoc(SavedDoc):
                 yield name, run
 
 
+class NightRunEntry(SavedDoc):
+    """One run of a night's scenario (``harness.reports.night.scenario_json``'s ``runs``): its
+    folder and report relative to the night's."""
+
+    index: int | None = None
+    seed: int | None = None
+    verdict: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    failed_checks: list[str] = []
+    load: str | None = None
+    seconds: float | None = None
+    run_dir: str | None = None
+    report: str | None = None
+
+
+class NightEntry(SavedDoc):
+    """One scenario of a night or an invocation (``harness.reports.night.scenario_json``): its
+    cell, rates and runs. Every key but the name may be missing (an older or partial record)."""
+
+    name: str
+    path: str | None = None
+    known_defect: Any = None
+    hosts: dict[str, str] = {}
+    skip: str | None = None
+    cell: str | None = None
+    rate: dict[str, int] | None = None
+    bound: float | None = None
+    measured: dict[str, int] | None = None
+    note: str | None = None
+    fails_night: bool = False
+    failures: dict[str, int] | None = None
+    median_seconds: float | None = None
+    runs: list[NightRunEntry] = []
+
+    @field_validator("cell")
+    @classmethod
+    def _one_name(cls, cell: str | None) -> str | None:  # an older record's cell words read as today's
+        return None if cell is None else canonical(cell)
+
+
 class NightDoc(SavedDoc):
     """``nightly.json`` of a night, and ``invocation.json`` of a ``mxchaos run`` (``kind: run``):
-    the shape ``harness.reports.night.night_json`` writes. Each scenario entry stays a mapping
-    here: the night's page and comparison read them."""
+    the shape ``harness.reports.night.night_json`` writes, each scenario a ``NightEntry``."""
 
     FILE: ClassVar[str] = NIGHT
     night: str = ""
-    scenarios: list[dict[str, Any]]
+    scenarios: list[NightEntry]
     passed: bool | None = None
     exit_code: int | None = None
     interrupted: bool = False
-
-    @field_validator("scenarios")
-    @classmethod
-    def _one_name(cls, scenarios: list[Any]) -> list[Any]:  # an older record's cell words read as today's
-        return [s | {"cell": canonical(s["cell"])} if isinstance(s, dict) and isinstance(s.get("cell"), str) else s
-                for s in scenarios]
+    load: dict[str, Any] | None = None  # the machine's at the start and end (harness.record.load)
 
     @model_validator(mode="before")
     @classmethod
@@ -280,10 +317,14 @@ class NightDoc(SavedDoc):
             renamed[name] = renamed.get(name, 0) + n if isinstance(n, int) else n
         return doc | {"counts": counts | {"cells": renamed}}
 
+    def to_json(self) -> dict[str, Any]:
+        """The keys it was given, no more: an entry of an older or partial record writes back as
+        it was read (its defaults are for readers)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
     def failing(self) -> dict[str, str]:
         """The scenarios whose cell failed the night: name -> its file as recorded."""
-        return {str(s["name"]): str(s.get("path") or s["name"]) for s in self.scenarios
-                if isinstance(s, dict) and s.get("fails_night") and s.get("name")}
+        return {s.name: s.path or s.name for s in self.scenarios if s.fails_night and s.name}
 
 
 class MatrixDoc(SavedDoc):

@@ -68,9 +68,8 @@ class Invocation:
         doc = NightDoc.read_or_none(self.root / "latest" / RECORD)
         out: dict[str, float] = {}
         for s in doc.scenarios if doc is not None else []:
-            median = s.get("median_seconds") if isinstance(s, dict) else None
-            if isinstance(median, int | float) and isinstance(s.get("name"), str):
-                out[s["name"]] = float(median)
+            if s.median_seconds is not None:
+                out[s.name] = s.median_seconds
         return out
 
     def link_latest(self) -> None:

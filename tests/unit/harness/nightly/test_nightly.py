@@ -22,6 +22,7 @@ from harness.nightly.binding import Bound, InventoryBinding, InventoryError, inv
 from harness.nightly.compare import compare_nights, count_changes
 from harness.nightly.run import NightSpec, NothingToRun, find_previous, new_night_id, prune_nights, run_night
 from harness.record.rates import Cell, Rate, RunRecord, cell_of
+from harness.record.saved import NightDoc
 from harness.record.timeline import History
 from harness.reports.night import RunDetail, ScenarioNight, failures_of, night_json, night_passed
 from harness.reports.night_page import render_night
@@ -56,7 +57,7 @@ def night(cells: Sequence[Cell | tuple[Cell, str]], name: str = "n1", interrupte
     )
     if previous is not None:
         doc["previous"] = {"night": previous["night"], "dir": f"/nights/{previous['night']}"}
-        doc["comparison"] = compare_nights(previous, doc)
+        doc["comparison"] = compare_nights(NightDoc.parse(previous, "old"), NightDoc.parse(doc, "new"))
     return doc
 
 
@@ -153,7 +154,7 @@ def test_a_slower_night_is_listed_but_fails_nothing() -> None:
     assert new["passed"]
     loaded = night([cell("s", ["pass", "pass"], seconds=9.0, night="n2")], name="n2")
     loaded["load"] = {"end": {"load1": 6.0, "cpus": 2, "per_cpu": 3.0}}
-    assert compare_nights(old, loaded)["slower"][0]["text"].endswith(" (machine: ? then, load 6 on 2 CPUs (3 per CPU) now)")
+    assert compare_nights(NightDoc.parse(old, "old"), NightDoc.parse(loaded, "new"))["slower"][0]["text"].endswith(" (machine: ? then, load 6 on 2 CPUs (3 per CPU) now)")
     same = night([cell("s", ["pass", "pass"], seconds=4.3, night="n3")], name="n3", previous=old)
     assert same["comparison"]["slower"] == []  # +7%, 0.3 s: noise
 

@@ -156,3 +156,22 @@ def test_no_module_but_the_saved_run_reads_or_writes_a_saved_document_itself() -
              for p in sorted((ROOT / "harness").rglob("*.py")) if p != SAVED
              for line, value in saved_file_literals(p.read_text())]
     assert not found, "read and write these through harness.record.saved:\n" + "\n".join(found)
+
+
+def test_a_night_reads_its_scenarios_and_runs_typed_and_writes_back_only_what_it_read(tmp_path: Path) -> None:
+    """nightly.json's entries are ``NightEntry`` (runs: ``NightRunEntry``): the comparison and the
+    history read attributes, not keys; a partial entry writes back with the keys it had."""
+    doc = {"night": "n2", "load": {"end": {"load1": 1.0}},
+           "scenarios": [{"name": "coin", "cell": "FLAKY", "rate": {"k": 1, "n": 2}, "fails_night": True,
+                          "path": "scenarios/coin.yaml", "median_seconds": 2,
+                          "runs": [{"index": 1, "verdict": "fail", "report": "runs/coin/r1/report.html"}]},
+                         {"name": "old", "cell": "REPRODUCED"}]}
+    night = NightDoc.parse(doc, "given")
+    coin, old = night.scenarios
+    assert (coin.cell, coin.rate, coin.median_seconds, coin.runs[0].verdict) == ("FLAKY", {"k": 1, "n": 2}, 2.0, "fail")
+    assert (old.cell, old.runs, old.fails_night) == ("XFAIL", [], False)
+    assert night.failing() == {"coin": "scenarios/coin.yaml"} and night.load == {"end": {"load1": 1.0}}
+    night.write(NightDoc.in_folder(tmp_path))
+    assert json.loads(NightDoc.in_folder(tmp_path).read_text())["scenarios"][1] == {"name": "old", "cell": "XFAIL"}
+    with pytest.raises(SavedDocError, match=r"scenarios\.0\.name"):
+        NightDoc.parse({"scenarios": [{"cell": "PASS"}]}, "given")

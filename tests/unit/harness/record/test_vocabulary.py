@@ -30,7 +30,7 @@ def test_older_words_read_as_todays() -> None:
     assert CellDoc(cell="REPRODUCED").cell == "XFAIL"
     night = NightDoc.parse({"scenarios": [{"name": "d", "cell": "REPRODUCED"}, {"name": "p", "cell": "PASS"}],
                             "counts": {"ran": 2, "cells": {"REPRODUCED": 1, "PASS": 1}}}, Path("i.json"))
-    assert [s["cell"] for s in night.scenarios] == ["XFAIL", "PASS"]
+    assert [s.cell for s in night.scenarios] == ["XFAIL", "PASS"]
     assert night.to_json()["counts"] == {"ran": 2, "cells": {"XFAIL": 1, "PASS": 1}}
     assert swatch("REPRODUCED") == swatch("xfail") and swatch("NOT_REPRODUCED") == swatch("XPASS")
 
