@@ -22,13 +22,26 @@ import logging
 import math
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxref import config
-from mxref.debug_hooks import LEAK_KINDS
-from mxref.model import add_model_args, model_spec
+from mxref.debug_hooks import LEAK_KINDS, CorruptionToggle, PlantedLeak
+from mxref.metrics import ProcessMetrics, ReaderMetrics, SourceMetrics
+from mxref.model import (
+    Arena,
+    Reference,
+    TensorSpec,
+    add_model_args,
+    check_digest_syntax,
+    fill_from_seed,
+    generate,
+    load_checkpoint,
+    model_spec,
+    save_checkpoint,
+)
 from mxref.options import (
     DemoFlags,
     ModelFlags,
@@ -44,11 +57,13 @@ from mxref.process import EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED, EXIT_U
 
 if TYPE_CHECKING:
     from mxref.accelerators import AcceleratorBackend
-    from mxref.debug_hooks import CorruptionToggle
-    from mxref.metrics import ReaderMetrics
-    from mxref.model import Arena, Reference, TensorSpec
     from mxref.roles.reader import Reader
     from mxref.roles.source import ServeOptions
+
+# Each role's own modules (roles, transfer, accelerators, security, the server, the benches) are
+# imported inside the function that runs it, so a process loads only the role it plays: the
+# server and prepare skip the reader's and source's stack, about a fifth of their start-up
+# (``python -X importtime``); what every role needs is imported above.
 
 
 def _seconds(text: str) -> float:
@@ -252,8 +267,6 @@ class BadInput(Exception):
 
 def _pin(reference: Reference, args: ModelFlags) -> Reference:
     """``reference``, when ``--expect-digest`` (if given) is its digest; BadInput otherwise."""
-    from mxref.model import check_digest_syntax
-
     if not args.expect_digest:
         return reference
     try:
@@ -283,8 +296,6 @@ def _early_target(args: ReaderFlags) -> tuple[AcceleratorBackend | None, list[Te
 def model_reference(args: ModelFlags) -> Reference:
     """The reference a reader holds its load to (module docstring: precedence). Reads only
     the header of a model file that records its reference."""
-    from mxref.model import Reference
-
     try:
         if args.model_file:
             ref = Reference.recorded(args.model_file) or Reference.from_file(args.model_file)
@@ -298,8 +309,6 @@ def model_reference(args: ModelFlags) -> Reference:
 def model_from_args(args: ModelFlags, emit: Callable[..., Any]) -> tuple[Reference, Arena]:
     """A source's (reference, host arena) from the model flags. A model file is checked against
     the reference recorded in it (``content_check``) and refused (BadInput) when it differs."""
-    from mxref.model import Reference, generate, load_checkpoint
-
     if args.model_file:
         path = args.model_file
         try:
@@ -363,17 +372,12 @@ def _debug_hooks(args: SourceFlags | ReaderFlags, proc: Process, arena: Any = No
     """The SIGUSR2 corruption toggle when ``--debug-hooks`` is given (mxref.debug_hooks)."""
     if not args.debug_hooks:
         return None
-    from mxref.debug_hooks import CorruptionToggle
 
     return CorruptionToggle(proc.emit, arena).install()
 
 
 def run_source(args: SourceFlags) -> int:
-    import uuid
-
     from mxref.accelerators import get_backend
-    from mxref.metrics import SourceMetrics
-    from mxref.model import Reference, fill_from_seed
     from mxref.roles.source import SourceService, identity_for
     from mxref.transfer.local import local_tensors
     from mxref.transfer.manager import NixlTransferManager
@@ -429,7 +433,6 @@ def run_source(args: SourceFlags) -> int:
 
 
 def run_reader(args: ReaderFlags) -> int:
-    from mxref.metrics import ReaderMetrics
     from mxref.roles.reader import Reader, ReaderOptions
     from mxref.roles.source import identity_for
     from mxref.transfer.chunked import ChunkPolicy
@@ -475,7 +478,6 @@ def run_reader(args: ReaderFlags) -> int:
 
 def _load_loop(args: ReaderFlags, proc: Process, reader: Reader) -> int:
     """``--load-loop``: a load per line of standard input (``mxref.roles.load_loop``), then close."""
-    from mxref.debug_hooks import PlantedLeak
     from mxref.roles.load_loop import load_loop
 
     leak = PlantedLeak(args.debug_leak, proc.emit) if args.debug_leak else None
@@ -539,9 +541,6 @@ def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Read
 
 
 def run_prepare(args: PrepareFlags) -> int:
-    from mxref.metrics import ProcessMetrics
-    from mxref.model import Reference, fill_from_seed, generate, save_checkpoint
-
     with Process(args.name, "prepare", args.events, None, ProcessMetrics("prepare")) as proc:
         try:
             if args.model_file:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mxref.model import Arena, TensorSpec
+import numpy as np
+
+from mxref.model import ALIGN, Arena, TensorSpec, checksum
 
 
 class AcceleratorBackend(Protocol):
@@ -64,12 +66,12 @@ class CudaArena:
     """
 
     def __init__(self, specs: list[TensorSpec], device_id: int) -> None:
+        # late: torch is optional (the torch extra), needed only for CUDA memory
         import torch
 
         layout = Arena.__new__(Arena)  # reuse the layout rule without allocating host memory
         layout.specs = list(specs)
         layout.offsets, off = [], 0
-        from mxref.model import ALIGN
 
         for spec in layout.specs:
             layout.offsets.append(off)
@@ -95,8 +97,6 @@ class CudaArena:
         return self._slice(i).cpu().numpy()
 
     def checksum(self, i: int) -> str:
-        from mxref.model import checksum
-
         return checksum(self.raw(i))
 
     def checksums(self) -> list[str]:
@@ -106,6 +106,7 @@ class CudaArena:
         self.buffer.fill_(value)
 
     def copy_from(self, host: Arena) -> None:
+        # late: torch is optional (the torch extra), needed only for CUDA memory
         import torch
 
         for i in range(len(self.specs)):
@@ -113,11 +114,10 @@ class CudaArena:
         torch.cuda.synchronize(self.device_id)
 
     def tensors(self) -> dict[str, Any]:
-        import numpy as np
-
         return {s.name: self.raw(i).view(np.dtype(s.dtype)).reshape(s.shape) for i, s in enumerate(self.specs)}
 
     def release(self) -> None:
+        # late: torch is optional (the torch extra), needed only for CUDA memory
         import torch
 
         self.buffer = torch.empty(0, dtype=torch.uint8, device=f"cuda:{self.device_id}")
@@ -130,6 +130,7 @@ class CudaBackend:
     mem_type = "VRAM"
 
     def __init__(self) -> None:
+        # late: torch is optional (the torch extra), needed only for CUDA memory
         import torch
 
         if not torch.cuda.is_available():

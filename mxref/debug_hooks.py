@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from mxref.model import Arena
 from mxref.signals import QueuedSignal
 
@@ -137,8 +139,6 @@ class PlantedLeak:
         if self.kind == "fd":
             self._kept.append(os.open(os.devnull, os.O_RDONLY))
         else:
-            import numpy as np
-
             if agent is None:
                 return  # the load held no agent (a fallback to disk): nothing to register with
             page = np.zeros(self.PAGE, dtype=np.uint8)

@@ -41,6 +41,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from mxref import __version__
+
 # ``*_created`` series are one more series per counter/histogram child that nobody queries;
 # prometheus_client's switch is process-wide, and every mxref process imports this module.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client 0.26
@@ -195,8 +197,6 @@ class ProcessMetrics:
     """
 
     def __init__(self, component: str) -> None:
-        from mxref import __version__
-
         self.registry = CollectorRegistry()
         self._http: WSGIServer | None = None
         build_info = Gauge("mx_build_info", "mxref build", ["component", "version"], registry=self.registry)

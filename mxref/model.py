@@ -474,6 +474,7 @@ def save_checkpoint(arena: Arena, path: Path, spec: ModelSpec | None = None,
                     reference: Reference | None = None) -> Reference:
     """Write the arena's tensors as one safetensors file (the disk-fallback checkpoint), recording
     ``reference`` (default: the arena's own content) in its ``__metadata__``; returns it."""
+    # late: safetensors only for a checkpoint or model file
     from safetensors.numpy import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -489,6 +490,7 @@ def save_checkpoint(arena: Arena, path: Path, spec: ModelSpec | None = None,
 
 def read_header(path: Path) -> tuple[dict[str, str], list[TensorSpec]]:
     """A safetensors file's ``__metadata__`` and tensor list (tensor order), without its data."""
+    # late: safetensors only for a checkpoint or model file
     from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as f:
@@ -509,9 +511,11 @@ def load_checkpoint(path: Path) -> Arena:
     any, is ``Reference.recorded(path)``; nothing here is verified. The file is read with
     read(), not mapped: a disk that fails a read (EIO) is then an OSError the reader reports,
     where a mapped page that cannot be read kills the process with SIGBUS."""
+    # late: safetensors only for a checkpoint or model file
     from safetensors.numpy import load
 
     if os.environ.get("MXREF_SIMULATED_BUG") == "mapped_checkpoint":  # SIMULATED BUG: the mapped read (SIGBUS on EIO)
+        # late: safetensors only for a checkpoint or model file
         from safetensors import safe_open
 
         with safe_open(str(path), framework="numpy") as f:

@@ -8,12 +8,17 @@ the interrupted code holds), and emits ``exit`` with the code on the way out.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
+import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from mxref import __version__, config
@@ -34,8 +39,6 @@ EXIT_SERVING_ENDED = 4  # server: its gRPC server stopped serving without being 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now, for listeners that cannot bind port 0 themselves
     (NIXL's metadata listener). Racy by nature; callers report the port they used."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -47,10 +50,6 @@ def read_json_line(stream: Any, deadline_s: float, what: str) -> dict[str, Any]:
     descriptor directly (Python's buffering would hide lines from ``select``), so the caller
     must not read ``stream`` afterwards. TimeoutError at the deadline, RuntimeError when the
     pipe closes first: a hung child never hangs us."""
-    import json
-    import select
-    import time
-
     fd = stream.fileno()
     deadline = time.monotonic() + deadline_s
     pending = b""
@@ -75,8 +74,6 @@ def die_with_parent() -> None:
 
     Linux only (PR_SET_PDEATHSIG = 1): the child gets SIGTERM when its parent dies.
     """
-    import ctypes
-
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGTERM, 0, 0, 0)
 

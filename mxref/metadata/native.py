@@ -131,6 +131,7 @@ def lanes_for(servicer: P2pServicer) -> tuple[str | None, ...]:
 def native_available() -> str | None:
     """None when ``mxref_native`` imports; else why not (the build is ``.ci/bootstrap``'s)."""
     try:
+        # late: importing it is the test (optional; its absence is the answer)
         import mxref_native  # noqa: F401
     except ImportError as exc:
         return (f"mxref_native is not installed ({exc}): pip install ./mxref/native (needs cargo; .ci/bootstrap does it), "
@@ -186,6 +187,7 @@ class NativeMetadataServer:
         in Rust comes with its count, within ``TAKE_WAIT_S``). ``front_door``: ``FRONT_DOOR``'s
         keys to change; ``max_queued_*``: the queues' bounds; ``lanes``: a worker per entry (default
         ``lanes_for(servicer)``)."""
+        # late: the native extension is optional; its absence is reported, not raised at import
         import mxref_native
 
 

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mxref import config
 from mxref.events import EventLog, log_to_stderr
 from mxref.model import Arena, ModelSpec, Reference, fill_from_seed, load_checkpoint
@@ -87,6 +89,7 @@ class CpuBackend:
         pass
 
     def torch_device(self, device_id: int) -> Any:
+        # late: torch and the modelexpress client exist only in the modelexpress subject's env
         import torch
 
         return torch.device("cpu")
@@ -110,6 +113,7 @@ class CpuBackend:
 def make_engine(spec: ModelSpec, rank: int, identity: Any, checkpoint: Path | None, data_seed: int | None) -> Any:
     """A ``modelexpress.adapter.EngineAdapter`` over the harness model (imported here: the
     subject's environment only)."""
+    # late: torch and the modelexpress client exist only in the modelexpress subject's env
     import torch
     from modelexpress.adapter import EngineAdapter
 
@@ -366,6 +370,7 @@ def _environment(args: AdapterFlags, server: str) -> None:
 
 
 def _identity(args: AdapterFlags, reference: Reference) -> Any:
+    # late: torch and the modelexpress client exist only in the modelexpress subject's env
     from modelexpress import p2p_pb2
 
     return p2p_pb2.SourceIdentity(
@@ -400,7 +405,7 @@ def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
         emit("load_failed", error="no metadata server (--server or MX_SERVER_ADDRESS)")
         return EXIT_USAGE
     _environment(args, args.server)
-    import numpy as np
+    # late: torch and the modelexpress client exist only in the modelexpress subject's env
     import torch
     from modelexpress.client import MxClient
     from modelexpress.load_strategy import LoadContext, run_load_strategy_chain
