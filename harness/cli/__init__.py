@@ -26,7 +26,21 @@ import textwrap
 from collections.abc import Sequence
 from importlib import metadata
 
+from harness.commands.doctor import add_parser as add_doctor_parser
+from harness.commands.listing import add_parser as add_listing_parser
+from harness.commands.open import add_parser as add_open_parser
+from harness.commands.replay import add_parser as add_replay_parser
+from harness.commands.run import add_parser as add_run_parser
+from harness.commands.run import subjects_arg
+from harness.commands.saved import add_parser as add_saved_parser
+from harness.commands.soak import add_parser as add_soak_parser
 from harness.exits import EXIT_BROKEN_PIPE, EXIT_CODES
+from harness.explore.command import add_parser as add_explore_parser
+from harness.hosts.lab import add_parser as add_lab_parser
+from harness.matrix.command import add_parser as add_matrix_parser
+from harness.matrix.project_command import add_parser as add_project_parser
+from harness.mutate.command import add_parser as add_mutate_parser
+from harness.nightly.command import add_parser as add_nightly_parser
 
 __all__ = ["EXIT_CODES", "build_parser", "main", "version_line"]
 
@@ -64,46 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from harness.commands.run import add_parser as add_run_parser
-    from harness.commands.run import subjects_arg
-
     add_run_parser(sub)  # mxchaos run: harness/commands/run.py
-
-    from harness.commands.saved import add_parser as add_saved_parser
-
     add_saved_parser(sub)  # mxchaos check, schema, cleanup: harness/commands/saved.py
-    from harness.commands.listing import add_parser as add_listing_parser
-
     add_listing_parser(sub, subjects_arg)  # mxchaos list, validate: harness/commands/listing.py
-    from harness.commands.open import add_parser as add_open_parser
-
     add_open_parser(sub)  # mxchaos open: harness/commands/open.py
-    from harness.matrix.command import add_parser as add_matrix_parser
-
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
-    from harness.matrix.project_command import add_parser as add_project_parser
-
     add_project_parser(sub)  # mxchaos project: harness/matrix/project_command.py
-    from harness.nightly.command import add_parser as add_nightly_parser
-
     add_nightly_parser(sub)  # mxchaos nightly: harness/nightly/command.py
-    from harness.commands.replay import add_parser as add_replay_parser
-
     add_replay_parser(sub)  # mxchaos replay: harness/commands/replay.py
-    from harness.explore.command import add_parser as add_explore_parser
-
     add_explore_parser(sub)  # mxchaos explore: harness/explore/
-    from harness.hosts.lab import add_parser as add_lab_parser
-
     add_lab_parser(sub)  # mxchaos lab up/down/status: harness/hosts/lab.py
-    from harness.commands.doctor import add_parser as add_doctor_parser
-
     add_doctor_parser(sub)  # mxchaos doctor: harness/commands/doctor.py
-    from harness.mutate.command import add_parser as add_mutate_parser
-
     add_mutate_parser(sub)  # mxchaos mutate: harness/mutate/
-    from harness.commands.soak import add_parser as add_soak_parser
-
     add_soak_parser(sub)  # mxchaos soak: harness/commands/soak.py, harness/soak/
     return parser
 

@@ -102,6 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Hold the machine share (``harness.machine.share``) around the item's whole protocol, outside
     its timeout: alone or shared as ``_runs_alone`` says; a unit test holds nothing."""
+    # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
     from harness.machine.share import ShareTimeout, held_by_ancestor, hold
 
     alone = _runs_alone(item)
@@ -131,6 +132,7 @@ def _runs_alone(item: pytest.Item) -> bool | None:
     if item.get_closest_marker("alone") is not None:
         return True
     if isinstance(item, ScenarioItem):
+        # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
         from harness.matrix.schedule import place
 
         return place(item.scenario).alone
@@ -161,6 +163,7 @@ def _declared_markers(config: pytest.Config) -> set[str]:
 
 def capability_markers(scenario: Scenario) -> list[str]:
     """The markers of the capabilities ``scenario`` requires (``CAPABILITY_MARKERS``), each once."""
+    # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
     from harness.scenario.capabilities import scenario_requirements
 
     found = [CAPABILITY_MARKERS[c] for c in scenario_requirements(scenario) if c in CAPABILITY_MARKERS]
@@ -248,6 +251,7 @@ def _inventory(config: pytest.Config) -> Any:
     if path is None:
         return None
     if _INVENTORY_KEY not in config.stash:
+        # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
         from harness.hosts.allocation import open_inventory
         from harness.hosts.inventory import InventoryInvalid
         from harness.hosts.slurm import SlurmUnavailable
@@ -264,6 +268,7 @@ class ScenarioFile(pytest.File):
         scenario = load_scenario(self.path, seed=self.config.getoption("mxchaos_seed"),
                                  store=self.config.getoption("mxchaos_store"))
         if self.config.getoption("mxchaos_subject"):
+            # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
             from harness.scenario.subjects import with_subjects
             from harness.subjects.mx_server import parse_subjects
 
@@ -295,6 +300,7 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self) -> None:
+        # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
         from harness.engine.play import run_scenario
 
         out = self.config.getoption("mxchaos_out") or (self.config.rootpath / "runs")
@@ -331,6 +337,7 @@ class ScenarioItem(pytest.Item):
 
     def _run_repeated(self, out: Path | str, repeat: int) -> None:
         """N runs, one cell, one outcome (the rule of ``harness.record.rates``)."""
+        # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
         from harness.engine.play import run_scenario
         from harness.reports.report import judge_runs
 
@@ -377,6 +384,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items' timeouts (torch is a few GB). Otherwise a scenario whose subject has no environment
     yet skips, naming the capability ``<subject>-env`` (a plain ``pytest scenarios/`` does not
     download gigabytes for one mixed-fleet scenario)."""
+    # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
     from harness.subjects import prepare_subjects
 
     if not (config.getoption("mxchaos_subject") or os.environ.get("MXCHAOS_BUILD_SUBJECTS") == "1"):

@@ -26,6 +26,7 @@ their scenarios and refuse, with these words, before starting anything (exit ``E
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -39,7 +40,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import HarnessError
 from harness.exits import EXIT_ENV_BROKEN
+from harness.hosts.allocation import open_inventory
+from harness.hosts.hardware import local_hardware
+from harness.hosts.slurm import SlurmUnavailable
+from harness.hosts.ssh import SshHost
+from harness.record.versions import ucx_version
+from harness.scenario.capabilities import have, scenario_requirements
+from harness.scenario.select import scenarios_to_run
+from harness.subjects import env_ready
+from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
+from harness.subjects.native import installed_hash, source_hash
+from harness.subjects.nixl_envs import ensure_env
 
 if TYPE_CHECKING:
     from harness.hosts.inventory import Inventory
@@ -98,13 +111,6 @@ def _transports() -> list[str]:
 
 def probe(capabilities: Iterable[str] = CAPABILITIES) -> dict[str, Any]:
     """What this interpreter's environment and machine have (JSON-able)."""
-    import importlib.metadata
-
-    from harness.hosts.hardware import local_hardware
-    from harness.record.versions import ucx_version
-    from harness.scenario.capabilities import have
-    from harness.subjects.native import installed_hash, source_hash
-
     facts: dict[str, Any] = {"python": sys.executable, "python_version": platform.python_version(),
                              "machine": platform.node()}
     try:
@@ -210,10 +216,6 @@ def probe_env(name: str, kind: str, python: Path, capabilities: Sequence[str]) -
 def probe_inventory(path: Path | Inventory, capabilities: Sequence[str]) -> list[ProbeSite]:
     """Each machine of the inventory (a file, ``slurm:``, or one already read), probed over ssh with its own
     interpreter and checkout."""
-    from harness.errors import HarnessError
-    from harness.hosts.allocation import open_inventory
-    from harness.hosts.ssh import SshHost
-
     inventory = path if not isinstance(path, Path) else open_inventory(path)
     places = []
     run_dir = Path(tempfile.mkdtemp(prefix="mxchaos-doctor-"))
@@ -252,8 +254,6 @@ def scenario_needs(sc: Any) -> dict[str, list[str]]:
     """What a scenario needs of a place: ``capabilities.scenario_requirements`` (a lack: SKIP),
     plus NIXL and, for a server on the native gRPC (the default), the native extension (a lack:
     blocked, every run would fail before its first step)."""
-    from harness.scenario.capabilities import scenario_requirements
-
     needs = {"nixl": ["readers and sources"], **scenario_requirements(sc)}
     native = [name for name, spec in getattr(sc, "processes", {}).items()
               if getattr(spec, "role", "") == "server" and not _grpcio(spec)
@@ -347,10 +347,6 @@ def render(places: Sequence[ProbeSite], scenarios: Sequence[Any]) -> str:
 def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), inventory: Path | Inventory | None = None,
                capabilities: Sequence[str] = CAPABILITIES, log: Callable[[str], None] = lambda _m: None,
                here: bool = True) -> list[ProbeSite]:
-    from harness.subjects import env_ready
-    from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
-    from harness.subjects.nixl_envs import ensure_env
-
     places = []
     if here:
         places.append(ProbeSite("here", "here", probe(capabilities)))
@@ -409,10 +405,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.probe:  # inside a place: print its facts, one JSON line
         print(json.dumps(probe(caps or CAPABILITIES)))
         return 0
-    from harness.errors import HarnessError
-    from harness.scenario.capabilities import scenario_requirements
-    from harness.scenario.select import scenarios_to_run
-    from harness.subjects.envs import SUBJECTS
 
     scenarios = scenarios_to_run(args.paths, None, None) if args.paths else []
     if scenarios is None:
@@ -423,7 +415,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not set(subjects) <= set(SUBJECTS):
         print(f"--subject {args.subject!r}: give subjects from {', '.join(SUBJECTS)}", file=sys.stderr)
         return 2
-    from harness.hosts.slurm import SlurmUnavailable
 
     try:
         places = places_for(nixl=versions, subjects=subjects, inventory=Path(args.inventory) if args.inventory else None,

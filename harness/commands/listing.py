@@ -20,7 +20,15 @@ import shutil
 import sys
 from typing import Any
 
+from harness import checks, faults
+from harness.errors import ScenarioInvalid
 from harness.exits import EXIT_INVALID, EXIT_OK
+from harness.explore import is_template
+from harness.explore.template import load_template
+from harness.scenario import load_scenario
+from harness.scenario.capabilities import describe_missing, scenario_requirements
+from harness.scenario.select import collect_paths, load_all, shown
+from harness.scenario.subjects import with_subjects
 
 __all__ = ["add_parser", "cmd_list", "cmd_validate"]
 
@@ -45,8 +53,6 @@ def add_parser(sub: Any, subjects_arg: Any) -> None:
 
 def _kinds(args: argparse.Namespace) -> int:
     if args.faults:
-        from harness import faults
-
         rows: list[dict[str, Any]] = []
         for kind, cls in sorted(faults.REGISTRY.items()):
             doc = (cls.Spec.__doc__ or "").strip().splitlines()
@@ -59,7 +65,6 @@ def _kinds(args: argparse.Namespace) -> int:
             needs = f"; requires: {', '.join(r['requires'])}" if r["requires"] else ""
             print(f"{r['kind']:10} {'(healable) ' if r['healable'] else ''}{r['doc']}\n{'':10} keys: {', '.join(r['keys'])}{needs}")
         return EXIT_OK
-    from harness import checks
 
     found = {kind: " ".join((d.params.__doc__ or "").split()) for kind, d in sorted(checks.REGISTRY.items())}
     if args.json:
@@ -72,14 +77,10 @@ def _kinds(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     if args.faults or args.checks:
         return _kinds(args)
-    from harness.scenario.capabilities import describe_missing, scenario_requirements
-    from harness.scenario.select import collect_paths, load_all, shown
 
     files, problems = collect_paths(args.paths or ["scenarios"])
     scenarios, invalid = load_all(files, None)
     if args.subject is not None:
-        from harness.scenario.subjects import with_subjects
-
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     rows: list[dict[str, Any]] = []
     lacks: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order
@@ -127,11 +128,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Each file in the order given: ``ok`` (stdout) or its problems (stderr); then a tally."""
-    from harness.errors import ScenarioInvalid
-    from harness.explore import is_template
-    from harness.scenario import load_scenario
-    from harness.scenario.select import collect_paths, shown
-
     files, problems = collect_paths(args.paths)
     quiet = bool(args.json)
     for problem in [] if quiet else problems:
@@ -141,7 +137,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         template = is_template(file)
         try:
             if template:  # named on its own: validated as an exploration template
-                from harness.explore.template import load_template
 
                 sc = load_template(file).base
             else:

@@ -21,16 +21,18 @@ saying so. The text is validated before it is written (``harness.scenario.emit``
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ScenarioInvalid
 from harness.judge.verdict import RunResult
 from harness.record.fault_windows import FaultWindow, target_text
 from harness.record.timeline import Entry, History
-from harness.reports.report import load_run
-from harness.scenario import AwaitEvent, AwaitStep, FaultStep, MarkStep, SleepStep, StepModel
+from harness.reports.report import RunFolderError, load_run
+from harness.scenario import AwaitEvent, AwaitStep, FaultStep, MarkStep, SleepStep, StepModel, iter_steps
 from harness.scenario.emit import compact_data, scenario_text
 
 __all__ = ["FaultRecord", "replay_text", "run_faults"]
@@ -80,8 +82,6 @@ def _step_entries(history: History) -> dict[str, list[Entry]]:
 def run_faults(result: RunResult) -> dict[str, FaultRecord]:
     """Step id -> what happened to that fault step in the run (matched to the fault windows
     by the step's spec, in order, so parallel branches pair up too)."""
-    from harness.scenario import iter_steps
-
     history = result.history
     windows = history.fault_windows()
     used: set[int] = set()
@@ -248,11 +248,6 @@ def add_parser(sub: Any) -> None:
 
 def cmd_replay(args: Any) -> int:
     """Exit 0: written; 2: not a run folder, or its scenario is not valid any more."""
-    import sys
-
-    from harness.errors import ScenarioInvalid
-    from harness.reports.report import RunFolderError
-
     try:
         text = replay_text(args.run_dir, name=args.name)
     except ScenarioInvalid as exc:

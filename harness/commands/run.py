@@ -11,19 +11,31 @@ import os
 import sys
 from pathlib import Path
 
+from harness.commands.doctor import places_for, preflight
 from harness.counts import at_least
+from harness.engine.play import run_scenario
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from harness.hosts.allocation import open_inventory
+from harness.hosts.inventory import InventoryInvalid
+from harness.hosts.slurm import SlurmUnavailable
+from harness.record.rates import write_summary
+from harness.record.results import command as mxchaos_command
+from harness.record.results import failing, prune_invocations, results_root
 from harness.record.saved import SummaryDoc
+from harness.reports.console import Progress, rate_table, verdict_table
+from harness.reports.invocation import SuiteProgress, json_summary, open_invocation, write_record
+from harness.reports.report import judge_runs, write_junit, write_junit_cells
 from harness.scenario.select import scenarios_to_run
 from harness.scenario.select import shown as _shown
+from harness.scenario.subjects import with_subjects
+from harness.subjects import prepare_subjects
+from harness.subjects.mx_server import parse_subjects
 
 __all__ = ["add_parser", "cmd_run", "run_suite", "subjects_arg"]
 
 
 def subjects_arg(text: str) -> dict[str, str]:
     """``--subject``: a subject, or role=subject pairs (``harness.subjects.mx_server.parse_subjects``)."""
-    from harness.subjects.mx_server import parse_subjects
-
     try:
         return parse_subjects(text)
     except ValueError as exc:
@@ -39,8 +51,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         code = run_suite(args, record)
     if record:
-        from harness.reports.invocation import json_summary
-
         print(json.dumps(json_summary(record), indent=1))
     return code
 
@@ -51,18 +61,8 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     ``--lf``: only the scenarios whose newest run under the results root did not pass
     (``harness.record.results``: a failure stays until a run of it passes); ``--maxfail N`` (``-x``: 1):
     stop after N runs that did not pass. ``record`` gets ``invocation.json``'s document."""
-    from harness.engine.play import run_scenario
-    from harness.record.rates import write_summary
-    from harness.record.results import command as mxchaos_command
-    from harness.reports.console import Progress, rate_table, verdict_table
-    from harness.reports.report import judge_runs, write_junit, write_junit_cells
-
     inventory = None
     if args.inventory:
-        from harness.hosts.allocation import open_inventory
-        from harness.hosts.inventory import InventoryInvalid
-        from harness.hosts.slurm import SlurmUnavailable
-
         try:
             inventory = open_inventory(args.inventory)
         except InventoryInvalid as bad:
@@ -73,8 +73,6 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
             return EXIT_ENV_BROKEN
     paths, wanted = list(args.paths), None
     if args.lf:
-        from harness.record.results import failing, results_root
-
         root = results_root()
         failed = failing(root)
         if not failed:
@@ -100,20 +98,15 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if args.grpc_impl is not None:
         scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
     if args.subject is not None:
-        from harness.scenario.subjects import with_subjects
-
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
-        from harness.commands.doctor import places_for, preflight
 
         refused = preflight(scenarios, places_for(inventory=inventory, here=False), "mxchaos run --inventory")
         if refused is not None:
             return refused
     if os.environ.get("MXCHAOS_BUILD_SUBJECTS") != "0":  # 0: a missing subject environment is a SKIP
-        from harness.subjects import prepare_subjects
 
         prepare_subjects(scenarios, log=lambda line: print(line, flush=True))
-    from harness.reports.invocation import SuiteProgress, open_invocation, write_record
 
     repeat = args.repeat
     inv = open_invocation(args.out)
@@ -175,8 +168,6 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         record.update(doc, summary=str(summary.resolve()))
     inv.link_latest()
     if args.keep is not None and inv.root is not None:
-        from harness.record.results import prune_invocations
-
         deleted = prune_invocations(inv.root, args.keep, spare=inv.folder)
         freed = sum(size for _, size in deleted) / (1 << 20)
         print(f"--keep {args.keep}: deleted {len(deleted)} older invocation(s) under {_shown(inv.root)} ({freed:.1f} MiB)"

@@ -10,8 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.commands.cleanup import sweep
 from harness.errors import ScenarioInvalid
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from harness.hosts.allocation import open_inventory
+from harness.hosts.inventory import InventoryInvalid
+from harness.hosts.slurm import SlurmUnavailable
+from harness.hosts.ssh_sweep import sweep_inventory
+from harness.machine.statedir import StateDirError
+from harness.reports.console import verdict_table
+from harness.reports.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
 from harness.scenario import scenario_json_schema
 
 __all__ = ["add_parser", "cmd_check", "cmd_cleanup", "cmd_schema"]
@@ -47,9 +55,6 @@ def add_parser(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """Re-judge saved runs with the current checks; write nothing unless ``--write``. The folder
     of a harness that died mid-run is judged on what its timeline recorded: CRASHED, an error."""
-    from harness.reports.console import verdict_table
-    from harness.reports.report import RunFolderError, load_run, rewrite_verdict, saved_verdict
-
     results = []
     bad = False
     for raw in args.run_dirs:
@@ -89,9 +94,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from harness.commands.cleanup import sweep
-    from harness.machine.statedir import StateDirError
-
     try:
         report = sweep(args.run_id, all_runs=args.all, dry_run=args.dry_run)
     except StateDirError as refused:  # a state directory that is not ours: nothing of it is trusted
@@ -102,10 +104,6 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     remote_failed = False
     if args.inventory:  # the machines of an inventory too (harness/hosts/ssh_sweep.py)
-        from harness.hosts.allocation import open_inventory
-        from harness.hosts.inventory import InventoryInvalid
-        from harness.hosts.slurm import SlurmUnavailable
-        from harness.hosts.ssh_sweep import sweep_inventory
 
         try:
             inventory = open_inventory(args.inventory)  # a file, or slurm: (the nodes of a job)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.hosts import slurm
+from harness.hosts.slurm_dispatch import Options
+
 __all__ = ["add_slurm_options", "slurm_options"]
 
 
@@ -22,9 +25,6 @@ def add_slurm_options(p: Any) -> None:
 
 def slurm_options(args: argparse.Namespace, label: str) -> Any:
     """The dispatch options of ``--slurm``, after the controller answered (``SlurmUnavailable`` otherwise)."""
-    from harness.hosts import slurm
-    from harness.hosts.slurm_dispatch import Options
-
     conf = slurm.conf_path()
     slurm.ping(conf)
     return Options(conf, partition=args.partition, time_limit=args.time,

@@ -21,6 +21,7 @@ from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from harness.soak.fleet import FleetSpec
 from harness.soak.runner import SoakOptions, run_soak
 from harness.soak.verdict import growth_text
+from harness.spec import parse_duration
 from mxref.debug_hooks import LEAK_KINDS
 
 __all__ = ["add_parser", "cmd_soak"]
@@ -37,8 +38,6 @@ def _positive_int(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    from harness.spec import parse_duration
-
     try:
         value = float(parse_duration(text))
     except (TypeError, ValueError) as exc:

@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from harness.errors import ScenarioInvalid
+from harness.explore.report import write_report
+from harness.explore.search import explore
+from harness.explore.template import load_template
 from harness.record.results import results_root
+from harness.spec import parse_duration
 
 __all__ = ["add_parser", "cmd_explore"]
 
@@ -43,14 +50,6 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from harness.errors import ScenarioInvalid
-    from harness.explore.report import write_report
-    from harness.explore.search import explore
-    from harness.explore.template import load_template
-    from harness.spec import parse_duration
-
     try:
         budget = float(parse_duration(args.budget))
     except (ValidationError, ValueError) as exc:

@@ -53,6 +53,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import NoSuchExample
 from hypothesis.internal.conjecture import providers as hypothesis_providers
 
+from harness.engine.play import run_scenario
 from harness.explore.schedule import Schedule, scenario_data, schedules
 from harness.explore.shrink import GOALS, shrink
 from harness.explore.template import Template
@@ -211,8 +212,6 @@ class _Explorer:
     # ------------------------------------------------------------------ runs
 
     def run(self, schedule: Schedule, phase: str, *, seed: int | None = None, scenario_file: Path | None = None) -> Trial:
-        from harness.engine.play import run_scenario
-
         ex = self.ex
         trial = Trial(len(ex.trials) + len(ex.reproduction) + 1, phase, schedule)
         if scenario_file is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shlex
 import signal
@@ -131,8 +132,6 @@ def _control_masters(run_id: str) -> list[int]:
 def sweep_local(run_id: str) -> list[str]:
     """The ssh clients (they carry ``MXCHAOS_SSH_RUN_ID``), their control masters and
     control-socket folders a dead run's harness left here."""
-    import json
-
     removed = []
     for pid in _control_masters(run_id):
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -497,8 +496,6 @@ class SshHost:
         """The shell line that starts ``argv`` there: ``WRAPPER`` given the translated argv (a
         clock fault's ``unshare`` / ``env LD_PRELOAD=`` words included, so they run there),
         environment, folder and log as JSON."""
-        import json
-
         spec: dict[str, Any] = {"argv": [self._translate(a) for a in argv], "env": self._remote_env(env),
                 "cwd": self.remote(str(cwd)), "log": self.remote(str(log_path)),
                 "rc": self.remote(str(log_path.with_suffix(".rc")))}
@@ -559,8 +556,6 @@ class SshHost:
     def run_processes(self, run_id: str, *, plumbing: bool = False) -> list[procscan.RunProcess]:
         """The run's processes there (``plumbing``: the harness's own tails, shells and wrappers
         of the run instead; ``run_id`` empty: of every run)."""
-        import json
-
         key = " MXCHAOS_SSH_RUN_ID" if plumbing else ""
         done = self.run_remote(f"{self._python()} -c {shlex.quote(SCAN)} {shlex.quote(run_id)}{key}",
                                timeout=self.machine.connect_timeout + 10)

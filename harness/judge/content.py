@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,13 @@ import numpy as np
 import xxhash
 
 from harness.errors import HarnessError
+from harness.faults.disk import checkpoint_folder
 from harness.record.expected import ExpectedModel, ExpectedTensor, digest_of
+from harness.scenario import FaultStep, ReaderProcess, iter_steps
+from mxref.model import spec_from_flags
 
 if TYPE_CHECKING:
+    # late: safetensors only for a scenario that names a model file
     from harness.record.timeline import Timeline
     from harness.scenario import Scenario
     from harness.scenario.models import TamperCheckpoint
@@ -67,8 +72,6 @@ def tensor_checksum(seed: int, index: int, nbytes: int) -> str:
 
 
 def _from_generator(flags: list[str]) -> ExpectedModel:
-    from mxref.model import spec_from_flags
-
     spec = spec_from_flags(flags)
     tensors = tuple(
         ExpectedTensor(t.name, t.dtype, tuple(t.shape), tensor_checksum(spec.seed, i, t.nbytes))
@@ -83,6 +86,7 @@ def _natural(name: str) -> list[Any]:
 
 
 def _from_file(path: Path) -> ExpectedModel:
+    # late: safetensors only for a scenario that names a model file
     from safetensors import safe_open
 
     if not path.is_file():
@@ -113,6 +117,7 @@ def lazy_expected(sc: Scenario) -> Callable[[], ExpectedModel]:
 
 
 def _tensors_in(path: Path) -> Iterator[tuple[str, Any]]:
+    # late: safetensors only for a scenario that names a model file
     from safetensors import safe_open
 
     with safe_open(str(path), framework="numpy") as f:
@@ -124,6 +129,7 @@ def tamper_copy(src: Path, dst: Path, tamper: TamperCheckpoint, metadata: Mappin
     """Write a copy of checkpoint ``src`` to ``dst`` with one byte XORed; returns what it did.
     ``tamper.consistent``: the copy's recorded checksums (``mxref_checksums``) match its
     tampered bytes; else they stay the ones ``src`` recorded."""
+    # late: safetensors only for a scenario that names a model file
     from safetensors import safe_open
     from safetensors.numpy import save_file
 
@@ -173,8 +179,6 @@ def reader_checkpoint(sc: Scenario, name: str, prepared: Path | None, run_dir: P
     ``tamper_checkpoint`` a tampered copy of it in the run folder (written once, recorded as
     the harness's ``tamper_checkpoint`` entry), or for a reader a fault on its checkpoint
     folder targets (``disk``) the same file in a folder of its own there."""
-    from harness.scenario import ReaderProcess
-
     spec = sc.processes[name]
     if prepared is not None and isinstance(spec, ReaderProcess) and _checkpoint_faulted(sc, name):
         return _own_folder_copy(prepared, run_dir, name, timeline)
@@ -190,8 +194,6 @@ def reader_checkpoint(sc: Scenario, name: str, prepared: Path | None, run_dir: P
 def _checkpoint_faulted(sc: Scenario, reader: str) -> bool:
     """Whether a fault of the scenario acts on ``reader``'s checkpoint folder (its spec's
     ``on_checkpoint``, e.g. ``disk``)."""
-    from harness.scenario import FaultStep, iter_steps
-
     return any(isinstance(ref.step, FaultStep) and getattr(type(ref.step.fault), "on_checkpoint", False)
                and getattr(ref.step.fault, "target", None) == reader for ref in iter_steps(sc.steps))
 
@@ -200,10 +202,6 @@ def _own_folder_copy(prepared: Path, run_dir: Path, reader: str, timeline: Timel
     """``prepared`` copied into ``<run>/checkpoints/<reader>/`` (recorded as ``checkpoint_folder``).
     A copy, never a hard link: a hard link is the cache's own file, and anything written through
     the faulted folder (or its FUSE layer) would rewrite the checkpoint every later run reads."""
-    import shutil
-
-    from harness.faults.disk import checkpoint_folder
-
     folder = checkpoint_folder(run_dir, reader)
     dst = folder / prepared.name
     if not dst.is_file():

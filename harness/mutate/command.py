@@ -21,6 +21,9 @@ from typing import Any
 from harness.counts import at_least
 from harness.exits import EXIT_FAILED as EXIT_WEAK  # a mutant survived
 from harness.exits import EXIT_INVALID, EXIT_OK
+from harness.mutate import killmatrix
+from harness.mutate.runs import run_selection
+from harness.mutate.subject import Mutant, MutantError, ScratchSubject, find_mutants
 from harness.record.saved import RunInfo
 
 __all__ = ["add_parser", "cmd_mutate"]
@@ -49,10 +52,6 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
-    from harness.mutate import killmatrix
-    from harness.mutate.runs import run_selection
-    from harness.mutate.subject import Mutant, MutantError, ScratchSubject, find_mutants
-
     if args.timeout <= 0:
         print(f"mxchaos mutate: --timeout {args.timeout:g}: give seconds > 0", file=sys.stderr)
         return EXIT_INVALID

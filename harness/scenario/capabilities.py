@@ -46,6 +46,9 @@ from harness.hosts.hardware import HARDWARE_PROBE, Hardware, hardware_lacks, har
 from harness.hosts.inventory import Inventory, bind_hosts
 from harness.hosts.ssh import SshHost
 from harness.scenario.steps import FaultStep, iter_steps
+from harness.subjects import env_ready
+from harness.subjects.envs import SUBJECTS
+from harness.subjects.mx_server import server_binary
 
 __all__ = [
     "missing_on_ssh",
@@ -87,15 +90,13 @@ def _fuse() -> bool:
     if not os.path.exists("/dev/fuse"):
         return False
     try:
-        import mfusepy  # noqa: F401
+        import mfusepy  # noqa: F401  # late: importing it is the probe (it loads libfuse)
     except (ImportError, OSError):
         return False
     return True
 
 
 def _mx_server_built() -> bool:
-    from harness.subjects.mx_server import server_binary
-
     return server_binary() is not None
 
 
@@ -128,8 +129,6 @@ def have(capability: str) -> bool:
     if probe is not None:
         return bool(probe())
     if capability.endswith("-env"):  # a subject's environment (harness.subjects), built on first use
-        from harness.subjects import env_ready
-        from harness.subjects.envs import SUBJECTS
 
         subject = capability.removesuffix("-env")
         return subject in SUBJECTS and env_ready(subject)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.checks.deadlines import Bound
+from harness.scenario.capabilities import scenario_requirements
 
 __all__ = ["GLOBAL_CAPABILITIES", "LANES_PER_CORE", "TIGHT_WITHIN_S", "LanePlacement", "Plan", "default_jobs", "place",
            "plan_column", "spread"]
@@ -64,8 +65,6 @@ def place(scenario: Any) -> LanePlacement:
 
 
 def _inferred_reason(scenario: Any) -> str:
-    from harness.scenario.capabilities import scenario_requirements
-
     needs = scenario_requirements(scenario)
     touched = sorted(set(needs) & GLOBAL_CAPABILITIES)
     if touched:

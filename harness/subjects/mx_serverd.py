@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.wrapped import dies_with, forward_signals
+from mxref.events import EventLog
 
 __all__ = ["LogLine", "LogTranslator", "StoreProbe", "main", "parse_line", "server_env"]
 
@@ -89,6 +90,7 @@ class StoreProbe:
     """Read-only questions to the server's Redis (a failed one answers None: never fatal)."""
 
     def __init__(self, url: str) -> None:
+        # late: redis only for a server on a Redis store
         import redis
 
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
@@ -284,8 +286,6 @@ def _start(args: argparse.Namespace, env: dict[str, str], metrics_port: int,
 
 def main(argv: list[str] | None = None) -> int:
     """The role's process (module docstring); exits with the server's code (0 for TERM/INT)."""
-    from mxref.events import EventLog  # the events format every mxref process writes
-
     parser = argparse.ArgumentParser(prog="python -m harness.subjects.mx_serverd", description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="server")
     parser.add_argument("--events", default=None)

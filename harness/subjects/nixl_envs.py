@@ -153,6 +153,7 @@ def install_native(repo: Path, root: Path | None, log: Callable[[str], None],
     """``build_cached_env``'s ``finish`` that installs ``repo``'s native extension into the env."""
 
     def finish(path: Path) -> str | None:
+        # late: harness.subjects imports this module (a cycle at import time)
         from harness.subjects.native import ensure_installed
 
         return ensure_installed(path, repo, root=root, run=run, log=log)

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.wrapped import dies_with, forward_signals
+from mxref.events import EventLog
 
 __all__ = ["READY_TIMEOUT_S", "RedisServer", "redis_available", "redis_server_argv"]
 
@@ -142,8 +143,6 @@ class RedisServer:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``redis`` role's process (module docstring); exits with redis-server's code."""
-    from mxref.events import EventLog  # the events format every mxref process writes
-
     parser = argparse.ArgumentParser(prog="python -m harness.subjects.redisd", description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="redis")
     parser.add_argument("--events", default=None)

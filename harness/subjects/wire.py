@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
 from harness.subjects.cache import cache_dir
+from mxref.mx import p2p_pb2
 
 __all__ = ["CLIENT_MODULE", "client_descriptor", "client_wheel", "client_or_our_classes", "describe", "differences", "message_classes",
            "our_descriptor"]
@@ -97,8 +98,6 @@ def client_or_our_classes(version: str = "0.7.0") -> dict[str, type[Any]]:
 
 def our_descriptor() -> Any:
     """Our ``model_express.p2p`` file descriptor (``proto/mxref/mx/p2p.proto``) as a proto."""
-    from mxref.mx import p2p_pb2
-
     fdp = descriptor_pb2.FileDescriptorProto()
     p2p_pb2.DESCRIPTOR.CopyToProto(fdp)
     return fdp
