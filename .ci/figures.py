@@ -36,6 +36,23 @@ def late_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _why(lines: list[str], at: int) -> str:
+    """The comment that says why the import on line ``at`` (0-based) is late: on its own line,
+    or on a comment line above its group of imports."""
+    if "#" in lines[at]:
+        return lines[at].split("#", 1)[1].strip()
+    for line in reversed(lines[:at]):
+        text = line.strip()
+        if text.startswith("#"):
+            return text.lstrip("# ")
+        if text.startswith(("import ", "from ")) and "#" in text:
+            return text.split("#", 1)[1].strip()
+        if not text or text.startswith(("import ", "from ")):
+            continue
+        break
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", type=Path, default=Path(__file__).resolve().parents[1])
@@ -53,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         for node in late_imports(tree):
             names = ", ".join(a.name for a in node.names)
             module = node.module if isinstance(node, ast.ImportFrom) else ""
-            line = lines[node.lineno - 1]
-            why = line.split("#", 1)[1].strip() if "#" in line else ""
+            why = _why(lines, node.lineno - 1)
             late.append(f"{where}:{node.lineno}: {'from ' + str(module) + ' ' if module else ''}import {names}"
                         + (f"  # {why}" if why else ""))
         for node in ast.walk(tree):

@@ -134,6 +134,7 @@ def _add_debug_hooks(p: argparse.ArgumentParser, refit: bool = False) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # late: this role's own modules (the note above _seconds)
     from mxref.metadata.main import add_server_args
 
     parser = argparse.ArgumentParser(prog="python -m mxref", description=__doc__.splitlines()[0])
@@ -283,6 +284,7 @@ def _early_target(args: ReaderFlags) -> tuple[AcceleratorBackend | None, list[Te
     """The reader's memory backend and its synthetic model's tensor layout, known before the
     reference is computed; (None, None) for a model file, or flags that make no model or no
     backend (the later, real checks report those)."""
+    # late: this role's own modules (the note above _seconds)
     from mxref.accelerators import get_backend
 
     if args.model_file:
@@ -338,6 +340,7 @@ def model_from_args(args: ModelFlags, emit: Callable[..., Any]) -> tuple[Referen
 
 def serve_options(args: SourceFlags | ReaderFlags, server: str) -> ServeOptions:
     """How this process serves as a source (a source, or a reader after its load)."""
+    # late: this role's own modules (the note above _seconds)
     from mxref.roles.source import ServeOptions
 
     return ServeOptions(
@@ -355,6 +358,7 @@ def _serve(service, proc: Process, seconds: float | None,  # type: ignore[no-unt
            before_close: Callable[[], object] = lambda: None) -> None:
     """Serve until signalled (or ``seconds``), then ``before_close`` and the source teardown,
     whatever happened."""
+    # late: this role's own modules (the note above _seconds)
     from mxref.roles.source import wait_for_stop
 
     service.start()
@@ -377,6 +381,7 @@ def _debug_hooks(args: SourceFlags | ReaderFlags, proc: Process, arena: Any = No
 
 
 def run_source(args: SourceFlags) -> int:
+    # late: this role's own modules (the note above _seconds)
     from mxref.accelerators import get_backend
     from mxref.roles.source import SourceService, identity_for
     from mxref.transfer.local import local_tensors
@@ -433,6 +438,7 @@ def run_source(args: SourceFlags) -> int:
 
 
 def run_reader(args: ReaderFlags) -> int:
+    # late: this role's own modules (the note above _seconds)
     from mxref.roles.reader import Reader, ReaderOptions
     from mxref.roles.source import identity_for
     from mxref.transfer.chunked import ChunkPolicy
@@ -478,6 +484,7 @@ def run_reader(args: ReaderFlags) -> int:
 
 def _load_loop(args: ReaderFlags, proc: Process, reader: Reader) -> int:
     """``--load-loop``: a load per line of standard input (``mxref.roles.load_loop``), then close."""
+    # late: this role's own modules (the note above _seconds)
     from mxref.roles.load_loop import load_loop
 
     leak = PlantedLeak(args.debug_leak, proc.emit) if args.debug_leak else None
@@ -492,6 +499,7 @@ def _load_loop(args: ReaderFlags, proc: Process, reader: Reader) -> int:
 def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Reader,
           hooks: CorruptionToggle | None) -> int:
     """The reader after its setup: load, report, settle, then exit or serve."""
+    # late: this role's own modules (the note above _seconds)
     from mxref.roles.source import SourceService
     from mxref.transfer.local import local_tensors
 
@@ -520,6 +528,7 @@ def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Read
         assert reader.arena is not None
         mgr = reader.manager
         if mgr is None:  # loaded from disk: register the loaded tensors with a new agent
+            # late: this role's own modules (the note above _seconds)
             from mxref.transfer.manager import NixlTransferManager
 
             mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
@@ -562,6 +571,7 @@ def run_prepare(args: PrepareFlags) -> int:
 def install_credentials(args: SourceFlags | ReaderFlags) -> bool:
     """The process's control-plane credentials from the TLS/token flags (``mxref.security``);
     false, with the reason on stderr, when they cannot be used."""
+    # late: this role's own modules (the note above _seconds)
     from mxref import security
 
     try:
@@ -588,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # its own flags (mxref.bench.load)
+        # late: this role's own modules (the note above _seconds)
         from mxref.bench.load import main as bench
 
         return bench(["--raw", *argv[1:]])
@@ -595,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, PeerFlags | DemoFlags):
         config.apply_transport_profile(args.transport)
     if isinstance(args, ServerFlags):
+        # late: this role's own modules (the note above _seconds)
         from mxref.metadata.main import run_server
         from mxref.metadata.transport import spread_full_collections
 
@@ -608,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_reader(args)
     if isinstance(args, PrepareFlags):
         return run_prepare(args)
+    # late: this role's own modules (the note above _seconds)
     from mxref.bench.demo import run_demo
 
     return run_demo(args)
