@@ -1,20 +1,27 @@
 """The run page's readable parts (``harness.reports.htmlreport``): a zoomed view of the fault
 windows when they are a small part of the run, ``elapsed`` checks as brackets, a legend of only
 the symbols the page draws, signal names for negative exit codes and the last lines of the log of
-a process that died by a signal, inline."""
+a process that died by a signal, inline; and no page scrolls sideways at 800 px (measured in
+headless Chromium where one is installed) nor fixes a width above it in its style."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.checks import NamedResult
 from harness.judge.verdict import RunResult, verdict_of
+from harness.nightly.history import render_history
 from harness.record.timeline import History
 from harness.reports.htmlreport import render_html
 from harness.reports.htmlreport.timeline import legend_html, timeline_svg, zoom_window
+from harness.reports.night_page import render_night
 from harness.scenario import parse_scenario
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -118,3 +125,53 @@ def test_a_crash_reads_by_its_signal_and_its_log_tail_is_on_the_page(tmp_path: P
     assert tail is not None and tail.group(1).endswith("free(): invalid next size")
     assert "line 31" in tail.group(1) and "line 30\n" not in tail.group(1)  # the last 20 lines only
     assert "<a href='procs/reader-1.log'>procs/reader-1.log</a>" in page
+
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+WIDE = re.compile(r"(?<![-\w])(?:min-)?width\s*:\s*(\d+)px")
+
+
+def _pages(tmp_path: Path) -> dict[str, str]:
+    long = "a_scenario_name_long_enough_to_push_a_table_column_wider_than_it_should_" * 2
+    sc = parse_scenario(
+        f"name: {long[:63]}\ndescription: {'words ' * 80}\nprocesses:\n  server: {{role: server}}\n"
+        "  source-1: {role: source}\n  reader-1: {role: reader}\nsteps:\n  - start: [server, source-1, reader-1]\n"
+        "checks:\n  - exit_codes: {expect: {reader-1: 0}}\n", "wide.yaml")
+    run_dir = tmp_path / "run"
+    (run_dir / "procs").mkdir(parents=True)
+    (run_dir / "procs" / "reader-1.log").write_text("x" * 3000 + "\n" + "/a/very/long/path/" * 40 + "\n")
+    checks = [_elapsed(0, False, 4.8, 5.6)]
+    result = RunResult(scenario=sc, run_id="wide-1", run_dir=run_dir, status="completed", reason="",
+                       verdict=verdict_of("completed", checks), history=History.build(_rows((4.8, 5.7), 20.0, -6)),
+                       checks=checks, started_at="2026-01-01T00:00:00+00:00", seconds=20.0, seed=1)
+    scenario = {"name": long, "cell": "FAIL", "fails_night": True, "rate": {"k": 0, "n": 1}, "median_seconds": 20.0,
+                "path": "scenarios/" + long + ".yaml",
+                "runs": [{"index": i, "verdict": "fail", "seconds": 20.0, "seed": i, "report": "run/report.html",
+                          "failed_checks": ["exit_codes: " + "reader-1 exited -6 " * 20]} for i in range(1, 21)]}
+    night = {"night": "20260101T000000Z", "kind": "run", "repeat": 20, "passed": False, "seconds": 400,
+             "counts": {"scenarios": 1, "cells": {"FAIL": 1}}, "scenarios": [scenario], "command": ["mxchaos", "run", long]}
+    return {"run": render_html(result), "index": render_night(night),
+            "history": render_history([(f"202601{d:02d}T000000Z", night) for d in range(1, 31)])}
+
+
+def test_no_page_style_fixes_a_width_above_800_px(tmp_path: Path) -> None:
+    for name, page in _pages(tmp_path).items():
+        for style in re.findall(r"<style>(.*?)</style>", page, re.S) + re.findall(r"style=['\"]([^'\"]*)['\"]", page):
+            wide = [int(w) for w in WIDE.findall(style) if int(w) > 800]
+            assert not wide, (name, wide)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(BROWSER is None, reason="needs chromium (headless) to measure a page")
+def test_no_page_scrolls_sideways_at_800_px(tmp_path: Path) -> None:
+    for name, page in _pages(tmp_path).items():
+        probe = page.replace("</body>", "<script>document.body.setAttribute('data-scroll-width', "
+                                        "document.documentElement.scrollWidth)</script></body>")
+        path = tmp_path / f"{name}.html"
+        path.write_text(probe)
+        dom = subprocess.run([str(BROWSER), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                              "--window-size=800,2000", "--dump-dom", path.as_uri()],
+                             capture_output=True, text=True, timeout=120).stdout
+        found = re.search(r'data-scroll-width="(\d+)"', dom)
+        assert found is not None, (name, dom[-500:])
+        assert int(found.group(1)) <= 800, (name, found.group(1))
