@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, open, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, open, runs, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.record.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.commands.open import add_parser as add_open_parser
 
     add_open_parser(sub)  # mxchaos open: harness/commands/open.py
+    from harness.commands.runs import add_parser as add_runs_parser
+
+    add_runs_parser(sub)  # mxchaos runs: harness/commands/runs.py
     from harness.matrix.command import add_parser as add_matrix_parser
 
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
