@@ -45,6 +45,15 @@ def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
     assert {s["name"]: s["cell"] for s in first["scenarios"]} == {
         "smoke": "PASS", "coin_pairs": "PASS", "coin_pairs_inverse": "FAIL"}
     assert first["comparison"] is None and "nothing to compare" in first_out
+    # run's style: -q prints the [i/N] lines of the runs that did not pass only, no event stream,
+    # a closing recap with each failing run's rerun command, and the history page's path
+    lines = first_out.splitlines()
+    failed = [line for line in lines if line.startswith("[")]
+    assert len(failed) == 2 and all("/6] coin_pairs_inverse run " in line and ": FAIL " in line for line in failed), failed
+    assert not any("started (pid" in line for line in lines)
+    recap = lines[lines.index(f"{'short summary':-^72}") + 1:]
+    assert recap[0].startswith("FAIL  coin_pairs_inverse  ") and " run " in recap[1] and "--seed 0" in recap[1]
+    assert f"history: {out / 'history.html'}" in lines
 
     second_code = cli.main(["nightly", "--out", str(out), "--repeat", "2", "--seed", "2", "-q", *paths])
     second_out = capsys.readouterr().out
