@@ -177,6 +177,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     for name in ("index.html", NIGHT, "junit.xml"):
         print(f"  {_shown(outcome.night_dir / name)}")
     print(f"history: {_shown(out / 'history.html')}")
+    from harness.reports.ci import STEP_SUMMARY, step_summary, write_step_summary
+
+    markdown = step_summary(progress.results, outcome.night_dir / "index.html", (night.get("counts") or {}).get("cells"),
+                            title=f"mxchaos nightly {night['night']}")
+    if write_step_summary(markdown) is not None:
+        print(f"step summary: appended to ${STEP_SUMMARY}")
     return outcome.exit_code
 
 
