@@ -38,7 +38,7 @@ ul.changes li{margin:2px 0}td.run{min-width:170px}
 .chips{display:flex;flex-wrap:wrap;gap:3px;max-width:420px}
 .chip{display:inline-block;min-width:34px;padding:1px 4px;border:1px solid;border-radius:3px;font-size:12px;
 text-align:center;text-decoration:none;color:#1f2328}
-.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th,h1,h2,p{overflow-wrap:anywhere}
+.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th.name,h1,h2,p{overflow-wrap:anywhere}
 tr.group th{text-align:left;background:#fff;border:none;padding-top:12px;font-size:15px}
 @media (max-width:700px){body{margin:6px}th.name{max-width:none}}
 """
