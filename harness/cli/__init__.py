@@ -1,4 +1,4 @@
-"""``mxchaos``: run, check, validate, schema, cleanup, list, open, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
+"""``mxchaos``: run, check, validate, schema, cleanup, list, open, runs, matrix, nightly, replay, explore, lab, doctor (and ``--version``).
 
 ``run --repeat N`` runs each scenario N times and judges its cell by ``harness.record.rates`` (the
 rule, the bound, the ``summary.json`` shape); ``run`` always writes that summary
@@ -32,6 +32,7 @@ from harness.commands.open import add_parser as add_open_parser
 from harness.commands.replay import add_parser as add_replay_parser
 from harness.commands.run import add_parser as add_run_parser
 from harness.commands.run import subjects_arg
+from harness.commands.runs import add_parser as add_runs_parser
 from harness.commands.saved import add_parser as add_saved_parser
 from harness.commands.soak import add_parser as add_soak_parser
 from harness.exits import EXIT_BROKEN_PIPE, EXIT_CODES
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_saved_parser(sub)  # mxchaos check, schema, cleanup: harness/commands/saved.py
     add_listing_parser(sub, subjects_arg)  # mxchaos list, validate: harness/commands/listing.py
     add_open_parser(sub)  # mxchaos open: harness/commands/open.py
+    add_runs_parser(sub)  # mxchaos runs: harness/commands/runs.py
     add_matrix_parser(sub)  # mxchaos matrix: harness/matrix/command.py
     add_project_parser(sub)  # mxchaos project: harness/matrix/project_command.py
     add_nightly_parser(sub)  # mxchaos nightly: harness/nightly/command.py

@@ -431,7 +431,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print(render(places, scenarios))
     broken = blocking(places, scenarios) if scenarios else [p for p in places if p.lacks(["nixl", NATIVE])]
+    if not args.json:
+        print(verdict_line(places, bool(broken), subjects))
     return EXIT_ENV_BROKEN if broken else 0
+
+
+def _subject_state(name: str, probed: Sequence[str]) -> str:
+    """One subject as the verdict line names it: where it runs and whether its environment is built."""
+    from harness.subjects.envs import STAMP, SUBJECTS, subject_env_dir
+
+    subject = SUBJECTS[name]
+    if not subject.needs_env:
+        return f"{name} (the project's environment)"
+    label = f"{name} {subject.version}"
+    if name in probed:
+        return f"{label} (probed above)"
+    built = (subject_env_dir(subject) / STAMP).is_file()
+    return f"{label} ({'environment built' if built else 'not built: built on first use, minutes'}; --subject {name} probes it)"
+
+
+def verdict_line(places: Sequence[ProbeSite], broken: bool, probed: Sequence[str]) -> str:
+    """The doctor's last line: whether scenarios can run, what this machine lacks (its scenarios
+    SKIP), and every subject with the state of its environment."""
+    from harness.subjects.envs import SUBJECTS
+
+    lacking = sorted({c for p in places if p.kind == "here" and not p.error
+                      for c in CAPABILITIES if not p.facts.get("capabilities", {}).get(c)})
+    head = "verdict: BROKEN (exit 4): see the fixes above" if broken else "verdict: OK, scenarios run here"
+    lacks = f"; lacking {', '.join(lacking)} (the scenarios that need them SKIP)" if lacking else ""
+    subjects = "; subjects: " + ", ".join(_subject_state(name, probed) for name in SUBJECTS)
+    return head + lacks + subjects
 
 
 def main(argv: Sequence[str] | None = None) -> int:

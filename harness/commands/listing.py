@@ -99,7 +99,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         return code
     for problem in problems:
         print(problem, file=sys.stderr)
-    width = max(40, shutil.get_terminal_size((100, 24)).columns - 38)
+    # a terminal's width cuts a description; piped (| grep, > file) every word stays
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 38) if sys.stdout.isatty() else None
     for r in rows:
         first = r["description"].splitlines()[0] if r["description"] else ""
         if args.long:
@@ -109,7 +110,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         else:
             mark = " (known defect)" if r["known_defect"] else ""
             text = first + mark
-            print(f"{r['name']:36} {text if len(text) <= width else text[: width - 3] + '...'}")
+            print(f"{r['name']:36} {text if width is None or len(text) <= width else text[: width - 3] + '...'}")
         if r["skip"]:
             print(f"{'':36} would SKIP here: {r['skip']}")
     for exc in invalid:

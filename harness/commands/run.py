@@ -172,6 +172,15 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         freed = sum(size for _, size in deleted) / (1 << 20)
         print(f"--keep {args.keep}: deleted {len(deleted)} older invocation(s) under {_shown(inv.root)} ({freed:.1f} MiB)"
               + (f": {', '.join(p.name for p, _ in deleted)}" if deleted else ""))
+    from harness.reports.ci import STEP_SUMMARY, step_summary, write_step_summary
+
+    cell_counts: dict[str, int] = {}
+    for c in cells.values():
+        cell_counts[c.name] = cell_counts.get(c.name, 0) + 1
+    markdown = step_summary(results, inv.folder / "index.html", cell_counts if repeat > 1 else None,
+                            title=f"mxchaos run {inv.name}")
+    if write_step_summary(markdown) is not None:
+        print(f"step summary: appended to ${STEP_SUMMARY}")
     print(f"summary: {_shown(summary)}")
     print(f"index:   {_shown(inv.folder / 'index.html')}")
     return code

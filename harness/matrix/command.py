@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from harness.record.saved import MatrixDoc, SavedDocError
+from harness.scenario.select import shown
 
 if TYPE_CHECKING:
     from harness.scenario import Scenario
@@ -70,6 +72,29 @@ def add_parser(sub: Any) -> None:
 
     add_slurm_options(p)
     p.set_defaults(fn=cmd_matrix)
+
+
+def print_matrix_recap(matrix: Mapping[str, Any], out: Path) -> None:
+    """The closing recap of ``mxchaos run``, per cell: a line per cell that fails the matrix
+    (scenario @ column, its cell, how many runs failed) with the page of its first failing run."""
+    from harness.record.cells import FAILING
+
+    lines = []
+    for name, row in matrix["cells"].items():
+        for cid, cell in row.items():
+            verdict = str(cell.get("verdict"))
+            if verdict.lower() not in FAILING:
+                continue
+            f = cell.get("failures") or {}
+            bad = [r for r in cell.get("runs") or [] if str(r.get("verdict")) not in ("pass", "xfail", "xpass", "skip")]
+            page = ""
+            if bad:
+                link = str(bad[0].get("link") or bad[0].get("run_dir") or "")
+                page = f"  seed {bad[0].get('seed')}: {shown(out / link / 'report.html') if link else '?'}"
+            lines.append(f"{verdict.upper():6}  {name} @ {cid}  {f.get('k', '?')}/{f.get('n', '?')} failed{page}")
+    if lines:
+        print(f"\n{'short summary':-^72}")
+        print("\n".join(lines))
 
 
 def format_table(matrix: dict[str, Any]) -> str:
@@ -233,7 +258,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         for c in changes:
             mark = "REGRESSION" if c.get("regression") else "change"
             print(f"  {mark} {where(c)}: {c['text']}")
-    print(f"wrote {MatrixDoc.in_folder(spec.out)} and {spec.out / 'matrix.html'}")
+    print_matrix_recap(matrix, spec.out)
+    print(f"wrote {shown(MatrixDoc.in_folder(spec.out))} and {shown(spec.out / 'matrix.html')}")
     broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
               for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]
     if broken:

@@ -4,8 +4,11 @@
 [--allocation-timeout S]] [--seed S] [-k EXPR] [--keep K] [-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
 file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
 ``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
-table (as ``mxchaos run --repeat``), what changed since the night before, and where the
-night's ``index.html``, ``nightly.json`` and ``junit.xml`` are. ``--slurm``: the night's lanes run
+table (as ``mxchaos run --repeat``), the closing recap of the runs that did not pass (first
+failing check, page, rerun command), what changed since the night before, and where the
+night's ``index.html``, ``nightly.json``, ``junit.xml`` and the folder's ``history.html`` are. While
+it runs: ``mxchaos run``'s ``[i/N]`` lines (``-q``: only of runs that did not pass), the live
+event stream only under ``-v``. ``--slurm``: the night's lanes run
 as one SLURM job array (``harness.nightly.slurm``; docs/slurm-dispatch.md).
 
 Exit codes, as ``mxchaos run``: 0 the night passed (no cell is FAIL, FLAKY, HANG, ERROR or
@@ -22,16 +25,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.commands.slurmopts import add_slurm_options, slurm_options
 from harness.counts import at_least
 from harness.exits import EXIT_INVALID
+from harness.judge.verdict import RunResult
 from harness.record.saved import NIGHT
+from harness.reports.invocation import SuiteProgress
+from harness.scenario.select import shown as _shown
 
-__all__ = ["add_parser", "cmd_nightly", "print_comparison"]
+__all__ = ["add_parser", "cmd_nightly", "print_comparison", "print_recap"]
 
 
 def add_parser(sub: Any) -> None:
@@ -51,7 +57,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-k", metavar="EXPR", help="select scenarios by name: words with and/or/not")
     p.add_argument("--keep", type=at_least(1, "a number of nights to keep (the newest at least)"), metavar="K",
                    help="after the night, delete all but the newest K nights in DIR (default: keep every night)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no live progress, only a line per run")
+    p.add_argument("-q", "--quiet", action="store_true", help="only the [i/N] lines of the runs that did not pass")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also the live event stream of each run (steps, faults, process events)")
     add_slurm_options(p)
     p.set_defaults(fn=cmd_nightly)
 
@@ -140,10 +148,15 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     refused = preflight(scenarios, places, "mxchaos nightly")
     if refused is not None:
         return refused
+    # the style of `mxchaos run`: [i/N] lines, the event stream only under -v
+    bound_runs = [sc.name for sc in scenarios for _ in range(args.repeat)]
+    progress = _QuietProgress(len(bound_runs), args.quiet)
+    progress.plan(bound_runs)
     try:
         outcome = run_night(
             spec, binding, log=lambda m: print(m, flush=True),
-            observers=lambda name: [] if args.quiet else [Progress(sys.stdout, name)],
+            observers=lambda name: [Progress(sys.stdout, name)] if args.verbose and not args.quiet else [],
+            progress=progress,
         )
     except NothingToRun as exc:
         print(exc, file=sys.stderr)
@@ -154,6 +167,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ENV_BROKEN
     rate_table(outcome.cells, args.repeat)
+    print_recap(progress.results)
     print_comparison(outcome.night.get("comparison"))
     night = outcome.night
     verdict = "PASSED" if night["passed"] else ("INTERRUPTED" if night["interrupted"] else "FAILED")
@@ -161,5 +175,46 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     print(f"night {night['night']} {verdict}: {night['counts']['ran']} ran, {night['counts']['skipped']} skipped, "
           f"{night['counts']['failing']} failing; {size:.1f} MiB")
     for name in ("index.html", NIGHT, "junit.xml"):
-        print(f"  {outcome.night_dir / name}")
+        print(f"  {_shown(outcome.night_dir / name)}")
+    print(f"history: {_shown(out / 'history.html')}")
+    from harness.reports.ci import STEP_SUMMARY, step_summary, write_step_summary
+
+    markdown = step_summary(progress.results, outcome.night_dir / "index.html", (night.get("counts") or {}).get("cells"),
+                            title=f"mxchaos nightly {night['night']}")
+    if write_step_summary(markdown) is not None:
+        print(f"step summary: appended to ${STEP_SUMMARY}")
     return outcome.exit_code
+
+
+class _QuietProgress(SuiteProgress):
+    """``SuiteProgress`` whose ``-q`` leaves out the lines of runs that passed (run's ``-q``); it
+    keeps every run's result for the closing recap."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        super().__init__(total, {})
+        self.quiet = quiet
+        self.results: list[RunResult] = []
+
+    def started(self, label: str) -> None:
+        if not self.quiet:
+            super().started(label)
+
+    def ended(self, result: RunResult, label: str, quiet: bool = False) -> None:
+        self.results.append(result)
+        super().ended(result, label, quiet or self.quiet)
+
+
+def print_recap(results: Sequence[RunResult]) -> None:
+    """The closing recap of ``mxchaos run``: a line per run that did not pass, what fails the
+    night first, its first failing check, page and rerun command."""
+    from harness.reports.console import recap_lines
+
+    recap = recap_lines(results)
+    if not recap:
+        return
+    print(f"\n{'short summary':-^72}")
+    width = max(len(verdict) for verdict, _, _ in recap)
+    for verdict, line, rerun in recap:
+        print(f"{verdict.upper():{width}}  {line}")
+        if rerun:
+            print(f"{'':{width}}  {rerun}")

@@ -12,7 +12,9 @@ and including a new one, ``history_lines`` gives, per scenario:
 (``fixed``, ``newly_failing`` and the rest are the two-night comparison's,
 ``harness.nightly.compare``.) ``render_history`` is ``DIR/history.html``: a strip per scenario,
 a chip per night (its cell's glyph, linked to that night's page; the night, cell, rate, median
-and the machine's load in its title), newest on the right, and the streak words beside it.
+and the machine's load in its title), newest on the right, a line of its median run per night
+(``trend_svg``; the page also draws each night's whole duration), and a "now" column that always
+says something: the streak words, else the newest cell and for how many nights in a row it held.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from harness.record.rates import FAILING_CELLS
 from harness.record.saved import NightDoc, NightEntry
 from harness.reports.htmlreport.palette import swatch
 
-__all__ = ["NIGHT_ID", "SHOWN", "WINDOW", "history_lines", "night_folders", "night_order", "read_night", "render_history"]
+__all__ = ["NIGHT_ID", "SHOWN", "WINDOW", "history_lines", "night_folders", "night_order", "read_night", "render_history",
+           "trend_svg"]
 
 NIGHT_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 WINDOW = 7  # nights a flaky scenario is looked for in
@@ -125,10 +128,14 @@ def render_history(nights: Sequence[Night]) -> str:
     rows = []
     for scenario in names:
         chips = "".join(_chip(night, by.get(scenario), load) for night, by, load in by_night)
+        medians = [by[scenario].median_seconds if scenario in by else None for _, by, _ in by_night]
+        now = "<br>".join(words.get(scenario, [])) or _e(_now(scenario, [by for _, by, _ in by_night]))
         rows.append(f'<tr data-scenario="{_e(scenario)}"><th class="name">{_e(scenario)}</th>'
-                    f'<td><div class="strip">{chips}</div></td><td class="small">{"<br>".join(words.get(scenario, []))}</td></tr>')
+                    f'<td><div class="strip">{chips}</div></td><td class="trend">{trend_svg(medians)}</td>'
+                    f'<td class="small now">{now}</td></tr>')
     span = f"{_e(shown[0][0])} to {_e(shown[-1][0])}" if shown else "no night yet"
     heads = "".join(f'<a href="{_e(n)}/index.html" title="{_e(n)}">{i + 1}</a>' for i, (n, _) in enumerate(shown))
+    whole = trend_svg([doc.seconds for _, doc in shown], width=240)
     return (
         "<!doctype html><html><head><meta charset=utf-8><meta name=viewport content='width=device-width, initial-scale=1'>"
         f"<title>mxchaos nightly history</title><style>{_CSS}</style></head><body>"
@@ -136,8 +143,49 @@ def render_history(nights: Sequence[Night]) -> str:
         "night (oldest left, newest right), linked to that night's page; its title gives the cell, rate, median run and the "
         "machine's load. A blank chip: the scenario was not in that night.</p>"
         f'<p class="small nights">nights: {heads}</p>'
-        "<table class=history><tr><th>scenario</th><th>nights</th><th>now</th></tr>" + "".join(rows) + "</table></body></html>\n"
+        f'<p class="small">each night\'s duration: {whole}</p>'
+        "<table class=history><tr><th>scenario</th><th>nights</th><th title='the median run of each night, oldest left'>"
+        "median run</th><th>now</th></tr>" + "".join(rows) + "</table></body></html>\n"
     )
+
+
+
+def _now(scenario: str, nights: Sequence[dict[str, NightEntry]]) -> str:
+    """What the "now" column says of a scenario with no streak words: its newest cell and for how
+    many nights in a row it has had it, or that the newest night did not hold it."""
+    if not nights or scenario not in nights[-1]:
+        last = next((i for i in range(len(nights) - 1, -1, -1) if scenario in nights[i]), None)
+        return "not in the newest night" + (f" (last seen {len(nights) - 1 - last} night(s) before)" if last is not None else "")
+    cell = str(nights[-1][scenario].cell)
+    streak = 0
+    for by in reversed(nights):
+        if scenario not in by or str(by[scenario].cell) != cell:
+            break
+        streak += 1
+    return f"{cell}, {streak} night{'s' if streak != 1 else ''} in a row" + ("" if streak < len(nights) else " (every night shown)")
+
+
+def trend_svg(values: Sequence[float | None], width: int = 96, height: int = 20) -> str:
+    """A line of ``values`` (oldest left; a missing one leaves a gap) scaled from 0 to their
+    largest, with the newest value after it; '-' when there is none."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    top = max(known) or 1.0
+    step = width / max(1, len(values) - 1)
+    segments: list[list[str]] = [[]]
+    for i, v in enumerate(values):
+        if v is None:
+            segments.append([])
+            continue
+        segments[-1].append(f"{i * step if len(values) > 1 else width / 2:.1f},{height - 2 - (height - 4) * v / top:.1f}")
+    lines = "".join(f"<polyline points='{' '.join(seg)}' fill='none' stroke='#0969da' stroke-width='1.5'/>" if len(seg) > 1
+                    else f"<circle cx='{seg[0].split(',')[0]}' cy='{seg[0].split(',')[1]}' r='2' fill='#0969da'/>"
+                    for seg in segments if seg)
+    title = " · ".join("-" if v is None else f"{v:.1f}s" for v in values)
+    return (f"<svg class='trend' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+            f"viewBox='0 0 {width} {height}'><title>{_e(title)}</title>{lines}</svg> "
+            f"<span class='small'>{known[-1]:.1f}s</span>")
 
 
 _CSS = (
@@ -146,5 +194,5 @@ _CSS = (
     "th{background:#f6f8fa}.small{font-size:12px;color:#57606a}.strip{display:flex;flex-wrap:wrap;gap:2px}"
     ".chip{display:inline-block;width:18px;height:18px;line-height:18px;text-align:center;border:1px solid;"
     "border-radius:3px;font-size:12px;text-decoration:none;color:#1f2328}.nights a{margin-right:6px}"
-    ".still_failing{color:#cf222e;font-weight:600}.flaky{color:#bc4c00}"
+    ".still_failing{color:#cf222e;font-weight:600}.flaky{color:#bc4c00}td.trend{white-space:nowrap}"
 )

@@ -50,6 +50,7 @@ from harness.nightly.history import history_lines, night_folders, read_night, re
 from harness.record.load import load_sample
 from harness.record.rates import Cell, Rate, write_summary
 from harness.record.saved import NightDoc, SummaryDoc
+from harness.reports.invocation import SuiteProgress
 from harness.reports.night import ScenarioNight, night_json, night_passed, run_detail
 from harness.reports.night_page import render_night
 from harness.scenario import Scenario
@@ -172,7 +173,7 @@ def _link_latest(out: Path, night: str) -> None:
 def _scenario(
     spec: NightSpec, binding: Binding, sc: Scenario, b: Bound, night_dir: Path, runs_dir: Path,
     log: Callable[[str], None], observers: Callable[[str], Sequence[Observer]],
-    capped: list[dict[str, Any]], removed: list[dict[str, Any]],
+    capped: list[dict[str, Any]], removed: list[dict[str, Any]], progress: SuiteProgress | None = None,
 ) -> tuple[ScenarioNight, bool]:
     """One scenario's repeats and its cell; True when a run was interrupted (the night ends)."""
     from harness.reports.invocation import first_failing_check
@@ -181,6 +182,8 @@ def _scenario(
     path = _shown(sc.path)
     if b.skip:
         log(f"--- {sc.name}: SKIP  ({b.skip})")
+        if progress is not None:  # its runs were counted in N: none of them will run
+            progress.skipped_rest(spec.repeat)
         return ScenarioNight(sc.name, path, _skip_cell(sc.name, b.skip), b.hosts, sc.known_defect, b.skip), False
     runs, details = [], []
     interrupted = False
@@ -188,7 +191,10 @@ def _scenario(
     for index in range(spec.repeat):
         run_sc = sc.with_seed(sc.seed + index)
         of = f" run {index + 1}/{spec.repeat}"
-        log(f"=== {sc.name}{of} (seed {run_sc.seed})")
+        if progress is not None:  # the [i/N] lines of `mxchaos run`
+            progress.started(f"{sc.name}{of} (seed {run_sc.seed})")
+        else:
+            log(f"=== {sc.name}{of} (seed {run_sc.seed})")
         result = binding.run(run_sc, runs_dir, observers(sc.name))
         write_run_folder(result)
         trimmed = trim_run_folder(result.run_dir, spec.log_cap)
@@ -200,7 +206,12 @@ def _scenario(
         extra += f"  first failing: {failing}" if failing else ""
         detail = run_detail(result)
         extra += f"  (machine {detail.load})" if failing and detail.load else ""
-        log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
+        if progress is not None:
+            progress.ended(result, f"{sc.name}{of}")
+            if result.verdict == "skip":
+                progress.skipped_rest(spec.repeat - index - 1)
+        else:
+            log(f"--- {sc.name}{of}: {result.verdict.upper()} {result.seconds:.1f}s  {result.run_dir}/report.html{extra}")
         runs.append(result)
         details.append(detail)
         if result.status == "interrupted":
@@ -224,6 +235,7 @@ def run_night(
     log: Callable[[str], None] = lambda _m: None,
     observers: Callable[[str], Sequence[Observer]] = lambda _n: (),
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    progress: SuiteProgress | None = None,
 ) -> NightOutcome:
     """Run the night (see the module docstring); NothingToRun when no scenario can run."""
     bound: list[tuple[Scenario, Bound]] = [(sc, binding.bind(sc)) for sc in spec.scenarios]
@@ -245,7 +257,7 @@ def run_night(
     try:
         binding.prepare([sc for sc, b in bound if not b.skip], runs_dir, spec.repeat, spec.seed)
         for sc, b in bound:
-            done, stop = _scenario(spec, binding, sc, b, night_dir, runs_dir, log, observers, capped, removed)
+            done, stop = _scenario(spec, binding, sc, b, night_dir, runs_dir, log, observers, capped, removed, progress)
             results.append(done)
             if stop:
                 interrupted = True

@@ -22,8 +22,9 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.record.saved import INVOCATION, RunInfo, VerdictDoc
 
-__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "command", "failing", "invocation_folders", "newest_runs",
-           "prune_invocations", "resolve_run", "results_root", "run_folders", "scenario_names"]
+__all__ = ["PASSING", "RESULTS_ENV", "FoundRun", "RunNotFound", "command", "failing", "folder_size", "invocation_folders",
+           "newest_runs", "prune_invocations", "prune_to_size", "resolve_run", "results_root", "run_folders", "scenario_names",
+           "scenario_runs"]
 
 RESULTS_ENV = "MXCHAOS_RESULTS"
 PASSING = frozenset({"pass", "xfail", "xpass", "skip"})
@@ -134,10 +135,43 @@ def prune_invocations(root: Path, keep: int, spare: Path | None = None) -> list[
     doomed = [p for p in folders[:-keep] if spare is None or p.resolve() != spare.resolve()]
     deleted = []
     for folder in doomed:
-        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+        size = folder_size(folder)
         shutil.rmtree(folder, ignore_errors=True)
         deleted.append((folder, size))
     return deleted
+
+
+def folder_size(folder: Path) -> int:
+    """The bytes of the files under ``folder`` (links not followed)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def prune_to_size(root: Path, max_bytes: int, spare: Path | None = None,
+                  dry_run: bool = False) -> list[tuple[Path, int]]:
+    """Delete the oldest invocations under ``root`` (``invocation_folders``: only folders of ours)
+    until the rest hold at most ``max_bytes``; the newest one and ``spare`` are never deleted, so
+    one invocation larger than the budget stays. (folder, bytes) per one deleted (``dry_run``:
+    that would be), oldest first."""
+    folders = invocation_folders(root)
+    sizes = {p: folder_size(p) for p in folders}
+    total = sum(sizes.values())
+    deleted = []
+    for folder in folders[:-1]:
+        if total <= max_bytes:
+            break
+        if spare is not None and folder.resolve() == spare.resolve():
+            continue
+        if not dry_run:
+            shutil.rmtree(folder, ignore_errors=True)
+        deleted.append((folder, sizes[folder]))
+        total -= sizes[folder]
+    return deleted
+
+
+def scenario_runs(root: Path, scenario: str) -> list[FoundRun]:
+    """Every run of ``scenario`` under ``root``, from any invocation, newest first."""
+    folders = [folder for name, folder in run_folders(root) if name == scenario]
+    return [_found(scenario, folder) for folder in sorted(folders, key=lambda f: f.name, reverse=True)]
 
 
 class RunNotFound(HarnessError):

@@ -302,6 +302,7 @@ class NightDoc(SavedDoc):
     passed: bool | None = None
     exit_code: int | None = None
     interrupted: bool = False
+    seconds: float | None = None  # the night's (or invocation's) whole duration
     load: dict[str, Any] | None = None  # the machine's at the start and end (harness.record.load)
 
     @model_validator(mode="before")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from harness.judge.verdict import RunResult
+from harness.record.deaths import name_signals
 from harness.record.fault_windows import FaultEntry
 from harness.record.results import command
 from harness.record.timeline import Entry
@@ -19,7 +20,7 @@ from harness.record.vocabulary import meaning
 if TYPE_CHECKING:
     from harness.record.rates import Cell
 
-__all__ = ["Progress", "interrupt_line", "rate_table", "recap_lines", "tell", "verdict_table"]
+__all__ = ["Progress", "interrupt_line", "rate_table", "recap_lines", "recap_order", "tell", "verdict_table"]
 
 _VERDICT_PAINT = {
     "pass": "32",
@@ -180,7 +181,7 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
         for c in result.checks:
             key = "pass" if c.valid is True else "fail" if c.valid is False else "unknown"
             word = "NOT JUDGED" if (cut and c.valid is not True) or c.not_judged else key.upper()
-            out.write(f"  {p(f'{word:7}', 'skip' if word == 'NOT JUDGED' else key)} {c.name:{width}}  {c.summary}\n")
+            out.write(f"  {p(f'{word:7}', 'skip' if word == 'NOT JUDGED' else key)} {c.name:{width}}  {name_signals(c.summary)}\n")
     out.write("\n")
     name_w = max([len(r.scenario.name) for r in shown] + [8])
     if shown:
@@ -226,6 +227,12 @@ _RECAP_ORDER = ("fail", "error", "hang", "unknown", "not_exercised", "xpass", "x
 _RECAP_WIDTH = 100  # a first failing check's text is cut here: the page has it whole
 
 
+def recap_order(result: RunResult) -> int:
+    """Where a run that did not pass goes in a recap: what fails the run first, then the known
+    defects, then what did not run."""
+    return _RECAP_ORDER.index(result.verdict) if result.verdict in _RECAP_ORDER else 0
+
+
 def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str, str]]:
     """``(verdict, line, rerun)`` per run that did not pass, what fails the run first: the
     scenario, its first failing check (a skip's reason, a run with no failing check its status),
@@ -234,17 +241,15 @@ def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str, str]]:
     from harness.reports.invocation import first_failing_check, next_steps
     from harness.scenario.select import shown as shown_path
 
-    def rank(r: RunResult) -> int:
-        return _RECAP_ORDER.index(r.verdict) if r.verdict in _RECAP_ORDER else 0
-
     lines = []
-    for r in sorted((r for r in results if r.verdict != "pass"), key=rank):
+    for r in sorted((r for r in results if r.verdict != "pass"), key=recap_order):
         if r.verdict == "skip":
             why = r.reason
         elif r.verdict == "not_exercised" and r.not_exercised:
             why = r.not_exercised[0]
         else:
             why = first_failing_check(r) or f"{r.status}: {r.reason}"
+        why = name_signals(why)
         if len(why) > _RECAP_WIDTH:
             why = why[: _RECAP_WIDTH - 3] + "..."
         page = "" if r.verdict == "skip" else f"  {shown_path(r.run_dir / 'report.html')}"

@@ -134,21 +134,12 @@ def _missed_a_time_bound(result: RunResult) -> bool:
 
 
 def _process_log(result: RunResult) -> Path | None:
-    """The log of the process the first failing check names (its ``process``/``role`` parameter
-    or a process name in its name), when the run folder holds one."""
-    names = list(result.scenario.processes)
-    for c in result.checks:
-        if c.valid is True:
-            continue
-        details = dict(getattr(c, "details", {}) or {})
-        wanted = [str(details[k]) for k in ("process", "proc", "reader", "source") if isinstance(details.get(k), str)]
-        wanted += [n for n in names if n in c.name]
-        for name in wanted:
-            found = sorted(result.run_dir.rglob(f"{name}.log"))
-            if found:
-                return found[0]
-        break
-    return None
+    """The log of the process the first failing check names (``harness.reports.logs``), else of
+    one that died by a signal, when the run folder holds one."""
+    from harness.reports.logs import telling_logs
+
+    found = telling_logs(result)
+    return found[0][2] if found else None
 
 
 def next_steps(result: RunResult, mxchaos: str | None = None) -> list[str]:

@@ -1,7 +1,7 @@
 """``index.html``: one self-contained page (inline CSS, no script) of a ``nightly.json``.
 
 Top to bottom: the night's verdict (PASSED / FAILED) and headline counts (scenarios, ran,
-skipped, failing, each cell kind); what changed since the night before (newly failing first,
+skipped, failing, each cell kind: a link that shows only that kind's rows, by CSS ``:target``); what changed since the night before (newly failing first,
 then fixed, rates moved beyond their bounds, other changes, slower, new and gone scenarios)
 with links to that night's page; then the table, a row per scenario and a column per repeat:
 the cell, its rate (and bound, for a known defect), the median duration, a "since" mark, and
@@ -29,7 +29,8 @@ __all__ = ["render_night"]
 EXTRA_CSS = """
 .badge{display:inline-block;padding:2px 10px;border-radius:4px;font-size:18px;vertical-align:middle}
 .passed{background:#c8f0c8}.failed{background:#f5b5b5}
-.counts span{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
+.counts span,.counts a{display:inline-block;border:1px solid #999;border-radius:4px;padding:4px 8px;margin:2px 4px 2px 0}
+.counts a.filter{color:#1f2328;text-decoration:none}.counts a.filter:hover{border-color:#0969da}i.target{display:none}
 .since{font-size:12px;font-weight:bold}.newfail{color:#a00000}.fixed{color:#006000}
 ul.changes li{margin:2px 0}td.run{min-width:170px}
 .why{font-size:11px;color:#600;overflow-wrap:anywhere}td.note{max-width:240px}th.name{max-width:320px}
@@ -37,7 +38,7 @@ ul.changes li{margin:2px 0}td.run{min-width:170px}
 .chips{display:flex;flex-wrap:wrap;gap:3px;max-width:420px}
 .chip{display:inline-block;min-width:34px;padding:1px 4px;border:1px solid;border-radius:3px;font-size:12px;
 text-align:center;text-decoration:none;color:#1f2328}
-.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th{overflow-wrap:break-word}
+.load{font-size:11px;color:#6e7781}table{max-width:100%}td,th.name,h1,h2,p{overflow-wrap:anywhere}
 tr.group th{text-align:left;background:#fff;border:none;padding-top:12px;font-size:15px}
 @media (max-width:700px){body{margin:6px}th.name{max-width:none}}
 """
@@ -99,8 +100,12 @@ def _counts(night: Mapping[str, Any]) -> str:
     c = night.get("counts") or {}
     parts = [f"<span><b>{c.get(k, 0)}</b> {label}</span>" for k, label in
              (("scenarios", "scenarios"), ("ran", "ran"), ("skipped", "skipped"), ("runs", "runs"), ("failing", "failing"))]
-    for cell, n in (c.get("cells") or {}).items():
-        parts.append(f'<span style="background:{_colour(cell)}"><b>{n}</b> {_e(cell)}</span>')
+    cells = c.get("cells") or {}
+    for cell, n in cells.items():  # a link that shows only that cell's rows (CSS :target, no script)
+        parts.append(f'<a class="filter" href="#only-{_slug(cell)}" title="show only the {_e(cell)} rows" '
+                     f'style="background:{_colour(cell)}"><b>{n}</b> {_e(cell)}</a>')
+    if len(cells) > 1:
+        parts.append('<a class="filter" href="#" title="show every row">all</a>')
     return f'<div class="counts">{"".join(parts)}</div>'
 
 
@@ -181,9 +186,21 @@ def _table(night: Mapping[str, Any]) -> str:
             "passed / ran</th><th>median</th><th>runs</th></tr>"]
     for group, members in _groups(scenarios):
         if len(members) < len(scenarios):
-            rows.append(f'<tr class="group"><th colspan="5">{_e(group)} ({len(members)})</th></tr>')
+            cells = " ".join(sorted({_slug(s.get("cell")) for s in members}))
+            rows.append(f'<tr class="group" data-cells="{cells}"><th colspan="5">{_e(group)} ({len(members)})</th></tr>')
         rows += [_row(s, repeat, marks) for s in members]
-    return "<h2>Scenarios x runs</h2><table class=scenarios>" + "".join(rows) + "</table>"
+    # the count chips' targets: siblings before the table, so "#only-X:target ~ table" hides the other rows
+    kinds = sorted({_slug(s.get("cell")) for s in scenarios})
+    targets = "".join(f'<i id="only-{k}" class="target"></i>' for k in kinds)
+    hide = "".join(f'#only-{k}:target ~ table.scenarios tr[data-cells]:not([data-cells~="{k}"]){{display:none}}'
+                   f'#only-{k}:target ~ h2 .shown::after{{content:" (only {k.replace("_", "?")})"}}' for k in kinds)
+    return (f"<style>{hide}</style>{targets}<h2>Scenarios x runs<span class=shown></span></h2><table class=scenarios>"
+            + "".join(rows) + "</table>")
+
+
+def _slug(cell: Any) -> str:
+    """A cell's name as an id and a class word (``FIXED?`` is ``FIXED_``)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in str(cell))
 
 
 # the index's groups, in order: what fails first, then the known defects together, then the rest
@@ -219,7 +236,7 @@ def _row(s: Mapping[str, Any], repeat: int, marks: Mapping[str, str]) -> str:
         row.append(f'<td class="small">skipped: {_e(s["skip"])}</td>')
     else:
         row.append(_runs(s, repeat))
-    return "<tr>" + "".join(row) + "</tr>"
+    return f'<tr data-cells="{_slug(s.get("cell"))}">' + "".join(row) + "</tr>"
 
 
 def _about(night: Mapping[str, Any]) -> str:

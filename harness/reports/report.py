@@ -42,10 +42,12 @@ from harness.errors import HarnessError
 from harness.judge.exercised import not_exercised
 from harness.judge.verdict import RunResult, judge, result_to_json, verdict_of
 from harness.machine import procscan
+from harness.record.deaths import name_signals
 from harness.record.results import RunNotFound, resolve_run, results_root
 from harness.record.saved import VERSIONS, RunInfo, SavedDoc, SavedDocError, VerdictDoc, read_json, relative, write_json
 from harness.record.timeline import History
 from harness.record.versions import collect_versions, git_commit
+from harness.reports.ci import check_failure_text, run_failure_text
 from harness.reports.htmlreport import render_html, timeline_svg
 from harness.scenario import Scenario, parse_scenario_json
 from harness.subjects import subject_versions
@@ -360,10 +362,10 @@ def junit_xml(results: Sequence[RunResult], base: Path | None = None) -> ET.Elem
                           message=f"not exercised: {result.not_exercised[0]}").text = "\n".join(result.not_exercised)
         elif result.status == "step_failed":
             failures += 1
-            ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = result.reason
+            ET.SubElement(case, "failure", message=f"step {result.failed_step}: {result.reason}").text = run_failure_text(result, base)
         elif result.status != "completed":
             errors += 1
-            ET.SubElement(case, "error", message=f"{result.status}: {result.reason}").text = result.reason
+            ET.SubElement(case, "error", message=f"{result.status}: {result.reason}").text = run_failure_text(result, base)
         elif result.verdict == "xpass":
             ET.SubElement(case, "system-out").text = _xpass_note(result)
         for check in result.checks:
@@ -373,28 +375,35 @@ def junit_xml(results: Sequence[RunResult], base: Path | None = None) -> ET.Elem
             )
             if check.valid is False and expected:
                 skipped += 1
-                ET.SubElement(case, "skipped", message=f"XFAIL: {check.summary}").text = why_expected
+                ET.SubElement(case, "skipped", message=f"XFAIL: {name_signals(check.summary)}").text = why_expected
             elif check.valid is not True and unexercised:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=f"not judged: the run was not exercised: {check.summary}")
             elif check.valid is False:
                 failures += 1
-                ET.SubElement(case, "failure", message=check.summary).text = json.dumps(dict(check.details), default=str)[:4000]
+                ET.SubElement(case, "failure", message=name_signals(check.summary)).text = check_failure_text(result, check, base)
             elif check.valid != True:  # noqa: E712
                 errors += 1
-                ET.SubElement(case, "error", message=f"unknown: {check.summary}").text = json.dumps(
-                    dict(check.details), default=str
-                )[:4000]
+                ET.SubElement(case, "error", message=f"unknown: {check.summary}").text = check_failure_text(result, check, base)
         suite.set("tests", str(tests))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))
         suite.set("skipped", str(skipped))
+    _total(root)
     return root
+
+
+def _total(root: ET.Element) -> None:
+    """``<testsuites>`` carries the sums of its suites (tests, failures, errors, skipped, time):
+    what a CI's test tab shows first."""
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(sum(int(s.get(key) or 0) for s in root.iter("testsuite"))))
+    root.set("time", f"{sum(float(s.get('time') or 0) for s in root.iter('testsuite')):.3f}")
 
 
 def _expected_text(result: RunResult) -> str:
     lines = [f"known defect: {result.known_defect}", "XFAIL: the checks that showed it:"]
-    lines += [f"  {c.name}: {c.summary}" for c in result.checks if c.valid is False]
+    lines += [f"  {c.name}: {name_signals(c.summary)}" for c in result.checks if c.valid is False]
     return "\n".join(lines)
 
 
@@ -451,6 +460,8 @@ def junit_cells_xml(cells: Sequence[Cell], base: Path | None = None) -> ET.Eleme
     suite.set("tests", str(len(cells)))
     for key, n in counts.items():
         suite.set(key, str(n))
+    suite.set("time", f"{sum(r.seconds for cell in cells for r in cell.runs):.3f}")
+    _total(root)
     return root
 
 

@@ -81,12 +81,14 @@ def _by_name(raw: str) -> tuple[list[Path], str | None]:
             match = re.search(r"^name:\s*['\"]?([\w.-]+)", f.read_text(), re.MULTILINE)
             if match:
                 names.setdefault(match.group(1), f)
-    for f in candidates:
-        names.setdefault(f.stem, f)
-    if raw in names:
-        return [names[raw]], None
-    close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else f" (`mxchaos list` shows the {len(names)} in {shown(CATALOGUE)})"
+    stems = {f.stem: f for f in reversed(candidates)}  # the shallowest wins
+    found = names.get(raw) or stems.get(raw)
+    if found is not None:
+        return [found], None
+    # suggested and counted: the names `mxchaos list` shows (a file stem still runs, unsuggested)
+    close = difflib.get_close_matches(raw, list(names), n=3, cutoff=0.5) or sorted(n for n in names if raw in n)[:3]
+    count = len(set(names.values()))
+    hint = f"; did you mean {', '.join(close)}?" if close else f" (`mxchaos list` shows the {count} in {shown(CATALOGUE)})"
     return [], f"{raw}: no such file or folder, nor a scenario of that name{hint}"
 
 

@@ -47,3 +47,14 @@ def test_head_1_gets_the_first_line_and_the_cli_exits_quietly() -> None:
     lines = proc.stdout.splitlines()
     assert lines == [full.stdout.splitlines()[0], lines[1]] and lines[1] in ("rc=0", "rc=141"), proc.stdout
     assert proc.stderr == ""
+
+
+def test_piped_list_keeps_every_description_whole() -> None:
+    """A terminal's width cuts a description; piped (into grep, a file) nothing is cut."""
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "list"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    from harness.scenario import load_scenario
+
+    whole = load_scenario(REPO / "scenarios" / "frozen_source.yaml").description.strip().splitlines()[0]
+    assert len(whole) > 100  # long enough that a terminal would cut it
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("frozen_source ")]
+    assert line.endswith(whole) and "..." not in line

@@ -34,9 +34,10 @@ def coins(folder: Path) -> list[Path]:
 
 
 def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "nights"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step-summary.md"))
     paths = [str(SMOKE), *map(str, coins(tmp_path))]
     first_code = cli.main(["nightly", "--out", str(out), "--repeat", "2", "--seed", "0", "-q", *paths])
     first_out = capsys.readouterr().out
@@ -45,6 +46,18 @@ def test_two_nights_the_second_shows_what_newly_fails_and_what_got_fixed(
     assert {s["name"]: s["cell"] for s in first["scenarios"]} == {
         "smoke": "PASS", "coin_pairs": "PASS", "coin_pairs_inverse": "FAIL"}
     assert first["comparison"] is None and "nothing to compare" in first_out
+    # run's style: -q prints the [i/N] lines of the runs that did not pass only, no event stream,
+    # a closing recap with each failing run's rerun command, and the history page's path
+    lines = first_out.splitlines()
+    failed = [line for line in lines if line.startswith("[")]
+    assert len(failed) == 2 and all("/6] coin_pairs_inverse run " in line and ": FAIL " in line for line in failed), failed
+    assert not any("started (pid" in line for line in lines)
+    recap = lines[lines.index(f"{'short summary':-^72}") + 1:]
+    assert recap[0].startswith("FAIL  coin_pairs_inverse  ") and " run " in recap[1] and "--seed 0" in recap[1]
+    assert f"history: {out / 'history.html'}" in lines
+    md = (tmp_path / "step-summary.md").read_text()  # a CI job's page: the night's counts and failing runs
+    assert md.startswith(f"### mxchaos nightly {first['night']}: failed") and "**1** FAIL" in md
+    assert sum(1 for line in md.splitlines() if line.startswith("| FAIL | coin_pairs_inverse |")) == 2
 
     second_code = cli.main(["nightly", "--out", str(out), "--repeat", "2", "--seed", "2", "-q", *paths])
     second_out = capsys.readouterr().out

@@ -42,12 +42,28 @@ class _Axis:
         step, ticks = nice_ticks(end)
         return cls(step, ticks)
 
+    @classmethod
+    def between(cls, t0: float, t1: float) -> _Axis:
+        """An axis over ``[t0, t1]`` widened to round ticks (a zoomed view)."""
+        step, _ = nice_ticks(max(t1 - t0, 1e-3))
+        first = math.floor(t0 / step + 1e-9)
+        count = max(1, math.ceil(t1 / step - 1e-9) - first)
+        return cls(step, [round((first + i) * step, 9) for i in range(count + 1)])
+
+    @property
+    def start(self) -> float:
+        return self.ticks[0]
+
     @property
     def end(self) -> float:
         return self.ticks[-1]
 
+    def shows(self, t: float) -> bool:
+        """Whether a moment lies on this axis (a zoomed view leaves out what is outside it)."""
+        return self.start - 1e-9 <= t <= self.end + 1e-9
+
     def x(self, t: float) -> float:
-        return _LEFT + max(0.0, min(t, self.end)) / self.end * _WIDTH
+        return _LEFT + (max(self.start, min(t, self.end)) - self.start) / (self.end - self.start) * _WIDTH
 
     def grid(self, y0: float, y1: float) -> str:
         return "".join(

@@ -16,8 +16,9 @@ from typing import Any
 from harness.checks import NamedResult
 from harness.judge.exercised import fault_witness
 from harness.judge.verdict import RunResult
+from harness.record.deaths import log_tail, name_signals, signal_name
 from harness.record.load import run_load
-from harness.record.saved import VERDICT, VERSIONS
+from harness.record.saved import VERDICT, VERSIONS, relative
 from harness.record.timeline import Entry, FaultWindow, History
 from harness.reports.htmlreport.charts import metric_charts
 from harness.reports.htmlreport.palette import glyph_badge, swatch
@@ -31,7 +32,8 @@ from harness.reports.htmlreport.style import (
     _e,
     _valid_text,
 )
-from harness.reports.htmlreport.timeline import legend_html, timeline_svg
+from harness.reports.htmlreport.timeline import legend_html, timeline_svg, zoom_window
+from harness.reports.logs import telling_logs
 
 
 def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str:
@@ -50,7 +52,7 @@ def _check_rows(checks: Sequence[NamedResult], interrupted: bool = False) -> str
         rows.append(
             f"<tr class='{cls}'><td>{check.index + 1}</td><td>{_e(check.name)}</td>"
             f"<td class='word' style='color:{look.strong}'><span aria-hidden='true'>{look.glyph}</span> {word}</td>"
-            f"<td>{_e(check.summary)}{details}</td></tr>"
+            f"<td>{_e(name_signals(str(check.summary)))}{details}</td></tr>"
         )
     return "".join(rows)
 
@@ -73,7 +75,7 @@ def _why(result: RunResult) -> str:
     if result.reason:
         items.append(f"<li><b>{_e(result.status)}</b>: {_e(result.reason)}</li>")
     for c in bad:
-        items.append(f"<li><b>{_valid_text(c.valid, interrupted, c.not_judged)}</b> #{c.index + 1} {_e(c.name)}: {_e(c.summary)}</li>")
+        items.append(f"<li><b>{_valid_text(c.valid, interrupted, c.not_judged)}</b> #{c.index + 1} {_e(c.name)}: {_e(name_signals(str(c.summary)))}</li>")
     if not items:
         return ""
     kind = {"skip": " neutral", "xfail": " warn"}.get(result.verdict, " neutral" if interrupted else "")
@@ -224,9 +226,16 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
     ]
     parts.append("<h2>Timeline <small>(time in seconds since the run started)</small></h2>")
     host_of = {p: sc.host_of(p) for p in processes}
-    parts.append("<div class='fig'>" + timeline_svg(h, processes, result.checks, host_of, result.status == "interrupted")
-                 + "</div>")
-    parts.append(legend_html())
+    interrupted = result.status == "interrupted"
+    svgs = [timeline_svg(h, processes, result.checks, host_of, interrupted)]
+    parts.append("<div class='fig'>" + svgs[0] + "</div>")
+    zoom = zoom_window(h)
+    if zoom is not None:  # the crucial seconds, readable: the fault windows on an axis of their own
+        svgs.append(timeline_svg(h, processes, result.checks, host_of, interrupted, window=zoom))
+        parts.append(f"<h3 id='zoom'>Zoomed: the fault windows, {zoom[0]:.2f} s to {zoom[1]:.2f} s</h3>"
+                     f"<div class='fig'>{svgs[1]}</div>")
+    parts.append(legend_html(*svgs))
+    parts.append(_telling_logs(result))
     parts.append(metric_charts(h, processes))
     parts.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts) + "</table>")
     parts.append(_steps_table(h))
@@ -253,6 +262,23 @@ def render_html(result: RunResult, versions: dict[str, Any] | None = None,
         )
     parts.append("</table></details></body></html>")
     return "".join(parts)
+
+
+def _telling_logs(result: RunResult) -> str:
+    """The last lines of the log of the process the first failing check names and of each one
+    that died by a signal (``harness.reports.logs``), inline: no click away."""
+    found = telling_logs(result)
+    if not found:
+        return ""
+    parts = ["<h2>Logs that tell</h2>"]
+    for process, why, log in found:
+        where = relative(log, result.run_dir)
+        parts.append(f"<p><b>{_e(process)}</b> ({_e(why)}): the last {_TAIL} lines of <a href='{_e(where)}'>{_e(where)}</a></p>"
+                     f"<pre class='tail'>{_e(log_tail(log, _TAIL)) or '(empty)'}</pre>")
+    return "".join(parts)
+
+
+_TAIL = 20
 
 
 def _table(title: str, head: Sequence[str], rows: Iterable[str]) -> str:
@@ -320,6 +346,7 @@ def _processes_table(h: History, roles: dict[str, str]) -> str:
         incs = h.incarnations(name)
         desc = "; ".join(
             f"#{i.incarnation} pid {i.pid}: {i.start:.3f}-{'?' if i.end is None else f'{i.end:.3f}'}s rc {i.rc}"
+            + (f" ({signal_name(i.rc)})" if isinstance(i.rc, int) and signal_name(i.rc) else "")
             + (" (stopped)" if i.stopped_by_harness else "")
             for i in incs
         )

@@ -83,6 +83,8 @@ _CSS = (
     # reflow: figures scale to the page (scrolling only themselves below ~640 px), tables wrap
     ".fig{overflow-x:auto;max-width:100%}.fig svg{width:100%;height:auto;min-width:640px}"
     "td{overflow-wrap:break-word}td pre,td code{word-break:break-all}table{max-width:100%}"
+    "pre.tail{background:#f6f8fa;padding:6px 8px;max-height:24em;overflow:auto;word-break:break-all}"
+    "h1,h2,h3,p,li,summary{overflow-wrap:anywhere}"  # a long unbroken name wraps rather than widen the page
     "@media (max-width:700px){body{margin:8px}}"
     ".why li{margin:2px 0}.note{color:#57606a;margin:4px 0}"
     ".legend{list-style:none;padding:0;margin:4px 0 20px;display:flex;flex-wrap:wrap;gap:4px 18px;font-size:12px}"

@@ -8,7 +8,8 @@ the timeline is named.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.checks import NamedResult
@@ -38,7 +39,8 @@ from harness.reports.htmlreport.style import (
 
 
 def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedResult] = (),
-                 host_of: Mapping[str, str] | None = None, interrupted: bool = False) -> str:
+                 host_of: Mapping[str, str] | None = None, interrupted: bool = False,
+                 window: tuple[float, float] | None = None) -> str:
     """A lane per process (plus harness, nemesis and checks) on a time axis in seconds.
 
     Faults: one row each in the nemesis lane (overlapping windows stacked), the time any
@@ -49,11 +51,16 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
     source, outcome; failed ones hatched) in rows of their own, each over a strip of its load
     phases; transfers as thin bars where no attempt was recorded; outcomes as dots (coincident
     dots stacked). Checks: a numbered dot per mark, failures on top; ``interrupted``: checks that
-    did not pass are NOT JUDGED, and the interrupt is a line across every lane."""
+    did not pass are NOT JUDGED, and the interrupt is a line across every lane. ``window``: a
+    zoomed view of ``[t0, t1]`` only (``zoom_window``); what lies outside it is left out."""
     processes = list(processes)
     end = max(h.end, 1e-3)
-    axis = _Axis.of(end)
+    axis = _Axis.of(end) if window is None else _Axis.between(*window)
     x = axis.x
+
+    def seen(a: float, b: float | None = None) -> bool:  # a moment, or a span, on this axis
+        return axis.shows(a) if b is None else not (b < axis.start or a > axis.end)
+
     body: list[str] = []
     labels: list[str] = []
     y = 18.0  # below the top tick labels
@@ -68,11 +75,13 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
     top = y
     lane_label("harness", top)
     for entry in h.select(actor="harness", f="step", type="invoke"):
+        if not seen(entry.t):
+            continue
         body.append(
-            f"<line x1='{x(entry.t):.1f}' x2='{x(entry.t):.1f}' y1='{top + 4:.1f}' y2='{top + 18:.1f}' stroke='{_STEP}' "
+            f"<line class='step' x1='{x(entry.t):.1f}' x2='{x(entry.t):.1f}' y1='{top + 4:.1f}' y2='{top + 18:.1f}' stroke='{_STEP}' "
             f"stroke-width='1.5'><title>{entry.t:.3f}s step {_e(entry.get('step'))}: {_e(entry.get('text'))}</title></line>"
         )
-    marks = list(h.select(actor="harness", f=("mark", "hang", "await_timeout")))
+    marks = [m for m in h.select(actor="harness", f=("mark", "hang", "await_timeout")) if seen(m.t)]
     mark_text = [str(m.get("mark") or m.f) for m in marks]
     mark_rows = _rows([(x(m.t) - 5, x(m.t) + 8 + _CHAR_W * len(t)) for m, t in zip(marks, mark_text, strict=True)])
     for m, text, row in zip(marks, mark_text, mark_rows, strict=True):
@@ -88,7 +97,7 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
     # nemesis: one bar per fault window, overlapping windows in separate rows
     top = y
     lane_label("nemesis", top)
-    windows = h.fault_windows()
+    windows = [w for w in h.fault_windows() if seen(w.start, w.end if w.end is not None else end)]
     spans: list[tuple[float, float]] = []
     inside: list[bool] = []
     for w in windows:
@@ -124,6 +133,8 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
         lane_label(name, top, 23)
         bar = top + 14  # the lifetime bar: bar .. bar + 10
         for inc in h.incarnations(name):
+            if not seen(inc.start, inc.end if inc.end is not None else end):
+                continue
             x0, x1 = x(inc.start), x(inc.end if inc.end is not None else end)
             body.append(
                 f"<rect class='alive' x='{x0:.1f}' y='{bar:.1f}' width='{max(x1 - x0, 2):.1f}' height='10' fill='{_ALIVE}'>"
@@ -145,7 +156,7 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
         below = bar + 12
         if name in views:
             below = _server_band(body, views[name], axis, end, bar + 11) + 1
-        tried = attempts(h, name)
+        tried = [a for a in attempts(h, name) if seen(a.start, a.end if a.end is not None else end)]
         rows_used = _attempt_rows(body, tried, axis, end, below) if tried else 0
         extra = (below - (bar + 12)) + 22 * rows_used
         dots: list[Entry] = []
@@ -155,13 +166,15 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
                 starts[entry.get("index")] = entry.t
             elif entry.f in ("transfer_done", "transfer_timeout", "transfer_error"):
                 t0 = starts.pop(entry.get("index"), None)
-                if t0 is not None and not tried:  # an attempt's READ phase shows its transfer
+                if t0 is not None and not tried and seen(t0, entry.t):  # an attempt's READ phase shows its transfer
                     c = _GREEN if entry.f == "transfer_done" else _RED
                     body.append(
                         f"<rect class='transfer' x='{x(t0):.1f}' y='{bar + 14:.1f}' width='{max(x(entry.t) - x(t0) - 1, 2):.1f}' "
                         f"height='4' fill='{c}'><title>transfer {entry.get('index')}: {entry.f} after {entry.t - t0:.3f}s"
                         "</title></rect>"
                     )
+            if not seen(entry.t):
+                continue
             if entry.f in _EVENT_STYLE:
                 dots.append(entry)
             elif entry.f == "status_change":
@@ -179,7 +192,7 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
             c, text = _EVENT_STYLE[d.f]
             cy = bar + 5 if row == 0 else bar + 26 + extra + 10 * (row - 1)
             if row:  # a stacked dot: a stem back to its time on the bar
-                body.append(f"<line x1='{x(d.t):.1f}' x2='{x(d.t):.1f}' y1='{bar + 5:.1f}' y2='{cy:.1f}' stroke='{c}'/>")
+                body.append(f"<line class='stem' x1='{x(d.t):.1f}' x2='{x(d.t):.1f}' y1='{bar + 5:.1f}' y2='{cy:.1f}' stroke='{c}'/>")
             body.append(
                 f"<circle class='event' cx='{x(d.t):.1f}' cy='{cy:.1f}' r='4' fill='{c}' stroke='#fff'>"
                 f"<title>{d.t:.3f}s {_e(text)} {_e(json.dumps(dict(d.value), default=str)[:200])}</title></circle>"
@@ -190,7 +203,7 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
     # checks: a numbered dot per mark; failed, then unknown, then passed take the first rows
     top = y
     lane_label("checks", top)
-    placed = [(check, t, label) for check in _by_severity(checks) for t, label in check.marks]
+    placed = [(check, t, label) for check in _by_severity(checks) for t, label in check.marks if seen(t)]
     check_rows = _rows_in_order([(x(t) - 7, x(t) + 7) for _, t, _ in placed])
     for (check, t, label), row in zip(placed, check_rows, strict=True):
         word = _valid_text(check.valid, interrupted, check.not_judged)
@@ -203,9 +216,10 @@ def timeline_svg(h: History, processes: Iterable[str], checks: Sequence[NamedRes
             "</title></g>"
         )
     y = top + 28 + 16 * max(0, max(check_rows, default=0))
+    y = _brackets(body, checks, axis, y, interrupted)
     sep(y)
     cut = interrupt_at(h)
-    if cut is not None:
+    if cut is not None and seen(cut):
         body.append(
             f"<g class='interrupt'><line x1='{x(cut):.1f}' x2='{x(cut):.1f}' y1='18' y2='{y:.1f}' stroke='{_INTERRUPT}' "
             f"stroke-width='2' stroke-dasharray='6 3'/><text x='{x(cut) + 4:.1f}' y='30' fill='{_INTERRUPT}' "
@@ -252,6 +266,50 @@ def _svg_open(cls: str, height: float) -> str:
     w = _LEFT + _WIDTH + _RIGHT
     return (f"<svg xmlns='http://www.w3.org/2000/svg' class='{cls}' viewBox='0 0 {w} {height:.0f}' "
             f"width='{w}' height='{height:.0f}' preserveAspectRatio='xMinYMin meet'>")
+
+
+def zoom_window(h: History, share: float = 0.5) -> tuple[float, float] | None:
+    """The span a zoomed view of the fault windows shows: from the first injection to the last
+    heal, padded (a sixth of it, at least 0.25 s, each side); None when there is no fault or
+    the span is no smaller than ``share`` of the run (the whole timeline shows it well)."""
+    end = max(h.end, 1e-3)
+    windows = h.fault_windows()
+    if not windows:
+        return None
+    a = min(w.start for w in windows)
+    b = max(w.end if w.end is not None else end for w in windows)
+    pad = max(0.25, (b - a) / 6)
+    lo, hi = max(0.0, a - pad), min(end, b + pad)
+    return (lo, hi) if hi - lo < share * end else None
+
+
+def _brackets(body: list[str], checks: Sequence[NamedResult], axis: _Axis, y: float, interrupted: bool) -> float:
+    """Each ``elapsed`` check as a bracket from the moment it measures from to the one it measures
+    to, in its check's colour, labelled with its number and the time it measured; the bottom."""
+    spans = []
+    for check in _by_severity(checks):
+        details = dict(getattr(check, "details", {}) or {})
+        if check.kind != "elapsed" or not isinstance(details.get("from"), (int, float)) \
+                or not isinstance(details.get("to"), (int, float)):
+            continue
+        spans.append((check, float(details["from"]), float(details["to"])))
+    if not spans:
+        return y
+    x = axis.x
+    labels = [f"#{c.index + 1} {b - a:.3f}s" for c, a, b in spans]
+    rows = _rows([(x(a) - 2, max(x(b), x(a) + 4) + 4 + _CHAR_W * len(text)) for (_, a, b), text in zip(spans, labels, strict=True)])
+    for (check, a, b), text, row in zip(spans, labels, rows, strict=True):
+        word = _valid_text(check.valid, interrupted, check.not_judged)
+        color = swatch(word).strong
+        by = y + 2 + 14 * row + 6
+        x0, x1 = x(a), max(x(b), x(a) + 2)
+        body.append(
+            f"<g class='bracket' data-valid='{word}'><path d='M{x0:.1f} {by - 4:.1f} v4 H{x1:.1f} v-4' fill='none' "
+            f"stroke='{color}' stroke-width='1.5'/><text x='{x1 + 4:.1f}' y='{by + 3:.1f}' fill='{color}' font-size='9'>"
+            f"{_e(text)}</text><title>#{check.index + 1} {_e(check.name)}: {a:.3f}s to {b:.3f}s, {b - a:.3f}s ({word})"
+            "</title></g>"
+        )
+    return y + 4 + 14 * (max(rows) + 1)
 
 
 def _check_shape(word: str, cx: float, cy: float, color: str) -> str:
@@ -331,55 +389,81 @@ def _swatch(inner: str, w: int = 22, h: int = 14) -> str:
     return f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}'>{inner}</svg>"
 
 
-def legend_html() -> str:
-    """What every mark and colour on the timeline means (built from the same style tables)."""
+def _drawn(*patterns: str) -> Callable[[str], bool]:
+    """A legend item's test: whether any of ``patterns`` (regular expressions) is in the SVG."""
+    compiled = [re.compile(p) for p in patterns]
+    return lambda svg: any(c.search(svg) for c in compiled)
+
+
+def _legend_items() -> list[tuple[str, str, Callable[[str], bool]]]:
+    """Every symbol the timeline can draw: (swatch, meaning, whether an SVG uses it)."""
     items = [
-        (_swatch(f"<rect y='2' width='22' height='10' fill='{_ALIVE}'/>"), "process alive (start to exit)"),
-        (_swatch(f"<text x='6' y='11' fill='{_RED}' font-weight='700'>x</text>"), "process exit"),
-        (_swatch(f"<text x='0' y='11' fill='{_STATUS}' font-size='9'>RDY</text>", 24), "status change (text above the bar)"),
-        (_swatch(f"<rect y='5' width='22' height='4' fill='{_GREEN}'/>"), "transfer, completed"),
-        (_swatch(f"<rect y='5' width='22' height='4' fill='{_RED}'/>"), "transfer, timed out or failed"),
+        (_swatch(f"<rect y='2' width='22' height='10' fill='{_ALIVE}'/>"), "process alive (start to exit)", _drawn("class='alive'")),
+        (_swatch(f"<text x='6' y='11' fill='{_RED}' font-weight='700'>x</text>"), "process exit", _drawn("class='exit'")),
+        (_swatch(f"<text x='0' y='11' fill='{_STATUS}' font-size='9'>RDY</text>", 24), "status change (text above the bar)",
+         _drawn("class='status'")),
+        (_swatch(f"<rect y='5' width='22' height='4' fill='{_GREEN}'/>"), "transfer, completed",
+         _drawn(f"class='transfer'[^>]*fill='{_GREEN}'")),
+        (_swatch(f"<rect y='5' width='22' height='4' fill='{_RED}'/>"), "transfer, timed out or failed",
+         _drawn(f"class='transfer'[^>]*fill='{_RED}'")),
     ]
     by_color: dict[str, list[str]] = {}
     for color, text in _EVENT_STYLE.values():
         by_color.setdefault(color, []).append(text)
     for color, texts in by_color.items():
-        items.append((_swatch(f"<circle cx='11' cy='7' r='4' fill='{color}'/>"), " / ".join(texts)))
+        items.append((_swatch(f"<circle cx='11' cy='7' r='4' fill='{color}'/>"), " / ".join(texts),
+                      _drawn(f"class='event'[^>]*fill='{color}'")))
     items += [
         (
             _swatch(f"<circle cx='6' cy='4' r='3' fill='{_GREY}'/><line x1='14' x2='14' y1='4' y2='11' stroke='{_GREY}'/>"
                     f"<circle cx='14' cy='11' r='3' fill='{_GREY}'/>"),
-            "events at the same time: stacked below, stem to their time",
+            "events at the same time: stacked below, stem to their time", _drawn("class='stem'"),
         ),
-        (_swatch(f"<rect y='2' width='22' height='10' fill='{_FAULT}'/>"), "fault window (nemesis lane, a row per overlapping fault)"),
-        (_swatch(f"<rect x='1' y='1' width='20' height='12' fill='none' stroke='{_FAULT}' stroke-width='2'/>"), "fault window on the process it hit"),
-        (_swatch(f"<rect width='22' height='14' fill='{_FAULT}' fill-opacity='0.15'/>"), "some fault active (all lanes)"),
-        (_swatch(f"<line x1='11' x2='11' y1='0' y2='14' stroke='{_STEP}' stroke-width='1.5'/>"), "step started (harness lane)"),
-        (_swatch(f"<path d='M11 2 l4 5 l-4 5 l-4 -5 z' fill='{_PURPLE}'/>"), "mark, hang or await timeout (harness lane)"),
-    ]
-    items += [
+        (_swatch(f"<rect y='2' width='22' height='10' fill='{_FAULT}'/>"), "fault window (nemesis lane, a row per overlapping fault)",
+         _drawn("class='fault'")),
+        (_swatch(f"<rect x='1' y='1' width='20' height='12' fill='none' stroke='{_FAULT}' stroke-width='2'/>"),
+         "fault window on the process it hit", _drawn("class='fault-outline'")),
+        (_swatch(f"<rect width='22' height='14' fill='{_FAULT}' fill-opacity='0.15'/>"), "some fault active (all lanes)",
+         _drawn("class='fault-shade'")),
+        (_swatch(f"<line x1='11' x2='11' y1='0' y2='14' stroke='{_STEP}' stroke-width='1.5'/>"), "step started (harness lane)",
+         _drawn("class='step'")),
+        (_swatch(f"<path d='M11 2 l4 5 l-4 5 l-4 -5 z' fill='{_PURPLE}'/>"), "mark, hang or await timeout (harness lane)",
+         _drawn("class='mark'")),
         (_swatch(f"<rect x='1' y='1' width='20' height='12' fill='none' stroke='{_FAULT}' stroke-width='1.5' "
-                 "stroke-dasharray='4 2'/>"), "fault on the host the process runs on"),
+                 "stroke-dasharray='4 2'/>"), "fault on the host the process runs on", _drawn("class='host-fault'")),
         (_swatch(f"<rect y='5' width='10' height='4' fill='{_GREEN}'/><rect x='11' y='5' width='11' height='4' fill='{_ORANGE}'/>"),
-         "the server's view of a source: READY / STALE / INITIALIZING (grey)"),
-        (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='{_GREEN}'/>"), "reader attempt #index at a source, succeeded \u2713"),
+         "the server's view of a source: READY / STALE / INITIALIZING (grey)", _drawn("class='server-view'")),
+        (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='{_GREEN}'/>"), "reader attempt #index at a source, succeeded \u2713",
+         _drawn(f"rx='2' fill='{_GREEN}'")),
         (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='url(#hatch-fail)' stroke='{_RED}'/>"),
-         "attempt failed \u2717 (hatched): the reader moved on"),
+         "attempt failed \u2717 (hatched): the reader moved on", _drawn("fill='url\\(#hatch-fail\\)'")),
         (_swatch(f"<rect y='1' width='22' height='12' rx='2' fill='#fff' stroke='{_STEP}' stroke-dasharray='3 2'/>"),
-         "attempt with no outcome by the end"),
+         "attempt with no outcome by the end", _drawn("data-outcome='unfinished'")),
     ]
     for phase in PHASES:
         items.append((_swatch(f"<rect y='5' width='22' height='5' fill='{_PHASE_COLORS[phase]}'/>"),
-                      f"load phase: {'READ' if phase == 'read' else phase}"))
+                      f"load phase: {'READ' if phase == 'read' else phase}", _drawn(f"data-phase='{phase}'")))
+    known = "|".join(PHASES)
     items += [
-        (_swatch(f"<rect y='5' width='22' height='5' fill='{_OTHER_PHASE}'/>"), "load phase: other (metadata, agent, release ...)"),
+        (_swatch(f"<rect y='5' width='22' height='5' fill='{_OTHER_PHASE}'/>"), "load phase: other (metadata, agent, release ...)",
+         _drawn(f"data-phase='(?!(?:{known})')")),
         (_swatch(f"<rect y='6' width='22' height='2.5' fill='{_PHASE_COLORS['allocate']}'/>"),
-         "thin: a phase beside the load's path (prestarted target)"),
+         "thin: a phase beside the load's path (prestarted target)", _drawn("class='phase'[^>]*height='2.5'")),
         (_swatch(f"<line x1='11' x2='11' y1='0' y2='14' stroke='{_INTERRUPT}' stroke-width='2' stroke-dasharray='6 3'/>"),
-         "the harness was interrupted (Ctrl-C)"),
+         "the harness was interrupted (Ctrl-C)", _drawn("class='interrupt'")),
+        (_swatch(f"<line x1='2' x2='20' y1='7' y2='7' stroke='{_STEP}' stroke-width='1.5'/><line x1='2' x2='2' y1='3' y2='11' "
+                 f"stroke='{_STEP}' stroke-width='1.5'/><line x1='20' x2='20' y1='3' y2='11' stroke='{_STEP}' stroke-width='1.5'/>"),
+         "an elapsed check: a bracket from the moment it measures from to the one it measures to", _drawn("class='bracket'")),
     ]
     for word in ("PASS", "FAIL", "UNKNOWN", NOT_JUDGED):
         items.append((_swatch(_check_shape(word, 11, 7.5, swatch(word).strong).replace("r='7'", "r='6.5'"), 22, 16),
-                      f"check #n, {word}"))
+                      f"check #n, {word}", _drawn(f"data-valid='{word}'")))
+    return items
+
+
+def legend_html(*svgs: str) -> str:
+    """What every mark and colour on the timeline means (built from the same style tables); given
+    the page's SVGs, only the symbols they draw."""
+    items = [(sw, text) for sw, text, used in _legend_items() if not svgs or any(used(svg) for svg in svgs)]
     cells = "".join(f"<li>{sw}<span>{_e(text)}</span></li>" for sw, text in items)
     return f"<ul class='legend'>{cells}</ul>"

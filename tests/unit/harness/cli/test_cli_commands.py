@@ -152,6 +152,7 @@ def test_the_verdict_table_ends_with_a_tally() -> None:
             scenario=SimpleNamespace(name=name, path=None, processes={}), verdict=verdict, seconds=seconds, seed=1, run_dir=Path("runs") / name,
             status="completed", reason="lacks root" if verdict == "skip" else "", known_defect=None, checks=[],
             not_exercised=["fault cut (partition b): no effect: chain c: 0 packets"] if verdict == "not_exercised" else [],
+            history=(),
         )
 
     out = io.StringIO()
@@ -171,7 +172,7 @@ def test_an_interrupted_runs_unfinished_checks_are_not_judged_in_the_table() -> 
               SimpleNamespace(valid=False, name="exit_codes", summary="-9", not_judged=None)]
     run = SimpleNamespace(scenario=SimpleNamespace(name="cut", path=None), verdict="error", seconds=1.0, seed=1,
                           run_dir=Path("runs/cut"), status="interrupted", reason="harness got SIGINT", known_defect=None, checks=checks,
-                          not_exercised=[])
+                          not_exercised=[], history=())
     out = io.StringIO()
     verdict_table(cast(Any, [run]), out)
     lines = [line.split() for line in out.getvalue().splitlines() if "loaded" in line or "exit_codes" in line]
@@ -222,3 +223,12 @@ def test_a_scenario_is_found_by_its_name_and_a_typo_gets_suggestions() -> None:
     assert files == []
     assert problems[0].startswith("frozen_sorce: no such file or folder, nor a scenario of that name; did you mean frozen_source")
     assert problems[1] == "no/such.yaml: no such file or folder"
+
+
+def test_an_unknown_name_counts_and_suggests_only_what_list_shows() -> None:
+    names = {sc.name for sc in select.load_all(select.collect_paths(["scenarios"])[0], None)[0]}
+    (problem,) = select.collect_paths(["nosuchscenario"])[1]
+    assert problem.endswith(f"(`mxchaos list` shows the {len(names)} in scenarios)")
+    (problem,) = select.collect_paths(["mx658_stor"])[1]  # no close spelling: the names holding it
+    suggested = problem.split("did you mean ")[1].rstrip("?").split(", ")
+    assert suggested and set(suggested) <= names and all("mx658_stor" in n for n in suggested)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.commands.doctor import NATIVE, ProbeSite, blocking, probe, render, scenario_needs
+from harness.commands.doctor import NATIVE, ProbeSite, blocking, probe, render, scenario_needs, verdict_line
 from harness.judge.envbroken import cell_reason, environment_reason, text_reason
 from harness.scenario import load_scenario
 
@@ -121,3 +121,12 @@ def test_a_cell_is_environment_broken_only_when_every_run_is(tmp_path: Path) -> 
     assert cell_reason([*broken, good]) is None  # one run worked: the environment can play the roles
     assert cell_reason([]) is None
     assert text_reason("mxchaos run exited 1: ModuleNotFoundError: No module named 'pydantic'") is not None
+
+
+def test_the_verdict_line_says_whether_scenarios_run_what_is_lacking_and_names_every_subject() -> None:
+    here = _place(kind="here", caps={"cuda": False, "rdma": False})
+    line = verdict_line([here], False, [])
+    assert line.startswith("verdict: OK, scenarios run here; lacking ") and "cuda" in line and "rdma" in line
+    assert "subjects: mxref (the project's environment), modelexpress " in line
+    assert verdict_line([here], True, ["modelexpress"]).startswith("verdict: BROKEN (exit 4)")
+    assert "modelexpress 0.7.0 (probed above)" in verdict_line([here], True, ["modelexpress"])

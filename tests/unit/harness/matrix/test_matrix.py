@@ -529,3 +529,18 @@ def test_a_column_whose_every_run_died_of_its_environment_is_broken_not_failed(
     assert "environment broken: server: metadata server: --grpc-impl native" in format_table(matrix)
     page = (tmp_path / "out" / "matrix.html").read_text()
     assert "environment broken: server:" in page
+
+
+def test_the_matrix_ends_with_a_recap_of_the_cells_that_fail_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.matrix.command import print_matrix_recap
+
+    runs = [{"verdict": "pass", "seed": 1, "link": "c/a/1"}, {"verdict": "fail", "seed": 2, "link": "c/a/2"}]
+    matrix = {"cells": {"a": {"c": {"verdict": "FLAKY", "failures": {"k": 1, "n": 2}, "runs": runs}},
+                        "b": {"c": {"verdict": "PASS", "failures": {"k": 0, "n": 2}, "runs": []}},
+                        "d": {"c": {"verdict": "XFAIL", "failures": {"k": 2, "n": 2}, "runs": []}}}}
+    print_matrix_recap(matrix, tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"{'short summary':-^72}"
+    assert lines[2:] == [f"FLAKY   a @ c  1/2 failed  seed 2: {tmp_path / 'c/a/2/report.html'}"]
+    print_matrix_recap({"cells": {"b": matrix["cells"]["b"]}}, tmp_path)
+    assert capsys.readouterr().out == ""  # nothing failed: no recap

@@ -21,7 +21,7 @@ def _run(name: str, verdict: str, checks: list[Any], run_dir: Path, *, reason: s
     return SimpleNamespace(
         scenario=SimpleNamespace(name=name, path=None, processes={}), verdict=verdict, seconds=1.0, seed=7,
         run_dir=run_dir / name, status=status, reason=reason, known_defect="a defect" if verdict in ("xfail", "xpass") else None,
-        checks=checks, not_exercised=[],
+        checks=checks, not_exercised=[], history=(),
     )
 
 
@@ -41,7 +41,7 @@ def test_the_recap_puts_what_fails_the_run_first_with_its_first_failing_check_an
     lines = recap_lines(cast(Any, suite))
     assert [(verdict, line) for verdict, line, _ in lines] == [
         ("fail", f"frozen  stall_detected: no stall seen in 10 s  {Path('runs/frozen/report.html')}"),
-        ("xfail", f"known  exit_codes: source-1 rc -6  {Path('runs/known/report.html')}"),
+        ("xfail", f"known  exit_codes: source-1 rc -6 (SIGABRT)  {Path('runs/known/report.html')}"),
         ("skip", "rooted  this machine lacks root"),
     ]
     reruns = [rerun for _, _, rerun in lines]

@@ -381,10 +381,9 @@ def test_failed_checks_come_first_and_their_reason_is_at_the_top(tmp_path: Path)
 
 def test_the_legend_names_every_mark_and_colour(tmp_path: Path) -> None:
     from harness.reports.htmlreport.style import _EVENT_STYLE
+    from harness.reports.htmlreport.timeline import legend_html
 
-    page = render_html(make_result(tmp_path, [named(0, True)]), {})
-    legend = page[page.index("<ul class='legend'>") :]
-    legend = legend[: legend.index("</ul>")]
+    every = legend_html()  # the whole table: every symbol the timeline can draw
     for text in (
         "process alive",
         "process exit",
@@ -401,7 +400,17 @@ def test_the_legend_names_every_mark_and_colour(tmp_path: Path) -> None:
         "check #n, UNKNOWN",
         *(label for _, label in _EVENT_STYLE.values()),
     ):
+        assert text in every, text
+    page = render_html(make_result(tmp_path, [named(0, True)]), {})
+    legend = page[page.index("<ul class='legend'>") :]
+    legend = legend[: legend.index("</ul>")]
+    # the page's: what its timeline draws (a frozen source, a timed-out transfer, a fallback), no more
+    for text in ("process alive", "process exit", "status change", "transfer, timed out or failed", "fault window (nemesis lane",
+                 "fault window on the process it hit", "some fault active", "step started", "mark, hang or await timeout",
+                 "check #n, PASS", _EVENT_STYLE["fallback"][1]):
         assert text in legend, text
+    for text in ("check #n, FAIL", "transfer, completed", "the harness was interrupted"):
+        assert text not in legend, text
     assert page.index("<svg xmlns='http://www.w3.org/2000/svg' class='timeline'") < page.index("<ul class='legend'>")
 
 

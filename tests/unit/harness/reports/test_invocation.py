@@ -20,7 +20,7 @@ def _run(tmp_path: Path, *checks: NamedResult, verdict: str = "fail") -> RunResu
     scenario = SimpleNamespace(path=Path("scenarios/frozen_source.yaml"), name="frozen_source",
                                processes={"server": None, "reader-1": None})
     return cast(RunResult, cast(Any, SimpleNamespace(verdict=verdict, seed=12, run_dir=tmp_path, scenario=scenario,
-                                                     checks=list(checks))))
+                                                     checks=list(checks), history=())))
 
 
 def test_a_missed_time_bound_is_rerun_with_repeats_and_the_named_process_log_is_shown(tmp_path: Path) -> None:

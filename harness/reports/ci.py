@@ -1,0 +1,139 @@
+"""What a CI system shows of an invocation: the text of a JUnit failure (plain lines a person
+reads in a test tab: the failing check, the rerun command, the page's path, the tail of the log
+of the process the check names or that died) and, when ``$GITHUB_STEP_SUMMARY`` names a file, a
+markdown summary appended to it (the verdict counts, a row per run that did not pass with its
+first failing check and rerun command, the paths of the index and the pages).
+
+Paths in JUnit are relative to the folder the XML lies in (``harness.record.saved.relative``);
+paths in the step summary are as a person types them from the working folder (the repository
+root in a CI job), which is also where the job's uploaded artefact keeps them."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.judge.verdict import RunResult
+from harness.record.deaths import log_tail, name_signals
+from harness.record.results import command
+from harness.record.saved import relative
+from harness.reports.invocation import first_failing_check, next_steps
+from harness.reports.logs import check_log, telling_logs
+from harness.scenario.select import shown
+
+__all__ = ["STEP_SUMMARY", "check_failure_text", "run_failure_text", "step_summary", "write_step_summary"]
+
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+_TAIL_LINES = 20
+
+
+def _page(result: RunResult, base: Path | None) -> str:
+    page = result.run_dir / "report.html"
+    return relative(page, base) if base is not None else shown(page)
+
+
+def _rerun(result: RunResult) -> str:
+    """The command that reruns this run (its seed), as ``next_steps`` prints it; for a known
+    defect's run (no next steps: nothing to fix) the same command without the repeats."""
+    steps = next_steps(result)
+    if steps:
+        return steps[0].split(":", 1)[1].strip()
+    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
+    return f"{command()} run {shlex.quote(path)} --seed {result.seed}"
+
+
+def _tail_block(process: str, why: str, log: Path, base: Path | None) -> list[str]:
+    where = relative(log, base) if base is not None else shown(log)
+    text = log_tail(log, _TAIL_LINES)
+    head = f"log of {process} ({why}): {where}, last {_TAIL_LINES} lines:"
+    return [head, *(f"  | {line}" for line in text.splitlines())] if text else [f"{head} (empty)"]
+
+
+def _header(result: RunResult, base: Path | None) -> list[str]:
+    return [f"scenario: {result.scenario.name} (seed {result.seed}, {result.verdict.upper()}, {result.seconds:.1f}s)",
+            f"rerun:    {_rerun(result)}",
+            f"page:     {_page(result, base)}"]
+
+
+def check_failure_text(result: RunResult, check: Any, base: Path | None = None) -> str:
+    """A failing (or unknown) check's JUnit body: the check, the scenario, the rerun command, the
+    page, the check's details as ``key: value`` lines and the tail of the log of the process it
+    names (else of one that died by a signal)."""
+    lines = [f"check:    {check.name}: {name_signals(str(check.summary))}", *_header(result, base)]
+    details = dict(getattr(check, "details", {}) or {})
+    if details:
+        lines.append("details:")
+        for key, value in details.items():
+            text = name_signals(str(value))
+            lines.append(f"  {key}: {text if len(text) <= 300 else text[:297] + '...'}")
+    named = check_log(result, check)
+    if named is not None:
+        lines += _tail_block(named[0], f"named by {check.name}", named[1], base)
+    else:
+        lines += [block for p, why, log in telling_logs(result)[:1] for block in _tail_block(p, why, log, base)]
+    return "\n".join(lines)[:16000]
+
+
+def run_failure_text(result: RunResult, base: Path | None = None) -> str:
+    """The run testcase's body when the run itself failed (a step, a hang, an error): what
+    happened, the scenario's lines and the logs that tell it."""
+    lines = [f"run:      {result.status}: {name_signals(result.reason)}", *_header(result, base)]
+    for process, why, log in telling_logs(result)[:2]:
+        lines += _tail_block(process, why, log, base)
+    return "\n".join(lines)[:16000]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def step_summary(results: Sequence[RunResult], index: Path, counts: Mapping[str, int] | None = None,
+                 title: str = "mxchaos") -> str:
+    """The markdown of an invocation for a CI job's page: the verdict counts, a table of the runs
+    that did not pass (what fails the job first) with their first failing check, page and rerun
+    command, and the index's path."""
+    tally: dict[str, int] = dict(counts or {})
+    if not tally:
+        for r in results:
+            tally[r.verdict.upper()] = tally.get(r.verdict.upper(), 0) + 1
+    failing = sum(1 for r in results if not r.ok)
+    head = "failed" if failing else "passed"
+    lines = [f"### {title}: {head}, {len(results)} run(s)", "",
+             " · ".join(f"**{n}** {word}" for word, n in tally.items()), ""]
+    from harness.reports.console import recap_order
+
+    shown_runs = sorted((r for r in results if r.verdict != "pass"), key=recap_order)
+    if shown_runs:
+        lines += ["| verdict | scenario | first failing check | page | rerun |", "|---|---|---|---|---|"]
+        for r in shown_runs:
+            why = r.reason if r.verdict == "skip" else (first_failing_check(r) or f"{r.status}: {r.reason}")
+            why = name_signals(why)
+            why = why if len(why) <= 160 else why[:157] + "..."
+            rerun = f"`{_rerun(r)}`" if not r.ok else ""
+            page = f"`{shown(r.run_dir / 'report.html')}`" if r.verdict != "skip" else ""
+            lines.append(f"| {r.verdict.upper()} | {r.scenario.name} | {_cell(why)} | {page} | {_cell(rerun)} |")
+        lines.append("")
+    lines += [f"index: `{shown(index)}` (paths from the working folder, as the uploaded artefact keeps them)", ""]
+    return "\n".join(lines)
+
+
+def write_step_summary(markdown: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Append ``markdown`` to the file ``$GITHUB_STEP_SUMMARY`` names (None, nothing written,
+    when it is unset or empty); an unwritable file is said on stderr, not raised: a summary
+    never fails the run."""
+    target = (environ if environ is not None else os.environ).get(STEP_SUMMARY)
+    if not target:
+        return None
+    path = Path(target)
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(markdown if markdown.endswith("\n") else markdown + "\n")
+    except OSError as exc:
+        import sys
+
+        print(f"mxchaos: ${STEP_SUMMARY} ({target}) not written: {exc}", file=sys.stderr)
+        return None
+    return path
