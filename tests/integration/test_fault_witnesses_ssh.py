@@ -2,9 +2,10 @@
 namespaces running OpenSSH sshd, reached only over ssh). The kinds that land on an ssh host are
 measured there: a kill by the exit the harness saw, a partition or reject by its chain's counters
 read with the host's own iptables, a link_down by its data device's flags read in the host's own
-shell, a rate by its qdisc's counters there. Each lands on a live target (effect seen, the run
-passes) and is aimed at nothing (no effect: NOT EXERCISED). A pause's target's threads cannot be
-read from here: its record says "not witnessed" and why, and the run is judged on its checks.
+shell, a rate by its qdisc's counters there, a stop by its exit. Each lands on a live target
+(effect seen, the run passes) and is aimed at nothing (no effect: NOT EXERCISED). A pause's
+target's threads and a wall_clock's process cannot be read from here: their record says "not
+witnessed" and why, and the run is judged on its checks.
 
 The lab is machine-wide: run these under ``flock /work/lab.lock`` (tests/integration's rule for
 every test that brings one up)."""
@@ -88,6 +89,21 @@ def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is
                                   inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
+
+
+def test_a_stop_on_an_ssh_host_is_witnessed_by_its_exit(inventory: Inventory, tmp_path: Path) -> None:
+    steps = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 500ms"
+    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
+
+
+def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
+    steps = "      - fault: {kind: wall_clock, target: source-1, offset: -5s, name: skew}\n      - sleep: 500ms"
+    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    effect, _ = witnessed(result)["skew"]
+    assert (result.verdict, effect) == ("pass", "unwitnessed")
+    (w,) = result.history.fault_windows()
+    assert w.witness is not None and "runs on ssh host" in w.witness.why, w.witness
 
 
 def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
