@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
 
+from harness.checks.deadlines import ReadWindow
 from harness.record.timeline import Entry, History
 from harness.spec import Ref, Strict
 
@@ -136,9 +137,15 @@ class RunFacts:
     roles: Mapping[str, str] = field(default_factory=dict)  # process name -> role
     expected: Callable[[], ExpectedModel] | None = None
     players: Mapping[str, str] = field(default_factory=dict)  # process name -> subject playing it (unset: mxref)
+    # reader -> its chunked READ as the scenario gives it (read_chunk_mib, read_window; None: the default)
+    read_windows: Mapping[str, tuple[float | None, int | None]] = field(default_factory=dict)
 
     def played_by(self, name: str) -> str:
         return self.players.get(name, "mxref")
+
+    def read_window(self, reader: str | None) -> ReadWindow:
+        """``reader``'s chunked READ as its scenario gives it (the stall contract's window)."""
+        return ReadWindow(*self.read_windows.get(reader or "", (None, None)))
 
     def processes(self, role: str) -> list[str]:
         return [name for name, r in self.roles.items() if r == role]

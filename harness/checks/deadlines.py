@@ -10,10 +10,11 @@ An oracle never takes the subject's word for what it judges, so such a check jud
 (``announced_deadlines``):
 
 1. every deadline the reader (``stall_of``) announced is the contract's: ``contract`` (by
-   default mxref's documented ones, docs/mxref.md: ``D`` = 0.84 s, ``D1`` = 0.75 s, for
-   16 MiB chunks, 2 in flight, 100 MB/s plus 0.5 s) within ``tolerance`` (5 ms: the contract
-   states them to 10 ms). A reader that announces 20 x D fails here, however consistently
-   it then waits 20 x D;
+   default mxref's documented rule, docs/mxref.md, for the window the scenario gives that
+   reader (``ReadWindow``: its ``read_chunk_mib`` and ``read_window``): the bytes in flight at
+   100 MB/s plus 0.5 s, ``D`` = 0.84 s and ``D1`` = 0.75 s for the default 16 MiB chunks, 2 in
+   flight; a deeper window moves them) within ``tolerance`` (5 ms: the contract states them to
+   10 ms). A reader that announces 20 x D fails here, however consistently it then waits 20 x D;
 2. the time it observed lies within the bounds computed from what the reader announced for
    that READ (the last ``transfer_start`` at or before the end point), so a reader that
    announces D and waits 20 x D fails there. A reader that announced none (a single READ
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field, PlainSerializer, PlainValidator, WithJson
 from harness.record.timeline import Entry, History
 from harness.spec import Duration, Strict, custom_error, format_seconds, parse_duration
 
-__all__ = ["ANNOUNCED", "BROKEN_CONTRACT", "Bound", "StallBounded", "StallContract", "TimeBound", "announced_deadlines", "bound_text"]
+__all__ = ["ANNOUNCED", "BROKEN_CONTRACT", "Bound", "ReadWindow", "StallBounded", "StallContract", "TimeBound", "announced_deadlines", "bound_text"]
 
 Deadline = Literal["D", "D1"]
 # each deadline and the transfer_start field that announces it
@@ -103,15 +104,39 @@ TimeBound = Annotated[
 ]
 
 
-class StallContract(Strict):
-    """The stall deadlines a reader must announce (mxref's defaults, docs/mxref.md)."""
+@dataclass(frozen=True)
+class ReadWindow:
+    """A reader's chunked READ as its scenario configures it (None: mxref's default, 16 MiB
+    chunks, 2 in flight; a chunk of 0 is one READ handle, which announces no deadline)."""
 
-    full: Duration = Field(0.84, alias="D")
-    first: Duration = Field(0.75, alias="D1")
-    tolerance: Duration = 0.005
+    chunk_mib: float | None = None
+    window: int | None = None
+
+    FLOOR_BPS = 100e6
+    SLACK_S = 0.5
 
     def deadlines(self) -> dict[str, float]:
-        return {"D": self.full, "D1": self.first}
+        """mxref's documented deadlines of this window, to 10 ms: a full window's (``D``), its
+        bytes at 100 MB/s plus 0.5 s; the first window's (``D1``), whose first W - 1 chunks ramp
+        up (1/W, 2/W, ... of a chunk) before a whole one."""
+        chunk = int((self.chunk_mib or 16) * (1 << 20))
+        w = self.window or 2
+        first = sum(chunk * i // w for i in range(1, w)) + chunk
+        return {"D": round(w * chunk / self.FLOOR_BPS + self.SLACK_S, 2),
+                "D1": round(first / self.FLOOR_BPS + self.SLACK_S, 2)}
+
+
+class StallContract(Strict):
+    """The stall deadlines a reader must announce: by default mxref's rule for the reader's own
+    window (``ReadWindow``), or the ones the check gives."""
+
+    full: Duration | None = Field(None, alias="D")
+    first: Duration | None = Field(None, alias="D1")
+    tolerance: Duration = 0.005
+
+    def deadlines(self, read: ReadWindow | None = None) -> dict[str, float]:
+        rule = (read or ReadWindow()).deadlines()
+        return {"D": rule["D"] if self.full is None else self.full, "D1": rule["D1"] if self.first is None else self.first}
 
 
 class StallBounded(BaseModel):
@@ -160,15 +185,16 @@ class DeadlineWindow:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def announced_deadlines(p: StallBounded, h: History, at: float) -> DeadlineWindow:
+def announced_deadlines(p: StallBounded, h: History, at: float, read: ReadWindow | None = None) -> DeadlineWindow:
     """The check's bounds in seconds at time ``at`` (its end point); ``problems`` when a bound
-    reads the announced deadlines and an announcement differs from the contract."""
+    reads the announced deadlines and an announcement differs from the contract (for ``read``,
+    the announcing reader's window as its scenario gives it)."""
     used, reader = p.deadlines_used(), p.announcer()
     if not used or reader is None:
         lo, hi = (None if b is None else b.seconds for b in (p.not_before, p.within))
         return DeadlineWindow(lo, hi)
     starts = h.select(actor=reader, f="transfer_start")
-    contract, tol = p.contract.deadlines(), p.contract.tolerance
+    contract, tol = p.contract.deadlines(read), p.contract.tolerance
     problems = [
         f"{BROKEN_CONTRACT} {reader} announced {name} = {format_seconds(float(e.value[key]))} (transfer_start at "
         f"{e.t:.3f}s); the contract's {name} is {format_seconds(contract[name])} (±{format_seconds(tol)})"

@@ -143,7 +143,7 @@ def elapsed(p: ElapsedParams, h: History, run: RunFacts) -> CheckResult:
     delta = end.t - start.t
     details: dict[str, Any] = {"from": round(start.t, 6), "to": round(end.t, 6), "elapsed": round(delta, 6)}
     marks = ((start.t, p.from_.describe()), (end.t, p.to.describe()))
-    window = announced_deadlines(p, h, end.t)
+    window = announced_deadlines(p, h, end.t, run.read_window(p.announcer()))
     if window.details:
         details["deadlines"] = dict(window.details)
     if window.problems:

@@ -111,7 +111,7 @@ def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
         return CheckResult(False, f"{p.reader} did not fall back after {ref_text}{got}")
     fb = fallbacks[0]
     elapsed = fb.t - t_ref
-    window = announced_deadlines(p, h, fb.t)
+    window = announced_deadlines(p, h, fb.t, run.read_window(p.announcer()))
     problems = list(window.problems)
     if window.within is not None and elapsed > window.within:
         problems.append(f"fell back {elapsed:.3f}s after {ref_text}, later than {bound_text(p.within, window.within)}")

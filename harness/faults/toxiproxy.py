@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -178,7 +179,8 @@ class AddedToxic:
 class DisabledProxy:
     """A proxy a ``proxy_down`` fault disabled: heal enables it again. ``cut``: the connections
     open through it when it went down (None: not counted); ``counter``: the chain counting the
-    SYNs its closed listener refused meanwhile (None: none could be added here)."""
+    SYNs its closed listener refused meanwhile (None: none could be added here); ``listening``:
+    whether its listener still accepted connections once it was down (None: not read)."""
 
     api: str
     proxy: str
@@ -186,6 +188,7 @@ class DisabledProxy:
     listen: str = ""
     cut: int | None = None
     counter: str | None = None
+    listening: bool | None = None
 
 
 RECEIVED = "toxiproxy_proxy_received_bytes_total"  # toxiproxy-server -proxy-metrics, per proxy and direction
@@ -213,6 +216,23 @@ def connections(listen: str) -> int | None:
         return None
     rc, out = commands.shell.run(None, ["ss", "-tnH", "state", "established", f"( sport = :{port} )"])
     return len([line for line in out.splitlines() if line.strip()]) if rc == 0 else None
+
+
+def listening(listen: str, within: float = 1.0) -> bool | None:
+    """Whether something still listens on the proxy's port (``ss -ltnH``), asked until it closes
+    or ``within`` seconds pass (the disable returns as the listener closes); None when it cannot
+    be read."""
+    port = listen.rpartition(":")[2]
+    if not port.isdigit() or not commands.shell.have("ss"):
+        return None
+    deadline = time.monotonic() + within
+    while True:
+        rc, out = commands.shell.run(None, ["ss", "-ltnH", f"( sport = :{port} )"])
+        if rc != 0:
+            return None
+        if not out.strip() or time.monotonic() >= deadline:
+            return bool(out.strip())
+        time.sleep(0.05)
 
 
 def toxic_witness(token: AddedToxic, at_heal: Traffic) -> Witness:
@@ -285,6 +305,9 @@ def down_witness(token: DisabledProxy, refused: int | None) -> Witness:
     the connection attempts (SYNs) its closed listener refused while it was down."""
     figures = {"cut": token.cut, "refused_syns": refused}
     said = f"proxy {token.proxy}: {token.cut} connections cut as it went down, {refused} SYNs refused while down"
+    if token.listening:  # nothing was cut or refused: the proxy did not go down
+        return Witness.none(f"proxy {token.proxy}: its listener {token.listen} still accepted connections "
+                            "once it was down", **figures, listening=True)
     if token.cut or refused:
         return Witness.seen(said, **figures)
     if refused is None:
@@ -394,7 +417,7 @@ class ProxyDown(Fault[ProxyDownSpec, DisabledProxy]):
                     undo.pop_all()
                     remove_refusal_counter(chain)
                 raise FaultError(f"proxy_down {spec.proxy}: {exc}") from None
-        token = DisabledProxy(view.api, spec.proxy, view.proxy, view.listen, cut, counter)
+        token = DisabledProxy(view.api, spec.proxy, view.proxy, view.listen, cut, counter, listening(view.listen))
         return Injected(token, {"proxy": spec.proxy, "toxiproxy_name": view.proxy, "enabled": False, "cut": cut,
                                 "counter": counter})
 

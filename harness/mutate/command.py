@@ -2,7 +2,8 @@
 
 ``mxchaos mutate --mutants DIR [--package mxref] [--repo DIR] [--repeat N] [--out DIR] [-k EXPR]
 SCENARIOS...`` runs the scenario selection once with the unmutated subject (the baseline), then
-once per mutant (a ``git diff`` of the subject's package, applied to a scratch copy), rerunning a
+once per mutant (a ``git diff`` of the subject's package, or of the harness's fault injection,
+applied to a scratch copy: ``harness.mutate.subject``), rerunning a
 scenario ``N`` more times where a mutant killed it only through time bounds or by a failed step
 (a process that crashed or an event that never came: maybe the machine, not the mutant); it writes
 ``mutate.json`` and ``mutate.html`` under ``--out`` and prints one line per mutant. Exit 0: every
@@ -35,7 +36,9 @@ def add_parser(sub: Any) -> None:
                        "write a kill matrix: which scenario killed which mutant, by which check")
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
     p.add_argument("--mutants", required=True, metavar="DIR", help="a folder of mutants: git diff files "
-                   "(*.diff, *.patch) of the subject's package, paths from the repository root (mxref/...)")
+                   "(*.diff, *.patch) of the subject's package, paths from the repository root (mxref/...), or of "
+                   "the harness's fault injection (harness/faults/..., harness/hosts/...: the run then imports the "
+                   "harness from the mutated copy)")
     p.add_argument("--package", default="mxref", help="the subject's package the mutants patch (default mxref)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the repository holding the package, only read (default: this checkout)")

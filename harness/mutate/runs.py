@@ -24,6 +24,8 @@ from harness.reports.invocation import is_time_bound
 __all__ = ["FailedCheck", "Outcome", "read_outcomes", "run_selection"]
 
 PASSING = ("pass", "xfail", "xpass", "skip")
+# ``python -I -c _FROM_COPY FOLDER ARGS...``: the harness imported from FOLDER (a mutant of its fault injection)
+_FROM_COPY = "import sys; sys.path.insert(0, sys.argv.pop(1)); from harness.cli import main; sys.exit(main())"
 INTERRUPT_GRACE_S = 60.0
 # how a failed step words a wait that ran out (harness.engine.runner): the machine's load may be the cause
 _STEP_TIMING = ("within", "budget", "timed out", "deadline")
@@ -76,8 +78,9 @@ def run_selection(pythonpath: Path, paths: Sequence[str], out: Path, *, k: str |
                   timeout_s: float = 1800.0, log: Path | None = None) -> dict[str, list[Outcome]]:
     """``mxchaos run`` of ``paths`` with ``pythonpath`` first on the subject's path; the outcomes
     by scenario (several runs each with ``--repeat``). An empty dict when nothing ran."""
-    argv = [sys.executable, "-I", "-m", "harness.cli", "run", "--out", str(out), "-q",
-            *(["-k", k] if k else []), *paths]
+    boot = (["-c", _FROM_COPY, str(pythonpath)] if (pythonpath / "harness" / "__init__.py").is_file()
+            else ["-m", "harness.cli"])
+    argv = [sys.executable, "-I", *boot, "run", "--out", str(out), "-q", *(["-k", k] if k else []), *paths]
     inherited = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), *([inherited] if inherited else [])])}
     out.mkdir(parents=True, exist_ok=True)
@@ -124,5 +127,8 @@ def _outcome(name: str, run: RunRecordDoc) -> Outcome:
     failed = [FailedCheck(str(c.get("kind")), str(c.get("name")), str(c.get("summary") or ""),
                           is_time_bound(str(c.get("kind")), str(c.get("summary") or "")), c.get("valid"))
               for c in verdict.failed_checks()]
+    # a fault whose witness showed no effect: the scenario did not happen (no time bound)
+    failed += [FailedCheck("not_exercised", f"NOT EXERCISED {why.split(': ', 1)[0]}", why, False)
+               for why in verdict.not_exercised]
     step = verdict.reason if verdict.status not in ("", "completed") else None
     return Outcome(name, verdict.verdict, run_dir, failed, step)

@@ -1,7 +1,10 @@
 """A subject's package copied into a scratch folder, with one mutant applied there.
 
 The copy is what the subject's processes import (``pythonpath`` goes first on their
-``PYTHONPATH``); the user's tree is only read. ``git apply`` runs with the scratch folder as its
+``PYTHONPATH``); the user's tree is only read. A mutant may instead patch the harness's own
+fault injection (``INJECT_FOLDERS``: a planted regression of a fault that lands nothing, which
+the fault's witness must catch); the harness is then copied too and the run imports it from
+the copy (``harness.mutate.runs``). The rest of the harness is the oracle: no mutant patches it. ``git apply`` runs with the scratch folder as its
 own top (``GIT_CEILING_DIRECTORIES``), so a scratch folder inside a repository is patched where
 it is, never that repository.
 """
@@ -14,10 +17,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MUTANT_SUFFIXES", "Mutant", "MutantError", "ScratchSubject", "find_mutants"]
+__all__ = ["INJECT_FOLDERS", "MUTANT_SUFFIXES", "Mutant", "MutantError", "ScratchSubject", "find_mutants"]
 
 MUTANT_SUFFIXES = (".diff", ".patch")
 APPLY_TIMEOUT_S = 30.0
+HARNESS = "harness"
+# what a mutant of the harness may patch: how faults are injected, never how a run is judged
+INJECT_FOLDERS = ("harness/faults/", "harness/hosts/")
 
 
 class MutantError(ValueError):
@@ -29,6 +35,12 @@ class Mutant:
     name: str  # the file's stem
     path: Path
     summary: str  # the diff's first comment line, when it has one (``# ...`` before the first ``diff``)
+    paths: tuple[str, ...] = ()  # the files it patches, from the repository root
+
+    @property
+    def package(self) -> str:
+        """The package it patches (the first folder of its paths)."""
+        return self.paths[0].split("/", 1)[0] if self.paths else ""
 
     @classmethod
     def read(cls, path: Path) -> Mutant:
@@ -39,7 +51,15 @@ class Mutant:
         if "\n+++ " not in f"\n{text}" or "\n--- " not in f"\n{text}":
             raise MutantError(f"{path}: not a unified diff (no ---/+++ file header): write it with git diff")
         head = [line[1:].strip() for line in text.splitlines() if line.startswith("#")][:1]
-        return cls(path.stem, path, head[0] if head else "")
+        paths = tuple(sorted({line[6:].split("\t")[0].strip() for line in text.splitlines()
+                              if line.startswith(("--- a/", "+++ b/"))}))
+        if len({p.split("/", 1)[0] for p in paths}) > 1:
+            raise MutantError(f"{path}: patches {', '.join(paths)}: a mutant patches one package")
+        outside = [p for p in paths if p.startswith(f"{HARNESS}/") and not p.startswith(INJECT_FOLDERS)]
+        if outside:
+            raise MutantError(f"{path}: patches {', '.join(outside)}: a mutant of the harness patches only its fault "
+                              f"injection ({', '.join(INJECT_FOLDERS)}); the rest judges the run")
+        return cls(path.stem, path, head[0] if head else "", paths)
 
 
 def find_mutants(folder: Path) -> list[Mutant]:
@@ -54,7 +74,8 @@ def find_mutants(folder: Path) -> list[Mutant]:
 
 @dataclass
 class ScratchSubject:
-    """``package`` of ``repo`` copied under ``folder/tree`` (``pythonpath`` is ``folder/tree``)."""
+    """``package`` of ``repo`` copied under ``folder/tree`` (``pythonpath`` is ``folder/tree``), and
+    the harness too for a mutant of its fault injection (``runs_harness``)."""
 
     repo: Path
     package: str
@@ -66,14 +87,18 @@ class ScratchSubject:
 
     def prepare(self, mutant: Mutant | None) -> None:
         """A fresh copy of the package, with ``mutant`` applied when given (MutantError if it does not apply)."""
-        source = self.repo / self.package
+        self.discard()
+        self._copy(self.package)
+        if mutant is not None:
+            if mutant.package == HARNESS and self.package != HARNESS:
+                self._copy(HARNESS)
+            self._apply(mutant)
+
+    def _copy(self, package: str) -> None:
+        source = self.repo / package
         if not (source / "__init__.py").is_file():
             raise MutantError(f"{source}: not a Python package (the subject's package to mutate)")
-        self.discard()
-        shutil.copytree(source, self.pythonpath / self.package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "target"))
-        if mutant is not None:
-            self._apply(mutant)
+        shutil.copytree(source, self.pythonpath / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "target"))
 
     def _apply(self, mutant: Mutant) -> None:
         env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(self.folder.resolve())}
@@ -86,7 +111,8 @@ class ScratchSubject:
                 raise MutantError(f"{mutant.path}: git apply failed: {exc}") from exc
             if done.returncode != 0:
                 raise MutantError(f"{mutant.path}: does not apply to {self.repo / self.package} "
-                                  f"(paths must start with {self.package}/): {done.stderr.strip()[:400]}")
+                                  f"(paths must start with {self.package}/, or {' or '.join(INJECT_FOLDERS)}): "
+                                  f"{done.stderr.strip()[:400]}")
 
     def discard(self) -> None:
         shutil.rmtree(self.pythonpath, ignore_errors=True)

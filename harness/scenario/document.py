@@ -262,6 +262,11 @@ class Scenario(Strict):
                 out[name] = own or "mxref"
         return out
 
+    def read_windows(self) -> dict[str, tuple[float | None, int | None]]:
+        """Each reader's chunked READ as given (``read_chunk_mib``, ``read_window``; None: its default)."""
+        return {name: (spec.options.read_chunk_mib, spec.options.read_window)
+                for name, spec in self.processes.items() if isinstance(spec, ReaderProcess)}
+
     def host_of(self, process: str) -> str:
         return self.processes[process].host or next(iter(self.hosts))
 

@@ -9,52 +9,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fixtures.witness_runs import effects
+from fixtures.witness_runs import run_witnessed as run
 
-from harness.engine.runner import Runner
 from harness.faults import netns as netns_faults
 from harness.faults import process as process_faults
-from harness.hosts import netns
-from harness.judge.verdict import RunResult
-from harness.machine import procscan
-from harness.record.timeline import History
-from harness.reports.report import write_run_folder
-from harness.scenario import load_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
-
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 NEEDS_TOOLS = pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "iptables")), reason="needs ip and iptables")
-
-
-def run(tmp_path: Path, body: str, name: str = "w") -> RunResult:
-    head = f'name: {name}\nlauncher: ["{{python}}", "{FAKE}"]\nscrape: {{interval: 200ms}}\n'
-    path = tmp_path / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head + textwrap.dedent(body))
-    result = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False).run()
-    folder = write_run_folder(result)
-    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
-    assert netns.leftovers(result.run_id) == []
-    # what the page and `mxchaos check` read is what the run judged
-    assert History.from_jsonl(folder / "timeline.jsonl").fault_windows() == result.history.fault_windows()
-    return result
-
-
-def effects(result: RunResult) -> dict[str, str]:
-    from harness.judge.exercised import fault_witness
-
-    out: dict[str, str] = {}
-    for w in result.history.fault_windows():
-        witness = fault_witness(w, result.history)
-        out[w.name] = witness.effect if witness is not None else "-"
-    return out
 
 
 LOCAL = """\

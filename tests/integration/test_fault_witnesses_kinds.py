@@ -8,56 +8,21 @@ tests/fixtures/fakeproc.py on this machine, or real mxref where the fault needs 
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
+from fixtures.witness_runs import run_witnessed as run
+from fixtures.witness_runs import witnessed
 
-from harness.engine.runner import Runner
 from harness.hosts.base import LocalHost
-from harness.judge.exercised import fault_witness
-from harness.judge.verdict import RunResult
-from harness.machine import procscan
-from harness.record.timeline import History
-from harness.reports.report import write_run_folder
-from harness.scenario import capabilities, load_scenario
+from harness.scenario import capabilities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fakeproc.py"
-
 
 def needs(*caps: str) -> pytest.MarkDecorator:
     lacking = capabilities.missing(caps)
     return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
-
-
-def run(tmp_path: Path, body: str, name: str = "w", fake: bool = True) -> RunResult:
-    head = f'name: {name}\n' + (f'launcher: ["{{python}}", "{FAKE}"]\n' if fake else "")
-    path = tmp_path / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head + textwrap.dedent(body))
-    result = Runner(load_scenario(path), out_dir=tmp_path / "runs", install_signal_handlers=False).run()
-    folder = write_run_folder(result)
-    assert [p for p in procscan.scan() if p.run_id == result.run_id] == [], "the run left processes behind"
-    # what the page and `mxchaos check` read is what the run judged
-    assert History.from_jsonl(folder / "timeline.jsonl").fault_windows() == result.history.fault_windows()
-    page = (folder / "report.html").read_text()
-    for w in result.history.fault_windows():
-        witness = fault_witness(w, result.history)
-        assert witness is not None and witness.describe().split(":")[0] in page  # the faults table shows it
-    return result
-
-
-def witnessed(result: RunResult) -> dict[str, tuple[str, dict[str, Any]]]:
-    out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for w in result.history.fault_windows():
-        witness = fault_witness(w, result.history)
-        assert witness is not None, w
-        out[w.name] = (witness.effect, dict(witness.figures))
-    return out
 
 
 # ---------------------------------------------------------------------------- disk

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from harness import checks
 from harness.checks import RunFacts, evaluate
-from harness.checks.deadlines import Bound, parse_bound
+from harness.checks.deadlines import Bound, ReadWindow, parse_bound
 from harness.checks.events import ElapsedParams
 from harness.checks.loads import FellBackParams
 from harness.record.timeline import History
@@ -134,3 +134,38 @@ checks:
   - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D}
 """)
     assert _tight_check(sc) == "timing window within 1.68s (elapsed)"
+
+
+def test_the_contract_is_the_readers_own_window_so_a_deeper_one_moves_the_bound() -> None:
+    """A 6-deep window of 8 MiB chunks: D = 6 x 8 MiB at 100 MB/s + 0.5 s = 1.00 s, D1 (the ramp:
+    1/6 ... 5/6 of a chunk, then a whole one, 28 MiB) 0.79 s; 8 deep: 1.17 s. The default stays 0.84 / 0.75."""
+    assert ReadWindow().deadlines() == {"D": 0.84, "D1": 0.75}
+    assert ReadWindow(8, 6).deadlines() == {"D": 1.0, "D1": 0.79}
+    assert ReadWindow(8, 8).deadlines() == {"D": 1.17, "D1": 0.88}
+    cut = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},
+           "stall_of": "reader-1", "within": "2D"}
+    rows = read(0.794, 1.003, 1.9)
+    deep = RunFacts(roles=ROLES.roles, read_windows={"reader-1": (8, 6)})
+    ok = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(rows), deep)
+    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {"D": 1.003}, "contract": {"D": 1.0}})
+    # the same announcement judged at the default window breaks the contract (1.003 s is not 0.84 s)
+    assert run("elapsed", cut, rows).summary.startswith("stall deadlines: reader-1 announced D = 1.003s")
+    deeper = RunFacts(roles=ROLES.roles, read_windows={"reader-1": (8, 8)})
+    moved = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.877, 1.171, 2.2)), deeper)
+    assert (moved.valid, moved.summary) == (True, "2.200s")  # inside 2D = 2.342 s, past the 6-deep 2.006 s
+    late = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.877, 1.171, 2.5)), deeper)
+    assert (late.valid, late.summary) == (False, "2.500s, later than 2D = 2.342s")
+
+
+def test_the_scenario_gives_the_checks_each_readers_window() -> None:
+    sc = parse_scenario("""\
+name: t
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader, options: {read_chunk_mib: 8, read_window: 6}}
+  reader-2: {role: reader}
+steps:
+  - start: [server, source-1, reader-1]
+""")
+    assert sc.read_windows() == {"reader-1": (8, 6), "reader-2": (None, None)}

@@ -68,6 +68,7 @@ def refusals(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     monkeypatch.setattr(toxiproxy_faults, "refused_syns", lambda chain: chains.get(chain))
     monkeypatch.setattr(toxiproxy_faults, "remove_refusal_counter", lambda chain: chains.pop(chain, None) is not None)
     monkeypatch.setattr(toxiproxy_faults, "connections", lambda listen: 0)
+    monkeypatch.setattr(toxiproxy_faults, "listening", lambda listen: False)  # its listener closed once down
     return chains
 
 
@@ -141,7 +142,7 @@ def test_proxy_down_disables_and_heal_enables_the_same_proxy(ctx: FakeContext, s
     injected = fault.inject(ctx)
     chain = chain_name("run-fake", "down")
     assert server.calls == [("update_proxy", PROXY, {"enabled": False})]
-    assert injected.token == DisabledProxy(API, "mds", PROXY, LISTEN, 0, chain)
+    assert injected.token == DisabledProxy(API, "mds", PROXY, LISTEN, 0, chain, False)
     assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "enabled": False, "cut": 0, "counter": chain}
     assert server.proxies[PROXY]["enabled"] is False and refusals == {chain: 0}
     refusals[chain] = 3  # three SYNs met its closed listener
@@ -156,15 +157,18 @@ def test_proxy_down_disables_and_heal_enables_the_same_proxy(ctx: FakeContext, s
     assert fault.heal(ctx, injected.token)["gone"] is True  # type: ignore[index]
 
 
-@pytest.mark.parametrize(("cut", "counter", "refused", "effect"), [
-    (2, None, None, "seen"),  # connections were open: going down cut them, whatever was refused
-    (0, "c", 1, "seen"),
-    (0, "c", 0, "none"),  # nothing tried it
-    (0, None, None, "unwitnessed"),  # no root or iptables: its refusals went uncounted
+@pytest.mark.parametrize(("cut", "counter", "refused", "listening", "effect"), [
+    (2, None, None, False, "seen"),  # connections were open: going down cut them, whatever was refused
+    (0, "c", 1, False, "seen"),
+    (0, "c", 0, False, "none"),  # nothing tried it
+    (0, None, None, None, "unwitnessed"),  # no root or iptables: its refusals went uncounted
+    # the mutant inject_proxy_stays_up: the proxy never went down, so the open connections were not
+    # cut and the SYNs counted were accepted, not refused
+    (2, "c", 3, True, "none"),
 ])
-def test_a_down_proxys_witness_is_the_connections_it_cut_and_refused(cut: int, counter: str | None,
-                                                                     refused: int | None, effect: str) -> None:
-    token = DisabledProxy(API, "mds", PROXY, LISTEN, cut, counter)
+def test_a_down_proxys_witness_is_the_connections_it_cut_and_refused(cut: int, counter: str | None, refused: int | None,
+                                                                     listening: bool | None, effect: str) -> None:
+    token = DisabledProxy(API, "mds", PROXY, LISTEN, cut, counter, listening)
     assert toxiproxy_faults.down_witness(token, refused).effect == effect
 
 

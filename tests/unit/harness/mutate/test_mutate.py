@@ -20,20 +20,20 @@ MUTANTS = ROOT / "tests" / "mutants"
 
 
 def test_every_shipped_mutant_applies_to_a_scratch_copy_and_leaves_the_tree_alone(tmp_path: Path) -> None:
-    before = subprocess.run(["git", "status", "--porcelain", "--", "mxref"], cwd=ROOT, capture_output=True,
+    before = subprocess.run(["git", "status", "--porcelain", "--", "mxref", "harness"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout
     mutants = find_mutants(MUTANTS)
     assert len(mutants) >= 10 and all(m.summary for m in mutants)
     scratch = ScratchSubject(ROOT, "mxref", tmp_path / "scratch")
     for mutant in mutants:
         scratch.prepare(mutant)
-        copy = scratch.pythonpath / "mxref"
-        changed = [p for p in copy.rglob("*.py") if p.read_text() != (ROOT / "mxref" / p.relative_to(copy)).read_text()]
+        copy = scratch.pythonpath / mutant.package  # mxref, or the harness's fault injection
+        changed = [p for p in copy.rglob("*.py") if p.read_text() != (ROOT / mutant.package / p.relative_to(copy)).read_text()]
         assert changed, f"{mutant.name} changed nothing"
         assert all("MUTANT" in p.read_text() for p in changed)
     scratch.discard()
     assert not scratch.pythonpath.exists()
-    after = subprocess.run(["git", "status", "--porcelain", "--", "mxref"], cwd=ROOT, capture_output=True,
+    after = subprocess.run(["git", "status", "--porcelain", "--", "mxref", "harness"], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout
     assert after == before
 
@@ -49,6 +49,27 @@ def test_a_mutant_that_does_not_apply_or_is_no_diff_is_named(tmp_path: Path) -> 
         scratch.prepare(find_mutants(tmp_path / "m")[0])
     with pytest.raises(MutantError, match="holds no mutant"):
         find_mutants(tmp_path / "s")
+
+
+def test_a_mutant_of_the_harness_patches_only_its_fault_injection(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    hunk = "@@ -1 +1 @@\n-a\n+b\n"
+    (tmp_path / "m" / "oracle.diff").write_text(f"--- a/harness/judge/verdict.py\n+++ b/harness/judge/verdict.py\n{hunk}")
+    with pytest.raises(MutantError, match=r"oracle.diff: patches harness/judge/verdict.py: a mutant of the harness "
+                                          r"patches only its fault injection \(harness/faults/, harness/hosts/\)"):
+        find_mutants(tmp_path / "m")
+    (tmp_path / "m" / "oracle.diff").write_text(f"--- a/harness/faults/disk.py\n+++ b/harness/faults/disk.py\n{hunk}"
+                                                f"--- a/mxref/reader.py\n+++ b/mxref/reader.py\n{hunk}")
+    with pytest.raises(MutantError, match="a mutant patches one package"):
+        find_mutants(tmp_path / "m")
+    inject = [m for m in find_mutants(MUTANTS) if m.package == "harness"]
+    assert inject and all(p.startswith(("harness/faults/", "harness/hosts/")) for m in inject for p in m.paths)
+    scratch = ScratchSubject(ROOT, "mxref", tmp_path / "s")
+    scratch.prepare(inject[0])  # the subject's copy, and the harness's with the mutant applied
+    assert (scratch.pythonpath / "mxref" / "__init__.py").is_file() and (scratch.pythonpath / "harness" / "cli").is_dir()
+    scratch.prepare(None)  # the baseline: the subject alone
+    assert not (scratch.pythonpath / "harness").exists()
+    scratch.discard()
 
 
 def _outcome(verdict: str, *failed: tuple[str, str, bool], step: str | None = None) -> Outcome:
@@ -86,6 +107,20 @@ def test_outcomes_are_read_from_a_run_folder(tmp_path: Path) -> None:
     assert only.killed and not only.timing_only
     assert [(c.name, c.timing) for c in only.failed] == [("late", True), ("integrity", False)]
     assert read_outcomes(tmp_path / "nothing") == {}
+
+
+def test_a_fault_that_landed_nothing_kills_by_its_witness(tmp_path: Path) -> None:
+    run_dir = tmp_path / "sc" / "r1"
+    run_dir.mkdir(parents=True)
+    why = "fault freeze (pause source-1): no effect: 0 of 3 threads in state T"
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "not_exercised", "status": "completed", "checks": [
+        {"kind": "loaded", "name": "loaded", "valid": True, "summary": "ok"}], "not_exercised": [why]}))
+    (tmp_path / "summary.json").write_text(json.dumps({"repeat": 1, "scenarios": {"sc": {
+        "cell": "NOT_EXERCISED", "runs": [{"verdict": "not_exercised", "run_dir": str(run_dir)}]}}}))
+    (only,) = read_outcomes(tmp_path)["sc"]
+    assert only.killed and not only.timing_only
+    cell = killmatrix.cell([only], [_outcome("pass")])
+    assert (cell["state"], cell["by"]) == ("killed", ["NOT EXERCISED fault freeze (pause source-1)"])
 
 
 def test_the_command_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

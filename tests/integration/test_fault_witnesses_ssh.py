@@ -1,0 +1,200 @@
+"""Every fault proves it landed (issue 35), on the lab's ssh hosts (``mxchaos lab up``: network
+namespaces running OpenSSH sshd, reached only over ssh). The kinds that land on an ssh host are
+measured there: a kill by the exit the harness saw, a partition or reject by its chain's counters
+read with the host's own iptables, a link_down by its data device's flags read in the host's own
+shell, a rate by its qdisc's counters there, a stop by its exit. Each lands on a live target
+(effect seen, the run passes) and is aimed at nothing (no effect: NOT EXERCISED). A pause's
+target's threads and a wall_clock's process cannot be read from here: their record says "not
+witnessed" and why, and the run is judged on its checks.
+
+The lab is machine-wide: run these under ``flock /work/lab.lock`` (tests/integration's rule for
+every test that brings one up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures.witness_runs import effects, run_witnessed, witnessed
+
+from harness.engine.runner import Runner
+from harness.errors import HarnessError
+from harness.hosts import lab
+from harness.hosts.inventory import Inventory, load_inventory
+from harness.judge.verdict import RunResult
+from harness.reports.report import write_run_folder
+from harness.scenario import load_scenario
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.root,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, sshd, iptables)"),
+    pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "ssh", "ssh-keygen", "iptables", "tc"))
+                       or not Path("/usr/sbin/sshd").exists(),
+                       reason="needs iproute2, iptables, tc, openssh-client and openssh-server"),
+]
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inventory]:
+    state = tmp_path_factory.mktemp("lab") / "lab"
+    lab.up(4, inventory_out=state.parent / "inventory.yaml", state=state)
+    try:
+        yield load_inventory(state.parent / "inventory.yaml")
+    finally:
+        try:
+            lab.down(state)
+        except HarnessError as exc:
+            pytest.fail(f"lab down left something: {exc}")
+        assert lab.leftovers(state) == []
+
+
+def on_ssh(result: RunResult) -> RunResult:
+    """The run's hosts were the lab's ssh machines (what run.json says the harness bound)."""
+    hosts = json.loads((result.run_dir / "run.json").read_text())["hosts"]
+    assert hosts and all(h["kind"] == "ssh" for h in hosts.values()), hosts
+    return result
+
+
+# ---------------------------------------------------------------------------- process faults
+
+ONE_HOST = """\
+    budgets: {step: 20s, run: 60s, stop_grace: 2s, progress: 30s}
+    processes:
+      server: {role: server}
+      source-1: {role: source%s}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+%s
+    checks:
+      - nothing_leaked: {}
+"""
+KILL = "      - fault: {kind: kill, target: source-1, signal: %s, name: k}\n      - sleep: 1s"
+
+
+def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", ONE_HOST % ("", KILL % "KILL"), inventory=inventory))
+    effect, figures = witnessed(landed)["k"]
+    assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
+    missed = on_ssh(run_witnessed(tmp_path / "missed", ONE_HOST % (", extra_args: [--fake-ignore-term]", KILL % "TERM"),
+                                  inventory=inventory))
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
+    assert "outlived the SIGTERM" in missed.not_exercised[0]
+
+
+def test_a_stop_on_an_ssh_host_is_witnessed_by_its_exit(inventory: Inventory, tmp_path: Path) -> None:
+    steps = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 500ms"
+    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
+
+
+def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
+    steps = "      - fault: {kind: wall_clock, target: source-1, offset: -5s, name: skew}\n      - sleep: 500ms"
+    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    effect, _ = witnessed(result)["skew"]
+    assert (result.verdict, effect) == ("pass", "unwitnessed")
+    (w,) = result.history.fault_windows()
+    assert w.witness is not None and "runs on ssh host" in w.witness.why, w.witness
+
+
+def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
+    steps = "      - fault: {kind: pause, target: source-1, name: freeze, duration: 300ms}\n      - sleep: 600ms"
+    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    effect, _ = witnessed(result)["freeze"]
+    assert (result.verdict, effect) == ("pass", "unwitnessed")  # judged on its checks, never NOT EXERCISED
+    (w,) = result.history.fault_windows()
+    assert w.witness is not None and "runs on ssh host" in w.witness.why and "its /proc is not read from here" in w.witness.why
+
+
+# ---------------------------------------------------------------------------- network faults
+
+NET = """\
+    hosts: {ctl: netns, a: netns}
+    budgets: {step: 20s, run: 90s, progress: 100s, stop_grace: 2s}
+    processes:
+      server: {role: server, host: ctl}
+      source-1: {role: source, host: a}
+      probe: {role: reader, host: a}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: heartbeat}
+      - fault: {kind: %s, target: a, peer: ctl, name: cut%s}
+      # the fake reader first connects to the server (2 s timeout): its SYNs cross the cut while it holds
+      - start: probe
+      - await: {process: probe, exit: true, code: any}
+      - heal: cut
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@pytest.mark.parametrize("kind", ["partition", "reject"])
+def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_exercised(
+        kind: str, inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", NET % (kind, ""), inventory=inventory))
+    effect, figures = witnessed(landed)["cut"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["packets"] >= 1 and figures["hooks"] == 2
+    missed = on_ssh(run_witnessed(tmp_path / "missed", NET % (kind, ", ports: [9]"), inventory=inventory))
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
+    assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
+
+
+LINK = """\
+    hosts: {ctl: netns, a: netns}
+    budgets: {step: 20s, run: 60s, stop_grace: 2s}
+    processes:
+      server: {role: server, host: ctl}
+      source-1: {role: source, host: a}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: heartbeat}
+      - fault: {kind: %s, target: a, name: net%s}
+      - sleep: 1s
+      - heal: net
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+def test_a_link_down_on_an_ssh_host_is_seen_in_its_devices_flags(inventory: Inventory, tmp_path: Path) -> None:
+    result = on_ssh(run_witnessed(tmp_path, LINK % ("link_down", ""), inventory=inventory))
+    (w,) = result.history.fault_windows()
+    assert (result.verdict, [x.effect for x in w.witnesses]) == ("pass", ["seen", "seen"])  # at inject, and at its heal
+    assert "UP" not in w.witnesses[0].figures["flags"].split(","), w.witnesses[0].figures  # read on the host
+
+
+def test_a_rate_limit_on_an_idle_ssh_host_is_not_exercised(inventory: Inventory, tmp_path: Path) -> None:
+    """Aimed at nothing: the fake source sends a few bytes a second, far under the limit."""
+    result = on_ssh(run_witnessed(tmp_path, LINK % ("rate", ", rate: 100mbit"), inventory=inventory))
+    effect, figures = witnessed(result)["net"]
+    assert (result.verdict, effect) == ("not_exercised", "none"), result.not_exercised
+    assert figures["overlimits"] == 0
+
+
+@pytest.mark.alone  # a stall window: a neighbour's load moves it
+def test_real_bytes_on_ssh_hosts_meet_the_rate_and_the_partition(inventory: Inventory, tmp_path: Path) -> None:
+    """partition_mid_read unchanged on the lab: the partition's chain drops the READ's packets and
+    the READ that loads, over the next candidate's rate-limited link, meets that host's qdisc
+    (overlimits), each counted on its host. (The first candidate's rate may carry nothing over
+    its limit when the cut lands before the READ's first bytes: not judged here.)"""
+    scenario = load_scenario(SCENARIOS / "partition_mid_read.yaml")
+    result = Runner(scenario, out_dir=tmp_path, inventory=inventory, install_signal_handlers=False).run()
+    assert result.status == "completed", (result.status, result.reason)
+    write_run_folder(result)
+    seen = witnessed(on_ssh(result))
+    assert seen["cut"][0] == "seen" and seen["cut"][1]["packets"] >= 1, seen
+    loaded = result.history.last(actor="reader-1", f="load_done")
+    assert loaded is not None and loaded.get("path") == "rdma", loaded
+    served = next(p for p in ("source-1", "source-2") if str(loaded.get("source")).startswith(f"{p}-"))
+    rate = {"a": "slow-a", "b": "slow-b"}[scenario.host_of(served)]
+    assert seen[rate][0] == "seen" and seen[rate][1]["overlimits"] >= 1, (rate, seen)
