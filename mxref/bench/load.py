@@ -53,6 +53,8 @@ from mxref.bench.report import NOHASH, SINGLE, summarize, table
 from mxref.process import die_with_parent
 
 READER_TIMEOUT_S = 300.0
+# a reader's load_phase -> the READ phase it is (the raw READ's terms, mxref.bench.raw)
+TARGET_PHASES = {"allocate": "first_touch_s", "agent": "agent_s", "register": "register_s"}
 MAX_MIB = 2048
 CEILING_PER_ROUND = 3  # loopback copies per round (cheap: a fraction of a READ each)
 
@@ -85,15 +87,24 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
     phases: dict[str, float] = {}
     hashing = 0.0
     window: dict[str, float] = {}
+    read_phases: dict[str, float] = {}
+    target: dict[str, float] = {}  # the READ target's preparation, on the load's path or beside it
     for line in events.read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "load_done":
             phases = dict(ev.get("phases") or {})
+        elif ev["event"] == "load_phase" and ev.get("phase") in TARGET_PHASES:
+            target[TARGET_PHASES[ev["phase"]]] = target.get(TARGET_PHASES[ev["phase"]], 0.0) + float(ev["seconds"])
         elif ev["event"] == "transfer_done":
             hashing = float(ev.get("hashing_s") or 0.0)  # the READ's polls' share of the checksums
             window = dict(ev.get("window") or {})  # where a chunked READ's window idled (one handle: none)
+            read_phases = dict(ev.get("read_phases") or {})  # where a chunked READ's time went (one handle: none)
+    if read_phases:
+        read_phases = {**target, **read_phases, "chunk_wait_s": window.get("chunk_wait_s", 0.0),
+                       "post_lag_s": window.get("post_lag_s", 0.0), "underfull_s": window.get("underfull_s", 0.0)}
     return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall,
-            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window}
+            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window,
+            "read_phases": read_phases}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +178,9 @@ def _size(args: argparse.Namespace, mib: int, workdir: Path,
     nbytes = 8 * int(mib / 8 * (1 << 20))
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     raw: dict[str, list[list[float]]] = {k: [] for k in args.raw_progress} if args.raw else {}
+    raw_phases: dict[str, list[dict[str, float]]] = {k: [] for k in raw}  # per round: its cold READ's phases
     ceiling: list[float] = []
+    loads: list[float] = []  # the 1-minute load average at each round's start
     children: list[Child] = []
     try:
         server = Child(workdir, "server", "server", "--heartbeat-timeout", "60")
@@ -179,17 +192,25 @@ def _size(args: argparse.Namespace, mib: int, workdir: Path,
         children.append(source)
         source.wait_event("status_change", STARTUP_TIMEOUT_S * 2, status="READY")
         for r in range(args.rounds):
-            order = list(variants) if r % 2 == 0 else list(reversed(variants))  # alternate who goes first
-            for v in order:
-                rows[v].append(_run_reader(workdir, f"reader-{v}-{r}", addr, model, *variants[v]))
-            for k in list(raw) if r % 2 == 0 else list(reversed(raw)):
-                raw[k].append(raw_read(nbytes, repeat=2, progress=k))  # [cold, warm] GB/s, a fresh raw source
+            loads.append(round(os.getloadavg()[0], 2))  # the machine's load as the round starts
+            forward = r % 2 == 0  # alternate who goes first: the readers or the raw READs, and within each
+            readers = [(v, None) for v in (variants if forward else reversed(variants))]
+            raws = [(None, k) for k in (list(raw) if forward else reversed(list(raw)))]
+            for v, k in readers + raws if forward else raws + readers:
+                if v is not None:
+                    rows[v].append(_run_reader(workdir, f"reader-{v}-{r}", addr, model, *variants[v]))
+                elif k is not None:
+                    reads: list[dict[str, float]] = []
+                    raw[k].append(raw_read(nbytes, repeat=2, progress=k, phases=reads))  # [cold, warm] GB/s, a fresh raw source
+                    raw_phases[k].append(reads[0])
             if args.ceiling:
                 ceiling.extend(loopback_gbps(nbytes) for _ in range(CEILING_PER_ROUND))
     finally:
         for c in reversed(children):
             c.stop()
-    summary = summarize(mib, nbytes, rows, raw, ceiling)
+    summary = summarize(mib, nbytes, rows, raw, ceiling, raw_phases=raw_phases)
+    summary["load_average"] = loads
+    print(f"load average (1 min) at each round's start: {' '.join(f'{x:.2f}' for x in loads)}")
     for line in table(summary):
         print(line)
     return summary
