@@ -17,6 +17,7 @@ only raises the transfer error saying what happened (``TransferStalled``, ``Tran
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -246,14 +247,21 @@ class _InFlight(NamedTuple):
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
           policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landing: Landing | None = None,
           local: Sequence[Range] = (), trace: list[ChunkTime] | None = None, clock: ReadClock | None = None) -> None:
-    """``local``: every piece's local range, by piece index (what ``landing`` is told)."""
+    """``local``: every piece's local range, by piece index (what ``landing`` is told).
+
+    The loop between two polls is kept short (the poll is what moves the bytes; the loop's own
+    work is time the reader's socket is not drained): the window's deadlines (suspect, stall,
+    budget) are worked out when the window changes, a post or a completion, and each pass only
+    compares the clock with the nearest of them."""
     clock = clock if clock is not None else ReadClock()
-    perf = time.perf_counter
+    perf, monotonic = time.perf_counter, time.monotonic
     check = agent.check_xfer_state  # looked up once: the poll below is the READ's hottest line
     pending = list(reversed(bounds))
     inflight: list[_InFlight] = []
-    start = time.monotonic()
+    start = monotonic()
+    budget_at = start + budget_s
     last_done = start
+    poll_s, polls = 0.0, 0
 
     def refill() -> None:
         while pending and len(inflight) < policy.window:
@@ -264,7 +272,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
             except Exception as exc:
                 raise TransferFailed(f"chunked READ failed at post: {type(exc).__name__}: {exc}") from exc
-            inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
+            inflight.append(_InFlight(handle, monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
             try:
                 state = agent.transfer(handle)
             except Exception as exc:
@@ -275,8 +283,16 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
             if state in ERROR_STATES:
                 raise TransferFailed(f"chunked READ failed at post: NIXL state {state}")
 
+    def deadlines() -> tuple[float, float, float]:
+        """(the window's stall deadline, its length, the clock time of the nearest check) for what is in flight now."""
+        deadline = policy.deadline(sum(item.nbytes for item in inflight))
+        stall_at = max(inflight[0].posted, last_done) + deadline if inflight else math.inf
+        suspect_at = min(stall_at - deadline / 2, start + budget_s / 2) if on_suspect is not None else math.inf
+        return stall_at, deadline, min(stall_at, suspect_at, budget_at)
+
     try:
         refill()
+        stall_at, deadline, check_at = deadlines()
         while inflight:
             done: list[_InFlight] = []
             t0 = perf()
@@ -289,12 +305,12 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     done.append(item)
                 elif state in ERROR_STATES:
                     raise TransferFailed(f"chunked READ failed: NIXL state {state}")
-            clock.poll_s += perf() - t0
-            clock.polls += len(inflight)
+            poll_s += perf() - t0
+            polls += len(inflight)
             if done:
                 for item in done:
                     inflight.remove(item)  # before the release: `finally` releases only what is left
-                last_done = time.monotonic()
+                last_done = monotonic()
                 # The freed slots are posted first, the bookkeeping after: the window's chunks complete
                 # together (the bench's chunk times), so until the next post nothing is on the wire.
                 try:
@@ -311,27 +327,30 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     if landing is not None:
                         landing.landed(local[item.lo:item.hi])
                 clock.landing_s += perf() - t0
-            now = time.monotonic()
-            quiet = now - max(inflight[0].posted, last_done) if inflight else 0.0
-            deadline = policy.deadline(sum(item.nbytes for item in inflight))
-            if on_suspect is not None and (quiet > deadline / 2 or now - start > budget_s / 2):
-                suspect, on_suspect = on_suspect, None
-                suspect()
-            if inflight and quiet > deadline:
-                finished = len(bounds) - len(pending) - len(inflight)
-                raise TransferStalled(
-                    f"READ stalled: no chunk completed for {deadline:.2f}s "
-                    f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
-            if (pending or inflight) and now - start > budget_s:
-                raise TransferTimeout(
-                    f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
-                    f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
+                stall_at, deadline, check_at = deadlines()
+            now = monotonic()
+            if now >= check_at:
+                if on_suspect is not None and (now > stall_at - deadline / 2 or now - start > budget_s / 2):
+                    suspect, on_suspect = on_suspect, None
+                    suspect()
+                if inflight and now > stall_at:
+                    finished = len(bounds) - len(pending) - len(inflight)
+                    raise TransferStalled(
+                        f"READ stalled: no chunk completed for {deadline:.2f}s "
+                        f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
+                if (pending or inflight) and now > budget_at:
+                    raise TransferTimeout(
+                        f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
+                        f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
+                stall_at, deadline, check_at = deadlines()
             if landing is not None:
                 t0 = perf()
                 landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
                 clock.landing_s += perf() - t0
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:
+        clock.poll_s += poll_s
+        clock.polls += polls
         t0 = perf()
         for handle, *_ in inflight:
             try:
