@@ -2,15 +2,17 @@
 
 ``python -m mxref.bench.load --mib 256 --rounds 9 [--baseline PATH]`` starts a metadata server
 and one source (central mode) holding a synthetic model of ``--mib`` MiB, then runs readers to
-completion in interleaved rounds (so drift in the machine's load hits every variant alike):
+completion in interleaved rounds (so drift in the machine's load hits every variant alike; odd
+rounds run the raw READs first and every list in reverse, and each round records the 1-minute
+load average as it starts, ``load_average``):
 
 * ``this``: ``python -m mxref reader`` from this tree, its defaults (a chunked READ);
 * ``this-single`` (unless ``--no-single``): the same with ``--read-chunk-mib 0``, the seed's one
   handle, so ``chunked_over_single`` says what chunking costs;
 * ``this-nohash`` (unless ``--no-single``): chunked, with ``--no-hash-while-reading``: the default
-  reader hashes landed tensors between its polls, so its READ phase holds checksum work
-  (``hashing_in_read``, measured) that this one does after the READ. The READ goal terms are
-  taken on it, the transfer alone; the default's READ is shown beside them;
+  reader hashes landed tensors on a thread beside its polls, so its READ shares the CPU with
+  checksum work (``hashing_in_read``, measured) that this one does after the READ. The READ goal
+  terms are taken on it, the transfer alone; the default's READ is shown beside them;
 * ``baseline`` (with ``--baseline PATH``): the same command from another checkout of mxref
   (``PYTHONPATH=PATH``), e.g. the commit before a change, against the same source;
 * ``raw`` (with ``--raw``): a raw two-process NIXL READ of the same size (``mxref.bench.raw``: one
@@ -27,7 +29,10 @@ Each reader's result line gives the whole load (``seconds``: ListSources to a ve
 and the READ (``transfer_seconds``); ``load_done.phases`` says where the rest went, and a chunked
 READ's ``transfer_done`` each chunk's post and completion and where its window idled
 (``mxref.transfer.chunked.window_idle``: the reader's lag from a completion to the post refilling
-its slot, the time the window was not kept full). Printed
+its slot, the time the window was not kept full), and ``read_phases`` where the READ's time went
+(``mxref.transfer.chunked.ReadClock``: prep, posting, polling, the checksums' share, release, the
+loop's own bookkeeping), set beside the raw READ's own (first touch, agent, registration, post,
+poll, release) as medians with 95 % intervals over the rounds (``mxref.bench.report.read_phases``). Printed
 (``mxref.bench.report``): a table of medians, the goal terms as ratios (mxref READ >= 0.95 x
 the fastest raw READ, chunked >= 0.95 x single handle; whole load <= 1.5 x READ + 0.25 s at
 256 MiB, <= 1.1 x READ at 2 GiB), raw and mxref over the ceiling, and one JSON line. Absolute
