@@ -108,7 +108,7 @@ READ_PHASES = (("first_touch_s", "first touch of the target (allocate, fault in)
                ("agent_s", "agent creation"), ("register_s", "registration"),
                ("prep_s", "descriptor lists / handle prepared"), ("post_s", "posting (make + transfer)"),
                ("poll_s", "polling: inside check_xfer_state (the bytes move)"),
-               ("landing_s", "checksums: the poll thread's share"), ("release_s", "release (handles, lists)"),
+               ("landing_s", "checksums between polls"), ("release_s", "release (handles, lists)"),
                ("other_s", "the loop's own bookkeeping"), ("total_s", "the READ call in all"))
 READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"),
                ("chunk_wait_s", "a chunk's median wait, post to done"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,51 +98,6 @@ class Landing(Protocol):
         """A bounded slice of work between polls; False when there was none."""
 
 
-class LandingBeside:
-    """A ``Landing`` whose work runs on a thread of its own beside the READ's poll loop.
-
-    The poll loop is what moves a READ's bytes (the reader's agent has no progress thread), so
-    every slice of checksum work done between two polls is time the socket is not drained: on
-    this project's bench the default reader's READ held its checksums (``landing_s``) and fell
-    below the transfer alone. Here the loop only tells what landed (``landed``, under a lock);
-    the thread takes the slices (``work``) as they come (xxhash lets go of the GIL while it
-    hashes). ``stop`` (bounded: a slice is ~1 MiB) ends the thread; ``read_chunked`` calls it
-    before it returns, so no hashing outlives the READ and its memory."""
-
-    JOIN_S = 10.0
-
-    def __init__(self, inner: Landing) -> None:
-        self.inner = inner
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="mxref-landing-hash", daemon=True)
-        self._thread.start()
-
-    def landed(self, ranges: Sequence[Range]) -> None:
-        with self._lock:
-            self.inner.landed(ranges)
-        self._wake.set()
-
-    def work(self) -> bool:
-        return False  # the thread does it
-
-    def _run(self) -> None:
-        while not self._stopped:
-            self._wake.clear()  # before the work: a landing told meanwhile sets it again
-            with self._lock:
-                did = self.inner.work()
-            if not did:
-                self._wake.wait(0.05)
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._wake.set()
-        self._thread.join(self.JOIN_S)
-        if self._thread.is_alive():  # a slice is ~1 MiB: it never takes this long
-            logger.warning("the landing checksum thread did not stop within %.0fs", self.JOIN_S)
-
-
 class ChunkTime(NamedTuple):
     """One completed chunk of a READ: when it was posted and when the reader saw it done,
     in seconds from the READ's start (what the bench reads to find where the window idles)."""
@@ -159,8 +113,7 @@ class ReadClock:
     the bench sets beside a raw READ's (``mxref.bench.raw``). ``prep_s``: both descriptor lists
     prepared; ``post_s``: each chunk's handle made and posted (``posts`` of them); ``poll_s``: inside
     ``check_xfer_state`` (``polls`` calls: with no progress thread, this is where the bytes move);
-    ``landing_s``: the poll thread's share of the checksums (telling what landed; the hashing
-    itself runs beside it, ``LandingBeside``); ``release_s``: handles and lists
+    ``landing_s``: the landing's work between polls (checksums); ``release_s``: handles and lists
     released; ``total_s``: the whole call. What is left (``fields``' ``other_s``) is the loop's own
     bookkeeping."""
 
@@ -251,8 +204,7 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
     ``on_suspect`` is called once, when a window has gone half its deadline without a
     completion or half the budget has passed (it must return at once: the caller's chance to
     get its next attempt ready). ``landing`` is told each completed chunk's local ranges and
-    does its work (the checksums of what has landed) on a thread beside the polls
-    (``LandingBeside``), stopped before this returns. ``trace``, when
+    given a slice of work between polls (the checksums of what has landed). ``trace``, when
     given, gets each completed chunk's ``ChunkTime`` in completion order; ``clock``, when given,
     where the READ's time went (``ReadClock``)."""
     clock = clock if clock is not None else ReadClock()
@@ -273,13 +225,10 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
             _release_dlists(agent, prepped)
             raise TransferFailed(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}") from exc
         clock.prep_s += time.perf_counter() - began
-        beside = LandingBeside(landing) if landing is not None else None
         try:
-            _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, beside,
+            _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
                   [piece[0] for piece in pieces], trace, clock)
         finally:
-            if beside is not None:
-                beside.stop()
             t0 = time.perf_counter()
             _release_dlists(agent, prepped)
             clock.release_s += time.perf_counter() - t0
@@ -307,7 +256,6 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
     clock = clock if clock is not None else ReadClock()
     perf, monotonic = time.perf_counter, time.monotonic
     check = agent.check_xfer_state  # looked up once: the poll below is the READ's hottest line
-    work = landing.work if landing is not None and not isinstance(landing, LandingBeside) else None
     pending = list(reversed(bounds))
     inflight: list[_InFlight] = []
     start = monotonic()
@@ -395,9 +343,9 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                         f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
                         f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
                 stall_at, deadline, check_at = deadlines()
-            if work is not None:
+            if landing is not None:
                 t0 = perf()
-                work()  # a slice (~35 us) at most: the poll below comes soon enough
+                landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
                 clock.landing_s += perf() - t0
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:

@@ -304,40 +304,6 @@ def test_a_chunked_read_tells_its_landing_every_chunk_and_gives_it_work() -> Non
     assert len(starts) == len(set(starts))  # no range twice
 
 
-def test_the_landing_works_beside_the_poll_loop_and_never_after_the_read() -> None:
-    import threading
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.landed_on: set[int] = set()
-            self.worked_on: set[int] = set()
-            self.after_return = 0
-            self.returned = False
-
-        def landed(self, ranges: Any) -> None:
-            self.landed_on.add(threading.get_ident())
-
-        def work(self) -> bool:
-            self.worked_on.add(threading.get_ident())
-            self.after_return += self.returned
-            return False
-
-    for agent, policy in ((ChunkAgent(), ChunkPolicy(chunk_bytes=3 * MIB)),
-                          (ChunkAgent(complete=2), ChunkPolicy(chunk_bytes=4 * MIB, floor_bps=1e9, slack_s=0.05))):
-        mgr, remote = manager(agent)
-        rec = Recorder()
-        try:
-            mgr.receive_from_source(b"", remote, 5.0, "src", chunks=policy, landing=rec)
-        except TransferStalled:
-            assert agent.complete == 2  # the second READ stalls: its landing thread stops all the same
-        rec.returned = True
-        assert rec.landed_on == {threading.get_ident()}  # told on the poll loop's thread
-        assert rec.worked_on and threading.get_ident() not in rec.worked_on  # worked on another
-        assert not [t for t in threading.enumerate() if t.name == "mxref-landing-hash"]
-        time.sleep(0.06)
-        assert rec.after_return == 0
-
-
 # ------------------------------------------------------------------ where the window idles
 
 
