@@ -88,7 +88,7 @@ EVENTS: dict[str, EventSpec] = {
                           notes={"stall_s": "chunked READ: deadline of a full window",
                                  "first_stall_s": "chunked READ: deadline of its first window (the ramp holds less)"}),
     "transfer_done": _ev("index", "bytes", "seconds", "gbps", "hashing_s", "read_phases", "window", "chunk_ms",
-                         notes={"hashing_s": "hashing landed tensors beside the READ, on its checksum thread (null: none)",
+                         notes={"hashing_s": "of seconds, hashing landed tensors between polls (null: none)",
                                 "read_phases": "chunked READ: seconds per phase, polls and posts (transfer.chunked.ReadClock; null: one handle)",
                                 "window": "chunked READ: where its window idled (transfer.chunked.window_idle; null: one handle)",
                                 "chunk_ms": "chunked READ: [bytes, posted, done] of each chunk, ms from the READ's start"}),

@@ -189,8 +189,8 @@ class LandingChecksums:
     ``landed(ranges)``: a chunk completed, so its local ``(addr, size, device_id)`` ranges hold
     their final bytes. Each tensor has one streaming xxh3-64 that takes its bytes in order, so a
     tensor's landed prefix (from its start up to the first byte still in flight) can be hashed
-    before the rest of it lands. ``work()`` (called by ``mxref.transfer.chunked.LandingBeside``'s
-    thread beside the READ's polls) hashes at most ``slice_bytes`` of such a prefix, and how much is
+    before the rest of it lands. ``work()``, called between polls, hashes at most
+    ``slice_bytes`` of such a prefix, so the poll loop is held ~35 us at a time, and how much is
     left for ``finish()`` no longer depends on the tensors' sizes (with whole tensors only, a
     2 GiB model of 256 MiB tensors always left at least one tensor for after its READ), only on
     the CPU the poll loop can spare: on 2 cores, where the READ keeps both busy, 0.09-0.14 s of
@@ -215,7 +215,7 @@ class LandingChecksums:
         self._ready: deque[int] = deque(i for i, size in enumerate(self._sizes) if size == 0)  # prefix not all hashed
         self._digests: list[str | None] = [None] * len(self._sizes)
         self.during_read = 0  # tensors whose checksum was complete before ``finish``
-        self.hashing_s = 0.0  # time spent hashing in ``work`` before ``finish`` (during the READ)
+        self.hashing_s = 0.0  # time spent hashing in ``work`` before ``finish`` (the READ loop's share)
 
     def landed(self, ranges: Sequence[tuple[int, int, int]]) -> None:
         for addr, size, _device in ranges:

@@ -10,9 +10,9 @@ load average as it starts, ``load_average``):
 * ``this-single`` (unless ``--no-single``): the same with ``--read-chunk-mib 0``, the seed's one
   handle, so ``chunked_over_single`` says what chunking costs;
 * ``this-nohash`` (unless ``--no-single``): chunked, with ``--no-hash-while-reading``: the default
-  reader hashes landed tensors on a thread beside its polls, so its READ shares the CPU with
-  checksum work (``hashing_in_read``, measured) that this one does after the READ. The READ goal
-  terms are taken on it, the transfer alone; the default's READ is shown beside them;
+  reader hashes landed tensors between its polls, so its READ phase holds checksum work
+  (``hashing_in_read``, measured) that this one does after the READ. The READ goal terms are
+  taken on it, the transfer alone; the default's READ is shown beside them;
 * ``baseline`` (with ``--baseline PATH``): the same command from another checkout of mxref
   (``PYTHONPATH=PATH``), e.g. the commit before a change, against the same source;
 * ``raw`` (with ``--raw``): a raw two-process NIXL READ of the same size (``mxref.bench.raw``: one

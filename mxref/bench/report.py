@@ -21,8 +21,8 @@ and one READ in ten of 256 MiB took 3x the others) an unsettled verdict is one m
 of evidence, not a result: more ``--rounds`` narrow the interval.
 
 Both READ terms are taken on the transfer alone: reader ``this-nohash`` where it ran (the
-default reader hashes landed tensors on a thread beside its polls, checksum work the others do
-after their READ), else ``this``. ``read_phases`` sets that READ's phases beside the fastest cold
+default reader hashes landed tensors between its polls, checksum work the others do after
+their READ), else ``this``. ``read_phases`` sets that READ's phases beside the fastest cold
 raw READ's, each a median over the rounds with its interval. The default's own ratios are kept beside them
 (``read_over_raw_hashing``, ``chunked_hashing_over_single``).
 

@@ -101,7 +101,7 @@ class ReaderOptions:
     # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
     # handle per candidate, bounded only by the budget (docs/contract.md#read-budget). The budget bounds both.
     chunks: ChunkPolicy | None = DEFAULT_CHUNKS
-    # a chunked READ into host memory hashes each tensor whose bytes have landed, on a thread beside its polls
+    # a chunked READ into host memory hashes each tensor whose bytes have landed between its polls
     # (``LandingChecksums``); False: every checksum after the READ (the bench's control)
     hash_while_reading: bool = True
     push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)

@@ -112,7 +112,7 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     assert rd.events("handshake")[0]["mode"] == "p2p"
     done = rd.events("transfer_done")[0]
     assert done["bytes"] == MODEL_BYTES and done["seconds"] < BUDGET_S
-    assert 0 <= done["hashing_s"] < done["seconds"]  # checksums taken beside the READ, within it (null: not hashing)
+    assert 0 <= done["hashing_s"] < done["seconds"]  # the READ loop's share of the checksums (null: not hashing)
     clock = done["read_phases"]  # where the READ's time went, by phase (the bench sets it beside a raw READ's)
     assert clock["posts"] == len(done["chunk_ms"]) and clock["polls"] >= clock["posts"]
     assert 0 < clock["poll_s"] <= clock["total_s"] <= done["seconds"]

@@ -380,7 +380,7 @@ def test_the_read_clock_says_where_a_chunked_reads_time_went() -> None:
     mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB), clock=clock)
     fields = clock.fields()
     assert fields["posts"] == len(agent.posted) == 9 and fields["polls"] >= fields["posts"]
-    assert fields["poll_s"] >= 0.002 * fields["polls"] and fields["poll_s"] > 0.8 * fields["total_s"]
+    assert fields["poll_s"] >= 0.002 * fields["polls"] and fields["poll_s"] > 0.5 * fields["total_s"]
     parts = sum(fields[k] for k in ("prep_s", "post_s", "poll_s", "landing_s", "release_s", "other_s"))
     assert parts == pytest.approx(fields["total_s"], abs=1e-5)
     stalled = ReadClock()
