@@ -2,7 +2,9 @@
 
 ``python -m mxref.bench.load --mib 256 --rounds 9 [--baseline PATH]`` starts a metadata server
 and one source (central mode) holding a synthetic model of ``--mib`` MiB, then runs readers to
-completion in interleaved rounds (so drift in the machine's load hits every variant alike):
+completion in interleaved rounds (so drift in the machine's load hits every variant alike; odd
+rounds run the raw READs first and every list in reverse, and each round records the 1-minute
+load average as it starts, ``load_average``):
 
 * ``this``: ``python -m mxref reader`` from this tree, its defaults (a chunked READ);
 * ``this-single`` (unless ``--no-single``): the same with ``--read-chunk-mib 0``, the seed's one
@@ -27,7 +29,10 @@ Each reader's result line gives the whole load (``seconds``: ListSources to a ve
 and the READ (``transfer_seconds``); ``load_done.phases`` says where the rest went, and a chunked
 READ's ``transfer_done`` each chunk's post and completion and where its window idled
 (``mxref.transfer.chunked.window_idle``: the reader's lag from a completion to the post refilling
-its slot, the time the window was not kept full). Printed
+its slot, the time the window was not kept full), and ``read_phases`` where the READ's time went
+(``mxref.transfer.chunked.ReadClock``: prep, posting, polling, the checksums' share, release, the
+loop's own bookkeeping), set beside the raw READ's own (first touch, agent, registration, post,
+poll, release) as medians with 95 % intervals over the rounds (``mxref.bench.report.read_phases``). Printed
 (``mxref.bench.report``): a table of medians, the goal terms as ratios (mxref READ >= 0.95 x
 the fastest raw READ, chunked >= 0.95 x single handle; whole load <= 1.5 x READ + 0.25 s at
 256 MiB, <= 1.1 x READ at 2 GiB), raw and mxref over the ceiling, and one JSON line. Absolute
@@ -55,6 +60,8 @@ from mxref.options import parse
 from mxref.process import die_with_parent
 
 READER_TIMEOUT_S = 300.0
+# a reader's load_phase -> the READ phase it is (the raw READ's terms, mxref.bench.raw)
+TARGET_PHASES = {"allocate": "first_touch_s", "agent": "agent_s", "register": "register_s"}
 MAX_MIB = 2048
 CEILING_PER_ROUND = 3  # loopback copies per round (cheap: a fraction of a READ each)
 
@@ -87,15 +94,24 @@ def _run_reader(workdir: Path, name: str, addr: str, model: list[str], root: Pat
     phases: dict[str, float] = {}
     hashing = 0.0
     window: dict[str, float] = {}
+    read_phases: dict[str, float] = {}
+    target: dict[str, float] = {}  # the READ target's preparation, on the load's path or beside it
     for line in events.read_text().splitlines():
         ev = json.loads(line)
         if ev["event"] == "load_done":
             phases = dict(ev.get("phases") or {})
+        elif ev["event"] == "load_phase" and ev.get("phase") in TARGET_PHASES:
+            target[TARGET_PHASES[ev["phase"]]] = target.get(TARGET_PHASES[ev["phase"]], 0.0) + float(ev["seconds"])
         elif ev["event"] == "transfer_done":
             hashing = float(ev.get("hashing_s") or 0.0)  # the READ's polls' share of the checksums
             window = dict(ev.get("window") or {})  # where a chunked READ's window idled (one handle: none)
+            read_phases = dict(ev.get("read_phases") or {})  # where a chunked READ's time went (one handle: none)
+    if read_phases:
+        read_phases = {**target, **read_phases, "chunk_wait_s": window.get("chunk_wait_s", 0.0),
+                       "post_lag_s": window.get("post_lag_s", 0.0), "underfull_s": window.get("underfull_s", 0.0)}
     return {"load_s": result["seconds"], "read_s": result["transfer_seconds"], "wall_s": wall,
-            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window}
+            "phases": {**phases, "hashing_in_read": hashing} if hashing else phases, "window": window,
+            "read_phases": read_phases}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,7 +201,9 @@ def _size(args: BenchFlags, mib: int, workdir: Path,
     nbytes = 8 * int(mib / 8 * (1 << 20))
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     raw: dict[str, list[list[float]]] = {k: [] for k in args.raw_progress} if args.raw else {}
+    raw_phases: dict[str, list[dict[str, float]]] = {k: [] for k in raw}  # per round: its cold READ's phases
     ceiling: list[float] = []
+    loads: list[float] = []  # the 1-minute load average at each round's start
     children: list[Child] = []
     try:
         server = Child(workdir, "server", "server", "--heartbeat-timeout", "60")
@@ -197,17 +215,25 @@ def _size(args: BenchFlags, mib: int, workdir: Path,
         children.append(source)
         source.wait_event("status_change", STARTUP_TIMEOUT_S * 2, status="READY")
         for r in range(args.rounds):
-            order = list(variants) if r % 2 == 0 else list(reversed(variants))  # alternate who goes first
-            for v in order:
-                rows[v].append(_run_reader(workdir, f"reader-{v}-{r}", addr, model, *variants[v]))
-            for k in list(raw) if r % 2 == 0 else list(reversed(raw)):
-                raw[k].append(raw_read(nbytes, repeat=2, progress=k))  # [cold, warm] GB/s, a fresh raw source
+            loads.append(round(os.getloadavg()[0], 2))  # the machine's load as the round starts
+            forward = r % 2 == 0  # alternate who goes first: the readers or the raw READs, and within each
+            readers = [(v, None) for v in (variants if forward else reversed(variants))]
+            raws = [(None, k) for k in (list(raw) if forward else reversed(list(raw)))]
+            for v, k in readers + raws if forward else raws + readers:
+                if v is not None:
+                    rows[v].append(_run_reader(workdir, f"reader-{v}-{r}", addr, model, *variants[v]))
+                elif k is not None:
+                    reads: list[dict[str, float]] = []
+                    raw[k].append(raw_read(nbytes, repeat=2, progress=k, phases=reads))  # [cold, warm] GB/s, a fresh raw source
+                    raw_phases[k].append(reads[0])
             if args.ceiling:
                 ceiling.extend(loopback_gbps(nbytes) for _ in range(CEILING_PER_ROUND))
     finally:
         for c in reversed(children):
             c.stop()
-    summary = summarize(mib, nbytes, rows, raw, ceiling)
+    summary = summarize(mib, nbytes, rows, raw, ceiling, raw_phases=raw_phases)
+    summary["load_average"] = loads
+    print(f"load average (1 min) at each round's start: {' '.join(f'{x:.2f}' for x in loads)}")
     for line in table(summary):
         print(line)
     return summary

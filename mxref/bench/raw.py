@@ -56,9 +56,11 @@ def _source(port: int, nbytes: int, seconds: float, progress: str = "pump") -> i
     return 0
 
 
-def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = "pump") -> list[float]:
+def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = "pump",
+             phases: list[dict[str, float]] | None = None) -> list[float]:
     """GB/s of each of ``repeat`` READs of ``nbytes`` from a fresh raw source process whose
-    progress is ``progress`` (``SOURCE_PROGRESS``)."""
+    progress is ``progress`` (``SOURCE_PROGRESS``). ``phases``, when given, gets one dict per READ
+    (``RAW_PHASES``: where its time went, in the terms of ``mxref.transfer.chunked.ReadClock``)."""
     if progress not in SOURCE_PROGRESS:
         raise ValueError(f"progress {progress!r}: one of {', '.join(SOURCE_PROGRESS)}")
     from mxref.process import die_with_parent, free_port, read_json_line
@@ -74,10 +76,16 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = 
         assert src.stdout is not None
         info = read_json_line(src.stdout, timeout_s, "the raw source")  # NIXL logs to stdout too
         api = import_nixl()
+        t0 = time.perf_counter()
         agent = api.nixl_agent(f"raw-rd-{os.getpid()}", api.nixl_agent_config(False, True, free_port(), backends=["UCX"]))
+        agent_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
         dst = np.empty(info["bytes"] // 8, dtype=np.uint64)
         dst.fill(0)  # fault the pages in now, as mxref's reader does, not during the first READ
+        first_touch = time.perf_counter() - t0
+        t0 = time.perf_counter()
         agent.register_memory(np.array([(dst.ctypes.data, dst.nbytes, 0)], dtype=np.uint64), "DRAM")
+        register = time.perf_counter() - t0
         deadline = time.monotonic() + timeout_s
         while not agent.check_remote_metadata("raw-src"):
             if time.monotonic() > deadline:
@@ -88,15 +96,24 @@ def raw_read(nbytes: int, repeat: int, timeout_s: float = 60.0, progress: str = 
         remote = agent.get_xfer_descs(np.array([(info["addr"], info["bytes"], 0)], dtype=np.uint64), "DRAM")
         rates = []
         for _ in range(repeat):
+            t_prep = time.perf_counter()
             handle = agent.initialize_xfer("READ", local, remote, "raw-src")
             t0 = time.perf_counter()
             state = agent.transfer(handle)
+            t_posted = time.perf_counter()
+            polls = 0
             while state != "DONE":
                 state = agent.check_xfer_state(handle)
+                polls += 1
                 if state == "ERR" or time.monotonic() > deadline:
                     raise RuntimeError(f"raw READ ended in {state}")
-            rates.append(info["bytes"] / (time.perf_counter() - t0) / 1e9)
+            t_done = time.perf_counter()
+            rates.append(info["bytes"] / (t_done - t0) / 1e9)
             agent.release_xfer_handle(handle)
+            if phases is not None:  # the READ is t0..t_done: post + poll, as mxref's is prep..release
+                phases.append({"first_touch_s": first_touch, "agent_s": agent_s, "register_s": register, "prep_s": t0 - t_prep,
+                               "post_s": t_posted - t0, "posts": 1, "poll_s": t_done - t_posted, "polls": polls,
+                               "release_s": time.perf_counter() - t_done, "total_s": t_done - t0})
         if not np.array_equal(dst[:1024], np.arange(1024, dtype=np.uint64)):
             raise RuntimeError("raw READ delivered wrong bytes")
         agent.remove_remote_agent("raw-src")

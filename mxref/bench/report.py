@@ -22,7 +22,8 @@ of evidence, not a result: more ``--rounds`` narrow the interval.
 
 Both READ terms are taken on the transfer alone: reader ``this-nohash`` where it ran (the
 default reader hashes landed tensors between its polls, checksum work the others do after
-their READ), else ``this``. The default's own ratios are kept beside them
+their READ), else ``this``. ``read_phases`` sets that READ's phases beside the fastest cold
+raw READ's, each a median over the rounds with its interval. The default's own ratios are kept beside them
 (``read_over_raw_hashing``, ``chunked_hashing_over_single``).
 
 ``table`` renders a summary as lines of text. Nothing here starts a process.
@@ -101,12 +102,49 @@ def _per_round(num: Sequence[float], den: Sequence[float]) -> list[float]:
     return [n / d for n, d in zip(num, den) if d > 0]
 
 
+# the phases of one READ, mxref's (``ReadClock`` and the target's load phases) and the raw one's
+# (``mxref.bench.raw``), in the order they happen; the counts and the window's idling after them
+READ_PHASES = (("first_touch_s", "first touch of the target (allocate, fault in)"),
+               ("agent_s", "agent creation"), ("register_s", "registration"),
+               ("prep_s", "descriptor lists / handle prepared"), ("post_s", "posting (make + transfer)"),
+               ("poll_s", "polling: inside check_xfer_state (the bytes move)"),
+               ("landing_s", "checksums between polls"), ("release_s", "release (handles, lists)"),
+               ("other_s", "the loop's own bookkeeping"), ("total_s", "the READ call in all"))
+READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"),
+               ("chunk_wait_s", "a chunk's median wait, post to done"),
+               ("post_lag_s", "window idle: completion to refill, summed"),
+               ("underfull_s", "window idle: fewer than W in flight, summed"))
+
+
+def _interval(values: Sequence[float]) -> dict[str, Any]:
+    ci = median_interval(values)
+    return {"median": round(_med(values), 6), "ci": None if ci is None else [round(ci[0], 6), round(ci[1], 6)],
+            "n": len(values)}
+
+
+def read_phases(mxref: Sequence[Mapping[str, float]], raw: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """Per READ phase (``READ_PHASES``, ``READ_COUNTS``): mxref's and the raw READ's median over the
+    rounds, each with its 95 % interval (``median_interval``), where that side has the phase."""
+    out: dict[str, Any] = {}
+    for key, label in (*READ_PHASES, *READ_COUNTS):
+        row: dict[str, Any] = {"label": label}
+        for side, samples in (("mxref", mxref), ("raw", raw)):
+            values = [float(s[key]) for s in samples if key in s]
+            if values:
+                row[side] = _interval(values)
+        if len(row) > 1:
+            out[key] = row
+    return out
+
+
 def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, Any]]],
               raw: Mapping[str, Sequence[Sequence[float]]] | None = None,
-              ceiling: Sequence[float] | None = None) -> dict[str, Any]:
+              ceiling: Sequence[float] | None = None,
+              raw_phases: Mapping[str, Sequence[Mapping[str, float]]] | None = None) -> dict[str, Any]:
     """One size's summary. ``rows``: per reader variant, one dict per round (``load_s``, ``read_s``,
-    ``wall_s``, ``phases``); ``raw``: per source progress, one ``[cold, warm]`` GB/s pair per round;
-    ``ceiling``: loopback GB/s samples."""
+    ``wall_s``, ``phases``, optionally ``read_phases``); ``raw``: per source progress, one
+    ``[cold, warm]`` GB/s pair per round; ``ceiling``: loopback GB/s samples; ``raw_phases``: per
+    source progress, the cold READ's phases of each round (``read_phases`` sets them beside mxref's)."""
     if nbytes <= 0:
         raise ValueError(f"nbytes ({nbytes}) must be > 0")
     summary: dict[str, Any] = {"mib": mib, "bytes": nbytes, "rounds": max((len(r) for r in rows.values()), default=0),
@@ -160,6 +198,12 @@ def summarize(mib: float, nbytes: int, rows: Mapping[str, Sequence[Mapping[str, 
                                   read_over_raw_warm=round(this_gbps / raw_warm, 3))
             if hashing_read_s is not None:
                 summary["raw"]["read_over_raw_hashing"] = round(nbytes / hashing_read_s / 1e9 / raw_cold, 3)
+    if raw and any(raw.values()) and transfer in rows:
+        mine = [r["read_phases"] for r in rows[transfer] if r.get("read_phases")]
+        theirs = list((raw_phases or {}).get(summary["raw"]["cold_fastest"], []))
+        if mine or theirs:
+            summary["read_phases"] = {"mxref": transfer, "raw": summary["raw"]["cold_fastest"],
+                                      "phases": read_phases(mine, theirs)}
     if ceiling:
         top = _med(ceiling)
         summary["ceiling"] = {"gbps": round(top, 3), "samples": [round(x, 3) for x in ceiling]}
@@ -208,6 +252,7 @@ def table(summary: Mapping[str, Any]) -> list[str]:
             best = [w for w, f in (("cold", raw["cold_fastest"]), ("warm", raw["warm_fastest"])) if f == k]
             out.append((f"{k:12s} {s['cold_gbps']:9.2f} {s['warm_gbps']:9.2f}   "
                         + (f"fastest {'+'.join(best)}" if best else "")).rstrip())
+    out.extend(phase_table(summary))
     ceiling = summary.get("ceiling")
     if ceiling:
         out.append(f"TCP loopback ceiling (in-process, 127.0.0.1): {ceiling['gbps']:.2f} GB/s")
@@ -234,4 +279,27 @@ def table(summary: Mapping[str, Any]) -> list[str]:
         ratios.append(("mxref READ / ceiling", ceiling["read_over_ceiling"], ""))
     width = max((len(label) for label, _, _ in ratios), default=0)
     out.extend(f"  {label:{width}s} {value:6.2f}  {mark}".rstrip() for label, value, mark in ratios)
+    return out
+
+
+def _cell(entry: Mapping[str, Any] | None, scale: float) -> str:
+    if entry is None:
+        return "-"
+    text = f"{entry['median'] * scale:.2f}" if scale != 1 else f"{entry['median']:.0f}"
+    if entry["ci"] is not None:
+        low, high = entry["ci"]
+        text += f" [{low * scale:.2f}-{high * scale:.2f}]" if scale != 1 else f" [{low:.0f}-{high:.0f}]"
+    return text
+
+
+def phase_table(summary: Mapping[str, Any]) -> list[str]:
+    """The READ's phases, mxref beside the raw READ: medians over the rounds [95 % interval], ms."""
+    section = summary.get("read_phases")
+    if not section:
+        return []
+    out = [f"READ phases, ms (counts as is): mxref ({section['mxref']}) beside raw ({section['raw']}, cold); "
+           "median [95% interval] over the rounds"]
+    for key, row in section["phases"].items():
+        scale = 1.0 if key in ("polls", "posts") else 1e3
+        out.append(f"  {row['label']:50s} {_cell(row.get('mxref'), scale):>24s}  {_cell(row.get('raw'), scale):>24s}")
     return out

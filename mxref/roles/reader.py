@@ -70,7 +70,7 @@ from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
 from mxref.roles.client import MxClient, fetch_tensor_manifest
 from mxref.roles.lease import LeaseHolder, LeaseRefused
 from mxref.roles.selection import Target, get_selector
-from mxref.transfer.chunked import ChunkPolicy, ChunkTime, window_idle
+from mxref.transfer.chunked import ChunkPolicy, ChunkTime, ReadClock, window_idle
 from mxref.transfer.manager import NixlTransferManager
 from mxref.transfer.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.v1 import p2p_pb2
@@ -445,12 +445,14 @@ class Reader:
             landing = (LandingChecksums(arena) if chunks is not None and self.options.hash_while_reading
                        and isinstance(arena, Arena) else None)
             trace: list[ChunkTime] = []  # each chunk's post and completion (the bench reads them)
+            clock = ReadClock()  # where a chunked READ's time went (the bench sets it beside a raw READ's)
             t0 = time.perf_counter()
             self._read_posted = True
             try:
                 nbytes, _count, _res = mgr.receive_from_source(
                     worker.nixl_metadata, source_tensors, budget, remote, require_exact_match=True, chunks=chunks,
                     on_suspect=self._next_target_early(index) if has_next else None, landing=landing, trace=trace,
+                    clock=clock,
                 )
             except TransferTimeout as exc:
                 seconds = time.perf_counter() - t0
@@ -470,6 +472,7 @@ class Reader:
             self.events.emit("transfer_done", index=index, bytes=nbytes, seconds=round(seconds, 6),
                              gbps=round(nbytes / seconds / 1e9, 3) if seconds > 0 else None,
                              hashing_s=round(landing.hashing_s, 6) if landing is not None else None,
+                             read_phases=clock.fields() if chunks is not None else None,
                              window=window_idle(trace, chunks.window) if chunks is not None else None,
                              chunk_ms=[[t.nbytes, round(t.posted_s * 1e3, 2), round(t.done_s * 1e3, 2)] for t in trace])
         finally:

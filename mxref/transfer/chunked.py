@@ -17,6 +17,7 @@ only raises the transfer error saying what happened (``TransferStalled``, ``Tran
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,13 +107,42 @@ class ChunkTime(NamedTuple):
     done_s: float
 
 
+@dataclass
+class ReadClock:
+    """Where one chunked READ's time went, phase by phase (seconds, summed over its chunks): what
+    the bench sets beside a raw READ's (``mxref.bench.raw``). ``prep_s``: both descriptor lists
+    prepared; ``post_s``: each chunk's handle made and posted (``posts`` of them); ``poll_s``: inside
+    ``check_xfer_state`` (``polls`` calls: with no progress thread, this is where the bytes move);
+    ``landing_s``: the landing's work between polls (checksums); ``release_s``: handles and lists
+    released; ``total_s``: the whole call. What is left (``fields``' ``other_s``) is the loop's own
+    bookkeeping."""
+
+    prep_s: float = 0.0
+    post_s: float = 0.0
+    posts: int = 0
+    poll_s: float = 0.0
+    polls: int = 0
+    landing_s: float = 0.0
+    release_s: float = 0.0
+    total_s: float = 0.0
+
+    def fields(self) -> dict[str, float]:
+        """The phases (seconds, rounded to the microsecond), the counts and ``other_s``."""
+        timed = self.prep_s + self.post_s + self.poll_s + self.landing_s + self.release_s
+        return {"prep_s": round(self.prep_s, 6), "post_s": round(self.post_s, 6), "posts": self.posts,
+                "poll_s": round(self.poll_s, 6), "polls": self.polls, "landing_s": round(self.landing_s, 6),
+                "release_s": round(self.release_s, 6), "other_s": round(max(0.0, self.total_s - timed), 6),
+                "total_s": round(self.total_s, 6)}
+
+
 def window_idle(trace: Sequence[ChunkTime], window: int) -> dict[str, float]:
     """Where a READ's window idled, from its ``trace``: ``post_lag_s``, the time from each
     completion to the post that refilled its slot (the reader's share, summed), and
     ``underfull_s``, the time before the last post with fewer than ``window`` chunks in flight
-    (the window not kept full); ``first_post_s`` is the READ's start to its first post."""
+    (the window not kept full); ``first_post_s`` is the READ's start to its first post;
+    ``chunk_wait_s`` a chunk's median wait, from its post to the poll that saw it done."""
     if not trace:
-        return {"chunks": 0, "first_post_s": 0.0, "post_lag_s": 0.0, "underfull_s": 0.0}
+        return {"chunks": 0, "first_post_s": 0.0, "post_lag_s": 0.0, "underfull_s": 0.0, "chunk_wait_s": 0.0}
     posts = sorted(t.posted_s for t in trace)
     dones = sorted(t.done_s for t in trace)
     lag = 0.0
@@ -126,8 +156,9 @@ def window_idle(trace: Sequence[ChunkTime], window: int) -> dict[str, float]:
         if inflight < window:
             underfull += at - last
         inflight, last = inflight + step, at
+    waits = sorted(t.done_s - t.posted_s for t in trace)
     return {"chunks": len(trace), "first_post_s": round(posts[0], 6), "post_lag_s": round(lag, 6),
-            "underfull_s": round(underfull, 6)}
+            "underfull_s": round(underfull, 6), "chunk_wait_s": round(waits[len(waits) // 2], 6)}
 
 
 def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list[list[Pair]]:
@@ -165,7 +196,8 @@ def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list
 
 def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_name: str, budget_s: float,
                  policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None,
-                 landing: Landing | None = None, trace: list[ChunkTime] | None = None) -> None:
+                 landing: Landing | None = None, trace: list[ChunkTime] | None = None,
+                 clock: ReadClock | None = None) -> None:
     """Keep ``policy.window`` chunk READs in flight; raise ``TransferFailed`` on an error,
     ``TransferStalled`` on a stall (with the chunks done before it) or ``TransferTimeout`` at the budget. Every handle still in flight then is released (NIXL cancels it;
     the memory behind it stays tainted), and both prepared lists are released in any case.
@@ -173,7 +205,10 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
     completion or half the budget has passed (it must return at once: the caller's chance to
     get its next attempt ready). ``landing`` is told each completed chunk's local ranges and
     given a slice of work between polls (the checksums of what has landed). ``trace``, when
-    given, gets each completed chunk's ``ChunkTime`` in completion order."""
+    given, gets each completed chunk's ``ChunkTime`` in completion order; ``clock``, when given,
+    where the READ's time went (``ReadClock``)."""
+    clock = clock if clock is not None else ReadClock()
+    began = time.perf_counter()
     pieces = [piece for chunk in chunks for piece in chunk]
     bounds: list[tuple[int, int, int]] = []  # (first piece, last piece + 1, bytes) of each chunk
     first = 0
@@ -182,17 +217,23 @@ def read_chunked(agent: Any, mem: str, chunks: list[list[Pair]], remote_agent_na
         first += len(chunk)
     prepped: list[Any] = []
     try:
-        for side, column in ((LOCAL_SIDE, 0), (remote_agent_name, 1)):
-            descs = np.array([p[column] for p in pieces], dtype=np.uint64)
-            prepped.append(agent.prep_xfer_dlist(side, descs, mem))
-    except Exception as exc:
-        _release_dlists(agent, prepped)
-        raise TransferFailed(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}") from exc
-    try:
-        _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
-              [piece[0] for piece in pieces], trace)
+        try:
+            for side, column in ((LOCAL_SIDE, 0), (remote_agent_name, 1)):
+                descs = np.array([p[column] for p in pieces], dtype=np.uint64)
+                prepped.append(agent.prep_xfer_dlist(side, descs, mem))
+        except Exception as exc:
+            _release_dlists(agent, prepped)
+            raise TransferFailed(f"chunked READ could not be prepared: {type(exc).__name__}: {exc}") from exc
+        clock.prep_s += time.perf_counter() - began
+        try:
+            _pump(agent, prepped[0], prepped[1], bounds, budget_s, policy, on_suspect, landing,
+                  [piece[0] for piece in pieces], trace, clock)
+        finally:
+            t0 = time.perf_counter()
+            _release_dlists(agent, prepped)
+            clock.release_s += time.perf_counter() - t0
     finally:
-        _release_dlists(agent, prepped)
+        clock.total_s += time.perf_counter() - began
 
 
 class _InFlight(NamedTuple):
@@ -205,82 +246,118 @@ class _InFlight(NamedTuple):
 
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
           policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landing: Landing | None = None,
-          local: Sequence[Range] = (), trace: list[ChunkTime] | None = None) -> None:
-    """``local``: every piece's local range, by piece index (what ``landing`` is told)."""
+          local: Sequence[Range] = (), trace: list[ChunkTime] | None = None, clock: ReadClock | None = None) -> None:
+    """``local``: every piece's local range, by piece index (what ``landing`` is told).
+
+    The loop between two polls is kept short (the poll is what moves the bytes; the loop's own
+    work is time the reader's socket is not drained): the window's deadlines (suspect, stall,
+    budget) are worked out when the window changes, a post or a completion, and each pass only
+    compares the clock with the nearest of them."""
+    clock = clock if clock is not None else ReadClock()
+    perf, monotonic = time.perf_counter, time.monotonic
+    check = agent.check_xfer_state  # looked up once: the poll below is the READ's hottest line
     pending = list(reversed(bounds))
     inflight: list[_InFlight] = []
-    start = time.monotonic()
+    start = monotonic()
+    budget_at = start + budget_s
     last_done = start
+    poll_s, polls = 0.0, 0
 
     def refill() -> None:
         while pending and len(inflight) < policy.window:
+            t0 = perf()
             lo, hi, nbytes = pending.pop()
             indices = list(range(lo, hi))
             try:
                 handle = agent.make_prepped_xfer("READ", local_side, indices, remote_side, indices)
             except Exception as exc:
                 raise TransferFailed(f"chunked READ failed at post: {type(exc).__name__}: {exc}") from exc
-            inflight.append(_InFlight(handle, time.monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
+            inflight.append(_InFlight(handle, monotonic(), nbytes, lo, hi))  # tracked before the post: released in any case
             try:
                 state = agent.transfer(handle)
             except Exception as exc:
                 raise TransferFailed(f"chunked READ failed at post: {type(exc).__name__}: {exc}") from exc
+            finally:
+                clock.post_s += perf() - t0
+                clock.posts += 1
             if state in ERROR_STATES:
                 raise TransferFailed(f"chunked READ failed at post: NIXL state {state}")
 
+    def deadlines() -> tuple[float, float, float]:
+        """(the window's stall deadline, its length, the clock time of the nearest check) for what is in flight now."""
+        deadline = policy.deadline(sum(item.nbytes for item in inflight))
+        stall_at = max(inflight[0].posted, last_done) + deadline if inflight else math.inf
+        suspect_at = min(stall_at - deadline / 2, start + budget_s / 2) if on_suspect is not None else math.inf
+        return stall_at, deadline, min(stall_at, suspect_at, budget_at)
+
     try:
         refill()
+        stall_at, deadline, check_at = deadlines()
         while inflight:
             done: list[_InFlight] = []
+            t0 = perf()
             for item in inflight:
                 try:
-                    state = agent.check_xfer_state(item.handle)
+                    state = check(item.handle)
                 except Exception as exc:
                     raise TransferFailed(f"chunked READ failed: NIXL raised {type(exc).__name__}: {exc}") from exc
                 if state in DONE_STATES:
                     done.append(item)
                 elif state in ERROR_STATES:
                     raise TransferFailed(f"chunked READ failed: NIXL state {state}")
+            poll_s += perf() - t0
+            polls += len(inflight)
             if done:
                 for item in done:
                     inflight.remove(item)  # before the release: `finally` releases only what is left
-                last_done = time.monotonic()
+                last_done = monotonic()
                 # The freed slots are posted first, the bookkeeping after: the window's chunks complete
                 # together (the bench's chunk times), so until the next post nothing is on the wire.
                 try:
                     refill()
                 finally:
+                    t0 = perf()
                     for item in done:
                         agent.release_xfer_handle(item.handle)
+                    clock.release_s += perf() - t0
+                t0 = perf()
                 for item in done:
                     if trace is not None:
                         trace.append(ChunkTime(item.nbytes, item.posted - start, last_done - start))
                     if landing is not None:
                         landing.landed(local[item.lo:item.hi])
-            now = time.monotonic()
-            quiet = now - max(inflight[0].posted, last_done) if inflight else 0.0
-            deadline = policy.deadline(sum(item.nbytes for item in inflight))
-            if on_suspect is not None and (quiet > deadline / 2 or now - start > budget_s / 2):
-                suspect, on_suspect = on_suspect, None
-                suspect()
-            if inflight and quiet > deadline:
-                finished = len(bounds) - len(pending) - len(inflight)
-                raise TransferStalled(
-                    f"READ stalled: no chunk completed for {deadline:.2f}s "
-                    f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
-            if (pending or inflight) and now - start > budget_s:
-                raise TransferTimeout(
-                    f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
-                    f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
+                clock.landing_s += perf() - t0
+                stall_at, deadline, check_at = deadlines()
+            now = monotonic()
+            if now >= check_at:
+                if on_suspect is not None and (now > stall_at - deadline / 2 or now - start > budget_s / 2):
+                    suspect, on_suspect = on_suspect, None
+                    suspect()
+                if inflight and now > stall_at:
+                    finished = len(bounds) - len(pending) - len(inflight)
+                    raise TransferStalled(
+                        f"READ stalled: no chunk completed for {deadline:.2f}s "
+                        f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
+                if (pending or inflight) and now > budget_at:
+                    raise TransferTimeout(
+                        f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "
+                        f"(chunked, {len(pending) + len(inflight)} of {len(bounds)} chunks left)")
+                stall_at, deadline, check_at = deadlines()
             if landing is not None:
+                t0 = perf()
                 landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
+                clock.landing_s += perf() - t0
             # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
     finally:
+        clock.poll_s += poll_s
+        clock.polls += polls
+        t0 = perf()
         for handle, *_ in inflight:
             try:
                 agent.release_xfer_handle(handle)
             except Exception as exc:  # noqa: BLE001 - a failed release must not hide the transfer's outcome
                 logger.warning("release_xfer_handle failed: %s", exc)
+        clock.release_s += perf() - t0
 
 
 def _release_dlists(agent: Any, prepped: list[Any]) -> None:

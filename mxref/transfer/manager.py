@@ -46,7 +46,7 @@ from mxref.errors import (
 )
 from mxref.events import NULL, EventLog
 from mxref.metrics import NixlFamilies
-from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkPolicy, ChunkTime, Landing, read_chunked
+from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkPolicy, ChunkTime, Landing, ReadClock, read_chunked
 
 logger = logging.getLogger("mxref.transfer.manager")
 
@@ -346,11 +346,12 @@ class NixlTransferManager:
         on_suspect: Callable[[], None] | None = None,
         landing: Landing | None = None,
         trace: list[ChunkTime] | None = None,
+        clock: ReadClock | None = None,
     ) -> tuple[int, int, str]:
         """READ the source's tensors into ours (matched by name), bounded by the budget.
 
         One transfer handle (docs/contract.md#read-budget), or with ``chunks`` a window of chunk handles with a
-        stall deadline (``ChunkPolicy``; ``on_suspect``, ``landing``, ``trace``: see ``read_chunked``). Returns ``(bytes, tensors, result)`` with result
+        stall deadline (``ChunkPolicy``; ``on_suspect``, ``landing``, ``trace``, ``clock``: see ``read_chunked``). Returns ``(bytes, tensors, result)`` with result
         complete|partial|empty. Raises ManifestMismatchError (sizes/dtypes, or names under
         exact match), TransferTimeout (TransferStalled for a stalled window) or TransferFailed.
         """
@@ -369,7 +370,7 @@ class NixlTransferManager:
             ranges = [((t.addr, t.size, t.device_id), (int(s.addr), int(s.size), int(s.device_id))) for t, s in pairs]
             try:
                 read_chunked(agent, mem, chunks.split(ranges), remote_agent_name, budget, chunks,
-                             on_suspect, landing, trace)
+                             on_suspect, landing, trace, clock)
             except (TransferTimeout, TransferFailed) as exc:
                 self._record_failure(str(exc), exc.failure)
                 raise

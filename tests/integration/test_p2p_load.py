@@ -113,6 +113,9 @@ def test_a_verified_load_over_rdma(cluster: Cluster) -> None:
     done = rd.events("transfer_done")[0]
     assert done["bytes"] == MODEL_BYTES and done["seconds"] < BUDGET_S
     assert 0 <= done["hashing_s"] < done["seconds"]  # the READ loop's share of the checksums (null: not hashing)
+    clock = done["read_phases"]  # where the READ's time went, by phase (the bench sets it beside a raw READ's)
+    assert clock["posts"] == len(done["chunk_ms"]) and clock["polls"] >= clock["posts"]
+    assert 0 < clock["poll_s"] <= clock["total_s"] <= done["seconds"]
     # released in finally: removed, and the source told to drop our record (INVL)
     released = rd.events("peer_disconnected", where=lambda e: e["agent_name"] == src.info["agent_name"])
     assert released and released[0]["ok"] is True and released[0]["invalidated"] is True

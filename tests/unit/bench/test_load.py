@@ -243,3 +243,22 @@ def test_loopback_ceiling_at_a_small_size() -> None:
         loopback_gbps(0)
     with pytest.raises(ValueError):
         loopback_ceiling(MIB, repeat=0)
+
+
+def test_the_read_phases_set_mxref_beside_the_raw_read_with_intervals() -> None:
+    from mxref.bench.report import read_phases
+
+    mine = [{"post_s": 0.001 * i, "poll_s": 0.1, "polls": 100 + i, "landing_s": 0.01} for i in range(1, 8)]
+    theirs = [{"post_s": 0.0002, "poll_s": 0.09 + 0.001 * i, "polls": 1000} for i in range(7)]
+    phases = read_phases(mine, theirs)
+    assert phases["post_s"]["mxref"] == {"median": 0.004, "ci": [0.001, 0.007], "n": 7}  # 7 rounds: the extremes
+    assert phases["poll_s"]["raw"]["median"] == pytest.approx(0.093)
+    assert "raw" not in phases["landing_s"] and "first_touch_s" not in phases  # a phase neither side has: no row
+    rows = {"this": [dict(_row(0.3, 0.1), read_phases=m) for m in mine]}
+    raw = {"thread": [[1.0, 1.1]] * 7, "pump": [[0.5, 0.6]] * 7}
+    s = summarize(100, 100 * 10**6, rows, raw, raw_phases={"thread": theirs, "pump": [{"poll_s": 9.0}] * 7})
+    assert s["read_phases"]["raw"] == "thread"  # the phases of the raw READ the goal is judged against
+    assert s["read_phases"]["phases"]["poll_s"]["raw"]["median"] == pytest.approx(0.093)
+    lines = table(s)
+    assert any(line.startswith("READ phases") for line in lines)
+    assert any("posting" in line and "4.00 [1.00-7.00]" in line and "0.20 [0.20-0.20]" in line for line in lines)

@@ -363,3 +363,28 @@ def test_window_idle_sums_the_lag_to_each_refill_and_the_time_the_window_was_not
     assert idle["post_lag_s"] == pytest.approx(1.0 + 2.0)  # each refill after the completion that freed its slot
     assert idle["underfull_s"] == pytest.approx(2.0)  # 10..11 empty, 11..12 one in flight; the tail does not count
     assert window_idle([], 2)["chunks"] == 0
+    assert idle["chunk_wait_s"] == pytest.approx(10.0)  # the median chunk's post to done (8, 9, 10, 10)
+
+
+def test_the_read_clock_says_where_a_chunked_reads_time_went() -> None:
+    from mxref.transfer.chunked import ReadClock
+
+    class SlowPoll(ChunkAgent):
+        def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
+            time.sleep(0.002)  # the poll is where the bytes move: it must hold most of the READ
+            return super().check_xfer_state(handle)  # type: ignore[no-untyped-call]
+
+    agent = SlowPoll()
+    mgr, remote = manager(agent)
+    clock = ReadClock()
+    mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB), clock=clock)
+    fields = clock.fields()
+    assert fields["posts"] == len(agent.posted) == 9 and fields["polls"] >= fields["posts"]
+    assert fields["poll_s"] >= 0.002 * fields["polls"] and fields["poll_s"] > 0.5 * fields["total_s"]
+    parts = sum(fields[k] for k in ("prep_s", "post_s", "poll_s", "landing_s", "release_s", "other_s"))
+    assert parts == pytest.approx(fields["total_s"], abs=1e-5)
+    stalled = ReadClock()
+    with pytest.raises(TransferStalled):  # a stalled READ still says where its time went
+        manager(ChunkAgent(complete=0))[0].receive_from_source(
+            b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, floor_bps=1e9, slack_s=0.05), clock=stalled)
+    assert stalled.posts == 2 and stalled.total_s >= 0.05 and stalled.release_s > 0
