@@ -33,6 +33,7 @@ stopped before it returns (SIGTERM, then SIGKILL); every wait is bounded.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -48,7 +49,8 @@ from mxref import config
 from mxref.bench.storm_procs import LineChild
 from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
 
-STARTUP_TIMEOUT_S = 120.0
+STARTUP_TIMEOUT_S = 300.0
+START_BATCH = 4
 LOAD_TIMEOUT_S = 120.0
 MAX_READERS = 64
 MODEL_TENSORS = 8
@@ -128,14 +130,19 @@ class Storm:
         return out
 
     def start_readers(self, count: int) -> list[LineChild]:
-        readers = [self.child(f"reader-{i}", _mxref("reader", "--name", f"reader-{i}", "--events",
-                                                    str(self._events(f"reader-{i}")), "--server", self.address,
-                                                    "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
-                                                    "--selector", self.args.selector, "--selector-seed", str(i),
-                                                    *self.model))
-                   for i in range(count)]
-        for r in readers:
-            r.expect("ready", STARTUP_TIMEOUT_S)
+        """``count`` long-lived readers, started ``START_BATCH`` at a time (dozens of NIXL
+        start-ups at once on a small machine outlast any sane deadline), each ready."""
+        readers: list[LineChild] = []
+        for first in range(0, count, START_BATCH):
+            batch = [self.child(f"reader-{i}", _mxref("reader", "--name", f"reader-{i}", "--events",
+                                                      str(self._events(f"reader-{i}")), "--server", self.address,
+                                                      "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
+                                                      "--selector", self.args.selector, "--selector-seed", str(i),
+                                                      *self.model))
+                     for i in range(first, min(count, first + START_BATCH))]
+            for r in batch:
+                r.expect("ready", STARTUP_TIMEOUT_S)
+            readers.extend(batch)
         return readers
 
     def start_raw_readers(self, count: int) -> list[LineChild]:
@@ -144,11 +151,13 @@ class Storm:
         return raws
 
     def connect_raw(self, raws: Sequence[LineChild], sources: Sequence[tuple[LineChild, int, int]]) -> None:
-        for i, r in enumerate(raws):
-            _, port, addr = sources[i % len(sources)]
-            r.send(f"connect 127.0.0.1 {port} {addr} {self.nbytes}")
-        for r in raws:
-            r.expect("ready", STARTUP_TIMEOUT_S)
+        for first in range(0, len(raws), START_BATCH):
+            batch = list(enumerate(raws))[first:first + START_BATCH]
+            for i, r in batch:
+                _, port, addr = sources[i % len(sources)]
+                r.send(f"connect 127.0.0.1 {port} {addr} {self.nbytes}")
+            for _, r in batch:
+                r.expect("ready", STARTUP_TIMEOUT_S)
 
     def round(self, children: Sequence[LineChild], command: str, listings: list[float] | None = None,
               freeze: tuple[LineChild, float] | None = None) -> dict[str, Any]:
@@ -339,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
     if not 0 < args.freeze_at < 1:
         parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
     if args.mx_python and not Path(args.mx_python).is_file():
