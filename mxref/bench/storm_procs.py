@@ -58,13 +58,18 @@ class LineChild:
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None
+        decoder = json.JSONDecoder()
         for raw in self.popen.stdout:
             stamp = time.monotonic()
-            if raw.startswith(b"{"):
-                try:
-                    self.lines.put((stamp, json.loads(raw)))
-                except ValueError:
-                    continue
+            start = raw.find(b'{"')  # another writer's text may share the line (a log line of another thread)
+            if start < 0:
+                continue
+            try:
+                record, _ = decoder.raw_decode(raw[start:].decode(errors="replace"))
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                self.lines.put((stamp, record))
 
     def send(self, line: str) -> None:
         assert self.popen.stdin is not None
@@ -124,7 +129,8 @@ def raw_reader(lines: Any, out: Any, timeout_s: float = 60.0) -> int:
     nbytes = 0
 
     def answer(record: dict[str, Any]) -> None:
-        print(json.dumps(record), file=out, flush=True)
+        out.write(json.dumps(record) + "\n")  # one write: a log line cannot land inside it
+        out.flush()
 
     for line in lines:
         cmd = line.split()

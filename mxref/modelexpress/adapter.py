@@ -381,6 +381,12 @@ def run(args: argparse.Namespace) -> int:
     return outcome["code"]
 
 
+def _line(record: dict[str, Any]) -> None:
+    """One JSON line on standard output in one write (a log line of another thread cannot land inside it)."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
     if not args.server:
         emit("load_failed", error="no metadata server (--server or MX_SERVER_ADDRESS)")
@@ -424,7 +430,7 @@ def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
     model = torch.nn.Module()
     storm = getattr(args, "start_on_stdin", False)
     if storm:
-        print(json.dumps({"ready": {"pid": os.getpid()}}), flush=True)
+        _line({"ready": {"pid": os.getpid()}})
         if sys.stdin.readline().strip() != "go":
             emit("load_failed", error="--start-on-stdin: standard input ended before 'go'")
             return EXIT_USAGE
@@ -448,11 +454,10 @@ def _run(args: argparse.Namespace, emit: Any, stop: threading.Event) -> int:
              worker_id=observer.source_worker if path == "rdma" else None, seconds=round(time.monotonic() - started, 6),
              integrity=not bad)
         if storm:
-            print(json.dumps({"result": {
+            _line({"result": {
                 "ok": not bad, "path": path, "source": observer.source_worker if path == "rdma" else None,
                 "integrity": "failed" if bad else "verified", "bytes": engine.arena.nbytes,
-                "seconds": round(time.monotonic() - started, 6), "attempts": [{"outcome": o} for o in outcomes]}}),
-                  flush=True)
+                "seconds": round(time.monotonic() - started, 6), "attempts": [{"outcome": o} for o in outcomes]}})
         if not args.serve_after_load:
             return EXIT_OK if not bad else EXIT_LOAD_FAILED
     # A source (or a reader asked to serve) keeps serving: the client's publisher thread
