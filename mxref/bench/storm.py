@@ -50,6 +50,7 @@ from mxref.bench.storm_procs import LineChild
 from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
 
 STARTUP_TIMEOUT_S = 300.0
+HEARTBEAT_TIMEOUT_S = 5.0  # the sources heartbeat every second
 START_BATCH = 4
 LOAD_TIMEOUT_S = 120.0
 MAX_READERS = 64
@@ -92,7 +93,8 @@ class Storm:
 
     def start_server(self) -> None:
         server = self.child("server", _mxref("server", "--name", "server", "--events", str(self._events("server")),
-                                             "--heartbeat-timeout", "60"), stdin_quits=False)
+                                             "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}",
+                                             "--reaper-interval", "0.5"), stdin_quits=False)
         self.address = f"127.0.0.1:{_await_event(self._events('server'), 'listening', server)['port']}"
 
     def start_sources(self, count: int, first: int = 0, mode: str | None = None) -> list[LineChild]:
@@ -192,7 +194,7 @@ class Storm:
                 lister.join(15)
         return storm_round(rnd, self.nbytes)
 
-    def _list(self, out: list[float], stop: threading.Event) -> None:
+    def _lister(self) -> Any:
         from mxref.bench.fleet import Lister
         from mxref.model import ModelSpec, Reference
         from mxref.roles.source import identity_for
@@ -201,10 +203,31 @@ class Storm:
         spec = ModelSpec(name="mxref/synthetic", tensors=MODEL_TENSORS, tensor_bytes=self.nbytes // MODEL_TENSORS,
                          dtype="float16", seed=0)
         identity = identity_for(spec.name, spec.dtype, revision=self.reference_digest(spec, Reference))
-        lister = Lister(self.address, {"identity": p2p_pb2.ListSourcesRequest(
+        return Lister(self.address, {"identity": p2p_pb2.ListSourcesRequest(
             identity=identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)})
+
+    def _list(self, out: list[float], stop: threading.Event) -> None:
+        lister = self._lister()
         try:
             out.extend(lister.run(10**6, stop, seconds=LOAD_TIMEOUT_S, interval_s=self.args.list_interval)["identity"])
+        finally:
+            lister.close()
+
+    def await_listed(self, count: int, timeout_s: float = HEARTBEAT_TIMEOUT_S + 15) -> None:
+        """Until the server offers exactly ``count`` READY sources: a source that died without
+        saying STALE (UCX aborts it) stays listed until the heartbeat timeout, and a storm that
+        found it would count its refusals against the live ones."""
+        lister = self._lister()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                lister.run(1)
+                if lister.sizes.get("identity") == count:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server still lists {lister.sizes.get('identity')} sources, not {count}, "
+                                       f"after {timeout_s:g}s")
+                time.sleep(0.25)
         finally:
             lister.close()
 
@@ -272,6 +295,11 @@ def run(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
 def _cell(storm: Storm, args: argparse.Namespace, readers: list[LineChild], raws: list[LineChild],
           sources: list[LineChild]) -> list[dict[str, Any]]:
     r, s = len(readers), len(sources)
+    for i, c in enumerate(sources):  # a source UCX aborted in the last cell is replaced, not stormed
+        if c.popen.poll() is not None:
+            print(f"storm: {c.name} exited ({c.popen.returncode}) before cell {r}x{s}; see {c.log}; replaced", flush=True)
+            storm.replace_source(sources, i)
+    storm.await_listed(s)
     storms: list[dict[str, Any]] = []
     rawr: list[dict[str, Any]] = []
     listings: list[float] = []
@@ -299,6 +327,7 @@ def _cell(storm: Storm, args: argparse.Namespace, readers: list[LineChild], raws
         mx_sources = storm.start_sources(s, first=200 + 10 * r, mode="p2p")
         mx_listings: list[float] = []
         try:
+            storm.await_listed(s)
             mx = [storm.mx_round(r, f"{r}x{s}-{k}", mx_listings) for k in range(args.mx_rounds)]
         finally:
             storm.stop_all(mx_sources)
