@@ -173,7 +173,8 @@ def raw_reader(lines: Any, out: Any, timeout_s: float = 60.0) -> int:
                   and np.array_equal(dst[-CHECK_WORDS:], np.arange(words - CHECK_WORDS, words, dtype=np.uint64)))
             answer({"result": {"ok": ok, "path": "rdma", "integrity": "verified" if ok else "failed",
                                "bytes": nbytes if ok else 0, "seconds": round(seconds, 6), "source": where,
-                               "state": state, "attempts": [{"outcome": "success" if ok else "transfer_fallback"}]}})
+                               "state": state, "attempts": [{"outcome": "success" if ok else "transfer_fallback",
+                                                              "error": None if ok else f"raw READ ended {state}"}]}})
             agent.release_xfer_handle(handle)
             handle = agent.initialize_xfer("READ", local, remote, peer)
         else:

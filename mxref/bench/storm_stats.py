@@ -27,6 +27,7 @@ goal. Nothing here starts a process.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -39,8 +40,11 @@ AGGREGATE_OVER_RAW_GOAL = 0.8
 FAIR_SHARE_GOAL = 1.5
 P99_OVER_P50_GOAL = 2.0
 FROZEN_OVER_HEALTHY_P99_GOAL = 2.0
-STALLED_OUTCOMES = ("transfer_retry", "transfer_fallback")
+FAILED_OUTCOMES = ("transfer_retry", "transfer_fallback")
 """An attempt whose READ failed or stalled and was released (``mxref.roles.reader``)."""
+STALL_WORDS = re.compile(r"stalled|timed out", re.IGNORECASE)
+"""A failed attempt's error that says its READ was called a stall (mxref: ``READ stalled``; the
+ModelExpress client: ``timed out``), not refused or broken."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ReaderOutcome:
     verified: bool
     nbytes: int
     attempts: tuple[str, ...] = ()  # each attempt's outcome, in order
+    stalls: int = 0  # attempts whose READ was called a stall (the window deadline or the budget)
 
 
 @dataclass
@@ -69,7 +74,8 @@ def reader_outcome(result: Mapping[str, Any], done_s: float) -> ReaderOutcome:
                          source=result.get("source") if result.get("path") == "rdma" else None,
                          path=str(result.get("path")), verified=result.get("integrity") == "verified" and bool(result.get("ok")),
                          nbytes=int(result.get("bytes") or 0),
-                         attempts=tuple(str(a.get("outcome", "")) for a in result.get("attempts") or ()))
+                         attempts=tuple(str(a.get("outcome", "")) for a in result.get("attempts") or ()),
+                         stalls=sum(1 for a in result.get("attempts") or () if STALL_WORDS.search(str(a.get("error") or ""))))
 
 
 def storm_round(rnd: StormRound, nbytes: int) -> dict[str, Any]:
@@ -90,7 +96,8 @@ def storm_round(rnd: StormRound, nbytes: int) -> dict[str, Any]:
         "reads_per_source": dict(sorted(per_source.items())),
         "attempts": attempts,
         "fallbacks": sum(1 for o in rnd.outcomes if o.path != "rdma"),
-        "stalls": sum(1 for o in rnd.outcomes for a in o.attempts if a in STALLED_OUTCOMES),
+        "failed_attempts": sum(1 for o in rnd.outcomes for a in o.attempts if a in FAILED_OUTCOMES),
+        "stalls": sum(o.stalls for o in rnd.outcomes),
     }
 
 
@@ -168,6 +175,7 @@ def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Map
         "reads_per_source": [s["reads_per_source"] for s in storms],
         "attempts": sum(s["attempts"] for s in storms), "fallbacks": sum(s["fallbacks"] for s in storms),
         "stalls": sum(s["stalls"] for s in storms),
+        "failed_attempts": sum(s["failed_attempts"] for s in storms),
         "bytes_verified": sum(s["bytes_verified"] for s in storms),
         "list_sources": quantiles_ms(listings_s),
     }
@@ -178,6 +186,7 @@ def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Map
     goals["p99_over_p50"] = at_most(ratio, P99_OVER_P50_GOAL, ci)
     healthy = out["fallbacks"] == 0 and out["stalls"] == 0 and out["attempts"] == readers * len(storms)
     goals["healthy"] = {"value": {"fallbacks": out["fallbacks"], "stalls": out["stalls"],
+                                  "failed_attempts": out["failed_attempts"],
                                   "extra_attempts": out["attempts"] - readers * len(storms)},
                         "goal": 0, "met": healthy, "ci": None, "settled": True}
     if raws:
@@ -188,6 +197,7 @@ def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Map
         frozen_loads = quantiles_s([x for s in frozen for x in s["load_s"]])
         out["frozen"] = {"rounds": len(frozen), "load": frozen_loads,
                          "fallbacks": sum(s["fallbacks"] for s in frozen), "stalls": sum(s["stalls"] for s in frozen),
+                         "failed_attempts": sum(s["failed_attempts"] for s in frozen),
                          "attempts": sum(s["attempts"] for s in frozen),
                          "verified": sum(s["verified"] for s in frozen)}
         ratio, ci = quotient(frozen_loads, "p99", loads, "p99")
@@ -214,7 +224,7 @@ def mark(goal: Mapping[str, Any]) -> str:
 def table(cells: Sequence[Mapping[str, Any]], subject: str = "mxref") -> list[str]:
     """The storm table: one line per cell, then each cell's goals."""
     out = [f"{'subject':13s} {'R':>3s} {'S':>2s} {'GB/s':>6s} {'raw':>6s} {'ratio':>6s} {'p50 s':>6s} {'p99 s':>6s} "
-           f"{'max s':>6s} {'READs/source':>16s} {'att':>4s} {'fb':>3s} {'stall':>5s} {'List p99 ms':>11s} "
+           f"{'max s':>6s} {'READs/source':>16s} {'att':>4s} {'fail':>4s} {'stall':>5s} {'fb':>3s} {'List p99 ms':>11s} "
            f"{'frozen p99':>10s}"]
     for c in cells:
         ratio = c["goals"].get("aggregate_over_raw", {}).get("value")
@@ -224,7 +234,7 @@ def table(cells: Sequence[Mapping[str, Any]], subject: str = "mxref") -> list[st
         out.append(f"{c.get('subject', subject):13s} {c['readers']:3d} {c['sources']:2d} {c['aggregate_gbps']:6.2f} "
                    f"{c.get('raw_gbps', float('nan')):6.2f} {ratio if ratio is not None else float('nan'):6.2f} "
                    f"{c['load']['p50_s']:6.3f} {c['load']['p99_s']:6.3f} {c['load']['max_s']:6.3f} {spread:>16s} "
-                   f"{c['attempts']:4d} {c['fallbacks']:3d} {c['stalls']:5d} "
+                   f"{c['attempts']:4d} {c.get('failed_attempts', 0):4d} {c['stalls']:5d} {c['fallbacks']:3d} "
                    f"{c['list_sources']['p99_ms'] if c['list_sources']['p99_ms'] is not None else float('nan'):11} "
                    f"{frozen if frozen is not None else '-':>10}")
     for c in cells:

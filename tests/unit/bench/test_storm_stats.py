@@ -40,7 +40,7 @@ def test_a_round_counts_verified_whole_loads_only_and_times_from_the_go() -> Non
     assert got["verified"] == 2 and got["bytes_verified"] == 128 * MIB
     assert got["aggregate_gbps"] == round(2 * 64 * MIB / 2.0 / 1e9, 3)
     assert got["reads_per_source"] == {"s-a": 1, "s-b": 1}
-    assert got["attempts"] == 4 and got["fallbacks"] == 1 and got["stalls"] == 2
+    assert got["attempts"] == 4 and got["fallbacks"] == 1 and got["failed_attempts"] == 2 and got["stalls"] == 0
 
 
 def test_a_round_refuses_a_missing_result() -> None:
@@ -55,6 +55,11 @@ def test_a_reader_result_becomes_an_outcome() -> None:
     assert (o.source, o.verified, o.load_s, o.attempts) == ("source-0-ab", True, 0.25, ("transfer_retry", "success"))
     assert reader_outcome({**result, "integrity": "failed"}, 3.0).verified is False
     assert reader_outcome({**result, "path": "disk"}, 3.0).source is None
+    assert o.stalls == 0
+    stalled = {**result, "attempts": [{"outcome": "transfer_retry", "error": "TransferStalled: READ stalled: no chunk"},
+                                      {"outcome": "transfer_retry", "error": "nixlBackendError: NIXL_ERR_BACKEND"},
+                                      {"outcome": "success"}]}
+    assert reader_outcome(stalled, 3.0).stalls == 1  # a refused or broken READ is a failed attempt, not a stall
 
 
 @pytest.mark.parametrize(("reads", "sources", "readers", "expected"), [
@@ -103,7 +108,9 @@ def test_ratio_rounds_is_judged_on_the_paired_median() -> None:
 
 
 def _round(go: float, loads: list[float], sources: list[str], stalls: int = 0) -> dict[str, Any]:
-    outcomes = [ok(go + x, x, s, ("transfer_retry",) * stalls + ("success",)) for x, s in zip(loads, sources)]
+    outcomes = [ReaderOutcome(done_s=go + x, load_s=x, source=s, path="rdma", verified=True, nbytes=64 * MIB,
+                              attempts=("transfer_retry",) * stalls + ("success",), stalls=stalls)
+                for x, s in zip(loads, sources)]
     return storm_round(StormRound(readers=len(loads), go_s=go, outcomes=outcomes), 64 * MIB)
 
 
