@@ -197,8 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "between the READ's polls, so little is left to verify after it (default on)")
     p.add_argument("--rpc-timeout", type=_seconds, default=config.DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of each metadata-server RPC (default {config.DEFAULT_RPC_TIMEOUT_S:g})")
-    p.add_argument("--selector", default=None, help="random | rendezvous_hash [MX_P2P_SOURCE_SELECTOR, random]")
-    p.add_argument("--selector-seed", type=int, default=None, help="seed of the random selector")
+    p.add_argument("--selector", default=None,
+                   help="random | rendezvous_hash | ordinal (the candidates rotated by this reader's ordinal, "
+                        "--selector-seed: spreads a fleet's readers evenly) [MX_P2P_SOURCE_SELECTOR, random]")
+    p.add_argument("--selector-seed", type=int, default=None,
+                   help="seed of the random selector; the reader's ordinal for the ordinal selector")
     p.add_argument("--serve-after-load", action="store_true", help="become a source after loading")
     p.add_argument("--serve-seconds", type=_seconds, default=None)
     p.add_argument("--heartbeat-interval", type=_seconds, default=None)
@@ -239,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "model given (a tampered checkpoint)")
 
     sub.add_parser("bench", add_help=False,
-                   help="whole load and READ vs a raw two-process NIXL READ, interleaved (mxref bench --help)")
+                   help="whole load and READ vs a raw two-process NIXL READ, interleaved (mxref bench --help); "
+                        "'bench storm': R readers at once from S sources beside a raw fan-out (mxref bench storm --help)")
     p = sub.add_parser("demo", help="server + source + reader on this machine over UCX-over-TCP")
     _add_common(p, "demo")
     p.add_argument("--tensors", type=int, default=32)
@@ -597,6 +601,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["bench", "storm"]:  # its own flags (mxref.bench.storm)
+        from mxref.bench.storm import main as storm
+
+        return storm(argv[2:])
     if argv[:1] == ["bench"]:  # its own flags (mxref.bench.load)
         # late: this role's own modules (the note above _seconds)
         from mxref.bench.load import main as bench

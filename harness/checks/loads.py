@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from harness.checks import (
     CheckParams,
@@ -18,7 +20,7 @@ from harness.checks import (
 )
 from harness.checks.deadlines import StallBounded, announced_deadlines, bound_text
 from harness.record.timeline import History
-from harness.spec import Duration, Name, Ref, format_seconds
+from harness.spec import Duration, Name, Ref, custom_error, format_seconds
 
 
 class LoadedParams(CheckParams):
@@ -132,3 +134,60 @@ def fell_back(p: FellBackParams, h: History, run: RunFacts) -> CheckResult:
     if problems:
         return CheckResult(False, f"{p.reader}: " + "; ".join(problems), details, marks)
     return CheckResult(True, f"{p.reader} fell back {elapsed:.3f}s after {ref_text} ({fb.get('reason')})", details, marks)
+
+
+class SpreadParams(CheckParams):
+    """The selector's spread in a storm: each of ``readers`` made a verified RDMA load naming one
+    of ``sources`` (its first load_done), and no source served more than ``at_most`` of them
+    (default: 1.5 x the fair share ceil(R / S), rounded down)."""
+
+    readers: tuple[Name, ...] = Field(min_length=1)
+    sources: tuple[Name, ...] = Field(min_length=1)
+    at_most: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SpreadParams:
+        for key, names in (("readers", self.readers), ("sources", self.sources)):
+            if len(set(names)) != len(names):
+                raise custom_error("distinct", f"{key}: a name is given twice")
+        return self
+
+    def bound(self) -> int:
+        return self.at_most or int(1.5 * math.ceil(len(self.readers) / len(self.sources)))
+
+    def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
+        for r in self.readers:
+            yield "readers", r, ("reader",)
+        for s in self.sources:
+            yield "sources", s, ("source", "reader")
+
+    def label(self, kind: str) -> str:
+        return self.name or f"spread({len(self.readers)} readers over {len(self.sources)} sources, <= {self.bound()} each)"
+
+
+@register("spread", SpreadParams)
+def spread(p: SpreadParams, h: History, run: RunFacts) -> CheckResult:
+    """Count the readers' first loads per source; fail on a reader without a verified RDMA load
+    from a named source, or on a source over the bound."""
+    served: Counter[str] = Counter()
+    problems: list[str] = []
+    for reader in p.readers:
+        load = h.first(actor=reader, f="load_done")
+        if load is None or load.get("path") != "rdma" or truthy_integrity(load.get("integrity")) is not True:
+            got = "no load_done" if load is None else f"path {load.get('path')!r}, integrity {load.get('integrity')!r}"
+            problems.append(f"{reader}: {got}")
+            continue
+        named = [s for s in p.sources if source_matches(h, load.get("source"), s)]
+        if not named:
+            problems.append(f"{reader} loaded from {load.get('source')!r}, none of {', '.join(p.sources)}")
+            continue
+        served[named[0]] += 1
+    counts = {s: served.get(s, 0) for s in p.sources}
+    bound = p.bound()
+    over = {s: n for s, n in counts.items() if n > bound}
+    problems.extend(f"{s} served {n} loads, more than {bound}" for s, n in over.items())
+    details = {"served": counts, "at_most": bound}
+    text = ", ".join(f"{s} {n}" for s, n in counts.items())
+    if problems:
+        return CheckResult(False, "; ".join(problems) + f" (served: {text})", details)
+    return CheckResult(True, f"served: {text} (at most {bound} each)", details)

@@ -269,7 +269,7 @@ class ReaderOptions(PeerOptions):
     # only by transfer_timeout (docs/contract.md#read-budget)
     read_chunk_mib: float | None = Field(None, ge=0)
     read_window: int | None = Field(None, ge=1, le=64)  # chunks in flight (mxref's default: 2); a deeper window's deadline is longer
-    selector: Literal["random", "rendezvous_hash"] | None = None
+    selector: Literal["random", "rendezvous_hash", "ordinal"] | None = None
     selector_seed: int | None = None  # default: the run's seed
     serve_after_load: bool = False
     skip_release: bool = False  # the simulated pre-fix bug: never disconnect the source

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import logging
 import os
 import re
@@ -307,6 +308,12 @@ def _add_args(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--mode", choices=["p2p", "central"], default="p2p", help="central: MX_P2P_METADATA=0 (the full blob)")
     p.add_argument("--metrics-port", type=int, default=0, help="the client's /metrics (MX_METRICS_PORT; 0 picks one)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address the harness scrapes it at")
+    if role != "reader":
+        p.set_defaults(start_on_stdin=False)
+    else:
+        p.add_argument("--start-on-stdin", action="store_true",
+                       help="a storm's reader (mxref.bench.storm): print {\"ready\": ...} once imported and set up, "
+                            "load on the line 'go', print the load as {\"result\": ...}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -336,6 +343,7 @@ class AdapterFlags:
     mode: str
     metrics_port: int
     metrics_host: str
+    start_on_stdin: bool  # a reader's only (a source's is always False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,12 +360,24 @@ def _environment(args: AdapterFlags, server: str) -> None:
     env["MX_SERVER_ADDRESS"] = server
     env.pop("MODEL_EXPRESS_URL", None)  # it would win over MX_SERVER_ADDRESS
     env["MX_WORKER_HOST"] = args.advertise_host
-    env["MX_METADATA_PORT"] = str(args.nixl_port or free_port(args.advertise_host))
-    env["MX_WORKER_GRPC_PORT"] = str(args.worker_port or free_port(args.advertise_host))
+    # three listeners, three ports: a port free_port released may be handed out again at once
+    taken: set[int] = set()
+
+    def distinct(given: int, host: str) -> str:
+        port = given or free_port(host)
+        for _ in range(100):
+            if port not in taken:
+                break
+            port = free_port(host)
+        taken.add(port)
+        return str(port)
+
+    env["MX_METADATA_PORT"] = distinct(args.nixl_port, args.advertise_host)
+    env["MX_WORKER_GRPC_PORT"] = distinct(args.worker_port, args.advertise_host)
     env["MX_P2P_METADATA"] = "0" if args.mode == "central" else "1"
     # the client's own metrics (mx_p2p_*, mx_nixl_*), served for the harness's scrapes
     env["MX_METRICS_ENABLED"] = "1"
-    env["MX_METRICS_PORT"] = str(args.metrics_port or free_port(args.metrics_host))
+    env["MX_METRICS_PORT"] = distinct(args.metrics_port, args.metrics_host)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if args.heartbeat_interval is not None:  # the client counts whole seconds
         env["MX_HEARTBEAT_INTERVAL_SECS"] = str(max(1, round(args.heartbeat_interval)))
@@ -400,6 +420,12 @@ def run(args: AdapterFlags) -> int:
     return outcome["code"]
 
 
+def _line(record: dict[str, Any]) -> None:
+    """One JSON line on standard output in one write (a log line of another thread cannot land inside it)."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
     if not args.server:
         emit("load_failed", error="no metadata server (--server or MX_SERVER_ADDRESS)")
@@ -422,7 +448,14 @@ def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
     reference = Reference.from_spec(spec)
     emit("reference", digest=reference.digest, origin="spec", tensors=len(reference.tensors))
     worker_id = uuid.uuid4().hex[:8]
-    observer = ClientObserver(emit, worker_id, reader=args.role == "reader")
+    outcomes: list[str] = []
+
+    def observed(event: str, **fields: Any) -> None:
+        if event == "attempt_outcome":
+            outcomes.append(str(fields.get("outcome", "")))
+        emit(event, **fields)
+
+    observer = ClientObserver(observed, worker_id, reader=args.role == "reader")
     mx_logger = logging.getLogger("modelexpress")
     mx_logger.setLevel(logging.INFO)
     mx_logger.addHandler(observer)
@@ -434,6 +467,12 @@ def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
         worker_id=worker_id, mx_server_url=args.server, adapter=engine, accelerator_backend=CpuBackend(),
     )
     model = torch.nn.Module()
+    storm = args.start_on_stdin
+    if storm:
+        _line({"ready": {"pid": os.getpid()}})
+        if sys.stdin.readline().strip() != "go":
+            emit("load_failed", error="--start-on-stdin: standard input ended before 'go'")
+            return EXIT_USAGE
     started = time.monotonic()
     try:
         run_load_strategy_chain(model, ctx)
@@ -453,6 +492,11 @@ def _run(args: AdapterFlags, emit: Any, stop: threading.Event) -> int:
         emit("load_done", path=path, source=observer.source_worker if path == "rdma" else None,
              worker_id=observer.source_worker if path == "rdma" else None, seconds=round(time.monotonic() - started, 6),
              integrity=not bad)
+        if storm:
+            _line({"result": {
+                "ok": not bad, "path": path, "source": observer.source_worker if path == "rdma" else None,
+                "integrity": "failed" if bad else "verified", "bytes": engine.arena.nbytes,
+                "seconds": round(time.monotonic() - started, 6), "attempts": [{"outcome": o} for o in outcomes]}})
         if not args.serve_after_load:
             return EXIT_OK if not bad else EXIT_LOAD_FAILED
     # A source (or a reader asked to serve) keeps serving: the client's publisher thread

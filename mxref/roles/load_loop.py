@@ -14,23 +14,31 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
-from typing import IO
+from typing import IO, Any
 
 from mxref.debug_hooks import PlantedLeak
 from mxref.roles.reader import Reader
+
+
+def _answer(out: IO[str], record: dict[str, Any]) -> None:
+    """One JSON line in one write: ``print`` writes the text and its newline apart, and a log
+    line of another thread (NIXL's, on the same standard output) landing between them made the
+    answer unreadable (``{"ready": ...}2026-... NIXL INFO ...``)."""
+    out.write(json.dumps(record) + "\n")
+    out.flush()
 
 
 def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threading.Event,
               settle_s: float = 0.0, leak: PlantedLeak | None = None) -> int:
     """Load once per ``load`` line until the lines end, ``quit`` or ``stop``; returns the loads made."""
     n = 0
-    print(json.dumps({"ready": {"loop": True}}), file=out, flush=True)
+    _answer(out, {"ready": {"loop": True}})
     for line in lines:
         command = line.strip()
         if stop.is_set() or command == "quit":
             break
         if command != "load":
-            print(json.dumps({"error": f"unknown command {command!r}: 'load' or 'quit'"}), file=out, flush=True)
+            _answer(out, {"error": f"unknown command {command!r}: 'load' or 'quit'"})
             continue
         result = reader.load()
         n += 1
@@ -40,6 +48,6 @@ def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threadin
             leak.leak(reader.manager.agent if reader.manager is not None else None)
         record = json.loads(result.to_json())
         record["n"] = n
-        print(json.dumps(record), file=out, flush=True)
+        _answer(out, record)
         reader.drop_load()
     return n

@@ -20,6 +20,7 @@ def test_registries_hold_the_documented_kinds() -> None:
     assert [k for k in own if faults.REGISTRY[k].healable] == ["pause"]
     assert {
         "count", "exit_codes", "fell_back", "health", "integrity", "listed", "loaded", "metric", "nothing_leaked", "ordering",
+        "spread",
     } <= set(checks.REGISTRY)
 
 

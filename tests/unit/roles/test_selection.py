@@ -87,3 +87,23 @@ class TestGetSelector:
 
     def test_the_seed_reaches_the_random_selector(self) -> None:
         assert ids(get_selector("random", 7).order(refs(9), TARGET)) == ids(RandomSelector(7).order(refs(9), TARGET))
+
+
+class TestOrdinal:
+    def test_readers_of_a_fleet_start_on_different_sources(self) -> None:
+        import random
+
+        cands = refs(4)
+        for trial in range(5):
+            shuffled = list(cands)
+            random.Random(trial).shuffle(shuffled)  # each reader got the listing in its own order
+            firsts = [ids(get_selector("ordinal", k).order(shuffled, TARGET))[0] for k in range(8)]
+            assert sorted(firsts) == sorted(["w00", "w01", "w02", "w03"] * 2)
+
+    def test_the_rest_follow_in_rotation_and_none_is_lost(self) -> None:
+        assert ids(get_selector("ordinal", 6).order(refs(4), TARGET)) == ["w02", "w03", "w00", "w01"]
+        assert ids(get_selector("ordinal", None).order(refs(3), TARGET)) == ["w00", "w01", "w02"]
+        assert get_selector("ordinal", 3).order([], TARGET) == []
+
+    def test_it_is_listed_by_name(self) -> None:
+        assert get_selector("ordinal", 1).name == "ordinal"

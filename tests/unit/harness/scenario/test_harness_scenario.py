@@ -131,7 +131,7 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
 def test_wrong_values_show_the_value_and_the_rule() -> None:
     text = GOOD.replace("reader-1: {role: reader}", "reader-1: {role: reader, options: {selector: best}}")
     assert problems(text) == [
-        "x.yaml:5: processes.reader-1.options.selector: Input should be 'random' or 'rendezvous_hash' (got 'best')"
+        "x.yaml:5: processes.reader-1.options.selector: Input should be 'random', 'rendezvous_hash' or 'ordinal' (got 'best')"
     ]
 
 

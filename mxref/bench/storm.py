@@ -1,0 +1,431 @@
+"""The scale-up storm: R readers load one model at once from S sources, beside a raw NIXL fan-out.
+
+``python -m mxref bench storm --readers 1 4 8 --sources 1 2 --mib 64 --rounds 5`` starts, on this
+machine over UCX-over-TCP (``--transport``), a metadata server and, per S, S sources of one
+synthetic model (``--mib`` MiB in 8 tensors; ``--mode`` central by default; the ModelExpress
+storms read P2P sources started for them) and S raw sources of
+the same bytes (``mxref.bench.raw --serve``). Per (R, S) cell, in ``--rounds`` interleaved rounds
+(alternating who goes first, so drift in the machine's load hits both alike):
+
+* the storm: R long-lived mxref readers (``mxref reader --load-loop``, started and warmed before
+  the first round) are told ``load`` at the same instant (the go); each verified load's result
+  line is stamped by this process as it arrives. Meanwhile this process lists the model's
+  sources (``ListSources``, every ``--list-interval``) on a connection of its own and times every
+  call: the server's ListSources p50/p99 *during* storms, measured here;
+* the raw fan-out (the ceiling): R raw readers (``mxref.bench.storm_procs``: one descriptor, one
+  handle, tight polling), reader i on raw source i mod S, told ``read`` at one instant.
+
+Then, with S >= 2 and ``--frozen-rounds``, storms in which source 1 is SIGSTOPped mid-storm
+(``--freeze-at`` of the healthy storms' median wall time after the go) and thawed when every
+reader is done: its readers stall and move on. With ``--mx-python`` (the modelexpress subject's
+interpreter, e.g. ``~/.cache/mxchaos/envs/subject-modelexpress-0.7.0/bin/python``; ``mxchaos run``
+builds it), the same storm of the real ModelExpress client's readers (``mxref.modelexpress.adapter
+reader --start-on-stdin``: one process per reader and round, started and imported before the go)
+for the cells ``--mx-readers`` names, a differential row beside mxref's.
+
+Every figure is summed up and judged by ``mxref.bench.storm_stats`` (the goals, as same-run
+ratios: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
+2 x p50, no fallback and no stall in a healthy storm, a frozen storm's p99 <= 2 x the healthy
+one's); printed as a table and one JSON line (``--json PATH`` also writes it). Every child is
+stopped before it returns (SIGTERM, then SIGKILL); every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mxref import config
+from mxref.bench.storm_procs import LineChild
+from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
+from mxref.options import parse
+
+STARTUP_TIMEOUT_S = 300.0
+HEARTBEAT_TIMEOUT_S = 5.0  # the sources heartbeat every second
+START_BATCH = 4
+LOAD_TIMEOUT_S = 120.0
+MAX_READERS = 64
+MODEL_TENSORS = 8
+HERE = Path(__file__).resolve().parents[2]
+
+
+def _mxref(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mxref", *args]
+
+
+class Storm:
+    """One run: a server, per S its sources, reader pools, and the rounds of every cell."""
+
+    def __init__(self, args: StormFlags, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.model = ["--tensors", str(MODEL_TENSORS), "--tensor-mib", f"{args.mib / MODEL_TENSORS:g}",
+                      "--transport", args.transport]
+        self.nbytes = MODEL_TENSORS * int(args.mib / MODEL_TENSORS * (1 << 20))
+        self.children: list[LineChild] = []
+        self.address = ""
+
+    def child(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
+              stdin_quits: bool = True) -> LineChild:
+        self._events(name).unlink(missing_ok=True)  # a reused --workdir: no event of an earlier run counts
+        c = LineChild(name, argv, self.workdir / f"{name}.log", env=env, cwd=HERE, stdin_quits=stdin_quits)
+        self.children.append(c)
+        return c
+
+    def stop_all(self, children: Sequence[LineChild] | None = None) -> None:
+        group = list(self.children if children is None else children)
+        for c in reversed(group):
+            c.stop()
+            if c in self.children:
+                self.children.remove(c)
+
+    def _events(self, name: str) -> Path:
+        return self.workdir / f"{name}.events.jsonl"
+
+    def start_server(self) -> None:
+        server = self.child("server", _mxref("server", "--name", "server", "--events", str(self._events("server")),
+                                             "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}",
+                                             "--reaper-interval", "0.5"), stdin_quits=False)
+        self.address = f"127.0.0.1:{_await_event(self._events('server'), 'listening', server)['port']}"
+
+    def start_sources(self, count: int, first: int = 0, mode: str | None = None) -> list[LineChild]:
+        """Sources ``first`` .. ``first + count - 1``, each READY before this returns."""
+        names = [f"source-{s}" for s in range(first, first + count)]
+        sources = [self.child(n, _mxref("source", "--name", n, "--events", str(self._events(n)), "--server",
+                                        self.address, "--mode", mode or self.args.mode, "--heartbeat-interval", "1",
+                                        *self.model), stdin_quits=False)
+                   for n in names]
+        for n, c in zip(names, sources):
+            _await_event(self._events(n), "status_change", c, status="READY")
+        return sources
+
+    def replace_source(self, sources: list[LineChild], index: int) -> None:
+        """A fresh source in place of ``sources[index]`` (a frozen and thawed source is not trusted
+        to serve again: UCX under SIGSTOP has been seen to abort on the thaw). The new one takes
+        a new name; the server drops the old record when its process says STALE on exit."""
+        self.stop_all([sources[index]])
+        self._spare += 1
+        sources[index] = self.start_sources(1, first=100 + self._spare)[0]
+
+    _spare = 0
+
+    def start_raw_sources(self, count: int) -> list[tuple[LineChild, int, int]]:
+        from mxref.process import free_port
+
+        out = []
+        for s in range(count):
+            port = free_port()
+            c = self.child(f"raw-source-{s}", [sys.executable, "-m", "mxref.bench.raw", "--serve", str(port), "--bytes",
+                                               str(self.nbytes), "--seconds", "86400", "--progress", "pump",
+                                               "--transport", self.args.transport], stdin_quits=False)
+            _, info = c.expect("addr", STARTUP_TIMEOUT_S)
+            out.append((c, port, int(info["addr"])))
+        return out
+
+    def start_readers(self, count: int) -> list[LineChild]:
+        """``count`` long-lived readers, started ``START_BATCH`` at a time (dozens of NIXL
+        start-ups at once on a small machine outlast any sane deadline), each ready."""
+        readers: list[LineChild] = []
+        for first in range(0, count, START_BATCH):
+            batch = [self.child(f"reader-{i}", _mxref("reader", "--name", f"reader-{i}", "--events",
+                                                      str(self._events(f"reader-{i}")), "--server", self.address,
+                                                      "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
+                                                      "--selector", self.args.selector, "--selector-seed", str(i),
+                                                      *self.model))
+                     for i in range(first, min(count, first + START_BATCH))]
+            for r in batch:
+                r.expect("ready", STARTUP_TIMEOUT_S)
+            readers.extend(batch)
+        return readers
+
+    def start_raw_readers(self, count: int) -> list[LineChild]:
+        raws = [self.child(f"raw-reader-{i}", [sys.executable, "-m", "mxref.bench.storm_procs", "--transport",
+                                               self.args.transport]) for i in range(count)]
+        return raws
+
+    def connect_raw(self, raws: Sequence[LineChild], sources: Sequence[tuple[LineChild, int, int]]) -> None:
+        for first in range(0, len(raws), START_BATCH):
+            batch = list(enumerate(raws))[first:first + START_BATCH]
+            for i, r in batch:
+                _, port, addr = sources[i % len(sources)]
+                r.send(f"connect 127.0.0.1 {port} {addr} {self.nbytes}")
+            for _, r in batch:
+                r.expect("ready", STARTUP_TIMEOUT_S)
+
+    def round(self, children: Sequence[LineChild], command: str, listings: list[float] | None = None,
+              freeze: tuple[LineChild, float] | None = None) -> dict[str, Any]:
+        """Tell every child ``command`` at once and collect one result from each; with
+        ``listings``, ListSources is timed meanwhile; with ``freeze`` (a source, seconds after
+        the go), that source is SIGSTOPped then and thawed when every result is in."""
+        stop = threading.Event()
+        lister = threading.Thread(target=self._list, args=(listings, stop), daemon=True) if listings is not None else None
+        timer = None
+        if freeze is not None:
+            pid = freeze[0].popen.pid
+            timer = threading.Timer(freeze[1], os.kill, args=(pid, signal.SIGSTOP))
+        go = time.monotonic()
+        for c in children:
+            c.send(command)
+        if lister is not None:
+            lister.start()
+        if timer is not None:
+            timer.start()
+        rnd = StormRound(readers=len(children), go_s=go)
+        try:
+            for c in children:
+                stamp, line = c.expect("result", LOAD_TIMEOUT_S)
+                rnd.outcomes.append(reader_outcome(line["result"], stamp))
+        finally:
+            stop.set()
+            if timer is not None:
+                timer.cancel()
+                timer.join(5)
+                os.kill(freeze[0].popen.pid, signal.SIGCONT)  # type: ignore[index]
+            if lister is not None:
+                lister.join(15)
+        return storm_round(rnd, self.nbytes)
+
+    def _lister(self) -> Any:
+        from mxref.bench.fleet import Lister
+        from mxref.model import ModelSpec, Reference
+        from mxref.roles.source import identity_for
+        from mxref.v1 import p2p_pb2
+
+        spec = ModelSpec(name="mxref/synthetic", tensors=MODEL_TENSORS, tensor_bytes=self.nbytes // MODEL_TENSORS,
+                         dtype="float16", seed=0)
+        identity = identity_for(spec.name, spec.dtype, revision=self.reference_digest(spec, Reference))
+        return Lister(self.address, {"identity": p2p_pb2.ListSourcesRequest(
+            identity=identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)})
+
+    def _list(self, out: list[float], stop: threading.Event) -> None:
+        lister = self._lister()
+        try:
+            out.extend(lister.run(10**6, stop, seconds=LOAD_TIMEOUT_S, interval_s=self.args.list_interval)["identity"])
+        finally:
+            lister.close()
+
+    def await_listed(self, count: int, timeout_s: float = HEARTBEAT_TIMEOUT_S + 15) -> None:
+        """Until the server offers exactly ``count`` READY sources: a source that died without
+        saying STALE (UCX aborts it) stays listed until the heartbeat timeout, and a storm that
+        found it would count its refusals against the live ones."""
+        lister = self._lister()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                lister.run(1)
+                if lister.sizes.get("identity") == count:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server still lists {lister.sizes.get('identity')} sources, not {count}, "
+                                       f"after {timeout_s:g}s")
+                time.sleep(0.25)
+        finally:
+            lister.close()
+
+    _digest: str = ""
+
+    def reference_digest(self, spec: Any, reference: Any) -> str:
+        if not self._digest:
+            self._digest = reference.from_spec(spec).digest
+        return self._digest
+
+    def mx_round(self, count: int, tag: str, listings: list[float]) -> dict[str, Any]:
+        """The same storm of ModelExpress client readers: each its own process, imported and
+        waiting before the go (``--start-on-stdin``), one load, then gone."""
+        env = dict(os.environ, PYTHONPATH=str(HERE))
+        python = self.args.mx_python
+        if python is None:
+            raise ValueError("a ModelExpress storm needs --mx-python")
+        readers = [self.child(f"mx-reader-{tag}-{i}", [python, "-m", "mxref.modelexpress.adapter", "reader",
+                                                       "--name", f"mx-reader-{tag}-{i}", "--events",
+                                                       str(self._events(f"mx-reader-{tag}-{i}")), "--server",
+                                                       self.address, "--start-on-stdin", "--transfer-timeout", "30",
+                                                       *self.model], env=env)
+                   for i in range(count)]
+        try:
+            for r in readers:
+                r.expect("ready", STARTUP_TIMEOUT_S)
+            return self.round(readers, "go", listings)
+        finally:
+            self.stop_all(readers)
+
+
+def _await_event(path: Path, name: str, child: LineChild, timeout_s: float = STARTUP_TIMEOUT_S,
+                 **where: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                ev = json.loads(line) if line.strip() else {}
+                if ev.get("event") == name and all(ev.get(k) == v for k, v in where.items()):
+                    return ev
+        if child.popen.poll() is not None:
+            raise RuntimeError(f"{child.name} exited ({child.popen.returncode}) before {name}; see {child.log}")
+        time.sleep(0.05)
+    raise TimeoutError(f"{child.name}: no {name} {where or ''} within {timeout_s:g}s; see {child.log}")
+
+
+def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
+    storm = Storm(args, workdir)
+    cells: list[dict[str, Any]] = []
+    most = max(args.readers)
+    try:
+        storm.start_server()
+        readers = storm.start_readers(most)
+        raws = storm.start_raw_readers(most)
+        for s in args.sources:
+            sources = storm.start_sources(s)
+            raw_sources = storm.start_raw_sources(s)
+            storm.connect_raw(raws, raw_sources)
+            for r in args.readers:
+                cells.extend(_cell(storm, args, readers[:r], raws[:r], sources))
+            storm.stop_all([c for c, _, _ in raw_sources])
+            storm.stop_all(sources)
+    finally:
+        storm.stop_all()
+    return cells
+
+
+def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[LineChild],
+          sources: list[LineChild]) -> list[dict[str, Any]]:
+    r, s = len(readers), len(sources)
+    for i, c in enumerate(sources):  # a source UCX aborted in the last cell is replaced, not stormed
+        if c.popen.poll() is not None:
+            print(f"storm: {c.name} exited ({c.popen.returncode}) before cell {r}x{s}; see {c.log}; replaced", flush=True)
+            storm.replace_source(sources, i)
+    storm.await_listed(s)
+    storms: list[dict[str, Any]] = []
+    rawr: list[dict[str, Any]] = []
+    listings: list[float] = []
+    for k in range(args.rounds):
+        if k % 2 == 0:
+            storms.append(storm.round(readers, "load", listings))
+            rawr.append(storm.round(raws, "read"))
+        else:
+            rawr.append(storm.round(raws, "read"))
+            storms.append(storm.round(readers, "load", listings))
+    frozen: list[dict[str, Any]] = []
+    if s >= 2 and args.frozen_rounds:
+        wall = sorted(x["wall_s"] for x in storms)[len(storms) // 2]
+        for _ in range(args.frozen_rounds):
+            frozen.append(storm.round(readers, "load", freeze=(sources[1], args.freeze_at * wall)))
+            storm.replace_source(sources, 1)
+    cell = summarize_cell(r, s, storm.nbytes, storms, rawr, frozen, listings)
+    cell["subject"] = "mxref"
+    out = [cell]
+    print("\n".join(table([cell])), flush=True)
+    if args.mx_python and r in args.mx_readers:
+        # the ModelExpress client takes a central source's dtype ('float16') for a mismatch with its
+        # own spelling ('torch.float16') and falls back: its storms read P2P sources, started for them
+        storm.stop_all(sources)
+        mx_sources = storm.start_sources(s, first=200 + 10 * r, mode="p2p")
+        mx_listings: list[float] = []
+        try:
+            storm.await_listed(s)
+            mx = [storm.mx_round(r, f"{r}x{s}-{k}", mx_listings) for k in range(args.mx_rounds)]
+        finally:
+            storm.stop_all(mx_sources)
+            sources[:] = storm.start_sources(s, first=300 + 10 * r)
+        mx_cell = summarize_cell(r, s, storm.nbytes, mx, rawr, (), mx_listings)
+        mx_cell["subject"] = "modelexpress"
+        mx_cell["goals"].pop("aggregate_over_raw", None)  # its raw rounds ran beside mxref's storms, not its own
+        mx_cell["over_mxref_aggregate"] = round(mx_cell["aggregate_gbps"] / cell["aggregate_gbps"], 3)
+        print("\n".join(table([mx_cell])), flush=True)
+        out.append(mx_cell)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class StormFlags:
+    """``python -m mxref bench storm``'s flags, typed (``mxref.options``)."""
+
+    readers: list[int]
+    sources: list[int]
+    mib: int
+    rounds: int
+    frozen_rounds: int
+    freeze_at: float
+    selector: str
+    mode: str
+    list_interval: float
+    mx_python: str | None
+    mx_readers: list[int]
+    mx_rounds: int
+    transport: str
+    workdir: Path | None
+    json: Path | None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    readers = config.whole_number_arg("readers", 1, MAX_READERS)
+    parser = argparse.ArgumentParser(prog="python -m mxref bench storm", description=__doc__.splitlines()[0])
+    parser.add_argument("--readers", type=readers, nargs="+", default=[1, 4, 8],
+                        help=f"readers per storm, 1..{MAX_READERS} (default 1 4 8)")
+    parser.add_argument("--sources", type=config.whole_number_arg("sources", 1, 16), nargs="+", default=[1, 2],
+                        help="sources of the model, 1..16 (default 1 2)")
+    parser.add_argument("--mib", type=config.whole_number_arg("a model size", 8, 1024, "MiB"), default=64,
+                        help="model size in MiB, 8 tensors (default 64)")
+    parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1, 99), default=5,
+                        help="interleaved storm/raw rounds per cell (default 5; 6 or more give the ratio's interval)")
+    parser.add_argument("--frozen-rounds", type=config.whole_number_arg("frozen rounds", 0, 99), default=2,
+                        help="storms per cell with S >= 2 in which source 1 is frozen mid-storm (default 2)")
+    parser.add_argument("--freeze-at", type=float, default=0.3, metavar="FRACTION",
+                        help="when the freeze lands, as a fraction of the healthy storms' median wall time (default 0.3)")
+    parser.add_argument("--selector", choices=["ordinal", "random", "rendezvous_hash"], default="ordinal",
+                        help="the mxref readers' selector; reader i is given --selector-seed i (its ordinal) "
+                             "(default ordinal)")
+    parser.add_argument("--mode", choices=["central", "p2p"], default="central",
+                        help="the mxref sources' mode (default central); the ModelExpress storms read P2P sources")
+    parser.add_argument("--list-interval", type=float, default=0.01, metavar="SECONDS",
+                        help="pause between the bench's ListSources calls during a storm (default 0.01)")
+    parser.add_argument("--mx-python", default=None, metavar="PATH",
+                        help="the modelexpress subject's python: also storms of ModelExpress client readers")
+    parser.add_argument("--mx-readers", type=readers, nargs="+", default=[1, 4, 8],
+                        help="the cells' R that get a ModelExpress row (default 1 4 8)")
+    parser.add_argument("--mx-rounds", type=config.whole_number_arg("rounds", 1, 99), default=3)
+    parser.add_argument("--transport", default="ucx-tcp", choices=sorted(config.TRANSPORT_PROFILES))
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON record here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse(parser, argv, StormFlags)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
+    if not 0 < args.freeze_at < 1:
+        parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
+    if args.mx_python and not Path(args.mx_python).is_file():
+        parser.error(f"--mx-python {args.mx_python}: no such file")
+    config.apply_transport_profile(args.transport)  # children inherit it
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mxref-bench-storm-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    cells = run(args, workdir)
+    record = {"bench_storm": {"mib": args.mib, "bytes": cells[0]["bytes"] if cells else 0, "mode": args.mode,
+                              "selector": args.selector, "argv": sys.argv[1:] if argv is None else argv,
+                              "transport": args.transport, "cpus": os.cpu_count(),
+                              "load_avg_1m": round(os.getloadavg()[0], 2),
+                              "seconds": round(time.monotonic() - started, 1), "cells": cells}}
+    print("storm table (all cells):")
+    print("\n".join(table(cells)))
+    print(json.dumps(record))
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1))
+    print(f"logs and events in {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
