@@ -1,5 +1,7 @@
 """Terminal output: live progress while a run goes, a verdict table at the end (and, for
-``mxchaos run --repeat N``, the rate table: one cell per scenario, ``harness.record.rates``)."""
+``mxchaos run --repeat N`` and ``mxchaos nightly``, the rate table: one cell per scenario,
+``harness.record.rates``), each closed by the same recap (``recap_lines``, the one builder of it;
+the CI step summary tabulates the same entries) and a tally."""
 
 from __future__ import annotations
 
