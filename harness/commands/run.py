@@ -146,7 +146,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         if interrupted:
             break
     if repeat > 1:  # each run's line was printed as it ended; the cells say the rest
-        rate_table(list(cells.values()), repeat)
+        rate_table(list(cells.values()), repeat, results=results)
     else:
         verdict_table(results, quiet=args.quiet, verbose=args.verbose)
     write_summary(summary, cells, repeat)
@@ -174,11 +174,9 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
               + (f": {', '.join(p.name for p, _ in deleted)}" if deleted else ""))
     from harness.reports.ci import STEP_SUMMARY, step_summary, write_step_summary
 
-    cell_counts: dict[str, int] = {}
-    for c in cells.values():
-        cell_counts[c.name] = cell_counts.get(c.name, 0) + 1
-    markdown = step_summary(results, inv.folder / "index.html", cell_counts if repeat > 1 else None,
-                            title=f"mxchaos run {inv.name}")
+    headline = {EXIT_OK: "passed", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")  # as the exit code says
+    markdown = step_summary(results, inv.folder / "index.html", list(cells.values()) if repeat > 1 else None,
+                            title=f"mxchaos run {inv.name}", verdict=headline)
     if write_step_summary(markdown) is not None:
         print(f"step summary: appended to ${STEP_SUMMARY}")
     print(f"summary: {_shown(summary)}")

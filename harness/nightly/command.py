@@ -4,8 +4,8 @@
 [--allocation-timeout S]] [--seed S] [-k EXPR] [--keep K] [-q] [PATH ...]`` (default path: ``scenarios/``) validates every scenario file first (one invalid
 file: nothing runs, exit 2), checks ``--inventory`` (it must be a readable YAML mapping;
 ``harness.nightly.binding``), runs the night (``harness.nightly.run``), then prints the rate
-table (as ``mxchaos run --repeat``), the closing recap of the runs that did not pass (first
-failing check, page, rerun command), what changed since the night before, and where the
+table and its closing recap as ``mxchaos run --repeat`` does (a line per cell that is not PASS:
+its first failing run's first failing check, page and rerun command), what changed since the night before, and where the
 night's ``index.html``, ``nightly.json``, ``junit.xml`` and the folder's ``history.html`` are. While
 it runs: ``mxchaos run``'s ``[i/N]`` lines (``-q``: only of runs that did not pass), the live
 event stream only under ``-v``. ``--slurm``: the night's lanes run
@@ -27,7 +27,7 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.commands.slurmopts import add_slurm_options, slurm_options
 from harness.counts import at_least
@@ -37,7 +37,10 @@ from harness.record.saved import NIGHT
 from harness.reports.invocation import SuiteProgress
 from harness.scenario.select import shown as _shown
 
-__all__ = ["add_parser", "cmd_nightly", "print_comparison", "print_recap"]
+if TYPE_CHECKING:
+    from harness.nightly.run import NightOutcome
+
+__all__ = ["add_parser", "cmd_nightly", "night_step_summary", "night_verdict", "print_comparison"]
 
 
 def add_parser(sub: Any) -> None:
@@ -166,21 +169,19 @@ def cmd_nightly(args: argparse.Namespace) -> int:
 
         print(exc, file=sys.stderr)
         return EXIT_ENV_BROKEN
-    rate_table(outcome.cells, args.repeat)
-    print_recap(progress.results)
+    rate_table(outcome.cells, args.repeat, results=progress.results)  # its recap: a line per cell not PASS
     print_comparison(outcome.night.get("comparison"))
     night = outcome.night
-    verdict = "PASSED" if night["passed"] else ("INTERRUPTED" if night["interrupted"] else "FAILED")
+    verdict = night_verdict(night)
     size = night["artifacts"]["bytes"] / (1 << 20)
     print(f"night {night['night']} {verdict}: {night['counts']['ran']} ran, {night['counts']['skipped']} skipped, "
           f"{night['counts']['failing']} failing; {size:.1f} MiB")
     for name in ("index.html", NIGHT, "junit.xml"):
         print(f"  {_shown(outcome.night_dir / name)}")
     print(f"history: {_shown(out / 'history.html')}")
-    from harness.reports.ci import STEP_SUMMARY, step_summary, write_step_summary
+    from harness.reports.ci import STEP_SUMMARY, write_step_summary
 
-    markdown = step_summary(progress.results, outcome.night_dir / "index.html", (night.get("counts") or {}).get("cells"),
-                            title=f"mxchaos nightly {night['night']}")
+    markdown = night_step_summary(outcome, progress.results)
     if write_step_summary(markdown) is not None:
         print(f"step summary: appended to ${STEP_SUMMARY}")
     return outcome.exit_code
@@ -204,17 +205,18 @@ class _QuietProgress(SuiteProgress):
         super().ended(result, label, quiet or self.quiet)
 
 
-def print_recap(results: Sequence[RunResult]) -> None:
-    """The closing recap of ``mxchaos run``: a line per run that did not pass, what fails the
-    night first, its first failing check, page and rerun command."""
-    from harness.reports.console import recap_lines
+def night_verdict(night: Mapping[str, Any]) -> str:
+    """The night's headline word, from ``nightly.json``'s ``passed`` (``harness.reports.night.night_passed``:
+    the night's cells, as its exit code): PASSED, INTERRUPTED or FAILED."""
+    return "PASSED" if night["passed"] else ("INTERRUPTED" if night["interrupted"] else "FAILED")
 
-    recap = recap_lines(results)
-    if not recap:
-        return
-    print(f"\n{'short summary':-^72}")
-    width = max(len(verdict) for verdict, _, _ in recap)
-    for verdict, line, rerun in recap:
-        print(f"{verdict.upper():{width}}  {line}")
-        if rerun:
-            print(f"{'':{width}}  {rerun}")
+
+def night_step_summary(outcome: NightOutcome, results: Sequence[RunResult]) -> str:
+    """The night's ``$GITHUB_STEP_SUMMARY`` markdown: its headline and counts from its cells (a
+    known defect that showed, an XPASS, a SKIP do not fail it; a FAIL cell does), a row per cell
+    that is not PASS told from its first failing run among ``results`` (the runs seen here)."""
+    from harness.reports.ci import step_summary
+
+    night = outcome.night
+    return step_summary(results, outcome.night_dir / "index.html", outcome.cells,
+                        title=f"mxchaos nightly {night['night']}", verdict=night_verdict(night).lower())

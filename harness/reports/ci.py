@@ -1,8 +1,9 @@
 """What a CI system shows of an invocation: the text of a JUnit failure (plain lines a person
 reads in a test tab: the failing check, the rerun command, the page's path, the tail of the log
 of the process the check names or that died) and, when ``$GITHUB_STEP_SUMMARY`` names a file, a
-markdown summary appended to it (the verdict counts, a row per run that did not pass with its
-first failing check and rerun command, the paths of the index and the pages).
+markdown summary appended to it (the headline as the exit code says it, the verdict counts, the
+closing recap as a table: a row per run, or per ``--repeat N`` cell, that did not pass with its
+first failing check, page and rerun command, the paths of the index and the pages).
 
 Paths in JUnit are relative to the folder the XML lies in (``harness.record.saved.relative``);
 paths in the step summary are as a person types them from the working folder (the repository
@@ -18,9 +19,10 @@ from typing import Any
 
 from harness.judge.verdict import RunResult
 from harness.record.deaths import log_tail, name_signals
+from harness.record.rates import Cell
 from harness.record.results import command
 from harness.record.saved import relative
-from harness.reports.invocation import first_failing_check, next_steps
+from harness.reports.invocation import next_steps
 from harness.reports.logs import check_log, telling_logs
 from harness.scenario.select import shown
 
@@ -90,31 +92,33 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def step_summary(results: Sequence[RunResult], index: Path, counts: Mapping[str, int] | None = None,
-                 title: str = "mxchaos") -> str:
-    """The markdown of an invocation for a CI job's page: the verdict counts, a table of the runs
-    that did not pass (what fails the job first) with their first failing check, page and rerun
-    command, and the index's path."""
-    tally: dict[str, int] = dict(counts or {})
-    if not tally:
-        for r in results:
-            tally[r.verdict.upper()] = tally.get(r.verdict.upper(), 0) + 1
-    failing = sum(1 for r in results if not r.ok)
-    head = "failed" if failing else "passed"
-    lines = [f"### {title}: {head}, {len(results)} run(s)", "",
-             " · ".join(f"**{n}** {word}" for word, n in tally.items()), ""]
-    from harness.reports.console import recap_order
+def step_summary(results: Sequence[RunResult], index: Path, cells: Sequence[Cell] | None = None,
+                 title: str = "mxchaos", verdict: str | None = None) -> str:
+    """The markdown of an invocation for a CI job's page: the headline (``verdict``, the word of
+    the exit code: passed, failed, interrupted; by default from the cells, else the runs), the
+    counts, a table of the closing recap (``harness.reports.console.recap_lines``: a row per run
+    that did not pass or, given ``cells``, per cell that is not PASS; what fails the job first)
+    with the first failing check, page and rerun command, and the index's path."""
+    from harness.reports.console import recap_lines
 
-    shown_runs = sorted((r for r in results if r.verdict != "pass"), key=recap_order)
-    if shown_runs:
+    tally: dict[str, int] = {}
+    for word in ([c.name for c in cells] if cells is not None else [r.verdict.upper() for r in results]):
+        tally[word] = tally.get(word, 0) + 1
+    if verdict is None:
+        failing = any(c.fails_run for c in cells) if cells is not None else any(not r.ok for r in results)
+        verdict = "failed" if failing else "passed"
+    size = (f"{len(cells)} scenario(s), {sum(len(c.runs) for c in cells)} run(s)" if cells is not None
+            else f"{len(results)} run(s)")
+    lines = [f"### {title}: {verdict}, {size}", "", " · ".join(f"**{n}** {word}" for word, n in tally.items()), ""]
+    recap = recap_lines(results, cells)
+    if recap:
         lines += ["| verdict | scenario | first failing check | page | rerun |", "|---|---|---|---|---|"]
-        for r in shown_runs:
-            why = r.reason if r.verdict == "skip" else (first_failing_check(r) or f"{r.status}: {r.reason}")
-            why = name_signals(why)
-            why = why if len(why) <= 160 else why[:157] + "..."
-            rerun = f"`{_rerun(r)}`" if not r.ok else ""
-            page = f"`{shown(r.run_dir / 'report.html')}`" if r.verdict != "skip" else ""
-            lines.append(f"| {r.verdict.upper()} | {r.scenario.name} | {_cell(why)} | {page} | {_cell(rerun)} |")
+        for e in recap:
+            why = e.why if len(e.why) <= 160 else e.why[:157] + "..."
+            scenario = f"{e.scenario} ({e.count})" if e.count else e.scenario
+            page = f"`{e.page}`" if e.page else ""
+            rerun = f"`{e.rerun}`" if e.rerun else ""
+            lines.append(f"| {e.word} | {_cell(scenario)} | {_cell(why)} | {page} | {_cell(rerun)} |")
         lines.append("")
     lines += [f"index: `{shown(index)}` (paths from the working folder, as the uploaded artefact keeps them)", ""]
     return "\n".join(lines)

@@ -1,5 +1,7 @@
 """Terminal output: live progress while a run goes, a verdict table at the end (and, for
-``mxchaos run --repeat N``, the rate table: one cell per scenario, ``harness.record.rates``)."""
+``mxchaos run --repeat N`` and ``mxchaos nightly``, the rate table: one cell per scenario,
+``harness.record.rates``), each closed by the same recap (``recap_lines``, the one builder of it;
+the CI step summary tabulates the same entries) and a tally."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from harness.judge.verdict import RunResult
@@ -16,11 +20,12 @@ from harness.record.fault_windows import FaultEntry
 from harness.record.results import command
 from harness.record.timeline import Entry
 from harness.record.vocabulary import meaning
+from harness.scenario.select import shown as _shown
 
 if TYPE_CHECKING:
     from harness.record.rates import Cell
 
-__all__ = ["Progress", "interrupt_line", "rate_table", "recap_lines", "recap_order", "tell", "verdict_table"]
+__all__ = ["Progress", "RecapEntry", "interrupt_line", "rate_table", "recap_lines", "tell", "verdict_table", "write_recap"]
 
 _VERDICT_PAINT = {
     "pass": "32",
@@ -44,7 +49,9 @@ _CELL_PAINT = {
     "SKIP": "2",
     "XFAIL": "33",
     "FIXED?": "1;36",
-    "XPASS": "36",
+    "XPASS": "1;36",
+    "NOT_EXERCISED": "1;35",
+    "ENV_BROKEN": "31",
 }
 
 _PROCESS_EVENTS = {
@@ -205,14 +212,8 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
                 + f"\n  defect: {r.known_defect}\n  One run cannot call it fixed: `{command()} run --repeat N` calls it FIXED? only when its "
                 f"confidence bound falls below the measured rate; then remove `known_defect` from {r.scenario.path or 'the scenario'}.\n"
             )
-    recap = recap_lines(results) if len(results) > 1 else []
-    if recap:
-        out.write(f"\n{'short summary':-^72}\n")
-        word_w = max(len(verdict) for verdict, _, _ in recap)
-        for verdict, line, rerun in recap:
-            out.write(f"{p(f'{verdict.upper():{word_w}}', verdict)}  {line}\n")
-            if rerun:
-                out.write(f"{'':{word_w}}  {rerun}\n")
+    if len(results) > 1:
+        write_recap(out, recap_lines(results), color)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
@@ -223,44 +224,110 @@ def verdict_table(results: Sequence[RunResult], stream: TextIO | None = None, *,
 
 
 # the recap's order: what fails the run first, then the known defects, then what did not run
-_RECAP_ORDER = ("fail", "error", "hang", "unknown", "not_exercised", "xpass", "xfail", "skip")
-_RECAP_WIDTH = 100  # a first failing check's text is cut here: the page has it whole
+_RECAP_ORDER = ("FAIL", "FLAKY", "ERROR", "HANG", "UNKNOWN", "NOT_EXERCISED", "XPASS", "FIXED?", "XFAIL", "SKIP")
+_RECAP_WIDTH = 100  # a first failing check's text is cut here on the terminal: the page has it whole
 
 
-def recap_order(result: RunResult) -> int:
-    """Where a run that did not pass goes in a recap: what fails the run first, then the known
-    defects, then what did not run."""
-    return _RECAP_ORDER.index(result.verdict) if result.verdict in _RECAP_ORDER else 0
+@dataclass(frozen=True)
+class RecapEntry:
+    """One line of a closing recap: a run (or a cell of ``--repeat N`` runs) that did not pass.
+    ``word``: its verdict or cell, upper case; ``count``: a cell's rate as words (``passed 1/2``,
+    '' for a single run); ``why``: its first failing check (a skip's reason, a cell that did not
+    fail the run its note), whole; ``page``: the path of the page of the run it speaks of, as a
+    person types it ('' for a skip); ``rerun``: the command that reruns that run, only for what
+    fails the run (nothing to fix in a known defect or a skip)."""
+
+    word: str
+    scenario: str
+    why: str
+    page: str = ""
+    rerun: str = ""
+    count: str = ""
+
+    def line(self, width: int = _RECAP_WIDTH) -> str:
+        why = self.why if len(self.why) <= width else self.why[: width - 3] + "..."
+        return "  ".join(part for part in (self.scenario, self.count, why, self.page) if part)
 
 
-def recap_lines(results: Sequence[RunResult]) -> list[tuple[str, str, str]]:
-    """``(verdict, line, rerun)`` per run that did not pass, what fails the run first: the
-    scenario, its first failing check (a skip's reason, a run with no failing check its status),
-    the path of its page as a person would type it; ``rerun``: the command that reruns one that
-    fails the run ('' for a known defect or a skip: nothing to fix there)."""
-    from harness.reports.invocation import first_failing_check, next_steps
-    from harness.scenario.select import shown as shown_path
-
-    lines = []
-    for r in sorted((r for r in results if r.verdict != "pass"), key=recap_order):
-        if r.verdict == "skip":
-            why = r.reason
-        elif r.verdict == "not_exercised" and r.not_exercised:
-            why = r.not_exercised[0]
-        else:
-            why = first_failing_check(r) or f"{r.status}: {r.reason}"
-        why = name_signals(why)
-        if len(why) > _RECAP_WIDTH:
-            why = why[: _RECAP_WIDTH - 3] + "..."
-        page = "" if r.verdict == "skip" else f"  {shown_path(r.run_dir / 'report.html')}"
-        steps = next_steps(r)
-        lines.append((r.verdict, f"{r.scenario.name}  {why}{page}", steps[0] if steps else ""))
-    return lines
+def _rank(word: str) -> int:
+    return _RECAP_ORDER.index(word) if word in _RECAP_ORDER else 0  # a word of no outcome (ENV_BROKEN) first
 
 
-def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None) -> None:
+def _why(result: RunResult) -> str:
+    from harness.reports.invocation import first_failing_check
+
+    if result.verdict == "skip":
+        why = result.reason
+    elif result.verdict == "not_exercised" and result.not_exercised:
+        why = result.not_exercised[0]
+    else:
+        why = first_failing_check(result) or f"{result.status}: {result.reason}"
+    return name_signals(why)
+
+
+def _rerun(result: RunResult) -> str:
+    from harness.reports.invocation import next_steps
+
+    steps = next_steps(result)  # none for a verdict that does not fail the run
+    return steps[0].split(":", 1)[1].strip() if steps else ""
+
+
+def _page(run_dir: Path | str) -> str:
+    return _shown(Path(run_dir) / "report.html")
+
+
+def _cell_entry(cell: Cell, by_dir: Mapping[str, RunResult]) -> RecapEntry:
+    """A cell's line: the run it speaks of is its first failing run (else its first run where the
+    defect showed, else its first run); that run's first failing check, page and rerun command."""
+    runs = cell.failing_runs or tuple(r for r in cell.runs if r.verdict == "xfail") or cell.runs
+    record = runs[0] if runs else None
+    result = by_dir.get(record.run_dir) if record is not None else None
+    count = "" if cell.name == "SKIP" else f"{'showed' if cell.known_defect else 'passed'} {cell.rate}"
+    if result is None:  # a run this process did not see (a lane of another machine): what the cell holds
+        why = cell.note or (record.verdict if record is not None else "")
+        page = _page(record.run_dir) if record is not None and record.verdict != "skip" else ""
+        return RecapEntry(cell.name, cell.scenario, why, page, "", count)
+    why = cell.note if cell.name in ("XPASS", "FIXED?") else _why(result)
+    page = "" if result.verdict == "skip" else _page(result.run_dir)
+    return RecapEntry(cell.name, cell.scenario, why, page, _rerun(result) if cell.fails_run else "", count)
+
+
+def recap_lines(results: Sequence[RunResult], cells: Sequence[Cell] | None = None) -> list[RecapEntry]:
+    """The closing recap, what fails the run first: an entry per run that did not pass or, given
+    ``cells`` (``--repeat N``: a scenario's runs judged as one), per cell that is not PASS, told
+    from its first failing run (``results``: the runs, found by their folder)."""
+    if cells is not None:
+        by_dir = {str(r.run_dir): r for r in results}
+        entries = [_cell_entry(c, by_dir) for c in cells if c.name != "PASS"]
+    else:
+        entries = [RecapEntry(r.verdict.upper(), r.scenario.name, _why(r), "" if r.verdict == "skip" else _page(r.run_dir),
+                              _rerun(r)) for r in results if r.verdict != "pass"]
+    return sorted(entries, key=lambda e: _rank(e.word))
+
+
+def write_recap(out: TextIO, recap: Sequence[RecapEntry], color: bool = False) -> None:
+    """The recap block (``short summary``): a line per entry, the rerun command under it."""
+    if not recap:
+        return
+    out.write(f"\n{'short summary':-^72}\n")
+    width = max(len(e.word) for e in recap)
+    for e in recap:
+        word = f"{e.word:{width}}"
+        out.write(f"{_paint(word, _CELL_PAINT.get(e.word, '0'), color)}  {e.line()}\n")
+        if e.rerun:
+            out.write(f"{'':{width}}  rerun:  {e.rerun}\n")
+
+
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"\033[{code}m{text}\033[0m" if color else text
+
+
+def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None,
+               results: Sequence[RunResult] = ()) -> None:
     """One row per scenario: its cell, rate k/n, the bound and measured rate of a known defect,
-    and under a cell that fails the run (or a defect's cell) the runs that went wrong."""
+    and under a cell that fails the run (or a defect's cell) the runs that went wrong; then the
+    closing recap (``recap_lines`` of the cells: a line per cell that is not PASS, told from its
+    first failing run among ``results``) and the tally last."""
     out = stream or sys.stdout
     if not cells:
         return
@@ -281,7 +348,8 @@ def rate_table(cells: Sequence[Cell], repeat: int, stream: TextIO | None = None)
             out.write(f"{'':{name_w}}  {c.note}\n")
         if c.fails_run:
             for r in c.failing_runs:
-                out.write(f"{'':{name_w}}    {r.verdict.upper():7} seed {r.seed}  {r.run_dir}\n")
+                out.write(f"{'':{name_w}}    {r.verdict.upper():7} seed {r.seed}  {_shown(Path(r.run_dir))}\n")
+    write_recap(out, recap_lines(results, cells), color)
     counts: dict[str, int] = {}
     for c in cells:
         counts[c.name] = counts.get(c.name, 0) + 1

@@ -361,6 +361,11 @@ def test_a_scenario_that_passes_sometimes_is_flaky_and_fails_the_run(tmp_path: P
     failing = cell["runs"][1]["run_dir"]
     assert "coin_flaky  FLAKY  2/3     passed" in out
     assert f"FAIL    seed 1  {failing}" in out
+    lines = out.splitlines()  # the closing recap: the cell, its failing run's first failing check, page, rerun
+    recap = lines[lines.index(f"{'short summary':-^72}") + 1:]
+    assert recap[0].startswith("FLAKY  coin_flaky  passed 2/3  exit_codes: ") and recap[0].endswith(f"{failing}/report.html")
+    assert recap[1].startswith("       rerun:  ") and recap[1].endswith(" --seed 1")
+    assert lines[-3] == "1 scenario x 3: 1 FLAKY; 1 fail the run"  # the tally after it
     for index, run in enumerate(cell["runs"], 1):  # each run is a full run with its own folder
         saved = json.loads((Path(run["run_dir"]) / "verdict.json").read_text())
         assert (saved["seed"], saved["verdict"]) == (run["seed"], run["verdict"])

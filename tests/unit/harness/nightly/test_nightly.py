@@ -508,3 +508,31 @@ def test_the_index_puts_what_fails_first_and_the_known_defects_together() -> Non
                                              "Passed", "steadyscenarios/steady.yaml"]  # a name, then its file
     alone = by_class(parse_html(render_night(night([steady]))), "table", "scenarios")[0]
     assert len(list(alone.iter("tr"))) == 2  # one group: no group row
+
+
+@pytest.mark.parametrize(
+    ("cells", "headline"),
+    [
+        # a known defect that showed, one that did not (XPASS), a skip: none fails the night
+        ([cell("p", ["pass", "pass"]), cell("d", ["xfail", "xfail"], defect=True), cell("x", ["xpass", "xpass"], defect=True),
+          skip_cell("s")], "passed"),
+        ([cell("p", ["pass", "pass"]), cell("f", ["fail", "fail"])], "failed"),  # a FAIL cell does
+        ([cell("p", ["pass", "pass"]), cell("c", ["pass", "fail"])], "failed"),  # so does a FLAKY one
+    ],
+)
+def test_the_nights_step_summary_headline_comes_from_its_cells_as_its_exit_code(
+    cells: list[Cell | tuple[Cell, str]], headline: str
+) -> None:
+    from harness.nightly.command import night_step_summary, night_verdict
+    from harness.nightly.run import NightOutcome
+
+    doc = night(cells)
+    judged = [c[0] if isinstance(c, tuple) else c for c in cells]
+    outcome = NightOutcome(Path("/nights/n1"), doc, judged, doc["exit_code"])
+    # no run seen here (the lanes ran elsewhere): the runs cannot tell the headline, the cells do
+    md = night_step_summary(outcome, [])
+    assert md.startswith(f"### mxchaos nightly n1: {headline}, {len(cells)} scenario(s)")
+    assert (headline == "passed") is (outcome.exit_code == 0) and night_verdict(doc).lower() == headline
+    rows = [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| ") and not line.startswith("| verdict")]
+    assert rows == sorted(rows, key=lambda word: word not in ("| FAIL", "| FLAKY"))  # what fails it first
+    assert "| PASS" not in rows  # a cell that passed has no row
