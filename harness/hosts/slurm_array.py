@@ -12,8 +12,9 @@ job ids are added as they are known), so ``mxchaos cleanup`` finds the jobs of a
 died (``sweep_dead``) and cancels them by name.
 
 ``poll`` reads every task of the array in one bounded ``scontrol -o show job <array>`` (it gives
-the exit code, the node and the reason; ``squeue`` gives no exit code and the lab keeps no
-accounting database for ``sacct``), and ``state_of`` turns SLURM's state into the dispatcher's:
+the exit code, the node and the reason, and each started task's own job id; ``squeue`` gives no
+exit code; an ended task's end is then read from accounting, ``harness.hosts.slurm_acct``), and
+``state_of`` turns SLURM's state into the dispatcher's:
 
 - ``COMPLETED`` / ``FAILED``: DONE with the task's exit code (the group's ``mxchaos run``; its
   folder says the rest, and is judged again by the dispatcher);

@@ -82,6 +82,6 @@ def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: 
     codes = [o.rc if o.rc is not None else 4 for o in outcomes if o.infra is None]
     worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
     record = {"lanes": [{"name": name, "scenarios": list(names), "job": o.job, "node": o.node, "rc": o.rc,
-                         "infra": o.infra, "attempts": o.attempts, "queued_to_start_s": o.queued_to_start_s}
+                         "infra": o.infra, "attempts": o.attempts, "ends": o.ends, "queued_to_start_s": o.queued_to_start_s}
                         for o, (name, names) in zip(outcomes, lanes)]}
     return worst, infra, record

@@ -102,7 +102,7 @@ class SlurmBinding:
         self.record["slurm"] = {
             "partition": self.options.partition, "time": self.options.time_limit, "gather_s": round(gather_s, 3),
             "lanes": [{"name": name, "scenarios": [sc.name for sc in members], "job": out.job, "node": out.node,
-                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "folder": str(out.folder),
+                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "ends": out.ends, "folder": str(out.folder),
                        "queued_to_start_s": None if out.queued_to_start_s is None else round(out.queued_to_start_s, 3)}
                       for out, (name, members) in zip(self.outcomes, lanes)],
         }

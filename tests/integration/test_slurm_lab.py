@@ -11,7 +11,8 @@
   ``cleanup --inventory`` reaches its nodes;
 - ``matrix --slurm``: a column's lanes as one array, each writing its folder of the column;
 - (b) ``nightly --slurm`` of four scenarios (one ``schedule: alone``) runs as one job array, a lane per
-  node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night;
+  node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night; each
+  lane's end as accounting has it (``sacct -c``, the lab's job completion log);
 - (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
   naming job, node and state, the lane is resubmitted elsewhere and passes; nothing lost, nothing left;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
@@ -297,6 +298,9 @@ def test_b_nightly_slurm_spreads_the_lanes_as_one_array_and_gathers_one_night(
     alone = next(lane for lane in lanes if lane["name"].startswith("alone-"))
     assert alone["scenarios"] == ["quick_d"]
     assert sorted(n for lane in lanes for n in lane["scenarios"]) == ["quick_a", "quick_b", "quick_c", "quick_d"]
+    for lane in lanes:  # each lane's end read from accounting (the lab's job completion log), not the controller
+        assert [(e["state"], e["rc"], e["node"], e["source"]) for e in lane["ends"]] == [
+            ("COMPLETED", 0, lane["node"], "sacct -c (job completion log)")], lane
     for name in ("quick_a", "quick_b", "quick_c", "quick_d"):  # every run folder gathered into the night's runs/
         runs = [p for p in (night / "runs" / name).glob("*/verdict.json") if not p.parent.is_symlink()]  # not latest
         assert len(runs) == 1, name
@@ -344,6 +348,8 @@ def test_c_a_node_that_dies_under_its_lane_is_an_infrastructure_verdict_and_the_
     night_dir, doc = _night(out)
     lane = next(lane for lane in doc["hosts"]["slurm"]["lanes"] if lane["name"] == "lane-2")
     assert len(lane["attempts"]) == 2 and "NODE_FAIL" in lane["attempts"][0] and lane["node"] != killed
+    assert (lane["ends"][0]["state"], lane["ends"][0]["node"]) == ("NODE_FAIL", killed)  # as accounting has it
+    assert lane["ends"][0]["source"] == "sacct -c (job completion log)" and "end state from sacct -c" in lane["attempts"][0]
     assert lane["infra"] is None and lane["rc"] == 0
     assert _cells(doc) == dict.fromkeys(("nodefail_a", "nodefail_b", "nodefail_c", "nodefail_d"), "PASS")  # nothing lost
     assert (night_dir / "slurm" / "a1" / "lane-2" / "task.json").is_file()  # the failed attempt kept for a look
