@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_slurm_options", "slurm_options"]
@@ -16,6 +17,13 @@ def add_slurm_options(p: Any) -> None:
                         "the nodes must share this folder's file system")
     g.add_argument("--partition", metavar="P", help="sbatch --partition (default: SLURM's default partition)")
     g.add_argument("--time", metavar="T", help="sbatch --time of each lane (SLURM's format: MM, HH:MM:SS, D-HH)")
+    g.add_argument("--nodes-per-lane", type=_at_least_one, default=1, metavar="N",
+                   help="give each lane N nodes (sbatch --nodes=N): its run binds the scenarios' hosts to them "
+                        "(--inventory slurm: inside the task, over ssh); default 1 (a lane's hosts are network "
+                        "namespaces on its one node)")
+    g.add_argument("--lane-inventory", metavar="FILE",
+                   help="with --nodes-per-lane over 1: an inventory file with slurm: saying how a lane reaches its "
+                        "nodes (user, identity_file, python, repo; `mxchaos lab up --slurm` writes one); default slurm:")
     g.add_argument("--allocation-timeout", type=float, default=600.0, metavar="S",
                    help="a lane still pending after S seconds is an infrastructure verdict (default 600)")
 
@@ -27,5 +35,17 @@ def slurm_options(args: argparse.Namespace, label: str) -> Any:
 
     conf = slurm.conf_path()
     slurm.ping(conf)
+    inventory = str(Path(args.lane_inventory).resolve()) if getattr(args, "lane_inventory", None) else None
     return Options(conf, partition=args.partition, time_limit=args.time,
-                   allocation_timeout=float(args.allocation_timeout), label=label)
+                   allocation_timeout=float(args.allocation_timeout), label=label,
+                   nodes_per_lane=int(getattr(args, "nodes_per_lane", 1)), lane_inventory=inventory)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value

@@ -35,6 +35,7 @@ __all__ = ["SOURCE_DB", "SOURCE_JOBCOMP", "SOURCE_NONE", "Accounting", "EndState
 SOURCE_DB, SOURCE_JOBCOMP, SOURCE_NONE = "sacct", "sacct -c (job completion log)", "none"
 CMD_TIMEOUT_S = 20.0
 _CODE_RE = re.compile(r"^(\d{1,3}):(\d{1,3})$")
+_NODELIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,1000}$")
 _DISABLED = ("accounting storage is disabled", "slurmdbd", "connection refused", "unable to contact")
 
 
@@ -46,11 +47,13 @@ class EndState:
     job: str
     state: str
     rc: int | None
-    node: str
+    node: str  # its node when it had one (else ""; a multi-node job's are in ``nodes``)
     source: str
+    nodes: str = ""  # its node list as SLURM writes it (h[1-2])
 
     def as_dict(self) -> dict[str, object]:
-        return {"job": self.job, "state": self.state, "rc": self.rc, "node": self.node, "source": self.source}
+        return {"job": self.job, "state": self.state, "rc": self.rc, "node": self.node, "nodes": self.nodes,
+                "source": self.source}
 
 
 def parse(text: str, source: str) -> dict[str, EndState]:
@@ -70,11 +73,12 @@ def parse(text: str, source: str) -> dict[str, EndState]:
         if not re.fullmatch(r"[A-Z_]{2,24}", word):
             continue
         match = _CODE_RE.match(code)
+        nodes = node if _NODELIST_RE.match(node) and node not in ("None", "(null)") else ""
         try:
-            node = slurm.valid_node(node) if node and node not in ("None", "(null)", "None assigned") else ""
+            node = slurm.valid_node(nodes) if nodes else ""
         except slurm.SlurmError:
-            node = ""  # a node list (a multi-node job) or something hostile: not a node name
-        out[job] = EndState(job, word, int(match.group(1)) if match else None, node, source)
+            node = ""  # a node list (a multi-node job): no one node
+        out[job] = EndState(job, word, int(match.group(1)) if match else None, node, source, nodes)
     return out
 
 

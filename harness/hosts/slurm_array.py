@@ -57,6 +57,7 @@ WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"
 CMD_TIMEOUT_S = 20.0
 RECORDS = "slurm"  # the state dir's folder of dispatch records
 _NAME_RE = re.compile(r"^mxchaos-[A-Za-z0-9_.-]{1,80}$")
+_NODELIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,1000}$")
 _TASKS_RE = re.compile(r"^(\d{1,7})(?:-(\d{1,7}))?(?::\d+)?$")
 
 
@@ -82,6 +83,7 @@ class TaskState:
     node: str
     rc: int | None = None
     reason: str = ""
+    nodelist: str = ""  # all its nodes, as SLURM writes them (h[1-2]); checked as a node list
 
     def describe(self) -> str:
         return f"SLURM job {self.job} (task {self.index}) on node {self.node or '(none)'} ended {self.slurm_state}" + (
@@ -133,8 +135,10 @@ def parse_tasks(text: str, *, cancelled_by_us: bool = False) -> dict[int, TaskSt
         for index in _task_indices(record["ArrayTaskId"]):
             job = record.get("JobId", "") if "-" not in record["ArrayTaskId"] and "," not in record["ArrayTaskId"] else (
                 f"{record.get('ArrayJobId', '')}_{index}")
+            nodelist = record.get("NodeList", "")
+            nodelist = nodelist if _NODELIST_RE.match(nodelist) and nodelist != "(null)" else ""
             out[index] = TaskState(index, job, state_of(raw, cancelled_by_us=cancelled_by_us), raw, node, rc,
-                                   record.get("Reason", ""))
+                                   record.get("Reason", ""), nodelist)
     return out
 
 
@@ -216,8 +220,9 @@ class Dispatch:
     """One dispatch: its groups, its spool (the manifest, each task's output) and its submissions."""
 
     def __init__(self, groups: Sequence[Group], spool: Path, conf: Path, *, partition: str | None = None,
-                 time_limit: str | None = None, label: str = "run") -> None:
+                 time_limit: str | None = None, label: str = "run", nodes: int = 1) -> None:
         self.groups = list(groups)
+        self.nodes = nodes  # sbatch --nodes of every task
         self.spool = spool
         self.conf = conf
         self.partition = partition
@@ -249,7 +254,7 @@ class Dispatch:
         self._record()
         argv = ["sbatch", "--parsable", "--no-requeue", "--exclusive", f"--job-name={self.name}",
                 f"--array={','.join(str(i) for i in indices)}", f"--output={self.spool}/%A_%a.out",
-                f"--chdir={os.getcwd()}", "--nodes=1", "--ntasks=1"]
+                f"--chdir={os.getcwd()}", f"--nodes={self.nodes}", "--ntasks-per-node=1"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         if self.time_limit:

@@ -57,6 +57,21 @@ class Options:
     allocation_timeout: float = 600.0  # a task pending longer: infrastructure
     run_timeout: float = 3600.0  # a task running longer: infrastructure (SLURM's --time when given is the first bound)
     label: str = "run"
+    nodes_per_lane: int = 1  # sbatch --nodes of each task; over 1, the lane's run takes its hosts from the allocation
+    lane_inventory: str | None = None  # how such a lane reaches its nodes: an inventory file with slurm: (default slurm:)
+
+    def lane_slots(self, nodes: int) -> int:
+        """How many lanes run at once on ``nodes`` nodes (at least one)."""
+        return max(1, nodes // max(1, self.nodes_per_lane))
+
+    def lane_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """A lane's ``mxchaos run`` argv; with several nodes per lane, ``--inventory`` of the task's
+        own allocation (``slurm:``, or ``lane_inventory``) after ``run``: its scenarios' hosts are bound
+        to the lane's nodes by the inventory rule."""
+        if self.nodes_per_lane <= 1 or "run" not in argv:
+            return tuple(argv)
+        at = list(argv).index("run") + 1
+        return (*argv[:at], "--inventory", self.lane_inventory or "slurm:", *argv[at:])
 
 
 @dataclass
@@ -69,6 +84,7 @@ class Outcome:
     job: str = ""
     attempts: list[str] = field(default_factory=list)  # what each attempt ended as
     queued_to_start_s: float | None = None  # submission -> the task's first act on its node
+    nodelist: str = ""  # every node of the attempt that counts (SLURM's NodeList: h[1-2])
     ends: list[dict[str, object]] = field(default_factory=list)  # each attempt's end: job, state, rc, node, source
 
 
@@ -214,7 +230,7 @@ def _accounted(tasks: dict[int, TaskState], acct: Accounting, seen_end: dict[int
             why = ("its own job id was never listed" if not jobs[i] else "no accounting" if acct.source == SOURCE_NONE
                    else f"{acct.source}: no record within {ACCT_WAIT_S:g}s")
             out[i] = (task, {"job": task.job, "state": task.slurm_state, "rc": task.rc, "node": task.node,
-                             "source": f"scontrol ({why})"})
+                             "nodes": task.nodelist, "source": f"scontrol ({why})"})
         else:
             out[i] = None
     return out
@@ -225,9 +241,10 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
     """Run ``groups`` as one array (module docstring); their outcomes, in order. Each attempt of a
     group writes ``folder_for(group, attempt)`` (default ``<spool>/a<attempt>/<group>``)."""
     slurm.ping(options.conf)  # exit 4 naming the controller before anything is written or queued
+    groups = [replace(g, argv=options.lane_argv(g.argv)) for g in groups]
     first = _attempt(groups, spool, 1, folder_for)
     d = Dispatch(first, spool, options.conf, partition=options.partition, time_limit=options.time_limit,
-                 label=options.label)
+                 label=options.label, nodes=options.nodes_per_lane)
     outcomes = [Outcome(g, g.folder) for g in first]
     attempt = {i: 1 for i in range(len(first))}
     ended: set[int] = set()
@@ -237,7 +254,8 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
     known: dict[int, str] = {}  # task index -> its own job id, once SLURM listed it (accounting is asked by it)
     with _signals_cancel(d, log):
         array = d.submit(list(range(len(first))))
-        log(f"SLURM array {array} ({d.name}): {len(first)} task(s), one node each")
+        each = "one node" if options.nodes_per_lane <= 1 else f"{options.nodes_per_lane} nodes"
+        log(f"SLURM array {array} ({d.name}): {len(first)} task(s), {each} each")
         while len(ended) < len(first):
             time.sleep(POLL_S)
             states = d.poll()
@@ -278,7 +296,7 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                     if why is not None and end is not None:
                         why += f"; end state from {end['source']}"
                     if why is None:
-                        out.rc, out.node, out.job = task.rc, task.node, task.job
+                        out.rc, out.node, out.job, out.nodelist = task.rc, task.node, task.job, task.nodelist
                         out.attempts.append(f"{task.job} on {task.node}: {task.slurm_state} rc {task.rc}")
                         ended.add(i)
                         continue

@@ -15,6 +15,7 @@
   lane's end as accounting has it (``sacct -c``, the lab's job completion log);
 - (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
   naming job, node and state, the lane is resubmitted elsewhere and passes; nothing lost, nothing left;
+- ``--nodes-per-lane 2``: each lane holds two nodes and its scenario's two hosts are placed on them;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
@@ -439,3 +440,41 @@ def test_matrix_slurm_runs_a_columns_lanes_as_one_array_into_the_column_folder(
         assert (out / column["id"] / lane["name"] / "summary.json").is_file()
     assert {name: row[column["id"]]["verdict"] for name, row in doc["cells"].items()} == \
         dict.fromkeys(("column_a", "column_b", "column_c", "column_d"), "PASS")
+
+
+@pytest.mark.timeout(480)
+def test_nodes_per_lane_gives_each_lane_two_nodes_and_its_hosts_are_placed_over_them(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --nodes-per-lane 2``: two two-host scenarios (one ``schedule: alone``), two lanes
+    of two nodes each (the lab's three nodes hold one such lane at a time: the second queues); each
+    lane's run takes its hosts from its own allocation (``--inventory`` of the lab's ``slurm:`` file),
+    so each scenario's two hosts are the two nodes SLURM gave its lane, and every cell passes."""
+    _state, info = slurm_state
+    folder = tmp_path / "sc"
+    folder.mkdir()
+    pair = TWO_HOSTS.replace("rate: 1gbit", "rate: 200mbit")  # the READ long enough for the cut to land in it
+    assert pair != TWO_HOSTS
+    (folder / "pair_a.yaml").write_text(pair.replace("name: slurm_two_host_partition", "name: pair_a"))
+    (folder / "pair_b.yaml").write_text(pair.replace("name: slurm_two_host_partition", "name: pair_b")
+                                        .replace("\nseed: 5\n", "\nseed: 5\nschedule: alone\n"))
+    out = tmp_path / "nights"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--nodes-per-lane", "2", "--lane-inventory",
+                           info["slurm"]["inventory"], "--out", str(out), "-q", str(folder)],
+                          capture_output=True, text=True, timeout=420, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"SLURM array \d+ \(mxchaos-nightly-[0-9a-f]+\): 2 task\(s\), 2 nodes each", done.stdout)
+    night, doc = _night(out)
+    record = doc["hosts"]["slurm"]
+    assert record["nodes_per_lane"] == 2 and len(record["lanes"]) == 2
+    for lane in record["lanes"]:
+        nodes = subprocess.run(["scontrol", "show", "hostnames", lane["nodes"]], capture_output=True, text=True,
+                               timeout=30, env=_env(info), check=True).stdout.split()
+        assert len(nodes) == 2 and lane["node"] in nodes, lane
+        (name,) = lane["scenarios"]
+        timeline = next(p for p in (night / "runs" / name).glob("*/timeline.jsonl") if not p.parent.is_symlink())
+        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+        placed = {host: d["machine"] for host, d in opened["value"]["hosts"].items()}
+        assert sorted(placed.values()) == sorted(nodes), (placed, nodes)  # its two hosts on its lane's two nodes
+    assert _cells(doc) == {"pair_a": "PASS", "pair_b": "PASS"}

@@ -17,14 +17,16 @@ from harness.hosts.slurm_acct import SOURCE_DB, SOURCE_JOBCOMP, Accounting
 
 
 def test_sacct_lines_give_each_jobs_state_exit_code_and_node() -> None:
-    text = ("31|COMPLETED|0:0|h1\n32|CANCELLED by 0|0:15|h2\n33|NODE_FAIL|1:0|h3\n"
+    text = ("30|COMPLETED|0:0|h[1-2]\n31|COMPLETED|0:0|h1\n32|CANCELLED by 0|0:15|h2\n33|NODE_FAIL|1:0|h3\n"
             "34;rm|FAILED|1:0|h1\n35|FAILED|2:0|h1;reboot\n36|running now|0:0|h1\nnot a line\n")
     ends = slurm_acct.parse(text, SOURCE_JOBCOMP)
-    assert sorted(ends) == ["31", "32", "33", "35"]  # 34: no job id; 36: no state word
+    assert sorted(ends) == ["30", "31", "32", "33", "35"]  # 34: no job id; 36: no state word
+    assert (ends["30"].node, ends["30"].nodes) == ("", "h[1-2]")  # a lane of two nodes: no one node
     assert (ends["31"].state, ends["31"].rc, ends["31"].node) == ("COMPLETED", 0, "h1")
     assert (ends["32"].state, ends["32"].rc) == ("CANCELLED", 0)
-    assert ends["33"].as_dict() == {"job": "33", "state": "NODE_FAIL", "rc": 1, "node": "h3", "source": SOURCE_JOBCOMP}
-    assert ends["35"].node == ""  # a hostile node name never reaches a verdict or --exclude
+    assert ends["33"].as_dict() == {"job": "33", "state": "NODE_FAIL", "rc": 1, "node": "h3", "nodes": "h3",
+                                 "source": SOURCE_JOBCOMP}
+    assert ends["35"].node == ends["35"].nodes == ""  # a hostile node name never reaches a verdict or --exclude
 
 
 def _fake(bin_dir: Path, name: str, body: str) -> None:

@@ -192,3 +192,17 @@ def test_a_task_slurm_stops_listing_is_resubmitted_once_then_the_infrastructures
     assert len(outcome.attempts) == 2 and outcome.folder == tmp_path / "spool" / "a2" / "lane-1"
     assert len(calls.read_text().splitlines()) == 2  # submitted, then resubmitted once
     assert slurm_array.records() == {}
+
+
+def test_several_nodes_per_lane_bind_the_lanes_run_to_its_allocation_and_fewer_lanes_fit() -> None:
+    argv = ("python", "-m", "harness.cli", "run", "--repeat", "2", "--out", slurm_dispatch.FOLDER, "a.yaml")
+    one = slurm_dispatch.Options(Path("slurm.conf"))
+    assert one.lane_argv(argv) == argv and one.lane_slots(3) == 3
+    two = slurm_dispatch.Options(Path("slurm.conf"), nodes_per_lane=2, lane_inventory="/lab/slurm-inventory.yaml")
+    assert two.lane_argv(argv) == ("python", "-m", "harness.cli", "run", "--inventory", "/lab/slurm-inventory.yaml",
+                                   "--repeat", "2", "--out", slurm_dispatch.FOLDER, "a.yaml")
+    assert slurm_dispatch.Options(Path("c"), nodes_per_lane=2).lane_argv(argv)[4:6] == ("--inventory", "slurm:")
+    assert [two.lane_slots(n) for n in (1, 3, 4, 64)] == [1, 1, 2, 32]
+    (task,) = slurm_array.parse_tasks("JobId=9 ArrayJobId=9 ArrayTaskId=0 JobState=RUNNING ExitCode=0:0 "
+                                      "NodeList=h[1-2] BatchHost=h1").values()
+    assert (task.node, task.nodelist) == ("h1", "h[1-2]")
