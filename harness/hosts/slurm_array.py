@@ -70,6 +70,7 @@ class Group:
     argv: tuple[str, ...]
     folder: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None  # node-local results: the folder the task writes on its node ({node}: its name)
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,9 @@ class Dispatch:
     """One dispatch: its groups, its spool (the manifest, each task's output) and its submissions."""
 
     def __init__(self, groups: Sequence[Group], spool: Path, conf: Path, *, partition: str | None = None,
-                 time_limit: str | None = None, label: str = "run", nodes: int = 1) -> None:
+                 time_limit: str | None = None, label: str = "run", nodes: int = 1, embed: bool = False) -> None:
         self.groups = list(groups)
+        self.embed = embed  # the nodes do not see the spool: the manifest goes in the batch script, output nowhere
         self.nodes = nodes  # sbatch --nodes of every task
         self.spool = spool
         self.conf = conf
@@ -242,10 +244,22 @@ class Dispatch:
 
     def manifest(self) -> Path:
         path = self.spool / "groups.json"
-        doc = [{"name": g.name, "argv": list(g.argv), "folder": str(g.folder), "env": dict(g.env),
-                "cwd": os.getcwd()} for g in self.groups]
-        statedir.replace(path, json.dumps(doc, indent=1).encode(), 0o644)  # a task starting now reads it whole
+        statedir.replace(path, self._manifest_text().encode(), 0o644)  # a task starting now reads it whole
         return path
+
+    def _manifest_text(self) -> str:
+        return json.dumps([{"name": g.name, "argv": list(g.argv), "folder": g.remote or str(g.folder),
+                            "local": g.remote is not None, "env": dict(g.env), "cwd": os.getcwd()}
+                           for g in self.groups], indent=1)
+
+    def _script(self, manifest: Path) -> str:
+        """The array's batch script: the task reading the manifest's file, or (``embed``) the
+        manifest itself, a here-document in the script SLURM carries to the node."""
+        if not self.embed:
+            return f"exec {sys.executable} -m harness.hosts.slurm_task {manifest}"
+        text = self._manifest_text()
+        assert "\nMXCHAOS_MANIFEST\n" not in f"\n{text}\n"  # JSON never has the terminator as a line
+        return f"exec {sys.executable} -m harness.hosts.slurm_task - <<'MXCHAOS_MANIFEST'\n{text}\nMXCHAOS_MANIFEST"
 
     def submit(self, indices: Sequence[int], exclude: Sequence[str] = ()) -> str:
         """Queue ``indices`` of the groups as one array (recorded first); its array job id."""
@@ -253,7 +267,8 @@ class Dispatch:
         manifest = self.manifest()
         self._record()
         argv = ["sbatch", "--parsable", "--no-requeue", "--exclusive", f"--job-name={self.name}",
-                f"--array={','.join(str(i) for i in indices)}", f"--output={self.spool}/%A_%a.out",
+                f"--array={','.join(str(i) for i in indices)}",
+                f"--output={'/dev/null' if self.embed else f'{self.spool}/%A_%a.out'}",
                 f"--chdir={os.getcwd()}", f"--nodes={self.nodes}", "--ntasks-per-node=1"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
@@ -261,7 +276,7 @@ class Dispatch:
             argv.append(f"--time={self.time_limit}")
         if exclude:
             argv.append(f"--exclude={','.join(slurm.valid_node(n) for n in exclude)}")
-        argv.append(f"--wrap=exec {sys.executable} -m harness.hosts.slurm_task {manifest}")
+        argv.append(f"--wrap={self._script(manifest)}")
         queued, wall = time.monotonic(), time.time()
         done = _call(argv, self.conf)
         array = done.stdout.strip().split(";")[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from types import FrameType
 from harness.hosts import slurm
 from harness.hosts.slurm_acct import SOURCE_NONE, Accounting
 from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING, Dispatch, Group, TaskState, state_of
+from harness.hosts.slurm_gather import Gatherer
 from harness.machine import runscope
 
 __all__ = ["FOLDER", "FolderFor", "Options", "Outcome", "dispatch", "stop_leftovers"]
@@ -59,6 +61,7 @@ class Options:
     label: str = "run"
     nodes_per_lane: int = 1  # sbatch --nodes of each task; over 1, the lane's run takes its hosts from the allocation
     lane_inventory: str | None = None  # how such a lane reaches its nodes: an inventory file with slurm: (default slurm:)
+    node_local: str | None = None  # the nodes do not see our folders: lanes write under this folder on their node
 
     def lane_slots(self, nodes: int) -> int:
         """How many lanes run at once on ``nodes`` nodes (at least one)."""
@@ -85,17 +88,23 @@ class Outcome:
     attempts: list[str] = field(default_factory=list)  # what each attempt ended as
     queued_to_start_s: float | None = None  # submission -> the task's first act on its node
     nodelist: str = ""  # every node of the attempt that counts (SLURM's NodeList: h[1-2])
+    gathered: list[dict[str, object]] = field(default_factory=list)  # node-local results: each attempt's gathering
     ends: list[dict[str, object]] = field(default_factory=list)  # each attempt's end: job, state, rc, node, source
 
 
 FolderFor = Callable[[Group, int], Path]  # (group, attempt 1 or 2) -> the folder that attempt writes
 
 
-def _attempt(groups: Sequence[Group], spool: Path, n: int, folder_for: FolderFor | None) -> list[Group]:
+def _attempt(groups: Sequence[Group], spool: Path, n: int, folder_for: FolderFor | None,
+             local_root: str | None = None) -> list[Group]:
+    """The groups of attempt ``n``: each its folder here, and (node-local results, ``local_root``)
+    the folder its task writes on its node instead, which its argv names."""
     out = []
     for g in groups:
         folder = folder_for(g, n) if folder_for is not None else spool / f"a{n}" / g.name
-        out.append(replace(g, folder=folder, argv=tuple(str(folder) if a == FOLDER else a for a in g.argv)))
+        remote = f"{local_root}/a{n}/{g.name}" if local_root is not None else None
+        out.append(replace(g, folder=folder, remote=remote,
+                           argv=tuple((remote or str(folder)) if a == FOLDER else a for a in g.argv)))
     return out
 
 
@@ -242,9 +251,13 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
     group writes ``folder_for(group, attempt)`` (default ``<spool>/a<attempt>/<group>``)."""
     slurm.ping(options.conf)  # exit 4 naming the controller before anything is written or queued
     groups = [replace(g, argv=options.lane_argv(g.argv)) for g in groups]
-    first = _attempt(groups, spool, 1, folder_for)
+    local_root = None
+    if options.node_local is not None:  # a folder of its own per dispatch and node, on each node
+        local_root = f"{options.node_local.rstrip('/')}/{{node}}/{options.label}-{secrets.token_hex(4)}"
+    first = _attempt(groups, spool, 1, folder_for, local_root)
     d = Dispatch(first, spool, options.conf, partition=options.partition, time_limit=options.time_limit,
-                 label=options.label, nodes=options.nodes_per_lane)
+                 label=options.label, nodes=options.nodes_per_lane, embed=local_root is not None)
+    gatherers: dict[int, Gatherer] = {}  # node-local results: task index -> its gathering (this attempt)
     outcomes = [Outcome(g, g.folder) for g in first]
     attempt = {i: 1 for i in range(len(first))}
     ended: set[int] = set()
@@ -282,6 +295,10 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                     task, end = accounted
                 if task.state == RUNNING:
                     running_since.setdefault(i, now)
+                    if local_root is not None and i not in gatherers and "_" not in task.job and task.node:
+                        gatherers[i] = Gatherer(task.job, task.node, str(d.groups[i].remote), out.folder, options.conf,
+                                                options.run_timeout)
+                        gatherers[i].start()
                 if out.queued_to_start_s is None and (t0 := _started(out.folder)) is not None:
                     out.queued_to_start_s = max(0.0, t0 - d.submitted_wall[i])
                 why = None
@@ -292,7 +309,15 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 elif task.state in (DONE, INFRA):
                     if end is not None:
                         out.ends.append(end)
+                    taking = gatherers.get(i)
+                    if taking is not None:
+                        taking.join()
+                        out.gathered.append(taking.describe())
                     why = _judge_end(task, out.folder)
+                    if why is not None and taking is not None and taking.error:
+                        why += f"; gathering its folder from {taking.node}: {taking.error}"
+                    elif why is not None and local_root is not None and taking is None:
+                        why += "; its node-local folder was never gathered (the task was not seen running)"
                     if why is not None and end is not None:
                         why += f"; end state from {end['source']}"
                     if why is None:
@@ -312,6 +337,7 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 log(f"{out.group.name}: infrastructure: {why}")
                 running_since.pop(i, None)
                 seen_end.pop(i, None)
+                gatherers.pop(i, None)
                 known.pop(i, None)
                 if attempt[i] >= 2:
                     out.infra = why
@@ -319,7 +345,7 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 else:
                     redo.append(i)
             if redo:
-                again = _attempt([groups[i] for i in redo], spool, 2, folder_for)
+                again = _attempt([groups[i] for i in redo], spool, 2, folder_for, local_root)
                 for i, g in zip(redo, again):
                     attempt[i] = 2
                     d.groups[i] = g

@@ -83,6 +83,6 @@ def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: 
     worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
     record = {"nodes_per_lane": options.nodes_per_lane,
               "lanes": [{"name": name, "scenarios": list(names), "job": o.job, "node": o.node, "nodes": o.nodelist, "rc": o.rc,
-                         "infra": o.infra, "attempts": o.attempts, "ends": o.ends, "queued_to_start_s": o.queued_to_start_s}
+                         "infra": o.infra, "attempts": o.attempts, "ends": o.ends, "gathered": o.gathered, "queued_to_start_s": o.queued_to_start_s}
                         for o, (name, names) in zip(outcomes, lanes)]}
     return worst, infra, record

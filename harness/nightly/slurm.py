@@ -104,7 +104,8 @@ class SlurmBinding:
             "nodes_per_lane": self.options.nodes_per_lane,
             "lanes": [{"name": name, "scenarios": [sc.name for sc in members], "job": out.job, "node": out.node,
                        "nodes": out.nodelist,
-                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "ends": out.ends, "folder": str(out.folder),
+                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "ends": out.ends, "gathered": out.gathered,
+                       "folder": str(out.folder),
                        "queued_to_start_s": None if out.queued_to_start_s is None else round(out.queued_to_start_s, 3)}
                       for out, (name, members) in zip(self.outcomes, lanes)],
         }

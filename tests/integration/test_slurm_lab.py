@@ -16,6 +16,8 @@
 - (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
   naming job, node and state, the lane is resubmitted elsewhere and passes; nothing lost, nothing left;
 - ``--nodes-per-lane 2``: each lane holds two nodes and its scenario's two hosts are placed on them;
+- ``--node-local DIR``: each lane writes on its node and the dispatcher takes its folder back through
+  ``srun --overlap`` (a tar stream), the nodes' copies removed;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
@@ -478,3 +480,35 @@ def test_nodes_per_lane_gives_each_lane_two_nodes_and_its_hosts_are_placed_over_
         placed = {host: d["machine"] for host, d in opened["value"]["hosts"].items()}
         assert sorted(placed.values()) == sorted(nodes), (placed, nodes)  # its two hosts on its lane's two nodes
     assert _cells(doc) == {"pair_a": "PASS", "pair_b": "PASS"}
+
+
+@pytest.mark.timeout(420)
+def test_node_local_results_are_written_on_the_nodes_and_gathered_back_through_srun(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --node-local DIR``: the manifest travels in the batch script, each lane writes its
+    folder under DIR/<its node>/ (what its task.json says), the dispatcher takes each folder back through
+    ``srun --overlap`` (a tar stream on the step's output: bytes and seconds recorded per lane), the
+    nodes' copies are removed once taken, and the night is the one a shared file system gives: every
+    run gathered, every cell PASS."""
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "local")
+    out, nodes_root = tmp_path / "nights", tmp_path / "node-local"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--node-local", str(nodes_root), "--out", str(out), "-q",
+                           str(paths)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    night, doc = _night(out)
+    lanes = doc["hosts"]["slurm"]["lanes"]
+    assert len(lanes) == 3 and {lane["node"] for lane in lanes} == {"h1", "h2", "h3"}
+    for lane in lanes:
+        (taken,) = lane["gathered"]
+        assert taken["error"] is None and taken["bytes"] > 100_000 and taken["seconds"] is not None, lane
+        said = json.loads((night / "slurm" / "a1" / lane["name"] / "task.json").read_text())
+        assert said["local"] is True and said["node"] == lane["node"]
+        assert said["folder"].startswith(f"{nodes_root}/{lane['node']}/nightly-"), said  # written on its node
+        assert not Path(said["folder"]).exists()  # the node's copy went once the dispatcher had it
+    for name in ("local_a", "local_b", "local_c", "local_d"):
+        runs = [p for p in (night / "runs" / name).glob("*/verdict.json") if not p.parent.is_symlink()]
+        assert len(runs) == 1, name
+    assert _cells(doc) == dict.fromkeys(("local_a", "local_b", "local_c", "local_d"), "PASS")
+    assert not list(nodes_root.glob("*/*/*/*"))  # no lane folder left on any node
