@@ -123,7 +123,9 @@ def test_the_nodes_run_a_job_step_each_and_status_shows_sinfo(slurm_state: tuple
                           timeout=60, env=_env(info), check=False)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == ["h1", "h2", "h3"]  # each node in a UTS namespace of its own
-    assert "idle" in slurm_lab.sinfo(info) and "h[1-3]" in slurm_lab.sinfo(info)
+    # the nodes leave "completing" once the step's end is processed (bounded: the step has ended)
+    assert _await("the nodes are idle again", lambda: "idle" in slurm_lab.sinfo(info), 20)
+    assert "h[1-3]" in slurm_lab.sinfo(info)
     assert set(info["slurm"]["daemons"]) == {"munged", "slurmctld", "slurmd h1", "slurmd h2", "slurmd h3"}
 
 
