@@ -12,8 +12,9 @@ job ids are added as they are known), so ``mxchaos cleanup`` finds the jobs of a
 died (``sweep_dead``) and cancels them by name.
 
 ``poll`` reads every task of the array in one bounded ``scontrol -o show job <array>`` (it gives
-the exit code, the node and the reason; ``squeue`` gives no exit code and the lab keeps no
-accounting database for ``sacct``), and ``state_of`` turns SLURM's state into the dispatcher's:
+the exit code, the node and the reason, and each started task's own job id; ``squeue`` gives no
+exit code; an ended task's end is then read from accounting, ``harness.hosts.slurm_acct``), and
+``state_of`` turns SLURM's state into the dispatcher's:
 
 - ``COMPLETED`` / ``FAILED``: DONE with the task's exit code (the group's ``mxchaos run``; its
   folder says the rest, and is judged again by the dispatcher);
@@ -56,6 +57,7 @@ WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"
 CMD_TIMEOUT_S = 20.0
 RECORDS = "slurm"  # the state dir's folder of dispatch records
 _NAME_RE = re.compile(r"^mxchaos-[A-Za-z0-9_.-]{1,80}$")
+_NODELIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,1000}$")
 _TASKS_RE = re.compile(r"^(\d{1,7})(?:-(\d{1,7}))?(?::\d+)?$")
 
 
@@ -68,6 +70,7 @@ class Group:
     argv: tuple[str, ...]
     folder: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None  # node-local results: the folder the task writes on its node ({node}: its name)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class TaskState:
     node: str
     rc: int | None = None
     reason: str = ""
+    nodelist: str = ""  # all its nodes, as SLURM writes them (h[1-2]); checked as a node list
 
     def describe(self) -> str:
         return f"SLURM job {self.job} (task {self.index}) on node {self.node or '(none)'} ended {self.slurm_state}" + (
@@ -132,8 +136,10 @@ def parse_tasks(text: str, *, cancelled_by_us: bool = False) -> dict[int, TaskSt
         for index in _task_indices(record["ArrayTaskId"]):
             job = record.get("JobId", "") if "-" not in record["ArrayTaskId"] and "," not in record["ArrayTaskId"] else (
                 f"{record.get('ArrayJobId', '')}_{index}")
+            nodelist = record.get("NodeList", "")
+            nodelist = nodelist if _NODELIST_RE.match(nodelist) and nodelist != "(null)" else ""
             out[index] = TaskState(index, job, state_of(raw, cancelled_by_us=cancelled_by_us), raw, node, rc,
-                                   record.get("Reason", ""))
+                                   record.get("Reason", ""), nodelist)
     return out
 
 
@@ -215,8 +221,10 @@ class Dispatch:
     """One dispatch: its groups, its spool (the manifest, each task's output) and its submissions."""
 
     def __init__(self, groups: Sequence[Group], spool: Path, conf: Path, *, partition: str | None = None,
-                 time_limit: str | None = None, label: str = "run") -> None:
+                 time_limit: str | None = None, label: str = "run", nodes: int = 1, embed: bool = False) -> None:
         self.groups = list(groups)
+        self.embed = embed  # the nodes do not see the spool: the manifest goes in the batch script, output nowhere
+        self.nodes = nodes  # sbatch --nodes of every task
         self.spool = spool
         self.conf = conf
         self.partition = partition
@@ -236,10 +244,22 @@ class Dispatch:
 
     def manifest(self) -> Path:
         path = self.spool / "groups.json"
-        doc = [{"name": g.name, "argv": list(g.argv), "folder": str(g.folder), "env": dict(g.env),
-                "cwd": os.getcwd()} for g in self.groups]
-        statedir.replace(path, json.dumps(doc, indent=1).encode(), 0o644)  # a task starting now reads it whole
+        statedir.replace(path, self._manifest_text().encode(), 0o644)  # a task starting now reads it whole
         return path
+
+    def _manifest_text(self) -> str:
+        return json.dumps([{"name": g.name, "argv": list(g.argv), "folder": g.remote or str(g.folder),
+                            "local": g.remote is not None, "env": dict(g.env), "cwd": os.getcwd()}
+                           for g in self.groups], indent=1)
+
+    def _script(self, manifest: Path) -> str:
+        """The array's batch script: the task reading the manifest's file, or (``embed``) the
+        manifest itself, a here-document in the script SLURM carries to the node."""
+        if not self.embed:
+            return f"exec {sys.executable} -m harness.hosts.slurm_task {manifest}"
+        text = self._manifest_text()
+        assert "\nMXCHAOS_MANIFEST\n" not in f"\n{text}\n"  # JSON never has the terminator as a line
+        return f"exec {sys.executable} -m harness.hosts.slurm_task - <<'MXCHAOS_MANIFEST'\n{text}\nMXCHAOS_MANIFEST"
 
     def submit(self, indices: Sequence[int], exclude: Sequence[str] = ()) -> str:
         """Queue ``indices`` of the groups as one array (recorded first); its array job id."""
@@ -247,15 +267,16 @@ class Dispatch:
         manifest = self.manifest()
         self._record()
         argv = ["sbatch", "--parsable", "--no-requeue", "--exclusive", f"--job-name={self.name}",
-                f"--array={','.join(str(i) for i in indices)}", f"--output={self.spool}/%A_%a.out",
-                f"--chdir={os.getcwd()}", "--nodes=1", "--ntasks=1"]
+                f"--array={','.join(str(i) for i in indices)}",
+                f"--output={'/dev/null' if self.embed else f'{self.spool}/%A_%a.out'}",
+                f"--chdir={os.getcwd()}", f"--nodes={self.nodes}", "--ntasks-per-node=1"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         if self.time_limit:
             argv.append(f"--time={self.time_limit}")
         if exclude:
             argv.append(f"--exclude={','.join(slurm.valid_node(n) for n in exclude)}")
-        argv.append(f"--wrap=exec {sys.executable} -m harness.hosts.slurm_task {manifest}")
+        argv.append(f"--wrap={self._script(manifest)}")
         queued, wall = time.monotonic(), time.time()
         done = _call(argv, self.conf)
         array = done.stdout.strip().split(";")[0]

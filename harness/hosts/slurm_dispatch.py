@@ -3,7 +3,10 @@
 ``dispatch(groups, spool, options)`` submits every group as one array
 (``harness.hosts.slurm_array``), polls it every ``POLL_S`` until each task has ended, and returns
 each group's ``Outcome``: the folder its ``mxchaos run`` wrote and its exit code, or the
-infrastructure verdict (``infra``) that ended it. A task that SLURM ended for a reason that is not
+infrastructure verdict (``infra``) that ended it. How a task ended is accounting's word
+(``harness.hosts.slurm_acct``: ``sacct``, or ``sacct -c`` where there is only the job completion
+log), read once the controller lists the task as ended (``scontrol``'s, said so, when accounting
+has no record within ``ACCT_WAIT_S``); each attempt's end is kept in ``Outcome.ends``. A task that SLURM ended for a reason that is not
 the tests' doing (``slurm_array.INFRA_STATES``), one that stayed pending past
 ``allocation_timeout``, one that ran past ``run_timeout`` and one whose folder holds no
 ``task.json`` (it never started its run, or its folder is not the dispatcher's to see) is
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +37,9 @@ from pathlib import Path
 from types import FrameType
 
 from harness.hosts import slurm
-from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING, Dispatch, Group, TaskState
+from harness.hosts.slurm_acct import SOURCE_NONE, Accounting
+from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING, Dispatch, Group, TaskState, state_of
+from harness.hosts.slurm_gather import Gatherer
 from harness.machine import runscope
 
 __all__ = ["FOLDER", "FolderFor", "Options", "Outcome", "dispatch", "stop_leftovers"]
@@ -42,6 +48,7 @@ FOLDER = "{folder}"  # in a group's argv: the folder of the attempt that runs it
 POLL_S = 1.0
 KILL_WAIT_S = 15.0
 UNLISTED_S = 60.0  # a submitted task SLURM does not list this long after its submission: the infrastructure's
+ACCT_WAIT_S = 10.0  # an ended task that accounting does not list this long: scontrol's word is taken (and said)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,22 @@ class Options:
     allocation_timeout: float = 600.0  # a task pending longer: infrastructure
     run_timeout: float = 3600.0  # a task running longer: infrastructure (SLURM's --time when given is the first bound)
     label: str = "run"
+    nodes_per_lane: int = 1  # sbatch --nodes of each task; over 1, the lane's run takes its hosts from the allocation
+    lane_inventory: str | None = None  # how such a lane reaches its nodes: an inventory file with slurm: (default slurm:)
+    node_local: str | None = None  # the nodes do not see our folders: lanes write under this folder on their node
+
+    def lane_slots(self, nodes: int) -> int:
+        """How many lanes run at once on ``nodes`` nodes (at least one)."""
+        return max(1, nodes // max(1, self.nodes_per_lane))
+
+    def lane_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """A lane's ``mxchaos run`` argv; with several nodes per lane, ``--inventory`` of the task's
+        own allocation (``slurm:``, or ``lane_inventory``) after ``run``: its scenarios' hosts are bound
+        to the lane's nodes by the inventory rule."""
+        if self.nodes_per_lane <= 1 or "run" not in argv:
+            return tuple(argv)
+        at = list(argv).index("run") + 1
+        return (*argv[:at], "--inventory", self.lane_inventory or "slurm:", *argv[at:])
 
 
 @dataclass
@@ -64,16 +87,24 @@ class Outcome:
     job: str = ""
     attempts: list[str] = field(default_factory=list)  # what each attempt ended as
     queued_to_start_s: float | None = None  # submission -> the task's first act on its node
+    nodelist: str = ""  # every node of the attempt that counts (SLURM's NodeList: h[1-2])
+    gathered: list[dict[str, object]] = field(default_factory=list)  # node-local results: each attempt's gathering
+    ends: list[dict[str, object]] = field(default_factory=list)  # each attempt's end: job, state, rc, node, source
 
 
 FolderFor = Callable[[Group, int], Path]  # (group, attempt 1 or 2) -> the folder that attempt writes
 
 
-def _attempt(groups: Sequence[Group], spool: Path, n: int, folder_for: FolderFor | None) -> list[Group]:
+def _attempt(groups: Sequence[Group], spool: Path, n: int, folder_for: FolderFor | None,
+             local_root: str | None = None) -> list[Group]:
+    """The groups of attempt ``n``: each its folder here, and (node-local results, ``local_root``)
+    the folder its task writes on its node instead, which its argv names."""
     out = []
     for g in groups:
         folder = folder_for(g, n) if folder_for is not None else spool / f"a{n}" / g.name
-        out.append(replace(g, folder=folder, argv=tuple(str(folder) if a == FOLDER else a for a in g.argv)))
+        remote = f"{local_root}/a{n}/{g.name}" if local_root is not None else None
+        out.append(replace(g, folder=folder, remote=remote,
+                           argv=tuple((remote or str(folder)) if a == FOLDER else a for a in g.argv)))
     return out
 
 
@@ -188,37 +219,86 @@ def _judge_end(task: TaskState, folder: Path) -> str | None:
     return None
 
 
+def _accounted(tasks: dict[int, TaskState], acct: Accounting, seen_end: dict[int, float], now: float,
+               known: dict[int, str], cancelled_by_us: bool) -> dict[int, tuple[TaskState, dict[str, object]] | None]:
+    """The ended tasks of this poll with their end as accounting says it (``sacct``), or as
+    ``scontrol`` says it when accounting has nothing (no source, or no record ``ACCT_WAIT_S`` after
+    the end was first seen); None: wait for accounting."""
+    ended = {i: t for i, t in tasks.items() if t.state in (DONE, INFRA)}
+    jobs = {i: (t.job if "_" not in t.job else known.get(i, "")) for i, t in ended.items()}
+    said = acct.ended([j for j in jobs.values() if j])
+    out: dict[int, tuple[TaskState, dict[str, object]] | None] = {}
+    for i, task in ended.items():
+        seen_end.setdefault(i, now)
+        end = said.get(jobs[i])
+        if end is not None:
+            state = state_of(end.state, cancelled_by_us=cancelled_by_us)
+            out[i] = (replace(task, job=end.job, state=state, slurm_state=end.state, node=end.node or task.node,
+                              rc=end.rc if end.rc is not None else task.rc), end.as_dict())
+        elif not jobs[i] or acct.source == SOURCE_NONE or now - seen_end[i] > ACCT_WAIT_S:
+            why = ("its own job id was never listed" if not jobs[i] else "no accounting" if acct.source == SOURCE_NONE
+                   else f"{acct.source}: no record within {ACCT_WAIT_S:g}s")
+            out[i] = (task, {"job": task.job, "state": task.slurm_state, "rc": task.rc, "node": task.node,
+                             "nodes": task.nodelist, "source": f"scontrol ({why})"})
+        else:
+            out[i] = None
+    return out
+
+
 def dispatch(groups: Sequence[Group], spool: Path, options: Options,
              log: Callable[[str], None] = lambda _m: None, folder_for: FolderFor | None = None) -> list[Outcome]:
     """Run ``groups`` as one array (module docstring); their outcomes, in order. Each attempt of a
     group writes ``folder_for(group, attempt)`` (default ``<spool>/a<attempt>/<group>``)."""
     slurm.ping(options.conf)  # exit 4 naming the controller before anything is written or queued
-    first = _attempt(groups, spool, 1, folder_for)
+    groups = [replace(g, argv=options.lane_argv(g.argv)) for g in groups]
+    local_root = None
+    if options.node_local is not None:  # a folder of its own per dispatch and node, on each node
+        local_root = f"{options.node_local.rstrip('/')}/{{node}}/{options.label}-{secrets.token_hex(4)}"
+    first = _attempt(groups, spool, 1, folder_for, local_root)
     d = Dispatch(first, spool, options.conf, partition=options.partition, time_limit=options.time_limit,
-                 label=options.label)
+                 label=options.label, nodes=options.nodes_per_lane, embed=local_root is not None)
+    gatherers: dict[int, Gatherer] = {}  # node-local results: task index -> its gathering (this attempt)
     outcomes = [Outcome(g, g.folder) for g in first]
     attempt = {i: 1 for i in range(len(first))}
     ended: set[int] = set()
     running_since: dict[int, float] = {}
+    acct = Accounting(options.conf)
+    seen_end: dict[int, float] = {}  # task index -> when its end was first seen (this attempt)
+    known: dict[int, str] = {}  # task index -> its own job id, once SLURM listed it (accounting is asked by it)
     with _signals_cancel(d, log):
         array = d.submit(list(range(len(first))))
-        log(f"SLURM array {array} ({d.name}): {len(first)} task(s), one node each")
+        each = "one node" if options.nodes_per_lane <= 1 else f"{options.nodes_per_lane} nodes"
+        log(f"SLURM array {array} ({d.name}): {len(first)} task(s), {each} each")
         while len(ended) < len(first):
             time.sleep(POLL_S)
             states = d.poll()
             now = time.monotonic()
+            for i, t in states.items():
+                if "_" not in t.job:
+                    known[i] = t.job
+            for i, out in enumerate(outcomes):
+                # SLURM lists no such task (purged, a controller that lost its state): bounded too
+                if i not in ended and i not in states and now - d.submitted_at[i] > UNLISTED_S:
+                    states[i] = TaskState(i, known.get(i) or f"{d.array_of[i]}_{i}", INFRA, "NOT_LISTED", out.node,
+                                          reason=f"scontrol lists no such task {UNLISTED_S:g}s after its submission")
+            ends = _accounted({i: t for i, t in states.items() if i not in ended}, acct, seen_end, now, known, d.cancelled)
             redo: list[int] = []
             for i, out in enumerate(outcomes):
                 task = states.get(i)
-                if i in ended:
+                if i in ended or task is None:
                     continue
-                if task is None:  # SLURM lists no such task (purged, a controller that lost its state): bounded too
-                    if now - d.submitted_at[i] <= UNLISTED_S:
-                        continue
-                    task = TaskState(i, f"{d.arrays[-1]}_{i}", INFRA, "NOT_LISTED", out.node,
-                                     reason=f"scontrol lists no such task {UNLISTED_S:g}s after its submission")
+                end: dict[str, object] | None = None
+                if task.state in (DONE, INFRA):
+                    accounted = ends.get(i)
+                    if accounted is None:
+                        continue  # accounting has not written it yet (bounded: ACCT_WAIT_S)
+                    task, end = accounted
                 if task.state == RUNNING:
                     running_since.setdefault(i, now)
+                    if local_root is not None and i not in gatherers and "_" not in task.job and task.node:
+                        gatherers[i] = Gatherer(task.job, task.node, str(d.groups[i].remote), out.folder, options.conf,
+                                                options.run_timeout)
+                        gatherers[i].start()
                 if out.queued_to_start_s is None and (t0 := _started(out.folder)) is not None:
                     out.queued_to_start_s = max(0.0, t0 - d.submitted_wall[i])
                 why = None
@@ -227,9 +307,21 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 elif task.state == RUNNING and now - running_since[i] > options.run_timeout:
                     why = f"SLURM job {task.job} (task {i}) on node {task.node} ran past {options.run_timeout:g}s"
                 elif task.state in (DONE, INFRA):
+                    if end is not None:
+                        out.ends.append(end)
+                    taking = gatherers.get(i)
+                    if taking is not None:
+                        taking.join()
+                        out.gathered.append(taking.describe())
                     why = _judge_end(task, out.folder)
+                    if why is not None and taking is not None and taking.error:
+                        why += f"; gathering its folder from {taking.node}: {taking.error}"
+                    elif why is not None and local_root is not None and taking is None:
+                        why += "; its node-local folder was never gathered (the task was not seen running)"
+                    if why is not None and end is not None:
+                        why += f"; end state from {end['source']}"
                     if why is None:
-                        out.rc, out.node, out.job = task.rc, task.node, task.job
+                        out.rc, out.node, out.job, out.nodelist = task.rc, task.node, task.job, task.nodelist
                         out.attempts.append(f"{task.job} on {task.node}: {task.slurm_state} rc {task.rc}")
                         ended.add(i)
                         continue
@@ -244,13 +336,16 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
                 out.node, out.job = task.node, task.job
                 log(f"{out.group.name}: infrastructure: {why}")
                 running_since.pop(i, None)
+                seen_end.pop(i, None)
+                gatherers.pop(i, None)
+                known.pop(i, None)
                 if attempt[i] >= 2:
                     out.infra = why
                     ended.add(i)
                 else:
                     redo.append(i)
             if redo:
-                again = _attempt([groups[i] for i in redo], spool, 2, folder_for)
+                again = _attempt([groups[i] for i in redo], spool, 2, folder_for, local_root)
                 for i, g in zip(redo, again):
                     attempt[i] = 2
                     d.groups[i] = g

@@ -14,9 +14,11 @@ enter; the lab's state dir is 0700).
   ``TaskPlugin=task/none`` (the namespaces share this machine's cgroups), ``JobCompType=jobcomp/filetxt``
   (no accounting database), ``MinJobAge=3600`` (finished jobs stay in ``squeue -t all``),
   ``SlurmdTimeout=10``, ``ReturnToService=2``, ``SchedulerParameters=bf_interval=1``.
-- **a slurmd per lab host**, named after it (``h1`` ...), in the host's network namespace and a UTS
-  namespace of its own (its hostname the node's): ``nsenter --net=/run/netns/<ns> unshare --uts``
-  (``ip netns exec`` would hide the cgroup mount slurmd needs). ``NodeAddr`` is the host's
+- **a slurmd per lab host**, named after it (``h1`` ...), in the host's network namespace, a UTS
+  namespace of its own (its hostname the node's) and a mount namespace of its own:
+  ``nsenter --net=/run/netns/<ns> unshare --uts --mount`` (``ip netns exec`` would hide the cgroup
+  mount slurmd needs), where the network part of ``/sys`` is the namespace's (``_NODE_SYS``), so a
+  job's processes see the node's interfaces as UCX looks for them. ``NodeAddr`` is the host's
   management address, where its sshd listens too: a job's nodes are ssh hosts of the lab.
   The node's CPUs are what ``slurmd -C`` says here (a node that claims more is drained).
 
@@ -105,6 +107,15 @@ def _run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float =
         tail = log.read_text(errors="replace")[-400:].strip() if log is not None and log.exists() else ""
         raise HarnessError(f"lab --slurm: `{' '.join(argv)}` failed (rc {done.returncode}) {tail}")
     return done
+
+
+# In the slurmd's own mount namespace, the network part of /sys shows its network namespace's
+# interfaces (a sysfs mounted from inside it, its class/net and devices/virtual/net bound over
+# this machine's), the rest of /sys, cgroups included, stays this machine's. Without it a job's
+# processes on the node see this machine's /sys/class/net, and UCX, which keeps a TCP device only
+# when it finds it there, offers nothing but loopback (docs/slurm-dispatch.md).
+_NODE_SYS = ('d="$4/sysfs" && mkdir -p "$d" && mount -t sysfs sysfs "$d" && mount --bind "$d/class/net" /sys/class/net '
+             '&& mount --bind "$d/devices/virtual/net" /sys/devices/virtual/net && umount -l "$d" && rmdir "$d"')
 
 
 def _hardware() -> str:
@@ -224,8 +235,9 @@ def _start_slurmd(state: Path, info: dict[str, Any], name: str, save: Callable[[
     statedir.ensure_dir(node / "spool")
     with contextlib.suppress(OSError):
         (node / "slurmd.pid").unlink()  # a killed slurmd's: the new one writes its own
-    _run(["setsid", _exe("nsenter"), f"--net=/run/netns/{info['hosts'][name]['netns']}", _exe("unshare"), "--uts", "sh",
-          "-c", 'hostname "$1" && exec "$2" -f "$3" -N "$1"', "sh", name, _exe("slurmd"), str(conf)],
+    _run(["setsid", _exe("nsenter"), f"--net=/run/netns/{info['hosts'][name]['netns']}", _exe("unshare"), "--uts",
+          "--mount", "--propagation", "private", "sh", "-c", _NODE_SYS + ' && hostname "$1" && exec "$2" -f "$3" -N "$1"',
+          "sh", name, _exe("slurmd"), str(conf), str(node)],
          env={"SLURM_CONF": str(conf)}, log=node / "start.log")
     _record(info, f"slurmd {name}", node / "slurmd.pid", save, lambda: True)
 

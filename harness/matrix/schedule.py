@@ -69,7 +69,7 @@ def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: 
     from harness.hosts.slurm_array import Group, partition_nodes
     from harness.hosts.slurm_dispatch import FOLDER, dispatch
 
-    lanes = spread(placements, partition_nodes(options.conf, options.partition))
+    lanes = spread(placements, options.lane_slots(partition_nodes(options.conf, options.partition)))
     for name, names in lanes:
         log(f"{name}: {', '.join(names)}")
     groups = [Group(name, tuple(argv_of(names)), Path(FOLDER), dict(env)) for name, names in lanes]
@@ -81,7 +81,8 @@ def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: 
     infra = {n: o.infra for o, (_lane, names) in zip(outcomes, lanes) if o.infra for n in names}
     codes = [o.rc if o.rc is not None else 4 for o in outcomes if o.infra is None]
     worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
-    record = {"lanes": [{"name": name, "scenarios": list(names), "job": o.job, "node": o.node, "rc": o.rc,
-                         "infra": o.infra, "attempts": o.attempts, "queued_to_start_s": o.queued_to_start_s}
+    record = {"nodes_per_lane": options.nodes_per_lane,
+              "lanes": [{"name": name, "scenarios": list(names), "job": o.job, "node": o.node, "nodes": o.nodelist, "rc": o.rc,
+                         "infra": o.infra, "attempts": o.attempts, "ends": o.ends, "gathered": o.gathered, "queued_to_start_s": o.queued_to_start_s}
                         for o, (name, names) in zip(outcomes, lanes)]}
     return worst, infra, record

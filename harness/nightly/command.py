@@ -71,7 +71,9 @@ def _command_line(args: argparse.Namespace) -> list[str]:
     """The night's command as parsed (for nightly.json and the page)."""
     argv = ["mxchaos", "nightly", "--out", str(args.out), "--repeat", str(args.repeat)]
     for flag, value in (("--inventory", args.inventory), ("--seed", args.seed), ("-k", args.k), ("--keep", args.keep),
-                        ("--partition", args.partition), ("--time", args.time)):
+                        ("--partition", args.partition), ("--time", args.time),
+                        ("--nodes-per-lane", args.nodes_per_lane if args.nodes_per_lane != 1 else None),
+                        ("--lane-inventory", args.lane_inventory), ("--node-local", args.node_local)):
         if value is not None:
             argv += [flag, str(value)]
     return [*argv, *(["--slurm"] if args.slurm else []), *(["-q"] if args.quiet else []), *args.paths]

@@ -72,7 +72,7 @@ class SlurmBinding:
         """Run every scenario's repeats on the cluster (bounded), then gather their run folders into
         ``runs_dir``, before the night asks for them."""
         spool = runs_dir.parent / "slurm"  # the lanes' folders, their manifest and SLURM's output files
-        lanes = lanes_of(scenarios, partition_nodes(self.options.conf, self.options.partition))
+        lanes = lanes_of(scenarios, self.options.lane_slots(partition_nodes(self.options.conf, self.options.partition)))
         seeded = ["--seed", str(seed)] if seed is not None else []
         groups = [Group(name, (sys.executable, "-m", "harness.cli", "run", "--repeat", str(repeat), "--out", FOLDER,
                                "-q", *seeded, *[str(Path(str(sc.path)).resolve()) for sc in members]), Path(FOLDER))
@@ -101,8 +101,11 @@ class SlurmBinding:
         gather_s = time.monotonic() - started
         self.record["slurm"] = {
             "partition": self.options.partition, "time": self.options.time_limit, "gather_s": round(gather_s, 3),
+            "nodes_per_lane": self.options.nodes_per_lane,
             "lanes": [{"name": name, "scenarios": [sc.name for sc in members], "job": out.job, "node": out.node,
-                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "folder": str(out.folder),
+                       "nodes": out.nodelist,
+                       "rc": out.rc, "infra": out.infra, "attempts": out.attempts, "ends": out.ends, "gathered": out.gathered,
+                       "folder": str(out.folder),
                        "queued_to_start_s": None if out.queued_to_start_s is None else round(out.queued_to_start_s, 3)}
                       for out, (name, members) in zip(self.outcomes, lanes)],
         }

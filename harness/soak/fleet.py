@@ -3,7 +3,10 @@ again on request (``mxref reader --load-loop``), each with its own log and event
 
 Every process is started in a session of its own with ``die_with_parent`` (it gets SIGTERM when
 the harness dies, however it dies) and is stopped by ``Fleet.stop`` (SIGTERM to its group, SIGKILL
-after ``STOP_GRACE_S``). Every wait is bounded: a start by ``START_TIMEOUT_S``, a load by
+after ``STOP_GRACE_S``). With a ``run_id`` (the soak's), each also joins that run's scope as a run's
+processes do (``harness.machine.runscope``: its cgroup between fork and exec, its ledger of pids
+naming the soak as the harness, ``MXCHAOS_RUN_ID`` in its environment), so ``mxchaos cleanup`` finds
+and kills what a SIGKILLed soak left, a process that ignores or never acts on the SIGTERM included. Every wait is bounded: a start by ``START_TIMEOUT_S``, a load by
 ``LOAD_TIMEOUT_S``.
 """
 
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from harness import eventsfile
+from harness.machine import procscan, runscope
 from mxref.process import die_with_parent
 
 __all__ = ["Fleet", "FleetError", "FleetSpec", "MxProcess"]
@@ -72,16 +77,9 @@ class MxProcess:
 
     def events(self) -> list[dict[str, Any]]:
         try:
-            text = self.events_path.read_text()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in text.splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line being written
-                continue
-        return out
+            return eventsfile.read(self.events_path)
+        except eventsfile.EventsFileError as exc:
+            raise FleetError(f"{self.name}: {exc}") from exc
 
     def wait_event(self, name: str, timeout_s: float, **where: Any) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -170,10 +168,21 @@ class MxProcess:
 class Fleet:
     """Start the server, the sources (READY) and the looping readers (ready) in ``workdir``."""
 
-    def __init__(self, spec: FleetSpec, workdir: Path) -> None:
+    def __init__(self, spec: FleetSpec, workdir: Path, run_id: str | None = None) -> None:
         self.spec = spec
         self.workdir = workdir
+        self.run_id = run_id
         self.processes: list[MxProcess] = []
+        me = os.getpid()
+        self.harness = (me, procscan.proc_start_time(me))
+
+    def _env(self, name: str) -> dict[str, str] | None:
+        """The environment of a process of the run (None: inherited, no run)."""
+        if self.run_id is None:
+            return None
+        hp, hs = self.harness
+        return {**os.environ, procscan.ENV_RUN_ID: self.run_id, procscan.ENV_PROC: name,
+                procscan.ENV_HARNESS_PID: str(hp), procscan.ENV_HARNESS_START: str(hs if hs is not None else "")}
 
     @property
     def readers(self) -> list[MxProcess]:
@@ -184,15 +193,19 @@ class Fleet:
         log_path = self.workdir / f"{name}.log"
         argv = [sys.executable, "-m", "mxref", role, "--name", name, "--events", str(events), "--metrics-port", "0",
                 *flags]
-        def preexec() -> None:
-            die_with_parent()
-            if fd_limit is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+        with open(log_path, "wb") as log, runscope.joining(self.run_id) as join:
+            def preexec() -> None:
+                if join is not None:
+                    join()  # into the run's cgroup first: whatever it forks later is in it too
+                die_with_parent()
+                if fd_limit is not None:
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
 
-        with open(log_path, "wb") as log:
             popen = subprocess.Popen(argv, stdin=subprocess.PIPE if loop else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE if loop else log, stderr=log,
+                                     stdout=subprocess.PIPE if loop else log, stderr=log, env=self._env(name),
                                      start_new_session=True, preexec_fn=preexec)
+        if self.run_id is not None:
+            runscope.record(self.run_id, popen.pid, self.harness)
         proc = MxProcess(name, role, popen, events, log_path)
         self.processes.append(proc)
         return proc

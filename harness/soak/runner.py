@@ -7,11 +7,18 @@ round, when no load is in flight, so a count does not catch a load half way. The
 ``transfers`` (counted over every segment of a resumed soak), after ``seconds`` (this invocation's),
 on ``stop`` (SIGINT / SIGTERM), at the first growth with ``stop_on_growth``, or when a process
 dies or a load does not answer (``error``). The fleet is stopped in every case.
+
+A soak is a run as ``mxchaos cleanup`` sees one: it gets a run id (``soak-<time>-<hex>``, in
+``soak.json``), writes its ledger entry (the soak's pid and start time, its ``--out`` folder) before
+the first process starts, and every process joins the run's scope (``harness.soak.fleet``). At the
+end, whatever of the scope is left is killed and the scope and entry are removed; a soak that is
+SIGKILLed leaves them, and ``mxchaos cleanup`` kills its processes and writes ``CRASHED`` into its folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.machine import ledger, procscan, runscope, statedir
 from harness.soak.fleet import Fleet, FleetError, FleetSpec, MxProcess
 from harness.soak.page import render_page
 from harness.soak.probe import ProcessGone, audit_sample, proc_sample
@@ -30,6 +38,7 @@ from harness.soak.verdict import growth_text, series_of, summarize
 __all__ = ["SoakOptions", "run_soak", "write_outputs"]
 
 WRITE_EVERY_S = 30.0
+STOP_SCOPE_S = 5.0
 SUMMARY, PAGE, CONFIG = "soak-result.json", "soak.html", "soak.json"
 
 
@@ -72,7 +81,8 @@ class _Soak:
         self.say = say
         self.stop = stop
         self.record = Record(options.out, options.resume)
-        self.fleet = Fleet(options.spec, options.out / f"processes-{self.record.segment}")
+        self.run_id = ledger.new_run_id("soak")
+        self.fleet = Fleet(options.spec, options.out / f"processes-{self.record.segment}", self.run_id)
         self.transfers = self.record.start_transfers
         self.failed = self.record.start_failed
         self.started = time.monotonic()
@@ -140,8 +150,13 @@ class _Soak:
         """The soak's loop; the error that ended it, or None."""
         o = self.o
         (o.out / CONFIG).write_text(json.dumps({"spec": asdict(o.spec), "sample_every": o.sample_every,
-                                                "warmup": o.warmup, "segment": self.record.segment}) + "\n")
+                                                "warmup": o.warmup, "segment": self.record.segment,
+                                                "run_id": self.run_id}) + "\n")
         last_write = time.monotonic()
+        me = os.getpid()
+        ledger.write_entry(self.run_id, {"run_id": self.run_id, "kind": "soak", "harness_pid": me,
+                                         "harness_start": procscan.proc_start_time(me), "run_dir": str(o.out),
+                                         "run_dir_id": statedir.dir_identity(o.out)})
         try:
             self.fleet.start()
             self.say(f"soak: {len(self.fleet.processes)} processes up in {self.fleet.workdir}; "
@@ -165,7 +180,11 @@ class _Soak:
         finally:
             codes = self.fleet.stop()
             self.record.close()
-            self.say(f"soak: processes stopped: {codes}")
+            alive = runscope.kill(self.run_id, wait=STOP_SCOPE_S)  # what a process of the fleet forked and left
+            runscope.remove(self.run_id)
+            if not alive:
+                ledger.remove_entry(self.run_id)  # else `mxchaos cleanup` still finds the run
+            self.say(f"soak: processes stopped: {codes}" + (f"; still alive: {alive}" if alive else ""))
 
 
 def run_soak(options: SoakOptions, say: Callable[[str], None] = print,

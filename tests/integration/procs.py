@@ -23,8 +23,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import eventsfile
+
 ROOT = Path(__file__).resolve().parents[2]
-Event = dict[str, Any]
+Event = eventsfile.Event
 POLL_S = 0.005
 START_TIMEOUT_S = 30.0
 # Variables a child must not inherit from whoever runs the tests: each test sets what it needs.
@@ -56,18 +58,7 @@ class Proc:
         return self.popen.poll()
 
     def events(self, name: str | None = None, where: Callable[[Event], bool] | None = None) -> list[Event]:
-        try:
-            text = self.events_path.read_text()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in text.splitlines():
-            if not line.endswith("}"):
-                continue  # a line being written right now
-            event = json.loads(line)
-            if (name is None or event["event"] == name) and (where is None or where(event)):
-                out.append(event)
-        return out
+        return eventsfile.read(self.events_path, name, where)
 
     def stdout(self) -> str:
         return self.stdout_path.read_text() if self.stdout_path.exists() else ""

@@ -11,9 +11,13 @@
   ``cleanup --inventory`` reaches its nodes;
 - ``matrix --slurm``: a column's lanes as one array, each writing its folder of the column;
 - (b) ``nightly --slurm`` of four scenarios (one ``schedule: alone``) runs as one job array, a lane per
-  node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night;
+  node, and gathers one night (one page, one ``nightly.json``) with the verdicts of a local night; each
+  lane's end as accounting has it (``sacct -c``, the lab's job completion log);
 - (c) a node's slurmd SIGKILLed under its lane: the lane's end (NODE_FAIL) is an infrastructure verdict
   naming job, node and state, the lane is resubmitted elsewhere and passes; nothing lost, nothing left;
+- ``--nodes-per-lane 2``: each lane holds two nodes and its scenario's two hosts are placed on them;
+- ``--node-local DIR``: each lane writes on its node and the dispatcher takes its folder back through
+  ``srun --overlap`` (a tar stream), the nodes' copies removed;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
@@ -119,7 +123,9 @@ def test_the_nodes_run_a_job_step_each_and_status_shows_sinfo(slurm_state: tuple
                           timeout=60, env=_env(info), check=False)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == ["h1", "h2", "h3"]  # each node in a UTS namespace of its own
-    assert "idle" in slurm_lab.sinfo(info) and "h[1-3]" in slurm_lab.sinfo(info)
+    # the nodes leave "completing" once the step's end is processed (bounded: the step has ended)
+    assert _await("the nodes are idle again", lambda: "idle" in slurm_lab.sinfo(info), 20)
+    assert "h[1-3]" in slurm_lab.sinfo(info)
     assert set(info["slurm"]["daemons"]) == {"munged", "slurmctld", "slurmd h1", "slurmd h2", "slurmd h3"}
 
 
@@ -297,6 +303,9 @@ def test_b_nightly_slurm_spreads_the_lanes_as_one_array_and_gathers_one_night(
     alone = next(lane for lane in lanes if lane["name"].startswith("alone-"))
     assert alone["scenarios"] == ["quick_d"]
     assert sorted(n for lane in lanes for n in lane["scenarios"]) == ["quick_a", "quick_b", "quick_c", "quick_d"]
+    for lane in lanes:  # each lane's end read from accounting (the lab's job completion log), not the controller
+        assert [(e["state"], e["rc"], e["node"], e["source"]) for e in lane["ends"]] == [
+            ("COMPLETED", 0, lane["node"], "sacct -c (job completion log)")], lane
     for name in ("quick_a", "quick_b", "quick_c", "quick_d"):  # every run folder gathered into the night's runs/
         runs = [p for p in (night / "runs" / name).glob("*/verdict.json") if not p.parent.is_symlink()]  # not latest
         assert len(runs) == 1, name
@@ -344,6 +353,8 @@ def test_c_a_node_that_dies_under_its_lane_is_an_infrastructure_verdict_and_the_
     night_dir, doc = _night(out)
     lane = next(lane for lane in doc["hosts"]["slurm"]["lanes"] if lane["name"] == "lane-2")
     assert len(lane["attempts"]) == 2 and "NODE_FAIL" in lane["attempts"][0] and lane["node"] != killed
+    assert (lane["ends"][0]["state"], lane["ends"][0]["node"]) == ("NODE_FAIL", killed)  # as accounting has it
+    assert lane["ends"][0]["source"] == "sacct -c (job completion log)" and "end state from sacct -c" in lane["attempts"][0]
     assert lane["infra"] is None and lane["rc"] == 0
     assert _cells(doc) == dict.fromkeys(("nodefail_a", "nodefail_b", "nodefail_c", "nodefail_d"), "PASS")  # nothing lost
     assert (night_dir / "slurm" / "a1" / "lane-2" / "task.json").is_file()  # the failed attempt kept for a look
@@ -433,3 +444,73 @@ def test_matrix_slurm_runs_a_columns_lanes_as_one_array_into_the_column_folder(
         assert (out / column["id"] / lane["name"] / "summary.json").is_file()
     assert {name: row[column["id"]]["verdict"] for name, row in doc["cells"].items()} == \
         dict.fromkeys(("column_a", "column_b", "column_c", "column_d"), "PASS")
+
+
+@pytest.mark.timeout(480)
+def test_nodes_per_lane_gives_each_lane_two_nodes_and_its_hosts_are_placed_over_them(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --nodes-per-lane 2``: two two-host scenarios (one ``schedule: alone``), two lanes
+    of two nodes each (the lab's three nodes hold one such lane at a time: the second queues); each
+    lane's run takes its hosts from its own allocation (``--inventory`` of the lab's ``slurm:`` file),
+    so each scenario's two hosts are the two nodes SLURM gave its lane, and every cell passes."""
+    _state, info = slurm_state
+    folder = tmp_path / "sc"
+    folder.mkdir()
+    pair = TWO_HOSTS.replace("rate: 1gbit", "rate: 200mbit")  # the READ long enough for the cut to land in it
+    assert pair != TWO_HOSTS
+    (folder / "pair_a.yaml").write_text(pair.replace("name: slurm_two_host_partition", "name: pair_a"))
+    (folder / "pair_b.yaml").write_text(pair.replace("name: slurm_two_host_partition", "name: pair_b")
+                                        .replace("\nseed: 5\n", "\nseed: 5\nschedule: alone\n"))
+    out = tmp_path / "nights"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--nodes-per-lane", "2", "--lane-inventory",
+                           info["slurm"]["inventory"], "--out", str(out), "-q", str(folder)],
+                          capture_output=True, text=True, timeout=420, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"SLURM array \d+ \(mxchaos-nightly-[0-9a-f]+\): 2 task\(s\), 2 nodes each", done.stdout)
+    night, doc = _night(out)
+    record = doc["hosts"]["slurm"]
+    assert record["nodes_per_lane"] == 2 and len(record["lanes"]) == 2
+    for lane in record["lanes"]:
+        nodes = subprocess.run(["scontrol", "show", "hostnames", lane["nodes"]], capture_output=True, text=True,
+                               timeout=30, env=_env(info), check=True).stdout.split()
+        assert len(nodes) == 2 and lane["node"] in nodes, lane
+        (name,) = lane["scenarios"]
+        timeline = next(p for p in (night / "runs" / name).glob("*/timeline.jsonl") if not p.parent.is_symlink())
+        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+        placed = {host: d["machine"] for host, d in opened["value"]["hosts"].items()}
+        assert sorted(placed.values()) == sorted(nodes), (placed, nodes)  # its two hosts on its lane's two nodes
+    assert _cells(doc) == {"pair_a": "PASS", "pair_b": "PASS"}
+
+
+@pytest.mark.timeout(420)
+def test_node_local_results_are_written_on_the_nodes_and_gathered_back_through_srun(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --node-local DIR``: the manifest travels in the batch script, each lane writes its
+    folder under DIR/<its node>/ (what its task.json says), the dispatcher takes each folder back through
+    ``srun --overlap`` (a tar stream on the step's output: bytes and seconds recorded per lane), the
+    nodes' copies are removed once taken, and the night is the one a shared file system gives: every
+    run gathered, every cell PASS."""
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "local")
+    out, nodes_root = tmp_path / "nights", tmp_path / "node-local"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--node-local", str(nodes_root), "--out", str(out), "-q",
+                           str(paths)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    night, doc = _night(out)
+    lanes = doc["hosts"]["slurm"]["lanes"]
+    assert len(lanes) == 3 and {lane["node"] for lane in lanes} == {"h1", "h2", "h3"}
+    for lane in lanes:
+        (taken,) = lane["gathered"]
+        assert taken["error"] is None and taken["bytes"] > 100_000 and taken["seconds"] is not None, lane
+        said = json.loads((night / "slurm" / "a1" / lane["name"] / "task.json").read_text())
+        assert said["local"] is True and said["node"] == lane["node"]
+        assert said["folder"].startswith(f"{nodes_root}/{lane['node']}/nightly-"), said  # written on its node
+        assert not Path(said["folder"]).exists()  # the node's copy went once the dispatcher had it
+    for name in ("local_a", "local_b", "local_c", "local_d"):
+        runs = [p for p in (night / "runs" / name).glob("*/verdict.json") if not p.parent.is_symlink()]
+        assert len(runs) == 1, name
+    assert _cells(doc) == dict.fromkeys(("local_a", "local_b", "local_c", "local_d"), "PASS")
+    assert not list(nodes_root.glob("*/*/*/*"))  # no lane folder left on any node

@@ -6,6 +6,8 @@ model over NIXL (UCX over TCP) load after load, sampled between rounds.
 * A planted per-transfer leak (``mxref reader --debug-leak``) in one reader of two: caught, named
   (its process and resource) at its rate (one per load of that reader: 500 per 1,000 transfers of
   the soak), well within 2,000 transfers; the other reader flat; exit 1.
+* A SIGKILLed soak whose processes hang (SIGSTOPped): its processes are in its run scope, and
+  ``mxchaos cleanup`` against its state dir kills every one and removes its ledger entry.
 * The sources of a P2P soak: each reader's fetch of a source's NIXL metadata leaves a socket of the
   source's NIXL listener in CLOSE_WAIT (xfail: a known defect, reported by the soak's first runs).
 """
@@ -113,3 +115,92 @@ def test_an_interrupted_soak_stops_its_processes_and_leaves_a_readable_record(tm
     for pid in pids:  # every process it started is gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """``root``'s descendants now (pid -> command line), read from /proc without the harness's finders."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def test_a_sigkilled_soaks_processes_are_found_and_killed_by_cleanup(tmp_path: Path) -> None:
+    """The soak's processes are in its run scope: SIGSTOPped (so the SIGTERM its death sends them is
+    not acted on: a hung process), the soak SIGKILLed, they are still there; ``mxchaos cleanup``
+    against the soak's state dir kills every one, removes its ledger entry and pid ledger, and
+    writes CRASHED into its folder; a second cleanup finds nothing of it."""
+    import os
+    import signal
+    import time
+
+    state, out = tmp_path / "state", tmp_path / "soak"
+    state.mkdir(mode=0o700)
+    env = {**os.environ, "MXCHAOS_STATE_DIR": str(state)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "soak", "--seconds", "600", "--out", str(out), "--source-mode", "central",
+         "--sources", "1", "--readers", "1"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env)
+    stopped: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # a sample of each of its 3 processes: the fleet is up
+            samples = out / "samples.jsonl"
+            if samples.exists() and len(samples.read_text().splitlines()) >= 3:
+                break
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.2)
+        run_id = json.loads((out / "soak.json").read_text())["run_id"]
+        assert (state / "runs" / f"{run_id}.json").is_file() and (state / "runs" / f"{run_id}.pids").is_file()
+        stopped = _descendants(proc.pid)
+        assert len(stopped) >= 3, stopped
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        proc.kill()  # SIGKILL: nothing of the soak's own teardown runs
+        proc.communicate(timeout=30)
+        time.sleep(1.0)
+        assert all(_running(pid) for pid in stopped)  # orphaned and hung: only cleanup can end them
+        swept = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, env=env, capture_output=True,
+                               text=True, timeout=120, check=False)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        assert run_id in swept.stdout, swept.stdout
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_running(pid) for pid in stopped):
+            time.sleep(0.2)
+        assert [f"{pid} {cmd}" for pid, cmd in stopped.items() if _running(pid)] == []
+        assert not (state / "runs" / f"{run_id}.json").exists() and not (state / "runs" / f"{run_id}.pids").exists()
+        assert (out / "CRASHED").is_file()
+        again = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup"], cwd=REPO, env=env, capture_output=True,
+                               text=True, timeout=120, check=False)
+        assert run_id not in again.stdout, again.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in stopped:  # a failed test leaves nothing either
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

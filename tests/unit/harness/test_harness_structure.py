@@ -24,7 +24,7 @@ MXREF_COMMON = ("mxref.accelerators", "mxref.codegen", "mxref.config", "mxref.de
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (floor, its units), bottom first. A unit is a package of harness, or one top-level module.
     ("leaves", ("harness", "harness.errors", "harness.exits", "harness.spec", "harness.locate", "harness.counts",
-                "harness.wrapped", "harness.scrape", "harness.toxiproxy")),
+                "harness.wrapped", "harness.scrape", "harness.toxiproxy", "harness.eventsfile")),
     ("the record", ("harness.record",)),
     ("machine state", ("harness.machine",)),
     ("hosts and subjects", ("harness.hosts", "harness.subjects")),

@@ -192,3 +192,50 @@ def test_a_task_slurm_stops_listing_is_resubmitted_once_then_the_infrastructures
     assert len(outcome.attempts) == 2 and outcome.folder == tmp_path / "spool" / "a2" / "lane-1"
     assert len(calls.read_text().splitlines()) == 2  # submitted, then resubmitted once
     assert slurm_array.records() == {}
+
+
+def test_several_nodes_per_lane_bind_the_lanes_run_to_its_allocation_and_fewer_lanes_fit() -> None:
+    argv = ("python", "-m", "harness.cli", "run", "--repeat", "2", "--out", slurm_dispatch.FOLDER, "a.yaml")
+    one = slurm_dispatch.Options(Path("slurm.conf"))
+    assert one.lane_argv(argv) == argv and one.lane_slots(3) == 3
+    two = slurm_dispatch.Options(Path("slurm.conf"), nodes_per_lane=2, lane_inventory="/lab/slurm-inventory.yaml")
+    assert two.lane_argv(argv) == ("python", "-m", "harness.cli", "run", "--inventory", "/lab/slurm-inventory.yaml",
+                                   "--repeat", "2", "--out", slurm_dispatch.FOLDER, "a.yaml")
+    assert slurm_dispatch.Options(Path("c"), nodes_per_lane=2).lane_argv(argv)[4:6] == ("--inventory", "slurm:")
+    assert [two.lane_slots(n) for n in (1, 3, 4, 64)] == [1, 1, 2, 32]
+    (task,) = slurm_array.parse_tasks("JobId=9 ArrayJobId=9 ArrayTaskId=0 JobState=RUNNING ExitCode=0:0 "
+                                      "NodeList=h[1-2] BatchHost=h1").values()
+    assert (task.node, task.nodelist) == ("h1", "h[1-2]")
+
+
+def test_a_node_local_task_holds_its_folder_until_a_gathering_step_streamed_it_and_said_taken(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import tarfile
+    import time
+
+    template = str(tmp_path / "nodes" / "{node}" / "lane-1")
+    script = "import sys; open(sys.argv[1] + '/run.txt', 'w').write('ran'); print('to task.out'); sys.exit(5)"
+    manifest = json.dumps([{"name": "lane-1", "argv": [sys.executable, "-c", script, template], "folder": template,
+                            "local": True, "env": {}, "cwd": str(tmp_path)}])
+    env = {**os.environ, "SLURMD_NODENAME": "h9", "SLURM_ARRAY_TASK_ID": "0"}
+    task = subprocess.Popen([sys.executable, "-m", "harness.hosts.slurm_task", "-"], stdin=subprocess.PIPE, env=env)
+    try:
+        assert task.stdin is not None
+        task.stdin.write(manifest.encode())  # "-": the here-document of the batch script
+        task.stdin.close()
+        step = subprocess.run([sys.executable, "-m", "harness.hosts.slurm_task", "--gather", template, "30"],
+                              capture_output=True, timeout=60, env=env, check=True)
+        with tarfile.open(fileobj=io.BytesIO(step.stdout), mode="r|") as tar:
+            names = {m.name for m in tar}
+        assert {"./run.txt", "./task.json", "./task.out", "./task.done"} <= names
+        time.sleep(0.5)
+        assert task.poll() is None  # the task holds its node until its folder is taken
+        subprocess.run([sys.executable, "-m", "harness.hosts.slurm_task", "--taken", template], timeout=60, env=env,
+                       check=True)
+        assert task.wait(30) == 5  # its run's code
+        assert not (tmp_path / "nodes" / "h9" / "lane-1").exists()  # its copy gone once taken
+    finally:
+        if task.poll() is None:
+            task.kill()
+            task.wait(10)
