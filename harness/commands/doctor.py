@@ -348,7 +348,7 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
                capabilities: Sequence[str] = CAPABILITIES, log: Callable[[str], None] = lambda _m: None,
                here: bool = True) -> list[ProbeSite]:
     from harness.subjects import env_ready
-    from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
+    from harness.subjects.envs import ensure_subject_env, subject_env_dir, subject_spec
     from harness.subjects.nixl_envs import ensure_env
 
     places = []
@@ -364,7 +364,7 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
             place.error = env.error
         places.append(place)
     for subject in subjects:
-        spec = SUBJECTS[subject]
+        spec = subject_spec(subject)
         if not spec.needs_env:
             continue
         path = subject_env_dir(spec)

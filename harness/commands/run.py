@@ -101,7 +101,11 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
     if args.subject is not None:
         from harness.scenario.subjects import with_subjects
+        from harness.subjects.envs import ENV_CLIENT_VERSION
+        from harness.subjects.mx_server import CLIENT_VERSION_KEY
 
+        if CLIENT_VERSION_KEY in args.subject:  # modelexpress@V: that release's env plays (harness.subjects.envs)
+            os.environ[ENV_CLIENT_VERSION] = args.subject[CLIENT_VERSION_KEY]
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
         from harness.commands.doctor import places_for, preflight

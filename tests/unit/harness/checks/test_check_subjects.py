@@ -1,0 +1,68 @@
+"""A check declared for some subjects (``subjects:`` on the check: who plays the sources and
+readers) is judged only where one of its processes is played by a subject it names, as
+``servers:`` does for servers (``harness.checks.not_for_subject``). Nothing here starts a process."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checks import NOT_FOR_SUBJECT
+from harness.errors import ScenarioInvalid
+from harness.judge.verdict import judge, verdict_of
+from harness.record.timeline import History
+from harness.scenario import parse_scenario
+
+DOC = """\
+name: subjects_key
+processes:
+  server: {{role: server}}
+  source-1: {{role: source}}
+  reader-1: {{role: reader{reader_subject}}}
+steps:
+  - start: [server, source-1, reader-1]
+checks:
+  - count: {{name: mxref's own event, process: reader-1, event: fallback, min: 1{subjects}}}
+  - count: {{name: every peer, process: server, event: fallback, min: 1{subjects}}}
+"""
+
+
+def doc(subjects: str = "", reader_subject: str = "") -> str:
+    return DOC.format(subjects=f", subjects: {subjects}" if subjects else "",
+                      reader_subject=f", subject: {reader_subject}" if reader_subject else "")
+
+
+def test_a_check_for_mxref_is_not_judged_where_the_real_client_plays_its_process() -> None:
+    sc = parse_scenario(doc("[mxref]")).with_subject("modelexpress")
+    own, every = judge(sc, History(()))[:2]  # nothing happened: judged, both would fail
+    assert own.valid is True and own.not_judged == NOT_FOR_SUBJECT
+    assert own.summary.startswith("not for this subject: for mxref (subjects:)")
+    assert "reader-1 played by modelexpress" in own.summary
+    assert every.not_judged == NOT_FOR_SUBJECT  # no peer of its own: every source and reader of the run
+
+
+def test_a_check_for_mxref_is_judged_where_mxref_plays_one_of_its_processes() -> None:
+    results = judge(parse_scenario(doc("[mxref]")), History(()))
+    assert results[0].valid is False and results[0].not_judged is None
+    assert verdict_of("completed", results) != "pass"
+    # a mixed fleet: the reader is the real client's, the source mxref's; the process-less check concerns both
+    mixed = judge(parse_scenario(doc("[mxref]", reader_subject="modelexpress")), History(()))
+    assert mixed[0].not_judged == NOT_FOR_SUBJECT  # its process, reader-1, is the real client's
+    assert mixed[1].not_judged is None and mixed[1].valid is False  # source-1 is mxref's: judged
+
+
+def test_an_undeclared_check_is_judged_for_every_subject() -> None:
+    sc = parse_scenario(doc()).with_subject("modelexpress")
+    assert sc.check_entries()[0][1].subjects is None
+    assert all(r.not_judged is None and r.valid is False for r in judge(sc, History(()))[:2])
+
+
+@pytest.mark.parametrize(("subjects", "message"), [
+    ("[]", "checks[0].count.subjects: name the subjects (who plays the sources and readers) the check is for "
+           "(mxref, modelexpress), or drop the key: it is for every subject"),
+    ("[mxref, mxref]", "checks[0].count.subjects: name each subject once"),
+    ("[vllm]", "checks[0].count.subjects[0]: Input should be 'mxref' or 'modelexpress' (got 'vllm')"),
+])
+def test_a_checks_subjects_are_validated_naming_the_key_and_the_rule(subjects: str, message: str) -> None:
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario(doc(subjects))
+    assert message in info.value.render()
