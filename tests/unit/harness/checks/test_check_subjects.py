@@ -66,3 +66,41 @@ def test_a_checks_subjects_are_validated_naming_the_key_and_the_rule(subjects: s
     with pytest.raises(ScenarioInvalid) as info:
         parse_scenario(doc(subjects))
     assert message in info.value.render()
+
+
+# --- a known defect of one client (``defect_subjects``): in force only while that client plays ---
+
+DEFECT = """\
+name: client_defect
+known_defect: the real client loads a tampered checkpoint without a check
+defect_rate: 1/1
+defect_subjects: [modelexpress]
+processes:
+  server: {role: server}
+  reader-1: {role: reader}
+steps:
+  - start: [server, reader-1]
+"""
+
+
+def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored() -> None:
+    from harness.scenario.subjects import with_subjects
+
+    plain = parse_scenario(DEFECT)  # its default subject is mxref: judged as a plain scenario
+    assert plain.known_defect is None and plain.defect_rate is None and plain.defect_subjects == ()
+    real = with_subjects(plain, {"client": "modelexpress"})
+    assert real.known_defect == "the real client loads a tampered checkpoint without a check"
+    assert real.defect_rate == "1/1" and real.defect_subjects == ("modelexpress",)
+    assert with_subjects(real, {"client": "mxref"}).known_defect is None
+    mixed = with_subjects(plain, {"reader": "modelexpress"})  # the reader is the client's: in force
+    assert mixed.known_defect is not None
+
+
+def test_defect_subjects_need_a_defect_and_name_each_subject_once() -> None:
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario(DEFECT.replace("known_defect: the real client loads a tampered checkpoint without a check\n"
+                                      "defect_rate: 1/1\n", ""))
+    assert "defect_subjects name whose defect a known_defect is: state known_defect too" in info.value.render()
+    with pytest.raises(ScenarioInvalid) as info:
+        parse_scenario(DEFECT.replace("[modelexpress]", "[modelexpress, modelexpress]"))
+    assert "defect_subjects: name each subject once" in info.value.render()
