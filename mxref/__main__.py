@@ -229,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stay up and load once per line 'load' on standard input, printing each result line "
                         "and giving the load back before the next; exit at end of input or 'quit' "
                         "(mxref.roles.load_loop; the soak's long-lived reader)")
+    p.add_argument("--probe-duplicate-registration", action="store_true",
+                   help="NIXL PROBE (tests only): after a load over NIXL, register one fresh range twice with its "
+                        "agent and deregister both (NIXL #1792); emits duplicate_registration "
+                        "(mxref.debug_hooks.duplicate_registration)")
     p.add_argument("--debug-leak", choices=LEAK_KINDS, default=None,
                    help="DEBUG HOOK (tests only), with --load-loop: leak one descriptor (fd) or one NIXL "
                         "registration (registration) per load, for the soak to catch")
@@ -518,6 +522,10 @@ def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Read
         hooks.set_arena(reader.arena)
     if result.ok:
         reader.settle(args.settle_s, proc.stop, always=args.settle_always)
+    if result.ok and args.probe_duplicate_registration:
+        from mxref.debug_hooks import duplicate_registration
+
+        duplicate_registration(reader.manager.agent if reader.manager is not None else None, proc.emit)
     if args.skip_release:
         reader.report_memory("exit")
         # The pre-fix reader: gone without a word to its source (no remove, no invalidate).

@@ -145,3 +145,40 @@ class PlantedLeak:
             agent.register_memory(np.array([(page.ctypes.data, self.PAGE, 0)], dtype=np.uint64), "DRAM")
             self._kept.append(page)
         self.emit("debug_leak", kind=self.kind, leaked=len(self._kept))
+
+
+def duplicate_registration(agent: Any, emit: Callable[..., Any], page_bytes: int = 4096) -> bool:
+    """A NIXL probe (``--probe-duplicate-registration``, NIXL #1792): register one range of fresh
+    memory twice with ``agent`` (a load's audited agent, ``mxref.audit``), then deregister what each
+    call gave, the second first. Emits ``duplicate_registration``: ``baseline`` (registrations open
+    before), ``registered`` (open after both calls), ``after`` (open after the deregistrations),
+    ``balanced`` (after == baseline) and each call's outcome (``ok`` or the error). A call that
+    raises is reported, not raised: the probe's question is whether the process survives and the
+    count returns. Returns ``balanced``; no agent (a load from disk): emits nothing, returns True."""
+    import numpy as np
+
+    if agent is None:
+        return True
+    audit = agent.audit
+    page = np.zeros(page_bytes, dtype=np.uint8)  # held until the probe returns: the range stays valid
+    descs = np.array([(page.ctypes.data, page_bytes, 0)], dtype=np.uint64)
+    outcomes: dict[str, str] = {}
+    regs: list[Any] = []
+    baseline: int = audit.open()["registrations"]
+    for call in ("register_first", "register_second"):
+        try:
+            regs.append(agent.register_memory(descs, "DRAM"))
+            outcomes[call] = "ok"
+        except Exception as exc:  # noqa: BLE001 - the probe reports what NIXL answered
+            outcomes[call] = f"error: {type(exc).__name__}: {exc}"
+    registered = audit.open()["registrations"]
+    for i, reg in enumerate(reversed(regs)):
+        try:
+            agent.deregister_memory(reg)
+            outcomes[f"deregister_{i + 1}"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - likewise
+            outcomes[f"deregister_{i + 1}"] = f"error: {type(exc).__name__}: {exc}"
+    after: int = audit.open()["registrations"]
+    emit("duplicate_registration", baseline=baseline, registered=registered, after=after,
+         balanced=after == baseline, bytes=page_bytes, **outcomes)
+    return after == baseline

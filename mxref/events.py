@@ -130,6 +130,9 @@ EVENTS: dict[str, EventSpec] = {
                          memory=("host", "device")),
     # --debug-leak (a looping reader): the leak planted after a load, and how many so far
     "debug_leak": _ev("leaked", kind=("fd", "registration")),
+    "duplicate_registration": _ev("baseline", "registered", "after", "balanced", "bytes", "register_first",
+                                  "register_second", "deregister_1", "deregister_2",
+                                  notes={"balanced": "bool: after == baseline", "register_first": "ok | error: ..."}),
     # reader with --lease: a tensor read lease per attempt (mxref.roles.lease)
     "lease_acquired": _ev("index", "lease_id", "mx_source_id", "worker_id"),
     "lease_released": _ev("index", "lease_id", "ok", "error", notes={"ok": "false: the source did not take it back"}),

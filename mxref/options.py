@@ -158,6 +158,7 @@ class ReaderFlags(PeerFlags, ModelFlags):
     settle_always: bool
     lease: bool
     load_loop: bool
+    probe_duplicate_registration: bool
     debug_leak: str | None
     debug_hooks: bool
 

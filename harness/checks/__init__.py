@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from harness.checks.deadlines import ReadWindow
@@ -43,6 +43,7 @@ __all__ = [
     "CheckParams",
     "CheckResult",
     "NOT_FOR_SERVER",
+    "NOT_FOR_SUBJECT",
     "NamedResult",
     "RunFacts",
     "ServerName",
@@ -59,25 +60,32 @@ Valid = bool | Literal["unknown"]
 
 ServerName = Literal["mxref", "modelexpress"]  # who can play a server (harness.subjects.mx_server.SUBJECT_NAMES)
 NOT_FOR_SERVER = "not for this server"  # the words a check that names other servers is shown with
+NOT_FOR_SUBJECT = "not for this subject"  # ... and one that names other subjects (who plays sources and readers)
 
 
 class CheckParams(Strict):
     """Keys every check has: ``name`` (shown in reports instead of the generated label);
     ``servers``: the servers the check is for (a metric only the real ModelExpress server exports:
     ``servers: [modelexpress]``); unset: every server. A run whose servers are all played by
-    others does not judge it: it is shown as "not for this server" (``evaluate``)."""
+    others does not judge it: it is shown as "not for this server" (``evaluate``). ``subjects``:
+    the same for who plays the sources and readers (what only mxref's client promises, an event
+    only it emits: ``subjects: [mxref]``); a run whose concerned sources and readers are all played
+    by others shows it as "not for this subject"."""
 
     name: str | None = None
     servers: tuple[ServerName, ...] | None = None
+    subjects: tuple[ServerName, ...] | None = None
 
-    @field_validator("servers")
+    @field_validator("servers", "subjects")
     @classmethod
-    def _servers(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    def _servers(cls, value: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        key = info.field_name or "servers"
+        one, what = ("server", "servers") if key == "servers" else ("subject", "subjects (who plays the sources and readers)")
         if value is not None and not value:
-            raise PydanticCustomError("servers", "name the servers the check is for (mxref, modelexpress), "
-                                      "or drop the key: it is for every server")
+            raise PydanticCustomError(key, f"name the {what} the check is for (mxref, modelexpress), "
+                                      f"or drop the key: it is for every {one}")
         if value is not None and len(set(value)) != len(value):
-            raise PydanticCustomError("servers", "name each server once")
+            raise PydanticCustomError(key, f"name each {one} once")
         return value
 
     def process_refs(self) -> Iterable[tuple[str, str, tuple[str, ...] | None]]:
@@ -203,13 +211,36 @@ def not_for_server(params: BaseModel, run: RunFacts) -> CheckResult | None:
                        {"not_judged": NOT_FOR_SERVER, "servers": list(servers), "players": players})
 
 
+PEER_KEYS = ("process", "reader", "source")  # a check's keys that may name the source or reader it judges
+
+
+def not_for_subject(params: BaseModel, run: RunFacts) -> CheckResult | None:
+    """The result of a check declared for other subjects than the run's (``subjects:``), or None
+    when it is to be judged. The processes it concerns: the sources and readers its ``process``,
+    ``reader`` or ``source`` names, else every source and reader of the run; it is judged when
+    one of them is played by a subject it names."""
+    subjects = params.subjects if isinstance(params, CheckParams) else None
+    if subjects is None:
+        return None
+    peers = ("source", "reader")
+    named = [v for key in PEER_KEYS if isinstance(v := getattr(params, key, None), str) and run.roles.get(v) in peers]
+    concerned = named or [n for n, r in run.roles.items() if r in peers]
+    players = {name: run.played_by(name) for name in concerned}
+    if any(player in subjects for player in players.values()):
+        return None
+    played = ", ".join(f"{n} played by {s}" for n, s in players.items()) or "no source or reader in the run"
+    return CheckResult(True, f"{NOT_FOR_SUBJECT}: for {', '.join(subjects)} (subjects:), here {played}; not judged",
+                       {"not_judged": NOT_FOR_SUBJECT, "subjects": list(subjects), "players": players})
+
+
 def evaluate(index: int, kind: str, params: BaseModel, history: History, run: RunFacts) -> NamedResult:
-    """Run one check; never raises. A check declared for other servers than the run's is not
-    judged: valid, its summary starting "not for this server" (``not_for_server``)."""
+    """Run one check; never raises. A check declared for other servers (or subjects) than the
+    run's is not judged: valid, its summary starting "not for this server" (``not_for_server``)
+    or "not for this subject" (``not_for_subject``)."""
     label = params.label(kind) if isinstance(params, CheckParams) else kind
     started = time.perf_counter()
     try:
-        skipped = not_for_server(params, run)
+        skipped = not_for_server(params, run) or not_for_subject(params, run)
         result = skipped if skipped is not None else REGISTRY[kind].fn(params, history, run)
         if not isinstance(result, CheckResult) or result.valid not in (True, False, "unknown"):
             raise TypeError(f"check {kind!r} returned {result!r}, not a CheckResult")

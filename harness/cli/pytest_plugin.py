@@ -270,12 +270,15 @@ class ScenarioFile(pytest.File):
         if self.config.getoption("mxchaos_subject"):
             # late: pytest loads this plugin into every session; the engine and its hosts load only for scenario files
             from harness.scenario.subjects import with_subjects
-            from harness.subjects.mx_server import parse_subjects
+            from harness.subjects.envs import ENV_CLIENT_VERSION
+            from harness.subjects.mx_server import CLIENT_VERSION_KEY, parse_subjects
 
             try:
                 subjects = parse_subjects(self.config.getoption("mxchaos_subject"))
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            if CLIENT_VERSION_KEY in subjects:  # modelexpress@V: that release's env plays (harness.subjects.envs)
+                os.environ[ENV_CLIENT_VERSION] = subjects[CLIENT_VERSION_KEY]
             scenario = with_subjects(scenario, subjects)
         item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
         markers = ["mxchaos"]

@@ -50,7 +50,7 @@ from harness.record.versions import ucx_version
 from harness.scenario.capabilities import have, scenario_requirements
 from harness.scenario.select import scenarios_to_run
 from harness.subjects import env_ready
-from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir
+from harness.subjects.envs import SUBJECTS, ensure_subject_env, subject_env_dir, subject_spec
 from harness.subjects.native import installed_hash, source_hash
 from harness.subjects.nixl_envs import ensure_env
 
@@ -360,7 +360,7 @@ def places_for(*, nixl: Sequence[str] = (), subjects: Sequence[str] = (), invent
             place.error = env.error
         places.append(place)
     for subject in subjects:
-        spec = SUBJECTS[subject]
+        spec = subject_spec(subject)
         if not spec.needs_env:
             continue
         path = subject_env_dir(spec)

@@ -29,7 +29,8 @@ from harness.scenario.select import scenarios_to_run
 from harness.scenario.select import shown as _shown
 from harness.scenario.subjects import with_subjects
 from harness.subjects import prepare_subjects
-from harness.subjects.mx_server import parse_subjects
+from harness.subjects.envs import ENV_CLIENT_VERSION
+from harness.subjects.mx_server import CLIENT_VERSION_KEY, parse_subjects
 
 __all__ = ["add_parser", "cmd_run", "run_suite", "subjects_arg"]
 
@@ -98,9 +99,10 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
     if args.grpc_impl is not None:
         scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
     if args.subject is not None:
+        if CLIENT_VERSION_KEY in args.subject:  # modelexpress@V: that release's env plays (harness.subjects.envs)
+            os.environ[ENV_CLIENT_VERSION] = args.subject[CLIENT_VERSION_KEY]
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     if inventory is not None:  # the machines must be able to play their roles: refused now, not a FAIL per run
-
         refused = preflight(scenarios, places_for(inventory=inventory, here=False), "mxchaos run --inventory")
         if refused is not None:
             return refused

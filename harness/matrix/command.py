@@ -137,6 +137,17 @@ def format_table(matrix: dict[str, Any]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _subject_value(text: str) -> bool:
+    """A --subject value: a subject, or modelexpress@VERSION / modelexpress@latest-nightly."""
+    from harness.subjects.mx_server import parse_subjects
+
+    try:
+        parse_subjects(text)
+    except ValueError:
+        return text == "modelexpress@latest-nightly"
+    return True
+
+
 def read_bytes(sc: Scenario) -> int | None:
     """What a reader of ``sc`` READs: its model's size (a model file's size on disk); None
     without a reader or a model file that is not there."""
@@ -166,7 +177,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print("give --nixl V1,V2 (versions), --subject S1,S2 (subjects), --mx-server V1,V2 (servers), or several",
               file=sys.stderr)
         return EXIT_INVALID
-    from harness.matrix.servers import prepare_servers, server_axis
+    from harness.matrix.servers import prepare_clients, prepare_servers, resolve_latest, server_axis
 
     try:
         servers = server_axis(args.mx_server)
@@ -179,10 +190,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     subjects = [v.strip() for v in (args.subject or "").split(",") if v.strip()]
     if args.subject is not None and (not subjects or len(set(subjects)) != len(subjects)
-                                     or not set(subjects) <= set(SUBJECTS)):
-        print(f"--subject {args.subject!r}: give distinct subjects from {', '.join(SUBJECTS)}, comma-separated",
-              file=sys.stderr)
+                                     or not all(_subject_value(s) for s in subjects)):
+        print(f"--subject {args.subject!r}: give distinct subjects from {', '.join(SUBJECTS)} (modelexpress@VERSION, "
+              f"modelexpress@latest-nightly: a release of the client), comma-separated", file=sys.stderr)
         return EXIT_INVALID
+    resolved: list[Any] = []
+    if "latest-nightly" in servers or "modelexpress@latest-nightly" in subjects:  # asked of the registries, now
+        servers, subjects, resolved = resolve_latest(servers, subjects, log=lambda m: print(m, flush=True))
     try:
         axes = [parse_env_axis(text) for text in args.env]
     except ValueError as exc:
@@ -220,7 +234,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs, resume=args.resume,
         jobs=args.jobs or default_jobs(), placements=[place(sc) for sc in loaded],
+        extra={"resolved": [r.to_json() for r in resolved]} if resolved else {},
     )
+
     if args.slurm:
         from harness.commands.slurmopts import slurm_options
         from harness.hosts.slurm import SlurmUnavailable
@@ -238,7 +254,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     refused = preflight(loaded, places, "mxchaos matrix")
     if refused is not None:
         return refused
-    prepare_servers(servers, log=lambda m: print(m, flush=True))  # never fatal: an unbuilt version's cells SKIP
+    # never fatal: a version that does not resolve, build or install is a column saying so
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    unplayable = {**prepare_servers(servers, say, resolved),
+                  **prepare_clients(subjects, say, resolved)}
+    spec.unplayable = {k: v for k, v in unplayable.items() if v}
     from harness.hosts.slurm import SlurmError
 
     try:

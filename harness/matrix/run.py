@@ -69,6 +69,12 @@ class MatrixSpec:
     placements: list[LanePlacement] = field(default_factory=list)  # who may run beside others (none: all in one run)
     slurm: Any = None  # --slurm: harness.hosts.slurm_dispatch.Options; a column's lanes as one SLURM job array
     extra: dict[str, Any] = field(default_factory=dict)
+    # an --mx-server version or a --subject value that cannot play here (a nightly that did not
+    # resolve, build or install) -> why: its columns are "not installable", never a failure
+    unplayable: dict[str, str] = field(default_factory=dict)
+
+    def unplayable_why(self, column: Column) -> str | None:
+        return self.unplayable.get(column.mx_server) or self.unplayable.get(column.subject)
 
 
 # (argv, env overrides, timeout) -> (returncode, stdout + stderr)
@@ -219,8 +225,14 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                                "env": column.env_dict(),
                                "available": env.ok, "error": env.error, "env_path": str(env.path),
                                "out_dir": column.id, **info}
-        if not env.ok:  # the release cannot be installed here: a column saying why, no verdict on its scenarios
-            col["error"] = why = not_installable(env)
+        spelled = {r["version"]: r["spelling"] for r in spec.extra.get("resolved", ()) if r.get("version")}
+        for value in (column.mx_server, column.subject.partition("@")[2]):
+            if value in spelled:  # the column's release came from latest-nightly: both are recorded
+                col["resolved_from"] = {"spelling": spelled[value], "version": value}
+        axis_why = spec.unplayable_why(column)
+        if not env.ok or axis_why:  # the release cannot be installed here: a column saying why, no verdict on its scenarios
+            col["error"] = why = not_installable(env) if not env.ok else f"not installable: {axis_why}"
+            col["available"] = False
             for name in spec.names:
                 cells[name][column.id] = {"verdict": NOT_INSTALLABLE, "error": why, "runs": [], "verdicts": {},
                                           "failures": {"k": 0, "n": 0}}
@@ -295,7 +307,7 @@ def run_matrix(
     raw_reads: dict[Any, tuple[float | None, str | None]] = {}
     matrix: dict[str, Any] = {}
     for column in spec.columns:
-        if envs[column.nixl].ok:
+        if envs[column.nixl].ok and not spec.unplayable_why(column):
             infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
         # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
         matrix = build_matrix(spec, envs, infos)

@@ -113,6 +113,10 @@ class Scenario(Strict):
     # the servers whose defect it is (a ModelExpress server's: [modelexpress]); played by another
     # server (a matrix's mxref server column) the run is judged as a plain scenario (``with_subjects``)
     defect_servers: tuple[Subject, ...] = ()
+    # the clients whose defect it is (the real ModelExpress client's: [modelexpress]); its sources and
+    # readers played by another subject (the default mxref, a matrix's mxref column) the run is judged
+    # as a plain scenario (``harness.scenario.subjects.settle_subject_defect``)
+    defect_subjects: tuple[Subject, ...] = ()
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
@@ -145,6 +149,9 @@ class Scenario(Strict):
     steps: tuple[Step, ...] = Field(min_length=1)
     checks: tuple[CheckEntry, ...] = ()
 
+    # a client's known defect set aside while another subject plays (settle_subject_defect): its
+    # known_defect, defect_rate, defect_versions and defect_subjects, restored when that client plays again
+    _subject_defect: dict[str, Any] | None = PrivateAttr(None)
     _path: Path | None = PrivateAttr(None)
     _text: str = PrivateAttr("")
 
@@ -215,13 +222,14 @@ class Scenario(Strict):
             raise custom_error("defect_versions", "list NIXL versions as strings, e.g. [\"1.5.1\", \"1.4\"] (1.4: any 1.4.x)")
         return tuple(v.strip() for v in items)
 
-    @field_validator("defect_servers")
+    @field_validator("defect_servers", "defect_subjects")
     @classmethod
     def _defect_servers(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        key = info.field_name or "defect_servers"
         if value and "known_defect" in info.data and info.data["known_defect"] is None:
-            raise custom_error("defect_servers", "defect_servers name whose defect a known_defect is: state known_defect too")
+            raise custom_error(key, f"{key} name whose defect a known_defect is: state known_defect too")
         if len(set(value)) != len(value):
-            raise custom_error("defect_servers", "name each server once", value=list(value))
+            raise custom_error(key, f"name each {'server' if key == 'defect_servers' else 'subject'} once", value=list(value))
         return value
 
     @property

@@ -191,6 +191,9 @@ def _validated(data: Any, root: yaml.Node | None, file: str | Path, text: str) -
         issues.sort(key=lambda i: (i.line or 0, i.path))
         raise ScenarioInvalid(file_label, issues)
     assert scenario is not None
+    from harness.scenario.subjects import settle_subject_defect  # it imports the document: not at module level
+
+    scenario = settle_subject_defect(scenario)
     if isinstance(file, Path):
         scenario._path = file.resolve()
     scenario._text = text

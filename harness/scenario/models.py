@@ -281,6 +281,8 @@ class ReaderOptions(PeerOptions):
     settle_s: Duration | None = None
     settle_always: bool = False
     lease: bool = False  # take a tensor read lease (PrepareTensorRead) for each READ, give it back after
+    # a NIXL probe: after a load over NIXL, register one range twice and deregister both (NIXL #1792)
+    probe_duplicate_registration: bool = False
 
 
 Subject = Literal["mxref", "modelexpress"]

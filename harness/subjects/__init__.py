@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.subjects.envs import STAMP, SUBJECTS, ensure_subject_env, inputs_hash, subject_env_dir
+from harness.subjects.envs import STAMP, ensure_subject_env, inputs_hash, subject_env_dir, subject_spec
 
 __all__ = ["ADAPTER_MODULE", "REPO", "capability", "env_ready", "prepare_subjects", "subject_launcher", "subject_versions",
            "subjects_of"]
@@ -37,7 +37,7 @@ def capability(subject: str) -> str:
 
 def env_ready(subject: str) -> bool:
     """Whether the subject's environment is built for the current inputs (cheap: reads the stamp)."""
-    spec = SUBJECTS[subject]
+    spec = subject_spec(subject)
     path = subject_env_dir(spec)
     stamp = path / STAMP
     if not stamp.is_file() or not (path / "bin" / "python").exists():
@@ -47,7 +47,7 @@ def env_ready(subject: str) -> bool:
 
 def subject_launcher(subject: str) -> list[str] | None:
     """How a source or reader of ``subject`` is started; ``None``: the scenario's own launcher."""
-    spec = SUBJECTS[subject]
+    spec = subject_spec(subject)
     if not spec.needs_env:
         return None
     # the env holds the project's dependencies, not the project: the adapter (and mxref) come from
@@ -70,7 +70,7 @@ def subject_versions(scenario: Any) -> dict[str, Any]:
     package and the environment it ran in."""
     out: dict[str, Any] = {}
     for subject in sorted(subjects_of(scenario)):
-        spec = SUBJECTS[subject]
+        spec = subject_spec(subject)
         if spec.needs_env:
             out[subject] = {"version": spec.version, "requirements": list(spec.requirements),
                             "environment": str(subject_env_dir(spec))}
@@ -87,7 +87,7 @@ def prepare_subjects(scenarios: Iterable[Any], log: Callable[[str], None]) -> di
     for sc in scenarios:
         used |= subjects_of(sc)
     for subject in sorted(used):
-        spec = SUBJECTS[subject]
+        spec = subject_spec(subject)
         if not spec.needs_env:
             continue
         env = ensure_subject_env(spec, REPO, log=log)

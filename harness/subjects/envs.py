@@ -36,7 +36,7 @@ from harness.subjects.nixl_envs import (
     project_dependencies,
 )
 
-__all__ = ["NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir"]
+__all__ = ["ENV_CLIENT_VERSION", "NIXL_VERSION", "SUBJECTS", "Subject", "ensure_subject_env", "subject_env_dir", "subject_spec"]
 
 RECIPE = "mxchaos-subject-env/3"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-subject-stamp"
@@ -69,6 +69,21 @@ SUBJECTS: dict[str, Subject] = {
         import_check="import torch, nixl._api, modelexpress.nixl_transfer, modelexpress.load_strategy",
     ),
 }
+
+
+ENV_CLIENT_VERSION = "MXCHAOS_MX_CLIENT_VERSION"  # which modelexpress release plays (mxchaos run --subject modelexpress@V)
+
+
+def subject_spec(name: str, version: str | None = None) -> Subject:
+    """The subject ``name`` as it plays here: ModelExpress's client of ``version`` (default:
+    ``$MXCHAOS_MX_CLIENT_VERSION``, else the pinned 0.7.0), in an env of its own
+    (``subject-modelexpress-<version>``); mxref as it is."""
+    spec = SUBJECTS[name]
+    wanted = version or os.environ.get(ENV_CLIENT_VERSION, "").strip()
+    if not spec.needs_env or not wanted or wanted == spec.version:
+        return spec
+    return Subject(spec.name, version=wanted, requirements=(f"modelexpress[metrics]=={wanted}",),
+                   import_check=spec.import_check)
 
 
 def subject_env_dir(subject: Subject, root: Path | None = None) -> Path:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.subjects.mx_server import CAPABILITY, server_binary, server_root
+from harness.subjects.releases import LATEST_NIGHTLY
 
 __all__ = ["BUILD_SCRIPT", "MXREF_SERVER", "ServerBuild", "ensure_server", "parse_server_versions"]
 
@@ -35,15 +36,16 @@ class ServerBuild:
 
 
 def parse_server_versions(text: str) -> list[str]:
-    """``--mx-server``: comma-separated crate versions (``0.7.0``, ``0.8.0-nightly.20261201.gabc``)
-    or ``mxref`` (mxref's own server); ``ValueError`` naming the part and the rule."""
+    """``--mx-server``: comma-separated crate versions (``0.7.0``, ``0.8.0-nightly.20261201.gabc``),
+    ``latest-nightly`` (``harness.subjects.releases``) or ``mxref`` (mxref's own server);
+    ``ValueError`` naming the part and the rule."""
     parts = [p.strip() for p in text.split(",")]
     if not parts or any(not p for p in parts):
         raise ValueError(f"--mx-server {text!r}: give comma-separated versions (e.g. 0.7.0) or {MXREF_SERVER}")
     for part in parts:
-        if part != MXREF_SERVER and not _VERSION.fullmatch(part):
-            raise ValueError(f"--mx-server {text!r}: {part!r} is neither a crate version (MAJOR.MINOR.PATCH[-PRE]) "
-                             f"nor {MXREF_SERVER}")
+        if part not in (MXREF_SERVER, LATEST_NIGHTLY) and not _VERSION.fullmatch(part):
+            raise ValueError(f"--mx-server {text!r}: {part!r} is neither a crate version (MAJOR.MINOR.PATCH[-PRE]), "
+                             f"{LATEST_NIGHTLY} (the newest crate nightly, resolved when the matrix runs) nor {MXREF_SERVER}")
     if len(set(parts)) != len(parts):
         raise ValueError(f"--mx-server {text!r}: name each version once")
     return parts

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from harness.subjects.cache import cache_dir
 
 __all__ = [
     "BINARY",
+    "CLIENT_VERSION_KEY",
     "CAPABILITY",
     "ROLES",
     "SERVER_SUBJECTS",
@@ -204,21 +206,46 @@ def parse_subjects(text: str) -> dict[str, str]:
     ``role=NAME[,role=NAME...]``; ``ValueError`` naming the part and the rule."""
     text = text.strip()
     if "=" not in text:
-        if text not in SUBJECT_NAMES:
-            raise ValueError(f"--subject {text!r}: expected one of {', '.join(SUBJECT_NAMES)} or role=subject pairs "
-                             f"(roles: {', '.join(ROLES)})")
-        return {"client": text}
+        name, version = _versioned(text, text)
+        return {"client": name, **({CLIENT_VERSION_KEY: version} if version else {})}
     out: dict[str, str] = {}
     for part in text.split(","):
         role, sep, subject = (piece.strip() for piece in part.partition("="))
         if not sep or role not in ROLES:
             raise ValueError(f"--subject {text!r}: {part.strip()!r} is not role=subject (roles: {', '.join(ROLES)})")
-        if subject not in SUBJECT_NAMES:
-            raise ValueError(f"--subject {text!r}: {subject!r} is not a subject (known: {', '.join(SUBJECT_NAMES)})")
+        name, version = _versioned(text, subject)
         if role in out:
             raise ValueError(f"--subject {text!r}: role {role} is named twice")
-        out[role] = subject
+        if version and role not in ("client", "source", "reader"):
+            raise ValueError(f"--subject {text!r}: {role}={subject}: a client version (@V) is for client, source "
+                             "or reader (a server's version: mxchaos matrix --mx-server)")
+        if version and out.get(CLIENT_VERSION_KEY, version) != version:
+            raise ValueError(f"--subject {text!r}: one client version per run ({out[CLIENT_VERSION_KEY]}, {version})")
+        out[role] = name
+        if version:
+            out[CLIENT_VERSION_KEY] = version
     return out
+
+
+CLIENT_VERSION_KEY = "client_version"  # parse_subjects' key for modelexpress@VERSION (not a role)
+_CLIENT_VERSION = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$")
+
+
+def _versioned(text: str, subject: str) -> tuple[str, str | None]:
+    """``NAME`` or ``modelexpress@VERSION`` (a release of the client package, e.g. a pre-release
+    ``0.8.0.dev20261026``): the subject and its version (None: the pinned one)."""
+    name, at, version = subject.partition("@")
+    if name not in SUBJECT_NAMES:
+        raise ValueError(f"--subject {text!r}: {name!r} is not a subject: expected one of {', '.join(SUBJECT_NAMES)} "
+                         f"(modelexpress@VERSION: a release of the client) or role=subject pairs (roles: {', '.join(ROLES)})")
+    if not at:
+        return name, None
+    if name != "modelexpress":
+        raise ValueError(f"--subject {text!r}: {subject!r}: only modelexpress has versions (mxref is this repository)")
+    if not _CLIENT_VERSION.match(version):
+        raise ValueError(f"--subject {text!r}: {version!r} is not a package version (e.g. 0.7.0, 0.8.0.dev20261026; "
+                         "mxchaos matrix also resolves modelexpress@latest-nightly)")
+    return name, version
 
 
 def server_versions(sc: Any) -> dict[str, Any]:

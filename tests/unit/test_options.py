@@ -56,7 +56,7 @@ DEFAULTS: dict[str, tuple[type[Any], dict[str, Any]]] = {
         "selector": None, "selector_seed": None, "serve_after_load": False, "serve_seconds": None,
         "heartbeat_interval": None, "worker_port": 0, "mode": "p2p", "push_metadata": False, "skip_release": False,
         "simulate_unguarded_retry": False, "result": None, "settle_s": 0.5, "settle_always": False, "lease": False,
-        "load_loop": False, "debug_leak": None, "debug_hooks": False}),
+        "load_loop": False, "probe_duplicate_registration": False, "debug_leak": None, "debug_hooks": False}),
     "prepare": (PrepareFlags, {**COMMON, **MODEL, "name": "prepare", "checkpoint": Path("c.safetensors"),
                                "data_seed": None}),
     "demo": (DemoFlags, {

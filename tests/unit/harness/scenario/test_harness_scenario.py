@@ -76,7 +76,7 @@ def test_a_typo_in_a_key_names_file_line_key_and_the_closest_allowed_key() -> No
     assert lines == [
         "x.yaml:1: processes: required key is missing",
         "x.yaml:2: procesess: unknown key 'procesess'; did you mean 'processes'? (allowed: name, description, "
-        "references, known_defect, defect_rate, defect_versions, defect_servers, seed, transport, markers, schedule, budgets, scrape, "
+        "references, known_defect, defect_rate, defect_versions, defect_servers, defect_subjects, seed, transport, markers, schedule, budgets, scrape, "
         "hosts, model, launcher, subject, subjects, subjects_note, servers, servers_note, env, security, store, proxies, "
         "processes, steps, checks)",
     ]
@@ -88,7 +88,7 @@ def test_a_nested_typo_points_at_its_own_line_and_full_path() -> None:
         "x.yaml:5: processes.reader-1.options.transfer_timout: unknown key 'transfer_timout'; did you mean "
         "'transfer_timeout'? (allowed: rank, agent_name, accelerator, device_id, advertise_host, worker_port, "
         "heartbeat_interval, serve_seconds, mx_version, transfer_timeout, handshake_timeout, rpc_timeout, read_chunk_mib, read_window, selector, selector_seed, "
-        "serve_after_load, skip_release, push_metadata, mode, checkpoint, settle_s, settle_always, lease)"
+        "serve_after_load, skip_release, push_metadata, mode, checkpoint, settle_s, settle_always, lease, probe_duplicate_registration)"
     ]
 
 
@@ -110,7 +110,7 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
     lines = problems(text)
     assert lines == [
         "x.yaml:2: sed: unknown key 'sed'; did you mean 'seed'? (allowed: name, description, references, known_defect, defect_rate, defect_versions, "
-        "defect_servers, seed, transport, markers, schedule, budgets, scrape, hosts, model, launcher, subject, subjects, "
+        "defect_servers, defect_subjects, seed, transport, markers, schedule, budgets, scrape, hosts, model, launcher, subject, subjects, "
         "subjects_note, servers, "
         "servers_note, env, security, store, proxies, processes, steps, checks)",
         "x.yaml:3: transport: 'ucx-tpc' is not a transport profile (known: "
