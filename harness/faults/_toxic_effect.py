@@ -1,0 +1,123 @@
+"""The ``toxic`` fault's witness of effect, measured by the harness, never by the subject.
+
+Two measurements, taken at the inject once the toxic is in:
+
+- **read back**: the proxy's toxics as toxiproxy lists them (``GET /proxies/NAME/toxics``). A toxic
+  it does not list, or lists with toxicity 0, applies to no connection: no effect.
+- **a probe**: one gRPC call of a method no server has (``/mxchaos.Probe/Ping``: any gRPC server
+  answers it at once, UNIMPLEMENTED) on a fresh connection, timed straight to the proxy's
+  upstream and then through the proxy. Its round trip crosses both streams, so a ``latency``
+  toxic shows as added delay (seen when at least half its ``latency - jitter``), and a
+  ``timeout`` toxic as a call held (no answer within ``HELD_S``) or cut (UNAVAILABLE) while the
+  upstream answered it directly. Where the toxic is listed with toxicity 1 and the probe shows
+  nothing, the toxic did nothing: no effect. Below toxicity 1 the probe's connection may be one
+  toxiproxy spared, so a probe showing nothing says nothing (not witnessed).
+
+Other toxic types (bandwidth, slicer, slow_close, reset_peer, limit_data) are not probed: a
+small call's round trip does not show them; their witness is the read back and the traffic
+through the proxy while the toxic held (``harness.faults.toxiproxy.toxic_witness``). An upstream
+that does not answer the probe directly (not a gRPC server) leaves the probe unwitnessed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from harness.record.witness import Witness
+
+__all__ = ["HELD_S", "PROBED", "Probe", "probe", "probe_bound", "toxic_effect"]
+
+PROBE_METHOD = "/mxchaos.Probe/Ping"
+PROBED = ("latency", "timeout")
+HELD_S = 1.0  # a timeout toxic's probe: no answer within this long is a held connection
+_NO_ANSWER = ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One timed gRPC round trip to ``address``: how long it took and the status it ended with."""
+
+    address: str
+    seconds: float
+    code: str  # the gRPC status name (UNIMPLEMENTED: the server answered)
+
+    @property
+    def answered(self) -> bool:
+        return self.code not in _NO_ANSWER
+
+
+def probe(address: str, bound: float) -> Probe:
+    """Call ``PROBE_METHOD`` at ``address`` on a new connection, waiting at most ``bound`` seconds."""
+    channel = grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0), ("grpc.enable_retries", 0)])
+    try:
+        call = channel.unary_unary(PROBE_METHOD)
+        start = time.monotonic()
+        try:
+            call(b"", timeout=bound)
+            code = "OK"
+        except grpc.RpcError as exc:
+            code_of = getattr(exc, "code", None)  # the call's status (an RpcError raised by a call is a Call)
+            status = code_of() if callable(code_of) else None
+            code = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+        return Probe(address, round(time.monotonic() - start, 4), code)
+    finally:
+        channel.close()
+
+
+def probe_bound(kind: str, attributes: Mapping[str, int]) -> float:
+    """How long the probe through the proxy may wait: a held call's ``HELD_S``, or three times
+    the toxic's latency (the connection's setup and the call each cross it) and 2 s."""
+    if kind == "timeout":
+        return HELD_S
+    return 3 * (attributes.get("latency", 0) + attributes.get("jitter", 0)) / 1000.0 + 2.0
+
+
+def _listed(toxics: list[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
+    return next((t for t in toxics or [] if isinstance(t, dict) and t.get("name") == name), None)
+
+
+def toxic_effect(proxy: str, name: str, kind: str, attributes: Mapping[str, int], toxics: list[dict[str, Any]] | None,
+                 direct: Probe | None, through: Probe | None) -> Witness:
+    """What toxic ``name`` of type ``kind`` does on ``proxy``: ``toxics`` as toxiproxy lists them
+    (None: unread), and the probe ``direct`` to its upstream and ``through`` it (None: not probed)."""
+    if toxics is None:
+        return Witness.unwitnessed(f"proxy {proxy}'s toxics could not be read back from toxiproxy")
+    listed = _listed(toxics, name)
+    if listed is None:
+        return Witness.none(f"toxiproxy lists no toxic {name} on proxy {proxy}", listed=False)
+    toxicity = listed.get("toxicity")
+    figures: dict[str, Any] = {"listed_toxicity": toxicity, "listed_attributes": listed.get("attributes")}
+    if not isinstance(toxicity, (int, float)) or toxicity <= 0:
+        return Witness.none(f"toxiproxy lists toxic {name} on proxy {proxy} with toxicity {toxicity}: "
+                            "it applies to no connection", **figures)
+    if kind not in PROBED or direct is None or through is None:
+        return Witness.unwitnessed(f"a {kind} toxic is not probed (listed on proxy {proxy} with toxicity {toxicity})",
+                                   **figures)
+    added_ms = round((through.seconds - direct.seconds) * 1000.0, 1)
+    figures.update(direct_s=direct.seconds, direct_code=direct.code, through_s=through.seconds,
+                   through_code=through.code, added_ms=added_ms)
+    if not direct.answered:
+        return Witness.unwitnessed(f"proxy {proxy}'s upstream did not answer the probe directly ({direct.code})",
+                                   **figures)
+    said = (f"a probe through proxy {proxy} took {through.seconds * 1000:.0f} ms ({through.code}), "
+            f"{direct.seconds * 1000:.0f} ms straight to its upstream")
+    if kind == "latency":
+        expected = attributes.get("latency", 0) - attributes.get("jitter", 0)
+        figures["expected_ms"] = expected
+        if expected <= 0:
+            return Witness.unwitnessed(f"{said}: a latency of {expected} ms at least cannot be told apart", **figures)
+        shown = not through.answered or added_ms >= expected / 2
+        what = f"{said}: {added_ms:+.0f} ms for a latency of {expected} ms"
+    else:
+        shown = not through.answered
+        what = said + (": held or cut" if shown else ": answered as directly")
+    if shown:
+        return Witness.seen(what, **figures)
+    if toxicity >= 1:
+        return Witness.none(what, **figures)
+    return Witness.unwitnessed(f"{what} (toxicity {toxicity}: the probe's connection may have been spared)", **figures)
