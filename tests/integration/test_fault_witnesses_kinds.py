@@ -2,9 +2,10 @@
 own machinery: the disk fault's FUSE layer counts the calls it faulted, strace marks the calls
 it failed or delayed, a disabled proxy's refusals are counted at the listener, a clock fault's
 time namespace is read from /proc, a drain's start and its live leases, with the target's
-SIGHUP handler read from /proc. Each lands on a live target (effect seen, the run passes) and is
-aimed at nothing (no effect: NOT EXERCISED). The targets are the fake mxref of
-tests/fixtures/fakeproc.py on this machine, or real mxref where the fault needs its hooks."""
+SIGHUP handler read from /proc, a toxic read back from toxiproxy and probed through its proxy.
+Each lands on a live target (effect seen, the run passes) and is aimed at nothing (no effect:
+NOT EXERCISED). The targets are the fake mxref of tests/fixtures/fakeproc.py on this machine,
+or real mxref where the fault needs its hooks (or, for the toxic's probe, a gRPC server)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,44 @@ def test_a_proxy_down_a_connection_met_is_seen_and_one_nothing_tried_is_not_exer
     missed = run(tmp_path / "missed", PROXY_DOWN % "      - sleep: 500ms")  # nothing connects while it is down
     assert (missed.verdict, witnessed(missed)["down"]) == ("not_exercised", ("none", {"cut": 0, "refused_syns": 0}))
     assert "nothing tried it while it was down" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- toxic (real mxref: a gRPC server)
+
+TOXIC = """\
+    budgets: {step: 15s, run: 60s, stop_grace: 2s}
+    model: {tensors: 2, tensor_mib: 1}
+    proxies:
+      mds: {upstream: server}
+    processes:
+      server: {role: server}
+      source-1: {role: source, server_via: mds, options: {heartbeat_interval: 500ms}}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: toxic, proxy: mds, name: slow, type: latency, toxicity: %s, attributes: {latency: 300ms}}
+      - sleep: 1s
+      - heal: slow
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("toxiproxy")
+def test_a_latency_toxic_is_seen_by_a_probe_through_its_proxy_and_one_applied_to_no_connection_is_not_exercised(
+        tmp_path: Path) -> None:
+    # the source heartbeats through the proxy (its clients' traffic); the probe is the harness's own call
+    landed = run(tmp_path / "landed", TOXIC % 1, fake=False)
+    assert landed.verdict == "pass", landed.not_exercised
+    (inject, heal) = next(w for w in landed.history.fault_windows() if w.name == "slow").witnesses
+    assert (inject.effect, heal.effect) == ("seen", "seen"), (inject, heal)
+    figures = dict(inject.figures)
+    assert figures["listed_toxicity"] == 1 and figures["through_code"] == figures["direct_code"] == "UNIMPLEMENTED"
+    assert figures["added_ms"] >= 150, figures  # at least half the 300 ms toxiproxy adds to the probe's round trip
+    # the same toxic applied to no connection: the source's traffic still went through the proxy
+    missed = run(tmp_path / "missed", TOXIC % 0, fake=False)
+    assert (missed.verdict, witnessed(missed)["slow"][0]) == ("not_exercised", "none")
+    assert "with toxicity 0" in missed.not_exercised[0] and "applies to no connection" in missed.not_exercised[0]
 
 
 # ---------------------------------------------------------------------------- clock, wall_clock
