@@ -16,7 +16,8 @@ Two measurements, taken at the inject once the toxic is in:
 Other toxic types (bandwidth, slicer, slow_close, reset_peer, limit_data) are not probed: a
 small call's round trip does not show them; their witness is the read back and the traffic
 through the proxy while the toxic held (``harness.faults.toxiproxy.toxic_witness``). An upstream
-that does not answer the probe directly (not a gRPC server) leaves the probe unwitnessed.
+that does not answer the probe directly (not a gRPC server: a redis) is not probed through the
+proxy, and leaves the probe unwitnessed (its read back still counts).
 """
 
 from __future__ import annotations
@@ -95,15 +96,15 @@ def toxic_effect(proxy: str, name: str, kind: str, attributes: Mapping[str, int]
     if not isinstance(toxicity, (int, float)) or toxicity <= 0:
         return Witness.none(f"toxiproxy lists toxic {name} on proxy {proxy} with toxicity {toxicity}: "
                             "it applies to no connection", **figures)
-    if kind not in PROBED or direct is None or through is None:
+    if kind not in PROBED or direct is None:
         return Witness.unwitnessed(f"a {kind} toxic is not probed (listed on proxy {proxy} with toxicity {toxicity})",
                                    **figures)
+    figures.update(direct_s=direct.seconds, direct_code=direct.code)
+    if not direct.answered or through is None:  # not a gRPC server (a redis): nothing to compare with
+        return Witness.unwitnessed(f"proxy {proxy}'s upstream did not answer the probe directly ({direct.code}): "
+                                   f"listed with toxicity {toxicity}, not probed through it", **figures)
     added_ms = round((through.seconds - direct.seconds) * 1000.0, 1)
-    figures.update(direct_s=direct.seconds, direct_code=direct.code, through_s=through.seconds,
-                   through_code=through.code, added_ms=added_ms)
-    if not direct.answered:
-        return Witness.unwitnessed(f"proxy {proxy}'s upstream did not answer the probe directly ({direct.code})",
-                                   **figures)
+    figures.update(through_s=through.seconds, through_code=through.code, added_ms=added_ms)
     said = (f"a probe through proxy {proxy} took {through.seconds * 1000:.0f} ms ({through.code}), "
             f"{direct.seconds * 1000:.0f} ms straight to its upstream")
     if kind == "latency":

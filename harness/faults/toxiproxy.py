@@ -394,6 +394,8 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
             return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, None, None), before
         counted = stream_bytes(view.api, view.proxy, spec.stream)
         direct = probe(view.upstream, probe_bound(spec.type, spec.attributes))
+        if not direct.answered:  # not a gRPC server: nothing to compare a probe through the proxy with
+            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, None), before
         through = probe(view.listen, direct.seconds + probe_bound(spec.type, spec.attributes))
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:

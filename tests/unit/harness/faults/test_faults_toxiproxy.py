@@ -143,7 +143,7 @@ LATE = Probe("p", 0.9, "DEADLINE_EXCEEDED")
     ("latency", listed(0.0), UP, THROUGH, "none", "toxicity 0.0: it applies to no connection"),  # whatever it probed
     ("latency", [], UP, THROUGH, "none", "toxiproxy lists no toxic slow"),
     ("latency", None, UP, THROUGH, "unwitnessed", "could not be read back"),
-    ("latency", listed(1.0), Probe("u", 0.9, "UNAVAILABLE"), THROUGH, "unwitnessed", "did not answer the probe"),
+    ("latency", listed(1.0), Probe("u", 0.9, "UNAVAILABLE"), None, "unwitnessed", "did not answer the probe"),
     ("timeout", listed(1.0), UP, LATE, "seen", "held or cut"),
     ("timeout", listed(1.0), UP, Probe("p", 0.012, "UNIMPLEMENTED"), "none", "answered as directly"),
     ("bandwidth", listed(1.0), None, None, "unwitnessed", "a bandwidth toxic is not probed"),
@@ -162,6 +162,14 @@ def test_a_toxic_of_toxicity_zero_is_no_effect_at_its_inject(ctx: FakeContext, s
     probes[LISTEN] = Probe(LISTEN, 0.012, "UNIMPLEMENTED")  # toxiproxy spared the probe's connection
     witness = make_fault(spec, "cut").inject(ctx).record["witness"]
     assert witness["effect"] == "none" and "with toxicity 0" in witness["why"]
+
+
+def test_a_toxic_before_an_upstream_that_is_no_grpc_server_is_not_probed_through_its_proxy(
+        ctx: FakeContext, server: FakeToxiproxy, probes: dict[str, Probe]) -> None:
+    probes["127.0.0.1:20000"] = Probe("127.0.0.1:20000", 0.004, "UNAVAILABLE")  # a redis answers no gRPC call
+    del probes[LISTEN]  # a probe through the proxy would raise KeyError
+    witness = make_fault(latency(), "slow").inject(ctx).record["witness"]
+    assert witness["effect"] == "unwitnessed" and "did not answer the probe directly (UNAVAILABLE)" in witness["why"]
 
 
 def test_a_toxic_the_server_refuses_removes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:
