@@ -244,6 +244,36 @@ def test_a_drain_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exerc
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
 
 
+FROZEN_DRAIN = """\
+    budgets: {step: 15s, run: 60s}
+    model: {tensors: 2, tensor_mib: 1}
+    processes:
+      server: {role: server}
+      source-1: {role: source, options: {debug_hooks: true, drain_timeout: 5s}}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: pause, target: source-1, name: freeze}
+      - fault: {kind: drain, target: source-1, name: refit, confirm: 2s}
+      - heal: freeze
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root")
+def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_its_step_still_failed(
+        tmp_path: Path) -> None:
+    # the SIGHUP stays pending in a stopped process: no drain begins while the drain waits for it
+    missed = run(tmp_path / "frozen", FROZEN_DRAIN, fake=False)
+    assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
+    assert "source-1 did not emit drain_started within 2s" in missed.reason
+    effect, figures = witnessed(missed)["refit"]
+    assert (effect, figures["drain_started"], figures["alive"], figures["catches_sighup"]) == ("none", False, True, True)
+    (why,) = missed.not_exercised
+    assert why.startswith("fault refit (drain source-1): no effect:") and "never began a drain" in why
+
+
 # ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)
 
 CORRUPT = """\
