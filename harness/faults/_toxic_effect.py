@@ -4,11 +4,11 @@ Two measurements, taken at the inject once the toxic is in:
 
 - **read back**: the proxy's toxics as toxiproxy lists them (``GET /proxies/NAME/toxics``). A toxic
   it does not list, or lists with toxicity 0, applies to no connection: no effect.
-- **a probe**: one gRPC call of a method no server has (``/mxchaos.Probe/Ping``: any gRPC server
-  answers it at once, UNIMPLEMENTED) on a fresh connection, timed straight to the proxy's
-  upstream and then through the proxy. Its round trip crosses both streams, so a ``latency``
+- **a probe**: on a fresh connection of the harness's own, an HTTP/2 client preface with an
+  empty SETTINGS frame, and the wait for the server's acknowledgement (what every gRPC server
+  answers at once), timed straight to the proxy's upstream and then through the proxy. Its round trip crosses both streams, so a ``latency``
   toxic shows as added delay (seen when at least half its ``latency - jitter``), and a
-  ``timeout`` toxic as a call held (no answer within ``HELD_S``) or cut (UNAVAILABLE) while the
+  ``timeout`` toxic as a probe held (no answer within ``HELD_S``) or cut (its connection closed) while the
   upstream answered it directly. Where the toxic is listed with toxicity 1 and the probe shows
   nothing, the toxic did nothing: no effect. Below toxicity 1 the probe's connection may be one
   toxiproxy spared, so a probe showing nothing says nothing (not witnessed).
@@ -22,52 +22,88 @@ proxy, and leaves the probe unwitnessed (its read back still counts).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from harness.record.witness import Witness
 
 __all__ = ["HELD_S", "PROBED", "Probe", "probe", "probe_bound", "toxic_effect"]
 
-PROBE_METHOD = "/mxchaos.Probe/Ping"
+# an HTTP/2 client's connection preface and an empty SETTINGS frame: a gRPC server answers the
+# SETTINGS with a SETTINGS frame flagged ACK, a round trip through both streams
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes((0, 0, 0, 4, 0, 0, 0, 0, 0))
+_SETTINGS, _ACK, _LAST_TYPE = 4, 1, 9
 PROBED = ("latency", "timeout")
 HELD_S = 1.0  # a timeout toxic's probe: no answer within this long is a held connection
-_NO_ANSWER = ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED")
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One timed gRPC round trip to ``address``: how long it took and the status it ended with."""
+    """One timed round trip to ``address``: how long it took and how it ended: ``ACK`` (the
+    server acknowledged the probe's SETTINGS), ``TIMEOUT`` (no acknowledgement within the
+    bound), ``CLOSED`` / ``RESET`` (the connection ended first), ``REFUSED`` (no connection),
+    ``NOT_HTTP2`` (what came back is no HTTP/2 frame: not a gRPC server)."""
 
     address: str
     seconds: float
-    code: str  # the gRPC status name (UNIMPLEMENTED: the server answered)
+    code: str
 
     @property
     def answered(self) -> bool:
-        return self.code not in _NO_ANSWER
+        return self.code == "ACK"
+
+
+def _acknowledged(buf: bytes) -> tuple[str | None, bytes]:
+    """Read the complete HTTP/2 frames at the start of ``buf``: ``ACK`` once a SETTINGS
+    acknowledgement is among them, ``NOT_HTTP2`` at a frame type HTTP/2 does not have, else
+    None and what is left to read."""
+    while len(buf) >= 9:
+        length, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+        if kind > _LAST_TYPE:
+            return "NOT_HTTP2", b""
+        if len(buf) < 9 + length:
+            break
+        if kind == _SETTINGS and flags & _ACK:
+            return "ACK", b""
+        buf = buf[9 + length:]
+    return None, buf
 
 
 def probe(address: str, bound: float) -> Probe:
-    """Call ``PROBE_METHOD`` at ``address`` on a new connection, waiting at most ``bound`` seconds."""
-    channel = grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0), ("grpc.enable_retries", 0)])
-    try:
-        call = channel.unary_unary(PROBE_METHOD)
-        start = time.monotonic()
-        try:
-            call(b"", timeout=bound)
-            code = "OK"
-        except grpc.RpcError as exc:
-            code_of = getattr(exc, "code", None)  # the call's status (an RpcError raised by a call is a Call)
-            status = code_of() if callable(code_of) else None
-            code = status.name if isinstance(status, grpc.StatusCode) else "UNKNOWN"
+    """Open a connection to ``address`` (``HOST:PORT``), send ``PREFACE`` and wait at most
+    ``bound`` seconds for its acknowledgement; the connection is closed before this returns
+    (a socket of the harness's own, so nothing of it lingers in the proxy's counts)."""
+    host, _, port = address.rpartition(":")
+    start = time.monotonic()
+    deadline = start + bound
+
+    def ended(code: str) -> Probe:
         return Probe(address, round(time.monotonic() - start, 4), code)
-    finally:
-        channel.close()
+
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=bound)
+    except (OSError, ValueError):
+        return ended("REFUSED")
+    with sock:
+        buf = b""
+        try:
+            sock.sendall(PREFACE)
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return ended("CLOSED")
+                code, buf = _acknowledged(buf + chunk)
+                if code is not None:
+                    return ended(code)
+        except TimeoutError:
+            pass
+        except OSError:
+            return ended("RESET")
+        return ended("TIMEOUT")
 
 
 def probe_bound(kind: str, attributes: Mapping[str, int]) -> float:
