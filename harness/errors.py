@@ -74,7 +74,13 @@ class HostError(HarnessError):
 
 
 class FaultError(HarnessError):
-    """A fault could not be injected or healed."""
+    """A fault could not be injected or healed. ``witness``: what a failed inject measured of
+    its own effect (a ``Witness``'s JSON), recorded with the failure, so a fault that failed
+    because it landed nowhere (a drain whose target never began it) is judged by it too."""
+
+    def __init__(self, message: str, witness: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.witness = witness
 
 
 class StepFailed(HarnessError):

@@ -246,7 +246,8 @@ class Nemesis:
             self.timeline.append("info", "nemesis", "inject", {**base, "indeterminate": True, "error": reason})
             raise
         except FaultError as exc:
-            self.timeline.append("fail", "nemesis", "inject", {**base, "error": str(exc)})
+            measured = {} if exc.witness is None else {"witness": exc.witness}
+            self.timeline.append("fail", "nemesis", "inject", {**base, "error": str(exc), **measured})
             raise
         except StepFailed as exc:
             self.timeline.append("fail", "nemesis", "inject", {**base, "error": exc.reason})

@@ -14,6 +14,9 @@ leases), and the target's state as the harness reads it: the process catches SIG
 (``SigCgt`` in ``/proc/PID/status``, read before the signal: one that does not would be ended
 by it) and is still running once the drain began. A drain with no live lease waited for
 nothing: no effect. A target on an ssh host has its state unread (the events still count).
+A drain that never began (no ``drain_started`` within ``confirm``: its signal landed nowhere)
+fails its step and records a witness of no effect with that failure (``never_began``), so the
+run is NOT EXERCISED with the failed step still named, not a FAIL of the system.
 
 Limit: as with ``corrupt``, the wait matches any ``drain_started`` of the current incarnation,
 so a second drain of the same incarnation is confirmed by the first one's event.
@@ -27,12 +30,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
 from harness.faults.corrupt import hooked_source_issues
 from harness.record.witness import Witness
 from harness.spec import Duration, Target
 
-__all__ = ["Drain", "DrainSpec", "catches", "drain_witness"]
+__all__ = ["Drain", "DrainSpec", "catches", "drain_witness", "never_began"]
 
 REFIT = int(signal.SIGHUP)
 EVENT = "drain_started"
@@ -83,6 +87,15 @@ def drain_witness(target: str, pid: int, started: Mapping[str, Any], caught: boo
     return (Witness.seen if live else Witness.none)(said + state, **figures)
 
 
+def never_began(target: str, pid: int, waited: float, caught: bool | None, alive: bool | None) -> Witness:
+    """A drain whose ``drain_started`` never came within ``waited`` seconds: it landed nowhere
+    (no effect), recorded with the inject's failure so the run is NOT EXERCISED, not a FAIL."""
+    figures = {"pid": pid, "live": None, "waited_s": waited, "catches_sighup": caught, "alive": alive,
+               "drain_started": False}
+    state = "" if alive is None else (", still running" if alive else ", no longer running")
+    return Witness.none(f"{target} (pid {pid}) never began a drain: no {EVENT} within {waited:g}s{state}", **figures)
+
+
 @register
 class Drain(Fault[DrainSpec, None]):
     kind = "drain"
@@ -94,7 +107,13 @@ class Drain(Fault[DrainSpec, None]):
         before = ctx.proc(target).pid
         caught = catches(before, REFIT) if local and before is not None else None
         pid = ctx.send_signal(target, REFIT, group=False)
-        started = ctx.wait_event(target, EVENT, {}, self.spec.confirm)
+        try:
+            started = ctx.wait_event(target, EVENT, {}, self.spec.confirm)
+        except FaultError as exc:
+            view = ctx.proc(target)
+            alive = (view.alive and view.pid == pid) if local else None
+            missed = never_began(target, pid, self.spec.confirm, caught, alive)
+            raise FaultError(str(exc), witness=missed.to_json()) from None
         view = ctx.proc(target)
         alive = (view.alive and view.pid == pid) if local else None
         witness = drain_witness(target, pid, started, caught, alive)

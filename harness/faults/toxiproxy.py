@@ -8,7 +8,9 @@ These faults change one proxy through toxiproxy's HTTP API, reached with
 
 - ``toxic`` adds one toxic (``type``, ``stream``, ``toxicity``, ``attributes``) to the proxy;
   heal removes it (a toxic already gone is fine). ``toxicity`` is the share of connections
-  it affects (toxiproxy picks per connection).
+  it affects (toxiproxy picks per connection). Its witness is two: at inject its effect, read
+  back from toxiproxy and probed through the proxy (``harness.faults._toxic_effect``), and at
+  heal its clients' traffic through the proxy while it held (``toxic_witness``).
 - ``proxy_down`` disables the proxy: its listener closes, so new connections are refused
   and open ones are cut; heal enables it again (same port). Its witness counts both: the
   connections open through the proxy as it went down (``ss``) and the SYNs that met its
@@ -45,7 +47,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
-from harness.faults import Fault, FaultContext, FaultSpec, Injected, commands, register, undo_on_failure
+from harness.faults import Fault, FaultContext, FaultSpec, Injected, ProxyView, commands, register, undo_on_failure
+from harness.faults._toxic_effect import PROBED, probe, probe_bound, toxic_effect
 from harness.faults.netns import chain_name
 from harness.hosts import netns as netns_hosts
 from harness.machine.ledger import recorded_toxiproxy_api
@@ -191,6 +194,7 @@ class DisabledProxy:
     listening: bool | None = None
 
 
+SETTLE_S = 2.0  # how long a toxic's inject waits for toxiproxy to count its probe's connection
 RECEIVED = "toxiproxy_proxy_received_bytes_total"  # toxiproxy-server -proxy-metrics, per proxy and direction
 
 
@@ -348,7 +352,6 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
         view = ctx.proxy(spec.proxy)
         api = ToxiproxyAPI(view.api)
         before = Traffic.now(view.api, view.proxy, spec.stream, view.listen)
-        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name, spec.stream, view.listen, before)
         body = {
             "name": self.name,
             "type": spec.type,
@@ -364,6 +367,8 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
                 if exc.status is not None:
                     undo.pop_all()  # the server answered no: nothing was added (the name may be another's)
                 raise FaultError(f"toxic {self.name} on proxy {spec.proxy}: {exc}") from None
+            witness, before = self._effect(api, view, before)
+        token = AddedToxic(view.api, spec.proxy, view.proxy, self.name, spec.stream, view.listen, before)
         return Injected(token, {
             "proxy": spec.proxy,
             "toxiproxy_name": view.proxy,
@@ -372,7 +377,35 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
             "stream": spec.stream,
             "toxicity": spec.toxicity,
             "attributes": created.get("attributes", body["attributes"]),
+            "witness": witness.to_json(),
         })
+
+    def _effect(self, api: ToxiproxyAPI, view: ProxyView, before: Traffic) -> tuple[Witness, Traffic]:
+        """The toxic's effect (``harness.faults._toxic_effect``): read back from toxiproxy, and
+        probed straight to the upstream and through the proxy. The probe's own connection is
+        no client's traffic: the traffic the heal compares with is read once it has closed and
+        toxiproxy has counted its bytes (bounded), the open connections as they were before it."""
+        spec = self.spec
+        try:
+            toxics: list[dict[str, Any]] | None = api.toxics(view.proxy)
+        except ToxiproxyError:
+            toxics = None
+        if spec.type not in PROBED:
+            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, None, None), before
+        counted = stream_bytes(view.api, view.proxy, spec.stream)
+        direct = probe(view.upstream, probe_bound(spec.type, spec.attributes))
+        if not direct.answered:  # not a gRPC server: nothing to compare a probe through the proxy with
+            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, None), before
+        through = probe(view.listen, direct.seconds + probe_bound(spec.type, spec.attributes))
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            now = stream_bytes(view.api, view.proxy, spec.stream)
+            open_now = connections(view.listen)
+            if now != counted and (open_now is None or before.open is None or open_now <= before.open):
+                break
+            time.sleep(0.05)
+        after = Traffic(stream_bytes(view.api, view.proxy, spec.stream), before.open)
+        return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, through), after
 
     def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
         witness = toxic_witness(token, Traffic.now(token.api, token.toxiproxy_name, token.stream, token.listen))

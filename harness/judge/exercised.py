@@ -50,9 +50,12 @@ def _exit_witness(window: FaultWindow, history: History) -> Witness:
 
 def fault_witness(window: FaultWindow, history: History) -> Witness | None:
     """What ``window``'s fault did, as measured: its recorded witnesses, or for a kill the
-    target's exit; None when the fault recorded none (it did not inject, or predates witnesses)."""
+    target's exit; None when the fault recorded none (it did not inject, or predates witnesses).
+    A failed inject is judged by the witness it recorded with its failure, if any: a fault that
+    failed because it landed nowhere did not exercise the scenario (its step's failure is still
+    reported: ``harness.judge.verdict.verdict_of`` puts NOT EXERCISED before a failed step)."""
     if not window.injected:
-        return None
+        return window.witness if window.outcome == "failed" else None
     if window.kind in _KILLS:
         return _exit_witness(window, history)
     if window.witness is None and window.outcome == "healed":

@@ -76,7 +76,8 @@ def verdict_of(status: str, results: Sequence[check_registry.NamedResult], known
     """The run's verdict: ``skip`` (nothing ran), ``hang``, ``error`` (a harness error, an
     interrupt, a failed heal, a crash of the harness), ``not_exercised`` (a fault had no
     effect, ``harness.judge.exercised``: the scenario did not happen, whatever its checks
-    say; a known defect's too), ``fail`` (a step failed or a check is false), ``unknown``
+    say, and whatever step failed because of it, e.g. a drain whose ``drain_started`` never
+    came; a known defect's too; the failed step stays in the run's reason), ``fail`` (a step failed or a check is false), ``unknown``
     (a check is unknown), else ``pass``. For a scenario with a ``known_defect``, steps that
     all completed with a false check are ``xfail`` (the defect reproduced) and a pass is
     ``xpass`` (it did not: fixed?); a failed step stays ``fail``: the scenario did not get

@@ -178,7 +178,8 @@ class _OpenWindow:
             outcome, end, error = "active", None, self.heal_error
         record = answer.value if ok and answer is not None else {}
         value = {**start.value, **record}
-        witnesses = [Witness.of(record.get("witness"), "inject")]
+        # a failed inject may carry what it measured of its effect (a drain its target never began)
+        witnesses = [Witness.of((answer.value if answer is not None else {}).get("witness"), "inject")]
         if healed is not None:
             witnesses.append(Witness.of(healed.value.get("witness"), "heal"))
         return FaultWindow(

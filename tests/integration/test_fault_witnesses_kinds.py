@@ -2,9 +2,10 @@
 own machinery: the disk fault's FUSE layer counts the calls it faulted, strace marks the calls
 it failed or delayed, a disabled proxy's refusals are counted at the listener, a clock fault's
 time namespace is read from /proc, a drain's start and its live leases, with the target's
-SIGHUP handler read from /proc. Each lands on a live target (effect seen, the run passes) and is
-aimed at nothing (no effect: NOT EXERCISED). The targets are the fake mxref of
-tests/fixtures/fakeproc.py on this machine, or real mxref where the fault needs its hooks."""
+SIGHUP handler read from /proc, a toxic read back from toxiproxy and probed through its proxy.
+Each lands on a live target (effect seen, the run passes) and is aimed at nothing (no effect:
+NOT EXERCISED). The targets are the fake mxref of tests/fixtures/fakeproc.py on this machine,
+or real mxref where the fault needs its hooks (or, for the toxic's probe, a gRPC server)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,55 @@ def test_a_proxy_down_a_connection_met_is_seen_and_one_nothing_tried_is_not_exer
     assert "nothing tried it while it was down" in missed.not_exercised[0]
 
 
+# ---------------------------------------------------------------------------- toxic (real mxref: a gRPC server)
+
+TOXIC = """\
+    budgets: {step: 15s, run: 60s, stop_grace: 2s}
+    model: {tensors: 2, tensor_mib: 1}
+    proxies:
+      mds: {upstream: server}
+      idle: {upstream: server}
+    processes:
+      server: {role: server}
+      source-1: {role: source, server_via: mds, options: {heartbeat_interval: 500ms}}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: toxic, proxy: %s, name: slow, %s}
+      - sleep: 1s
+      - heal: slow
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+LATENCY = "type: latency, toxicity: %s, attributes: {latency: 300ms}"
+
+
+@needs("toxiproxy")
+def test_a_latency_toxic_is_seen_by_a_probe_through_its_proxy_and_one_applied_to_no_connection_is_not_exercised(
+        tmp_path: Path) -> None:
+    # the source heartbeats through the proxy (its clients' traffic); the probe is the harness's own call
+    landed = run(tmp_path / "landed", TOXIC % ("mds", LATENCY % 1), fake=False)
+    assert landed.verdict == "pass", landed.not_exercised
+    (inject, heal) = next(w for w in landed.history.fault_windows() if w.name == "slow").witnesses
+    assert (inject.effect, heal.effect) == ("seen", "seen"), (inject, heal)
+    figures = dict(inject.figures)
+    assert figures["listed_toxicity"] == 1 and figures["through_code"] == figures["direct_code"] == "ACK"
+    assert figures["added_ms"] >= 150, figures  # at least half the 300 ms toxiproxy adds to the probe's round trip
+    # the same toxic applied to no connection: the source's traffic still went through the proxy
+    missed = run(tmp_path / "missed", TOXIC % ("mds", LATENCY % 0), fake=False)
+    assert (missed.verdict, witnessed(missed)["slow"][0]) == ("not_exercised", "none")
+    assert "with toxicity 0" in missed.not_exercised[0] and "applies to no connection" in missed.not_exercised[0]
+    # a toxic that works on a proxy no client uses: the probe's own connection is not its clients' traffic
+    # (a held probe too: its connection is closed, not left open in the proxy's counts)
+    for toxic in (LATENCY % 1, "type: timeout, stream: downstream, attributes: {timeout: 0}"):
+        idle = run(tmp_path / "idle", TOXIC % ("idle", toxic), fake=False)
+        (inject, heal) = next(w for w in idle.history.fault_windows() if w.name == "slow").witnesses
+        assert (idle.verdict, inject.effect, heal.effect) == ("not_exercised", "seen", "none"), (toxic, inject, heal)
+        assert heal.figures["closed_bytes"] == 0 and "no connection through proxy idle" in idle.not_exercised[0]
+
+
 # ---------------------------------------------------------------------------- clock, wall_clock
 
 CLOCK = """\
@@ -197,6 +247,36 @@ def test_a_drain_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exerc
     missed = run(tmp_path / "missed", DRAIN % ("", ""), fake=False)  # nobody reads: nothing to wait for
     assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
+
+
+FROZEN_DRAIN = """\
+    budgets: {step: 15s, run: 60s}
+    model: {tensors: 2, tensor_mib: 1}
+    processes:
+      server: {role: server}
+      source-1: {role: source, options: {debug_hooks: true, drain_timeout: 5s}}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      - fault: {kind: pause, target: source-1, name: freeze}
+      - fault: {kind: drain, target: source-1, name: refit, confirm: 2s}
+      - heal: freeze
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+@needs("root")
+def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_its_step_still_failed(
+        tmp_path: Path) -> None:
+    # the SIGHUP stays pending in a stopped process: no drain begins while the drain waits for it
+    missed = run(tmp_path / "frozen", FROZEN_DRAIN, fake=False)
+    assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
+    assert "source-1 did not emit drain_started within 2s" in missed.reason
+    effect, figures = witnessed(missed)["refit"]
+    assert (effect, figures["drain_started"], figures["alive"], figures["catches_sighup"]) == ("none", False, True, True)
+    (why,) = missed.not_exercised
+    assert why.startswith("fault refit (drain source-1): no effect:") and "never began a drain" in why
 
 
 # ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)

@@ -67,9 +67,15 @@ def test_the_sighup_handler_is_read_from_sigcgt(tmp_path: Path) -> None:
     assert CATCHES(8, signal.SIGHUP, tmp_path) is None  # no such process
 
 
-def test_an_unconfirmed_drain_is_a_fault_error(ctx: FakeContext) -> None:
-    with pytest.raises(FaultError, match="source-1 did not emit drain_started within 1s"):
+def test_an_unconfirmed_drain_is_a_fault_error_carrying_a_witness_of_no_effect(ctx: FakeContext) -> None:
+    pid = ctx.procs["source-1"].pid
+    with pytest.raises(FaultError, match="source-1 did not emit drain_started within 1s") as raised:
         make_fault(DrainSpec(kind="drain", target="source-1", confirm="1s"), "refit").inject(ctx)
+    witness = raised.value.witness
+    assert witness is not None and witness["effect"] == "none"
+    assert witness["why"] == f"source-1 (pid {pid}) never began a drain: no drain_started within 1s, still running"
+    assert witness["figures"] == {"pid": pid, "live": None, "waited_s": 1.0, "catches_sighup": True, "alive": True,
+                                  "drain_started": False}
 
 
 def test_a_target_without_debug_hooks_is_a_validation_error_naming_key_and_rule() -> None:

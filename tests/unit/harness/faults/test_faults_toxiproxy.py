@@ -10,8 +10,9 @@ import pytest
 from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 
 from harness.errors import FaultError, RunInterrupted
-from harness.faults import REGISTRY, commands, make_fault
+from harness.faults import REGISTRY, _toxic_effect, commands, make_fault
 from harness.faults import toxiproxy as toxiproxy_faults
+from harness.faults._toxic_effect import Probe, toxic_effect
 from harness.faults.netns import chain_name
 from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec, Traffic
 from harness.toxiproxy import ToxiproxyError
@@ -72,6 +73,17 @@ def refusals(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return chains
 
 
+@pytest.fixture(autouse=True)
+def probes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Probe]:
+    """The toxic's probe, by address (the fake proxy's upstream and listener): never a real call
+    in a unit test; the upstream answers in 10 ms, the proxy as the test says (default: +1 s)."""
+    answers = {"127.0.0.1:20000": Probe("127.0.0.1:20000", 0.01, "ACK"),
+               LISTEN: Probe(LISTEN, 1.01, "ACK")}
+    monkeypatch.setattr(toxiproxy_faults, "probe", lambda address, bound: answers[address])
+    monkeypatch.setattr(toxiproxy_faults, "SETTLE_S", 0.0)
+    return answers
+
+
 def latency() -> ToxicSpec:
     return ToxicSpec.model_validate({"kind": "toxic", "proxy": "mds", "type": "latency", "stream": "upstream",
                                      "toxicity": 0.5, "attributes": {"latency": "1s", "jitter": 50}})
@@ -83,9 +95,11 @@ def test_toxic_adds_one_toxic_and_heal_removes_exactly_it(ctx: FakeContext, serv
     fault = make_fault(latency(), "slow")
     injected = fault.inject(ctx)
     body = {"name": "slow", "type": "latency", "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
-    assert server.calls == [("add_toxic", PROXY, body)]
+    assert server.calls == [("add_toxic", PROXY, body), ("toxics", PROXY)]  # added, then read back
     assert ctx.recorded("proxy") == [("mds",)]
     assert injected.token == AddedToxic(API, "mds", PROXY, "slow", "upstream", LISTEN, Traffic(100, None))
+    effect = injected.record.pop("witness")
+    assert (effect["effect"], effect["figures"]["added_ms"], effect["figures"]["expected_ms"]) == ("seen", 1000.0, 950)
     assert injected.record == {"proxy": "mds", "toxiproxy_name": PROXY, "toxic": "slow", "type": "latency",
                                "stream": "upstream", "toxicity": 0.5, "attributes": {"latency": 1000, "jitter": 50}}
     server.proxies[PROXY]["toxics"]["other"] = {"name": "other"}
@@ -112,6 +126,66 @@ def test_a_toxic_no_connection_went_through_is_no_effect_and_one_unread_is_not_w
     token = fault.inject(ctx).token
     counters[(LISTEN, "open")] = 1  # a gRPC channel open through it (its bytes count only when it closes)
     assert (fault.heal(ctx, token) or {})["witness"]["effect"] == "seen"
+
+
+def listed(toxicity: float) -> list[dict[str, object]]:
+    return [{"name": "slow", "type": "latency", "toxicity": toxicity, "attributes": {"latency": 1000}}]
+
+
+UP, THROUGH = Probe("u", 0.010, "ACK"), Probe("p", 1.012, "ACK")
+LATE = Probe("p", 0.9, "TIMEOUT")
+
+
+@pytest.mark.parametrize(("kind", "toxics", "direct", "through", "effect", "said"), [
+    ("latency", listed(1.0), UP, THROUGH, "seen", "+1002 ms for a latency of 1000 ms"),
+    ("latency", listed(1.0), UP, Probe("p", 0.011, "ACK"), "none", "+1 ms for a latency of 1000 ms"),
+    ("latency", listed(0.5), UP, Probe("p", 0.011, "ACK"), "unwitnessed", "may have been spared"),
+    ("latency", listed(0.0), UP, THROUGH, "none", "toxicity 0.0: it applies to no connection"),  # whatever it probed
+    ("latency", [], UP, THROUGH, "none", "toxiproxy lists no toxic slow"),
+    ("latency", None, UP, THROUGH, "unwitnessed", "could not be read back"),
+    ("latency", listed(1.0), Probe("u", 0.9, "NOT_HTTP2"), None, "unwitnessed", "did not answer the probe"),
+    ("timeout", listed(1.0), UP, LATE, "seen", "held or cut"),
+    ("timeout", listed(1.0), UP, Probe("p", 0.012, "ACK"), "none", "answered as directly"),
+    ("bandwidth", listed(1.0), None, None, "unwitnessed", "a bandwidth toxic is not probed"),
+])
+def test_a_toxics_effect_is_read_back_from_toxiproxy_and_probed_through_its_proxy(
+        kind: str, toxics: list[dict[str, object]] | None, direct: Probe | None, through: Probe | None, effect: str,
+        said: str) -> None:
+    witness = toxic_effect("mds", "slow", kind, {"latency": 1000}, toxics, direct, through)
+    assert witness.effect == effect and said in witness.why, witness
+
+
+def test_a_toxic_of_toxicity_zero_is_no_effect_at_its_inject(ctx: FakeContext, server: FakeToxiproxy,
+                                                            probes: dict[str, Probe]) -> None:
+    spec = ToxicSpec.model_validate({"kind": "toxic", "proxy": "mds", "type": "timeout", "toxicity": 0,
+                                     "attributes": {"timeout": 0}})
+    probes[LISTEN] = Probe(LISTEN, 0.012, "ACK")  # toxiproxy spared the probe's connection
+    witness = make_fault(spec, "cut").inject(ctx).record["witness"]
+    assert witness["effect"] == "none" and "with toxicity 0" in witness["why"]
+
+
+def frame(kind: int, flags: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags, 0, 0, 0, 0)) + payload
+
+
+@pytest.mark.parametrize(("received", "code", "left"), [
+    (frame(4, 0, bytes(6)) + frame(4, 1), "ACK", b""),  # the server's SETTINGS, then its ACK of ours
+    (frame(4, 0, bytes(6)) + frame(8, 0, bytes(4)), None, b""),  # no ACK yet: read on
+    (frame(4, 0, bytes(6))[:7], None, frame(4, 0, bytes(6))[:7]),  # half a header
+    (frame(4, 1)[:5] , None, frame(4, 1)[:5]),
+    (b"-ERR unknown command 'PRI'\r\n", "NOT_HTTP2", b""),  # a redis
+])
+def test_the_probe_reads_http2_frames_until_its_settings_are_acknowledged(received: bytes, code: str | None,
+                                                                            left: bytes) -> None:
+    assert _toxic_effect._acknowledged(received) == (code, left)
+
+
+def test_a_toxic_before_an_upstream_that_is_no_grpc_server_is_not_probed_through_its_proxy(
+        ctx: FakeContext, server: FakeToxiproxy, probes: dict[str, Probe]) -> None:
+    probes["127.0.0.1:20000"] = Probe("127.0.0.1:20000", 0.004, "NOT_HTTP2")  # a redis answers no HTTP/2
+    del probes[LISTEN]  # a probe through the proxy would raise KeyError
+    witness = make_fault(latency(), "slow").inject(ctx).record["witness"]
+    assert witness["effect"] == "unwitnessed" and "did not answer the probe directly (NOT_HTTP2)" in witness["why"]
 
 
 def test_a_toxic_the_server_refuses_removes_nothing(ctx: FakeContext, server: FakeToxiproxy) -> None:

@@ -68,6 +68,28 @@ def test_a_fault_without_effect_makes_the_run_not_exercised_naming_it_and_its_wi
     assert verdict_of("completed", ok) == "pass"
 
 
+def test_a_failed_inject_with_a_witness_of_no_effect_is_not_exercised_with_its_step_still_failed() -> None:
+    never = Witness.none("source-1 (pid 7) never began a drain: no drain_started within 10s", pid=7).to_json()
+    history = History.build([
+        (1.0, "invoke", N, "inject", {"fault": "d", "kind": "drain", "target": "s", "spec": {"kind": "drain"}}),
+        (11.0, "fail", N, "inject", {"fault": "d", "kind": "drain", "target": "s",
+                                     "error": "s did not emit drain_started within 10s", "witness": never}),
+    ])
+    (w,) = history.fault_windows()
+    assert (w.outcome, w.injected) == ("failed", False)
+    (why,) = not_exercised(history)
+    assert why == "fault d (drain s): no effect: source-1 (pid 7) never began a drain: no drain_started within 10s"
+    bad = [NamedResult(0, "loaded", "loaded", False, "no")]
+    assert verdict_of("step_failed", bad, None, [why]) == "not_exercised"  # the failed step: not the system's FAIL
+    assert verdict_of("step_failed", bad) == "fail"
+    # a failed inject that measured nothing judges nothing
+    plain = History.build([
+        (1.0, "invoke", N, "inject", {"fault": "d", "kind": "drain", "target": "s"}),
+        (2.0, "fail", N, "inject", {"fault": "d", "kind": "drain", "target": "s", "error": "refused"}),
+    ])
+    assert not_exercised(plain) == [] and fault_witness(plain.fault_windows()[0], plain) is None
+
+
 def test_a_negative_control_expects_no_effect() -> None:
     assert not_exercised(healed_fault("partition", None, NONE, expect_effect=False)) == []
     (why,) = not_exercised(healed_fault("partition", None, SEEN, expect_effect=False))
