@@ -178,7 +178,10 @@ class Publisher(threading.Thread):
             self.worker = worker
             if self._stop_event.is_set():
                 return None
-            return self.mx_source_id if self._publish() else None
+            if self._publish():
+                return self.mx_source_id
+            self.mx_source_id = None  # the record is the old one: the next tick publishes the grown one
+            return None
 
     def _publish(self) -> bool:
         for attempt in range(len(PUBLISH_BACKOFF_S) + 1):

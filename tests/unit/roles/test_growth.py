@@ -37,3 +37,18 @@ def test_an_added_tensor_that_claims_nothing_verifiable_is_not_adopted() -> None
     assert grown_reference(BASE, [desc(0), desc(1), desc(2, checksum="")]) is BASE
     assert grown_reference(BASE, [desc(0), desc(1), desc(2, dtype="complex128")]) is BASE
     assert grown_reference(BASE, [desc(0), desc(1), desc(2), desc(2)]) is BASE  # a name twice
+
+
+def test_added_tensors_hold_the_generators_next_ones() -> None:
+    """What a growing source fills its added tensors with (``fill_from_seed(first=)``) is the bigger
+    model's tail, so the grown manifest is the same seed's model with more tensors."""
+    from mxref.model import Arena, ModelSpec, expected_checksums, fill_from_seed
+
+    spec = ModelSpec(tensors=5, tensor_bytes=4096, seed=3)
+    tail = Arena(spec.tensor_specs()[3:])
+    try:
+        fill_from_seed(tail, 3, first=3)
+        want = expected_checksums(spec)
+        assert tail.checksums() == [want["model.layers.3.weight"], want["model.layers.4.weight"]]
+    finally:
+        tail.release()
