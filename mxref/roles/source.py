@@ -380,7 +380,8 @@ class SourceService:
         self.extra_arenas.append(arena)  # held (and registered) until the manager's shutdown
         worker = p2p_pb2.WorkerMetadata()
         worker.CopyFrom(self.publisher.worker)
-        if self.options.mode == "central":
+        if self.options.mode == "central":  # the record carries the tensors and the agent's blob, now with the new regions
+            worker.nixl_metadata = self.manager._metadata
             worker.tensor_source.tensors.extend(added)
         sid = self.publisher.mx_source_id
         if sid is not None:
