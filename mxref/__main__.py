@@ -17,6 +17,7 @@ reader never takes it from a peer or from its fallback ``--checkpoint``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -164,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a refit's drain waits for live leases before it gives up and admits leases "
                         "again (default: a lease lifetime + 1 s; at most a day)")
     _add_debug_hooks(p, refit=True)
+    p.add_argument("--grow-tensors", type=int, default=None, metavar="N",
+                   help="DEBUG HOOK (tests only), with --debug-hooks and a synthetic model: a refit (SIGHUP) "
+                        "adds N tensors (the generator's next ones, registered first) and republishes the grown "
+                        "manifest under the same identity (ModelExpress 0.8's republish; manifest_grown), "
+                        "instead of rewriting the weights")
     p.add_argument("--data-seed", type=int, default=None, metavar="N",
                    help="DEBUG HOOK (tests only): hold the generator's bytes for seed N while publishing the "
                         "identity and reference digest of the model given (wrong bytes under the same identity); "
@@ -225,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", action="store_true",
                    help="take a tensor read lease (ModelExpress's PrepareTensorRead; its manifest is the one "
                         "checked) before each READ and give it back after; no READ without one (P2P sources only)")
+    p.add_argument("--accept-growth", action="store_true",
+                   help="read a manifest that grew after publishing (ModelExpress 0.8): one holding every tensor "
+                        "of the reference unchanged, and more, is read whole and verified against the reference "
+                        "and the added tensors' published checksums (reference_grown); without it, a mismatch")
     p.add_argument("--load-loop", action="store_true",
                    help="stay up and load once per line 'load' on standard input, printing each result line "
                         "and giving the load back before the next; exit at end of input or 'quit' "
@@ -401,6 +411,9 @@ def run_source(args: SourceFlags) -> int:
         try:
             if args.lie_manifest and args.data_seed is None:
                 raise BadInput("--lie-manifest needs --data-seed (an honest source's checksums are the reference's)")
+            if args.grow_tensors is not None and (args.grow_tensors < 1 or not args.debug_hooks or args.model_file):
+                raise BadInput(f"--grow-tensors {args.grow_tensors}: needs a count of at least 1, --debug-hooks "
+                               "(a refit grows the model) and a synthetic model (no --model-file)")
             reference, host_arena = model_from_args(args, proc.emit)
         except BadInput as exc:
             print(f"mxref source: {exc}", file=sys.stderr)
@@ -436,13 +449,39 @@ def run_source(args: SourceFlags) -> int:
         service = SourceService(mgr, arena, checksums, identity, options, accel.name, proc.events, metrics.source)
         hooks = _debug_hooks(args, proc, arena)
         if hooks is not None:
-            hooks.on_refit(lambda: service.refit(hooks.rewrite))
+            write = (hooks.rewrite if args.grow_tensors is None
+                     else _grower(args, service, mgr, accel, len(arena.specs), args.grow_tensors))
+            hooks.on_refit(lambda: service.refit(write))
         try:
             _serve(service, proc, args.serve_seconds)
         finally:
             if hooks is not None:
                 hooks.close()
         return proc.finish(EXIT_OK)
+
+
+def _grower(args: SourceFlags, service: Any, mgr: Any, accel: Any, first: int, count: int) -> Callable[[], int]:
+    """A refit's write that grows the model (``--grow-tensors``): each call adds ``count`` tensors,
+    the generator's next ones for the model's seed, registers their memory, then swaps the manifest
+    and republishes (``SourceService.grow``)."""
+    # late: this role's own modules (the note above _seconds)
+    from mxref.transfer.local import local_tensors
+
+    held = [first]
+
+    def grow() -> int:
+        spec = model_spec(args)
+        sizes = spec.sizes or (spec.tensor_bytes,) * spec.tensors
+        grown = dataclasses.replace(spec, sizes=(*sizes, *(spec.tensor_bytes,) * (held[0] + count - len(sizes))))
+        extra = Arena(grown.tensor_specs()[held[0]:])
+        fill_from_seed(extra, spec.seed if args.data_seed is None else args.data_seed, first=held[0])
+        checksums = extra.checksums()
+        arena = accel.to_device(extra, args.device_id)
+        mgr.register_tensors(local_tensors(arena, args.device_id))
+        held[0] += count
+        return int(service.grow(arena, checksums))
+
+    return grow
 
 
 def run_reader(args: ReaderFlags) -> int:
@@ -474,6 +513,7 @@ def run_reader(args: ReaderFlags) -> int:
             selector=args.selector or os.environ.get("MX_P2P_SOURCE_SELECTOR") or "random",
             selector_seed=args.selector_seed, checkpoint=args.checkpoint, agent_name=args.agent_name,
             skip_release=args.skip_release, name=args.name, push_metadata=args.push_metadata, lease=args.lease,
+            accept_growth=args.accept_growth,
             unguarded_retry=args.simulate_unguarded_retry, hash_while_reading=args.hash_while_reading,
             chunks=(ChunkPolicy(chunk_bytes=int(args.read_chunk_mib * (1 << 20)), window=args.read_window, ramp=args.read_ramp)
                     if args.read_chunk_mib > 0 else None),

@@ -147,6 +147,10 @@ EVENTS: dict[str, EventSpec] = {
                              "expired": "of those, leases that ran out while it waited"}),
     "drain_timed_out": _ev("timeout_s", "waited_s", "live"),
     "refit": _ev("generation", "tensors", "seconds"),
+    # source with --grow-tensors: a refit that adds tensors (registered first) and republishes the grown manifest
+    "manifest_grown": _ev("generation", "tensors", "added", "mx_source_id"),
+    # reader with --accept-growth: a manifest holding the reference's tensors and more, adopted for this attempt
+    "reference_grown": _ev("index", "tensors", "added", "digest"),
     "fallback": _ev("reason", "checkpoint"),
     "load_done": _ev("source", "worker_id", "bytes", "seconds", "gbps", "integrity", "attempts", "phases",
                      path=("rdma", "disk"), notes={"phases": "{load_phase: seconds the load spent in it}"}),

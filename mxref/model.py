@@ -350,11 +350,12 @@ def generate(spec: ModelSpec) -> Arena:
     return arena
 
 
-def fill_from_seed(arena: Arena, seed: int) -> None:
-    """Overwrite every tensor with the generator's bytes for ``seed`` (tensor i: PCG64(seed, i))."""
+def fill_from_seed(arena: Arena, seed: int, first: int = 0) -> None:
+    """Overwrite every tensor with the generator's bytes for ``seed`` (tensor i: PCG64(seed, first + i);
+    ``first``: the model index of the arena's first tensor, for tensors added to a model after it was built)."""
     for i, t in enumerate(arena.specs):
         target, start = arena.raw(i), 0
-        for piece in _seeded_slices(seed, i, t.nbytes):
+        for piece in _seeded_slices(seed, first + i, t.nbytes):
             target[start:start + len(piece)] = piece
             start += len(piece)
 

@@ -127,6 +127,7 @@ class SourceFlags(PeerFlags, ModelFlags):
     lease_seconds: float | None
     drain_timeout: float | None
     debug_hooks: bool
+    grow_tensors: int | None
     data_seed: int | None
     lie_manifest: bool
 
@@ -157,6 +158,7 @@ class ReaderFlags(PeerFlags, ModelFlags):
     settle_s: float
     settle_always: bool
     lease: bool
+    accept_growth: bool
     load_loop: bool
     probe_duplicate_registration: bool
     debug_leak: str | None

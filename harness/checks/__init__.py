@@ -144,6 +144,8 @@ class RunFacts:
 
     roles: Mapping[str, str] = field(default_factory=dict)  # process name -> role
     expected: Callable[[], ExpectedModel] | None = None
+    # the model with N more tensors (a manifest that grew after publishing), as the harness computes it
+    grown: Callable[[int], ExpectedModel] | None = None
     players: Mapping[str, str] = field(default_factory=dict)  # process name -> subject playing it (unset: mxref)
     # reader -> its chunked READ as the scenario gives it (read_chunk_mib, read_window; None: the default)
     read_windows: Mapping[str, tuple[float | None, int | None]] = field(default_factory=dict)

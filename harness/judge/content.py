@@ -15,6 +15,7 @@ Also here: the tampered checkpoint copy a reader with ``tamper_checkpoint`` fall
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -43,6 +44,8 @@ __all__ = [
     "ExpectedTensor",
     "digest_of",
     "expected_model",
+    "grown_model",
+    "lazy_grown",
     "lazy_expected",
     "reader_checkpoint",
     "tamper_copy",
@@ -71,14 +74,19 @@ def tensor_checksum(seed: int, index: int, nbytes: int) -> str:
     return hasher.hexdigest()
 
 
-def _from_generator(flags: list[str]) -> ExpectedModel:
+def _from_generator(flags: list[str], added: int = 0) -> ExpectedModel:
+    """The synthetic model of ``flags``; ``added``: with that many more tensors of its tensor size
+    (the generator's next indices: a source's ``grow_tensors``)."""
     spec = spec_from_flags(flags)
+    if added:
+        sizes = spec.sizes or (spec.tensor_bytes,) * spec.tensors
+        spec = dataclasses.replace(spec, sizes=(*sizes, *(spec.tensor_bytes,) * added))
     tensors = tuple(
         ExpectedTensor(t.name, t.dtype, tuple(t.shape), tensor_checksum(spec.seed, i, t.nbytes))
         for i, t in enumerate(spec.tensor_specs())
     )
     origin = f"generator: {spec.tensors} x {spec.tensor_bytes} B {spec.dtype}, seed {spec.seed}"
-    return ExpectedModel(origin, tensors)
+    return ExpectedModel(origin + (f", {added} tensor(s) added" if added else ""), tensors)
 
 
 def _natural(name: str) -> list[Any]:
@@ -105,6 +113,20 @@ def expected_model(sc: Scenario) -> ExpectedModel:
     if sc.model.file:
         return _from_file((sc.directory / sc.model.file).resolve())
     return _from_generator(sc.model.flags(sc.seed, sc.directory))
+
+
+def grown_model(sc: Scenario, added: int) -> ExpectedModel:
+    """The scenario's synthetic model with ``added`` more tensors (a manifest that grew after
+    publishing), as the harness computes it; HarnessError for a model file (nothing to grow)."""
+    if sc.model.file:
+        raise HarnessError(f"model.file {sc.model.file}: a model file cannot grow; the grown generation "
+                           "is computed for a synthetic model only")
+    return _from_generator(sc.model.flags(sc.seed, sc.directory), added)
+
+
+def lazy_grown(sc: Scenario) -> Callable[[int], ExpectedModel]:
+    """``grown_model(sc, added)``, each computed once."""
+    return functools.cache(lambda added: grown_model(sc, added))
 
 
 def lazy_expected(sc: Scenario) -> Callable[[], ExpectedModel]:

@@ -64,6 +64,7 @@ class RunResult:
 def judge(scenario: Scenario, history: History) -> list[check_registry.NamedResult]:
     """Run the scenario's checks (its own, then the implicit ones) over a history (pure; ``mxchaos check`` re-judges with it)."""
     facts = check_registry.RunFacts(roles=scenario.roles(), expected=content.lazy_expected(scenario),
+                                    grown=content.lazy_grown(scenario),
                                     players=scenario.players(), read_windows=scenario.read_windows())
     return [
         check_registry.evaluate(i, kind, params, history, facts)

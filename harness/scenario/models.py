@@ -259,6 +259,9 @@ class SourceOptions(PeerOptions):
     debug_hooks: bool = False
     lease_seconds: Duration | None = None  # a tensor read lease's lifetime (mxref: ModelExpress's rule, 1830 s)
     drain_timeout: Duration | None = None  # a refit's drain bound (mxref: a lease lifetime + 1 s)
+    # with debug_hooks: a refit (`drain`) adds this many tensors and republishes the grown manifest
+    # under the same identity (ModelExpress 0.8); the `one_generation` check knows both generations
+    grow_tensors: int | None = Field(None, ge=1, le=4096)
 
 
 class ReaderOptions(PeerOptions):
@@ -283,6 +286,8 @@ class ReaderOptions(PeerOptions):
     lease: bool = False  # take a tensor read lease (PrepareTensorRead) for each READ, give it back after
     # a NIXL probe: after a load over NIXL, register one range twice and deregister both (NIXL #1792)
     probe_duplicate_registration: bool = False
+    # read a manifest that grew after publishing (ModelExpress 0.8's republish) whole; else it is a mismatch
+    accept_growth: bool = False
 
 
 Subject = Literal["mxref", "modelexpress"]

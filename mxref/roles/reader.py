@@ -59,7 +59,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from mxref import config
 from mxref.accelerators import compatible, get_backend
@@ -68,49 +67,16 @@ from mxref.events import EventLog
 from mxref.metrics import ReaderMetrics
 from mxref.model import Arena, LandingChecksums, Reference, load_checkpoint
 from mxref.roles.client import MxClient, fetch_tensor_manifest
+from mxref.roles.growth import grown_reference
 from mxref.roles.lease import LeaseHolder, LeaseRefused
+from mxref.roles.reader_options import ReaderOptions as ReaderOptions  # re-exported: where callers import it from
 from mxref.roles.selection import Target, get_selector
-from mxref.transfer.chunked import ChunkPolicy, ChunkTime, ReadClock, window_idle
+from mxref.transfer.chunked import ChunkTime, ReadClock, window_idle
 from mxref.transfer.manager import NixlTransferManager
 from mxref.transfer.read_target import NixlWarmup, ReadTarget, TargetPrestart, prepare_target
 from mxref.v1 import p2p_pb2
 
 logger = logging.getLogger("mxref.roles.reader")
-
-DEFAULT_CHUNKS = ChunkPolicy()  # frozen: one shared instance is safe
-
-
-@dataclass(frozen=True)
-class ReaderOptions:
-    server: str
-    transfer_timeout_s: float = config.DEFAULT_TRANSFER_TIMEOUT_S
-    handshake_timeout_s: float = config.DEFAULT_HANDSHAKE_TIMEOUT_S
-    manifest_timeout_s: float = config.DEFAULT_MANIFEST_TIMEOUT_S
-    rpc_timeout_s: float = config.DEFAULT_RPC_TIMEOUT_S  # deadline of each metadata-server RPC
-    worker_rank: int = 0
-    accelerator: str = "cpu"
-    device_id: int = 0
-    selector: str = "random"
-    selector_seed: int | None = None
-    checkpoint: Path | None = None
-    agent_name: str | None = None
-    skip_release: bool = False  # simulates the pre-fix reader that never disconnects its source
-    # simulates the unguarded reader: after a failed READ the next candidate is read with the same
-    # agent, registration and memory (a stalled source's late replies land in the verified load)
-    unguarded_retry: bool = False
-    # chunked READs with one window deadline (a frozen source is seen in ~1 s); None: one READ
-    # handle per candidate, bounded only by the budget (docs/contract.md#read-budget). The budget bounds both.
-    chunks: ChunkPolicy | None = DEFAULT_CHUNKS
-    # a chunked READ into host memory hashes each tensor whose bytes have landed between its polls
-    # (``LandingChecksums``); False: every checksum after the READ (the bench's control)
-    hash_while_reading: bool = True
-    push_metadata: bool = False  # also push our metadata to the source's listener (see the CLI help)
-    # prepare the first READ target (memory + agent) while the control plane is asked
-    prestart: bool = True
-    # take a tensor read lease (PrepareTensorRead) per attempt; no READ without one (mxref.roles.lease)
-    lease: bool = False
-    name: str = "reader"
-
 
 @dataclass
 class Attempt:
@@ -157,6 +123,7 @@ class Reader:
         self.options = options
         self._warmup = warmup
         self.reference = reference
+        self.base = reference  # the operator's; an attempt may read it grown (``accept_growth``)
         self.specs = list(reference.tensors)
         self.identity = identity
         self.events = events
@@ -221,6 +188,7 @@ class Reader:
                 if self._try(client, ref, attempt, has_next, result):
                     break
         if not result.ok:
+            self._follow(self.base, None)  # the checkpoint holds the operator's model
             t0 = time.perf_counter()
             self._fall_back(result, "no source succeeded" if candidates else "no source available")
             self._load_phase("fallback", t0, None, result.ok)
@@ -306,7 +274,10 @@ class Reader:
         if not compatible(self.accelerator.name, worker.accelerator):
             return self._outcome(attempt, "skipped", f"accelerator {worker.accelerator!r} is not {self.accelerator.name!r}")
         attempt.agent_name = worker.agent_name
-        disagreement = self._manifest_disagreement(list(worker.tensor_source.tensors or worker.tensors))
+        tensors = list(worker.tensor_source.tensors or worker.tensors)
+        if self.options.accept_growth:
+            self._follow(grown_reference(self.base, tensors), attempt.index)
+        disagreement = self._manifest_disagreement(tensors)
         if disagreement is not None:
             self.metrics.reader.reference_mismatches.labels("manifest").inc()
             return self._outcome(attempt, "reference_mismatch", disagreement)
@@ -350,6 +321,19 @@ class Reader:
         if error:
             logger.warning("source attempt %d (%s): %s: %s", attempt.index, attempt.worker_id, outcome, error)
         return outcome == "success"
+
+    def _follow(self, reference: Reference, index: int | None) -> None:
+        """Read (and verify) as ``reference`` from now on: the prestarted target, laid out for the
+        previous one, is dropped (never read into)."""
+        if reference.digest == self.reference.digest:
+            return
+        self.reference, self.specs = reference, list(reference.tensors)
+        if self._prestart is not None:
+            self._prestart.discard()
+            self._prestart = None
+        if reference is not self.base:
+            self.events.emit("reference_grown", index=index, tensors=len(self.specs),
+                             added=len(self.specs) - len(self.base.tensors), digest=reference.digest)
 
     def _manifest_disagreement(self, tensors: list[p2p_pb2.TensorDescriptor]) -> str | None:
         """Why a source's manifest is not our reference's model, or None. An empty checksum

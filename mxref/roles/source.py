@@ -24,10 +24,14 @@ Tensor read leases (ModelExpress's ``PrepareTensorRead``/``ReleaseTensorRead``,
 ``drain_timeout_s`` (default: one lease lifetime and a second, so the lease of a holder that
 vanished has expired by then), write the weights (``mutate``), count a generation and admit leases
 again; a drain that times out re-opens admission and writes nothing (``drain_timed_out``).
+``grow(arena, checksums)`` is the write of a refit that adds tensors (``--grow-tensors``, ModelExpress
+0.8's manifest that grows after publishing): their memory is registered first, then the manifest is
+swapped whole for the grown one and republished under the same identity (``manifest_grown``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -165,6 +169,19 @@ class Publisher(threading.Thread):
         finally:
             if locked:
                 self._lock.release()
+
+    def republish(self, worker: p2p_pb2.WorkerMetadata) -> str | None:
+        """Publish ``worker`` again under the same identity (a grown manifest, ModelExpress 0.8's
+        republish): the record keeps its id; the status goes on from READY. The id, or None when
+        the publish failed (the next tick tries again, as after a wiped store)."""
+        with self._lock:
+            self.worker = worker
+            if self._stop_event.is_set():
+                return None
+            if self._publish():
+                return self.mx_source_id
+            self.mx_source_id = None  # the record is the old one: the next tick publishes the grown one
+            return None
 
     def _publish(self) -> bool:
         for attempt in range(len(PUBLISH_BACKOFF_S) + 1):
@@ -320,6 +337,7 @@ class SourceService:
             metadata_endpoint=md_endpoint, agent_name=manager.agent_name, accelerator=accelerator,
         )
         self.servicer = WorkerServicer(self.manifest, metrics=metrics)
+        self.extra_arenas: list[Arena] = []  # tensors added after publishing (``grow``)
         lifetime = options.lease_seconds if options.lease_seconds is not None else float(lease_seconds())
         self.leases = Leases(lifetime, on_change=lease_events(events, lifetime))
         self.refitter = Refit(self.leases, events, options.drain_timeout_s if options.drain_timeout_s is not None
@@ -350,6 +368,28 @@ class SourceService:
 
     def start(self) -> None:
         self.publisher.start()
+
+    def grow(self, arena: Arena, checksums: list[str]) -> int:
+        """Add ``arena``'s tensors (already registered with the manager: memory first) to the
+        manifest and republish it under the same identity (ModelExpress 0.8's grown manifest). The
+        manifest is swapped whole, in one step: a reader's manifest request answers either the old
+        tensor list or the grown one. Returns the tensors added."""
+        added = tensor_descriptors(arena, checksums, self.manager.device_id)
+        grown = dataclasses.replace(self.manifest, tensors=(*self.manifest.tensors, *added))
+        self.manifest = grown
+        self.extra_arenas.append(arena)  # held (and registered) until the manager's shutdown
+        worker = p2p_pb2.WorkerMetadata()
+        worker.CopyFrom(self.publisher.worker)
+        if self.options.mode == "central":  # the record carries the tensors and the agent's blob, now with the new regions
+            worker.nixl_metadata = self.manager._metadata
+            worker.tensor_source.tensors.extend(added)
+        sid = self.publisher.mx_source_id
+        if sid is not None:
+            self.servicer.set_manifest(grown.published_as(sid))
+        sid = self.publisher.republish(worker) or sid
+        self.events.emit("manifest_grown", generation=self.refitter.generation + 1, tensors=len(grown.tensors),
+                         added=len(added), mx_source_id=sid)
+        return len(added)
 
     def refit(self, mutate: Callable[[], int]) -> bool:
         """A weight update (``Refit``); True when the weights were written."""

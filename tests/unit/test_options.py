@@ -49,14 +49,14 @@ DEFAULTS: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "source": (SourceFlags, {
         **COMMON, **MODEL, **PEER, "name": "source", "mode": "p2p", "nixl_port": 0, "worker_port": 0,
         "heartbeat_interval": None, "serve_seconds": None, "ready_delay": 0.0, "lease_seconds": None,
-        "drain_timeout": None, "debug_hooks": False, "data_seed": None, "lie_manifest": False}),
+        "drain_timeout": None, "debug_hooks": False, "grow_tensors": None, "data_seed": None, "lie_manifest": False}),
     "reader": (ReaderFlags, {
         **COMMON, **MODEL, **PEER, "name": "reader", "transfer_timeout": None, "handshake_timeout": 120.0,
         "read_chunk_mib": 16.0, "read_window": 2, "read_ramp": True, "hash_while_reading": True, "rpc_timeout": 30.0,
         "selector": None, "selector_seed": None, "serve_after_load": False, "serve_seconds": None,
         "heartbeat_interval": None, "worker_port": 0, "mode": "p2p", "push_metadata": False, "skip_release": False,
         "simulate_unguarded_retry": False, "result": None, "settle_s": 0.5, "settle_always": False, "lease": False,
-        "load_loop": False, "probe_duplicate_registration": False, "debug_leak": None, "debug_hooks": False}),
+        "accept_growth": False, "load_loop": False, "probe_duplicate_registration": False, "debug_leak": None, "debug_hooks": False}),
     "prepare": (PrepareFlags, {**COMMON, **MODEL, "name": "prepare", "checkpoint": Path("c.safetensors"),
                                "data_seed": None}),
     "demo": (DemoFlags, {

@@ -157,3 +157,24 @@ def test_mark_stale_is_bounded_while_a_heartbeat_is_stuck(pub: Publisher, client
     pub.mark_stale("shutdown", timeout_s=0.2)
     assert time.monotonic() - t0 < 2.0
     stuck.join(5)
+
+
+def test_republish_sends_the_grown_worker_under_the_same_identity_and_keeps_ready(pub: Publisher, client: FakeClient) -> None:
+    """A grown manifest (ModelExpress 0.8): the new worker record is published again, same id, and the
+    status goes on from READY (no INITIALIZING in between)."""
+    pub.tick()
+    grown = p2p_pb2.WorkerMetadata(worker_rank=0, agent_name="a", metadata_endpoint="h:1")
+    assert pub.republish(grown) == "sid"
+    assert pub.worker is grown and pub.status == READY
+    pub.tick()
+    assert statuses(pub) == [("publish", "w1"), ("status", "SOURCE_STATUS_READY"), ("publish", "w1"),
+                             ("status", "SOURCE_STATUS_READY")]
+
+
+def test_a_republish_that_fails_leaves_the_next_tick_to_publish(pub: Publisher, client: FakeClient) -> None:
+    pub.tick()
+    client.publish_errors = [unavailable(), unavailable(), unavailable()]
+    assert pub.republish(p2p_pb2.WorkerMetadata(worker_rank=0, agent_name="a")) is None
+    assert pub.mx_source_id is None
+    pub.tick()
+    assert pub.mx_source_id == "sid" and statuses(pub)[-2:] == [("publish", "w1"), ("status", "SOURCE_STATUS_READY")]

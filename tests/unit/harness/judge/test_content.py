@@ -158,3 +158,23 @@ def test_tamper_checkpoint_with_a_checkpoint_of_its_own_is_a_clear_error() -> No
     assert len(rendered) == 1 and "processes.reader-1" in rendered[0], rendered
     assert "tamper_checkpoint tampers a copy of the run's prepared checkpoint" in rendered[0]
     assert "cannot be combined with options.checkpoint" in rendered[0]
+
+
+def test_the_grown_generation_is_the_same_seeds_model_with_more_tensors() -> None:
+    """A source's ``grow_tensors`` adds the generator's next tensors: the harness's grown generation is
+    the scenario's model with that many more tensors of its size, and mxref's generator agrees."""
+    sc = parse_scenario(SCENARIO, "x.yaml")
+    grown = content.grown_model(sc, 2)
+    bigger = parse_scenario(SCENARIO.replace("tensors: 3", "tensors: 5"), "x.yaml")
+    assert grown.tensors == content.expected_model(bigger).tensors
+    assert grown.tensors[:3] == content.expected_model(sc).tensors
+    spec = mxref.model.ModelSpec(name="mxref/synthetic", tensors=5, tensor_bytes=10484, dtype="float16", seed=7)
+    assert grown.checksums() == mxref.model.expected_checksums(spec)
+    assert content.lazy_grown(sc)(2) == grown
+
+
+def test_a_model_file_cannot_grow(tmp_path: Path) -> None:
+    sc = parse_scenario(SCENARIO.replace("model: {tensors: 3, tensor_mib: 0.01, dtype: float16}",
+                                         "model: {file: m.safetensors}"), "x.yaml")
+    with pytest.raises(HarnessError, match="cannot grow"):
+        content.grown_model(sc, 2)

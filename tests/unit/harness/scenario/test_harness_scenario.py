@@ -88,7 +88,7 @@ def test_a_nested_typo_points_at_its_own_line_and_full_path() -> None:
         "x.yaml:5: processes.reader-1.options.transfer_timout: unknown key 'transfer_timout'; did you mean "
         "'transfer_timeout'? (allowed: rank, agent_name, accelerator, device_id, advertise_host, worker_port, "
         "heartbeat_interval, serve_seconds, mx_version, transfer_timeout, handshake_timeout, rpc_timeout, read_chunk_mib, read_window, selector, selector_seed, "
-        "serve_after_load, skip_release, push_metadata, mode, checkpoint, settle_s, settle_always, lease, probe_duplicate_registration)"
+        "serve_after_load, skip_release, push_metadata, mode, checkpoint, settle_s, settle_always, lease, probe_duplicate_registration, accept_growth)"
     ]
 
 
