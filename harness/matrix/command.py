@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from harness.record.saved import MatrixDoc, SavedDocError
+from harness.record.saved import MatrixCell, MatrixDoc, SavedDocError
 from harness.scenario.select import shown
 
 if TYPE_CHECKING:
@@ -74,61 +73,59 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(fn=cmd_matrix)
 
 
-def print_matrix_recap(matrix: Mapping[str, Any], out: Path) -> None:
+def print_matrix_recap(matrix: MatrixDoc, out: Path) -> None:
     """The closing recap of ``mxchaos run``, per cell: a line per cell that fails the matrix
     (scenario @ column, its cell, how many runs failed) with the page of its first failing run."""
     from harness.record.cells import FAILING
 
     lines = []
-    for name, row in matrix["cells"].items():
-        for cid, cell in row.items():
-            verdict = str(cell.get("verdict"))
-            if verdict.lower() not in FAILING:
-                continue
-            f = cell.get("failures") or {}
-            bad = [r for r in cell.get("runs") or [] if str(r.get("verdict")) not in ("pass", "xfail", "xpass", "skip")]
-            page = ""
-            if bad:
-                link = str(bad[0].get("link") or bad[0].get("run_dir") or "")
-                page = f"  seed {bad[0].get('seed')}: {shown(out / link / 'report.html') if link else '?'}"
-            lines.append(f"{verdict.upper():6}  {name} @ {cid}  {f.get('k', '?')}/{f.get('n', '?')} failed{page}")
+    for name, cid, cell in matrix.all_cells():
+        if cell.verdict.lower() not in FAILING:
+            continue
+        k, n = cell.failed()
+        bad = [r for r in cell.runs if r.verdict not in ("pass", "xfail", "xpass", "skip")]
+        page = ""
+        if bad:
+            link = bad[0].link or bad[0].run_dir
+            page = f"  seed {bad[0].seed}: {shown(out / link / 'report.html') if link else '?'}"
+        lines.append(f"{cell.verdict.upper():6}  {name} @ {cid}  {'?' if k is None else k}/{'?' if n is None else n} failed{page}")
     if lines:
         print(f"\n{'short summary':-^72}")
         print("\n".join(lines))
 
 
-def format_table(matrix: dict[str, Any]) -> str:
+def format_table(matrix: MatrixDoc) -> str:
     """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
     from harness.judge.envbroken import ENV_BROKEN, LABEL
     from harness.record.cells import NOT_INSTALLABLE
 
-    cols = matrix["columns"]
-    header = ["scenario", *[c["id"] for c in cols]]
+    cols = matrix.columns
+    header = ["scenario", *[c.id for c in cols]]
     rows = [header, ["(loaded)", *[
-        (f"nixl {','.join(c.get('loaded_nixl') or ['?'])} ucx {','.join(c.get('loaded_ucx') or ['?'])}"
-         if c.get("available") else str(c.get("error") or "not installable")[:100]) for c in cols]]]
-    for sc in matrix["scenarios"]:
-        row = [sc["name"]]
+        (f"nixl {','.join(c.loaded_nixl or ['?'])} ucx {','.join(c.loaded_ucx or ['?'])}"
+         if c.available else (c.error or "not installable")[:100]) for c in cols]]]
+    for sc in matrix.scenarios:
+        row = [sc.name]
         for c in cols:
-            cell = matrix["cells"][sc["name"]].get(c["id"], {})
-            text = str(cell.get("verdict", "none")).upper()
-            if cell.get("verdict") == NOT_INSTALLABLE:  # the release itself: its column's (loaded) row says why
+            cell = matrix.cell(sc.name, c.id) or MatrixCell()
+            text = cell.verdict.upper()
+            if cell.verdict == NOT_INSTALLABLE:  # the release itself: its column's (loaded) row says why
                 row.append("NOT INSTALLABLE")
                 continue
-            if cell.get("verdict") == ENV_BROKEN:  # no verdict on NIXL: say why instead
-                row.append(str(cell.get("error") or LABEL)[:100])
+            if cell.verdict == ENV_BROKEN:  # no verdict on NIXL: say why instead
+                row.append((cell.error or LABEL)[:100])
                 continue
-            f = cell.get("failures") or {}
-            if f.get("n"):
-                text += f" {f['k']}/{f['n']} failed"
-            for key, short in (("detection_s", "detect"), ("fallback_s", "fallback"), ("recovery_s", "recover")):
-                if isinstance(cell.get(key), int | float):
-                    text += f" {short} {cell[key]:g}s"
-            if isinstance(cell.get("read_gbps"), int | float):
-                text += f" {cell['read_gbps']:g}GB/s"
-            if isinstance(cell.get("read_ratio"), int | float):
-                text += f" (x{cell['read_ratio']:g} raw)"
-            d = cell.get("defect")
+            k, n = cell.failed()
+            if n:
+                text += f" {k}/{n} failed"
+            for value, short in ((cell.detection_s, "detect"), (cell.fallback_s, "fallback"), (cell.recovery_s, "recover")):
+                if value is not None:
+                    text += f" {short} {value:g}s"
+            if cell.read_gbps is not None:
+                text += f" {cell.read_gbps:g}GB/s"
+            if cell.read_ratio is not None:
+                text += f" (x{cell.read_ratio:g} raw)"
+            d = cell.defect
             if d:
                 text += f" [defect {'expected' if d['expected'] else 'unlisted'}, {d['observed']}]"
             row.append(text)
@@ -215,7 +212,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if doc is None:
             print(f"--baseline {args.baseline}: no such file", file=sys.stderr)
             return EXIT_INVALID
-        baseline = doc.to_json()
+        baseline = doc
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
@@ -267,28 +264,25 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ENV_BROKEN
     print(format_table(matrix))
-    for c in matrix["columns"]:  # an environment verdict, never a failure: the exit code does not count it
-        if not c.get("available"):
-            print(f"{c['id']}: {c.get('error')}")
-    for h in matrix["headlines"]:
+    for c in matrix.columns:  # an environment verdict, never a failure: the exit code does not count it
+        if not c.available:
+            print(f"{c.id}: {c.error}")
+    for h in matrix.headlines:
         print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
-    changes = matrix.get("baseline_changes")
+    changes = matrix.baseline_changes
     if changes is not None:
         print(f"{len(changes)} change(s) against {args.baseline}")
-        for c in changes:
-            mark = "REGRESSION" if c.get("regression") else "change"
-            print(f"  {mark} {where(c)}: {c['text']}")
+        for change in changes:
+            mark = "REGRESSION" if change.get("regression") else "change"
+            print(f"  {mark} {where(change)}: {change['text']}")
     print_matrix_recap(matrix, spec.out)
     print(f"wrote {shown(MatrixDoc.in_folder(spec.out))} and {shown(spec.out / 'matrix.html')}")
-    broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
-              for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]
+    broken = [f"{name} @ {cid}: {cell.error}" for name, cid, cell in matrix.all_cells() if cell.verdict == ENV_BROKEN]
     if broken:
         print(f"{len(broken)} cell(s) not judged, their environment is broken (mxchaos doctor says more):")
         for line in broken:
             print(f"  {line}")
         return EXIT_ENV_BROKEN
-    bad_cell = any(
-        str(cell.get("verdict")).lower() in FAILING for row in matrix["cells"].values() for cell in row.values()
-    )
+    bad_cell = any(cell.verdict.lower() in FAILING for _, _, cell in matrix.all_cells())
     regressed = any(c.get("regression") for c in changes or [])
     return EXIT_FAILED if bad_cell or regressed else EXIT_OK

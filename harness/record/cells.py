@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.record.saved import VERSIONS, RunRecordDoc, SavedDocError, SummaryDoc, VerdictDoc, read_json, run_verdict_files
+from harness.record.saved import (
+    VERSIONS,
+    MatrixCell,
+    RunRecordDoc,
+    SavedDocError,
+    SummaryDoc,
+    VerdictDoc,
+    read_json,
+    run_verdict_files,
+)
 from harness.record.timeline import History
 
 __all__ = [
@@ -183,21 +192,21 @@ def _loaded(run_dir: Path) -> tuple[str | None, str | None]:
     return bare(data.get("nixl")), bare(data.get("ucx"))
 
 
-def _runs_from_folders(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def _runs_from_folders(out_dir: Path) -> dict[str, list[RunRecordDoc]]:
     """``{scenario: [run]}`` from ``DIR/<scenario>/<stamp>/verdict.json`` (no summary.json)."""
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[RunRecordDoc]] = {}
     for vpath in run_verdict_files(out_dir):
         doc = VerdictDoc.read_or_none(vpath)
         if doc is None:
             continue
         run = RunRecordDoc(verdict=doc.verdict, run_dir=str(vpath.parent), seed=doc.seed, seconds=doc.seconds)
-        found.setdefault(doc.scenario or vpath.parent.parent.name, []).append(run.to_json())
+        found.setdefault(doc.scenario or vpath.parent.parent.name, []).append(run)
     return found
 
 
 @dataclass
 class ColumnRead:
-    cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cells: dict[str, MatrixCell] = field(default_factory=dict)
     nixl: list[str] = field(default_factory=list)  # versions the column's runs loaded
     ucx: list[str] = field(default_factory=list)
 
@@ -218,8 +227,8 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
     col = ColumnRead()
     for name in scenarios:
         entry = by_summary.get(name)
-        runs: list[dict[str, Any]] = [r.to_json() for r in entry.runs] if entry else by_folders.get(name, [])
-        verdicts = [str(r.get("verdict")) for r in runs]
+        runs: list[RunRecordDoc] = list(entry.runs) if entry else by_folders.get(name, [])
+        verdicts = [r.verdict for r in runs]
         counts = Counter(verdicts)
         conclusive = [v for v in verdicts if v != "skip"]
         cell: dict[str, Any] = {
@@ -229,16 +238,16 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             "rate": entry.rate if entry else None,
             "bound": entry.bound if entry else None,
             "measured": entry.measured if entry else None,
-            "runs": runs,
+            "runs": [r.to_json() for r in runs],
         }
         seconds, detect, recover, fallback, gbps = [], [], [], [], []
         nixl, ucx = set(), set()
         played: dict[str, str] = {}
         served: dict[str, str] = {}
         for r in runs:
-            if isinstance(r.get("seconds"), int | float):
-                seconds.append(float(r["seconds"]))
-            rd = Path(str(r.get("run_dir", "")))
+            if r.seconds is not None:
+                seconds.append(float(r.seconds))
+            rd = Path(r.run_dir)
             if not rd.is_dir():
                 continue
             t = run_timings(rd)
@@ -264,7 +273,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             subjects=dict(sorted(played.items())),
             servers=dict(sorted(served.items())),
         )
-        col.cells[name] = cell
+        col.cells[name] = MatrixCell.model_validate(cell)
         col.nixl = sorted({*col.nixl, *nixl})
         col.ucx = sorted({*col.ucx, *ucx})
     return col
