@@ -16,9 +16,11 @@ when it runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
@@ -26,9 +28,11 @@ from harness.record.saved import MatrixCell, MatrixDoc, SavedDocError
 from harness.scenario.select import shown
 
 if TYPE_CHECKING:
+    from harness.record.cells import Column
+    from harness.reports.console import RecapEntry
     from harness.scenario import Scenario
 
-__all__ = ["add_parser", "cmd_matrix", "format_table"]
+__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap"]
 
 
 
@@ -64,6 +68,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--jobs", type=at_least(1, "a number of lanes"), default=None, metavar="N",
                    help="scenarios of a column side by side, at most N at once (default: two per core of the machine); "
                    "one with tight timing windows or global faults runs alone (harness.matrix.schedule)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print what each column does as it runs and the full table (timings, READ GB/s, known "
+                   "defects); default: an [i/N] line per column, the verdicts and the recap")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the mxchaos source installed into each env (default: this checkout)")
@@ -73,29 +80,61 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(fn=cmd_matrix)
 
 
-def print_matrix_recap(matrix: MatrixDoc, out: Path) -> None:
-    """The closing recap of ``mxchaos run``, per cell: a line per cell that fails the matrix
-    (scenario @ column, its cell, how many runs failed) with the page of its first failing run."""
-    from harness.record.cells import FAILING
+class ColumnProgress:
+    """``[i/N]`` lines, as ``mxchaos run`` and ``nightly`` print them: one as a column starts, one
+    as it ends with its cells' verdicts and, in brackets, the tally of the matrix so far."""
 
-    lines = []
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.stream = stream or sys.stdout
+        self.tally: Counter[str] = Counter()
+
+    def started(self, i: int, column: Column) -> None:
+        self.stream.write(f"[{i}/{self.total}] {column.label}\n")
+        self.stream.flush()
+
+    def ended(self, i: int, column: Column, matrix: MatrixDoc) -> None:
+        here = Counter((matrix.cell(sc.name, column.id) or MatrixCell()).verdict.upper() for sc in matrix.scenarios)
+        self.tally.update(here)
+        col = next((c for c in matrix.columns if c.id == column.id), None)
+        why = "" if col is None else f"  {col.error}" if not col.available else f"  {col.run_error}" if col.run_error else ""
+        self.stream.write(f"[{i}/{self.total}] {column.id}: {_counts(here)}{why}  [{_counts(self.tally)}]\n")
+        self.stream.flush()
+
+
+def _counts(tally: Counter[str]) -> str:
+    return " ".join(f"{n} {word}" for word, n in sorted(tally.items())) or "-"
+
+
+def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
+    """The closing recap's entries (``harness.reports.console.write_recap`` writes them): one per
+    cell that fails the matrix (``cells.FAILING``), as ``scenario @ column``, how many of its runs
+    failed, its first failing run's first failing check and the page of that run."""
+    from harness.record.cells import FAILING
+    from harness.record.deaths import name_signals
+    from harness.record.saved import VerdictDoc
+    from harness.reports.console import RecapEntry
+
+    entries = []
     for name, cid, cell in matrix.all_cells():
         if cell.verdict.lower() not in FAILING:
             continue
         k, n = cell.failed()
         bad = [r for r in cell.runs if r.verdict not in ("pass", "xfail", "xpass", "skip")]
-        page = ""
+        why, page = cell.error or "no run", ""
         if bad:
+            doc = VerdictDoc.read_or_none(VerdictDoc.in_folder(Path(bad[0].run_dir))) if bad[0].run_dir else None
+            why = name_signals((doc.first_failing() if doc is not None else None) or f"{bad[0].verdict} (seed {bad[0].seed})")
             link = bad[0].link or bad[0].run_dir
-            page = f"  seed {bad[0].seed}: {shown(out / link / 'report.html') if link else '?'}"
-        lines.append(f"{cell.verdict.upper():6}  {name} @ {cid}  {'?' if k is None else k}/{'?' if n is None else n} failed{page}")
-    if lines:
-        print(f"\n{'short summary':-^72}")
-        print("\n".join(lines))
+            page = shown(out / link / "report.html") if link else ""
+        count = f"failed {'?' if k is None else k}/{'?' if n is None else n}"
+        entries.append(RecapEntry(cell.verdict.upper(), f"{name} @ {cid}", why, page, count=count))
+    return entries
 
 
-def format_table(matrix: MatrixDoc) -> str:
-    """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
+def format_table(matrix: MatrixDoc, verbose: bool = True) -> str:
+    """The matrix as plain text: a row per scenario, a column per NIXL version (x env); each cell
+    its verdict and failed runs, and with ``verbose`` its timings, READ GB/s and known defect."""
     from harness.judge.envbroken import ENV_BROKEN, LABEL
     from harness.record.cells import NOT_INSTALLABLE
 
@@ -118,6 +157,9 @@ def format_table(matrix: MatrixDoc) -> str:
             k, n = cell.failed()
             if n:
                 text += f" {k}/{n} failed"
+            if not verbose:
+                row.append(text)
+                continue
             for value, short in ((cell.detection_s, "detect"), (cell.fallback_s, "fallback"), (cell.recovery_s, "recover")):
                 if value is not None:
                     text += f" {short} {value:g}s"
@@ -259,11 +301,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.hosts.slurm import SlurmError
 
     try:
-        matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+        progress = ColumnProgress(len(spec.columns))
+        matrix = run_matrix(spec, log=say, column_log=say if args.verbose else lambda _m: None,
+                            started=progress.started, ended=progress.ended)
     except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
         print(exc, file=sys.stderr)
         return EXIT_ENV_BROKEN
-    print(format_table(matrix))
+    print(format_table(matrix, verbose=args.verbose))
     for c in matrix.columns:  # an environment verdict, never a failure: the exit code does not count it
         if not c.available:
             print(f"{c.id}: {c.error}")
@@ -275,7 +319,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         for change in changes:
             mark = "REGRESSION" if change.get("regression") else "change"
             print(f"  {mark} {where(change)}: {change['text']}")
-    print_matrix_recap(matrix, spec.out)
+    from harness.reports.console import write_recap
+
+    write_recap(sys.stdout, matrix_recap(matrix, spec.out), color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     print(f"wrote {shown(MatrixDoc.in_folder(spec.out))} and {shown(spec.out / 'matrix.html')}")
     broken = [f"{name} @ {cid}: {cell.error}" for name, cid, cell in matrix.all_cells() if cell.verdict == ENV_BROKEN]
     if broken:

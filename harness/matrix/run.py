@@ -290,8 +290,13 @@ def run_matrix(
     ensure: Callable[[str], EnvResult] | None = None,
     execute: Execute = default_execute,
     log: Callable[[str], None] = lambda _m: None,
+    column_log: Callable[[str], None] | None = None,
+    started: Callable[[int, Column], None] = lambda _i, _c: None,
+    ended: Callable[[int, Column, MatrixDoc], None] = lambda _i, _c, _m: None,
 ) -> MatrixDoc:
-    """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix."""
+    """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix.
+    ``log`` hears the envs being built, ``column_log`` (default: ``log``) what a column does as it
+    runs; ``started(i, column)`` and ``ended(i, column, matrix so far)`` frame each column (i from 1)."""
     from harness.reports.matrix_page import render_matrix
 
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -307,11 +312,13 @@ def run_matrix(
     infos: dict[str, MatrixColumn] = {}
     raw_reads: dict[Any, tuple[float | None, str | None]] = {}
     matrix = MatrixDoc(cells={})
-    for column in spec.columns:
+    for i, column in enumerate(spec.columns, 1):
+        started(i, column)
         if envs[column.nixl].ok and not spec.unplayable_why(column):
-            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
+            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, column_log or log, raw_reads)
         # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
         matrix = build_matrix(spec, envs, infos)
         matrix.write(MatrixDoc.in_folder(spec.out))
         (spec.out / "matrix.html").write_text(render_matrix(matrix))
+        ended(i, column, matrix)
     return matrix

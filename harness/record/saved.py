@@ -185,6 +185,12 @@ class VerdictDoc(SavedDoc):
         """The checks that did not hold (false or unknown), in order."""
         return [c for c in self.checks if c.get("valid") is not True]
 
+    def first_failing(self) -> str | None:
+        """``name: summary`` of the first check that did not hold (false first, then unknown)."""
+        failed = self.failed_checks()
+        first = next((c for c in failed if c.get("valid") is False), failed[0] if failed else None)
+        return None if first is None else f"{first.get('name')}: {first.get('summary')}"
+
 
 class RunRecordDoc(SavedDoc):
     """One run of a cell, as ``summary.json`` lists it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -533,15 +534,57 @@ def test_a_column_whose_every_run_died_of_its_environment_is_broken_not_failed(
 
 
 def test_the_matrix_ends_with_a_recap_of_the_cells_that_fail_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.matrix.command import print_matrix_recap
+    """The one recap writer of ``run`` and ``nightly`` (``write_recap``), an entry per failing cell:
+    its runs' count, the first failing check of its first failing run (from that run's
+    verdict.json) and the page of that run."""
+    from harness.matrix.command import matrix_recap
+    from harness.reports.console import write_recap
 
-    runs = [{"verdict": "pass", "seed": 1, "link": "c/a/1"}, {"verdict": "fail", "seed": 2, "link": "c/a/2"}]
+    run_dir = tmp_path / "c" / "a" / "2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "fail", "checks": [
+        {"name": "loaded", "valid": "unknown", "summary": "?"}, {"name": "rdma", "valid": False, "summary": "0 reads"}]}))
+    runs = [{"verdict": "pass", "seed": 1, "link": "c/a/1"},
+            {"verdict": "fail", "seed": 2, "link": "c/a/2", "run_dir": str(run_dir)}]
     matrix = {"cells": {"a": {"c": {"verdict": "FLAKY", "failures": {"k": 1, "n": 2}, "runs": runs}},
                         "b": {"c": {"verdict": "PASS", "failures": {"k": 0, "n": 2}, "runs": []}},
-                        "d": {"c": {"verdict": "XFAIL", "failures": {"k": 2, "n": 2}, "runs": []}}}}
-    print_matrix_recap(MatrixDoc.parse(matrix, "given"), tmp_path)
+                        "d": {"c": {"verdict": "XFAIL", "failures": {"k": 2, "n": 2}, "runs": []}},
+                        "e": {"c": {"verdict": "none", "error": "mxchaos run exited 2: bad", "failures": {"k": 0, "n": 0}}}}}
+    entries = matrix_recap(MatrixDoc.parse(matrix, "given"), tmp_path)
+    write_recap(sys.stdout, entries)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == f"{'short summary':-^72}"
-    assert lines[2:] == [f"FLAKY   a @ c  1/2 failed  seed 2: {tmp_path / 'c/a/2/report.html'}"]
-    print_matrix_recap(MatrixDoc.parse({"cells": {"b": matrix["cells"]["b"]}}, "given"), tmp_path)
+    assert lines[2:] == [f"FLAKY  a @ c  failed 1/2  rdma: 0 reads  {tmp_path / 'c/a/2/report.html'}",
+                         "NONE   e @ c  failed 0/0  mxchaos run exited 2: bad"]
+    write_recap(sys.stdout, matrix_recap(MatrixDoc.parse({"cells": {"b": matrix["cells"]["b"]}}, "given"), tmp_path))
     assert capsys.readouterr().out == ""  # nothing failed: no recap
+
+
+def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``run`` and ``nightly``: a line as each column starts and one as it ends, with its cells
+    and the tally so far; the table's timings and defects only under -v."""
+    import io
+
+    from harness.matrix.command import ColumnProgress, format_table
+
+    a, b = Column("1.5.1"), Column("1.4.1")
+    matrix = MatrixDoc.parse({
+        "scenarios": [{"name": "smoke"}, {"name": "seg"}],
+        "columns": [{"id": a.id, "available": True}, {"id": b.id, "available": False, "error": "not installable: no"}],
+        "cells": {"smoke": {a.id: {"verdict": "PASS", "failures": {"k": 0, "n": 1}, "read_gbps": 0.3},
+                            b.id: {"verdict": "not_installable"}},
+                  "seg": {a.id: {"verdict": "XFAIL", "failures": {"k": 1, "n": 1},
+                                 "defect": {"expected": True, "observed": "reproduced"}},
+                          b.id: {"verdict": "not_installable"}}}}, "given")
+    out = io.StringIO()
+    progress = ColumnProgress(2, out)
+    progress.started(1, a)
+    progress.ended(1, a, matrix)
+    progress.started(2, b)
+    progress.ended(2, b, matrix)
+    assert out.getvalue().splitlines() == [
+        "[1/2] NIXL 1.5.1", "[1/2] nixl-1.5.1: 1 PASS 1 XFAIL  [1 PASS 1 XFAIL]",
+        "[2/2] NIXL 1.4.1", "[2/2] nixl-1.4.1: 2 NOT_INSTALLABLE  not installable: no  [2 NOT_INSTALLABLE 1 PASS 1 XFAIL]"]
+    compact, full = format_table(matrix, verbose=False), format_table(matrix)
+    assert "seg       XFAIL 1/1 failed" in compact and "defect" not in compact and "GB/s" not in compact
+    assert "[defect expected, reproduced]" in full and "0.3GB/s" in full
