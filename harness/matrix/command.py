@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from harness.record.saved import MatrixCell, MatrixDoc, SavedDocError
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, SavedDocError
 from harness.scenario.select import shown
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from harness.reports.console import RecapEntry
     from harness.scenario import Scenario
 
-__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap"]
+__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell"]
 
 
 
@@ -115,6 +116,8 @@ def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
     from harness.record.saved import VerdictDoc
     from harness.reports.console import RecapEntry
 
+    columns = {c.id: c for c in matrix.columns}
+    paths = {sc.name: sc.path for sc in matrix.scenarios}
     entries = []
     for name, cid, cell in matrix.all_cells():
         if cell.verdict.lower() not in FAILING:
@@ -128,8 +131,25 @@ def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
             link = bad[0].link or bad[0].run_dir
             page = shown(out / link / "report.html") if link else ""
         count = f"failed {'?' if k is None else k}/{'?' if n is None else n}"
-        entries.append(RecapEntry(cell.verdict.upper(), f"{name} @ {cid}", why, page, count=count))
+        col = columns.get(cid)
+        rerun = rerun_cell(col, paths.get(name) or name, matrix.repeat, out) if col is not None else ""
+        entries.append(RecapEntry(cell.verdict.upper(), f"{name} @ {cid}", why, page, rerun, count))
     return entries
+
+
+def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> str:
+    """The command that runs one cell again, as a matrix of one: the column's axes (its NIXL
+    version, subject, server and env values), the scenario's file, into ``OUT/rerun``."""
+    from harness.record.results import command
+
+    served = "MXCHAOS_MX_SERVER_VERSION"  # set by a server column itself (Column.env_dict), not an axis
+    axes = [*(["--nixl", column.nixl] if column.nixl else []), *(["--subject", column.subject] if column.subject else []),
+            *(["--mx-server", column.mx_server] if column.mx_server else []),
+            *(a for k, v in column.env.items() if k != served for a in ("--env", f"{k}={v}"))]
+    if not axes:  # a matrix needs an axis: this environment's column is the subject of each scenario's own
+        return ""
+    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(out / "rerun"), shown(Path(scenario))]
+    return shlex.join(argv)
 
 
 def format_table(matrix: MatrixDoc, verbose: bool = True) -> str:

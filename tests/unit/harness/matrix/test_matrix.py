@@ -560,6 +560,22 @@ def test_the_matrix_ends_with_a_recap_of_the_cells_that_fail_it(tmp_path: Path, 
     assert capsys.readouterr().out == ""  # nothing failed: no recap
 
 
+def test_a_failing_cell_s_rerun_is_a_matrix_of_that_one_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.matrix.command import matrix_recap, rerun_cell
+    from harness.record.saved import MatrixColumn
+
+    monkeypatch.chdir(tmp_path)
+    served = Column("1.5.1", (("AB", "n"),), "mxref", "0.7.0")
+    column = MatrixColumn(id=served.id, nixl="1.5.1", subject="mxref", mx_server="0.7.0", env=served.env_dict())
+    assert rerun_cell(column, "scenarios/a b.yaml", 3, tmp_path / "out").split(" matrix ")[1] == (
+        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun 'scenarios/a b.yaml'")
+    assert rerun_cell(MatrixColumn(id="here"), "a.yaml", 1, tmp_path) == ""  # no axis: no matrix to rerun
+    matrix = MatrixDoc.parse({"repeat": 2, "scenarios": [{"name": "a", "path": "a.yaml"}],
+                              "columns": [column.to_json()], "cells": {"a": {served.id: {"verdict": "FAIL"}}}}, "given")
+    (entry,) = matrix_recap(matrix, tmp_path)
+    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun a.yaml") and entry.scenario == f"a @ {served.id}"
+
+
 def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None:
     """As ``run`` and ``nightly``: a line as each column starts and one as it ends, with its cells
     and the tally so far; the table's timings and defects only under -v."""
