@@ -43,6 +43,7 @@ __all__ = [
     "NOT_INSTALLABLE",
     "SEVERITY",
     "Column",
+    "RunTimings",
     "cell_verdict",
     "columns_for",
     "parse_env_axis",
@@ -145,9 +146,21 @@ def _versions(run_dir: Path) -> Any:
         return None
 
 
-def run_timings(run_dir: Path) -> dict[str, Any]:
+@dataclass
+class RunTimings:
+    """One run's timings from its timeline, each from the first fault's inject (None: no such
+    entry, or no fault): to the first ``transfer_error``, the next ``load_done``, the first
+    ``fallback``; and the ``gbps`` of every ``transfer_done``."""
+
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    fallback_s: float | None = None
+    gbps: list[float] = field(default_factory=list)
+
+
+def run_timings(run_dir: Path) -> RunTimings:
     """Timings of one run from its ``timeline.jsonl`` (absent ones are None)."""
-    out: dict[str, Any] = {"detection_s": None, "recovery_s": None, "fallback_s": None, "gbps": []}
+    out = RunTimings()
     try:
         history = History.from_jsonl(run_dir / "timeline.jsonl")
     except (OSError, ValueError):  # no timeline, or a damaged one: no timings
@@ -157,16 +170,16 @@ def run_timings(run_dir: Path) -> dict[str, Any]:
     for e in history:
         f, t, value = e.f, e.t, e.value
         if f == "transfer_done" and isinstance(value.get("gbps"), int | float):
-            out["gbps"].append(float(value["gbps"]))
+            out.gbps.append(float(value["gbps"]))
         if fault_t is None or t < fault_t:
             continue
         since = round(t - fault_t, 4)
-        if f == "transfer_error" and out["detection_s"] is None:
-            out["detection_s"] = since
-        elif f == "load_done" and out["recovery_s"] is None:
-            out["recovery_s"] = since
-        elif f == "fallback" and out["fallback_s"] is None:
-            out["fallback_s"] = since
+        if f == "transfer_error" and out.detection_s is None:
+            out.detection_s = since
+        elif f == "load_done" and out.recovery_s is None:
+            out.recovery_s = since
+        elif f == "fallback" and out.fallback_s is None:
+            out.fallback_s = since
     return out
 
 
@@ -251,10 +264,10 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             if not rd.is_dir():
                 continue
             t = run_timings(rd)
-            detect += [t["detection_s"]] if t["detection_s"] is not None else []
-            recover += [t["recovery_s"]] if t["recovery_s"] is not None else []
-            fallback += [t["fallback_s"]] if t["fallback_s"] is not None else []
-            gbps += t["gbps"]
+            detect += [t.detection_s] if t.detection_s is not None else []
+            recover += [t.recovery_s] if t.recovery_s is not None else []
+            fallback += [t.fallback_s] if t.fallback_s is not None else []
+            gbps += t.gbps
             played.update(_played(rd))
             served.update(_played(rd, "servers"))
             n, u = _loaded(rd)

@@ -6,7 +6,8 @@ verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of run
 ``summary.json`` (``SummaryDoc``: per scenario the cell of its N runs, ``CellDoc``; each run's
 folder relative to the summary's own). An
 invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
-``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``).
+``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``: its ``MatrixScenario`` rows,
+``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``).
 
 Every writer and reader of these files goes through this module (``tests/unit/
 test_saved_run.py`` holds the rest of harness to it): the file names, ``read_json`` (missing:

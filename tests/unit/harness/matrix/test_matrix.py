@@ -19,7 +19,15 @@ from harness.cli import main
 from harness.matrix.defects import defect_info, defect_status, version_matches
 from harness.matrix.run import MatrixSpec, run_matrix
 from harness.record.baseline import diff_matrices, where, wilson
-from harness.record.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
+from harness.record.cells import (
+    Column,
+    RunTimings,
+    cell_verdict,
+    columns_for,
+    parse_env_axis,
+    read_column,
+    run_timings,
+)
 from harness.record.saved import MatrixColumn, MatrixDoc
 from harness.reports.matrix_page import render_matrix
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
@@ -204,7 +212,7 @@ def write_run(folder: Path, scenario: str, verdict: str, *, nixl: str = "1.5.1",
 def test_timings_come_from_the_timeline(tmp_path: Path) -> None:
     write_run(tmp_path / "r", "s", "pass", gbps=(1.0, 3.0), fault_t=10.0)
     t = run_timings(tmp_path / "r")
-    assert t == {"detection_s": 0.04, "recovery_s": 20.0, "fallback_s": 0.2, "gbps": [1.0, 3.0]}
+    assert t == RunTimings(detection_s=0.04, recovery_s=20.0, fallback_s=0.2, gbps=[1.0, 3.0])
 
 
 def test_a_column_is_read_from_summary_json(tmp_path: Path) -> None:

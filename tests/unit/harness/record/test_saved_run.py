@@ -237,8 +237,9 @@ MATRIX_KEYS = ("cells", "columns", "scenarios", "headlines", "baseline_changes",
                "runs", "link", "run_dir", "seconds", "detection_s", "recovery_s", "fallback_s", "read_gbps",
                "read_ratio", "loaded_nixl", "loaded_ucx", "raw_reads", "raw_read_gbps", "raw_read_error",
                "available", "schedule", "label", "error", "defect")
-MATRIX_READERS = (*sorted((ROOT / "harness" / "matrix").glob("*.py")), ROOT / "harness" / "record" / "baseline.py",
-                  ROOT / "harness" / "reports" / "matrix_page.py")
+MATRIX_READERS = (*sorted((ROOT / "harness" / "matrix").glob("*.py")),
+                  *(ROOT / "harness" / "record" / f for f in ("baseline.py", "cells.py")),
+                  ROOT / "harness" / "reports" / "matrix_page.py", ROOT / "harness" / "nightly" / "compare.py")
 
 
 def matrix_key_reads(source: str) -> list[tuple[int, str]]:
