@@ -16,20 +16,24 @@ when it runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
-from collections.abc import Mapping
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.counts import at_least
 from harness.exits import EXIT_ENV_BROKEN, EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from harness.record.saved import MatrixDoc, SavedDocError
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, SavedDocError
 from harness.scenario.select import shown
 
 if TYPE_CHECKING:
+    from harness.record.cells import Column
+    from harness.reports.console import RecapEntry
     from harness.scenario import Scenario
 
-__all__ = ["add_parser", "cmd_matrix", "format_table"]
+__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell"]
 
 
 
@@ -65,6 +69,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--jobs", type=at_least(1, "a number of lanes"), default=None, metavar="N",
                    help="scenarios of a column side by side, at most N at once (default: two per core of the machine); "
                    "one with tight timing windows or global faults runs alone (harness.matrix.schedule)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print what each column does as it runs and the full table (timings, READ GB/s, known "
+                   "defects); default: an [i/N] line per column, the verdicts and the recap")
     p.add_argument("--no-raw-read", action="store_true", help="skip the raw NIXL READ per column (no read_ratio)")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[2]), metavar="DIR",
                    help="the mxchaos source installed into each env (default: this checkout)")
@@ -74,61 +81,113 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(fn=cmd_matrix)
 
 
-def print_matrix_recap(matrix: Mapping[str, Any], out: Path) -> None:
-    """The closing recap of ``mxchaos run``, per cell: a line per cell that fails the matrix
-    (scenario @ column, its cell, how many runs failed) with the page of its first failing run."""
+class ColumnProgress:
+    """``[i/N]`` lines, as ``mxchaos run`` and ``nightly`` print them: one as a column starts, one
+    as it ends with its cells' verdicts and, in brackets, the tally of the matrix so far."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.stream = stream or sys.stdout
+        self.tally: Counter[str] = Counter()
+
+    def started(self, i: int, column: Column) -> None:
+        self.stream.write(f"[{i}/{self.total}] {column.label}\n")
+        self.stream.flush()
+
+    def ended(self, i: int, column: Column, matrix: MatrixDoc) -> None:
+        here = Counter((matrix.cell(sc.name, column.id) or MatrixCell()).verdict.upper() for sc in matrix.scenarios)
+        self.tally.update(here)
+        col = next((c for c in matrix.columns if c.id == column.id), None)
+        why = "" if col is None else f"  {col.error}" if not col.available else f"  {col.run_error}" if col.run_error else ""
+        self.stream.write(f"[{i}/{self.total}] {column.id}: {_counts(here)}{why}  [{_counts(self.tally)}]\n")
+        self.stream.flush()
+
+
+def _counts(tally: Counter[str]) -> str:
+    return " ".join(f"{n} {word}" for word, n in sorted(tally.items())) or "-"
+
+
+def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
+    """The closing recap's entries (``harness.reports.console.write_recap`` writes them): one per
+    cell that fails the matrix (``cells.FAILING``), as ``scenario @ column``, how many of its runs
+    failed, its first failing run's first failing check and the page of that run."""
     from harness.record.cells import FAILING
+    from harness.record.deaths import name_signals
+    from harness.record.saved import VerdictDoc
+    from harness.reports.console import RecapEntry
 
-    lines = []
-    for name, row in matrix["cells"].items():
-        for cid, cell in row.items():
-            verdict = str(cell.get("verdict"))
-            if verdict.lower() not in FAILING:
-                continue
-            f = cell.get("failures") or {}
-            bad = [r for r in cell.get("runs") or [] if str(r.get("verdict")) not in ("pass", "xfail", "xpass", "skip")]
-            page = ""
-            if bad:
-                link = str(bad[0].get("link") or bad[0].get("run_dir") or "")
-                page = f"  seed {bad[0].get('seed')}: {shown(out / link / 'report.html') if link else '?'}"
-            lines.append(f"{verdict.upper():6}  {name} @ {cid}  {f.get('k', '?')}/{f.get('n', '?')} failed{page}")
-    if lines:
-        print(f"\n{'short summary':-^72}")
-        print("\n".join(lines))
+    columns = {c.id: c for c in matrix.columns}
+    paths = {sc.name: sc.path for sc in matrix.scenarios}
+    entries = []
+    for name, cid, cell in matrix.all_cells():
+        if cell.verdict.lower() not in FAILING:
+            continue
+        k, n = cell.failed()
+        bad = [r for r in cell.runs if r.verdict not in ("pass", "xfail", "xpass", "skip")]
+        why, page = cell.error or "no run", ""
+        if bad:
+            doc = VerdictDoc.read_or_none(VerdictDoc.in_folder(Path(bad[0].run_dir))) if bad[0].run_dir else None
+            why = name_signals((doc.first_failing() if doc is not None else None) or f"{bad[0].verdict} (seed {bad[0].seed})")
+            link = bad[0].link or bad[0].run_dir
+            page = shown(out / link / "report.html") if link else ""
+        count = f"failed {'?' if k is None else k}/{'?' if n is None else n}"
+        col = columns.get(cid)
+        rerun = rerun_cell(col, paths.get(name) or name, matrix.repeat, out) if col is not None else ""
+        entries.append(RecapEntry(cell.verdict.upper(), f"{name} @ {cid}", why, page, rerun, count))
+    return entries
 
 
-def format_table(matrix: dict[str, Any]) -> str:
-    """The matrix as plain text: a row per scenario, a column per NIXL version (x env)."""
+def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> str:
+    """The command that runs one cell again, as a matrix of one: the column's axes (its NIXL
+    version, subject, server and env values), the scenario's file, into ``OUT/rerun``."""
+    from harness.record.results import command
+
+    served = "MXCHAOS_MX_SERVER_VERSION"  # set by a server column itself (Column.env_dict), not an axis
+    axes = [*(["--nixl", column.nixl] if column.nixl else []), *(["--subject", column.subject] if column.subject else []),
+            *(["--mx-server", column.mx_server] if column.mx_server else []),
+            *(a for k, v in column.env.items() if k != served for a in ("--env", f"{k}={v}"))]
+    if not axes:  # a matrix needs an axis: this environment's column is the subject of each scenario's own
+        return ""
+    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(out / "rerun"), shown(Path(scenario))]
+    return shlex.join(argv)
+
+
+def format_table(matrix: MatrixDoc, verbose: bool = True) -> str:
+    """The matrix as plain text: a row per scenario, a column per NIXL version (x env); each cell
+    its verdict and failed runs, and with ``verbose`` its timings, READ GB/s and known defect."""
     from harness.judge.envbroken import ENV_BROKEN, LABEL
     from harness.record.cells import NOT_INSTALLABLE
 
-    cols = matrix["columns"]
-    header = ["scenario", *[c["id"] for c in cols]]
+    cols = matrix.columns
+    header = ["scenario", *[c.id for c in cols]]
     rows = [header, ["(loaded)", *[
-        (f"nixl {','.join(c.get('loaded_nixl') or ['?'])} ucx {','.join(c.get('loaded_ucx') or ['?'])}"
-         if c.get("available") else str(c.get("error") or "not installable")[:100]) for c in cols]]]
-    for sc in matrix["scenarios"]:
-        row = [sc["name"]]
+        (f"nixl {','.join(c.loaded_nixl or ['?'])} ucx {','.join(c.loaded_ucx or ['?'])}"
+         if c.available else (c.error or "not installable")[:100]) for c in cols]]]
+    for sc in matrix.scenarios:
+        row = [sc.name]
         for c in cols:
-            cell = matrix["cells"][sc["name"]].get(c["id"], {})
-            text = str(cell.get("verdict", "none")).upper()
-            if cell.get("verdict") == NOT_INSTALLABLE:  # the release itself: its column's (loaded) row says why
+            cell = matrix.cell(sc.name, c.id) or MatrixCell()
+            text = cell.verdict.upper()
+            if cell.verdict == NOT_INSTALLABLE:  # the release itself: its column's (loaded) row says why
                 row.append("NOT INSTALLABLE")
                 continue
-            if cell.get("verdict") == ENV_BROKEN:  # no verdict on NIXL: say why instead
-                row.append(str(cell.get("error") or LABEL)[:100])
+            if cell.verdict == ENV_BROKEN:  # no verdict on NIXL: say why instead
+                row.append((cell.error or LABEL)[:100])
                 continue
-            f = cell.get("failures") or {}
-            if f.get("n"):
-                text += f" {f['k']}/{f['n']} failed"
-            for key, short in (("detection_s", "detect"), ("fallback_s", "fallback"), ("recovery_s", "recover")):
-                if isinstance(cell.get(key), int | float):
-                    text += f" {short} {cell[key]:g}s"
-            if isinstance(cell.get("read_gbps"), int | float):
-                text += f" {cell['read_gbps']:g}GB/s"
-            if isinstance(cell.get("read_ratio"), int | float):
-                text += f" (x{cell['read_ratio']:g} raw)"
-            d = cell.get("defect")
+            k, n = cell.failed()
+            if n:
+                text += f" {k}/{n} failed"
+            if not verbose:
+                row.append(text)
+                continue
+            for value, short in ((cell.detection_s, "detect"), (cell.fallback_s, "fallback"), (cell.recovery_s, "recover")):
+                if value is not None:
+                    text += f" {short} {value:g}s"
+            if cell.read_gbps is not None:
+                text += f" {cell.read_gbps:g}GB/s"
+            if cell.read_ratio is not None:
+                text += f" (x{cell.read_ratio:g} raw)"
+            d = cell.defect
             if d:
                 text += f" [defect {'expected' if d['expected'] else 'unlisted'}, {d['observed']}]"
             row.append(text)
@@ -215,7 +274,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if doc is None:
             print(f"--baseline {args.baseline}: no such file", file=sys.stderr)
             return EXIT_INVALID
-        baseline = doc.to_json()
+        baseline = doc
     files = files_to_run(args.paths)
     if files is None:
         return EXIT_INVALID
@@ -262,33 +321,34 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.hosts.slurm import SlurmError
 
     try:
-        matrix = run_matrix(spec, log=lambda m: print(m, flush=True))
+        progress = ColumnProgress(len(spec.columns))
+        matrix = run_matrix(spec, log=say, column_log=say if args.verbose else lambda _m: None,
+                            started=progress.started, ended=progress.ended)
     except SlurmError as exc:  # --slurm: the controller stopped answering, or sbatch refused the array
         print(exc, file=sys.stderr)
         return EXIT_ENV_BROKEN
-    print(format_table(matrix))
-    for c in matrix["columns"]:  # an environment verdict, never a failure: the exit code does not count it
-        if not c.get("available"):
-            print(f"{c['id']}: {c.get('error')}")
-    for h in matrix["headlines"]:
+    print(format_table(matrix, verbose=args.verbose))
+    for c in matrix.columns:  # an environment verdict, never a failure: the exit code does not count it
+        if not c.available:
+            print(f"{c.id}: {c.error}")
+    for h in matrix.headlines:
         print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
-    changes = matrix.get("baseline_changes")
+    changes = matrix.baseline_changes
     if changes is not None:
         print(f"{len(changes)} change(s) against {args.baseline}")
-        for c in changes:
-            mark = "REGRESSION" if c.get("regression") else "change"
-            print(f"  {mark} {where(c)}: {c['text']}")
-    print_matrix_recap(matrix, spec.out)
+        for change in changes:
+            mark = "REGRESSION" if change.get("regression") else "change"
+            print(f"  {mark} {where(change)}: {change['text']}")
+    from harness.reports.console import write_recap
+
+    write_recap(sys.stdout, matrix_recap(matrix, spec.out), color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     print(f"wrote {shown(MatrixDoc.in_folder(spec.out))} and {shown(spec.out / 'matrix.html')}")
-    broken = [f"{name} @ {cid}: {cell.get('error')}" for name, row in matrix["cells"].items()
-              for cid, cell in row.items() if cell.get("verdict") == ENV_BROKEN]
+    broken = [f"{name} @ {cid}: {cell.error}" for name, cid, cell in matrix.all_cells() if cell.verdict == ENV_BROKEN]
     if broken:
         print(f"{len(broken)} cell(s) not judged, their environment is broken (mxchaos doctor says more):")
         for line in broken:
             print(f"  {line}")
         return EXIT_ENV_BROKEN
-    bad_cell = any(
-        str(cell.get("verdict")).lower() in FAILING for row in matrix["cells"].values() for cell in row.values()
-    )
+    bad_cell = any(cell.verdict.lower() in FAILING for _, _, cell in matrix.all_cells())
     regressed = any(c.get("regression") for c in changes or [])
     return EXIT_FAILED if bad_cell or regressed else EXIT_OK

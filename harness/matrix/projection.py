@@ -26,7 +26,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.record.saved import MatrixDoc, SavedDocError, SummaryDoc
 from harness.scenario.placement import LanePlacement
@@ -37,16 +36,9 @@ __all__ = ["DEFAULT_NODES", "Projection", "ProjectionInput", "column_seconds", "
 DEFAULT_NODES = (1, 4, 16, 64)
 
 
-def matrix_seconds(doc: Mapping[str, Any] | None) -> dict[str, float]:
-    """Each scenario's run seconds in a matrix (its cells' median, the longest column's): what a
-    column's lanes are balanced on, and what a projection weighs."""
-    out: dict[str, float] = {}
-    for name, row in ((doc or {}).get("cells") or {}).items():
-        times = [float(c["seconds"]) for c in (row or {}).values()
-                 if isinstance(c, dict) and isinstance(c.get("seconds"), int | float)]
-        if times:
-            out[name] = max(times)
-    return out
+def matrix_seconds(doc: MatrixDoc | None) -> dict[str, float]:
+    """Each scenario's run seconds in a matrix (``MatrixDoc.scenario_seconds``; none without one)."""
+    return doc.scenario_seconds() if doc is not None else {}
 
 
 def column_seconds(doc: SummaryDoc) -> dict[str, float]:
@@ -72,9 +64,8 @@ def read_seconds(source: Path) -> tuple[dict[str, float], list[str]]:
         raise SavedDocError(f"{path}: no such file (give a {MatrixDoc.FILE}, a {SummaryDoc.FILE} or a folder of one)")
     if path.name == MatrixDoc.FILE:
         matrix = MatrixDoc.read(path)
-        doc = matrix.to_json() if matrix is not None else {}
-        files = [str(s["path"]) for s in doc.get("scenarios") or [] if isinstance(s, dict) and s.get("path")]
-        seconds = matrix_seconds(doc)
+        files = [s.path for s in matrix.scenarios if s.path] if matrix is not None else []
+        seconds = matrix_seconds(matrix)
     else:
         summary = SummaryDoc.read(path)
         seconds, files = (column_seconds(summary) if summary is not None else {}), []

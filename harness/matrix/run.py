@@ -39,7 +39,7 @@ from harness.matrix.projection import matrix_seconds
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_plan_slurm
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
-from harness.record.saved import MatrixDoc, SummaryDoc
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, MatrixScenario, SummaryDoc
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "not_installable", "run_matrix"]
@@ -61,7 +61,7 @@ class MatrixSpec:
     timeout_per_run: float = 300.0
     raw_read: bool = True
     read_bytes: dict[str, int] = field(default_factory=dict)  # name -> bytes its readers READ (the model's size)
-    baseline: dict[str, Any] | None = None
+    baseline: MatrixDoc | None = None
     drop: float = 0.2
     rebuild_envs: bool = False
     resume: bool = False  # reuse a column whose folder already holds all its runs (summary.json)
@@ -141,7 +141,9 @@ def column_complete(out_dir: Path, names: Sequence[str], repeat: int) -> bool:
 
 
 def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
-                log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> dict[str, Any]:
+                log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> MatrixColumn:
+    """Run one column's scenarios; what running it left (the raw READs, the tool's exit code, the
+    lanes), as the keys of its ``matrix.json`` column."""
     out_dir = spec.out / column.id
     if spec.resume and out_dir.is_dir() and not column_complete(out_dir, spec.names, spec.repeat):
         aside = spec.out / f"{column.id}.interrupted"  # what an interrupted column left, kept for a look
@@ -149,19 +151,19 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
         out_dir.rename(aside)
         log(f"[{column.id}] not complete in {out_dir}: moved to {aside.name}, running it again")
     out_dir.mkdir(parents=True, exist_ok=True)
-    info: dict[str, Any] = {"raw_read_gbps": None, "raw_read_error": None, "raw_reads": {}, "rc": None}
+    info = MatrixColumn(id=column.id, raw_read_gbps=None, raw_read_error=None, raw_reads={}, rc=None)
     if spec.raw_read:  # per READ size, once per env and environment: the subject columns of one env share them
         for nbytes in sorted(set(spec.read_bytes.values())) or [RAW_READ_BYTES]:
             key = (str(env.path), column.env, nbytes)
             if key not in raw_reads:
                 raw_reads[key] = _raw_read(env, column, execute, nbytes)
             gbps, error = raw_reads[key]
-            info["raw_reads"][str(nbytes)] = gbps
-            info["raw_read_error"] = info["raw_read_error"] or error
-            info["raw_read_gbps"] = gbps  # the largest size's, for the column's line
+            info.raw_reads[str(nbytes)] = gbps
+            info.raw_read_error = info.raw_read_error or error
+            info.raw_read_gbps = gbps  # the largest size's, for the column's line
             log(f"[{column.id}] raw READ of {nbytes / (1 << 20):g} MiB: {gbps or error} GB/s")
     if spec.resume and column_complete(out_dir, spec.names, spec.repeat):
-        info["rc"], info["resumed"] = 0, True
+        info.rc, info.resumed = 0, True
         log(f"[{column.id}] every scenario has its {spec.repeat} runs in {out_dir}: kept (--resume)")
         return info
     mxchaos, run_env = env.mxchaos(), {**column.env_dict(), **env.run_env()}
@@ -179,8 +181,8 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
             return [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", FOLDER, "-q", *subject,
                     *(by_name[n] for n in names)]
 
-        info["rc"], info["infra"], info["slurm"] = run_plan_slurm(spec.placements, out_dir, lane, run_env, spec.slurm,
-                                                                  spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
+        info.rc, info.infra, info.slurm = run_plan_slurm(spec.placements, out_dir, lane, run_env, spec.slurm,
+                                                          spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
         logs += [f.read_text(errors="replace") for f in sorted((out_dir / "slurm").glob("*.out"))]
     elif rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
         by_name = dict(zip(spec.names, paths))
@@ -190,96 +192,95 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
                     *(by_name[n] for n in names)]
             return execute(argv, run_env, spec.timeout_per_run * spec.repeat * len(names) + 120.0)
 
-        info["rc"], texts = run_plan(plan, out_dir, group, spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
-        info["schedule"] = {"lanes": [list(lane) for lane in plan.lanes], "alone": list(plan.alone)}
+        info.rc, texts = run_plan(plan, out_dir, group, spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
+        info.schedule = {"lanes": [list(lane) for lane in plan.lanes], "alone": list(plan.alone)}
         logs += texts
     elif rc_help == 0 and "--repeat" in help_text:
         argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
         log(f"[{column.id}] run --repeat {spec.repeat} ... ({runs} runs, at most {budget:g}s)")
         rc, text = execute(argv, run_env, budget)
-        info["rc"] = rc
+        info.rc = rc
         logs.append(text)
     else:  # an env whose mxchaos has no --repeat: N plain runs into the same folder
         for i in range(spec.repeat):
             argv = [*mxchaos, "run", "--out", str(out_dir.resolve()), "-q", *subject, *paths]
             log(f"[{column.id}] run {i + 1}/{spec.repeat} (no --repeat in this env; at most {budget / spec.repeat:g}s)")
             rc, text = execute(argv, run_env, budget / spec.repeat)
-            info["rc"] = rc if info["rc"] in (None, 0, 1) else info["rc"]
+            info.rc = rc if info.rc in (None, 0, 1) else info.rc
             logs.append(text)
     (out_dir / "mxchaos-run.log").write_text("\n".join(logs))
-    if info["rc"] not in (0, 1):  # 0/1: the runs ran (pass / something failed); else say what the tool said
-        info["run_error"] = f"mxchaos run exited {info['rc']}: {error_line(logs[-1] if logs else '')}"
+    if info.rc not in (0, 1):  # 0/1: the runs ran (pass / something failed); else say what the tool said
+        info.run_error = f"mxchaos run exited {info.rc}: {error_line(logs[-1] if logs else '')}"
     return info
 
 
-def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping[str, MatrixColumn]) -> MatrixDoc:
     """``matrix.json``'s content from the column folders already under ``spec.out``."""
-    columns: list[dict[str, Any]] = []
-    cells: dict[str, dict[str, Any]] = {name: {} for name in spec.names}
+    columns: list[MatrixColumn] = []
+    cells: dict[str, dict[str, MatrixCell]] = {name: {} for name in spec.names}
     headlines: list[dict[str, Any]] = []
+    spelled = {r["version"]: r["spelling"] for r in spec.extra.get("resolved", ()) if r.get("version")}
     for column in spec.columns:
         env = envs[column.nixl]
-        info = dict(infos.get(column.id, {}))
-        col: dict[str, Any] = {"id": column.id, "label": column.label, "nixl": column.nixl, "subject": column.subject,
-                               "mx_server": column.mx_server,
-                               "env": column.env_dict(),
-                               "available": env.ok, "error": env.error, "env_path": str(env.path),
-                               "out_dir": column.id, **info}
-        spelled = {r["version"]: r["spelling"] for r in spec.extra.get("resolved", ()) if r.get("version")}
+        col = MatrixColumn.model_validate({
+            "id": column.id, "label": column.label, "nixl": column.nixl, "subject": column.subject,
+            "mx_server": column.mx_server, "env": column.env_dict(), "available": env.ok, "error": env.error,
+            "env_path": str(env.path), "out_dir": column.id,
+            **(infos[column.id].to_json() if column.id in infos else {})})
         for value in (column.mx_server, column.subject.partition("@")[2]):
             if value in spelled:  # the column's release came from latest-nightly: both are recorded
-                col["resolved_from"] = {"spelling": spelled[value], "version": value}
+                col.resolved_from = {"spelling": spelled[value], "version": value}
         axis_why = spec.unplayable_why(column)
         if not env.ok or axis_why:  # the release cannot be installed here: a column saying why, no verdict on its scenarios
-            col["error"] = why = not_installable(env) if not env.ok else f"not installable: {axis_why}"
-            col["available"] = False
+            col.error = why = not_installable(env) if not env.ok else f"not installable: {axis_why}"
+            col.available = False
             for name in spec.names:
-                cells[name][column.id] = {"verdict": NOT_INSTALLABLE, "error": why, "runs": [], "verdicts": {},
-                                          "failures": {"k": 0, "n": 0}}
-            col.update(loaded_nixl=[], loaded_ucx=[])
+                cells[name][column.id] = MatrixCell(verdict=NOT_INSTALLABLE, error=why, runs=[], verdicts={},
+                                                    failures={"k": 0, "n": 0})
+            col.loaded_nixl, col.loaded_ucx = [], []
             columns.append(col)
             continue
-        by_size = info.get("raw_reads") or {}
-        raw = {n: by_size.get(str(spec.read_bytes.get(n)), info.get("raw_read_gbps")) for n in spec.names}
+        raw = {n: col.raw_reads.get(str(spec.read_bytes.get(n)), col.raw_read_gbps) for n in spec.names}
         read = read_column(spec.out / column.id, spec.names, raw)
-        col.update(loaded_nixl=read.nixl, loaded_ucx=read.ucx)
+        col.loaded_nixl, col.loaded_ucx = read.nixl, read.ucx
         for name in spec.names:
             cell = read.cells[name]
-            if cell["verdict"] == "none" and info.get("run_error"):
-                cell["error"] = info["run_error"]
+            if cell.verdict == "none" and col.run_error:
+                cell.error = col.run_error
             # every run failed before any fault, for its environment (or no run, the tool itself did not
             # start there): no verdict on NIXL (harness.judge.envbroken)
-            broken = (cell_reason(str(r.get("run_dir", "")) for r in cell["runs"]) if cell["runs"]
-                      else (info.get("infra") or {}).get(name) or text_reason(str(info.get("run_error") or "")))
+            broken = (cell_reason(r.run_dir for r in cell.runs) if cell.runs
+                      else (col.infra or {}).get(name) or text_reason(col.run_error or ""))
             if broken:
-                cell["verdict"], cell["error"] = ENV_BROKEN, f"{LABEL}: {broken}"
-            for run in cell["runs"]:  # links relative to matrix.json
-                rd = Path(str(run.get("run_dir", "")))
+                cell.verdict, cell.error = ENV_BROKEN, f"{LABEL}: {broken}"
+            for run in cell.runs:  # links relative to matrix.json
+                rd = Path(run.run_dir)
                 if rd.is_absolute():
                     try:
-                        run["link"] = str(rd.resolve().relative_to(spec.out.resolve()))
+                        run.link = str(rd.resolve().relative_to(spec.out.resolve()))
                     except ValueError:
-                        run["link"] = str(rd)
+                        run.link = str(rd)
             defect = spec.defects.get(name)
             played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
             if defect and defect_here(defect, played):
-                cell["defect"] = defect_status(defect, column.nixl or here_nixl(), cell["verdicts"])
-                if cell["defect"]["headline"]:
-                    headlines.append({"scenario": name, "column": column.id, "text": cell["defect"]["headline"]})
+                cell.defect = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
+                if cell.defect["headline"]:
+                    headlines.append({"scenario": name, "column": column.id, "text": cell.defect["headline"]})
             cells[name][column.id] = cell
         columns.append(col)
-    matrix: dict[str, Any] = {
+    matrix = MatrixDoc.model_validate({
         "schema": SCHEMA_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "repeat": spec.repeat,
-        "scenarios": [{"name": n, "path": str(p), "defect": spec.defects.get(n)} for n, p in zip(spec.names, spec.scenarios)],
+        "scenarios": [MatrixScenario(name=n, path=str(p), defect=spec.defects.get(n))
+                      for n, p in zip(spec.names, spec.scenarios)],
         "columns": columns,
         "cells": cells,
         "headlines": headlines,
         **spec.extra,
-    }
+    })
     if spec.baseline is not None:
-        matrix["baseline_changes"] = diff_matrices(spec.baseline, matrix, spec.drop)
+        matrix.baseline_changes = diff_matrices(spec.baseline, matrix, spec.drop)
     return matrix
 
 
@@ -289,8 +290,13 @@ def run_matrix(
     ensure: Callable[[str], EnvResult] | None = None,
     execute: Execute = default_execute,
     log: Callable[[str], None] = lambda _m: None,
-) -> dict[str, Any]:
-    """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix."""
+    column_log: Callable[[str], None] | None = None,
+    started: Callable[[int, Column], None] = lambda _i, _c: None,
+    ended: Callable[[int, Column, MatrixDoc], None] = lambda _i, _c, _m: None,
+) -> MatrixDoc:
+    """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix.
+    ``log`` hears the envs being built, ``column_log`` (default: ``log``) what a column does as it
+    runs; ``started(i, column)`` and ``ended(i, column, matrix so far)`` frame each column (i from 1)."""
     from harness.reports.matrix_page import render_matrix
 
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -303,15 +309,16 @@ def run_matrix(
         envs[version] = make(version)
         log(f"NIXL {version}: " + ("env ready" + (" (cached)" if envs[version].cached else "") if envs[version].ok
                                    else not_installable(envs[version])))
-    infos: dict[str, dict[str, Any]] = {}
+    infos: dict[str, MatrixColumn] = {}
     raw_reads: dict[Any, tuple[float | None, str | None]] = {}
-    matrix: dict[str, Any] = {}
-    for column in spec.columns:
+    matrix = MatrixDoc(cells={})
+    for i, column in enumerate(spec.columns, 1):
+        started(i, column)
         if envs[column.nixl].ok and not spec.unplayable_why(column):
-            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, log, raw_reads)
+            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, column_log or log, raw_reads)
         # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
         matrix = build_matrix(spec, envs, infos)
-        path = MatrixDoc.in_folder(spec.out)
-        MatrixDoc.parse(matrix, path).write(path)
+        matrix.write(MatrixDoc.in_folder(spec.out))
         (spec.out / "matrix.html").write_text(render_matrix(matrix))
+        ended(i, column, matrix)
     return matrix

@@ -29,20 +29,17 @@ from typing import Any
 from harness.record.baseline import diff_matrices
 from harness.record.load import load_text
 from harness.record.rates import FAILING_CELLS
-from harness.record.saved import NightDoc, NightEntry
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, NightDoc, NightEntry
 
 __all__ = ["COLUMN", "compare_nights", "count_changes"]
 
 COLUMN = "night"  # the one column of the matrix-shaped view of a night
 
 
-def _as_matrix(night: NightDoc) -> dict[str, Any]:
-    cells = {}
-    for s in night.scenarios:
-        cells[s.name] = {COLUMN: {"verdict": str(s.cell or "none").lower(),
-                                  "failures": s.failures or {"k": 0, "n": 0},
-                                  "seconds": s.median_seconds}}
-    return {"columns": [{"id": COLUMN}], "cells": cells}
+def _as_matrix(night: NightDoc) -> MatrixDoc:
+    cells = {s.name: {COLUMN: MatrixCell(verdict=str(s.cell or "none").lower(), failures=s.failures or {"k": 0, "n": 0},
+                                         seconds=s.median_seconds)} for s in night.scenarios}
+    return MatrixDoc(columns=[MatrixColumn(id=COLUMN)], cells=cells)
 
 
 def _fails(s: NightEntry | None) -> bool:

@@ -19,7 +19,7 @@ Timings are compared only between runs made under the same load from their own c
 scenario that ran in one of N lanes side by side (``harness.matrix.schedule``) shared the
 machine with N - 1 others, one that ran alone (or in a column of one lane) with none. Where
 the two columns ran it beside a different number of lanes its timings are not compared, and
-the column gets one note saying how many scenarios that left out (``lanes_beside``).
+the column gets one note saying how many scenarios that left out (``MatrixColumn.lanes_beside``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.record.cells import SEVERITY
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc
 
-__all__ = ["diff_matrices", "lanes_beside", "wilson"]
+__all__ = ["diff_matrices", "wilson"]
 
 DURATIONS = ("seconds", "detection_s", "recovery_s", "fallback_s")
 MIN_DURATION_CHANGE_S = 0.5
@@ -51,23 +52,14 @@ def _rank(verdict: str) -> int:
     return SEVERITY.index(verdict.lower()) if verdict.lower() in SEVERITY else -1
 
 
-def lanes_beside(column: Mapping[str, Any], scenario: str) -> int:
-    """How many lanes ran at once while ``scenario`` ran in ``column`` (1: alone, one lane, or a
-    column from before lanes)."""
-    lanes = (column.get("schedule") or {}).get("lanes") or []
-    if len(lanes) > 1 and any(scenario in lane for lane in lanes):
-        return len(lanes)
-    return 1
-
-
-def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float,
+def _cell_changes(old: MatrixCell, new: MatrixCell, drop: float,
                   timings: bool = True) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    ov, nv = str(old.get("verdict")), str(new.get("verdict"))
+    ov, nv = old.verdict, new.verdict
     if ov != nv:
         out.append({"kind": "verdict", "old": ov, "new": nv, "regression": _rank(nv) < _rank(ov),
                     "text": f"verdict {ov} -> {nv}"})
-    of, nf = old.get("failures") or {}, new.get("failures") or {}
+    of, nf = old.failures, new.failures
     if of.get("n") and nf.get("n"):
         (olo, ohi), (nlo, nhi) = wilson(int(of["k"]), int(of["n"])), wilson(int(nf["k"]), int(nf["n"]))
         if nlo > ohi or olo > nhi:
@@ -79,13 +71,13 @@ def _cell_changes(old: Mapping[str, Any], new: Mapping[str, Any], drop: float,
             })
     if not timings:
         return out
-    key = "read_ratio" if old.get("read_ratio") and new.get("read_ratio") else "read_gbps"
-    o, n = old.get(key), new.get(key)
+    key = "read_ratio" if old.read_ratio and new.read_ratio else "read_gbps"
+    o, n = getattr(old, key), getattr(new, key)
     if isinstance(o, int | float) and isinstance(n, int | float) and o > 0 and n < o * (1 - drop):
         out.append({"kind": "timing", "metric": key, "old": o, "new": n, "regression": True,
                     "text": f"{key} fell {o:g} -> {n:g} ({(o - n) / o:.0%})"})
     for key in DURATIONS:
-        o, n = old.get(key), new.get(key)
+        o, n = getattr(old, key), getattr(new, key)
         if (isinstance(o, int | float) and isinstance(n, int | float) and n > o * (1 + drop)
                 and n - o >= MIN_DURATION_CHANGE_S):
             grew = f"+{(n - o) / o:.0%}" if o > 0 else "from 0"
@@ -101,21 +93,21 @@ def where(change: Mapping[str, Any]) -> str:
     return f"{scenario} @ {change['column']}" if scenario else f"column {change['column']}"
 
 
-def diff_matrices(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 0.2) -> list[dict[str, Any]]:
+def diff_matrices(old: MatrixDoc, new: MatrixDoc, drop: float = 0.2) -> list[dict[str, Any]]:
     """Every change, as ``{scenario, column, kind, text, regression, ...}``, in table order."""
     changes: list[dict[str, Any]] = []
-    old_cells: Mapping[str, Any] = old.get("cells") or {}
-    new_cells: Mapping[str, Any] = new.get("cells") or {}
-    old_columns = {c["id"]: c for c in old.get("columns") or []}
-    new_columns = {c["id"]: c for c in new.get("columns") or []}
+    old_cells, new_cells = old.cells, new.cells
+    old_columns = {c.id: c for c in old.columns}
+    new_columns = {c.id: c for c in new.columns}
+    alone = MatrixColumn(id="")  # a column not recorded: one lane
     unlike: dict[str, list[tuple[str, int, int]]] = {}  # column -> (scenario, lanes here, lanes in the baseline)
     for scenario, row in new_cells.items():
         before = old_cells.get(scenario) or {}
         for column, cell in row.items():
             if column not in before:
                 continue
-            here = lanes_beside(new_columns.get(column) or {}, scenario)
-            there = lanes_beside(old_columns.get(column) or {}, scenario)
+            here = new_columns.get(column, alone).lanes_beside(scenario)
+            there = old_columns.get(column, alone).lanes_beside(scenario)
             if here != there:
                 unlike.setdefault(column, []).append((scenario, here, there))
             for change in _cell_changes(before[column], cell, drop, timings=here == there):
@@ -126,8 +118,8 @@ def diff_matrices(old: Mapping[str, Any], new: Mapping[str, Any], drop: float = 
                         "scenarios": [name for name, _, _ in rows],
                         "text": f"timings of {len(rows)} scenario(s) not compared: they ran beside a different "
                                 f"number of lanes at once ({'; '.join(pairs)})"})
-    for col in new.get("columns") or []:
-        if old_columns and col["id"] not in old_columns:
-            changes.append({"scenario": None, "column": col["id"], "kind": "column", "regression": False,
+    for col in new.columns:
+        if old_columns and col.id not in old_columns:
+            changes.append({"scenario": None, "column": col.id, "kind": "column", "regression": False,
                             "text": "a new column (not in the baseline)"})
     return changes

@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.record.saved import VERSIONS, RunRecordDoc, SavedDocError, SummaryDoc, VerdictDoc, read_json, run_verdict_files
+from harness.record.saved import (
+    VERSIONS,
+    MatrixCell,
+    RunRecordDoc,
+    SavedDocError,
+    SummaryDoc,
+    VerdictDoc,
+    read_json,
+    run_verdict_files,
+)
 from harness.record.timeline import History
 
 __all__ = [
@@ -34,6 +43,7 @@ __all__ = [
     "NOT_INSTALLABLE",
     "SEVERITY",
     "Column",
+    "RunTimings",
     "cell_verdict",
     "columns_for",
     "parse_env_axis",
@@ -136,9 +146,21 @@ def _versions(run_dir: Path) -> Any:
         return None
 
 
-def run_timings(run_dir: Path) -> dict[str, Any]:
+@dataclass
+class RunTimings:
+    """One run's timings from its timeline, each from the first fault's inject (None: no such
+    entry, or no fault): to the first ``transfer_error``, the next ``load_done``, the first
+    ``fallback``; and the ``gbps`` of every ``transfer_done``."""
+
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    fallback_s: float | None = None
+    gbps: list[float] = field(default_factory=list)
+
+
+def run_timings(run_dir: Path) -> RunTimings:
     """Timings of one run from its ``timeline.jsonl`` (absent ones are None)."""
-    out: dict[str, Any] = {"detection_s": None, "recovery_s": None, "fallback_s": None, "gbps": []}
+    out = RunTimings()
     try:
         history = History.from_jsonl(run_dir / "timeline.jsonl")
     except (OSError, ValueError):  # no timeline, or a damaged one: no timings
@@ -148,16 +170,16 @@ def run_timings(run_dir: Path) -> dict[str, Any]:
     for e in history:
         f, t, value = e.f, e.t, e.value
         if f == "transfer_done" and isinstance(value.get("gbps"), int | float):
-            out["gbps"].append(float(value["gbps"]))
+            out.gbps.append(float(value["gbps"]))
         if fault_t is None or t < fault_t:
             continue
         since = round(t - fault_t, 4)
-        if f == "transfer_error" and out["detection_s"] is None:
-            out["detection_s"] = since
-        elif f == "load_done" and out["recovery_s"] is None:
-            out["recovery_s"] = since
-        elif f == "fallback" and out["fallback_s"] is None:
-            out["fallback_s"] = since
+        if f == "transfer_error" and out.detection_s is None:
+            out.detection_s = since
+        elif f == "load_done" and out.recovery_s is None:
+            out.recovery_s = since
+        elif f == "fallback" and out.fallback_s is None:
+            out.fallback_s = since
     return out
 
 
@@ -183,21 +205,21 @@ def _loaded(run_dir: Path) -> tuple[str | None, str | None]:
     return bare(data.get("nixl")), bare(data.get("ucx"))
 
 
-def _runs_from_folders(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def _runs_from_folders(out_dir: Path) -> dict[str, list[RunRecordDoc]]:
     """``{scenario: [run]}`` from ``DIR/<scenario>/<stamp>/verdict.json`` (no summary.json)."""
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[RunRecordDoc]] = {}
     for vpath in run_verdict_files(out_dir):
         doc = VerdictDoc.read_or_none(vpath)
         if doc is None:
             continue
         run = RunRecordDoc(verdict=doc.verdict, run_dir=str(vpath.parent), seed=doc.seed, seconds=doc.seconds)
-        found.setdefault(doc.scenario or vpath.parent.parent.name, []).append(run.to_json())
+        found.setdefault(doc.scenario or vpath.parent.parent.name, []).append(run)
     return found
 
 
 @dataclass
 class ColumnRead:
-    cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cells: dict[str, MatrixCell] = field(default_factory=dict)
     nixl: list[str] = field(default_factory=list)  # versions the column's runs loaded
     ucx: list[str] = field(default_factory=list)
 
@@ -218,8 +240,8 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
     col = ColumnRead()
     for name in scenarios:
         entry = by_summary.get(name)
-        runs: list[dict[str, Any]] = [r.to_json() for r in entry.runs] if entry else by_folders.get(name, [])
-        verdicts = [str(r.get("verdict")) for r in runs]
+        runs: list[RunRecordDoc] = list(entry.runs) if entry else by_folders.get(name, [])
+        verdicts = [r.verdict for r in runs]
         counts = Counter(verdicts)
         conclusive = [v for v in verdicts if v != "skip"]
         cell: dict[str, Any] = {
@@ -229,23 +251,23 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             "rate": entry.rate if entry else None,
             "bound": entry.bound if entry else None,
             "measured": entry.measured if entry else None,
-            "runs": runs,
+            "runs": [r.to_json() for r in runs],
         }
         seconds, detect, recover, fallback, gbps = [], [], [], [], []
         nixl, ucx = set(), set()
         played: dict[str, str] = {}
         served: dict[str, str] = {}
         for r in runs:
-            if isinstance(r.get("seconds"), int | float):
-                seconds.append(float(r["seconds"]))
-            rd = Path(str(r.get("run_dir", "")))
+            if r.seconds is not None:
+                seconds.append(float(r.seconds))
+            rd = Path(r.run_dir)
             if not rd.is_dir():
                 continue
             t = run_timings(rd)
-            detect += [t["detection_s"]] if t["detection_s"] is not None else []
-            recover += [t["recovery_s"]] if t["recovery_s"] is not None else []
-            fallback += [t["fallback_s"]] if t["fallback_s"] is not None else []
-            gbps += t["gbps"]
+            detect += [t.detection_s] if t.detection_s is not None else []
+            recover += [t.recovery_s] if t.recovery_s is not None else []
+            fallback += [t.fallback_s] if t.fallback_s is not None else []
+            gbps += t.gbps
             played.update(_played(rd))
             served.update(_played(rd, "servers"))
             n, u = _loaded(rd)
@@ -264,7 +286,7 @@ def read_column(out_dir: Path, scenarios: Sequence[str],
             subjects=dict(sorted(played.items())),
             servers=dict(sorted(served.items())),
         )
-        col.cells[name] = cell
+        col.cells[name] = MatrixCell.model_validate(cell)
         col.nixl = sorted({*col.nixl, *nixl})
         col.ucx = sorted({*col.ucx, *ucx})
     return col

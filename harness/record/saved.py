@@ -6,7 +6,8 @@ verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of run
 ``summary.json`` (``SummaryDoc``: per scenario the cell of its N runs, ``CellDoc``; each run's
 folder relative to the summary's own). An
 invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
-``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``).
+``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``: its ``MatrixScenario`` rows,
+``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``).
 
 Every writer and reader of these files goes through this module (``tests/unit/
 test_saved_run.py`` holds the rest of harness to it): the file names, ``read_json`` (missing:
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import HarnessError
 from harness.record.vocabulary import canonical
@@ -37,7 +38,11 @@ __all__ = [
     "VERDICT",
     "VERSIONS",
     "CellDoc",
+    "MatrixCell",
+    "MatrixColumn",
     "MatrixDoc",
+    "MatrixRun",
+    "MatrixScenario",
     "NightDoc",
     "NightEntry",
     "NightRunEntry",
@@ -180,6 +185,12 @@ class VerdictDoc(SavedDoc):
     def failed_checks(self) -> list[dict[str, Any]]:
         """The checks that did not hold (false or unknown), in order."""
         return [c for c in self.checks if c.get("valid") is not True]
+
+    def first_failing(self) -> str | None:
+        """``name: summary`` of the first check that did not hold (false first, then unknown)."""
+        failed = self.failed_checks()
+        first = next((c for c in failed if c.get("valid") is False), failed[0] if failed else None)
+        return None if first is None else f"{first.get('name')}: {first.get('summary')}"
 
 
 class RunRecordDoc(SavedDoc):
@@ -328,11 +339,135 @@ class NightDoc(SavedDoc):
         return {s.name: s.path or s.name for s in self.scenarios if s.fails_night and s.name}
 
 
-class MatrixDoc(SavedDoc):
-    """``matrix.json``: the columns, the cells (``harness.record.cells``) and what changed."""
+class _AsRead(SavedDoc):
+    """A document part that writes back the keys it was given, no more (its defaults are for readers)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class MatrixRun(_AsRead):
+    """One run of a matrix cell: a ``RunRecordDoc``'s keys and ``link``, its folder relative to
+    ``matrix.json``'s."""
+
+    verdict: str = ""
+    run_dir: str = ""
+    seed: int | None = None
+    seconds: float | None = None
+    not_exercised: list[str] = []
+    link: str | None = None
+
+
+class MatrixCell(_AsRead):
+    """A scenario in a column (``harness.record.cells.read_column``): its verdict, how many runs
+    failed, the runs and their median timings; ``error`` when it has no verdict on NIXL."""
+
+    verdict: str = "none"
+    error: str | None = None
+    verdicts: dict[str, int] = {}
+    failures: dict[str, int] = {}  # {"k": failed runs, "n": runs not skipped}
+    rate: dict[str, int] | None = None
+    bound: float | None = None
+    measured: dict[str, int] | None = None
+    runs: list[MatrixRun] = []
+    seconds: float | None = None
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    fallback_s: float | None = None
+    read_gbps: float | None = None
+    read_ratio: float | None = None
+    nixl: list[str] = []
+    ucx: list[str] = []
+    subjects: dict[str, str] = {}
+    servers: dict[str, str] = {}
+    defect: dict[str, Any] | None = None  # harness.matrix.defects.defect_status
+
+    def failed(self) -> tuple[int | None, int | None]:
+        """(k, n): runs that failed, runs not skipped (None: not recorded)."""
+        return self.failures.get("k"), self.failures.get("n")
+
+
+class MatrixColumn(_AsRead):
+    """A column of ``matrix.json`` (``harness.record.cells.Column``) and what running it left:
+    the env, the raw READs, the tool's exit code, its lanes."""
+
+    id: str
+    label: str = ""
+    nixl: str = ""
+    subject: str = ""
+    mx_server: str = ""
+    env: dict[str, str] = {}
+    available: bool = False
+    error: str | None = None
+    env_path: str = ""
+    out_dir: str = ""
+    raw_read_gbps: float | None = None
+    raw_read_error: str | None = None
+    raw_reads: dict[str, float | None] = {}  # READ bytes -> GB/s
+    rc: int | None = None
+    resumed: bool = False
+    run_error: str | None = None
+    infra: dict[str, str] | None = None  # --slurm: scenario -> why its lane did not run
+    slurm: Any = None
+    schedule: dict[str, Any] | None = None  # {"lanes": [[scenario]], "alone": [scenario]}
+    resolved_from: dict[str, str] | None = None
+    loaded_nixl: list[str] = []
+    loaded_ucx: list[str] = []
+
+    def lanes_beside(self, scenario: str) -> int:
+        """How many lanes ran at once while ``scenario`` ran here (1: alone, one lane, or a column
+        from before lanes)."""
+        lanes = (self.schedule or {}).get("lanes") or []
+        if len(lanes) > 1 and any(scenario in lane for lane in lanes):
+            return len(lanes)
+        return 1
+
+
+class MatrixScenario(_AsRead):
+    """A row of ``matrix.json``: the scenario, its file, its known defect (``defect_info``)."""
+
+    name: str
+    path: str = ""
+    defect: dict[str, Any] | None = None
+
+
+class MatrixDoc(_AsRead):
+    """``matrix.json``: the scenarios, the columns, the cells (scenario -> column id -> cell),
+    the headlines and what changed against a ``--baseline``."""
 
     FILE: ClassVar[str] = MATRIX
-    cells: dict[str, dict[str, Any]]
+    schema_: int | None = Field(default=None, alias="schema")
+    created: str = ""
+    repeat: int = 1
+    scenarios: list[MatrixScenario] = []
+    columns: list[MatrixColumn] = []
+    cells: dict[str, dict[str, MatrixCell]]
+    headlines: list[dict[str, Any]] = []
+    baseline_changes: list[dict[str, Any]] | None = None
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+    def cell(self, scenario: str, column: str) -> MatrixCell | None:
+        return self.cells.get(scenario, {}).get(column)
+
+    def all_cells(self) -> Iterator[tuple[str, str, MatrixCell]]:
+        """(scenario, column id, cell) for every cell, row by row."""
+        for name, row in self.cells.items():
+            for cid, cell in row.items():
+                yield name, cid, cell
+
+    def scenario_seconds(self) -> dict[str, float]:
+        """Each scenario's run seconds (its cells' medians, the longest column's): what a column's
+        lanes are balanced on, and what a projection weighs."""
+        out: dict[str, float] = {}
+        for name, row in self.cells.items():
+            times = [c.seconds for c in row.values() if c.seconds is not None]
+            if times:
+                out[name] = max(times)
+        return out
 
 
 def run_verdict_files(out_dir: Path) -> list[Path]:

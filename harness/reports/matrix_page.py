@@ -11,10 +11,10 @@ the timings, expected vs observed for a known defect, and links to its run folde
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
 from typing import Any
 
 from harness.record.baseline import where
+from harness.record.saved import MatrixCell, MatrixDoc
 from harness.reports.htmlreport.palette import swatch
 
 __all__ = ["render_matrix"]
@@ -38,26 +38,26 @@ def _num(value: Any, unit: str = "") -> str | None:
     return f"{value:g}{unit}" if isinstance(value, int | float) else None
 
 
-def _cell(cell: Mapping[str, Any]) -> str:
-    verdict = str(cell.get("verdict", "none"))
-    defect = cell.get("defect")
+def _cell(cell: MatrixCell) -> str:
+    verdict = cell.verdict
+    defect = cell.defect
     unexpected = bool(defect and defect.get("headline"))
     look = swatch(verdict)  # the palette every page shares: a colour and a glyph, never colour alone
     parts = [f'<div class="v" style="color:{look.strong}"><span aria-hidden="true">{look.glyph}</span> {_e(verdict)}</div>']
-    if cell.get("error"):
-        parts.append(f'<div class="small">{_e(cell["error"])}</div>')
-    fails = cell.get("failures") or {}
-    if fails.get("n"):
-        tally = ", ".join(f"{v} {k}" for k, v in (cell.get("verdicts") or {}).items())
-        parts.append(f'<div class="small">failed {fails["k"]}/{fails["n"]} ({_e(tally)})</div>')
-    rate = cell.get("rate")
-    if isinstance(rate, Mapping) and "k" in rate:
-        bound = f" bound {cell['bound']:.3g}" if isinstance(cell.get("bound"), int | float) else ""
+    if cell.error:
+        parts.append(f'<div class="small">{_e(cell.error)}</div>')
+    k, n = cell.failed()
+    if n:
+        tally = ", ".join(f"{v} {key}" for key, v in cell.verdicts.items())
+        parts.append(f'<div class="small">failed {k}/{n} ({_e(tally)})</div>')
+    rate = cell.rate
+    if rate is not None and "k" in rate:
+        bound = f" bound {cell.bound:.3g}" if cell.bound is not None else ""
         parts.append(f'<div class="small">rate {rate["k"]}/{rate["n"]}{bound}</div>')
     timings = [
-        ("run", _num(cell.get("seconds"), "s")), ("detect", _num(cell.get("detection_s"), "s")),
-        ("recover", _num(cell.get("recovery_s"), "s")), ("fallback", _num(cell.get("fallback_s"), "s")),
-        ("READ", _num(cell.get("read_gbps"), " GB/s")), ("/raw", _num(cell.get("read_ratio"))),
+        ("run", _num(cell.seconds, "s")), ("detect", _num(cell.detection_s, "s")),
+        ("recover", _num(cell.recovery_s, "s")), ("fallback", _num(cell.fallback_s, "s")),
+        ("READ", _num(cell.read_gbps, " GB/s")), ("/raw", _num(cell.read_ratio)),
     ]
     shown = [f"{k} {v}" for k, v in timings if v]
     if shown:
@@ -66,25 +66,25 @@ def _cell(cell: Mapping[str, Any]) -> str:
         exp = "expected" if defect.get("expected") else "not listed"
         parts.append(f'<div class="small">defect {exp}; {_e(defect.get("observed"))}</div>')
     links = [
-        f'<a href="{_e(r.get("link") or r.get("run_dir"))}/report.html">{i + 1}:{_e(r.get("verdict"))}</a>'
-        for i, r in enumerate(cell.get("runs") or [])
+        f'<a href="{_e(r.link or r.run_dir)}/report.html">{i + 1}:{_e(r.verdict)}</a>'
+        for i, r in enumerate(cell.runs)
     ]
     if links:
         parts.append(f'<div class="small">runs {" ".join(links)}</div>')
     return f'<td style="background:{look.light}"{" class=unexp" if unexpected else ""}>{"".join(parts)}</td>'
 
 
-def render_matrix(matrix: Mapping[str, Any]) -> str:
-    cols = list(matrix.get("columns") or [])
+def render_matrix(matrix: MatrixDoc) -> str:
+    cols = matrix.columns
     rows: list[str] = []
     out = [f"<!doctype html><html><head><meta charset=utf-8><title>mxchaos matrix</title><style>{CSS}</style></head><body>",
-           f"<h1>mxchaos matrix</h1><p class=small>{_e(matrix.get('created', ''))}; {matrix.get('repeat', 1)} "
+           f"<h1>mxchaos matrix</h1><p class=small>{_e(matrix.created)}; {matrix.repeat} "
            f"run(s) per cell; verdict = the worst of the cell's runs; failed k/n = runs ending error, hang, fail, "
            "unknown or xfail</p>"]
-    for h in matrix.get("headlines") or []:
+    for h in matrix.headlines:
         out.append(f'<div class="headline"><b>{_e(h["scenario"])}</b> @ {_e(h["column"])}: {_e(h["text"])}</div>')
-    changes = sorted(matrix.get("baseline_changes") or [], key=lambda c: not c.get("regression"))
-    if "baseline_changes" in matrix:
+    if matrix.baseline_changes is not None:
+        changes = sorted(matrix.baseline_changes, key=lambda c: not c.get("regression"))
         out.append(f"<h2>Changes against the baseline ({len(changes)})</h2>")
         if changes:
             out.append("<ul>")
@@ -96,29 +96,27 @@ def render_matrix(matrix: Mapping[str, Any]) -> str:
             out.append("<p>none</p>")
     head = ["<tr><th>scenario</th>"]
     for col in cols:
-        if col.get("available"):
-            loaded = (f"loaded NIXL {', '.join(col.get('loaded_nixl') or ['?'])}; "
-                      f"UCX {', '.join(col.get('loaded_ucx') or ['?'])}")
-            sizes = col.get("raw_reads") or {}
-            raws = [f"{int(n) / (1 << 20):g} MiB {_num(g, ' GB/s') or '?'}" for n, g in sorted(sizes.items(), key=lambda kv: int(kv[0]))]
-            raw = ", ".join(raws) if raws else _num(col.get("raw_read_gbps"), " GB/s")
-            loaded += f"; raw READ {raw}" if raw else (f"; {col['raw_read_error']}" if col.get("raw_read_error") else "")
+        if col.available:
+            loaded = (f"loaded NIXL {', '.join(col.loaded_nixl or ['?'])}; "
+                      f"UCX {', '.join(col.loaded_ucx or ['?'])}")
+            raws = [f"{int(n) / (1 << 20):g} MiB {_num(g, ' GB/s') or '?'}"
+                    for n, g in sorted(col.raw_reads.items(), key=lambda kv: int(kv[0]))]
+            raw = ", ".join(raws) if raws else _num(col.raw_read_gbps, " GB/s")
+            loaded += f"; raw READ {raw}" if raw else (f"; {col.raw_read_error}" if col.raw_read_error else "")
         else:
-            why = str(col.get("error") or "")  # "not installable: ..." (an older matrix.json: the bare reason)
+            why = col.error or ""  # "not installable: ..." (an older matrix.json: the bare reason)
             loaded = why if why.startswith("not installable") else f"unavailable: {why}"
-        head.append(f'<th>{_e(col["label"])}<div class="small">{_e(loaded)}</div></th>')
+        head.append(f'<th>{_e(col.label)}<div class="small">{_e(loaded)}</div></th>')
     head.append("</tr>")
-    cells: Mapping[str, Mapping[str, Any]] = matrix.get("cells") or {}
-    for sc in matrix.get("scenarios") or []:
-        name = sc["name"]
-        defect = sc.get("defect")
+    for sc in matrix.scenarios:
+        defect = sc.defect
         note = ""
         if defect:
             versions = ", ".join(defect.get("versions") or []) or "every version (no defect_versions)"
             note = f'<div class="small">known defect on {_e(versions)}</div>'
-        row = [f"<tr><th>{_e(name)}{note}</th>"]
+        row = [f"<tr><th>{_e(sc.name)}{note}</th>"]
         for col in cols:
-            row.append(_cell(cells.get(name, {}).get(col["id"], {"verdict": "none"})))
+            row.append(_cell(matrix.cell(sc.name, col.id) or MatrixCell()))
         rows.append("".join(row) + "</tr>")
     out.append("<table>" + "".join(head) + "".join(rows) + "</table></body></html>")
     return "\n".join(out) + "\n"

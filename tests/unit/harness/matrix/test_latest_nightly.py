@@ -154,7 +154,7 @@ def test_a_client_release_that_does_not_install_is_a_not_installable_column(tmp_
                       raw_read=False, unplayable={k: v for k, v in unplayable.items() if v},
                       extra={"resolved": [{"axis": "--subject", "spelling": "latest-nightly",
                                            "version": "0.8.0.dev20261026", "registry": "pip", "error": None}]})
-    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}"))
+    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}")).to_json()
     ran = [argv[argv.index("--subject") + 1] for argv in calls if "--out" in argv]
     assert ran == ["mxref"]  # the uninstallable release's column ran nothing
     cell = matrix["cells"]["smoke"]["subject-modelexpress@0.8.0.dev20261026"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,17 @@ import pytest
 from harness.cli import main
 from harness.matrix.defects import defect_info, defect_status, version_matches
 from harness.matrix.run import MatrixSpec, run_matrix
-from harness.record.baseline import diff_matrices, lanes_beside, where, wilson
-from harness.record.cells import Column, cell_verdict, columns_for, parse_env_axis, read_column, run_timings
+from harness.record.baseline import diff_matrices, where, wilson
+from harness.record.cells import (
+    Column,
+    RunTimings,
+    cell_verdict,
+    columns_for,
+    parse_env_axis,
+    read_column,
+    run_timings,
+)
+from harness.record.saved import MatrixColumn, MatrixDoc
 from harness.reports.matrix_page import render_matrix
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
@@ -202,7 +212,7 @@ def write_run(folder: Path, scenario: str, verdict: str, *, nixl: str = "1.5.1",
 def test_timings_come_from_the_timeline(tmp_path: Path) -> None:
     write_run(tmp_path / "r", "s", "pass", gbps=(1.0, 3.0), fault_t=10.0)
     t = run_timings(tmp_path / "r")
-    assert t == {"detection_s": 0.04, "recovery_s": 20.0, "fallback_s": 0.2, "gbps": [1.0, 3.0]}
+    assert t == RunTimings(detection_s=0.04, recovery_s=20.0, fallback_s=0.2, gbps=[1.0, 3.0])
 
 
 def test_a_column_is_read_from_summary_json(tmp_path: Path) -> None:
@@ -212,12 +222,12 @@ def test_a_column_is_read_from_summary_json(tmp_path: Path) -> None:
                                                 "measured": None, "runs": runs}}}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     col = read_column(tmp_path, ["a", "missing"], raw_gbps=6.0)
-    a = col.cells["a"]
+    a = col.cells["a"].to_json()
     assert a["verdict"] == "fail" and a["rate"] == {"k": 2, "n": 3} and a["bound"] == 0.5
     assert a["failures"] == {"k": 1, "n": 3} and a["verdicts"] == {"fail": 1, "pass": 2}
     assert a["seconds"] == 5.0 and a["read_gbps"] == 3.0 and a["read_ratio"] == 0.5
     assert a["nixl"] == ["1.5.1"] and a["ucx"] == ["1.23.0"]
-    assert col.cells["missing"]["verdict"] == "none" and col.cells["missing"]["failures"] == {"k": 0, "n": 0}
+    assert col.cells["missing"].verdict == "none" and col.cells["missing"].failures == {"k": 0, "n": 0}
     assert col.nixl == ["1.5.1"] and col.ucx == ["1.23.0"]
 
 
@@ -225,7 +235,7 @@ def test_without_summary_json_the_run_folders_are_read(tmp_path: Path) -> None:
     write_run(tmp_path / "a" / "20260101T000000-1", "a", "xfail", nixl="1.4.1", ucx="1.22.0")
     write_run(tmp_path / "a" / "20260101T000001-2", "a", "xpass", nixl="1.4.1", ucx="1.22.0")
     (tmp_path / "a" / "latest").symlink_to(tmp_path / "a" / "20260101T000001-2")
-    cell = read_column(tmp_path, ["a"]).cells["a"]
+    cell = read_column(tmp_path, ["a"]).cells["a"].to_json()
     assert cell["verdict"] == "xfail" and cell["verdicts"] == {"xfail": 1, "xpass": 1} and len(cell["runs"]) == 2
     assert cell["rate"] is None and cell["read_ratio"] is None and cell["ucx"] == ["1.22.0"]
 
@@ -268,8 +278,8 @@ def test_expected_vs_observed_and_the_headlines() -> None:
 # ------------------------------------------------------------------ baseline
 
 
-def _m(cells: dict[str, dict[str, Any]], cols: Sequence[str] = ("nixl-1.5.1",)) -> dict[str, Any]:
-    return {"columns": [{"id": c} for c in cols], "cells": cells}
+def _m(cells: dict[str, dict[str, Any]], cols: Sequence[str] = ("nixl-1.5.1",)) -> MatrixDoc:
+    return MatrixDoc.parse({"columns": [{"id": c} for c in cols], "cells": cells}, "given")
 
 
 def test_wilson_interval() -> None:
@@ -334,7 +344,7 @@ def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
            "cells": {name: {"c": cell} for name, cell in cells.items()}}
     new = {"columns": [{"id": "c", "schedule": {"lanes": [["laned"], ["x"], ["y"], ["z"]], "alone": ["lone", "moved"]}}],
            "cells": {name: {"c": slow} for name in cells}}
-    changes = diff_matrices(old, new)
+    changes = diff_matrices(MatrixDoc.parse(old, "old"), MatrixDoc.parse(new, "new"))
     timed = {c["scenario"] for c in changes if c["kind"] == "timing"}
     assert timed == {"lone"}  # alone in both: compared; laned (2 -> 4 lanes) and moved (lane -> alone) not
     assert {c["scenario"] for c in changes if c["kind"] == "verdict"} == {"laned", "lone", "moved"}
@@ -342,11 +352,11 @@ def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
     assert note["regression"] is False and note["scenarios"] == ["laned", "moved"]
     assert note["text"] == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
                             "once (1 here, 2 in the baseline; 4 here, 2 in the baseline)")
-    assert lanes_beside({"id": "c"}, "laned") == 1  # a column from before lanes
+    assert MatrixColumn(id="c").lanes_beside("laned") == 1  # a column from before lanes
     assert where(note) == "column c" and where(changes[0]) == f"{changes[0]['scenario']} @ c"
-    page = render_matrix({"columns": [{"id": "c", "label": "c"}], "cells": {}, "baseline_changes": changes})
+    page = render_matrix(MatrixDoc.parse({"columns": [{"id": "c", "label": "c"}], "cells": {}, "baseline_changes": changes}, "given"))
     assert "<li>column c: timings of 2 scenario(s)" in page and "> @ c" not in page
-    assert lanes_beside({"schedule": {"lanes": [["a", "b"]], "alone": []}}, "a") == 1  # one lane: one at a time
+    assert MatrixColumn(id="c", schedule={"lanes": [["a", "b"]], "alone": []}).lanes_beside("a") == 1  # one lane: one at a time
 
 
 # ------------------------------------------------------------------ a whole matrix
@@ -402,7 +412,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
         columns=columns_for(["1.4.1", "1.5.1", "1.5.2"], [("AB", ["y", "n"])]), repeat=2, out=tmp_path / "out",
         read_bytes={"smoke": 4 << 20, "reset": 32 << 20},
     )
-    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=fake).to_json()
     assert json.loads((tmp_path / "out" / "matrix.json").read_text()) == matrix
     ids = [c["id"] for c in matrix["columns"]]
     assert ids == [f"nixl-{v}+AB={ab}" for v in ("1.4.1", "1.5.1", "1.5.2") for ab in ("y", "n")]
@@ -429,14 +439,14 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     from harness.matrix.command import format_table
     from harness.record.cells import FAILING
 
-    table = format_table(matrix)  # the terminal: the column's (loaded) row says why, its cells say what
+    table = format_table(MatrixDoc.parse(matrix, "given"))  # the terminal: the column's (loaded) row says why, its cells say what
     assert "not installable: nixl: ERROR: No matching distribution found" in table and "NOT INSTALLABLE" in table
     assert "not_installable" not in FAILING  # an environment verdict: `mxchaos matrix` does not exit 1 for it
     assert 'href="nixl-1.5.1+AB=n/reset/run0/report.html"' in page
 
     # the same matrix again, with the first as its baseline: nothing changed
-    spec.baseline, spec.out = matrix, tmp_path / "out2"
-    assert run_matrix(spec, ensure=lambda v: envs[v], execute=fake)["baseline_changes"] == []
+    spec.baseline, spec.out = MatrixDoc.parse(matrix, "first"), tmp_path / "out2"
+    assert run_matrix(spec, ensure=lambda v: envs[v], execute=fake).baseline_changes == []
 
     # resumed into the first folder, one column's runs cut short: only that column runs again
     summary = tmp_path / "out" / "nixl-1.4.1+AB=y" / "summary.json"
@@ -445,7 +455,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     summary.write_text(json.dumps(cut))
     fake.calls.clear()
     spec.baseline, spec.out, spec.resume = None, tmp_path / "out", True
-    resumed = run_matrix(spec, ensure=lambda v: envs[v], execute=fake)
+    resumed = run_matrix(spec, ensure=lambda v: envs[v], execute=fake).to_json()
     run_calls = [c for c in fake.calls if c[0][3:5] == ["run", "--repeat"]]
     assert [c[1]["AB"] for c in run_calls] == ["y"] and run_calls[0][0][:3] == envs["1.4.1"].mxchaos()
     assert any("mxref.bench.raw" in c[0] for c in fake.calls)  # raw READs are measured anew
@@ -468,7 +478,7 @@ def test_without_repeat_support_the_env_runs_n_times(tmp_path: Path) -> None:
     env = EnvResult("1.5.1", tmp_path / "env")
     spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
                       columns=[Column("1.5.1")], repeat=3, out=tmp_path / "out", raw_read=False)
-    matrix = run_matrix(spec, ensure=lambda v: env, execute=execute)
+    matrix = run_matrix(spec, ensure=lambda v: env, execute=execute).to_json()
     assert sum(1 for c in calls if "--out" in c) == 3
     assert matrix["cells"]["smoke"]["nixl-1.5.1"]["verdicts"] == {"pass": 3}
 
@@ -520,27 +530,85 @@ def test_a_column_whose_every_run_died_of_its_environment_is_broken_not_failed(
     envs = {v: EnvResult(v, tmp_path / f"env-{v}") for v in ("1.4.1", "1.5.1")}
     spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
                       columns=columns_for(["1.4.1", "1.5.1"], []), repeat=2, out=tmp_path / "out", raw_read=False)
-    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=execute)
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=execute).to_json()
     broken, failed = matrix["cells"]["smoke"]["nixl-1.4.1"], matrix["cells"]["smoke"]["nixl-1.5.1"]
     assert broken["verdict"] == "env_broken" and broken["error"] == f"environment broken: server: {gone}"
     assert failed["verdict"] == "FAIL"  # a failure with no environment words is NIXL's (or ours): a verdict
     from harness.matrix.command import format_table
 
-    assert "environment broken: server: metadata server: --grpc-impl native" in format_table(matrix)
+    assert "environment broken: server: metadata server: --grpc-impl native" in format_table(MatrixDoc.parse(matrix, "given"))
     page = (tmp_path / "out" / "matrix.html").read_text()
     assert "environment broken: server:" in page
 
 
 def test_the_matrix_ends_with_a_recap_of_the_cells_that_fail_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.matrix.command import print_matrix_recap
+    """The one recap writer of ``run`` and ``nightly`` (``write_recap``), an entry per failing cell:
+    its runs' count, the first failing check of its first failing run (from that run's
+    verdict.json) and the page of that run."""
+    from harness.matrix.command import matrix_recap
+    from harness.reports.console import write_recap
 
-    runs = [{"verdict": "pass", "seed": 1, "link": "c/a/1"}, {"verdict": "fail", "seed": 2, "link": "c/a/2"}]
+    run_dir = tmp_path / "c" / "a" / "2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"verdict": "fail", "checks": [
+        {"name": "loaded", "valid": "unknown", "summary": "?"}, {"name": "rdma", "valid": False, "summary": "0 reads"}]}))
+    runs = [{"verdict": "pass", "seed": 1, "link": "c/a/1"},
+            {"verdict": "fail", "seed": 2, "link": "c/a/2", "run_dir": str(run_dir)}]
     matrix = {"cells": {"a": {"c": {"verdict": "FLAKY", "failures": {"k": 1, "n": 2}, "runs": runs}},
                         "b": {"c": {"verdict": "PASS", "failures": {"k": 0, "n": 2}, "runs": []}},
-                        "d": {"c": {"verdict": "XFAIL", "failures": {"k": 2, "n": 2}, "runs": []}}}}
-    print_matrix_recap(matrix, tmp_path)
+                        "d": {"c": {"verdict": "XFAIL", "failures": {"k": 2, "n": 2}, "runs": []}},
+                        "e": {"c": {"verdict": "none", "error": "mxchaos run exited 2: bad", "failures": {"k": 0, "n": 0}}}}}
+    entries = matrix_recap(MatrixDoc.parse(matrix, "given"), tmp_path)
+    write_recap(sys.stdout, entries)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == f"{'short summary':-^72}"
-    assert lines[2:] == [f"FLAKY   a @ c  1/2 failed  seed 2: {tmp_path / 'c/a/2/report.html'}"]
-    print_matrix_recap({"cells": {"b": matrix["cells"]["b"]}}, tmp_path)
+    assert lines[2:] == [f"FLAKY  a @ c  failed 1/2  rdma: 0 reads  {tmp_path / 'c/a/2/report.html'}",
+                         "NONE   e @ c  failed 0/0  mxchaos run exited 2: bad"]
+    write_recap(sys.stdout, matrix_recap(MatrixDoc.parse({"cells": {"b": matrix["cells"]["b"]}}, "given"), tmp_path))
     assert capsys.readouterr().out == ""  # nothing failed: no recap
+
+
+def test_a_failing_cell_s_rerun_is_a_matrix_of_that_one_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.matrix.command import matrix_recap, rerun_cell
+    from harness.record.saved import MatrixColumn
+
+    monkeypatch.chdir(tmp_path)
+    served = Column("1.5.1", (("AB", "n"),), "mxref", "0.7.0")
+    column = MatrixColumn(id=served.id, nixl="1.5.1", subject="mxref", mx_server="0.7.0", env=served.env_dict())
+    assert rerun_cell(column, "scenarios/a b.yaml", 3, tmp_path / "out").split(" matrix ")[1] == (
+        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun 'scenarios/a b.yaml'")
+    assert rerun_cell(MatrixColumn(id="here"), "a.yaml", 1, tmp_path) == ""  # no axis: no matrix to rerun
+    matrix = MatrixDoc.parse({"repeat": 2, "scenarios": [{"name": "a", "path": "a.yaml"}],
+                              "columns": [column.to_json()], "cells": {"a": {served.id: {"verdict": "FAIL"}}}}, "given")
+    (entry,) = matrix_recap(matrix, tmp_path)
+    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun a.yaml") and entry.scenario == f"a @ {served.id}"
+
+
+def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``run`` and ``nightly``: a line as each column starts and one as it ends, with its cells
+    and the tally so far; the table's timings and defects only under -v."""
+    import io
+
+    from harness.matrix.command import ColumnProgress, format_table
+
+    a, b = Column("1.5.1"), Column("1.4.1")
+    matrix = MatrixDoc.parse({
+        "scenarios": [{"name": "smoke"}, {"name": "seg"}],
+        "columns": [{"id": a.id, "available": True}, {"id": b.id, "available": False, "error": "not installable: no"}],
+        "cells": {"smoke": {a.id: {"verdict": "PASS", "failures": {"k": 0, "n": 1}, "read_gbps": 0.3},
+                            b.id: {"verdict": "not_installable"}},
+                  "seg": {a.id: {"verdict": "XFAIL", "failures": {"k": 1, "n": 1},
+                                 "defect": {"expected": True, "observed": "reproduced"}},
+                          b.id: {"verdict": "not_installable"}}}}, "given")
+    out = io.StringIO()
+    progress = ColumnProgress(2, out)
+    progress.started(1, a)
+    progress.ended(1, a, matrix)
+    progress.started(2, b)
+    progress.ended(2, b, matrix)
+    assert out.getvalue().splitlines() == [
+        "[1/2] NIXL 1.5.1", "[1/2] nixl-1.5.1: 1 PASS 1 XFAIL  [1 PASS 1 XFAIL]",
+        "[2/2] NIXL 1.4.1", "[2/2] nixl-1.4.1: 2 NOT_INSTALLABLE  not installable: no  [2 NOT_INSTALLABLE 1 PASS 1 XFAIL]"]
+    compact, full = format_table(matrix, verbose=False), format_table(matrix)
+    assert "seg       XFAIL 1/1 failed" in compact and "defect" not in compact and "GB/s" not in compact
+    assert "[defect expected, reproduced]" in full and "0.3GB/s" in full

@@ -203,7 +203,7 @@ def test_a_matrix_column_runs_its_lanes_and_lone_scenarios_and_reads_them_as_one
     spec = MatrixSpec(scenarios=[tmp_path / f"{n}.yaml" for n in names], names=names, defects={},
                       columns=columns_for([], [], ["mxref"]), out=tmp_path / "out", raw_read=False, jobs=2,
                       placements=[*shared("a", "b", "c"), LanePlacement("d", True, "x")])
-    matrix = run_matrix(spec, ensure=lambda v: here_env(), execute=execute)
+    matrix = run_matrix(spec, ensure=lambda v: here_env(), execute=execute).to_json()
     assert sorted(calls) == [("alone", ["d"]), ("lane-1", ["a", "c"]), ("lane-2", ["b"])]
     column = matrix["columns"][0]
     assert column["schedule"] == {"lanes": [["a", "c"], ["b"]], "alone": ["d"]}

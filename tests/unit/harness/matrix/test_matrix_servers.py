@@ -141,7 +141,7 @@ def test_a_server_matrix_runs_each_column_with_its_server(tmp_path: Path) -> Non
 
     spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
                       columns=columns_for([], [], [], ["mxref", "0.7.0"]), out=tmp_path / "out")
-    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}"))
+    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}")).to_json()
     runs = [(argv, env) for argv, env in calls if "--out" in argv]
     assert [argv[argv.index("--subject") + 1] for argv, _ in runs] == ["server=mxref", "server=modelexpress"]
     assert [env.get("MXCHAOS_MX_SERVER_VERSION") for _, env in runs] == [None, "0.7.0"]

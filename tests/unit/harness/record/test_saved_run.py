@@ -60,7 +60,7 @@ VERDICT_DOC = {
                                                             "seconds": 1.1, "not_exercised": ["fault f (pause s): no effect"]}]}}}),
     (NightDoc, {"night": "20261206T010000Z", "scenarios": [{"name": "smoke", "fails_night": False}], "passed": True,
                 "exit_code": 0, "interrupted": False, "counts": {"ran": 1}}),
-    (MatrixDoc, {"cells": {"smoke @ nixl-1.5.1": {"verdict": "PASS"}}, "columns": ["nixl-1.5.1"]}),
+    (MatrixDoc, {"cells": {"smoke": {"nixl-1.5.1": {"verdict": "PASS"}}}, "columns": [{"id": "nixl-1.5.1"}]}),
 ])
 def test_each_document_reads_back_as_it_was_written(tmp_path: Path, cls: type[SavedDoc], doc: dict[str, Any]) -> None:
     path = cls.in_folder(tmp_path)
@@ -175,3 +175,91 @@ def test_a_night_reads_its_scenarios_and_runs_typed_and_writes_back_only_what_it
     assert json.loads(NightDoc.in_folder(tmp_path).read_text())["scenarios"][1] == {"name": "old", "cell": "XFAIL"}
     with pytest.raises(SavedDocError, match=r"scenarios\.0\.name"):
         NightDoc.parse({"scenarios": [{"cell": "PASS"}]}, "given")
+
+
+MATRIX_DOC: dict[str, Any] = {
+    "schema": 1, "created": "2026-12-07T00:20:00+00:00", "repeat": 1,
+    "scenarios": [{"name": "smoke", "path": "/s/smoke.yaml", "defect": None},
+                  {"name": "seg", "path": "/s/seg.yaml", "defect": {"versions": ["1.5.1"], "issue": "x"}}],
+    "columns": [{"id": "nixl-1.5.1", "label": "NIXL 1.5.1", "nixl": "1.5.1", "subject": "", "mx_server": "",
+                 "env": {}, "available": True, "error": None, "env_path": "/envs/1.5.1", "out_dir": "nixl-1.5.1",
+                 "raw_read_gbps": 0.77, "raw_read_error": None, "raw_reads": {"8388608": 1.41, "67108864": 0.77},
+                 "rc": 0, "schedule": {"lanes": [["smoke"], ["seg"]], "alone": []},
+                 "loaded_nixl": ["1.5.1"], "loaded_ucx": ["1.23.0"]},
+                {"id": "nixl-1.5.2", "label": "NIXL 1.5.2", "nixl": "1.5.2", "subject": "", "mx_server": "",
+                 "env": {}, "available": False, "error": "not installable: nixl: no", "env_path": "/envs/1.5.2",
+                 "out_dir": "nixl-1.5.2", "loaded_nixl": [], "loaded_ucx": []}],
+    "cells": {
+        "smoke": {"nixl-1.5.1": {"verdict": "PASS", "verdicts": {"pass": 1}, "failures": {"k": 0, "n": 1},
+                                 "rate": {"k": 0, "n": 1}, "bound": 0.95, "measured": None,
+                                 "runs": [{"verdict": "pass", "run_dir": "/o/nixl-1.5.1/smoke/1", "seed": 3,
+                                           "seconds": 2.5, "not_exercised": [], "link": "nixl-1.5.1/smoke/1"}],
+                                 "seconds": 2.5, "detection_s": None, "recovery_s": None, "fallback_s": None,
+                                 "read_gbps": 0.19, "read_ratio": 0.135, "nixl": ["1.5.1"], "ucx": ["1.23.0"],
+                                 "subjects": {"mxref": "0.1"}, "servers": {}},
+                  "nixl-1.5.2": {"verdict": "not_installable", "error": "not installable: nixl: no", "runs": [],
+                                 "verdicts": {}, "failures": {"k": 0, "n": 0}}},
+        "seg": {"nixl-1.5.1": {"verdict": "XFAIL", "failures": {"k": 1, "n": 1}, "seconds": 4.0,
+                               "defect": {"expected": True, "observed": "reproduced", "headline": None}}},
+    },
+    "headlines": [],
+    "resolved": [{"spelling": "latest-nightly", "version": "0.8.0"}],  # a key MatrixDoc does not declare: kept
+}
+
+
+def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it_read(tmp_path: Path) -> None:
+    """matrix.json's columns are ``MatrixColumn``, its cells ``MatrixCell`` (runs: ``MatrixRun``):
+    the table, the page, the recap and the baseline diff read attributes; every cell and column
+    writes back with exactly the keys it had (a not-installable cell keeps its five)."""
+    path = MatrixDoc.in_folder(tmp_path)
+    path.write_text(json.dumps(MATRIX_DOC))
+    doc = MatrixDoc.read(path)
+    assert doc is not None
+    col, gone = doc.columns
+    assert (col.id, col.available, col.raw_reads["8388608"], col.lanes_beside("smoke")) == ("nixl-1.5.1", True, 1.41, 2)
+    assert (gone.available, gone.error, gone.lanes_beside("smoke")) == (False, "not installable: nixl: no", 1)
+    smoke = doc.cell("smoke", "nixl-1.5.1")
+    assert smoke is not None and smoke.runs[0].link == "nixl-1.5.1/smoke/1" and smoke.failed() == (0, 1)
+    seg = doc.cell("seg", "nixl-1.5.1")
+    assert seg is not None and seg.defect == {"expected": True, "observed": "reproduced", "headline": None}
+    assert (seg.read_gbps, seg.runs, doc.cell("seg", "nixl-1.5.2")) == (None, [], None)
+    assert doc.scenario_seconds() == {"smoke": 2.5, "seg": 4.0}
+    assert [(s, c) for s, c, _ in doc.all_cells()] == [("smoke", "nixl-1.5.1"), ("smoke", "nixl-1.5.2"), ("seg", "nixl-1.5.1")]
+    doc.write(path)
+    assert json.loads(path.read_text()) == MATRIX_DOC
+    built = MatrixDoc.model_validate({"cells": {}})  # built here, not read: only what it was given
+    assert built.to_json() == {"cells": {}}
+    with pytest.raises(SavedDocError, match=r"cells\.smoke\.c\.runs\.0\.seed"):
+        MatrixDoc.parse({"cells": {"smoke": {"c": {"runs": [{"seed": "seven"}]}}}}, "given")
+
+
+MATRIX_KEYS = ("cells", "columns", "scenarios", "headlines", "baseline_changes", "verdict", "verdicts", "failures",
+               "runs", "link", "run_dir", "seconds", "detection_s", "recovery_s", "fallback_s", "read_gbps",
+               "read_ratio", "loaded_nixl", "loaded_ucx", "raw_reads", "raw_read_gbps", "raw_read_error",
+               "available", "schedule", "label", "error", "defect")
+MATRIX_READERS = (*sorted((ROOT / "harness" / "matrix").glob("*.py")),
+                  *(ROOT / "harness" / "record" / f for f in ("baseline.py", "cells.py")),
+                  ROOT / "harness" / "reports" / "matrix_page.py", ROOT / "harness" / "nightly" / "compare.py")
+
+
+def matrix_key_reads(source: str) -> list[tuple[int, str]]:
+    """``x["verdict"]`` and ``x.get("verdict")`` with a key of a matrix document: a cell, a column,
+    a run or the document itself read as a dict rather than through its class."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            found.append((node.lineno, node.slice.value))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            found.append((node.lineno, node.args[0].value))
+    return [(line, key) for line, key in found if isinstance(key, str) and key in MATRIX_KEYS]
+
+
+def test_the_key_read_finder_finds_a_planted_read() -> None:
+    assert sorted(matrix_key_reads('def f(m):\n    return m["cells"]["a"].get("verdict")\n')) == [(2, "cells"), (2, "verdict")]
+    assert matrix_key_reads('def f(c):\n    return c.verdict, h["text"]\n') == []
+
+
+def test_no_matrix_reader_reads_a_matrix_document_by_key() -> None:
+    found = [f"{p.relative_to(ROOT)}:{line}: {key!r}" for p in MATRIX_READERS for line, key in matrix_key_reads(p.read_text())]
+    assert not found, "read matrix.json's cells and columns through harness.record.saved.MatrixDoc:\n" + "\n".join(found)

@@ -160,7 +160,7 @@ def test_a_subject_matrix_runs_each_column_with_its_subject(tmp_path: Path) -> N
 
     spec = MatrixSpec(scenarios=[tmp_path / "smoke.yaml"], names=["smoke"], defects={},
                       columns=columns_for([], [], ["mxref", "modelexpress"]), out=tmp_path / "out")
-    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}"))
+    matrix = run_matrix(spec, execute=execute, ensure=lambda v: pytest.fail(f"built an env for {v!r}")).to_json()
     runs = [c for c in calls if "--out" in c]
     assert [c[c.index("--subject") + 1] for c in runs] == ["mxref", "modelexpress"]
     assert sum(1 for c in calls if "mxref.bench.raw" in c) == 1  # one environment: one raw READ
