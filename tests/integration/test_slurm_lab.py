@@ -20,6 +20,9 @@
   ``srun --overlap`` (a tar stream), the nodes' copies removed;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
+- ``reach: srun``: smoke and frozen_source (a SIGSTOP of the source mid-READ) pass on a node reached only through
+  ``srun --overlap`` steps of a held job (its ssh port closed in the inventory); srun's own failure (a job that
+  does not exist) is told from the command's exit code by real srun output;
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
   every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
   ``lab down`` for a lab whose record is lost.
@@ -41,10 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.commands import cleanup
 from harness.errors import HarnessError
-from harness.hosts import lab, slurm_lab
+from harness.hosts import lab, slurm_lab, srun
 
 pytestmark = [
     pytest.mark.integration,
@@ -514,3 +518,54 @@ def test_node_local_results_are_written_on_the_nodes_and_gathered_back_through_s
         assert len(runs) == 1, name
     assert _cells(doc) == dict.fromkeys(("local_a", "local_b", "local_c", "local_d"), "PASS")
     assert not list(nodes_root.glob("*/*/*/*"))  # no lane folder left on any node
+
+
+def _hold(info: dict[str, Any], node: str) -> str:
+    """A job holding ``node`` with no shell (``salloc --no-shell``): its id."""
+    done = subprocess.run(["salloc", "--no-shell", "-N1", "-w", node, "--job-name=mxchaos-test-srun-reach"], capture_output=True,
+                          text=True, timeout=60, env=_env(info), check=False)
+    match = re.search(r"Granted job allocation (\d+)", done.stdout + done.stderr)
+    assert done.returncode == 0 and match, done.stdout + done.stderr
+    return match.group(1)
+
+
+@pytest.mark.timeout(420)
+def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    job = _hold(info, "h2")
+    try:
+        # srun's own failure and the command's exit code, as real srun reports them
+        ok = subprocess.run([*srun.argv(job, "h2"), "hostname; exit 3"], capture_output=True, text=True, timeout=60,
+                            env=_env(info), check=False)
+        assert (ok.returncode, ok.stdout.strip(), srun.failure(ok.returncode, ok.stderr)) == (3, "h2", None), ok.stderr
+        nojob = subprocess.run([*srun.argv("999999", "h2"), "true"], capture_output=True, text=True, timeout=60,
+                               env=_env(info), check=False)
+        assert nojob.returncode != 0 and srun.failure(nojob.returncode, nojob.stderr), nojob.stderr
+        notheld = subprocess.run([*srun.argv(job, "h3"), "true"], capture_output=True, text=True, timeout=60,
+                                 env=_env(info), check=False)
+        assert notheld.returncode != 0 and srun.failure(notheld.returncode, notheld.stderr), notheld.stderr
+
+        doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
+        doc["defaults"] |= {"reach": "srun", "port": 9}  # nothing listens on 9: ssh could not reach the node
+        doc["slurm"]["job"] = int(job)
+        inventory = tmp_path / "srun.yaml"
+        inventory.write_text(yaml.safe_dump(doc))
+        out = tmp_path / "out"
+        repo = Path(__file__).resolve().parents[2]
+        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out),
+                               str(repo / "scenarios" / "smoke.yaml"), str(repo / "scenarios" / "frozen_source.yaml")],
+                              capture_output=True, text=True, timeout=300, env=_env(info), check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        assert "2 PASS" in done.stdout, done.stdout[-2000:]
+        for name in ("smoke", "frozen_source"):
+            timeline = next(out.glob(f"{name}/*/timeline.jsonl"))
+            opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                          if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+            assert [d.get("srun") for d in opened["value"]["hosts"].values()] == [f"job {job} node h2"], opened
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], capture_output=True, text=True, timeout=30,
+                               env=_env(info), check=True)
+        assert "mxchaos-step" not in steps.stdout  # every step the runs started has ended
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
