@@ -569,3 +569,44 @@ def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
         assert "mxchaos-step" not in steps.stdout  # every step the runs started has ended
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_subjects(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The job its steps belong to is cancelled mid-run: srun's own failure (the job is gone) loses the host, and
+    the run ends as an error naming the host, the job and what srun said, never as a failed check."""
+    _state, info = slurm_state
+    job = _hold(info, "h3")
+    try:
+        doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
+        doc["defaults"] |= {"reach": "srun", "port": 9}
+        doc["slurm"]["job"] = int(job)
+        inventory = tmp_path / "srun.yaml"
+        inventory.write_text(yaml.safe_dump(doc))
+        scenario = tmp_path / "long.yaml"
+        scenario.write_text(SMOKE.replace("name: smoke", "name: srun_job_cancelled").replace(
+            "  - await: {process: reader-1, exit: true}\n", "  - await: {process: reader-1, exit: true}\n  - sleep: 60s\n"))
+        assert "sleep: 60s" in scenario.read_text()
+        out = tmp_path / "out"
+        run = subprocess.Popen([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out), str(scenario)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(info))
+        try:
+            timeline = _await("the run's reader has exited", lambda: next(
+                (t for t in out.glob("srun_job_cancelled/*/timeline.jsonl")
+                 if any("process_exit" in line and "reader-1" in line for line in t.read_text().splitlines())), None), 120)
+            subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=True)
+            output, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait(10)
+        verdict = json.loads(next(timeline.parent.glob("verdict.json")).read_text())
+        assert (verdict["verdict"], verdict["status"]) == ("error", "error"), (verdict, output[-2000:])
+        assert f"srun host local (node h3 of SLURM job {job})" in verdict["reason"], verdict["reason"]
+        assert "srun failed" in verdict["reason"], verdict["reason"]
+        assert run.returncode != 0
+        assert _processes_naming(verdict["run_id"]) == []  # nothing of the run left here
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.hosts import allocation, srun
+from harness.hosts import allocation, slurm, srun
 from harness.hosts.inventory import InventoryInvalid, parse_inventory
 from harness.hosts.ssh import SshHost
 
@@ -97,9 +97,9 @@ def test_reach_srun_needs_a_job_and_a_slurm_inventory_gives_it(tmp_path: Path, m
     with pytest.raises(InventoryInvalid, match=r"reach"):
         parse_inventory("machines:\n  n2: {address: 10.9.0.2, reach: telnet}\n")
     (tmp_path / "slurm.conf").write_text(CONF)
-    monkeypatch.setattr(allocation.slurm, "ping", lambda conf: "UP")
-    monkeypatch.setattr(allocation.slurm, "job", lambda jid, conf: allocation.slurm.Job("7", "RUNNING", None, "n[2-3]", ("n2", "n3")))
-    monkeypatch.setattr(allocation.slurm, "nodes", lambda names, conf: {"n2": "10.9.0.2", "n3": "10.9.0.3"})
+    monkeypatch.setattr(slurm, "ping", lambda conf: "UP")
+    monkeypatch.setattr(slurm, "job", lambda jid, conf: slurm.Job("7", "RUNNING", None, "n[2-3]", ("n2", "n3")))
+    monkeypatch.setattr(slurm, "nodes", lambda names, conf: {"n2": "10.9.0.2", "n3": "10.9.0.3"})
     (tmp_path / "alloc.yaml").write_text(f"slurm: {{job: 7, conf: {tmp_path / 'slurm.conf'}, nodes: {{n3: {{reach: srun}}}}}}\n")
     inv = allocation.open_inventory(tmp_path / "alloc.yaml")
     assert inv.machines["n2"].reach == "ssh" and inv.machines["n2"].srun is None
