@@ -147,8 +147,9 @@ def open_inventory(spec: str | Path) -> Inventory:
     if conf is not None and not isinstance(conf, str):
         issues.append(Issue("slurm.conf", "the path of a slurm.conf"))
     nodes = section.get("nodes") or {}
-    if not isinstance(nodes, dict) or any(not isinstance(v, dict) or "address" in v for v in nodes.values()):
-        issues.append(Issue("slurm.nodes", "node name -> machine keys (not address: SLURM gives it)"))
+    if not isinstance(nodes, dict) or any(not isinstance(v, dict) or "address" in v or "srun" in v for v in nodes.values()):
+        issues.append(Issue("slurm.nodes", "node name -> machine keys (not address, nor srun: SLURM gives them; "
+                                           "reach: srun says to use them)"))
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         issues.append(Issue("defaults", "defaults must be a mapping of machine keys"))

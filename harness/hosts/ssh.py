@@ -322,9 +322,10 @@ class SshHost:
         line = shlex.join(["sudo", "-n", *argv] if self.machine.sudo else list(argv))
         done = self.shell.run(line, timeout=timeout)
         if done.timed_out:
-            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}` did not return within {timeout:g}s")
+            raise FaultError(f"{self.where}: `{line}` did not return within {timeout:g}s")
         if done.rc == 255 and not done.stdout:
-            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}`: ssh failed: {done.stderr.strip()[-200:]}")
+            raise FaultError(f"{self.where}: `{line}`: {'srun' if self.srun is not None else 'ssh'} failed: "
+                             f"{done.stderr.strip()[-200:]}")
         return int(done.rc or 0), (done.stdout + done.stderr).strip()
 
     def capabilities(self, *, hardware: bool = False) -> set[str]:

@@ -567,6 +567,9 @@ def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
         steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], capture_output=True, text=True, timeout=30,
                                env=_env(info), check=True)
         assert "mxchaos-step" not in steps.stdout  # every step the runs started has ended
+        swept = subprocess.run([*MXCHAOS, "cleanup", "--run-id", "nosuch-20260101T000000-a1b2c3", "--inventory", str(inventory)],
+                               capture_output=True, text=True, timeout=120, env=_env(info), check=False)
+        assert swept.returncode == 0 and "not swept" not in swept.stderr, swept.stdout + swept.stderr  # reached through srun
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
 

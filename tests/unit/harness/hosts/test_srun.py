@@ -107,3 +107,9 @@ def test_reach_srun_needs_a_job_and_a_slurm_inventory_gives_it(tmp_path: Path, m
     assert place is not None and (place.job, place.node, place.conf) == ("7", "n3", tmp_path / "slurm.conf")
     (tmp_path / "all.yaml").write_text(f"defaults: {{reach: srun}}\nslurm: {{job: 7, conf: {tmp_path / 'slurm.conf'}}}\n")
     assert {m.srun.node for m in allocation.open_inventory(tmp_path / "all.yaml").machines.values() if m.srun} == {"n2", "n3"}
+
+
+def test_a_slurm_file_may_not_name_the_step_itself(tmp_path: Path) -> None:
+    (tmp_path / "alloc.yaml").write_text("slurm: {job: 7, nodes: {n3: {reach: srun, srun: {job: '8', node: n9}}}}\n")
+    with pytest.raises(InventoryInvalid, match=r"slurm\.nodes.*nor srun: SLURM gives them"):
+        allocation.open_inventory(tmp_path / "alloc.yaml")
