@@ -21,8 +21,9 @@
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
 - ``reach: srun``: smoke and frozen_source (a SIGSTOP of the source mid-READ) pass on a node reached only through
-  ``srun --overlap`` steps of a held job (its ssh port closed in the inventory); srun's own failure (a job that
-  does not exist) is told from the command's exit code by real srun output;
+  ``srun --overlap`` steps of a held job (its ssh port closed in the inventory), and so does (a)'s two-host
+  network scenario; srun's own failure (a job that does not exist, a node it does not hold) is told from the
+  command's exit code by real srun output; the job cancelled mid-run is an ERROR naming srun, never a FAIL;
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
   every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
   ``lab down`` for a lab whose record is lost.
@@ -521,12 +522,21 @@ def test_node_local_results_are_written_on_the_nodes_and_gathered_back_through_s
 
 
 def _hold(info: dict[str, Any], node: str) -> str:
-    """A job holding ``node`` with no shell (``salloc --no-shell``): its id."""
-    done = subprocess.run(["salloc", "--no-shell", "-N1", "-w", node, "--job-name=mxchaos-test-srun-reach"], capture_output=True,
+    """A job holding ``node`` (or ``h2,h3``) with no shell (``salloc --no-shell``): its id."""
+    done = subprocess.run(["salloc", "--no-shell", f"-N{node.count(',') + 1}", "-w", node, "--job-name=mxchaos-test-srun-reach"], capture_output=True,
                           text=True, timeout=60, env=_env(info), check=False)
     match = re.search(r"Granted job allocation (\d+)", done.stdout + done.stderr)
     assert done.returncode == 0 and match, done.stdout + done.stderr
     return match.group(1)
+
+
+def _srun_inventory(info: dict[str, Any], job: str, path: Path) -> Path:
+    """The lab's allocation inventory for ``job`` with every node reached through srun, its ssh port closed."""
+    doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
+    doc["defaults"] |= {"reach": "srun", "port": 9}  # nothing listens on 9: ssh could not reach the node
+    doc["slurm"]["job"] = int(job)
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 @pytest.mark.timeout(420)
@@ -547,11 +557,7 @@ def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
                                  env=_env(info), check=False)
         assert notheld.returncode != 0 and srun.failure(notheld.returncode, notheld.stderr), notheld.stderr
 
-        doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
-        doc["defaults"] |= {"reach": "srun", "port": 9}  # nothing listens on 9: ssh could not reach the node
-        doc["slurm"]["job"] = int(job)
-        inventory = tmp_path / "srun.yaml"
-        inventory.write_text(yaml.safe_dump(doc))
+        inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
         out = tmp_path / "out"
         repo = Path(__file__).resolve().parents[2]
         done = subprocess.run([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out),
@@ -583,11 +589,7 @@ def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_su
     _state, info = slurm_state
     job = _hold(info, "h3")
     try:
-        doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
-        doc["defaults"] |= {"reach": "srun", "port": 9}
-        doc["slurm"]["job"] = int(job)
-        inventory = tmp_path / "srun.yaml"
-        inventory.write_text(yaml.safe_dump(doc))
+        inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
         scenario = tmp_path / "long.yaml"
         scenario.write_text(SMOKE.replace("name: smoke", "name: srun_job_cancelled").replace(
             "  - await: {process: reader-1, exit: true}\n", "  - await: {process: reader-1, exit: true}\n  - sleep: 60s\n"))
@@ -611,5 +613,30 @@ def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_su
         assert "srun failed" in verdict["reason"], verdict["reason"]
         assert run.returncode != 0
         assert _processes_naming(verdict["run_id"]) == []  # nothing of the run left here
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_two_host_network_scenario_runs_on_nodes_reached_through_srun(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Test (a)'s scenario (a rate limit and a partition mid-READ, NIXL between the nodes) with both hosts
+    reached through srun: the network faults' commands run in each node's shell, itself a step there."""
+    _state, info = slurm_state
+    job = _hold(info, "h2,h3")
+    try:
+        scenario = tmp_path / "two.yaml"
+        scenario.write_text(TWO_HOSTS)
+        out = tmp_path / "out"
+        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(_srun_inventory(info, job, tmp_path / "srun.yaml")),
+                               "--out", str(out), str(scenario)], capture_output=True, text=True, timeout=240, env=_env(info),
+                              check=False)
+        assert done.returncode == 0 and "1 PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+        timeline = next(out.glob("slurm_two_host_partition/*/timeline.jsonl"))
+        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+        assert {h: d.get("srun") for h, d in opened["value"]["hosts"].items()} == {"a": f"job {job} node h2",
+                                                                                 "r": f"job {job} node h3"}
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
