@@ -112,6 +112,7 @@ class Runner:
         self._credentials: pki.RunCredentials | None = None
         self._run_info: dict[str, Any] = {}
         self._hang = False
+        self._lost: str | None = None  # why a host stopped answering (ssh, or srun's own failure): the run is an error
         self._tearing_down = False
         self._forced = False  # a second Ctrl-C in the teardown: stops without grace (faults still heal)
         self._interrupted: int | None = None
@@ -177,6 +178,8 @@ class Runner:
             self._interrupted = signum
         if self._hang:
             status, reason = "hang", self.clock.reason or "no progress"
+        if self._lost is not None and status in ("step_failed", "error"):  # the environment's doing, not the subject's
+            status, reason, failed_step = "error", self._lost if reason in (None, "", self._lost) else f"{self._lost}; {reason}", None
         if self.nemesis.heal_failures:
             status, reason = _heal_outcome(status, reason, self.nemesis.heal_failures)
         self.timeline.append("info", "harness", "outcome", {"status": status, "reason": reason, "failed_step": failed_step})
@@ -301,7 +304,9 @@ class Runner:
         self._write_run_info()
 
     def _host_lost(self, reason: str) -> None:
-        """An ssh host stopped answering: recorded, and the run ends (its waits wake at once)."""
+        """An ssh host stopped answering (or srun failed on it): recorded, and the run ends (its waits wake at
+        once) as an error, the environment's, not a failure of the subject's."""
+        self._lost = self._lost or reason
         self.timeline.append("fail", "harness", "host_lost", {"reason": reason})
         self.clock.abort(reason)
 

@@ -7,7 +7,8 @@
   sweep of a crashed run's namespaces and veths.
 - ``ssh``: ``SshHost``, a logical host bound to an inventory machine reached over one OpenSSH
   control master; ``ssh_remote``: the small programs it runs there and its long-lived remote
-  shell; ``ssh_sweep``: ``mxchaos cleanup --inventory``.
+  shell; ``ssh_sweep``: ``mxchaos cleanup --inventory``; ``srun``: the command prefix and the
+  failure rule of a machine reached through ``srun`` steps of its SLURM job instead (``reach: srun``).
 - ``inventory``: the inventory file and the binding of logical hosts to its machines.
 - ``lab``: ``mxchaos lab``, ssh hosts made of namespaces running sshd on this machine.
 

@@ -15,8 +15,12 @@ writes one) says what SLURM cannot: how to reach and use a node::
       job: 1234                 # optional; default $SLURM_JOB_ID
       conf: /etc/slurm/slurm.conf   # optional; default $SLURM_CONF, else SLURM's default
       nodes:                    # optional, per SLURM node name: any machine key but address
-        gpu07: {data: {address: 10.1.0.7, device: ens1f0}}
+        gpu07: {data: {address: 10.1.0.7, device: ens1f0}, reach: srun}
     bind: {ctl: gpu07}          # optional, as in any inventory
+
+``reach: srun`` (on a node, or in ``defaults:`` for all of them) starts that node's processes as
+steps of the job (``srun --overlap --jobid J -w NODE``, ``harness.hosts.srun``) where ssh into the
+nodes is refused; the default, ``reach: ssh``, goes over ssh.
 
 The machines are the job's nodes in SLURM's order (``scontrol show job``'s node list, expanded
 by ``scontrol show hostnames``), each at the address ``scontrol show node`` gives (``NodeAddr``),
@@ -102,7 +106,10 @@ def from_allocation(job_id: str | None = None, *, conf: Path | None = None, defa
     machines: dict[str, Any] = {}
     for name in job.nodes:
         entry = extra.get(name) or {}
-        machines[name] = {**(defaults or {}), **(entry if isinstance(entry, dict) else {}), "address": addresses[name]}
+        machine = {**(defaults or {}), **(entry if isinstance(entry, dict) else {}), "address": addresses[name]}
+        if machine.get("reach") == "srun":  # its commands run as steps of this job on it (harness.hosts.srun)
+            machine["srun"] = {"job": job.id, "node": name, "conf": str(conf)}
+        machines[name] = machine
     doc = {"machines": machines, **({"bind": bind} if bind else {})}
     return parse_inventory(yaml.safe_dump(doc, sort_keys=False), label)
 
@@ -140,8 +147,9 @@ def open_inventory(spec: str | Path) -> Inventory:
     if conf is not None and not isinstance(conf, str):
         issues.append(Issue("slurm.conf", "the path of a slurm.conf"))
     nodes = section.get("nodes") or {}
-    if not isinstance(nodes, dict) or any(not isinstance(v, dict) or "address" in v for v in nodes.values()):
-        issues.append(Issue("slurm.nodes", "node name -> machine keys (not address: SLURM gives it)"))
+    if not isinstance(nodes, dict) or any(not isinstance(v, dict) or "address" in v or "srun" in v for v in nodes.values()):
+        issues.append(Issue("slurm.nodes", "node name -> machine keys (not address, nor srun: SLURM gives them; "
+                                           "reach: srun says to use them)"))
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         issues.append(Issue("defaults", "defaults must be a mapping of machine keys"))

@@ -56,6 +56,7 @@ __all__ = [
     "InventoryInvalid",
     "KnownHosts",
     "Machine",
+    "SrunPlace",
     "bind_hosts",
     "load_inventory",
     "parse_inventory",
@@ -198,6 +199,9 @@ class MachineFields(Strict):
     env: Annotated[dict[str, str], BeforeValidator(_env_map)] = Field(default_factory=dict)
     sudo: bool = False
     connect_timeout: Duration = 5.0
+    # how its processes are started: over ssh, or as steps of the SLURM job that holds it
+    # (``harness.hosts.srun``; only for a node of an allocation, which sets ``srun``)
+    reach: Literal["ssh", "srun"] = "ssh"
 
     @model_validator(mode="after")
     def _python_or_venv(self) -> MachineFields:
@@ -213,8 +217,24 @@ class MachineFields(Strict):
         return self.python or "python3"
 
 
+class SrunPlace(Strict):
+    """The job step a ``reach: srun`` machine's commands run in: a running job and one of its nodes."""
+
+    job: Annotated[str, Field(pattern=r"^[0-9]{1,10}(_[0-9]{1,10})?$")]
+    node: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+    conf: Path | None = None  # the slurm.conf the srun client here reads (default: its own rule)
+
+
 class Machine(MachineFields):
     address: Address
+    srun: SrunPlace | None = None  # set for the nodes of a SLURM allocation (``harness.hosts.allocation``)
+
+    @model_validator(mode="after")
+    def _srun_needs_a_job(self) -> Machine:
+        if self.reach == "srun" and self.srun is None:
+            raise custom_error("reach", "reach: srun runs commands as steps of a SLURM job: it is for the nodes of an "
+                               "allocation (an inventory with slurm:, or --inventory slurm:), or give srun: {job, node}")
+        return self
 
     @property
     def data_address(self) -> str:

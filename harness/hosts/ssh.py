@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.errors import FaultError, HostError
-from harness.hosts import netns
+from harness.hosts import netns, srun
 from harness.hosts.base import ExecResult, Place, StopResult, read_slice, stop_escalating, tcp_port_open
 from harness.hosts.clocks import FAKETIME_LIBRARIES, FAKETIME_PROBE, ClockOffsets, found_faketime
 from harness.hosts.hardware import Hardware, hardware_probe, parse_hardware
@@ -185,6 +185,10 @@ class SshHost:
         # every local ssh client carries the run's id (not as MXCHAOS_RUN_ID: it is no process of the
         # scenario), so `mxchaos cleanup` finds it after a crash (``sweep_local``)
         self.local_env = {**{k: v for k, v in os.environ.items() if k != procscan.ENV_RUN_ID}, PLUMBING_ENV: run_id}
+        # reach: srun: every command a step of the job on the node instead (``harness.hosts.srun``)
+        self.srun = machine.srun if machine.reach == "srun" else None
+        if self.srun is not None and self.srun.conf is not None:
+            self.local_env["SLURM_CONF"] = str(self.srun.conf)
         self.lost: str | None = None  # why the host stopped answering (every call then fails at once)
         self.on_lost: Callable[[str], None] | None = None  # the runner aborts the run with that reason
         # network faults' commands run in its remote shell (``run_privileged``) while it is open
@@ -196,7 +200,18 @@ class SshHost:
 
     # ------------------------------------------------------------------ ssh plumbing
 
+    @property
+    def where(self) -> str:
+        """The host as errors name it: its machine and how it is reached."""
+        if self.srun is not None:
+            return f"srun host {self.name} (node {self.srun.node} of SLURM job {self.srun.job})"
+        return f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port})"
+
     def ssh_argv(self, *, tty: bool = False) -> list[str]:
+        """The command prefix a shell line to run there is appended to: the ssh client over the
+        host's master, or (``reach: srun``) a step of the job on the node."""
+        if self.srun is not None:
+            return srun.argv(self.srun.job, self.srun.node)
         m = self.machine
         statedir.ensure_dir(self._control_dir)  # ours, 0700, no symlink: never a socket folder someone else made
         argv = ["ssh", "-p", str(m.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(m.connect_timeout))}",
@@ -218,7 +233,7 @@ class SshHost:
         """The host stopped answering: recorded once, the runner told; later calls fail at once."""
         if self.lost is not None:
             return
-        self.lost = f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}) stopped answering: {why}"
+        self.lost = f"{self.where} stopped answering: {why}"
         if self.on_lost is not None:
             with contextlib.suppress(Exception):
                 self.on_lost(self.lost)
@@ -232,9 +247,17 @@ class SshHost:
         done = self.run_remote(f"kill -0 {int(pid)}", timeout=self.machine.connect_timeout + 5)
         return None if done.rc in (None, 255) else done.rc == 0
 
+    def transport_failure(self, rc: int | None, stderr: str) -> str | None:
+        """Why a command did not run there, by the client's own failure (ssh's rc 255; srun's
+        lines, ``srun.failure``), else None: the rc is the command's."""
+        if self.srun is not None:
+            own = srun.failure(rc, stderr)
+            return f"srun failed: {own}" if own else None
+        return (stderr.strip()[-200:] or "ssh failed (rc 255)") if rc == 255 else None
+
     def run_remote(self, command: str, *, timeout: float, stdin: IO[bytes] | None = None) -> ExecResult:
-        """``command`` (a shell line) on the host, bounded; rc 255 is ssh's own failure (the host
-        is then lost, as when it does not answer in time)."""
+        """``command`` (a shell line) on the host, bounded; the client's own failure
+        (``transport_failure``) is rc 255, and the host is then lost, as when it does not answer in time."""
         started = time.monotonic()
         if self.lost:
             return ExecResult(255, "", self.lost, 0.0)
@@ -246,17 +269,18 @@ class SshHost:
             return ExecResult(None, "", f"{self.name}: no answer within {timeout:g}s", time.monotonic() - started)
         except OSError as exc:
             raise HostError(f"{self.name}: cannot run ssh: {exc}") from exc
-        if done.returncode == 255:
-            self.mark_lost(done.stderr.decode(errors="replace").strip()[-200:] or "ssh failed (rc 255)")
-        return ExecResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
+        stderr = done.stderr.decode(errors="replace")
+        failed = self.transport_failure(done.returncode, stderr)
+        if failed is not None:
+            self.mark_lost(failed)
+        return ExecResult(255 if failed is not None else done.returncode, done.stdout.decode(errors="replace"), stderr,
                           time.monotonic() - started)
 
     def _checked(self, command: str, what: str, timeout: float | None = None) -> ExecResult:
         done = self.run_remote(command, timeout=timeout or self.machine.connect_timeout + 10)
         if done.rc != 0:
             why = "did not answer" if done.timed_out else f"failed (rc {done.rc}): {done.stderr.strip()[-300:]}"
-            raise HostError(self.lost or f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port}): "
-                            f"{what} {why}")
+            raise HostError(self.lost or f"{self.where}: {what} {why}")
         return done
 
     def remote(self, text: str) -> str:
@@ -275,7 +299,7 @@ class SshHost:
         a work dir that is not the login's own is refused, naming host and path), probe the clock."""
         args = " ".join(shlex.quote(a) for a in (self.machine.work_dir, self.run_id, RUN_MARKER))
         done = self.run_remote(f"{self._python()} -c {shlex.quote(WORKDIR)} {args}", timeout=self.machine.connect_timeout + 10)
-        where = f"ssh host {self.name} ({self.machine_name}, {self.machine.target}:{self.machine.port})"
+        where = self.where
         if done.rc == 3:
             raise HostError(f"{where}: {done.stderr.strip()[-400:]}")
         if done.rc != 0 or not done.stdout.strip().startswith("/"):
@@ -298,9 +322,10 @@ class SshHost:
         line = shlex.join(["sudo", "-n", *argv] if self.machine.sudo else list(argv))
         done = self.shell.run(line, timeout=timeout)
         if done.timed_out:
-            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}` did not return within {timeout:g}s")
+            raise FaultError(f"{self.where}: `{line}` did not return within {timeout:g}s")
         if done.rc == 255 and not done.stdout:
-            raise FaultError(f"ssh host {self.name} ({self.machine.target}): `{line}`: ssh failed: {done.stderr.strip()[-200:]}")
+            raise FaultError(f"{self.where}: `{line}`: {'srun' if self.srun is not None else 'ssh'} failed: "
+                             f"{done.stderr.strip()[-200:]}")
         return int(done.rc or 0), (done.stdout + done.stderr).strip()
 
     def capabilities(self, *, hardware: bool = False) -> set[str]:
@@ -417,7 +442,9 @@ class SshHost:
         self.close_master()
 
     def close_master(self) -> None:
-        """End the control master and remove its socket folder."""
+        """End the control master and remove its socket folder (an srun host has none)."""
+        if self.srun is not None:
+            return
         with contextlib.suppress(Exception):
             subprocess.run([*self.ssh_argv()[:-1], "-O", "exit", self.machine.target], capture_output=True, timeout=10,
                            check=False, env=self.local_env)
@@ -441,7 +468,8 @@ class SshHost:
 
     def describe(self) -> dict[str, object]:
         m = self.machine
-        return {"kind": self.kind, "machine": self.machine_name, "ssh": f"{m.target}:{m.port}", "address": self.address,
+        reach = {"srun": f"job {self.srun.job} node {self.srun.node}"} if self.srun is not None else {"ssh": f"{m.target}:{m.port}"}
+        return {"kind": self.kind, "machine": self.machine_name, **reach, "address": self.address,
                 "device": m.data.device, "remote_dir": self.remote_dir, "sudo": m.sudo, "clock": self.clock,
                 **({"lost": self.lost} if self.lost else {})}
 
@@ -521,7 +549,9 @@ class SshHost:
             client.wait(5)
             stdout.close()
             why = "no answer" if not found else f"got {line!r}"
-            raise HostError(f"ssh host {self.name}: starting a process failed ({why})")
+            if self.srun is not None:
+                self.check_alive()  # srun's own failure (no job, no such node, no step) names itself
+            raise HostError(self.lost or f"{self.where}: starting a process failed ({why})")
         return int(line[4:])
 
     def recover_rc(self, pid: int) -> int | None:

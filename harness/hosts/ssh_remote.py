@@ -314,8 +314,16 @@ class RemoteShell:
     def _end(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
+            with contextlib.suppress(OSError):  # its end of input first: the shell there ends by itself
+                if proc.stdin is not None:
+                    proc.stdin.close()
             with contextlib.suppress(OSError):
-                proc.kill()
+                proc.terminate()  # (an srun client cancels its step on SIGTERM; SIGKILL would leave it)
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
             for pipe in (proc.stdin, proc.stdout):

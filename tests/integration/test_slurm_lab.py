@@ -20,6 +20,10 @@
   ``srun --overlap`` (a tar stream), the nodes' copies removed;
 - (d) the dispatcher SIGKILLed mid-array: ``mxchaos cleanup`` cancels the array (nothing pending or
   running, no process of its runs left);
+- ``reach: srun``: smoke and frozen_source (a SIGSTOP of the source mid-READ) pass on a node reached only through
+  ``srun --overlap`` steps of a held job (its ssh port closed in the inventory), and so does (a)'s two-host
+  network scenario; srun's own failure (a job that does not exist, a node it does not hold) is told from the
+  command's exit code by real srun output; the job cancelled mid-run is an ERROR naming srun, never a FAIL;
 - ``lab down`` stops every daemon (slurmctld, munged, the slurmds and their children) and removes
   every file and namespace; so does ``mxchaos cleanup`` for a lab whose ``lab up`` died, and
   ``lab down`` for a lab whose record is lost.
@@ -41,10 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.commands import cleanup
 from harness.errors import HarnessError
-from harness.hosts import lab, slurm_lab
+from harness.hosts import lab, slurm_lab, srun
 
 pytestmark = [
     pytest.mark.integration,
@@ -514,3 +519,124 @@ def test_node_local_results_are_written_on_the_nodes_and_gathered_back_through_s
         assert len(runs) == 1, name
     assert _cells(doc) == dict.fromkeys(("local_a", "local_b", "local_c", "local_d"), "PASS")
     assert not list(nodes_root.glob("*/*/*/*"))  # no lane folder left on any node
+
+
+def _hold(info: dict[str, Any], node: str) -> str:
+    """A job holding ``node`` (or ``h2,h3``) with no shell (``salloc --no-shell``): its id."""
+    done = subprocess.run(["salloc", "--no-shell", f"-N{node.count(',') + 1}", "-w", node, "--job-name=mxchaos-test-srun-reach"], capture_output=True,
+                          text=True, timeout=60, env=_env(info), check=False)
+    match = re.search(r"Granted job allocation (\d+)", done.stdout + done.stderr)
+    assert done.returncode == 0 and match, done.stdout + done.stderr
+    return match.group(1)
+
+
+def _srun_inventory(info: dict[str, Any], job: str, path: Path) -> Path:
+    """The lab's allocation inventory for ``job`` with every node reached through srun, its ssh port closed."""
+    doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
+    doc["defaults"] |= {"reach": "srun", "port": 9}  # nothing listens on 9: ssh could not reach the node
+    doc["slurm"]["job"] = int(job)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.timeout(420)
+def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _state, info = slurm_state
+    job = _hold(info, "h2")
+    try:
+        # srun's own failure and the command's exit code, as real srun reports them
+        ok = subprocess.run([*srun.argv(job, "h2"), "hostname; exit 3"], capture_output=True, text=True, timeout=60,
+                            env=_env(info), check=False)
+        assert (ok.returncode, ok.stdout.strip(), srun.failure(ok.returncode, ok.stderr)) == (3, "h2", None), ok.stderr
+        nojob = subprocess.run([*srun.argv("999999", "h2"), "true"], capture_output=True, text=True, timeout=60,
+                               env=_env(info), check=False)
+        assert nojob.returncode != 0 and srun.failure(nojob.returncode, nojob.stderr), nojob.stderr
+        notheld = subprocess.run([*srun.argv(job, "h3"), "true"], capture_output=True, text=True, timeout=60,
+                                 env=_env(info), check=False)
+        assert notheld.returncode != 0 and srun.failure(notheld.returncode, notheld.stderr), notheld.stderr
+
+        inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
+        out = tmp_path / "out"
+        repo = Path(__file__).resolve().parents[2]
+        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out),
+                               str(repo / "scenarios" / "smoke.yaml"), str(repo / "scenarios" / "frozen_source.yaml")],
+                              capture_output=True, text=True, timeout=300, env=_env(info), check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        assert "2 PASS" in done.stdout, done.stdout[-2000:]
+        for name in ("smoke", "frozen_source"):
+            timeline = next(out.glob(f"{name}/*/timeline.jsonl"))
+            opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                          if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+            assert [d.get("srun") for d in opened["value"]["hosts"].values()] == [f"job {job} node h2"], opened
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], capture_output=True, text=True, timeout=30,
+                               env=_env(info), check=True)
+        assert "mxchaos-step" not in steps.stdout  # every step the runs started has ended
+        swept = subprocess.run([*MXCHAOS, "cleanup", "--run-id", "nosuch-20260101T000000-a1b2c3", "--inventory", str(inventory)],
+                               capture_output=True, text=True, timeout=120, env=_env(info), check=False)
+        assert swept.returncode == 0 and "not swept" not in swept.stderr, swept.stdout + swept.stderr  # reached through srun
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_subjects(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The job its steps belong to is cancelled mid-run: srun's own failure (the job is gone) loses the host, and
+    the run ends as an error naming the host, the job and what srun said, never as a failed check."""
+    _state, info = slurm_state
+    job = _hold(info, "h3")
+    try:
+        inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
+        scenario = tmp_path / "long.yaml"
+        scenario.write_text(SMOKE.replace("name: smoke", "name: srun_job_cancelled").replace(
+            "  - await: {process: reader-1, exit: true}\n", "  - await: {process: reader-1, exit: true}\n  - sleep: 60s\n"))
+        assert "sleep: 60s" in scenario.read_text()
+        out = tmp_path / "out"
+        run = subprocess.Popen([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out), str(scenario)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(info))
+        try:
+            timeline = _await("the run's reader has exited", lambda: next(
+                (t for t in out.glob("srun_job_cancelled/*/timeline.jsonl")
+                 if any("process_exit" in line and "reader-1" in line for line in t.read_text().splitlines())), None), 120)
+            subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=True)
+            output, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait(10)
+        verdict = json.loads(next(timeline.parent.glob("verdict.json")).read_text())
+        assert (verdict["verdict"], verdict["status"]) == ("error", "error"), (verdict, output[-2000:])
+        assert f"srun host local (node h3 of SLURM job {job})" in verdict["reason"], verdict["reason"]
+        assert "srun failed" in verdict["reason"], verdict["reason"]
+        assert run.returncode != 0
+        assert _processes_naming(verdict["run_id"]) == []  # nothing of the run left here
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_two_host_network_scenario_runs_on_nodes_reached_through_srun(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Test (a)'s scenario (a rate limit and a partition mid-READ, NIXL between the nodes) with both hosts
+    reached through srun: the network faults' commands run in each node's shell, itself a step there."""
+    _state, info = slurm_state
+    job = _hold(info, "h2,h3")
+    try:
+        scenario = tmp_path / "two.yaml"
+        scenario.write_text(TWO_HOSTS)
+        out = tmp_path / "out"
+        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(_srun_inventory(info, job, tmp_path / "srun.yaml")),
+                               "--out", str(out), str(scenario)], capture_output=True, text=True, timeout=240, env=_env(info),
+                              check=False)
+        assert done.returncode == 0 and "1 PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+        timeline = next(out.glob("slurm_two_host_partition/*/timeline.jsonl"))
+        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+        assert {h: d.get("srun") for h, d in opened["value"]["hosts"].items()} == {"a": f"job {job} node h2",
+                                                                                 "r": f"job {job} node h3"}
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
