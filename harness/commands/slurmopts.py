@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.counts import at_least
 from harness.hosts import slurm
 from harness.hosts.slurm_dispatch import Options
 
@@ -20,7 +21,7 @@ def add_slurm_options(p: Any) -> None:
                         "the nodes must share this folder's file system, unless --node-local")
     g.add_argument("--partition", metavar="P", help="sbatch --partition (default: SLURM's default partition)")
     g.add_argument("--time", metavar="T", help="sbatch --time of each lane (SLURM's format: MM, HH:MM:SS, D-HH)")
-    g.add_argument("--nodes-per-lane", type=_at_least_one, default=1, metavar="N",
+    g.add_argument("--nodes-per-lane", type=at_least(1, "a number of nodes per lane"), default=1, metavar="N",
                    help="give each lane N nodes (sbatch --nodes=N): its run binds the scenarios' hosts to them "
                         "(--inventory slurm: inside the task, over ssh); default 1 (a lane's hosts are network "
                         "namespaces on its one node)")
@@ -51,12 +52,3 @@ def _node_dir(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: an absolute path on the nodes, without quotes, $, `, braces or ..")
     return text
 
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from harness.counts import at_least
 from harness.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 from harness.soak.fleet import FleetSpec
 from harness.soak.runner import SoakOptions, run_soak
@@ -26,15 +27,6 @@ from mxref.debug_hooks import LEAK_KINDS
 
 __all__ = ["add_parser", "cmd_soak"]
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def _seconds(text: str) -> float:
@@ -48,32 +40,32 @@ def _seconds(text: str) -> float:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("soak", help="transfers to death: load after load between long-lived sources and readers; "
                                     "judge each resource's growth per 1000 transfers")
-    p.add_argument("--transfers", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--transfers", type=at_least(1, "a number of transfers"), default=None, metavar="N",
                    help="stop after N transfers (loads), counted over every resumed segment")
     p.add_argument("--seconds", type=_seconds, default=None, metavar="S",
                    help="stop after this long (this invocation), e.g. 3600 or 1h")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="where samples.jsonl, soak-result.json, soak.html and the processes' logs go")
     p.add_argument("--resume", action="store_true", help="continue the soak recorded in --out (new processes)")
-    p.add_argument("--sources", type=_positive_int, default=2, help="sources (default 2)")
-    p.add_argument("--readers", type=_positive_int, default=2, help="looping readers (default 2)")
-    p.add_argument("--tensors", type=_positive_int, default=4, help="tensors of the model (default 4)")
+    p.add_argument("--sources", type=at_least(1, "a number of sources"), default=2, help="sources (default 2)")
+    p.add_argument("--readers", type=at_least(1, "a number of readers"), default=2, help="looping readers (default 2)")
+    p.add_argument("--tensors", type=at_least(1, "a number of tensors"), default=4, help="tensors of the model (default 4)")
     p.add_argument("--tensor-mib", type=float, default=0.25, help="MiB per tensor (default 0.25)")
     p.add_argument("--transport", default="ucx-tcp", help="mxref transport profile (default ucx-tcp: UCX_TLS=tcp)")
     p.add_argument("--source-mode", choices=("p2p", "central"), default="p2p",
                    help="p2p (default): readers fetch a source's NIXL metadata from its listener; central: "
                         "from the metadata server")
-    p.add_argument("--source-fd-limit", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--source-fd-limit", type=at_least(1, "a descriptor limit"), default=None, metavar="N",
                    help="the sources' open-descriptor limit (RLIMIT_NOFILE; default: this process's): a "
                         "descriptor leak then ends in minutes what it ends in days at the usual limit")
-    p.add_argument("--sample-every", type=_positive_int, default=20, metavar="N",
+    p.add_argument("--sample-every", type=at_least(1, "a number of transfers"), default=20, metavar="N",
                    help="transfers between two samples (default 20)")
     p.add_argument("--warmup", type=int, default=200, metavar="N",
                    help="transfers of each segment left out of the fit (default 200: a reader's RSS climbs over its first ~100-200 loads)")
     p.add_argument("--stop-on-growth", action="store_true", help="stop at the first resource that grows")
     p.add_argument("--leak", choices=LEAK_KINDS, default=None,
                    help="DEBUG: plant a per-transfer leak in the readers (mxref reader --debug-leak)")
-    p.add_argument("--leak-readers", type=_positive_int, default=None, metavar="K",
+    p.add_argument("--leak-readers", type=at_least(1, "a number of readers"), default=None, metavar="K",
                    help="with --leak: only the first K readers leak (default all)")
     p.set_defaults(fn=cmd_soak)
 

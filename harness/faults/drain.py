@@ -42,11 +42,10 @@ REFIT = int(signal.SIGHUP)
 EVENT = "drain_started"
 
 
-class DrainSpec(FaultSpec):
-    """Ask a source (``options: {debug_hooks: true}``) to refit: drain its tensor read leases,
-    rewrite its weights, admit leases again. ``confirm``: how long to wait for ``drain_started``."""
+class RefitSpec(FaultSpec):
+    """A fault that asks one source's refit (SIGHUP to a source with ``debug_hooks``) and waits
+    ``confirm`` for the event that says it began: the drain's and the grow fault's shared shape."""
 
-    kind: Literal["drain"]
     target: Target
     confirm: Duration = 10.0
 
@@ -55,6 +54,13 @@ class DrainSpec(FaultSpec):
 
     def running_refs(self) -> tuple[Target, ...]:
         return (self.target,)
+
+
+class DrainSpec(RefitSpec):
+    """Ask a source (``options: {debug_hooks: true}``) to refit: drain its tensor read leases,
+    rewrite its weights, admit leases again. ``confirm``: how long to wait for ``drain_started``."""
+
+    kind: Literal["drain"]
 
     def process_issues(self, processes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return hooked_source_issues("drain", self.target, processes, "drains a source's tensor read leases",

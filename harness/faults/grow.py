@@ -16,30 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from harness.faults import Fault, FaultContext, FaultSpec, Injected, process_of, register
+from harness.faults import Fault, FaultContext, Injected, register
 from harness.faults.corrupt import hooked_source_issues
-from harness.faults.drain import REFIT
+from harness.faults.drain import REFIT, RefitSpec
 from harness.record.witness import Witness
-from harness.spec import Duration, Target
 
 __all__ = ["Grow", "GrowSpec", "grow_witness"]
 
 EVENT = "manifest_grown"
 
 
-class GrowSpec(FaultSpec):
+class GrowSpec(RefitSpec):
     """Ask a source (``options: {debug_hooks: true, grow_tensors: N}``) to add N tensors and
     republish its grown manifest. ``confirm``: how long to wait for ``manifest_grown``."""
 
     kind: Literal["grow"]
-    target: Target
-    confirm: Duration = 10.0
-
-    def process_refs(self) -> tuple[str, ...]:
-        return (process_of(self.target),)
-
-    def running_refs(self) -> tuple[Target, ...]:
-        return (self.target,)
 
     def process_issues(self, processes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         issues = hooked_source_issues("grow", self.target, processes, "grows a source's model",

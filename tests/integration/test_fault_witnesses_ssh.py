@@ -19,12 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.lab_hosts import lab_inventory
 from fixtures.witness_runs import effects, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
-from harness.errors import HarnessError
-from harness.hosts import lab
-from harness.hosts.inventory import Inventory, load_inventory
+from harness.hosts.inventory import Inventory
 from harness.judge.verdict import RunResult
 from harness.reports.report import write_run_folder
 from harness.scenario import load_scenario
@@ -44,16 +43,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inventory]:
-    state = tmp_path_factory.mktemp("lab") / "lab"
-    lab.up(4, inventory_out=state.parent / "inventory.yaml", state=state)
-    try:
-        yield load_inventory(state.parent / "inventory.yaml")
-    finally:
-        try:
-            lab.down(state)
-        except HarnessError as exc:
-            pytest.fail(f"lab down left something: {exc}")
-        assert lab.leftovers(state) == []
+    yield from lab_inventory(tmp_path_factory.mktemp("lab"), 4)
 
 
 def on_ssh(result: RunResult) -> RunResult:

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.lab_hosts import lab_inventory
 
-from harness.errors import HarnessError, HostError
-from harness.hosts import lab
-from harness.hosts.inventory import DEFAULT_WORK_DIR, Inventory, Machine, load_inventory
+from harness.errors import HostError
+from harness.hosts.inventory import DEFAULT_WORK_DIR, Inventory, Machine
 from harness.hosts.ssh import SshHost
 
 pytestmark = [
@@ -41,16 +41,7 @@ NOBODY = 65534
 
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inventory]:
-    state = tmp_path_factory.mktemp("wlab") / "lab"
-    lab.up(1, inventory_out=state.parent / "inventory.yaml", state=state)
-    try:
-        yield load_inventory(state.parent / "inventory.yaml")
-    finally:
-        try:
-            lab.down(state)
-        except HarnessError as exc:
-            pytest.fail(f"lab down left something: {exc}")
-        assert lab.leftovers(state) == []
+    yield from lab_inventory(tmp_path_factory.mktemp("wlab"), 1)
 
 
 def _host(machine: Machine, run_dir: Path, **update: str) -> SshHost:
