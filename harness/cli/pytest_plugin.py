@@ -73,7 +73,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "per role: server=modelexpress,reader=mxref (harness.subjects.mx_server)")
     group.addoption("--mxchaos-inventory", default=None, metavar="FILE|slurm:[JOB]",
                     help="run the scenarios' hosts on this inventory's machines over ssh (harness/hosts/inventory.py); "
-                         "slurm: the nodes of the SLURM job this runs in (harness/hosts/allocation.py)")
+                         "slurm: the nodes of the SLURM job this runs in, slurm+srun: the same reached "
+                         "through srun (harness/hosts/allocation.py)")
     group.addoption(
         "--mxchaos-repeat",
         type=int,

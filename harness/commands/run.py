@@ -210,7 +210,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                           "server runs the real binary on the scenario's Redis store)")
     run.add_argument("--inventory", metavar="FILE|slurm:[JOB]", help="run the scenarios' hosts on this inventory's machines over ssh "
                      "(harness/hosts/inventory.py: binding by bind:, by name, then in order); slurm: the nodes of the SLURM "
-                     "job this runs in (or of job JOB; harness/hosts/allocation.py)")
+                     "job this runs in (or of job JOB; harness/hosts/allocation.py); slurm+srun:[JOB] the same nodes "
+                     "reached through srun steps of the job instead of ssh")
     run.add_argument("--out", default=None, metavar="DIR",
                      help="this invocation's folder (default: a new runs/<UTC stamp>/, runs/latest pointing at the newest; "
                           "harness/reports/invocation.py)")

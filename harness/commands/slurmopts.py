@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ def add_slurm_options(p: Any) -> None:
     g.add_argument("--lane-inventory", metavar="FILE",
                    help="with --nodes-per-lane over 1: an inventory file with slurm: saying how a lane reaches its "
                         "nodes (user, identity_file, python, repo; `mxchaos lab up --slurm` writes one); default slurm:")
+    g.add_argument("--reach", choices=("ssh", "srun"), default="ssh",
+                   help="with --nodes-per-lane over 1 and no --lane-inventory: how a lane's run reaches its nodes: "
+                        "ssh (--inventory slurm:) or srun steps of the lane's own job (--inventory slurm+srun:), "
+                        "where the site refuses ssh into its nodes; default ssh")
     g.add_argument("--node-local", metavar="DIR", type=_node_dir,
                    help="the nodes do not see this folder: each lane writes under DIR on its node ({node}/ of it) "
                         "and the dispatcher takes its folder back through srun (docs/slurm-dispatch.md)")
@@ -37,13 +42,18 @@ def add_slurm_options(p: Any) -> None:
 
 def slurm_options(args: argparse.Namespace, label: str) -> Any:
     """The dispatch options of ``--slurm``, after the controller answered (``SlurmUnavailable`` otherwise)."""
+    reach = getattr(args, "reach", "ssh")
+    if reach != "ssh" and (int(getattr(args, "nodes_per_lane", 1)) <= 1 or getattr(args, "lane_inventory", None)):
+        print(f"--reach {reach}: for lanes of --nodes-per-lane over 1 without --lane-inventory (an inventory "
+              "file says how to reach its nodes itself: reach: srun in its defaults:)", file=sys.stderr)
+        raise SystemExit(2)
     conf = slurm.conf_path()
     slurm.ping(conf)
     inventory = str(Path(args.lane_inventory).resolve()) if getattr(args, "lane_inventory", None) else None
     return Options(conf, partition=args.partition, time_limit=args.time,
                    allocation_timeout=float(args.allocation_timeout), label=label,
                    nodes_per_lane=int(getattr(args, "nodes_per_lane", 1)), lane_inventory=inventory,
-                   node_local=getattr(args, "node_local", None))
+                   reach=reach, node_local=getattr(args, "node_local", None))
 
 
 def _node_dir(text: str) -> str:

@@ -5,6 +5,7 @@ inventory is built from them rather than written by hand::
 
     mxchaos run --inventory slurm: SCENARIO          # the job this runs in ($SLURM_JOB_ID)
     mxchaos run --inventory slurm:1234 SCENARIO      # a job given by id (yours, running)
+    mxchaos run --inventory slurm+srun:1234 SCENARIO # the same, every node reached through srun, not ssh
     mxchaos run --inventory alloc.yaml SCENARIO      # a file with slurm: (below)
 
 An inventory file with a ``slurm:`` key instead of ``machines:`` (``mxchaos lab up --slurm``
@@ -20,7 +21,8 @@ writes one) says what SLURM cannot: how to reach and use a node::
 
 ``reach: srun`` (on a node, or in ``defaults:`` for all of them) starts that node's processes as
 steps of the job (``srun --overlap --jobid J -w NODE``, ``harness.hosts.srun``) where ssh into the
-nodes is refused; the default, ``reach: ssh``, goes over ssh.
+nodes is refused; the default, ``reach: ssh``, goes over ssh. ``slurm+srun:[JOBID]`` is ``slurm:[JOBID]``
+with ``reach: srun`` for every node (no file needed: nothing of ssh is used).
 
 The machines are the job's nodes in SLURM's order (``scontrol show job``'s node list, expanded
 by ``scontrol show hostnames``), each at the address ``scontrol show node`` gives (``NodeAddr``),
@@ -49,17 +51,27 @@ from harness.errors import Issue
 from harness.hosts import slurm
 from harness.hosts.inventory import Inventory, InventoryInvalid, load_inventory, parse_inventory
 
-__all__ = ["PREFIX", "from_allocation", "open_inventory", "parse_spec"]
+__all__ = ["PREFIX", "SRUN_PREFIX", "from_allocation", "open_inventory", "parse_spec", "spec_reach"]
 
 PREFIX = "slurm:"
+SRUN_PREFIX = "slurm+srun:"  # the same allocation, every node reached through srun (reach: srun)
+_REACH_OF = {PREFIX: "ssh", SRUN_PREFIX: "srun"}
 REPO = Path(__file__).resolve().parents[2]
 _SLURM_KEYS = {"job", "conf", "nodes"}
 
 
+def spec_reach(spec: str | Path) -> str | None:
+    """How an allocation spec reaches its nodes (``slurm:`` ssh, ``slurm+srun:`` srun); None when
+    ``spec`` is no allocation spec (a file)."""
+    text = str(spec)
+    return next((reach for prefix, reach in _REACH_OF.items() if text.startswith(prefix)), None)
+
+
 def parse_spec(spec: str) -> str | None:
-    """``slurm:`` -> None (the job this runs in), ``slurm:1234`` -> ``1234``; InventoryInvalid for
-    anything else after the prefix."""
-    rest = spec[len(PREFIX):].strip()
+    """``slurm:`` / ``slurm+srun:`` -> None (the job this runs in), ``slurm:1234`` -> ``1234``;
+    InventoryInvalid for anything else after the prefix."""
+    prefix = next((p for p in _REACH_OF if spec.startswith(p)), PREFIX)
+    rest = spec[len(prefix):].strip()
     if not rest:
         return None
     try:
@@ -122,10 +134,12 @@ def _read_file(path: Path) -> Any:
 
 
 def open_inventory(spec: str | Path) -> Inventory:
-    """What ``--inventory SPEC`` means: ``slurm:[JOBID]``, a file with ``slurm:``, or an inventory file."""
+    """What ``--inventory SPEC`` means: ``slurm:[JOBID]`` or ``slurm+srun:[JOBID]``, a file with
+    ``slurm:``, or an inventory file."""
     text = str(spec)
-    if text.startswith(PREFIX):
-        return from_allocation(parse_spec(text), defaults={"python": sys.executable, "repo": str(REPO)},
+    reach = spec_reach(text)
+    if reach is not None:
+        return from_allocation(parse_spec(text), defaults={"python": sys.executable, "repo": str(REPO), "reach": reach},
                                label=f"{text} (the SLURM allocation)")
     path = Path(spec)
     data = _read_file(path)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.hosts import slurm
+from harness.hosts.slurm_leftover import sweep_node_local
 from harness.machine import procscan, statedir
 
 __all__ = ["DONE", "INFRA", "INFRA_STATES", "PENDING", "RUNNING", "Dispatch", "Group", "TaskState", "cancel_name",
@@ -221,10 +222,13 @@ class Dispatch:
     """One dispatch: its groups, its spool (the manifest, each task's output) and its submissions."""
 
     def __init__(self, groups: Sequence[Group], spool: Path, conf: Path, *, partition: str | None = None,
-                 time_limit: str | None = None, label: str = "run", nodes: int = 1, embed: bool = False) -> None:
+                 time_limit: str | None = None, label: str = "run", nodes: int = 1, embed: bool = False,
+                 local: str | None = None) -> None:
         self.groups = list(groups)
         self.embed = embed  # the nodes do not see the spool: the manifest goes in the batch script, output nowhere
         self.nodes = nodes  # sbatch --nodes of every task
+        self.local = local  # node-local results: the dispatch's root on each node ({node}: its name)
+        self.local_nodes: set[str] = set()  # the nodes its tasks ran on (what cleanup sweeps if we die)
         self.spool = spool
         self.conf = conf
         self.partition = partition
@@ -240,7 +244,8 @@ class Dispatch:
     def _record(self) -> None:
         me = os.getpid()
         _write_record(self.token, {"name": self.name, "conf": str(self.conf), "arrays": self.arrays,
-                                   "spool": str(self.spool), "pid": me, "start": procscan.proc_start_time(me)})
+                                   "spool": str(self.spool), "pid": me, "start": procscan.proc_start_time(me),
+                                   **({"local": self.local, "local_nodes": sorted(self.local_nodes)} if self.local else {})})
 
     def manifest(self) -> Path:
         path = self.spool / "groups.json"
@@ -307,6 +312,10 @@ class Dispatch:
                 continue
             tasks = parse_tasks(done.stdout, cancelled_by_us=self.cancelled)
             out.update({i: t for i, t in tasks.items() if self.array_of.get(i) == array})
+        seen = {t.node for t in out.values() if t.node}
+        if self.local and not seen <= self.local_nodes:  # recorded before the lane writes there
+            self.local_nodes |= seen
+            self._record()
         return out
 
     def cancel(self, wait: float = 30.0) -> list[str]:
@@ -335,6 +344,7 @@ def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
             continue
         if dry_run:
             said.append(f"would cancel the SLURM jobs named {name} ({conf})")
+            said += sweep_node_local(record, conf, dry_run=True)
             continue
         try:
             left = cancel_name(name, conf, wait=wait)
@@ -343,6 +353,7 @@ def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
             continue
         said.append(f"cancelled the SLURM jobs named {name}"
                     + (f"; still listed after {wait:g}s: {', '.join(left)}" if left else ""))
-        if not left:
+        if not left:  # the jobs are gone: what their node-local lanes left is taken back, then the record
+            said += sweep_node_local(record, conf)
             _remove_record(token)
     return said

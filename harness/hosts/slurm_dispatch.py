@@ -37,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.hosts import slurm
+from harness.hosts.allocation import PREFIX, SRUN_PREFIX
 from harness.hosts.slurm_acct import SOURCE_NONE, Accounting
 from harness.hosts.slurm_array import DONE, INFRA, PENDING, RUNNING, Dispatch, Group, TaskState, state_of
 from harness.hosts.slurm_gather import Gatherer
@@ -61,6 +62,7 @@ class Options:
     label: str = "run"
     nodes_per_lane: int = 1  # sbatch --nodes of each task; over 1, the lane's run takes its hosts from the allocation
     lane_inventory: str | None = None  # how such a lane reaches its nodes: an inventory file with slurm: (default slurm:)
+    reach: str = "ssh"  # how such a lane reaches its nodes without lane_inventory: ssh (slurm:) or srun (slurm+srun:)
     node_local: str | None = None  # the nodes do not see our folders: lanes write under this folder on their node
 
     def lane_slots(self, nodes: int) -> int:
@@ -69,12 +71,13 @@ class Options:
 
     def lane_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
         """A lane's ``mxchaos run`` argv; with several nodes per lane, ``--inventory`` of the task's
-        own allocation (``slurm:``, or ``lane_inventory``) after ``run``: its scenarios' hosts are bound
-        to the lane's nodes by the inventory rule."""
+        own allocation (``slurm:``, ``slurm+srun:`` when ``reach`` is srun, or ``lane_inventory``) after
+        ``run``: its scenarios' hosts are bound to the lane's nodes by the inventory rule."""
         if self.nodes_per_lane <= 1 or "run" not in argv:
             return tuple(argv)
         at = list(argv).index("run") + 1
-        return (*argv[:at], "--inventory", self.lane_inventory or "slurm:", *argv[at:])
+        spec = self.lane_inventory or (SRUN_PREFIX if self.reach == "srun" else PREFIX)
+        return (*argv[:at], "--inventory", spec, *argv[at:])
 
 
 @dataclass
@@ -256,7 +259,7 @@ def dispatch(groups: Sequence[Group], spool: Path, options: Options,
         local_root = f"{options.node_local.rstrip('/')}/{{node}}/{options.label}-{secrets.token_hex(4)}"
     first = _attempt(groups, spool, 1, folder_for, local_root)
     d = Dispatch(first, spool, options.conf, partition=options.partition, time_limit=options.time_limit,
-                 label=options.label, nodes=options.nodes_per_lane, embed=local_root is not None)
+                 label=options.label, nodes=options.nodes_per_lane, embed=local_root is not None, local=local_root)
     gatherers: dict[int, Gatherer] = {}  # node-local results: task index -> its gathering (this attempt)
     outcomes = [Outcome(g, g.folder) for g in first]
     attempt = {i: 1 for i in range(len(first))}

@@ -26,12 +26,12 @@ from typing import IO
 
 from harness.hosts import slurm
 
-__all__ = ["Gatherer"]
+__all__ = ["Counted", "Gatherer"]
 
 JOIN_S = 60.0
 
 
-class _Counted:
+class Counted:
     """A stream that counts what is read through it."""
 
     def __init__(self, raw: IO[bytes]) -> None:
@@ -91,7 +91,7 @@ class Gatherer:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         started = None
-        counted = _Counted(proc.stdout)
+        counted = Counted(proc.stdout)
         try:
             self.target.mkdir(parents=True, exist_ok=True)
             with tarfile.open(fileobj=counted, mode="r|") as tar:  # type: ignore[call-overload]

@@ -17,6 +17,11 @@ as a tar stream on its standard output (srun carries it back), and when the disp
 ``ok`` on its standard input marks the folder ``gathered``; the task then removes the folder and
 exits. Unanswered, the folder stays on the node (the task says so) and the dispatcher, which did not
 get it, calls the lane the infrastructure's.
+
+What a dead dispatcher left on a node (its lanes' folders under the dispatch's own root, kept after
+the hold or when ``mxchaos cleanup`` cancelled the job) is taken by cleanup in two steps of a job of
+its own on that node (``harness.hosts.slurm_leftover``): ``--pack ROOT`` writes the root as a tar
+stream (exit 5 when there is none), ``--remove ROOT`` removes it once cleanup has the stream.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 EXIT_BAD_TASK = 3
 GATHER_WAIT_S = 300.0  # the task holds its node this long for the dispatcher to take its folder
 DONE, GATHERED = "task.done", "gathered"
+EXIT_NOTHING = 5  # --pack: no such folder on this node
 
 
 def _node() -> str:
@@ -76,6 +82,23 @@ def taken(template: str) -> int:
     return 0
 
 
+def pack(template: str) -> int:
+    """A dead dispatch's root on this node as a tar stream on standard output (cleanup's first step)."""
+    root = Path(_on_node(template))
+    if not root.is_dir():
+        return EXIT_NOTHING
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        tar.add(str(root), arcname=".")
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def remove(template: str) -> int:
+    """Cleanup has the root: remove it from this node (its second step)."""
+    shutil.rmtree(Path(_on_node(template)), ignore_errors=True)
+    return 0
+
+
 def _hold_until_gathered(folder: Path) -> None:
     deadline = time.monotonic() + GATHER_WAIT_S
     while not (folder / GATHERED).exists():
@@ -92,6 +115,8 @@ def main(argv: list[str]) -> int:
         return gather(argv[1], float(argv[2]))
     if len(argv) == 2 and argv[0] == "--taken":
         return taken(argv[1])
+    if len(argv) == 2 and argv[0] in ("--pack", "--remove"):
+        return (pack if argv[0] == "--pack" else remove)(argv[1])
     if len(argv) != 1:
         print("usage: python -m harness.hosts.slurm_task MANIFEST|- | --gather FOLDER WAIT_S", file=sys.stderr)
         return EXIT_BAD_TASK

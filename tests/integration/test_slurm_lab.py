@@ -640,3 +640,56 @@ def test_a_two_host_network_scenario_runs_on_nodes_reached_through_srun(
                                                                                  "r": f"job {job} node h3"}
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(300)
+def test_slurm_srun_spec_runs_smoke_on_a_jobs_node_through_srun_alone(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``--inventory slurm+srun:JOB`` (no file): the held job's node is the host, reached through srun steps
+    of that job (its timeline says so), and smoke passes."""
+    _state, info = slurm_state
+    job = _hold(info, "h3")
+    try:
+        out = tmp_path / "out"
+        repo = Path(__file__).resolve().parents[2]
+        done = subprocess.run([*MXCHAOS, "run", "--inventory", f"slurm+srun:{job}", "--out", str(out),
+                               str(repo / "scenarios" / "smoke.yaml")], capture_output=True, text=True, timeout=240,
+                              env=_env(info), check=False)
+        assert done.returncode == 0 and "1 PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+        timeline = next(out.glob("smoke/*/timeline.jsonl"))
+        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+        assert [d.get("srun") for d in opened["value"]["hosts"].values()] == [f"job {job} node h3"], opened
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+@pytest.mark.timeout(420)
+def test_nodes_per_lane_reached_through_srun_place_a_two_host_scenario_on_the_lanes_nodes(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --nodes-per-lane 2 --reach srun``: the lane's run gets ``--inventory slurm+srun:``, so
+    its two hosts are its lane's two nodes, each reached through a step of the lane's own job (not ssh: the
+    timeline names the job and node of every host), and the partition mid-READ passes."""
+    _state, info = slurm_state
+    folder = tmp_path / "sc"
+    folder.mkdir()
+    pair = TWO_HOSTS.replace("rate: 1gbit", "rate: 200mbit").replace("name: slurm_two_host_partition", "name: pair_srun")
+    assert "pair_srun" in pair and "200mbit" in pair
+    (folder / "pair_srun.yaml").write_text(pair)
+    out = tmp_path / "nights"
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--nodes-per-lane", "2", "--reach", "srun", "--out", str(out),
+                           "-q", str(folder)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    night, doc = _night(out)
+    (lane,) = doc["hosts"]["slurm"]["lanes"]
+    nodes = subprocess.run(["scontrol", "show", "hostnames", lane["nodes"]], capture_output=True, text=True,
+                           timeout=30, env=_env(info), check=True).stdout.split()
+    assert len(nodes) == 2, lane
+    timeline = next(p for p in (night / "runs" / "pair_srun").glob("*/timeline.jsonl") if not p.parent.is_symlink())
+    opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                  if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+    reached = {d["machine"]: d.get("srun") for d in opened["value"]["hosts"].values()}
+    assert reached == {node: f"job {lane['job']} node {node}" for node in nodes}, (reached, lane)
+    assert _cells(doc) == {"pair_srun": "PASS"}

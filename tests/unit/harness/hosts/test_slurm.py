@@ -90,6 +90,11 @@ def test_spec_spellings() -> None:
     assert allocation.parse_spec("slurm:77_3") == "77_3"
     with pytest.raises(InventoryInvalid, match="not a job id"):
         allocation.parse_spec("slurm:nope")
+    assert allocation.parse_spec("slurm+srun:") is None and allocation.parse_spec("slurm+srun:1234") == "1234"
+    with pytest.raises(InventoryInvalid, match="not a job id"):
+        allocation.parse_spec("slurm+srun:1234;rm")
+    assert [allocation.spec_reach(s) for s in ("slurm:", "slurm+srun:9", "inv.yaml", Path("slurm.yaml"))] == [
+        "ssh", "srun", None, None]
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +160,16 @@ def test_the_jobs_nodes_are_the_machines_in_slurms_order(fake: Path, tmp_path: P
     assert inv.machines["n2"].address == "10.9.0.2"
     assert inv.machines["n3"].address == "node-3.site"  # no NodeAddr: its host name
     assert inv.machines["n2"].repo == str(allocation.REPO)  # slurm: alone: this checkout on a shared file system
+    assert {m.reach for m in inv.machines.values()} == {"ssh"} and not any(m.srun for m in inv.machines.values())
+
+
+def test_slurm_srun_spec_reaches_every_node_of_the_job_through_srun(fake: Path, tmp_path: Path) -> None:
+    """``slurm+srun:JOB``: the same machines as ``slurm:JOB``, each a step place of that job on its node."""
+    inv = allocation.open_inventory("slurm+srun:7")
+    assert list(inv.machines) == ["n3", "n2"]
+    assert {name: (m.reach, m.srun.job if m.srun else None, m.srun.node if m.srun else None)
+            for name, m in inv.machines.items()} == {"n3": ("srun", "7", "n3"), "n2": ("srun", "7", "n2")}
+    assert inv.machines["n2"].address == "10.9.0.2"
 
 
 def test_a_file_gives_defaults_per_node_fields_and_bind(fake: Path, tmp_path: Path) -> None:
