@@ -141,7 +141,12 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen(command, cwd=group.get("cwd") or None, env=env, **sink)  # type: ignore[call-overload]
 
         def forward(signum: int, _frame: FrameType | None) -> None:
-            child.send_signal(signum)
+            if child.returncode is None:
+                child.send_signal(signum)
+                return
+            # cancelled while holding its ended lane's folder: the folder stays (cleanup takes it), the task ends now
+            print(f"mxchaos slurm task: signal {signum} while holding {folder} on {_node()}: it stays there", file=sys.stderr)
+            raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)

@@ -693,3 +693,47 @@ def test_nodes_per_lane_reached_through_srun_place_a_two_host_scenario_on_the_la
     reached = {d["machine"]: d.get("srun") for d in opened["value"]["hosts"].values()}
     assert reached == {node: f"job {lane['job']} node {node}" for node in nodes}, (reached, lane)
     assert _cells(doc) == {"pair_srun": "PASS"}
+
+
+@pytest.mark.timeout(420)
+def test_cleanup_takes_back_the_node_local_folders_of_a_killed_dispatcher(
+    slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``nightly --slurm --node-local DIR`` SIGKILLed once its lanes' runs have ended and their tasks hold their
+    folders for a dispatcher that will never take them: ``mxchaos cleanup`` cancels the array, then takes each
+    node's folder of the dispatch into the night's spool (``left/<node>/``) through a step of a job of its own
+    there and removes it from the node: every lane's runs come back, nothing is left under DIR, no job of it."""
+    _state, info = slurm_state
+    paths = _scenarios(tmp_path / "sc", "stray")
+    out, log, nodes_root = tmp_path / "nights", tmp_path / "nightly.log", tmp_path / "node-local"
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = _env(info, MXCHAOS_STATE_DIR=str(tmp_path / "state"))
+    with open(log, "w") as sink:
+        night = subprocess.Popen([*MXCHAOS, "nightly", "--slurm", "--node-local", str(nodes_root), "--out", str(out), "-q",
+                                  str(paths)], stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        name = _await("the array is submitted", lambda: _dispatch_name(log), 60)
+        _await("every lane's task has started on its node", lambda: len(list(nodes_root.glob("*/*/a1/*/task.json"))) == 3, 90)
+    finally:
+        night.kill()  # SIGKILL: nobody will gather the lanes' folders
+        night.wait(timeout=30)
+    _await("every lane's run has ended and its task holds its folder",
+           lambda: len(list(nodes_root.glob("*/*/a1/*/task.done"))) == 3, 240)
+    assert len(_pending_or_running(info, name)) == 3  # each task holds its node for the gathering
+    record = json.loads(next((tmp_path / "state" / "slurm").glob("*.json")).read_text())
+    assert sorted(record["local_nodes"]) == ["h1", "h2", "h3"], record
+    swept = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    assert f"cancelled the SLURM jobs named {name}" in swept.stdout, swept.stdout
+    spool = Path(record["spool"])
+    for node in ("h1", "h2", "h3"):
+        assert re.search(rf"took {re.escape(str(nodes_root))}/{node}/nightly-[0-9a-f]{{8}} from node {node} into "
+                         rf"{re.escape(str(spool / 'left' / node))} \(\d+ bytes\) and removed it there", swept.stdout), swept.stdout
+    verdicts = sorted(p.parent.parent.name for p in spool.glob("left/*/a1/*/stray_*/*/verdict.json")
+                      if not p.parent.is_symlink())
+    assert verdicts == ["stray_a", "stray_b", "stray_c", "stray_d"], verdicts  # every lane's run came back
+    assert not list(nodes_root.glob("*/*")), list(nodes_root.glob("*/*"))  # nothing left on any node
+    assert _pending_or_running(info, name) == [] and _pending_or_running(info, f"{name}-sweep") == []
+    assert list((tmp_path / "state" / "slurm").glob("*.json")) == []
+    assert name not in subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=120, env=env,
+                                      check=False).stdout
