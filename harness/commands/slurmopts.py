@@ -30,9 +30,10 @@ def add_slurm_options(p: Any) -> None:
                    help="with --nodes-per-lane over 1: an inventory file with slurm: saying how a lane reaches its "
                         "nodes (user, identity_file, python, repo; `mxchaos lab up --slurm` writes one); default slurm:")
     g.add_argument("--reach", choices=("ssh", "srun"), default="ssh",
-                   help="with --nodes-per-lane over 1 and no --lane-inventory: how a lane's run reaches its nodes: "
-                        "ssh (--inventory slurm:) or srun steps of the lane's own job (--inventory slurm+srun:), "
-                        "where the site refuses ssh into its nodes; default ssh")
+                   help="with --nodes-per-lane over 1: how a lane's run reaches its nodes: ssh (--inventory slurm: "
+                        "or the --lane-inventory file) or srun steps of the lane's own job (--inventory "
+                        "slurm+srun:[FILE], every node through srun whatever the file says), where the site refuses "
+                        "ssh into its nodes; default ssh")
     g.add_argument("--node-local", metavar="DIR", type=_node_dir,
                    help="the nodes do not see this folder: each lane writes under DIR on its node ({node}/ of it) "
                         "and the dispatcher takes its folder back through srun (docs/slurm-dispatch.md)")
@@ -43,9 +44,9 @@ def add_slurm_options(p: Any) -> None:
 def slurm_options(args: argparse.Namespace, label: str) -> Any:
     """The dispatch options of ``--slurm``, after the controller answered (``SlurmUnavailable`` otherwise)."""
     reach = getattr(args, "reach", "ssh")
-    if reach != "ssh" and (int(getattr(args, "nodes_per_lane", 1)) <= 1 or getattr(args, "lane_inventory", None)):
-        print(f"--reach {reach}: for lanes of --nodes-per-lane over 1 without --lane-inventory (an inventory "
-              "file says how to reach its nodes itself: reach: srun in its defaults:)", file=sys.stderr)
+    if reach != "ssh" and int(getattr(args, "nodes_per_lane", 1)) <= 1:
+        print(f"--reach {reach}: how the lanes of --nodes-per-lane over 1 reach their nodes (a lane of one node "
+              "runs its hosts there, reaching nothing)", file=sys.stderr)
         raise SystemExit(2)
     conf = slurm.conf_path()
     slurm.ping(conf)

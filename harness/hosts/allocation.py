@@ -6,6 +6,7 @@ inventory is built from them rather than written by hand::
     mxchaos run --inventory slurm: SCENARIO          # the job this runs in ($SLURM_JOB_ID)
     mxchaos run --inventory slurm:1234 SCENARIO      # a job given by id (yours, running)
     mxchaos run --inventory slurm+srun:1234 SCENARIO # the same, every node reached through srun, not ssh
+    mxchaos run --inventory slurm+srun:alloc.yaml SC # the file below, every node reached through srun
     mxchaos run --inventory alloc.yaml SCENARIO      # a file with slurm: (below)
 
 An inventory file with a ``slurm:`` key instead of ``machines:`` (``mxchaos lab up --slurm``
@@ -22,7 +23,9 @@ writes one) says what SLURM cannot: how to reach and use a node::
 ``reach: srun`` (on a node, or in ``defaults:`` for all of them) starts that node's processes as
 steps of the job (``srun --overlap --jobid J -w NODE``, ``harness.hosts.srun``) where ssh into the
 nodes is refused; the default, ``reach: ssh``, goes over ssh. ``slurm+srun:[JOBID]`` is ``slurm:[JOBID]``
-with ``reach: srun`` for every node (no file needed: nothing of ssh is used).
+with ``reach: srun`` for every node (no file needed: nothing of ssh is used); ``slurm+srun:FILE`` is
+the file's allocation with ``reach: srun`` for every node whatever the file says (a file gives what
+SLURM cannot, such as each node's data device for the network faults).
 
 The machines are the job's nodes in SLURM's order (``scontrol show job``'s node list, expanded
 by ``scontrol show hostnames``), each at the address ``scontrol show node`` gives (``NodeAddr``),
@@ -67,9 +70,15 @@ def spec_reach(spec: str | Path) -> str | None:
     return next((reach for prefix, reach in _REACH_OF.items() if text.startswith(prefix)), None)
 
 
+def _file_of(spec: str) -> Path | None:
+    """``slurm+srun:FILE`` -> FILE (a path: it has a ``/`` or a ``.``); None otherwise."""
+    rest = spec[len(SRUN_PREFIX):].strip() if spec.startswith(SRUN_PREFIX) else ""
+    return Path(rest) if ("/" in rest or "." in rest) else None
+
+
 def parse_spec(spec: str) -> str | None:
     """``slurm:`` / ``slurm+srun:`` -> None (the job this runs in), ``slurm:1234`` -> ``1234``;
-    InventoryInvalid for anything else after the prefix."""
+    InventoryInvalid for anything else after the prefix (``slurm+srun:FILE`` is read by ``open_inventory``)."""
     prefix = next((p for p in _REACH_OF if spec.startswith(p)), PREFIX)
     rest = spec[len(prefix):].strip()
     if not rest:
@@ -95,8 +104,9 @@ def _job_id(given: str | None, label: str) -> str:
 
 def from_allocation(job_id: str | None = None, *, conf: Path | None = None, defaults: dict[str, Any] | None = None,
                     nodes: dict[str, Any] | None = None, bind: dict[str, Any] | None = None,
-                    label: str = PREFIX) -> Inventory:
-    """The inventory of a running job's nodes (see the module); ``label`` names the source in errors."""
+                    label: str = PREFIX, reach: str | None = None) -> Inventory:
+    """The inventory of a running job's nodes (see the module); ``label`` names the source in errors;
+    ``reach``: every node reached so, whatever ``defaults`` and ``nodes`` say."""
     conf = conf or slurm.conf_path()
     slurm.ping(conf)  # before anything: a controller that does not answer names itself (exit 4)
     jid = _job_id(job_id, label)
@@ -119,6 +129,8 @@ def from_allocation(job_id: str | None = None, *, conf: Path | None = None, defa
     for name in job.nodes:
         entry = extra.get(name) or {}
         machine = {**(defaults or {}), **(entry if isinstance(entry, dict) else {}), "address": addresses[name]}
+        if reach is not None:
+            machine["reach"] = reach
         if machine.get("reach") == "srun":  # its commands run as steps of this job on it (harness.hosts.srun)
             machine["srun"] = {"job": job.id, "node": name, "conf": str(conf)}
         machines[name] = machine
@@ -138,12 +150,23 @@ def open_inventory(spec: str | Path) -> Inventory:
     ``slurm:``, or an inventory file."""
     text = str(spec)
     reach = spec_reach(text)
+    forced = _file_of(text)
+    if forced is not None:
+        return _from_file(forced, reach="srun")
     if reach is not None:
         return from_allocation(parse_spec(text), defaults={"python": sys.executable, "repo": str(REPO), "reach": reach},
                                label=f"{text} (the SLURM allocation)")
-    path = Path(spec)
+    return _from_file(Path(spec))
+
+
+def _from_file(path: Path, reach: str | None = None) -> Inventory:
+    """An inventory file: with ``slurm:`` the allocation it names (``reach``: every node so), else
+    its ``machines:``; ``slurm+srun:FILE`` needs the former."""
     data = _read_file(path)
     if not (isinstance(data, dict) and "slurm" in data):
+        if reach is not None:
+            raise InventoryInvalid(path, [Issue("slurm", f"{SRUN_PREFIX}FILE is for an inventory of a SLURM allocation "
+                                                         "(a file with slurm:); give reach: srun per machine instead")])
         return load_inventory(path)
     issues = []
     if "machines" in data:
@@ -175,4 +198,5 @@ def open_inventory(spec: str | Path) -> Inventory:
         raise InventoryInvalid(path, [Issue("slurm.job", str(exc))]) from None
     base = path.resolve().parent
     conf_path = (base / conf) if conf else None
-    return from_allocation(jid, conf=conf_path, defaults=defaults, nodes=nodes, bind=data.get("bind"), label=str(path))
+    return from_allocation(jid, conf=conf_path, defaults=defaults, nodes=nodes, bind=data.get("bind"), label=str(path),
+                           reach=reach)

@@ -62,7 +62,7 @@ class Options:
     label: str = "run"
     nodes_per_lane: int = 1  # sbatch --nodes of each task; over 1, the lane's run takes its hosts from the allocation
     lane_inventory: str | None = None  # how such a lane reaches its nodes: an inventory file with slurm: (default slurm:)
-    reach: str = "ssh"  # how such a lane reaches its nodes without lane_inventory: ssh (slurm:) or srun (slurm+srun:)
+    reach: str = "ssh"  # how such a lane reaches its nodes: ssh, or srun (slurm+srun:[lane_inventory])
     node_local: str | None = None  # the nodes do not see our folders: lanes write under this folder on their node
 
     def lane_slots(self, nodes: int) -> int:
@@ -71,12 +71,12 @@ class Options:
 
     def lane_argv(self, argv: Sequence[str]) -> tuple[str, ...]:
         """A lane's ``mxchaos run`` argv; with several nodes per lane, ``--inventory`` of the task's
-        own allocation (``slurm:``, ``slurm+srun:`` when ``reach`` is srun, or ``lane_inventory``) after
+        own allocation (``slurm:``, ``lane_inventory``; ``slurm+srun:[lane_inventory]`` when ``reach`` is srun) after
         ``run``: its scenarios' hosts are bound to the lane's nodes by the inventory rule."""
         if self.nodes_per_lane <= 1 or "run" not in argv:
             return tuple(argv)
         at = list(argv).index("run") + 1
-        spec = self.lane_inventory or (SRUN_PREFIX if self.reach == "srun" else PREFIX)
+        spec = (SRUN_PREFIX if self.reach == "srun" else "" if self.lane_inventory else PREFIX) + (self.lane_inventory or "")
         return (*argv[:at], "--inventory", spec, *argv[at:])
 
 

@@ -669,18 +669,28 @@ def test_slurm_srun_spec_runs_smoke_on_a_jobs_node_through_srun_alone(
 def test_nodes_per_lane_reached_through_srun_place_a_two_host_scenario_on_the_lanes_nodes(
     slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """``nightly --slurm --nodes-per-lane 2 --reach srun``: the lane's run gets ``--inventory slurm+srun:``, so
-    its two hosts are its lane's two nodes, each reached through a step of the lane's own job (not ssh: the
-    timeline names the job and node of every host), and the partition mid-READ passes."""
+    """``nightly --slurm --nodes-per-lane 2 --reach srun --lane-inventory F`` (F: the lab's allocation inventory
+    with its ssh port closed, ``port: 9``, and no ``reach:``): the lane's run gets ``--inventory slurm+srun:F``,
+    so its two hosts are its lane's two nodes, each reached through a step of the lane's own job (the timeline
+    names the job and node of every host; ssh could not have reached them), and the rate limit and the
+    partition mid-READ (F's data devices) pass."""
     _state, info = slurm_state
     folder = tmp_path / "sc"
     folder.mkdir()
+    # the cut a moment after the READ started (a step through srun lands it within ms: before a byte over the limit)
     pair = TWO_HOSTS.replace("rate: 1gbit", "rate: 200mbit").replace("name: slurm_two_host_partition", "name: pair_srun")
-    assert "pair_srun" in pair and "200mbit" in pair
+    pair = pair.replace("event: transfer_start}\n", "event: transfer_start}\n  - sleep: 400ms\n")
+    assert "pair_srun" in pair and "200mbit" in pair and "sleep: 400ms" in pair
     (folder / "pair_srun.yaml").write_text(pair)
+    closed = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
+    closed["defaults"] |= {"port": 9}  # nothing listens on 9: ssh could not reach a node
+    assert "reach" not in closed["defaults"]  # the dispatcher's --reach srun says it, not the file
+    inventory = tmp_path / "closed.yaml"
+    inventory.write_text(yaml.safe_dump(closed))
     out = tmp_path / "nights"
-    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--nodes-per-lane", "2", "--reach", "srun", "--out", str(out),
-                           "-q", str(folder)], capture_output=True, text=True, timeout=360, env=_env(info), check=False)
+    done = subprocess.run([*MXCHAOS, "nightly", "--slurm", "--nodes-per-lane", "2", "--reach", "srun", "--lane-inventory",
+                           str(inventory), "--out", str(out), "-q", str(folder)], capture_output=True, text=True,
+                          timeout=360, env=_env(info), check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     night, doc = _night(out)
     (lane,) = doc["hosts"]["slurm"]["lanes"]

@@ -107,6 +107,17 @@ def test_reach_srun_needs_a_job_and_a_slurm_inventory_gives_it(tmp_path: Path, m
     assert place is not None and (place.job, place.node, place.conf) == ("7", "n3", tmp_path / "slurm.conf")
     (tmp_path / "all.yaml").write_text(f"defaults: {{reach: srun}}\nslurm: {{job: 7, conf: {tmp_path / 'slurm.conf'}}}\n")
     assert {m.srun.node for m in allocation.open_inventory(tmp_path / "all.yaml").machines.values() if m.srun} == {"n2", "n3"}
+    # slurm+srun:FILE: the file's allocation, every node through srun whatever the file says (n2 says ssh)
+    (tmp_path / "ssh.yaml").write_text(f"defaults: {{port: 9}}\nslurm: {{job: 7, conf: {tmp_path / 'slurm.conf'}, "
+                                       "nodes: {n2: {reach: ssh, data: {address: 10.8.0.2, device: eth1}}}}\n")
+    forced = allocation.open_inventory(f"slurm+srun:{tmp_path / 'ssh.yaml'}")
+    assert {n: (m.reach, m.srun.node if m.srun else None) for n, m in forced.machines.items()} == {
+        "n2": ("srun", "n2"), "n3": ("srun", "n3")}
+    assert (forced.machines["n2"].data.device, forced.machines["n2"].port) == ("eth1", 9)  # the file's own keys kept
+    assert allocation.open_inventory(tmp_path / "ssh.yaml").machines["n2"].reach == "ssh"  # as written, without it
+    (tmp_path / "plain.yaml").write_text("machines:\n  a: {address: 10.0.0.1}\n")
+    with pytest.raises(InventoryInvalid, match=r"slurm\+srun:FILE is for an inventory of a SLURM allocation"):
+        allocation.open_inventory(f"slurm+srun:{tmp_path / 'plain.yaml'}")
 
 
 def test_a_slurm_file_may_not_name_the_step_itself(tmp_path: Path) -> None:
