@@ -327,6 +327,19 @@ class Dispatch:
         _remove_record(self.token)
 
 
+def _array_nodes(record: Mapping[str, Any], conf: Path) -> set[str]:
+    """The nodes the tasks of a record's arrays run or ran on, as far as ``scontrol`` still lists them."""
+    nodes: set[str] = set()
+    for array in record.get("arrays") or []:
+        try:
+            done = _call(["scontrol", "-o", "show", "job", slurm.valid_job_id(str(array))], conf)
+        except slurm.SlurmError:
+            continue
+        if done.returncode == 0:
+            nodes |= {t.node for t in parse_tasks(done.stdout).values() if t.node}
+    return nodes
+
+
 def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
     """Cancel the jobs of every recorded dispatch whose dispatcher is gone (``mxchaos cleanup``);
     what was cancelled (or, ``dry_run``, would be)."""
@@ -342,6 +355,9 @@ def sweep_dead(*, dry_run: bool = False, wait: float = 30.0) -> list[str]:
             if not dry_run:
                 _remove_record(token)
             continue
+        if record.get("local"):  # nodes its tasks ran on that it died before recording: SLURM still lists them
+            record = {**record, "local_nodes": sorted({*map(str, record.get("local_nodes") or []),
+                                                       *_array_nodes(record, conf)})}
         if dry_run:
             said.append(f"would cancel the SLURM jobs named {name} ({conf})")
             said += sweep_node_local(record, conf, dry_run=True)

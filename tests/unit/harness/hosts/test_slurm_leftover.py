@@ -36,6 +36,9 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (bin_dir / "srun").write_text(FAKE_SRUN.format(python=sys.executable))
     (bin_dir / "scancel").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")  # nothing of the name pending or running
+    # the array still listed: task 2 ran on h3, which the dead dispatcher never recorded
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'JobId=10 ArrayJobId=8 ArrayTaskId=2 JobState=RUNNING "
+                                      "ExitCode=0:0 NodeList=h3 BatchHost=h3'\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
@@ -65,7 +68,7 @@ def test_cleanup_takes_back_and_removes_a_dead_dispatchers_node_local_lane_folde
     slurm_array._write_record("0badc0de", {
         "name": "mxchaos-nightly-0badc0de", "conf": str(fake_slurm / "slurm.conf"), "arrays": ["8"],
         "spool": str(spool), "pid": 2**22 + 7, "start": 1,  # a dispatcher that is gone
-        "local": f"{nodes_root}/{{node}}/nightly-0badc0de", "local_nodes": ["h1", "h2", "h3"]})
+        "local": f"{nodes_root}/{{node}}/nightly-0badc0de", "local_nodes": ["h1", "h2"]})
 
     planned = slurm_array.sweep_dead(dry_run=True)
     assert planned[0].startswith("would cancel the SLURM jobs named mxchaos-nightly-0badc0de")
@@ -81,6 +84,7 @@ def test_cleanup_takes_back_and_removes_a_dead_dispatchers_node_local_lane_folde
         assert line.endswith("bytes) and removed it there" + (
             "; not taken (a link out of it, or no plain file): ./a1/lane-1/link" if n == "h1" else "")), line
         assert not (nodes_root / n / "nightly-0badc0de").exists()  # gone from the node
+    # h3 from SLURM's listing of the array: swept too (nothing there)
     assert f"nothing left of mxchaos-nightly-0badc0de on node h3 ({nodes_root}/h3/nightly-0badc0de)" in said
     taken = spool / "left" / "h2" / "a1" / "lane-2"
     assert (taken / "runs" / "verdict.json").read_text() == '{"verdict": "pass"}'
