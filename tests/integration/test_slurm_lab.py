@@ -734,7 +734,9 @@ def test_cleanup_takes_back_the_node_local_folders_of_a_killed_dispatcher(
     assert len(_pending_or_running(info, name)) == 3  # each task holds its node for the gathering
     record = json.loads(next((tmp_path / "state" / "slurm").glob("*.json")).read_text())
     assert record["local"].startswith(f"{nodes_root}/{{node}}/nightly-"), record  # its nodes: recorded or SLURM's
+    began = time.monotonic()
     swept = subprocess.run([*MXCHAOS, "cleanup"], capture_output=True, text=True, timeout=300, env=env, check=False)
+    print(f"cleanup took {time.monotonic() - began:.1f}s:\n{swept.stdout}")  # the figures docs/slurm-dispatch.md gives
     assert swept.returncode == 0, swept.stdout + swept.stderr
     assert f"cancelled the SLURM jobs named {name}" in swept.stdout, swept.stdout
     spool = Path(record["spool"])
