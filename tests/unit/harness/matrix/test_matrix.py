@@ -249,9 +249,9 @@ def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
     f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None}
+    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
     f.write_text(body + "known_defect: aborts\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None}
+    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
     f.write_text(body)
     assert defect_info(load_scenario(f)) is None
 
