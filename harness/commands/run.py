@@ -47,12 +47,12 @@ def subjects_arg(text: str) -> dict[str, str]:
 
 
 def resolve_subject(subject: dict[str, str], log: Callable[[str], None], *,
-                    client: Callable[[], Resolved] = resolve_client) -> tuple[dict[str, str], Resolved]:
+                    client: Callable[[], Resolved] | None = None) -> tuple[dict[str, str], Resolved]:
     """``--subject modelexpress@latest-nightly`` (``parse_subjects``' value) with the client version
     the registry names now, by the matrix's own resolver (``harness.subjects.releases.resolve_latest``),
     and what it resolved (written into the invocation's ``summary.json``: ``resolved``); unresolved,
     ``subject`` unchanged and ``Resolved.error`` says why."""
-    _, _, (r,) = resolve_latest([], [f"modelexpress@{LATEST_NIGHTLY}"], log, client=client)
+    _, _, (r,) = resolve_latest([], [f"modelexpress@{LATEST_NIGHTLY}"], log, client=client or resolve_client)
     return ({**subject, CLIENT_VERSION_KEY: r.version} if r.version else subject), r
 
 
