@@ -224,8 +224,6 @@ class SummaryDoc(SavedDoc):
     FILE: ClassVar[str] = SUMMARY
     repeat: int = 1
     scenarios: dict[str, CellDoc] = {}
-    # what a --subject spelling resolved to (modelexpress@latest-nightly: harness.subjects.releases.Resolved)
-    resolved: list[dict[str, Any]] = []
 
     @classmethod
     def merged(cls, parts: Sequence[SummaryDoc], repeat: int) -> SummaryDoc:
