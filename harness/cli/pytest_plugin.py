@@ -278,6 +278,9 @@ class ScenarioFile(pytest.File):
                 subjects = parse_subjects(self.config.getoption("mxchaos_subject"))
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            if subjects.get(CLIENT_VERSION_KEY) == "latest-nightly":  # resolved by mxchaos run and matrix only
+                raise pytest.UsageError("--mxchaos-subject modelexpress@latest-nightly: name the version "
+                                        "(mxchaos run --subject modelexpress@latest-nightly resolves it)")
             if CLIENT_VERSION_KEY in subjects:  # modelexpress@V: that release's env plays (harness.subjects.envs)
                 os.environ[ENV_CLIENT_VERSION] = subjects[CLIENT_VERSION_KEY]
             scenario = with_subjects(scenario, subjects)

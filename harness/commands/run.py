@@ -9,7 +9,9 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.commands.doctor import places_for, preflight
 from harness.counts import at_least
@@ -31,8 +33,9 @@ from harness.scenario.subjects import with_subjects
 from harness.subjects import prepare_subjects
 from harness.subjects.envs import ENV_CLIENT_VERSION
 from harness.subjects.mx_server import CLIENT_VERSION_KEY, parse_subjects
+from harness.subjects.releases import LATEST_NIGHTLY, Resolved, resolve_client, resolve_latest
 
-__all__ = ["add_parser", "cmd_run", "run_suite", "subjects_arg"]
+__all__ = ["add_parser", "cmd_run", "resolve_subject", "run_suite", "subjects_arg"]
 
 
 def subjects_arg(text: str) -> dict[str, str]:
@@ -41,6 +44,16 @@ def subjects_arg(text: str) -> dict[str, str]:
         return parse_subjects(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def resolve_subject(subject: dict[str, str], log: Callable[[str], None], *,
+                    client: Callable[[], Resolved] | None = None) -> tuple[dict[str, str], Resolved]:
+    """``--subject modelexpress@latest-nightly`` (``parse_subjects``' value) with the client version
+    the registry names now, by the matrix's own resolver (``harness.subjects.releases.resolve_latest``),
+    and what it resolved (written into the invocation's ``summary.json``: ``resolved``); unresolved,
+    ``subject`` unchanged and ``Resolved.error`` says why."""
+    _, _, (r,) = resolve_latest([], [f"modelexpress@{LATEST_NIGHTLY}"], log, client=client or resolve_client)
+    return ({**subject, CLIENT_VERSION_KEY: r.version} if r.version else subject), r
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -98,6 +111,14 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         scenarios = [s for s in scenarios if s.name in wanted]
     if args.grpc_impl is not None:
         scenarios = [s.with_grpc_impl(args.grpc_impl) for s in scenarios]
+    resolved: list[dict[str, Any]] = []
+    if args.subject is not None and args.subject.get(CLIENT_VERSION_KEY) == LATEST_NIGHTLY:  # asked of the registry, now
+        args.subject, r = resolve_subject(args.subject, log=lambda m: print(m, flush=True))
+        resolved.append(r.to_json())
+        if r.version is None:
+            print(f"mxchaos run: refused before starting anything: --subject modelexpress@{LATEST_NIGHTLY}: {r.error}",
+                  file=sys.stderr)
+            return EXIT_ENV_BROKEN
     if args.subject is not None:
         if CLIENT_VERSION_KEY in args.subject:  # modelexpress@V: that release's env plays (harness.subjects.envs)
             os.environ[ENV_CLIENT_VERSION] = args.subject[CLIENT_VERSION_KEY]
@@ -151,7 +172,7 @@ def run_suite(args: argparse.Namespace, record: dict[str, object] | None = None)
         rate_table(list(cells.values()), repeat, results=results)
     else:
         verdict_table(results, quiet=args.quiet, verbose=args.verbose)
-    write_summary(summary, cells, repeat)
+    write_summary(summary, cells, repeat, resolved)
     if repeat > 1:
         write_junit_cells(inv.folder / "junit.xml", list(cells.values()))
     else:
@@ -205,7 +226,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                           "the Rust front) or grpcio (Python's); default: each scenario's own")
     run.add_argument("--subject", type=subjects_arg, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
                      help="who plays the sources and readers (default: each scenario's subject:, itself mxref); "
-                          "modelexpress builds its environment on first use (harness/subjects); per role: "
+                          "modelexpress builds its environment on first use (harness/subjects); modelexpress@VERSION "
+                          "a release of the client, modelexpress@latest-nightly its newest pre-release (resolved from "
+                          "the registry now, recorded in summary.json); per role: "
                           "server=modelexpress,reader=mxref (roles server, source, reader, client; a ModelExpress "
                           "server runs the real binary on the scenario's Redis store)")
     run.add_argument("--inventory", metavar="FILE|slurm:[JOB]", help="run the scenarios' hosts on this inventory's machines over ssh "

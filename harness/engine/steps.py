@@ -179,6 +179,12 @@ class StepInterpreter:
         return self._await_metric(sid, arg)
 
     def _await_event(self, sid: str, arg: AwaitEvent) -> StepValue:
+        player = self.scenario.players().get(arg.process, "mxref")
+        if arg.subjects is not None and player not in arg.subjects:  # another subject's event: not awaited
+            self.timeline.append("info", "harness", "await_passed_over",
+                                 {"step": sid, "process": arg.process, "event": arg.event, "player": player,
+                                  "subjects": list(arg.subjects)})
+            return {"not_for_subject": player}
         entry = await_event(self.table, arg.process, arg.event, arg.where, self.clock.step_deadline(arg.within), arg.count, arg.since)
         if entry is None:
             return self._await_timeout(sid, arg.on_timeout, f"{arg.process} did not emit {arg.event} in time")

@@ -203,7 +203,7 @@ def _subject_value(text: str) -> bool:
     try:
         parse_subjects(text)
     except ValueError:
-        return text == "modelexpress@latest-nightly"
+        return False
     return True
 
 
@@ -223,7 +223,7 @@ def read_bytes(sc: Scenario) -> int | None:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from harness.errors import ScenarioInvalid
     from harness.judge.envbroken import ENV_BROKEN
-    from harness.matrix.defects import defect_info
+    from harness.matrix.defects import column_defects, defect_info
     from harness.matrix.run import MatrixSpec, run_matrix
     from harness.matrix.schedule import default_jobs, place
     from harness.record.baseline import where
@@ -286,10 +286,15 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             print(exc.render(), file=sys.stderr)
             return EXIT_INVALID
     names = [sc.name for sc in loaded]
+    columns = columns_for(versions, axes, subjects, servers)
+    cell_defects = {sc.name: column_defects(sc, columns) for sc in loaded}
+    # a row's defect: the one in force as the file is played, else the one of its first column that has one
+    defects = {sc.name: d for sc in loaded
+               if (d := defect_info(sc) or next(iter(cell_defects[sc.name].values()), None))}
     spec = MatrixSpec(
-        scenarios=files, names=names, defects={sc.name: d for sc in loaded if (d := defect_info(sc))},
+        scenarios=files, names=names, defects=defects, cell_defects=cell_defects,
         read_bytes={sc.name: n for sc in loaded if (n := read_bytes(sc))},
-        columns=columns_for(versions, axes, subjects, servers), repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
+        columns=columns, repeat=args.repeat, out=Path(args.out), repo=Path(args.repo),
         timeout_per_run=args.timeout_per_run, raw_read=not args.no_raw_read, baseline=baseline, drop=args.drop / 100,
         rebuild_envs=args.rebuild_envs, resume=args.resume,
         jobs=args.jobs or default_jobs(), placements=[place(sc) for sc in loaded],

@@ -19,19 +19,38 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.record.cells import Column
     from harness.scenario import Scenario
 
-__all__ = ["defect_here", "defect_info", "defect_status", "version_matches"]
+__all__ = ["column_defects", "defect_here", "defect_info", "defect_status", "version_matches"]
 
 
 def defect_info(scenario: Scenario) -> dict[str, Any] | None:
-    """``{"text": str, "versions": [..] | None, "servers": [..] | None}`` of a validated scenario,
-    None if it has no defect. ``servers``: whose defect it is (``defect_servers``)."""
+    """``{"text": str, "versions": [..] | None, "servers": [..] | None, "subjects": [..] | None}``:
+    the known defect in force in a validated scenario as it is played (None: none in force).
+    ``servers``/``subjects``: whose defect it is (``defect_servers``, ``defect_subjects``)."""
     if not scenario.known_defect:
         return None
     listed = [v for v in scenario.defect_versions if v.strip()] or None
     return {"text": " ".join(scenario.known_defect.split()), "versions": listed,
-            "servers": list(scenario.defect_servers) or None}
+            "servers": list(scenario.defect_servers) or None, "subjects": list(scenario.defect_subjects) or None}
+
+
+def column_defects(scenario: Scenario, columns: Sequence[Column]) -> dict[str, dict[str, Any]]:
+    """Column id -> the known defect in force where that column plays ``scenario`` (``defect_info``
+    of the scenario as the column's subjects play it: settled in the one place that decides,
+    ``harness.scenario.subjects.with_subjects``); a column where none is in force is left out."""
+    from harness.scenario.subjects import with_subjects
+    from harness.subjects.mx_server import parse_subjects
+
+    out: dict[str, dict[str, Any]] = {}
+    for column in columns:
+        arg = column.subject_arg()
+        played = with_subjects(scenario, parse_subjects(arg[1])) if arg else scenario
+        info = defect_info(played)
+        if info is not None:
+            out[column.id] = info
+    return out
 
 
 def defect_here(defect: Mapping[str, Any], server: str) -> bool:

@@ -53,7 +53,7 @@ RAW_READ_TIMEOUT_S = 120.0
 class MatrixSpec:
     scenarios: list[Path]  # scenario files
     names: list[str]  # their scenario names, same order
-    defects: dict[str, dict[str, Any]]  # name -> defect_info
+    defects: dict[str, dict[str, Any]]  # name -> defect_info (the file's, shown on its row)
     columns: list[Column]
     repeat: int = 1
     out: Path = Path("matrix")
@@ -69,6 +69,9 @@ class MatrixSpec:
     placements: list[LanePlacement] = field(default_factory=list)  # who may run beside others (none: all in one run)
     slurm: Any = None  # --slurm: harness.hosts.slurm_dispatch.Options; a column's lanes as one SLURM job array
     extra: dict[str, Any] = field(default_factory=dict)
+    # name -> column id -> the defect in force there (harness.matrix.defects.column_defects); a name
+    # not in it: its row's defect, where its servers' column runs it (defect_here)
+    cell_defects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # an --mx-server version or a --subject value that cannot play here (a nightly that did not
     # resolve, build or install) -> why: its columns are "not installable", never a failure
     unplayable: dict[str, str] = field(default_factory=dict)
@@ -260,9 +263,13 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                         run.link = str(rd.resolve().relative_to(spec.out.resolve()))
                     except ValueError:
                         run.link = str(rd)
-            defect = spec.defects.get(name)
-            played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
-            if defect and defect_here(defect, played):
+            if name in spec.cell_defects:  # the defect in force as this column plays it (column_defects)
+                defect = spec.cell_defects[name].get(column.id)
+            else:
+                defect = spec.defects.get(name)
+                played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
+                defect = defect if defect and defect_here(defect, played) else None
+            if defect:
                 cell.defect = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
                 if cell.defect["headline"]:
                     headlines.append({"scenario": name, "column": column.id, "text": cell.defect["headline"]})

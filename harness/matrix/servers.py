@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.subjects.mx_build import MXREF_SERVER, ensure_server, parse_server_versions
-from harness.subjects.releases import LATEST_NIGHTLY, Resolved, resolve_client, resolve_server
+from harness.subjects.releases import LATEST_NIGHTLY, Resolved, resolve_latest
 
 __all__ = ["prepare_clients", "prepare_servers", "resolve_latest", "server_axis"]
 
@@ -30,29 +30,6 @@ __all__ = ["prepare_clients", "prepare_servers", "resolve_latest", "server_axis"
 def server_axis(text: str | None) -> list[str]:
     """``--mx-server``'s values (none: ``[]``, each scenario's own servers)."""
     return [] if text is None else parse_server_versions(text)
-
-
-def resolve_latest(servers: list[str], subjects: list[str], log: Callable[[str], None], *,
-                   server: Callable[[], Resolved] = resolve_server,
-                   client: Callable[[], Resolved] = resolve_client) -> tuple[list[str], list[str], list[Resolved]]:
-    """``servers`` and ``subjects`` with ``latest-nightly`` replaced by the version the registry
-    names (asked once per axis); unresolved, the spelling stays (its column is not installable,
-    ``Resolved.error`` says why). Returns both lists and what was resolved."""
-    resolved: list[Resolved] = []
-    if LATEST_NIGHTLY in servers:
-        r = server()
-        resolved.append(r)
-        log(f"--mx-server {LATEST_NIGHTLY}: " + (r.version or f"not resolved ({r.error})") + f" ({r.registry})")
-        if r.version and r.version not in servers:
-            servers = [r.version if s == LATEST_NIGHTLY else s for s in servers]
-    spelled = f"modelexpress@{LATEST_NIGHTLY}"
-    if spelled in subjects:
-        r = client()
-        resolved.append(r)
-        log(f"--subject {spelled}: " + (r.version or f"not resolved ({r.error})") + f" ({r.registry})")
-        if r.version and f"modelexpress@{r.version}" not in subjects:
-            subjects = [f"modelexpress@{r.version}" if s == spelled else s for s in subjects]
-    return servers, subjects, resolved
 
 
 def prepare_servers(servers: list[str], log: Callable[[str], None], resolved: Sequence[Resolved] = (),

@@ -264,6 +264,12 @@ def summary_json(cells: Mapping[str, Cell], repeat: int) -> dict[str, Any]:
     return {"repeat": repeat, "scenarios": {name: cell.to_json() for name, cell in cells.items()}}
 
 
-def write_summary(path: Path, cells: Mapping[str, Cell], repeat: int) -> None:
-    """Write the summary atomically (a reader never sees half a file)."""
-    SummaryDoc.parse(summary_json(cells, repeat), path).write(path)
+def write_summary(path: Path, cells: Mapping[str, Cell], repeat: int,
+                  resolved: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Write the summary atomically (a reader never sees half a file). ``resolved``: what a
+    spelling such as ``modelexpress@latest-nightly`` resolved to (``harness.subjects.releases``), a
+    key of its own only where there is one (a saved document keeps a key it does not declare)."""
+    doc = summary_json(cells, repeat)
+    if resolved:
+        doc["resolved"] = [dict(r) for r in resolved]
+    SummaryDoc.parse(doc, path).write(path)

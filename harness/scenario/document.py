@@ -91,6 +91,52 @@ else:
     ]
 
 
+def _rate(value: Any, key: str = "defect_rate") -> str:
+    """A measured rate, k/n, as text; a clear error naming ``key`` otherwise."""
+    if not isinstance(value, str):
+        raise custom_error(key, "write the measured rate as k/n, e.g. 4/6 (the defect showed in 4 of 6 runs)")
+    try:
+        return str(parse_rate(value))
+    except ValueError as exc:
+        raise custom_error(key, str(exc)) from None
+
+
+def _nixl_versions(value: Any, key: str = "defect_versions") -> tuple[str, ...]:
+    """NIXL versions a defect was measured on ("1.5.1", "1.4": any 1.4.x)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(v, str) and re.fullmatch(r"\d+(\.\d+){1,2}", v.strip()) for v in items
+    ):
+        raise custom_error(key, "list NIXL versions as strings, e.g. [\"1.5.1\", \"1.4\"] (1.4: any 1.4.x)")
+    return tuple(v.strip() for v in items)
+
+
+class SubjectDefect(Strict):
+    """A client's own known defect in a file that also states another (``subject_defects``): its
+    text, measured rate and NIXL versions, as the top-level keys of the same names say."""
+
+    known_defect: str = Field(min_length=1)
+    defect_rate: str | None = None
+    defect_versions: tuple[str, ...] = ()
+
+    @field_validator("known_defect")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value.strip():
+            raise custom_error("known_defect", "describe the defect: what is broken, where, since which version")
+        return value.strip()
+
+    @field_validator("defect_rate", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> Any:
+        return None if value is None else _rate(value)
+
+    @field_validator("defect_versions", mode="before")
+    @classmethod
+    def _versions(cls, value: Any) -> Any:
+        return () if not value else _nixl_versions(value)
+
+
 def _default_hosts() -> dict[str, HostSpec]:
     return {"local": LocalHostSpec()}
 
@@ -117,6 +163,10 @@ class Scenario(Strict):
     # readers played by another subject (the default mxref, a matrix's mxref column) the run is judged
     # as a plain scenario (``harness.scenario.subjects.settle_subject_defect``)
     defect_subjects: tuple[Subject, ...] = ()
+    # a client's own known defect beside the file's general one (a NIXL defect, say): while that client
+    # plays a source or reader its defect is the run's known defect in place of the general one
+    # (``settle_subject_defect``); ``{modelexpress: {known_defect: ..., defect_rate: 1/1}}``
+    subject_defects: dict[Subject, SubjectDefect] = Field(default_factory=dict)
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
     markers: tuple[Name, ...] = ()
@@ -149,8 +199,8 @@ class Scenario(Strict):
     steps: tuple[Step, ...] = Field(min_length=1)
     checks: tuple[CheckEntry, ...] = ()
 
-    # a client's known defect set aside while another subject plays (settle_subject_defect): its
-    # known_defect, defect_rate, defect_versions and defect_subjects, restored when that client plays again
+    # the file's known defects as written, kept while the one in force is settled for who plays
+    # (settle_subject_defect): set aside while others play, restored when they play again
     _subject_defect: dict[str, Any] | None = PrivateAttr(None)
     _path: Path | None = PrivateAttr(None)
     _text: str = PrivateAttr("")
@@ -201,12 +251,7 @@ class Scenario(Strict):
             return None
         if "known_defect" in info.data and info.data["known_defect"] is None:
             raise custom_error("defect_rate", "defect_rate is the measured rate of a known_defect: state known_defect too")
-        if not isinstance(value, str):
-            raise custom_error("defect_rate", "write the measured rate as k/n, e.g. 4/6 (the defect showed in 4 of 6 runs)")
-        try:
-            return str(parse_rate(value))
-        except ValueError as exc:
-            raise custom_error("defect_rate", str(exc)) from None
+        return _rate(value)
 
     @field_validator("defect_versions", mode="before")
     @classmethod
@@ -215,12 +260,7 @@ class Scenario(Strict):
             return ()
         if "known_defect" in info.data and info.data["known_defect"] is None:
             raise custom_error("defect_versions", "defect_versions are where a known_defect was measured: state known_defect too")
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(
-            isinstance(v, str) and re.fullmatch(r"\d+(\.\d+){1,2}", v.strip()) for v in items
-        ):
-            raise custom_error("defect_versions", "list NIXL versions as strings, e.g. [\"1.5.1\", \"1.4\"] (1.4: any 1.4.x)")
-        return tuple(v.strip() for v in items)
+        return _nixl_versions(value)
 
     @field_validator("defect_servers", "defect_subjects")
     @classmethod

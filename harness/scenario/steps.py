@@ -157,6 +157,10 @@ class AwaitEvent(Strict):
     since: Literal["incarnation", "step", "run"] = "incarnation"
     within: Duration | None = None
     on_timeout: OnTimeout = "fail"
+    # the subjects whose event it is (an event only mxref emits: [mxref]); where another subject
+    # plays ``process`` the step is passed over, recorded (``harness.engine.steps``), and the
+    # checks of that event say ``subjects:`` too; unset: every subject
+    subjects: tuple[Literal["mxref", "modelexpress"], ...] | None = Field(None, min_length=1)
 
 
 class AwaitExit(Strict):

@@ -3,6 +3,8 @@ a matrix's subject and server columns): the scenario played as ``parse_subjects`
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.scenario.document import Scenario
 from harness.scenario.models import ReaderProcess, ServerProcess, SourceProcess
 from harness.scenario.stores import with_store
@@ -14,9 +16,8 @@ __all__ = ["settle_subject_defect", "with_subjects"]
 def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
     """``sc`` played as ``subjects`` (``parse_subjects``) says: ``client`` sets the scenario's
     ``subject`` (sources and readers without their own), ``source``/``reader`` every process of
-    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store). A
-    ``known_defect`` of other servers than those now playing (``defect_servers``) is dropped: the
-    run is judged as a plain scenario."""
+    that role, ``server`` every server (a ModelExpress server gets the scenario's Redis store). Its
+    known defect is settled for the new players (``settle_subject_defect``)."""
     if "client" in subjects:
         sc = sc.with_subject(subjects["client"])
     processes = dict(sc.processes)
@@ -24,30 +25,42 @@ def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
         role_subject = subjects.get(spec.role)
         if role_subject is not None and isinstance(spec, ServerProcess | SourceProcess | ReaderProcess):
             processes[name] = spec.model_copy(update={"subject": role_subject})
-    sc = sc.model_copy(update={"processes": processes})
-    if sc.defect_servers and not any(isinstance(spec, ServerProcess) and (spec.subject or "mxref") in sc.defect_servers
-                                     for spec in processes.values()):  # another server's defect: judged as plain
-        sc = sc.model_copy(update={"known_defect": None, "defect_rate": None, "defect_versions": (), "defect_servers": ()})
-    sc = settle_subject_defect(sc)
+    sc = settle_subject_defect(sc.model_copy(update={"processes": processes}))
     needs_store = any(isinstance(spec, ServerProcess) and server_of_subject(spec) in SERVER_SUBJECTS
                       and spec.store is None for spec in processes.values())
     return with_store(sc, "redis") if needs_store else sc
 
 
-DEFECT_KEYS = ("known_defect", "defect_rate", "defect_versions", "defect_subjects")
+DEFECT_KEYS = ("known_defect", "defect_rate", "defect_versions", "defect_servers", "defect_subjects", "subject_defects")
+_NONE: dict[str, Any] = {"known_defect": None, "defect_rate": None, "defect_versions": (), "defect_servers": (),
+                         "defect_subjects": ()}
 
 
 def settle_subject_defect(sc: Scenario) -> Scenario:
-    """``sc`` with its client's known defect (``defect_subjects``) in force only while one of those
-    clients plays a source or reader: otherwise set aside (the run is judged as a plain scenario),
-    and restored when such a client plays again (``mxchaos run --subject modelexpress`` on a
-    file whose default is mxref). Called when a file is parsed and by ``with_subjects``."""
-    stash = sc._subject_defect or ({k: getattr(sc, k) for k in DEFECT_KEYS} if sc.defect_subjects else None)
-    if stash is None:
+    """``sc`` with the known defect in force for who plays it now, the one place that decides: a
+    client's own (``subject_defects``) while that client plays a source or reader; else the file's
+    general ``known_defect``, unless it names other clients (``defect_subjects``) or other servers
+    (``defect_servers``) than those now playing: then none (the run is judged as a plain
+    scenario). The file's defects as written are kept aside (``_subject_defect``), so a later
+    call (``with_subjects``: ``mxchaos run --subject``, a matrix column) decides afresh. Called
+    when a file is parsed and by ``with_subjects``."""
+    stash = sc._subject_defect
+    if stash is None and not (sc.known_defect or sc.subject_defects):
         return sc
+    if stash is None:
+        stash = {k: getattr(sc, k) for k in DEFECT_KEYS}
     players = {p for name, p in sc.players().items() if sc.role(name) in ("source", "reader")}
-    applies = bool(players & set(stash["defect_subjects"]))
-    out = sc.model_copy(update=stash if applies else {"known_defect": None, "defect_rate": None,
-                                                      "defect_versions": (), "defect_subjects": ()})
+    servers = {spec.subject or "mxref" for spec in sc.processes.values() if isinstance(spec, ServerProcess)}
+    own = next((s for s in sorted(players) if s in stash["subject_defects"]), None)
+    if own is not None:  # the playing client's own defect, in place of the general one
+        block = stash["subject_defects"][own]
+        update = {**_NONE, "known_defect": block.known_defect, "defect_rate": block.defect_rate,
+                  "defect_versions": block.defect_versions, "defect_subjects": (own,)}
+    elif stash["known_defect"] and (not stash["defect_subjects"] or players & set(stash["defect_subjects"])) and (
+            not stash["defect_servers"] or servers & set(stash["defect_servers"])):
+        update = {k: stash[k] for k in _NONE}
+    else:
+        update = _NONE
+    out = sc.model_copy(update=update)
     out._subject_defect = stash
     return out

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.subjects.cache import cache_dir
+from harness.subjects.releases import LATEST_NIGHTLY
 
 __all__ = [
     "BINARY",
@@ -242,9 +243,9 @@ def _versioned(text: str, subject: str) -> tuple[str, str | None]:
         return name, None
     if name != "modelexpress":
         raise ValueError(f"--subject {text!r}: {subject!r}: only modelexpress has versions (mxref is this repository)")
-    if not _CLIENT_VERSION.match(version):
-        raise ValueError(f"--subject {text!r}: {version!r} is not a package version (e.g. 0.7.0, 0.8.0.dev20261026; "
-                         "mxchaos matrix also resolves modelexpress@latest-nightly)")
+    if version != LATEST_NIGHTLY and not _CLIENT_VERSION.match(version):
+        raise ValueError(f"--subject {text!r}: {version!r} is not a package version (e.g. 0.7.0, 0.8.0.dev20261026, "
+                         f"or {LATEST_NIGHTLY}: the newest pre-release, resolved when the command runs)")
     return name, version
 
 

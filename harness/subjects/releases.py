@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.subjects.cache import CommandRunner, error_line, run_bounded
 
-__all__ = ["LATEST_NIGHTLY", "SERVER_CRATE", "CLIENT_PACKAGE", "Resolved", "resolve_client", "resolve_server"]
+__all__ = ["LATEST_NIGHTLY", "SERVER_CRATE", "CLIENT_PACKAGE", "Resolved", "resolve_client", "resolve_latest", "resolve_server"]
 
 LATEST_NIGHTLY = "latest-nightly"  # the spelling, in --mx-server and in --subject modelexpress@...
 SERVER_CRATE = "modelexpress-server"
@@ -87,3 +88,26 @@ def resolve_client(run: CommandRunner = run_bounded, python: str = sys.executabl
         return Resolved("--subject", LATEST_NIGHTLY, None, asked,
                         f"{CLIENT_PACKAGE} has no pre-release on the registry (listed: {found.group(1).strip()[:120]})")
     return Resolved("--subject", LATEST_NIGHTLY, str(max(nightlies)), asked)
+
+
+def resolve_latest(servers: list[str], subjects: list[str], log: Callable[[str], None], *,
+                   server: Callable[[], Resolved] = resolve_server,
+                   client: Callable[[], Resolved] = resolve_client) -> tuple[list[str], list[str], list[Resolved]]:
+    """``servers`` and ``subjects`` with ``latest-nightly`` replaced by the version the registry
+    names (asked once per axis); unresolved, the spelling stays (its column is not installable,
+    ``Resolved.error`` says why). Returns both lists and what was resolved."""
+    resolved: list[Resolved] = []
+    if LATEST_NIGHTLY in servers:
+        r = server()
+        resolved.append(r)
+        log(f"--mx-server {LATEST_NIGHTLY}: " + (r.version or f"not resolved ({r.error})") + f" ({r.registry})")
+        if r.version and r.version not in servers:
+            servers = [r.version if s == LATEST_NIGHTLY else s for s in servers]
+    spelled = f"modelexpress@{LATEST_NIGHTLY}"
+    if spelled in subjects:
+        r = client()
+        resolved.append(r)
+        log(f"--subject {spelled}: " + (r.version or f"not resolved ({r.error})") + f" ({r.registry})")
+        if r.version and f"modelexpress@{r.version}" not in subjects:
+            subjects = [f"modelexpress@{r.version}" if s == spelled else s for s in subjects]
+    return servers, subjects, resolved

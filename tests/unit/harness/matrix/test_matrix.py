@@ -249,9 +249,9 @@ def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
     f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None}
+    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
     f.write_text(body + "known_defect: aborts\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None}
+    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
     f.write_text(body)
     assert defect_info(load_scenario(f)) is None
 
@@ -612,3 +612,24 @@ def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.Ca
     compact, full = format_table(matrix, verbose=False), format_table(matrix)
     assert "seg       XFAIL 1/1 failed" in compact and "defect" not in compact and "GB/s" not in compact
     assert "[defect expected, reproduced]" in full and "0.3GB/s" in full
+
+
+def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Path) -> None:
+    """``cell_defects`` (``harness.matrix.defects.column_defects``): a client's defect is annotated in
+    the column that plays that client, even where the scenario as written has none in force."""
+    scen = tmp_path / "scen"
+    scen.mkdir()
+    envs = {"1.5.1": EnvResult("1.5.1", tmp_path / "env-1.5.1")}
+    fake = FakeExecute({("y", "reset"): ["xfail"], ("n", "reset"): ["pass"]},
+                       {str(e.python): v for v, e in envs.items()})
+    columns = columns_for(["1.5.1"], [("AB", ["y", "n"])])
+    client = {"text": "the real client has no stall detection", "versions": None, "servers": None,
+              "subjects": ["modelexpress"]}
+    spec = MatrixSpec(scenarios=[scen / "reset.yaml"], names=["reset"], defects={"reset": client},
+                      cell_defects={"reset": {columns[0].id: client}}, columns=columns, repeat=1,
+                      out=tmp_path / "out", raw_read=False)
+    matrix = run_matrix(spec, ensure=lambda v: envs[v], execute=fake).to_json()
+    shown = matrix["cells"]["reset"][columns[0].id]
+    assert shown["verdict"] == "XFAIL" and shown["defect"]["observed"] == "reproduced" and shown["defect"]["expected"]
+    assert matrix["cells"]["reset"][columns[1].id].get("defect") is None  # not in force there: a plain cell
+    assert matrix["scenarios"][0]["defect"]["text"] == client["text"]

@@ -102,7 +102,7 @@ def test_misspelled_key_is_located_at_its_own_line() -> None:
 """)
     assert lines == [
         "x.yaml:11: steps[1].await.wehre: unknown key 'wehre'; did you mean 'where'? (allowed: process, event, "
-        "where, count, since, within, on_timeout)",
+        "where, count, since, within, on_timeout, subjects)",
         "x.yaml:13: steps[2].within: unknown key 'within' (allowed: start)",
     ]
 
