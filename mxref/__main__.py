@@ -193,11 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "about a second; the transfer budget still bounds the whole READ. 0: one READ handle, "
                         "bounded only by the budget (docs/contract.md#read-budget) [MXREF_READ_CHUNK_MIB, 16]")
     p.add_argument("--read-window", type=config.whole_number_arg("chunks in flight", 1, 64), default=config.DEFAULT_READ_WINDOW, metavar="N",
-                   help="chunks in flight of a chunked READ (default 2); the stall deadline is "
-                        "N*chunk/100MB/s+0.5s")
+                   help="chunks in flight of a chunked READ (default 2); the stall deadline is the window's "
+                        "bytes at half the READ's observed rate (25-100 MB/s) + 0.5 s: at most N*chunk/25MB/s+0.5s")
     p.add_argument("--read-ramp", action=argparse.BooleanOptionalAction, default=True,
-                   help="the first N-1 chunks of a chunked READ hold 1/N, 2/N, ... of a chunk, so the first "
-                        "window's stall deadline is shorter (16 MiB x 2: 0.75 s instead of 0.84 s) (default on)")
+                   help="the first window of a chunked READ is one 1 MiB chunk posted alone (its stall deadline "
+                        "0.51 s; a source shared by many readers answers it in time), the next ramp up "
+                        "(1/N, 2/N, ... of a chunk) (default on; off: the first window is N chunks, 0.84 s)")
     p.add_argument("--hash-while-reading", action=argparse.BooleanOptionalAction, default=True,
                    help="hash each tensor of a chunked READ into host memory as soon as its bytes have landed, "
                         "between the READ's polls, so little is left to verify after it (default on)")

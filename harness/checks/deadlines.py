@@ -11,9 +11,10 @@ An oracle never takes the subject's word for what it judges, so such a check jud
 
 1. every deadline the reader (``stall_of``) announced is the contract's: ``contract`` (by
    default mxref's documented rule, docs/mxref.md, for the window the scenario gives that
-   reader (``ReadWindow``: its ``read_chunk_mib`` and ``read_window``): the bytes in flight at
-   100 MB/s plus 0.5 s, ``D`` = 0.84 s and ``D1`` = 0.75 s for the default 16 MiB chunks, 2 in
-   flight; a deeper window moves them) within ``tolerance`` (5 ms: the contract states them to
+   reader (``ReadWindow``: its ``read_chunk_mib`` and ``read_window``): ``D1``, the first chunk
+   alone (1 MiB) at 100 MB/s plus 0.5 s, and ``D``, a full window at 25 MB/s (the lowest rate a
+   window is timed at once the READ has landed a chunk) plus 0.5 s: ``D`` = 1.84 s and ``D1`` = 0.51 s
+   for the default 16 MiB chunks, 2 in flight; a deeper window moves them) within ``tolerance`` (5 ms: the contract states them to
    10 ms). A reader that announces 20 x D fails here, however consistently it then waits 20 x D;
 2. the time it observed lies within the bounds computed from what the reader announced for
    that READ (the last ``transfer_start`` at or before the end point), so a reader that
@@ -112,18 +113,19 @@ class ReadWindow:
     chunk_mib: float | None = None
     window: int | None = None
 
-    FLOOR_BPS = 100e6
+    FLOOR_BPS = 100e6  # the first window's rate: nothing has landed yet
+    PROBE_BYTES = 1 << 20  # the first window: one chunk of this (or a whole chunk, if smaller)
+    LEAST_BPS = 25e6  # the lowest rate a later window is timed at (a source shared by many readers)
     SLACK_S = 0.5
 
     def deadlines(self) -> dict[str, float]:
-        """mxref's documented deadlines of this window, to 10 ms: a full window's (``D``), its
-        bytes at 100 MB/s plus 0.5 s; the first window's (``D1``), whose first W - 1 chunks ramp
-        up (1/W, 2/W, ... of a chunk) before a whole one."""
+        """mxref's documented deadlines of this window, to 10 ms: a full window's (``D``, the
+        longest after a completion), its bytes at 25 MB/s plus 0.5 s; the first window's
+        (``D1``), the 1 MiB probe chunk alone at 100 MB/s plus 0.5 s."""
         chunk = int((self.chunk_mib or 16) * (1 << 20))
         w = self.window or 2
-        first = sum(chunk * i // w for i in range(1, w)) + chunk
-        return {"D": round(w * chunk / self.FLOOR_BPS + self.SLACK_S, 2),
-                "D1": round(first / self.FLOOR_BPS + self.SLACK_S, 2)}
+        return {"D": round(w * chunk / self.LEAST_BPS + self.SLACK_S, 2),
+                "D1": round(min(self.PROBE_BYTES, chunk) / self.FLOOR_BPS + self.SLACK_S, 2)}
 
 
 class StallContract(Strict):

@@ -52,6 +52,17 @@ class ChunkPolicy:
     (16 MiB, W=2, 100 MB/s, 0.5 s) detect a frozen source in ~0.8 s at 0.92-0.98x
     single-handle throughput.
 
+    Fan-out: a source shared by N readers gives each about 1/N of its rate (16 readers of one
+    source on this 2-core host: ~45 MB/s each, under the floor). So the window's bytes are timed
+    at the floor only until the READ has seen a completion; after that at half the READ's observed
+    rate (bytes completed / time since its start), kept between ``least_bps`` and ``floor_bps``
+    (``bps_after``). The first window, with no evidence yet, is one small chunk alone (with the
+    ramp, ``probe_bytes``: 1 MiB, D1 = 0.51 s), small enough for a shared source to answer (the
+    storm bench: 16 readers' first 8 MiB chunks came back 64-550 ms after the go, one after
+    another, from one source; 1 MiB each is 1/8 of that queue). So a frozen source is called a
+    stall within ``first_deadline`` of the READ's start before any chunk landed, and within ``stall_s`` (a full window at ``least_bps``: 16 MiB x 2 at 25 MB/s + 0.5 s
+    = 1.84 s; 0.84 s while the READ runs at 200 MB/s or more) of its last completion after.
+
     Released chunks stay tainted: a resumed source's late replies can still land in them.
     The reader therefore rolls back (drops agent and memory) before its next candidate,
     and verifies every checksum after the load, never per chunk.
@@ -61,31 +72,50 @@ class ChunkPolicy:
     window: int = config.DEFAULT_READ_WINDOW
     floor_bps: float = 100e6
     slack_s: float = 0.5
+    least_bps: float = 25e6  # the lowest rate a window is timed at, whatever the READ has seen
+    probe_bytes: int = 1 << 20  # with the ramp, the first chunk, posted alone
     ramp: bool = True  # the first window's chunks ramp up in size (``split_ranges``)
 
     def split(self, pairs: Sequence[Pair]) -> list[list[Pair]]:
-        return split_ranges(pairs, self.chunk_bytes, self.window if self.ramp else 1)
+        return split_ranges(pairs, self.chunk_bytes, self.window if self.ramp else 1,
+                            probe=self.probe_bytes if self.ramp else None)
 
     def __post_init__(self) -> None:
-        if self.chunk_bytes <= 0 or self.window < 1 or self.floor_bps <= 0 or self.slack_s < 0:
-            raise ValueError(f"invalid chunk policy {self}: sizes, window and floor must be positive")
+        if (self.chunk_bytes <= 0 or self.window < 1 or self.floor_bps <= 0 or self.slack_s < 0
+                or self.probe_bytes <= 0 or not 0 < self.least_bps <= self.floor_bps):
+            raise ValueError(f"invalid chunk policy {self}: sizes, window and floors must be positive, "
+                             "least_bps at most floor_bps")
 
-    def deadline(self, inflight_bytes: int) -> float:
-        """The stall deadline of a window holding ``inflight_bytes``: those bytes at the floor
-        bandwidth, plus the slack."""
-        return inflight_bytes / self.floor_bps + self.slack_s
+    def bps_after(self, rate_bps: float | None) -> float:
+        """The rate a window is timed at once the READ has run at ``rate_bps`` (None: no chunk
+        completed yet, the floor): half of it, kept within [``least_bps``, ``floor_bps``]."""
+        if rate_bps is None:
+            return self.floor_bps
+        return min(self.floor_bps, max(self.least_bps, rate_bps / 2))
+
+    def deadline(self, inflight_bytes: int, rate_bps: float | None = None) -> float:
+        """The stall deadline of a window holding ``inflight_bytes``: those bytes at
+        ``bps_after(rate_bps)``, plus the slack."""
+        return inflight_bytes / self.bps_after(rate_bps) + self.slack_s
+
+    @property
+    def first_window(self) -> int:
+        """How many chunks the READ's first window holds: one with the ramp (no completion has
+        told the reader its share of the source yet), else ``window``."""
+        return 1 if self.ramp else self.window
 
     @property
     def stall_s(self) -> float:
-        """The deadline of a full window (``window`` whole chunks in flight): the longest."""
-        return self.deadline(self.window * self.chunk_bytes)
+        """The longest deadline of a full window (``window`` whole chunks in flight, timed at
+        ``least_bps``): a frozen source is called a stall within this of the last completion."""
+        return self.window * self.chunk_bytes / self.least_bps + self.slack_s
 
     def first_deadline(self, total_bytes: int) -> float:
         """The deadline of a READ's first window (of ``total_bytes`` in all): a source frozen
         before the READ is called stalled this long after the READ's start. With the ramp the
-        first window holds less than a full one (16 MiB x 2: 8 + 16 MiB, 0.75 s, not 0.84 s)."""
+        first window is the probe chunk alone, at the floor (1 MiB: 0.51 s)."""
         sizes = [sum(local[1] for local, _ in chunk) for chunk in self.split([((0, total_bytes, 0), (0, total_bytes, 0))])]
-        return self.deadline(sum(sizes[: self.window]))
+        return self.deadline(sum(sizes[: self.first_window]))
 
 
 class Landing(Protocol):
@@ -161,16 +191,19 @@ def window_idle(trace: Sequence[ChunkTime], window: int) -> dict[str, float]:
             "underfull_s": round(underfull, 6), "chunk_wait_s": round(waits[len(waits) // 2], 6)}
 
 
-def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1) -> list[list[Pair]]:
+def split_ranges(pairs: Sequence[Pair], chunk_bytes: int, ramp: int = 1, probe: int | None = None) -> list[list[Pair]]:
     """Group (local, remote) ranges into chunks of at most ``chunk_bytes``, splitting big ranges.
 
     Each range is ``(addr, size, device_id)``; local and remote of a pair have the same size.
     With ``ramp`` = W > 1 the first W-1 chunks hold 1/W, 2/W, ... of ``chunk_bytes``, so the
-    first window holds less than a full one and its stall deadline is shorter (16 MiB x 2:
-    8 + 16 MiB, 0.75 s instead of 0.84 s: what a source frozen before its READ meets). It was
-    meant to keep chunks from finishing together; the bench showed no throughput change.
+    chunks that follow the first ramp up to a whole one. ``probe``, when given, is the first
+    chunk's size (at most ``chunk_bytes``): the chunk ``ChunkPolicy`` posts alone, whose deadline
+    a source frozen before the READ meets. The ramp was meant to keep chunks from finishing
+    together; the bench showed no throughput change.
     """
     sizes = [chunk_bytes * i // ramp for i in range(1, ramp)]
+    if probe is not None:
+        sizes = [min(probe, chunk_bytes), *sizes[1:]]
     chunks: list[list[Pair]] = []
     current: list[Pair] = []
 
@@ -261,10 +294,11 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
     start = monotonic()
     budget_at = start + budget_s
     last_done = start
+    done_bytes = 0  # completed so far: the READ's observed rate times its later windows
     poll_s, polls = 0.0, 0
 
     def refill() -> None:
-        while pending and len(inflight) < policy.window:
+        while pending and len(inflight) < (policy.window if done_bytes else policy.first_window):
             t0 = perf()
             lo, hi, nbytes = pending.pop()
             indices = list(range(lo, hi))
@@ -285,7 +319,8 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
 
     def deadlines() -> tuple[float, float, float]:
         """(the window's stall deadline, its length, the clock time of the nearest check) for what is in flight now."""
-        deadline = policy.deadline(sum(item.nbytes for item in inflight))
+        rate = done_bytes / max(last_done - start, 1e-6) if done_bytes else None
+        deadline = policy.deadline(sum(item.nbytes for item in inflight), rate)
         stall_at = max(inflight[0].posted, last_done) + deadline if inflight else math.inf
         suspect_at = min(stall_at - deadline / 2, start + budget_s / 2) if on_suspect is not None else math.inf
         return stall_at, deadline, min(stall_at, suspect_at, budget_at)
@@ -310,6 +345,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
             if done:
                 for item in done:
                     inflight.remove(item)  # before the release: `finally` releases only what is left
+                    done_bytes += item.nbytes
                 last_done = monotonic()
                 # The freed slots are posted first, the bookkeeping after: the window's chunks complete
                 # together (the bench's chunk times), so until the next post nothing is on the wire.
@@ -337,7 +373,9 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     finished = len(bounds) - len(pending) - len(inflight)
                     raise TransferStalled(
                         f"READ stalled: no chunk completed for {deadline:.2f}s "
-                        f"({finished} of {len(bounds)} chunks done, no error status from NIXL)", finished, len(bounds))
+                        f"({finished} of {len(bounds)} chunks done, no error status from NIXL; the window timed at "
+                        f"{policy.bps_after(done_bytes / max(last_done - start, 1e-6) if done_bytes else None) / 1e6:.0f} MB/s)",
+                        finished, len(bounds))
                 if (pending or inflight) and now > budget_at:
                     raise TransferTimeout(
                         f"READ timed out after {budget_s:.3f}s with no completion and no error status from NIXL "

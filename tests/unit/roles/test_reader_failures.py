@@ -76,7 +76,7 @@ class TestTransferFailures:
 
     def test_the_default_reader_reads_in_chunks(self) -> None:
         assert ReaderOptions(server="x:1").chunks == ChunkPolicy()
-        assert ChunkPolicy().stall_s == pytest.approx(2 * 16 * (1 << 20) / 100e6 + 0.5)
+        assert ChunkPolicy().stall_s == pytest.approx(2 * 16 * (1 << 20) / 25e6 + 0.5)
 
     def test_the_prestarted_target_is_what_the_first_read_uses(self, world: World, h: Harness) -> None:
         world.add("a")

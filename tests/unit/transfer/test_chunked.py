@@ -37,16 +37,77 @@ def test_the_first_window_ramps_up_so_chunks_finish_one_at_a_time() -> None:
     assert sizes == [4, 8, 12, 16, 16, 16, 16, 12]
     assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 16)] == [16] * 6 + [4]
     assert [sum(r[0][1] for r in c) for c in ChunkPolicy(chunk_bytes=16, window=2, ramp=False).split(pairs)] == [16] * 6 + [4]
-    assert [sum(r[0][1] for r in c) for c in ChunkPolicy(chunk_bytes=16, window=2).split(pairs)] == [8] + [16] * 5 + [12]
+    assert [sum(r[0][1] for r in c) for c in ChunkPolicy(chunk_bytes=16, window=2).split(pairs)] == [16] * 6 + [4]  # the probe: at most a chunk
+    assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 16, ramp=4, probe=2)] == [2, 8, 12, 16, 16, 16, 16, 14]
     assert [sum(r[0][1] for r in c) for c in split_ranges(pairs, 1, ramp=4)] == [1] * 100  # nothing below a byte
 
 
 def test_the_deadline_is_the_bytes_in_flight_at_the_floor_plus_the_slack() -> None:
-    p = ChunkPolicy()  # 16 MiB x 2, 100 MB/s, 0.5 s
-    assert p.stall_s == pytest.approx(32 * MIB / 100e6 + 0.5)  # a full window: 0.836 s
-    assert p.first_deadline(64 * MIB) == pytest.approx(24 * MIB / 100e6 + 0.5)  # 8 + 16 MiB: 0.752 s
-    assert p.first_deadline(4 * MIB) == pytest.approx(4 * MIB / 100e6 + 0.5)
-    assert ChunkPolicy(ramp=False).first_deadline(64 * MIB) == pytest.approx(p.stall_s)
+    p = ChunkPolicy()  # 16 MiB x 2, 100 MB/s (25 MB/s at least after a completion), 0.5 s
+    assert p.stall_s == pytest.approx(32 * MIB / 25e6 + 0.5)  # a full window at the least rate: 1.842 s
+    assert p.first_deadline(64 * MIB) == pytest.approx(1 * MIB / 100e6 + 0.5)  # the 1 MiB probe alone: 0.510 s
+    assert p.first_deadline(MIB // 2) == pytest.approx(MIB / 2 / 100e6 + 0.5)
+    assert ChunkPolicy(chunk_bytes=MIB // 4).first_deadline(4 * MIB) == pytest.approx(MIB / 4 / 100e6 + 0.5)
+    assert ChunkPolicy(ramp=False).first_deadline(64 * MIB) == pytest.approx(32 * MIB / 100e6 + 0.5)
+    assert p.deadline(32 * MIB) == pytest.approx(32 * MIB / 100e6 + 0.5)  # nothing landed yet: the floor
+
+
+def test_after_a_completion_a_window_is_timed_at_half_the_observed_rate_within_the_floors() -> None:
+    p = ChunkPolicy()
+    assert p.bps_after(None) == p.bps_after(1e9) == p.bps_after(200e6) == 100e6  # a fast READ: as before
+    assert p.bps_after(90e6) == pytest.approx(45e6)  # a reader with a share of a shared source
+    assert p.bps_after(10e6) == p.bps_after(0.0) == 25e6  # never slower than least_bps: D stays bounded
+    assert p.deadline(32 * MIB, 90e6) == pytest.approx(32 * MIB / 45e6 + 0.5)
+    assert max(p.deadline(32 * MIB, r) for r in (0.0, 1e3, 1e6, 49e6, 51e6, 1e9)) == pytest.approx(p.stall_s)
+
+
+class SharedSource(ChunkAgent):
+    """A source shared with other readers: handle i completes ``delays[i]`` (the last one for
+    the rest) seconds after its post; ``complete`` handles at most, then it freezes."""
+
+    def __init__(self, delays: list[float], complete: int = 10**9) -> None:
+        super().__init__(complete)
+        self.delays = delays
+        self.posted_at: dict[int, float] = {}
+
+    def transfer(self, handle):  # type: ignore[no-untyped-def]
+        self.posted_at[handle] = time.monotonic()
+        return super().transfer(handle)  # type: ignore[no-untyped-call]
+
+    def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
+        delay = self.delays[min(handle, len(self.delays) - 1)]
+        if handle < self.complete and time.monotonic() - self.posted_at[handle] >= delay:
+            self.seen_done.add(handle)
+            return "DONE"
+        return "PROC"
+
+
+def test_a_read_moving_slower_than_the_floor_is_not_a_stall_once_its_rate_is_seen() -> None:
+    # 1 MiB (the probe, alone) lands in 0.1 s: ~10 MB/s, so later windows are timed at ~5 MB/s.
+    # Each later chunk takes 0.6 s: at the floor (100 MB/s) its 7 MiB window's deadline is 0.37 s.
+    policy = ChunkPolicy(chunk_bytes=4 * MIB, window=2, slack_s=0.3, least_bps=1e6)
+    agent = SharedSource([0.1, 0.6])
+    mgr, remote = manager(agent, tensors=2, size=4 * MIB)  # 1 + 4 + 3 MiB
+    assert mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)[2] == "complete"
+    assert agent.max_inflight <= 2 and agent.posted == [0, 1, 2]
+    # the same READ timed at the floor throughout (the rule before the observed rate): a false stall
+    fixed = ChunkPolicy(chunk_bytes=4 * MIB, window=2, slack_s=0.3, least_bps=100e6)
+    mgr, remote = manager(SharedSource([0.1, 0.6]), tensors=2, size=4 * MIB)
+    with pytest.raises(TransferStalled, match="timed at 100 MB/s"):
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=fixed)
+
+
+def test_a_source_frozen_after_slow_progress_is_still_a_stall_within_stall_s() -> None:
+    policy = ChunkPolicy(chunk_bytes=4 * MIB, window=2, slack_s=0.3, least_bps=20e6)  # stall_s 0.72 s
+    agent = SharedSource([0.2], complete=1)  # the first chunk lands slowly (~10 MB/s), then it freezes
+    mgr, remote = manager(agent, tensors=2, size=4 * MIB)
+    t0 = time.monotonic()
+    with pytest.raises(TransferStalled) as err:
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
+    elapsed = time.monotonic() - t0
+    after_first = elapsed - 0.2
+    assert policy.deadline(7 * MIB) <= after_first and elapsed < 0.2 + policy.stall_s + 0.5, elapsed
+    assert err.value.chunks_done == 1 and "timed at 20 MB/s" in str(err.value)
 
 
 def test_a_source_frozen_from_the_start_is_called_stalled_at_the_first_windows_deadline() -> None:
@@ -57,8 +118,9 @@ def test_a_source_frozen_from_the_start_is_called_stalled_at_the_first_windows_d
     with pytest.raises(TransferStalled):
         mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
     stalled = time.monotonic() - t0
-    first = policy.first_deadline(32 * MIB)  # 2 + 4 + 6 + 8 MiB in flight: 0.89 s; a full window 1.39 s
+    first = policy.first_deadline(32 * MIB)  # the 1 MiB probe alone: 0.09 s; a full window 1.39 s
     assert first <= stalled < (first + policy.stall_s) / 2
+    assert agent.posted == [0], "the first window is one chunk: nothing has told the reader its share yet"
 
 
 def test_a_chunked_read_completes_with_a_bounded_window() -> None:
@@ -66,7 +128,7 @@ def test_a_chunked_read_completes_with_a_bounded_window() -> None:
     mgr, remote = manager(agent)
     nbytes, count, result = mgr.receive_from_source(b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB))
     assert (nbytes, count, result) == (32 * MIB, 4, "complete")
-    assert len(agent.posted) == 9 and sorted(agent.released) == list(range(9))  # 2 MiB (the ramp), then 4 MiB each
+    assert len(agent.posted) == 9 and sorted(agent.released) == list(range(9))  # 1 MiB (the probe), then 4 MiB each
     assert agent.max_inflight <= 2
     assert mgr.is_healthy()
 
@@ -120,7 +182,8 @@ def test_a_frozen_source_is_a_stall_after_stall_s_not_the_budget() -> None:
     with pytest.raises(TransferStalled) as err:
         mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy)
     elapsed = time.monotonic() - t0
-    assert policy.stall_s <= elapsed < policy.stall_s + 1.0, elapsed
+    # chunks landed at once (a fast READ): its window is timed at the floor, within stall_s at most
+    assert policy.deadline(8 * MIB) <= elapsed < policy.stall_s + 1.0, elapsed
     assert isinstance(err.value, TransferTimeout) and err.value.failure is ReadFailure.STALLED
     assert err.value.chunks_done == 3 < err.value.chunks, "the stall says how far the READ got"
     assert not mgr.is_healthy() and "stalled" in (mgr.data_plane_error or "")
@@ -161,7 +224,8 @@ def test_a_later_success_clears_a_stall() -> None:
     assert mgr.is_healthy()
 
 
-@pytest.mark.parametrize("bad", [dict(chunk_bytes=0), dict(window=0), dict(floor_bps=0), dict(slack_s=-1)])
+@pytest.mark.parametrize("bad", [dict(chunk_bytes=0), dict(window=0), dict(floor_bps=0), dict(slack_s=-1),
+                                 dict(least_bps=0), dict(least_bps=200e6)])
 def test_a_nonsensical_policy_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ChunkPolicy(**bad)
@@ -179,7 +243,7 @@ def test_a_quiet_window_calls_on_suspect_once_before_the_stall() -> None:
     stalled = time.monotonic() - t0
     assert len(calls) == 1, calls
     # three chunks done (2, 4, 4 MiB), then 4 + 4 MiB in flight: a full window's deadline
-    assert policy.stall_s / 2 <= calls[0] < stalled
+    assert policy.deadline(8 * MIB) / 2 <= calls[0] < stalled
 
 
 def test_a_read_that_keeps_completing_never_calls_on_suspect() -> None:
@@ -384,7 +448,7 @@ def test_the_read_clock_says_where_a_chunked_reads_time_went() -> None:
     parts = sum(fields[k] for k in ("prep_s", "post_s", "poll_s", "landing_s", "release_s", "other_s"))
     assert parts == pytest.approx(fields["total_s"], abs=1e-5)
     stalled = ReadClock()
-    with pytest.raises(TransferStalled):  # a stalled READ still says where its time went
+    with pytest.raises(TransferStalled):  # a stalled READ still says where its time went (its first window: one chunk)
         manager(ChunkAgent(complete=0))[0].receive_from_source(
             b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, floor_bps=1e9, slack_s=0.05), clock=stalled)
-    assert stalled.posts == 2 and stalled.total_s >= 0.05 and stalled.release_s > 0
+    assert stalled.posts == 1 and stalled.total_s >= 0.05 and stalled.release_s > 0

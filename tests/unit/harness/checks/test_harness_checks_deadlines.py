@@ -59,15 +59,15 @@ def test_a_bad_bound_says_what_a_bound_is(bad: Any) -> None:
 def test_a_bound_in_the_deadlines_needs_the_reader_that_announces_them() -> None:
     with pytest.raises(ValidationError, match="name that reader in stall_of"):
         ElapsedParams.model_validate({k: v for k, v in STALL.items() if k != "stall_of"})
-    with pytest.raises(ValidationError, match=r"not_before 1.5s is after within 0.75s \(at the contract's deadlines\)"):
+    with pytest.raises(ValidationError, match=r"not_before 1.02s is after within 0.51s \(at the contract's deadlines\)"):
         ElapsedParams.model_validate({**STALL, "not_before": "2D1", "within": "D1"})
     assert list(ElapsedParams.model_validate(STALL).process_refs()) == [("stall_of", "reader-1", ("reader",))]
 
 
 def test_a_stall_called_between_the_announced_bounds_passes() -> None:
-    ok = run("elapsed", STALL, read(0.752, 0.836, 0.80))
+    ok = run("elapsed", STALL, read(0.51, 1.842, 0.80))
     assert (ok.valid, ok.summary) == (True, "0.800s")
-    assert ok.details["deadlines"] == {"announced": {"D1": 0.752}, "contract": {"D1": 0.75}}
+    assert ok.details["deadlines"] == {"announced": {"D1": 0.51}, "contract": {"D1": 0.51}}
 
 
 def test_an_announcement_the_contract_does_not_hold_fails_however_consistent_the_reader() -> None:
@@ -75,24 +75,24 @@ def test_an_announcement_the_contract_does_not_hold_fails_however_consistent_the
     result = run("elapsed", STALL, read(15.04, 16.72, 15.5))
     assert result.valid is False
     assert result.summary.startswith(
-        "stall deadlines: reader-1 announced D = 16.72s (transfer_start at 2.000s); the contract's D is 840ms (±5ms); "
+        "stall deadlines: reader-1 announced D = 16.72s (transfer_start at 2.000s); the contract's D is 1.84s (±5ms); "
         "reader-1 announced D1 = 15.04s")
     assert not is_time_bound("elapsed", result.summary)  # a behaviour, not a time the machine's load can move
 
 
 def test_a_stall_outside_what_the_reader_announced_fails() -> None:
-    early = run("elapsed", STALL, read(0.752, 0.836, 0.5))
-    assert (early.valid, early.summary) == (False, "0.500s, earlier than D1 = 0.752s")
+    early = run("elapsed", STALL, read(0.51, 1.842, 0.5))
+    assert (early.valid, early.summary) == (False, "0.500s, earlier than D1 = 0.510s")
     assert is_time_bound("elapsed", early.summary)
-    late = run("elapsed", STALL, read(0.752, 0.836, 15.04))  # announces D1, waits 20 x D1
-    assert (late.valid, late.summary) == (False, "15.040s, later than 2D1 = 1.504s")
+    late = run("elapsed", STALL, read(0.51, 1.842, 15.04))  # announces D1, waits 20 x D1
+    assert (late.valid, late.summary) == (False, "15.040s, later than 2D1 = 1.020s")
 
 
 def test_a_read_that_announced_no_deadline_is_judged_at_the_contracts() -> None:
     ok = run("elapsed", STALL, read(None, None, 0.8))  # a single READ handle, a client without chunked READs
-    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {}, "contract": {"D1": 0.75}, "not_announced": ["D1"]})
+    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {}, "contract": {"D1": 0.51}, "not_announced": ["D1"]})
     late = run("elapsed", STALL, read(None, None, 30.0))  # a stall seen only at a 30 s budget
-    assert (late.valid, late.summary) == (False, "30.000s, later than 2D1 = 1.500s")
+    assert (late.valid, late.summary) == (False, "30.000s, later than 2D1 = 1.020s")
 
 
 def test_plain_bounds_read_no_announcement() -> None:
@@ -107,13 +107,13 @@ def test_another_contract_is_given_in_the_check() -> None:
 
 
 def test_fell_back_reads_its_readers_announcement() -> None:
-    rows = [*read(0.752, 0.836, 0.8),
+    rows = [*read(0.51, 1.842, 0.8),
             (3.0, "info", "reader-1", "fallback", {"reason": "all candidates failed"}),
             (3.5, "info", "reader-1", "load_done", {"path": "disk", "integrity": True})]
     ok = run("fell_back", {"reader": "reader-1", "not_before": "2D1", "within": "3D + 4.5s"}, rows)
     assert (ok.valid, ok.summary) == (True, "reader-1 fell back 2.000s after reader-1 start (all candidates failed)")
-    early = run("fell_back", {"reader": "reader-1", "not_before": "3D1"}, rows)
-    assert (early.valid, early.summary) == (False, "reader-1: fell back 2.000s after reader-1 start, before 3D1 = 2.256s")
+    early = run("fell_back", {"reader": "reader-1", "not_before": "4D1 + 0.5s"}, rows)
+    assert (early.valid, early.summary) == (False, "reader-1: fell back 2.000s after reader-1 start, before 4D1 + 500ms = 2.540s")
     lying = [*rows[:1], (2.0, "info", "reader-1", "transfer_start", {"stall_s": 16.72, "first_stall_s": 15.04}), *rows[2:]]
     lied = run("fell_back", {"reader": "reader-1", "not_before": "D1"}, lying)
     assert lied.valid is False and not is_time_bound("fell_back", lied.summary)
@@ -131,30 +131,31 @@ processes:
 steps:
   - start: [server, source-1, reader-1]
 checks:
-  - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D}
+  - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D1}
 """)
-    assert _tight_check(sc) == "timing window within 1.68s (elapsed)"
+    assert _tight_check(sc) == "timing window within 1.02s (elapsed)"
 
 
 def test_the_contract_is_the_readers_own_window_so_a_deeper_one_moves_the_bound() -> None:
-    """A 6-deep window of 8 MiB chunks: D = 6 x 8 MiB at 100 MB/s + 0.5 s = 1.00 s, D1 (the ramp:
-    1/6 ... 5/6 of a chunk, then a whole one, 28 MiB) 0.79 s; 8 deep: 1.17 s. The default stays 0.84 / 0.75."""
-    assert ReadWindow().deadlines() == {"D": 0.84, "D1": 0.75}
-    assert ReadWindow(8, 6).deadlines() == {"D": 1.0, "D1": 0.79}
-    assert ReadWindow(8, 8).deadlines() == {"D": 1.17, "D1": 0.88}
+    """A 6-deep window of 8 MiB chunks: D = 6 x 8 MiB at 25 MB/s + 0.5 s = 2.51 s, D1 (the 1 MiB
+    probe chunk alone, at 100 MB/s) 0.51 s; 8 deep: 3.18 s. The default: 1.84 / 0.51; 0.5 MiB chunks: 0.51."""
+    assert ReadWindow().deadlines() == {"D": 1.84, "D1": 0.51}
+    assert ReadWindow(0.5, 2).deadlines() == {"D": 0.54, "D1": 0.51}
+    assert ReadWindow(8, 6).deadlines() == {"D": 2.51, "D1": 0.51}
+    assert ReadWindow(8, 8).deadlines() == {"D": 3.18, "D1": 0.51}
     cut = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},
            "stall_of": "reader-1", "within": "2D"}
-    rows = read(0.794, 1.003, 1.9)
+    rows = read(0.51, 2.513, 4.9)
     deep = RunFacts(roles=ROLES.roles, read_windows={"reader-1": (8, 6)})
     ok = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(rows), deep)
-    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {"D": 1.003}, "contract": {"D": 1.0}})
-    # the same announcement judged at the default window breaks the contract (1.003 s is not 0.84 s)
-    assert run("elapsed", cut, rows).summary.startswith("stall deadlines: reader-1 announced D = 1.003s")
+    assert (ok.valid, ok.details["deadlines"]) == (True, {"announced": {"D": 2.513}, "contract": {"D": 2.51}})
+    # the same announcement judged at the default window breaks the contract (2.513 s is not 1.84 s)
+    assert run("elapsed", cut, rows).summary.startswith("stall deadlines: reader-1 announced D = 2.513s")
     deeper = RunFacts(roles=ROLES.roles, read_windows={"reader-1": (8, 8)})
-    moved = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.877, 1.171, 2.2)), deeper)
-    assert (moved.valid, moved.summary) == (True, "2.200s")  # inside 2D = 2.342 s, past the 6-deep 2.006 s
-    late = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.877, 1.171, 2.5)), deeper)
-    assert (late.valid, late.summary) == (False, "2.500s, later than 2D = 2.342s")
+    moved = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.510, 3.184, 6.2)), deeper)
+    assert (moved.valid, moved.summary) == (True, "6.200s")  # inside 2D = 6.368 s, past the 6-deep 5.026 s
+    late = evaluate(0, "elapsed", ElapsedParams.model_validate(cut), History.build(read(0.510, 3.184, 6.5)), deeper)
+    assert (late.valid, late.summary) == (False, "6.500s, later than 2D = 6.368s")
 
 
 def test_the_scenario_gives_the_checks_each_readers_window() -> None:
