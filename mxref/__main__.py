@@ -437,7 +437,7 @@ def run_source(args: SourceFlags) -> int:
                 mgr.create_agent(args.nixl_port, progress_thread=False)
                 nixl_port = int(args.nixl_port)
             else:
-                nixl_port = mgr.create_agent_on_free_port(args.advertise_host, progress_thread=False)
+                nixl_port = mgr.create_agent_on_free_port(progress_thread=False)
         except Exception as exc:  # noqa: BLE001 - NIXL raises unrelated types; any failure is a startup failure
             print(f"mxref source: cannot create the NIXL agent: {type(exc).__name__}: {exc}", file=sys.stderr)
             return proc.finish(EXIT_STARTUP_FAILED)
@@ -586,7 +586,7 @@ def _read(args: ReaderFlags, proc: Process, metrics: ReaderMetrics, reader: Read
 
             mgr = NixlTransferManager(reader.agent_base, args.device_id, reader.accelerator,
                                       events=proc.events, metrics=metrics.nixl)
-            mgr.create_agent_on_free_port(args.advertise_host, progress_thread=False)
+            mgr.create_agent_on_free_port(progress_thread=False)
             mgr.register_tensors(local_tensors(reader.arena, args.device_id))
         mgr.start_progress_pump()
         serve = serve_options(args, options.server)

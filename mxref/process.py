@@ -36,11 +36,14 @@ EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
 EXIT_SERVING_ENDED = 4  # server: its gRPC server stopped serving without being asked
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now, for listeners that cannot bind port 0 themselves
-    (NIXL's metadata listener). Racy by nature; callers report the port they used."""
+def free_port() -> int:
+    """A port nobody holds right now on any address, for listeners that cannot bind port 0
+    themselves (NIXL's metadata listener). The probe binds every address (INADDR_ANY), as NIXL's
+    listener does: a port free on 127.0.0.1 alone may be held on another address (a connection
+    of a lab's veth address, say), and the listener's bind then fails with EADDRINUSE. Racy by
+    nature; callers report the port they used."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
 
 

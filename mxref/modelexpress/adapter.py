@@ -363,21 +363,21 @@ def _environment(args: AdapterFlags, server: str) -> None:
     # three listeners, three ports: a port free_port released may be handed out again at once
     taken: set[int] = set()
 
-    def distinct(given: int, host: str) -> str:
-        port = given or free_port(host)
+    def distinct(given: int) -> str:
+        port = given or free_port()
         for _ in range(100):
             if port not in taken:
                 break
-            port = free_port(host)
+            port = free_port()
         taken.add(port)
         return str(port)
 
-    env["MX_METADATA_PORT"] = distinct(args.nixl_port, args.advertise_host)
-    env["MX_WORKER_GRPC_PORT"] = distinct(args.worker_port, args.advertise_host)
+    env["MX_METADATA_PORT"] = distinct(args.nixl_port)
+    env["MX_WORKER_GRPC_PORT"] = distinct(args.worker_port)
     env["MX_P2P_METADATA"] = "0" if args.mode == "central" else "1"
     # the client's own metrics (mx_p2p_*, mx_nixl_*), served for the harness's scrapes
     env["MX_METRICS_ENABLED"] = "1"
-    env["MX_METRICS_PORT"] = distinct(args.metrics_port, args.metrics_host)
+    env["MX_METRICS_PORT"] = distinct(args.metrics_port)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if args.heartbeat_interval is not None:  # the client counts whole seconds
         env["MX_HEARTBEAT_INTERVAL_SECS"] = str(max(1, round(args.heartbeat_interval)))

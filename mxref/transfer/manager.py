@@ -174,14 +174,14 @@ class NixlTransferManager:
         self._register_atexit()
         self._set_health_gauge()
 
-    def create_agent_on_free_port(self, host: str, progress_thread: bool, attempts: int = 3) -> int:
+    def create_agent_on_free_port(self, progress_thread: bool, attempts: int = 3) -> int:
         """``create_agent`` on a port nobody listens on; returns the port. Choosing a free port
         and binding it are two steps (NIXL's listener cannot bind port 0), so another process
         may take it in between: then it tries again on another port, ``attempts`` times in all."""
         from mxref.process import free_port
 
         for attempt in range(1, attempts + 1):
-            port = free_port(host)
+            port = free_port()
             try:
                 self.create_agent(port, progress_thread)
                 return port

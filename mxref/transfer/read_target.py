@@ -91,7 +91,7 @@ def prepare_target(
         with agent_lock if agent_lock is not None else contextlib.nullcontext():
             try:
                 t0 = time.perf_counter()
-                manager.create_agent_on_free_port("127.0.0.1", progress_thread=False)
+                manager.create_agent_on_free_port(progress_thread=False)
                 phases["agent"] = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 manager.register_tensors(local_tensors(arena, device_id))

@@ -4,8 +4,11 @@ bounded number of times (a parallel test run once lost a source to "Address alre
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from mxref.process import free_port
 from mxref.transfer.manager import NixlTransferManager
 
 
@@ -26,7 +29,7 @@ class FlakyBind(NixlTransferManager):
 
 def test_a_port_taken_between_choosing_and_binding_is_retried_on_another() -> None:
     mgr = FlakyBind(failures=1)
-    port = mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False)
+    port = mgr.create_agent_on_free_port(progress_thread=False)
     assert len(mgr.tried) == 2 and port == mgr.tried[-1] == mgr.listen_port
     assert all(0 < p < 65536 for p in mgr.tried)
 
@@ -34,5 +37,23 @@ def test_a_port_taken_between_choosing_and_binding_is_retried_on_another() -> No
 def test_the_retries_are_bounded_and_the_last_error_is_raised() -> None:
     mgr = FlakyBind(failures=10)
     with pytest.raises(RuntimeError, match="Address already in use"):
-        mgr.create_agent_on_free_port("127.0.0.1", progress_thread=False, attempts=3)
+        mgr.create_agent_on_free_port(progress_thread=False, attempts=3)
     assert len(mgr.tried) == 3
+
+
+def test_the_chosen_port_is_free_on_every_address_as_nixls_listener_binds_it() -> None:
+    """NIXL's listener binds INADDR_ANY: a port held on another address (here 127.0.0.2) would
+    fail its bind, so the probe must never hand one out (a probe of 127.0.0.1 alone did: three
+    attempts in a row lost to EADDRINUSE on a loaded machine)."""
+    held = []
+    try:
+        for _ in range(500):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("127.0.0.2", 0))
+        taken = {s.getsockname()[1] for s in held}
+        chosen = {free_port() for _ in range(300)}
+        assert not chosen & taken
+    finally:
+        for s in held:
+            s.close()
