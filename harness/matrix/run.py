@@ -144,9 +144,12 @@ def column_complete(out_dir: Path, names: Sequence[str], repeat: int) -> bool:
 
 
 def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execute,
-                log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]]) -> MatrixColumn:
+                log: Callable[[str], None], raw_reads: dict[Any, tuple[float | None, str | None]],
+                say: Callable[[str], None]) -> MatrixColumn:
     """Run one column's scenarios; what running it left (the raw READs, the tool's exit code, the
-    lanes), as the keys of its ``matrix.json`` column."""
+    lanes), as the keys of its ``matrix.json`` column. ``log`` hears the column's own lines,
+    ``say`` where its work went (a SLURM array's id and its resubmissions: what a user needs to
+    find or cancel it, printed even when the column's lines are not)."""
     out_dir = spec.out / column.id
     if spec.resume and out_dir.is_dir() and not column_complete(out_dir, spec.names, spec.repeat):
         aside = spec.out / f"{column.id}.interrupted"  # what an interrupted column left, kept for a look
@@ -185,7 +188,7 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
                     *(by_name[n] for n in names)]
 
         info.rc, info.infra, info.slurm = run_plan_slurm(spec.placements, out_dir, lane, run_env, spec.slurm,
-                                                          spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
+                                                          spec.repeat, log=lambda m: say(f"[{column.id}] {m}"))
         logs += [f.read_text(errors="replace") for f in sorted((out_dir / "slurm").glob("*.out"))]
     elif rc_help == 0 and "--repeat" in help_text and plan is not None and plan.side_by_side:
         by_name = dict(zip(spec.names, paths))
@@ -302,8 +305,8 @@ def run_matrix(
     ended: Callable[[int, Column, MatrixDoc], None] = lambda _i, _c, _m: None,
 ) -> MatrixDoc:
     """Build the envs, run every column, write ``matrix.json`` and ``matrix.html``; the matrix.
-    ``log`` hears the envs being built, ``column_log`` (default: ``log``) what a column does as it
-    runs; ``started(i, column)`` and ``ended(i, column, matrix so far)`` frame each column (i from 1)."""
+    ``log`` hears the envs being built and where a column's work went (its SLURM array),
+    ``column_log`` (default: ``log``) what a column does as it runs; ``started(i, column)`` and ``ended(i, column, matrix so far)`` frame each column (i from 1)."""
     from harness.reports.matrix_page import render_matrix
 
     spec.out.mkdir(parents=True, exist_ok=True)
@@ -322,7 +325,7 @@ def run_matrix(
     for i, column in enumerate(spec.columns, 1):
         started(i, column)
         if envs[column.nixl].ok and not spec.unplayable_why(column):
-            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, column_log or log, raw_reads)
+            infos[column.id] = _run_column(spec, envs[column.nixl], column, execute, column_log or log, raw_reads, log)
         # written after every column: a long matrix shows what it has so far (columns not run yet: no runs)
         matrix = build_matrix(spec, envs, infos)
         matrix.write(MatrixDoc.in_folder(spec.out))
