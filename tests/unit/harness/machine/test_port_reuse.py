@@ -21,10 +21,14 @@ LISTEN = ("import socket, sys\n"
 
 @contextmanager
 def _listener(run_id: str | None) -> Iterator[tuple[int, int]]:
-    """A process listening on a free port, tagged with ``run_id`` as a run's processes are."""
+    """A process listening on a free port, tagged with ``run_id`` as a run's processes are, this
+    test its live harness (an untagged harness would make it a dead run's orphan, which any
+    `mxchaos cleanup` on the machine, a test beside this one's, is right to kill)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MXCHAOS_")}
     if run_id is not None:
         env[procscan.ENV_RUN_ID] = run_id
+        env[procscan.ENV_HARNESS_PID] = str(os.getpid())
+        env[procscan.ENV_HARNESS_START] = str(procscan.proc_start_time(os.getpid()) or "")
     with subprocess.Popen([sys.executable, "-c", LISTEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                           text=True) as proc:
         try:
