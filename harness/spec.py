@@ -148,7 +148,8 @@ class Ref(Strict):
     """A point on the timeline, for check windows and orderings.
 
     Exactly one of: ``process`` (its ``event``, or its start by the harness when no
-    event is given), ``fault`` (when that named fault was injected), ``mark`` (a
+    event is given), ``fault`` (when that named fault was injected: its inject's invocation,
+    or with ``at: landed`` its inject's answer, when the fault was in place), ``mark`` (a
     ``mark`` step). ``occurrence`` picks the first or last match; ``where`` filters
     event fields by equality.
     """
@@ -157,6 +158,7 @@ class Ref(Strict):
     event: str | None = None
     where: dict[str, Scalar] = Field(default_factory=dict)
     fault: Name | None = None
+    at: Literal["invoked", "landed"] = "invoked"
     mark: Name | None = None
     occurrence: Literal["first", "last"] = "first"
 
@@ -170,11 +172,13 @@ class Ref(Strict):
             )
         if (self.event is not None or self.where) and self.process is None:
             raise custom_error("ref", "'event' and 'where' belong to a process reference")
+        if self.at != "invoked" and self.fault is None:
+            raise custom_error("ref", "'at' belongs to a fault reference (at: landed, when its inject answered)")
         return self
 
     def describe(self) -> str:
         if self.fault:
-            return f"fault {self.fault}"
+            return f"fault {self.fault}" + (" landed" if self.at == "landed" else "")
         if self.mark:
             return f"mark {self.mark}"
         what = self.event or "start"

@@ -44,6 +44,7 @@ __all__ = [
     "CheckResult",
     "NOT_FOR_SERVER",
     "NOT_FOR_SUBJECT",
+    "NOT_THIS_CASE",
     "NamedResult",
     "RunFacts",
     "ServerName",
@@ -61,6 +62,18 @@ Valid = bool | Literal["unknown"]
 ServerName = Literal["mxref", "modelexpress"]  # who can play a server (harness.subjects.mx_server.SUBJECT_NAMES)
 NOT_FOR_SERVER = "not for this server"  # the words a check that names other servers is shown with
 NOT_FOR_SUBJECT = "not for this subject"  # ... and one that names other subjects (who plays sources and readers)
+NOT_THIS_CASE = "not this case"  # ... and one whose only_if did not hold in the run
+
+
+class OnlyIf(Strict):
+    """The case a check is written for, decided on the timeline: ``before: [A, B]``, judged only
+    in a run where A came before B. For a race the scenario cannot close and whose sides have
+    different rules (a freeze landed before a READ began, or after), one check per side."""
+
+    before: tuple[Ref, Ref]
+
+    def text(self) -> str:
+        return f"{self.before[0].describe()} before {self.before[1].describe()}"
 
 
 class CheckParams(Strict):
@@ -70,11 +83,13 @@ class CheckParams(Strict):
     others does not judge it: it is shown as "not for this server" (``evaluate``). ``subjects``:
     the same for who plays the sources and readers (what only mxref's client promises, an event
     only it emits: ``subjects: [mxref]``); a run whose concerned sources and readers are all played
-    by others shows it as "not for this subject"."""
+    by others shows it as "not for this subject". ``only_if``: the case it is written for
+    (``OnlyIf``); in a run of the other case it is shown as "not this case"."""
 
     name: str | None = None
     servers: tuple[ServerName, ...] | None = None
     subjects: tuple[ServerName, ...] | None = None
+    only_if: OnlyIf | None = None
 
     @field_validator("servers", "subjects")
     @classmethod
@@ -235,14 +250,36 @@ def not_for_subject(params: BaseModel, run: RunFacts) -> CheckResult | None:
                        {"not_judged": NOT_FOR_SUBJECT, "subjects": list(subjects), "players": players})
 
 
+def not_this_case(params: BaseModel, history: History) -> CheckResult | None:
+    """The result of a check whose ``only_if`` did not hold in this run ("not this case"), an
+    unknown one when a point of it never happened (the case cannot be told), or None when it is
+    to be judged."""
+    only_if = params.only_if if isinstance(params, CheckParams) else None
+    if only_if is None:
+        return None
+    first, then = (resolve_ref(ref, history) for ref in only_if.before)
+    missing = [ref.describe() for ref, entry in zip(only_if.before, (first, then), strict=True) if entry is None]
+    if missing:
+        return CheckResult("unknown", f"only if {only_if.text()}: {' and '.join(missing)} never happened, "
+                                      "so the case cannot be told")
+    assert first is not None and then is not None
+    if first.t < then.t:
+        return None
+    return CheckResult(True, f"{NOT_THIS_CASE}: only if {only_if.text()}; here {only_if.before[1].describe()} "
+                             f"({then.t:.3f}s) came first ({only_if.before[0].describe()} {first.t:.3f}s); not judged",
+                       {"not_judged": NOT_THIS_CASE, "only_if": only_if.text(), "first": round(first.t, 6),
+                        "then": round(then.t, 6)})
+
+
 def evaluate(index: int, kind: str, params: BaseModel, history: History, run: RunFacts) -> NamedResult:
     """Run one check; never raises. A check declared for other servers (or subjects) than the
     run's is not judged: valid, its summary starting "not for this server" (``not_for_server``)
-    or "not for this subject" (``not_for_subject``)."""
+    or "not for this subject" (``not_for_subject``); one whose ``only_if`` did not hold in the
+    run, "not this case" (``not_this_case``)."""
     label = params.label(kind) if isinstance(params, CheckParams) else kind
     started = time.perf_counter()
     try:
-        skipped = not_for_server(params, run) or not_for_subject(params, run)
+        skipped = not_for_server(params, run) or not_for_subject(params, run) or not_this_case(params, history)
         result = skipped if skipped is not None else REGISTRY[kind].fn(params, history, run)
         if not isinstance(result, CheckResult) or result.valid not in (True, False, "unknown"):
             raise TypeError(f"check {kind!r} returned {result!r}, not a CheckResult")
@@ -269,8 +306,12 @@ def evaluate(index: int, kind: str, params: BaseModel, history: History, run: Ru
 
 def resolve_ref(ref: Ref, history: History) -> Entry | None:
     """The entry a reference points at, or None when it never happened."""
-    if ref.fault is not None:  # when it was injected: its inject's invocation
-        found = [history[w.index] for w in history.fault_windows(ref.fault)]
+    if ref.fault is not None:  # when it was injected: its inject's invocation, or its answer (at: landed)
+        windows = history.fault_windows(ref.fault)
+        if ref.at == "landed":
+            found = [history[w.answer_index] for w in windows if w.injected and w.answer_index >= 0]
+        else:
+            found = [history[w.index] for w in windows]
     elif ref.mark is not None:
         found = history.select(actor="harness", f="mark", where={"mark": ref.mark})
     elif ref.event is None:

@@ -112,6 +112,7 @@ class FaultWindow:
     outcome: FaultOutcome = "active"
     index: int = -1  # the inject invocation's index in its History
     inject_t: float | None = None  # when the inject answered (ok or not); None: it never did
+    answer_index: int = -1  # that answer's index in its History (-1: none)
     heal_t: float | None = None  # when a heal completed
     heal_reason: str | None = None  # step | duration | teardown
     error: str | None = None  # why the inject failed or was skipped, or the last heal failed
@@ -193,6 +194,7 @@ class _OpenWindow:
             outcome=outcome,
             index=start.index,
             inject_t=None if answer is None else answer.t,
+            answer_index=-1 if answer is None else answer.index,
             heal_t=None if healed is None else healed.t,
             heal_reason=None if healed is None else healed.reason,
             error=error,

@@ -444,6 +444,7 @@ class Reader:
                 self.events.emit("transfer_timeout", index=index, seconds=round(seconds, 6), budget_s=budget,
                                  stalled=exc.failure is ReadFailure.STALLED,
                                  chunks_done=exc.chunks_done if isinstance(exc, TransferStalled) else None,
+                                 read_phases=clock.fields() if chunks is not None else None,
                                  error=str(exc), **mgr.audit.open_fields())
                 raise
             except Exception as exc:

@@ -26,6 +26,8 @@ def _refs_in(params: BaseModel) -> Iterator[tuple[Loc, Ref]]:
             for i, item in enumerate(value):
                 if isinstance(item, Ref):
                     yield (alias, i), item
+        elif isinstance(value, BaseModel):  # references inside a key (``only_if``'s ``before``)
+            yield from (((alias, *inner), ref) for inner, ref in _refs_in(value))
         elif isinstance(value, dict):  # named chains of references (``outcome``'s ``of``)
             for name, chain in value.items():
                 for i, item in enumerate(chain if isinstance(chain, tuple | list) else ()):

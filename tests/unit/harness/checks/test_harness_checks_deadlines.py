@@ -13,6 +13,7 @@ from harness.checks import RunFacts, evaluate
 from harness.checks.deadlines import Bound, ReadWindow, parse_bound
 from harness.checks.events import ElapsedParams
 from harness.checks.loads import FellBackParams
+from harness.errors import ScenarioInvalid
 from harness.record.timeline import History
 from harness.reports.invocation import is_time_bound
 from harness.scenario import parse_scenario
@@ -170,3 +171,66 @@ steps:
   - start: [server, source-1, reader-1]
 """)
     assert sc.read_windows() == {"reader-1": (8, 6), "reader-2": (None, None)}
+
+
+FROZEN_FIRST = {"before": [{"fault": "freeze", "at": "landed"}, {"process": "reader-1", "event": "transfer_start"}]}
+READ_FIRST = {"before": [{"process": "reader-1", "event": "transfer_start"}, {"fault": "freeze", "at": "landed"}]}
+
+
+def frozen(invoked: float, landed: float, stalled_after: float) -> list[tuple[Any, ...]]:
+    """``read`` (its READ starting at 2.0 s) with a freeze invoked and landed at those times."""
+    return [*read(0.51, 1.842, stalled_after),
+            (invoked, "invoke", "nemesis", "inject", {"fault": "freeze", "kind": "pause", "target": "source-1"}),
+            (landed, "ok", "nemesis", "inject", {"fault": "freeze", "healable": True})]
+
+
+def test_only_if_judges_a_check_in_its_case_and_names_the_other_case() -> None:
+    """A race the scenario cannot close (frozen_source: the freeze lands before the READ began, or
+    after, when the probe may have been served), told apart by the timeline, one check per side."""
+    before = {**STALL, "only_if": FROZEN_FIRST}
+    after = {**STALL, "not_before": None, "within": "2D", "from": {"fault": "freeze"}, "only_if": READ_FIRST}
+    # landed before the READ began: the D1 rule is judged, and a stall past 2D1 fails it
+    early = frozen(1.990, 1.995, 1.166)
+    failed = run("elapsed", before, early)
+    assert (failed.valid, failed.summary) == (False, "1.166s, later than 2D1 = 1.020s")
+    other = run("elapsed", after, early)
+    assert (other.valid, other.not_judged) == (True, "not this case")
+    assert other.summary == ("not this case: only if reader-1 transfer_start before fault freeze landed; here fault freeze "
+                             "landed (1.995s) came first (reader-1 transfer_start 2.000s); not judged")
+    # invoked before the READ began but landed after it: the landing decides, and the D rule counts from the invocation
+    late = frozen(1.990, 2.013, 1.166)
+    assert run("elapsed", before, late).not_judged == "not this case"
+    judged = run("elapsed", after, late)
+    assert (judged.valid, judged.summary, judged.not_judged) == (True, "1.176s", None)
+    assert run("elapsed", after, frozen(1.990, 2.013, 4.0)).valid is False  # past 2D = 3.684s of the freeze
+
+
+def test_only_if_that_cannot_be_told_is_unknown() -> None:
+    never = run("elapsed", {**STALL, "only_if": FROZEN_FIRST}, read(0.51, 1.842, 0.6))
+    assert (never.valid, never.summary) == (
+        "unknown", "only if fault freeze landed before reader-1 transfer_start: fault freeze landed never happened, "
+                   "so the case cannot be told")
+    refused = [*read(0.51, 1.842, 0.6), (1.9, "invoke", "nemesis", "inject", {"fault": "freeze", "kind": "pause"}),
+               (1.95, "fail", "nemesis", "inject", {"fault": "freeze", "error": "no such process"})]
+    assert run("elapsed", {**STALL, "only_if": FROZEN_FIRST}, refused).valid == "unknown"  # a failed inject never landed
+
+
+def test_at_landed_is_a_fault_references_and_only_ifs_references_are_checked() -> None:
+    with pytest.raises(ValidationError, match="'at' belongs to a fault reference"):
+        ElapsedParams.model_validate({**STALL, "from": {"process": "reader-1", "event": "transfer_start", "at": "landed"}})
+    text = """\
+name: t
+model: {tensors: 2, tensor_mib: 16}
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: [server, source-1, reader-1]
+  - fault: {kind: pause, target: source-1, name: freeze}
+checks:
+  - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D1, only_if: {before: [{fault: frieze, at: landed}, {process: reader-1, event: transfer_start}]}}
+"""
+    with pytest.raises(ScenarioInvalid, match=r"only_if\.before\[0\]\.fault: no fault named 'frieze'"):
+        parse_scenario(text)
+    assert parse_scenario(text.replace("frieze", "freeze")).name == "t"
