@@ -27,7 +27,9 @@ Every figure is summed up and judged by ``mxref.bench.storm_stats`` (the goals, 
 ratios: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
 2 x p50, no fallback and no stall in a healthy storm, a frozen storm's p99 <= 2 x the healthy
 one's); printed as a table and one JSON line (``--json PATH`` also writes it). Every child is
-stopped before it returns (SIGTERM, then SIGKILL); every wait is bounded.
+stopped before it returns (SIGCONT, SIGTERM, then SIGKILL), on a Ctrl-C or a SIGTERM too; a frozen
+source is thawed when its round ends, however it ends; every child is in the bench's process group
+and is SIGKILLed by the kernel if the bench dies (``mxref.bench.storm_procs``); every wait is bounded.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from mxref import config
-from mxref.bench.storm_procs import LineChild
+from mxref.bench.storm_procs import Freeze, LineChild, deferred_signals
 from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
 from mxref.options import parse
 
@@ -170,31 +172,28 @@ class Storm:
         the go), that source is SIGSTOPped then and thawed when every result is in."""
         stop = threading.Event()
         lister = threading.Thread(target=self._list, args=(listings, stop), daemon=True) if listings is not None else None
-        timer = None
-        if freeze is not None:
-            pid = freeze[0].popen.pid
-            timer = threading.Timer(freeze[1], os.kill, args=(pid, signal.SIGSTOP))
-        go = time.monotonic()
-        for c in children:
-            c.send(command)
-        if lister is not None:
-            lister.start()
-        if timer is not None:
-            timer.start()
-        rnd = StormRound(readers=len(children), go_s=go)
+        frost = Freeze(*freeze) if freeze is not None else None
+        rnd = StormRound(readers=len(children), go_s=time.monotonic())
         try:
+            for c in children:
+                c.send(command)
+            if lister is not None:
+                lister.start()
+            if frost is not None:
+                frost.start()
             for c in children:
                 stamp, line = c.expect("result", LOAD_TIMEOUT_S)
                 rnd.outcomes.append(reader_outcome(line["result"], stamp))
         finally:
             stop.set()
-            if timer is not None:
-                timer.cancel()
-                timer.join(5)
-                os.kill(freeze[0].popen.pid, signal.SIGCONT)  # type: ignore[index]
-            if lister is not None:
+            if frost is not None:
+                frost.close()  # before anything else: no frozen source outlives its round
+            if lister is not None and lister.ident is not None:
                 lister.join(15)
-        return storm_round(rnd, self.nbytes)
+        out = storm_round(rnd, self.nbytes)
+        if frost is not None:
+            out["freeze_landed"] = frost.landed
+        return out
 
     def _lister(self) -> Any:
         from mxref.bench.fleet import Lister
@@ -293,7 +292,8 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
             storm.stop_all([c for c, _, _ in raw_sources])
             storm.stop_all(sources)
     finally:
-        storm.stop_all()
+        with deferred_signals():  # a second Ctrl-C does not cut the stopping short
+            storm.stop_all()
     return cells
 
 
@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv, StormFlags)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the children as a Ctrl-C does
     if not 0 < args.freeze_at < 1:
         parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
     if args.mx_python and not Path(args.mx_python).is_file():
