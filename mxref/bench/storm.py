@@ -23,8 +23,9 @@ builds it), the same storm of the real ModelExpress client's readers (``mxref.mo
 reader --start-on-stdin``: one process per reader and round, started and imported before the go)
 for the cells ``--mx-readers`` names, a differential row beside mxref's.
 
-Every figure is summed up and judged by ``mxref.bench.storm_stats`` (the goals, as same-run
-ratios: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
+Every figure is summed up and judged by ``mxref.bench.storm_stats`` (each the median over the
+rounds with an interval; the goals, as same-run ratios, MET, MISSED or UNDECIDED by their
+intervals: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
 2 x p50, no fallback and no stall in a healthy storm, a frozen storm's p99 <= 2 x the healthy
 one's); printed as a table and one JSON line (``--json PATH`` also writes it). Every child is
 stopped before it returns (SIGCONT, SIGTERM, then SIGKILL), on a Ctrl-C or a SIGTERM too; a frozen
@@ -340,6 +341,7 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
         mx_cell = summarize_cell(r, s, storm.nbytes, mx, rawr, (), mx_listings)
         mx_cell["subject"] = "modelexpress"
         mx_cell["goals"].pop("aggregate_over_raw", None)  # its raw rounds ran beside mxref's storms, not its own
+        mx_cell["figures"].pop("storm_over_raw", None)
         mx_cell["over_mxref_aggregate"] = round(mx_cell["aggregate_gbps"] / cell["aggregate_gbps"], 3)
         print("\n".join(table([mx_cell])), flush=True)
         out.append(mx_cell)
@@ -377,9 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mib", type=config.whole_number_arg("a model size", 8, 1024, "MiB"), default=64,
                         help="model size in MiB, 8 tensors (default 64)")
     parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1, 99), default=5,
-                        help="interleaved storm/raw rounds per cell (default 5; 6 or more give the ratio's interval)")
+                        help="interleaved storm/raw rounds per cell (default 5; 2 or more give each figure an interval, "
+                             "6 or more one of 95%% that can decide a goal)")
     parser.add_argument("--frozen-rounds", type=config.whole_number_arg("frozen rounds", 0, 99), default=2,
-                        help="storms per cell with S >= 2 in which source 1 is frozen mid-storm (default 2)")
+                        help="storms per cell with S >= 2 in which source 1 is frozen mid-storm (default 2; 7 or more, "
+                             "with as many --rounds, can decide the frozen goal)")
     parser.add_argument("--freeze-at", type=float, default=0.3, metavar="FRACTION",
                         help="when the freeze lands, as a fraction of the healthy storms' median wall time (default 0.3)")
     parser.add_argument("--selector", choices=["ordinal", "random", "rendezvous_hash"], default="ordinal",
