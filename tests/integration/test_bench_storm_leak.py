@@ -6,7 +6,8 @@ Every process the bench starts inherits a tag in its environment (``TAG_VAR``, a
 test), so the test finds the bench's processes in /proc whatever became of their parent, without
 asking the bench. The frozen moment is seen in /proc too: a child of the bench in state T. The
 bench is then SIGSTOPped itself, so it cannot thaw the source before the signal lands; the source
-is checked to be stopped still, and the signal is sent."""
+is checked to be stopped still, and the signal is sent: SIGKILL or SIGINT to the bench, or SIGINT
+to its whole process group (a terminal's Ctrl-C; the bench runs in a session of its own here)."""
 
 from __future__ import annotations
 
@@ -115,21 +116,24 @@ def test_a_storm_with_frozen_rounds_leaves_nothing_when_it_ends(tmp_path: Path) 
         _kill_all(bench, tag)
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT", "ctrl-c"])
 def test_a_bench_ended_mid_frozen_round_leaves_nothing(tmp_path: Path, how: str) -> None:
     tag = uuid.uuid4().hex
     bench = start_bench(tmp_path, tag, FROZEN_ROUNDS)
     try:
         frozen = catch_frozen(bench, tmp_path)
         assert frozen in tagged(tag)
-        os.kill(bench.pid, getattr(signal, how))
+        if how == "ctrl-c":  # a terminal's Ctrl-C: SIGINT to the whole foreground group, the bench's
+            os.killpg(bench.pid, signal.SIGINT)
+        else:
+            os.kill(bench.pid, getattr(signal, how))
         os.kill(bench.pid, signal.SIGCONT)  # SIGINT: the bench acts on it now; SIGKILL: already gone
         bench.wait(EXIT_S)
         left = gone(tag, GONE_S)
         stopped = {pid: what for pid, what in left.items() if what.startswith("T ")}
         assert not stopped, f"stopped processes of the bench left after its {how}: {stopped}"
         assert not left, f"processes of the bench left after its {how}: {left}"
-        if how == "SIGINT":
+        if how != "SIGKILL":
             assert bench.returncode != 0
     finally:
         _kill_all(bench, tag)
