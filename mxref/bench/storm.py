@@ -170,7 +170,8 @@ class Storm:
               freeze: tuple[LineChild, float] | None = None) -> dict[str, Any]:
         """Tell every child ``command`` at once and collect one result from each; with
         ``listings``, ListSources is timed meanwhile; with ``freeze`` (a source, seconds after
-        the go), that source is SIGSTOPped then and thawed when every result is in."""
+        the go), that source is SIGSTOPped then (``Freeze``) and thawed when every result is in,
+        or the round ends otherwise, before anything is judged."""
         stop = threading.Event()
         lister = threading.Thread(target=self._list, args=(listings, stop), daemon=True) if listings is not None else None
         frost = Freeze(*freeze) if freeze is not None else None
