@@ -72,13 +72,22 @@ def read_json_line(stream: Any, deadline_s: float, what: str) -> dict[str, Any]:
             pending += chunk
 
 
-def die_with_parent() -> None:
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here, before any fork: nothing is loaded between fork and exec
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> None:
     """``preexec_fn`` for children that must not outlive their parent, even if it crashes.
 
-    Linux only (PR_SET_PDEATHSIG = 1): the child gets SIGTERM when its parent dies.
+    Linux only (PR_SET_PDEATHSIG = 1): the child gets ``signum`` (SIGTERM by default) when the
+    thread that forked it dies, so fork from a thread that lives as long as the child (the main
+    thread). With ``parent`` (the forking process's pid, ``functools.partial(die_with_parent,
+    signal.SIGKILL, os.getpid())``), a child whose parent died before the signal was armed ends at
+    once. SIGKILL is the one that acts on a stopped (SIGSTOPped) child: a SIGTERM stays pending
+    until a SIGCONT that nobody is left to send.
     """
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    _LIBC.prctl(1, signum, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 class StopSignals:

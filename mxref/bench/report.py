@@ -82,6 +82,28 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     return quantile_interval(values, 0.5, confidence)
 
 
+def median_bounds(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """An interval for the median of what ``values`` sample, and its exact coverage: the k-th
+    smallest and k-th largest value cover the median unless k or fewer values fall on one side of
+    it, so with probability 1 - 2 P(Binomial(n, 1/2) < k), whatever the distribution. k is the
+    largest that keeps ``confidence`` (``median_interval``'s interval, 6 values or more at 95 %);
+    with too few values for that, the values' range, whose coverage 1 - 2 x 0.5^n falls short
+    (50 % for 2 values, 94 % for 5): an interval still, but one that settles nothing at
+    ``confidence``. None under 2 values."""
+    n = len(values)
+    if n < 2:
+        return None
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / float(2**n)
+
+    k = 1
+    while k + 1 <= n + 1 - (k + 1) and coverage(k + 1) >= confidence:
+        k += 1
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k], coverage(k)
+
+
 def _goal(value: float | None, goal: float, rounds: Sequence[float] = ()) -> dict[str, Any]:
     """A goal term against ``goal``: judged on the median of the per-round ratios when there are
     rounds (the ratio of medians, ``value``, beside it), else on ``value``."""

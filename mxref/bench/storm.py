@@ -23,11 +23,14 @@ builds it), the same storm of the real ModelExpress client's readers (``mxref.mo
 reader --start-on-stdin``: one process per reader and round, started and imported before the go)
 for the cells ``--mx-readers`` names, a differential row beside mxref's.
 
-Every figure is summed up and judged by ``mxref.bench.storm_stats`` (the goals, as same-run
-ratios: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
+Every figure is summed up and judged by ``mxref.bench.storm_stats`` (each the median over the
+rounds with an interval; the goals, as same-run ratios, MET, MISSED or UNDECIDED by their
+intervals: aggregate >= 0.8 x raw fan-out, no source over 1.5 x its fair share of READs, p99 <=
 2 x p50, no fallback and no stall in a healthy storm, a frozen storm's p99 <= 2 x the healthy
 one's); printed as a table and one JSON line (``--json PATH`` also writes it). Every child is
-stopped before it returns (SIGTERM, then SIGKILL); every wait is bounded.
+stopped before it returns (SIGCONT, SIGTERM, then SIGKILL), on a Ctrl-C or a SIGTERM too; a frozen
+source is thawed when its round ends, however it ends; every child is in the bench's process group
+and is SIGKILLed by the kernel if the bench dies (``mxref.bench.storm_procs``); every wait is bounded.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from mxref import config
-from mxref.bench.storm_procs import LineChild
+from mxref.bench.storm_procs import Freeze, LineChild, deferred_signals
 from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
 from mxref.options import parse
 
@@ -167,34 +170,32 @@ class Storm:
               freeze: tuple[LineChild, float] | None = None) -> dict[str, Any]:
         """Tell every child ``command`` at once and collect one result from each; with
         ``listings``, ListSources is timed meanwhile; with ``freeze`` (a source, seconds after
-        the go), that source is SIGSTOPped then and thawed when every result is in."""
+        the go), that source is SIGSTOPped then (``Freeze``) and thawed when every result is in,
+        or the round ends otherwise, before anything is judged."""
         stop = threading.Event()
         lister = threading.Thread(target=self._list, args=(listings, stop), daemon=True) if listings is not None else None
-        timer = None
-        if freeze is not None:
-            pid = freeze[0].popen.pid
-            timer = threading.Timer(freeze[1], os.kill, args=(pid, signal.SIGSTOP))
-        go = time.monotonic()
-        for c in children:
-            c.send(command)
-        if lister is not None:
-            lister.start()
-        if timer is not None:
-            timer.start()
-        rnd = StormRound(readers=len(children), go_s=go)
+        frost = Freeze(*freeze) if freeze is not None else None
+        rnd = StormRound(readers=len(children), go_s=time.monotonic())
         try:
+            for c in children:
+                c.send(command)
+            if lister is not None:
+                lister.start()
+            if frost is not None:
+                frost.start()
             for c in children:
                 stamp, line = c.expect("result", LOAD_TIMEOUT_S)
                 rnd.outcomes.append(reader_outcome(line["result"], stamp))
         finally:
             stop.set()
-            if timer is not None:
-                timer.cancel()
-                timer.join(5)
-                os.kill(freeze[0].popen.pid, signal.SIGCONT)  # type: ignore[index]
-            if lister is not None:
+            if frost is not None:
+                frost.close()  # before anything else: no frozen source outlives its round
+            if lister is not None and lister.ident is not None:
                 lister.join(15)
-        return storm_round(rnd, self.nbytes)
+        out = storm_round(rnd, self.nbytes)
+        if frost is not None:
+            out["freeze_landed"] = frost.landed
+        return out
 
     def _lister(self) -> Any:
         from mxref.bench.fleet import Lister
@@ -293,7 +294,8 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
             storm.stop_all([c for c, _, _ in raw_sources])
             storm.stop_all(sources)
     finally:
-        storm.stop_all()
+        with deferred_signals():  # a second Ctrl-C does not cut the stopping short
+            storm.stop_all()
     return cells
 
 
@@ -340,6 +342,7 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
         mx_cell = summarize_cell(r, s, storm.nbytes, mx, rawr, (), mx_listings)
         mx_cell["subject"] = "modelexpress"
         mx_cell["goals"].pop("aggregate_over_raw", None)  # its raw rounds ran beside mxref's storms, not its own
+        mx_cell["figures"].pop("storm_over_raw", None)
         mx_cell["over_mxref_aggregate"] = round(mx_cell["aggregate_gbps"] / cell["aggregate_gbps"], 3)
         print("\n".join(table([mx_cell])), flush=True)
         out.append(mx_cell)
@@ -377,9 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mib", type=config.whole_number_arg("a model size", 8, 1024, "MiB"), default=64,
                         help="model size in MiB, 8 tensors (default 64)")
     parser.add_argument("--rounds", type=config.whole_number_arg("rounds", 1, 99), default=5,
-                        help="interleaved storm/raw rounds per cell (default 5; 6 or more give the ratio's interval)")
+                        help="interleaved storm/raw rounds per cell (default 5; 2 or more give each figure an interval, "
+                             "6 or more one of 95%% that can decide a goal)")
     parser.add_argument("--frozen-rounds", type=config.whole_number_arg("frozen rounds", 0, 99), default=2,
-                        help="storms per cell with S >= 2 in which source 1 is frozen mid-storm (default 2)")
+                        help="storms per cell with S >= 2 in which source 1 is frozen mid-storm (default 2; 7 or more, "
+                             "with as many --rounds, can decide the frozen goal)")
     parser.add_argument("--freeze-at", type=float, default=0.3, metavar="FRACTION",
                         help="when the freeze lands, as a fraction of the healthy storms' median wall time (default 0.3)")
     parser.add_argument("--selector", choices=["ordinal", "random", "rendezvous_hash"], default="ordinal",
@@ -404,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv, StormFlags)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the children as a Ctrl-C does
     if not 0 < args.freeze_at < 1:
         parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
     if args.mx_python and not Path(args.mx_python).is_file():

@@ -4,7 +4,15 @@
 with JSON lines on its standard output (other lines, e.g. NIXL's logging, are skipped). A thread
 reads its output and stamps each JSON line with the bench's clock (``time.monotonic``) as it
 arrives, so a storm's times are the bench's, not the readers' word. Every wait is bounded; ``stop``
-ends the child (SIGTERM to its process group, SIGKILL after a grace) and is safe to repeat.
+ends the child (a SIGCONT first, in case it is frozen; SIGTERM, SIGKILL after a grace) and is safe
+to repeat. A child stays in the bench's process group (a Ctrl-C at the terminal reaches it too)
+and dies with the bench however the bench ends (``die_with_parent``, SIGKILL: it ends a
+SIGSTOPped child too, which a SIGTERM would leave stopped for good).
+
+``Freeze`` SIGSTOPs one child at a set time after a storm's go and thaws it when closed; once
+closed, its timer can stop nothing more (a late timer finds it closed). ``deferred_signals``
+holds SIGINT and SIGTERM back while the bench stops its children, so a second Ctrl-C cannot cut
+that short.
 
 ``python -m mxref.bench.storm_procs --transport ucx-tcp`` is the raw fan-out reader: one NIXL
 agent, one registered buffer, the NIXL API directly (one descriptor, one handle, tight polling),
@@ -23,6 +31,8 @@ as ``mxref.bench.raw``'s reader. Its commands:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import queue
@@ -31,7 +41,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,9 +61,10 @@ class LineChild:
         self.stdin_quits = stdin_quits  # it exits when its input ends: stop closes that first
         self.log = log
         self.lines: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
-        with open(log, "wb") as err:
+        with open(log, "wb") as err:  # the bench's process group; SIGKILL when the bench goes, however it goes
             self.popen = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                          env=env, cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
+                                          env=env, cwd=cwd,
+                                          preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()))
         self._reader = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
         self._reader.start()
 
@@ -94,8 +105,17 @@ class LineChild:
             if key in line:
                 return stamp, line
 
+    def send_signal(self, signum: int) -> None:
+        """``signum`` to the child while it has not been reaped (never to a reused pid)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signum)
+
+    def thaw(self) -> None:
+        self.send_signal(signal.SIGCONT)
+
     def stop(self) -> int:
         if self.popen.poll() is None:
+            self.thaw()  # a stopped child reads no end of input and acts on no SIGTERM
             try:
                 if self.popen.stdin is not None:
                     self.popen.stdin.close()
@@ -104,14 +124,71 @@ class LineChild:
             try:
                 self.popen.wait(2.0 if self.stdin_quits else 0.0)
             except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.send_signal(signal.SIGTERM)
+                self.thaw()
                 try:
                     self.popen.wait(STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
+                    self.send_signal(signal.SIGKILL)
                     self.popen.wait(STOP_GRACE_S)
         self._reader.join(STOP_GRACE_S)
+        if not self._reader.is_alive() and self.popen.stdout is not None:
+            self.popen.stdout.close()  # the pump read it to its end
         return int(self.popen.returncode)
+
+
+class Freeze:
+    """``child`` SIGSTOPped ``after_s`` seconds after ``start`` (a timer thread), SIGCONTed by
+    ``close``. ``close`` first marks it closed under the lock the timer takes to stop the child,
+    so a timer that fires late stops nothing; then it cancels and joins the timer and thaws the
+    child (whether or not it was stopped: a SIGCONT to a running process does nothing).
+    ``landed`` says whether the freeze happened."""
+
+    def __init__(self, child: LineChild, after_s: float) -> None:
+        self.child = child
+        self.after_s = after_s
+        self.landed = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(after_s, self._fire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._closed or self.child.popen.poll() is not None:
+                return
+            self.child.send_signal(signal.SIGSTOP)
+            self.landed = True
+        print(f"storm: froze {self.child.name} (pid {self.child.popen.pid}) {self.after_s:.3f}s after the go",
+              flush=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._timer.cancel()
+        if self._timer.ident is not None:  # started
+            self._timer.join(STOP_GRACE_S)
+        self.child.thaw()
+        if self.landed:
+            print(f"storm: thawed {self.child.name} (pid {self.child.popen.pid})", flush=True)
+
+
+@contextlib.contextmanager
+def deferred_signals(signums: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """While entered (the main thread only), ``signums`` are noted, not acted on; on the way out
+    the handlers come back and a noted one raises KeyboardInterrupt, once the block is done."""
+    noted: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if noted:
+            raise KeyboardInterrupt(f"signal {noted[0]} while the storm's children were being stopped")
 
 
 def raw_reader(lines: Any, out: Any, timeout_s: float = 60.0) -> int:

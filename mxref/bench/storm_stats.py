@@ -7,21 +7,28 @@ time from the go to the last verified load), the per-reader load times, READs pe
 source each verified load names), attempts, fallbacks and stalls. A raw fan-out round (the
 ceiling) has the same shape: the same bytes, each raw reader on its own source.
 
-``summarize_cell`` judges one (readers, sources) cell on its rounds, each goal a same-run ratio:
+``summarize_cell`` judges one (readers, sources) cell on its rounds. Every figure is taken per
+round and given as the median over the rounds with an interval for that median
+(``mxref.bench.report.median_bounds``: distribution-free, two of the rounds' values; with 6 rounds
+or more it covers with 95 %, with 2 to 5 it is the rounds' range and covers with less, its
+coverage said beside it): the aggregate GB/s, the raw fan-out's, their ratio within each round
+(both storms back to back, alternating who goes first), the round's p50 and p99 of its readers'
+load times and their ratio, a frozen storm's p99. Each goal is a same-run ratio, judged by its
+interval: MET when the interval lies wholly on the goal's side, MISSED when wholly on the other,
+UNDECIDED when it straddles the goal or covers with under 95 % (too few rounds):
 
-* aggregate >= 0.8 x the raw fan-out's (``aggregate_over_raw``): the ratio taken within each
-  round (both storms back to back, alternating who goes first), judged on the median of the
-  rounds with a distribution-free 95 % interval (``mxref.bench.report.median_interval``);
-* no source serves more than 1.5 x its fair share of READs (``spread``): the fair share of a
-  round is ceil(R / S) (no assignment does better); judged on the worst round;
-* per-reader p99 <= 2 x p50 (``p99_over_p50``): the load times of every round pooled; the
-  interval is the quotient of the two quantiles' intervals, the widest it can be;
-* no fallback and no stall in a healthy storm (``healthy``): counts, zero or not;
+* aggregate >= 0.8 x the raw fan-out's (``aggregate_over_raw``): the per-round ratio;
+* per-reader p99 <= 2 x p50 (``p99_over_p50``): the per-round ratio;
 * the storm with one source frozen mid-storm within 2 x the healthy storm's p99
-  (``frozen_over_healthy_p99``), both pooled, the interval taken as for ``p99_over_p50``.
+  (``frozen_over_healthy_p99``): the frozen rounds' median p99 over the healthy rounds'
+  (not paired), each median's interval at 97.5 % so their quotient's covers with 95 % at least;
+  a frozen round whose freeze never landed (over before it was due) is left out and counted;
+* no source serves more than 1.5 x its fair share of READs (``spread``): the fair share of a
+  round is ceil(R / S) (no assignment does better); judged on the worst round as seen;
+* no fallback and no stall in a healthy storm (``healthy``): counts, zero or not.
 
-A verdict is ``met`` by the estimate and ``settled`` when its interval lies on one side of the
-goal. Nothing here starts a process.
+The pooled load times of every round (``load``: p50, p99, max, with ``quantile_interval``'s
+intervals where the values bound them) are kept beside the figures. Nothing here starts a process.
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxref.bench.report import median_interval, quantile_interval
+from mxref.bench.report import median_bounds, quantile_interval
 
 AGGREGATE_OVER_RAW_GOAL = 0.8
 FAIR_SHARE_GOAL = 1.5
 P99_OVER_P50_GOAL = 2.0
 FROZEN_OVER_HEALTHY_P99_GOAL = 2.0
+CONFIDENCE = 0.95
+MET, MISSED, UNDECIDED = "MET", "MISSED", "UNDECIDED"
 FAILED_OUTCOMES = ("transfer_retry", "transfer_fallback")
 """An attempt whose READ failed or stalled and was released (``mxref.roles.reader``)."""
 STALL_WORDS = re.compile(r"stalled|timed out", re.IGNORECASE)
@@ -128,36 +137,70 @@ def quantiles_s(values: Sequence[float]) -> dict[str, Any]:
             "p50_ci": ci(0.5), "p99_ci": ci(0.99)}
 
 
-def at_most(value: float | None, goal: float, ci: Sequence[float] | None = None) -> dict[str, Any]:
-    """``value <= goal``: met by the estimate, settled when the interval lies on one side."""
-    return {"value": None if value is None else round(value, 3), "goal": goal,
-            "met": None if value is None else value <= goal,
-            "ci": None if ci is None else [round(ci[0], 3), round(ci[1], 3)],
-            "settled": ci is not None and (ci[1] <= goal or ci[0] > goal)}
+def figure(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """One figure over the rounds: the median of its per-round values, the interval of that median
+    and the interval's coverage (``median_bounds``: the rounds' range under 6 rounds, with its
+    lower coverage), the rounds' values."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return {"median": None, "ci": None, "coverage": None, "n": 0, "rounds": []}
+    bounds = median_bounds(values, confidence)
+    return {"median": round(float(statistics.median(values)), 4),
+            "ci": None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)],
+            "coverage": None if bounds is None else round(bounds[2], 4), "n": len(values),
+            "rounds": [round(v, 4) for v in values]}
 
 
-def quotient(num: Mapping[str, Any], num_q: str, den: Mapping[str, Any], den_q: str) -> tuple[float | None, list[float] | None]:
-    """``num[num_q] / den[den_q]`` (``quantiles_s`` results), with the widest interval the two
-    quantiles' intervals allow (None when either has none)."""
-    a, b = num[f"{num_q}_s"], den[f"{den_q}_s"]
-    if a is None or not b:
-        return None, None
-    ca, cb = num[f"{num_q}_ci"], den[f"{den_q}_ci"]
-    ci = [ca[0] / cb[1], ca[1] / cb[0]] if ca and cb and cb[0] > 0 else None
-    return a / b, ci
+def quotient(num: Sequence[float], den: Sequence[float]) -> dict[str, Any]:
+    """The median of ``num``'s rounds over the median of ``den``'s (rounds not paired: a frozen
+    storm's over the healthy ones'), with the widest interval the two medians' intervals allow.
+    Each side's interval is taken at 1 - (1 - ``CONFIDENCE``) / 2, so the quotient's covers with
+    at least ``CONFIDENCE`` (either side missing its median is the only way out, Bonferroni);
+    its ``coverage`` is that bound, c_num + c_den - 1, at best."""
+    side = 1 - (1 - CONFIDENCE) / 2
+    a, b = figure(num, side), figure(den, side)
+    if a["median"] is None or not b["median"]:
+        return {"median": None, "ci": None, "coverage": None, "n": 0}
+    ci = cov = None
+    if a["ci"] is not None and b["ci"] is not None and b["ci"][0] > 0:
+        ci = [round(a["ci"][0] / b["ci"][1], 4), round(a["ci"][1] / b["ci"][0], 4)]
+        cov = round(max(0.0, a["coverage"] + b["coverage"] - 1), 4)
+    return {"median": round(a["median"] / b["median"], 4), "ci": ci, "coverage": cov, "n": min(a["n"], b["n"]),
+            "coverage_at_least": True}
 
 
-def ratio_rounds(num: Sequence[float], den: Sequence[float], goal: float) -> dict[str, Any]:
-    """``num[i] / den[i]`` per round (the same round's two storms) >= ``goal``, judged on the
-    median with its 95 % interval (None under 6 rounds)."""
-    rounds = [n / d for n, d in zip(num, den) if d > 0 and not math.isnan(n)]
-    if not rounds:
-        return {"value": None, "goal": goal, "met": None, "rounds": [], "ci": None, "settled": False}
-    med = float(statistics.median(rounds))
-    ci = median_interval(rounds)
-    return {"value": round(med, 3), "goal": goal, "met": med >= goal, "rounds": [round(r, 3) for r in rounds],
-            "ci": None if ci is None else [round(ci[0], 3), round(ci[1], 3)],
-            "settled": ci is not None and (ci[0] >= goal or ci[1] < goal)}
+def judged(fig: Mapping[str, Any], goal: float, at_least: bool) -> dict[str, Any]:
+    """``fig`` (``figure``, ``quotient``) against ``goal`` (``>=`` when ``at_least``, else ``<=``):
+    MET when its interval lies wholly on the goal's side, MISSED when wholly on the other,
+    UNDECIDED when it straddles the goal or covers with less than ``CONFIDENCE`` (too few rounds).
+    ``met`` says on which side the estimate alone lies."""
+    value, ci, cov = fig["median"], fig["ci"], fig["coverage"]
+    good: Any = (lambda x: x >= goal) if at_least else (lambda x: x <= goal)
+    verdict = UNDECIDED
+    if ci is not None and cov is not None and cov >= CONFIDENCE:
+        if good(ci[0]) and good(ci[1]):
+            verdict = MET
+        elif not good(ci[0]) and not good(ci[1]):
+            verdict = MISSED
+    return {"value": None if value is None else round(value, 3), "goal": goal, "sense": ">=" if at_least else "<=",
+            "met": None if value is None else bool(good(value)),
+            "ci": None if ci is None else [round(ci[0], 3), round(ci[1], 3)], "coverage": cov, "n": fig["n"],
+            "coverage_at_least": bool(fig.get("coverage_at_least")), "verdict": verdict, "settled": verdict != UNDECIDED}
+
+
+def observed(value: Any, met: bool, goal: Any, sense: str) -> dict[str, Any]:
+    """A goal on what every round showed (the worst round, counts): no estimate, no interval."""
+    return {"value": value, "goal": goal, "sense": sense, "met": met, "ci": None, "coverage": None,
+            "verdict": MET if met else MISSED, "settled": True}
+
+
+def round_quantiles(load_s: Sequence[float]) -> tuple[float, float]:
+    """One round's p50 and p99 of its readers' load times (with under 100 readers, the p99 lies
+    between the slowest two)."""
+    if len(load_s) == 1:
+        return load_s[0], load_s[0]
+    q = statistics.quantiles(load_s, n=100, method="inclusive")
+    return q[49], q[98]
 
 
 def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Mapping[str, Any]],
@@ -168,10 +211,15 @@ def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Map
         raise ValueError(f"cell {readers}x{sources}: no storm rounds")
     loads = quantiles_s([x for s in storms for x in s["load_s"]])
     aggregates = [s["aggregate_gbps"] for s in storms]
+    per_round = [round_quantiles(s["load_s"]) for s in storms]
+    figures: dict[str, Any] = {
+        "aggregate_gbps": figure(aggregates), "p50_s": figure([p50 for p50, _ in per_round]),
+        "p99_s": figure([p99 for _, p99 in per_round]),
+        "p99_over_p50": figure([p99 / p50 for p50, p99 in per_round if p50 > 0])}
     out: dict[str, Any] = {
         "readers": readers, "sources": sources, "bytes": nbytes, "rounds": len(storms),
         "aggregate_gbps": round(float(statistics.median(aggregates)), 3), "aggregate_rounds": aggregates,
-        "load": loads,
+        "load": loads, "figures": figures,
         "reads_per_source": [s["reads_per_source"] for s in storms],
         "attempts": sum(s["attempts"] for s in storms), "fallbacks": sum(s["fallbacks"] for s in storms),
         "stalls": sum(s["stalls"] for s in storms),
@@ -181,27 +229,34 @@ def summarize_cell(readers: int, sources: int, nbytes: int, storms: Sequence[Map
     }
     spreads = [max_over_fair(s["reads_per_source"], sources, readers) for s in storms]
     out["spread_rounds"] = [round(x, 3) for x in spreads]
-    goals: dict[str, Any] = {"spread": at_most(max(spreads), FAIR_SHARE_GOAL)}
-    ratio, ci = quotient(loads, "p99", loads, "p50")
-    goals["p99_over_p50"] = at_most(ratio, P99_OVER_P50_GOAL, ci)
+    goals: dict[str, Any] = {"spread": observed(round(max(spreads), 3), max(spreads) <= FAIR_SHARE_GOAL,
+                                                FAIR_SHARE_GOAL, "<=")}
+    goals["p99_over_p50"] = judged(figures["p99_over_p50"], P99_OVER_P50_GOAL, at_least=False)
     healthy = out["fallbacks"] == 0 and out["stalls"] == 0 and out["attempts"] == readers * len(storms)
-    goals["healthy"] = {"value": {"fallbacks": out["fallbacks"], "stalls": out["stalls"],
-                                  "failed_attempts": out["failed_attempts"],
-                                  "extra_attempts": out["attempts"] - readers * len(storms)},
-                        "goal": 0, "met": healthy, "ci": None, "settled": True}
+    goals["healthy"] = observed({"fallbacks": out["fallbacks"], "stalls": out["stalls"],
+                                 "failed_attempts": out["failed_attempts"],
+                                 "extra_attempts": out["attempts"] - readers * len(storms)}, healthy, 0, "==")
     if raws:
         out["raw_gbps"] = round(float(statistics.median(r["aggregate_gbps"] for r in raws)), 3)
         out["raw_rounds"] = [r["aggregate_gbps"] for r in raws]
-        goals["aggregate_over_raw"] = ratio_rounds(aggregates, out["raw_rounds"], AGGREGATE_OVER_RAW_GOAL)
+        figures["raw_gbps"] = figure(out["raw_rounds"])
+        # round i of each: the same interleaved round, back to back
+        figures["storm_over_raw"] = figure([n / d for n, d in zip(aggregates, out["raw_rounds"]) if d > 0])
+        goals["aggregate_over_raw"] = judged(figures["storm_over_raw"], AGGREGATE_OVER_RAW_GOAL, at_least=True)
     if frozen:
-        frozen_loads = quantiles_s([x for s in frozen for x in s["load_s"]])
-        out["frozen"] = {"rounds": len(frozen), "load": frozen_loads,
-                         "fallbacks": sum(s["fallbacks"] for s in frozen), "stalls": sum(s["stalls"] for s in frozen),
-                         "failed_attempts": sum(s["failed_attempts"] for s in frozen),
-                         "attempts": sum(s["attempts"] for s in frozen),
-                         "verified": sum(s["verified"] for s in frozen)}
-        ratio, ci = quotient(frozen_loads, "p99", loads, "p99")
-        goals["frozen_over_healthy_p99"] = at_most(ratio, FROZEN_OVER_HEALTHY_P99_GOAL, ci)
+        landed = [s for s in frozen if s.get("freeze_landed", True)]  # a round over before its freeze was due: not frozen
+        frozen_loads = quantiles_s([x for s in landed for x in s["load_s"]])
+        out["frozen"] = {"rounds": len(landed), "not_landed": len(frozen) - len(landed), "load": frozen_loads,
+                         "fallbacks": sum(s["fallbacks"] for s in landed), "stalls": sum(s["stalls"] for s in landed),
+                         "failed_attempts": sum(s["failed_attempts"] for s in landed),
+                         "attempts": sum(s["attempts"] for s in landed),
+                         "verified": sum(s["verified"] for s in landed)}
+        if landed:
+            frozen_p99 = [round_quantiles(s["load_s"])[1] for s in landed]
+            figures["frozen_p99_s"] = figure(frozen_p99)
+            figures["frozen_over_healthy_p99"] = quotient(frozen_p99, [p99 for _, p99 in per_round])
+            goals["frozen_over_healthy_p99"] = judged(figures["frozen_over_healthy_p99"],
+                                                      FROZEN_OVER_HEALTHY_P99_GOAL, at_least=False)
     out["goals"] = goals
     return out
 
@@ -215,29 +270,54 @@ def quantiles_ms(values: Sequence[float]) -> dict[str, Any]:
             "p99_ci_ms": None if ci is None else [round(ci[0] * 1000, 3), round(ci[1] * 1000, 3)]}
 
 
+def interval_text(fig: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """``median [low-high]``; a ``*`` after an interval that covers with under ``CONFIDENCE``."""
+    if fig is None or fig.get("median") is None:
+        return "-"
+    text = f"{fig['median']:.{digits}f}"
+    if fig.get("ci") is not None:
+        low, high = fig["ci"]
+        text += f" [{low:.{digits}f}-{high:.{digits}f}]" + ("*" if (fig["coverage"] or 0) < CONFIDENCE else "")
+    return text
+
+
 def mark(goal: Mapping[str, Any]) -> str:
+    """A goal's line: value, interval and its coverage, the goal, the verdict."""
     if goal["met"] is None:
         return "n/a"
-    return ("met" if goal["met"] else "MISSED") + ("" if goal["settled"] else " (not settled)")
+    head = f"{goal['value']}"
+    if goal.get("ci") is not None:
+        at_least = ">=" if goal.get("coverage_at_least") else ""
+        head += f" [{goal['ci'][0]}-{goal['ci'][1]}, {at_least}{100 * goal['coverage']:.1f}%]"
+    elif goal.get("n") is not None:
+        head += f" [no interval from {goal['n']} round(s)]"
+    why = ""
+    if goal["verdict"] == UNDECIDED:
+        why = (" (too few rounds for a 95% interval)" if goal.get("coverage") is None or goal["coverage"] < CONFIDENCE
+               else " (the interval straddles the goal)")
+    return f"{head} {goal['sense']} {goal['goal']}: {goal['verdict']}{why}"
 
 
 def table(cells: Sequence[Mapping[str, Any]], subject: str = "mxref") -> list[str]:
-    """The storm table: one line per cell, then each cell's goals."""
-    out = [f"{'subject':13s} {'R':>3s} {'S':>2s} {'GB/s':>6s} {'raw':>6s} {'ratio':>6s} {'p50 s':>6s} {'p99 s':>6s} "
-           f"{'max s':>6s} {'READs/source':>16s} {'att':>4s} {'fail':>4s} {'stall':>5s} {'fb':>3s} {'List p99 ms':>11s} "
-           f"{'frozen p99':>10s}"]
+    """The storm table: one line per cell (each figure the median over the rounds [its interval],
+    ``*``: an interval of under 95 % coverage), then each cell's goals."""
+    cols = (("GB/s", "aggregate_gbps", 2, 18), ("raw GB/s", "raw_gbps", 2, 18), ("storm/raw", "storm_over_raw", 2, 18),
+            ("p50 s", "p50_s", 3, 21), ("p99 s", "p99_s", 3, 21), ("p99/p50", "p99_over_p50", 2, 18),
+            ("frozen p99 s", "frozen_p99_s", 3, 21), ("frozen/healthy p99", "frozen_over_healthy_p99", 2, 18))
+    out = [f"{'subject':13s} {'R':>3s} {'S':>2s} " + " ".join(f"{name:>{w}s}" for name, _, _, w in cols)
+           + f" {'READs/source':>16s} {'att':>4s} {'fail':>4s} {'stall':>5s} {'fb':>3s} {'List p99 ms':>11s}"]
     for c in cells:
-        ratio = c["goals"].get("aggregate_over_raw", {}).get("value")
+        figs = c.get("figures", {})
         spread = "/".join(str(sum(r.get(k, 0) for r in c["reads_per_source"]))
                           for k in sorted({k for r in c["reads_per_source"] for k in r}))
-        frozen = c.get("frozen", {}).get("load", {}).get("p99_s")
-        out.append(f"{c.get('subject', subject):13s} {c['readers']:3d} {c['sources']:2d} {c['aggregate_gbps']:6.2f} "
-                   f"{c.get('raw_gbps', float('nan')):6.2f} {ratio if ratio is not None else float('nan'):6.2f} "
-                   f"{c['load']['p50_s']:6.3f} {c['load']['p99_s']:6.3f} {c['load']['max_s']:6.3f} {spread:>16s} "
-                   f"{c['attempts']:4d} {c.get('failed_attempts', 0):4d} {c['stalls']:5d} {c['fallbacks']:3d} "
-                   f"{c['list_sources']['p99_ms'] if c['list_sources']['p99_ms'] is not None else float('nan'):11} "
-                   f"{frozen if frozen is not None else '-':>10}")
+        list_p99 = c["list_sources"]["p99_ms"]
+        out.append(f"{c.get('subject', subject):13s} {c['readers']:3d} {c['sources']:2d} "
+                   + " ".join(f"{interval_text(figs.get(key), digits):>{w}s}" for _, key, digits, w in cols)
+                   + f" {spread:>16s} {c['attempts']:4d} {c.get('failed_attempts', 0):4d} {c['stalls']:5d} "
+                   f"{c['fallbacks']:3d} {list_p99 if list_p99 is not None else float('nan'):11}")
+    out.append("  (median over the rounds [95% interval of that median]; *: the rounds' range, under 6 rounds, "
+               "covering with less than 95%)")
     for c in cells:
-        goals = "; ".join(f"{name} {g['value']} ({mark(g)})" for name, g in c["goals"].items())
-        out.append(f"  {c.get('subject', subject)} {c['readers']}x{c['sources']}: {goals}")
+        for name, g in c["goals"].items():
+            out.append(f"  {c.get('subject', subject)} {c['readers']}x{c['sources']} {name}: {mark(g)}")
     return out

@@ -7,14 +7,18 @@ from typing import Any
 
 import pytest
 
+from mxref.bench.report import median_bounds
 from mxref.bench.storm_stats import (
+    MET,
+    MISSED,
+    UNDECIDED,
     ReaderOutcome,
     StormRound,
-    at_most,
+    figure,
+    judged,
     max_over_fair,
     quantiles_s,
     quotient,
-    ratio_rounds,
     reader_outcome,
     storm_round,
     summarize_cell,
@@ -83,28 +87,33 @@ def test_quantiles_have_intervals_only_when_the_values_bound_them() -> None:
     assert quantiles_s([])["p50_s"] is None
 
 
-def test_at_most_is_settled_only_when_the_interval_is_on_one_side() -> None:
-    assert at_most(1.2, 2.0, [1.1, 1.9]) == {"value": 1.2, "goal": 2.0, "met": True, "ci": [1.1, 1.9], "settled": True}
-    assert at_most(1.2, 2.0, [1.1, 2.5])["settled"] is False
-    assert at_most(2.4, 2.0, [2.1, 2.5]) | {} == {"value": 2.4, "goal": 2.0, "met": False, "ci": [2.1, 2.5],
-                                                  "settled": True}
-    assert at_most(None, 2.0)["met"] is None
+def test_the_median_interval_of_few_rounds_is_their_range_with_its_lower_coverage() -> None:
+    assert median_bounds([1.0]) is None
+    assert median_bounds([2.0, 1.0]) == (1.0, 2.0, 0.5)  # each value below the median with chance 1/2
+    assert median_bounds([3.0, 1.0, 2.0, 5.0, 4.0]) == (1.0, 5.0, 0.9375)
+    low, high, cov = median_bounds([float(i) for i in range(1, 21)]) or (0, 0, 0)
+    assert (low, high) == (6.0, 15.0) and cov >= 0.95  # 20 values: the 6th smallest and largest, 95.9 %
 
 
-def test_a_quotient_of_quantiles_takes_the_widest_interval() -> None:
-    num = {"p99_s": 2.0, "p99_ci": [1.5, 3.0]}
-    den = {"p50_s": 1.0, "p50_ci": [0.5, 1.5]}
-    value, ci = quotient(num, "p99", den, "p50")
-    assert value == 2.0 and ci == [1.0, 6.0]
-    assert quotient({"p99_s": None, "p99_ci": None}, "p99", den, "p50") == (None, None)
+def test_a_goal_is_decided_only_by_an_interval_of_95_percent_on_one_side() -> None:
+    six = figure([0.9, 0.8, 1.0, 0.85, 0.9, 0.95])
+    assert six["median"] == 0.9 and six["ci"] == [0.8, 1.0] and six["coverage"] == 0.9688
+    assert judged(six, 0.75, at_least=True)["verdict"] == MET
+    assert judged(six, 1.05, at_least=True)["verdict"] == MISSED
+    straddles = judged(six, 0.85, at_least=True)
+    assert straddles["verdict"] == UNDECIDED and straddles["met"] is True  # the estimate alone is on the good side
+    two = judged(figure([0.5, 0.6]), 0.8, at_least=True)
+    assert two["ci"] == [0.5, 0.6] and two["coverage"] == 0.5 and two["verdict"] == UNDECIDED  # all below, but 50 %
+    assert judged(figure([1.0]), 0.8, at_least=True)["ci"] is None
+    assert judged(figure([3.0] * 7), 2.0, at_least=False)["verdict"] == MISSED
 
 
-def test_ratio_rounds_is_judged_on_the_paired_median() -> None:
-    got = ratio_rounds([0.9, 0.8, 1.0, 0.85, 0.9, 0.95], [1.0] * 6, 0.8)
-    assert got["value"] == 0.9 and got["met"] is True and got["ci"] == [0.8, 1.0] and got["settled"] is True
-    short = ratio_rounds([0.5, 0.6], [1.0, 1.0], 0.8)
-    assert short["met"] is False and short["ci"] is None and short["settled"] is False
-    assert ratio_rounds([], [], 0.8)["met"] is None
+def test_a_quotient_of_medians_takes_the_widest_interval_at_95_percent_at_least() -> None:
+    got = quotient([2.0, 3.0, 2.5, 2.2, 2.8, 2.4, 2.6], [1.0, 1.5, 1.2, 1.1, 1.4, 1.3, 1.25])
+    assert got["median"] == round(2.5 / 1.25, 4)
+    assert got["ci"] == [round(2.0 / 1.5, 4), 3.0]  # each side's range: 7 values cover with 98.4 %
+    assert got["coverage"] == round(2 * (1 - 2 / 2**7) - 1, 4) and got["coverage"] >= 0.95
+    assert quotient([], [1.0])["median"] is None
 
 
 def _round(go: float, loads: list[float], sources: list[str], stalls: int = 0) -> dict[str, Any]:
@@ -115,29 +124,54 @@ def _round(go: float, loads: list[float], sources: list[str], stalls: int = 0) -
 
 
 def test_a_cell_judges_every_goal() -> None:
-    storms = [_round(0.0, [1.0, 1.1, 1.2, 1.3], ["a", "b", "a", "b"]) for _ in range(3)]
-    raws = [_round(0.0, [0.5, 0.5, 0.5, 0.5], ["ra", "rb", "ra", "rb"]) for _ in range(3)]
+    storms = [_round(0.0, [1.0, 1.1, 1.2, 1.3 + k / 100], ["a", "b", "a", "b"]) for k in range(6)]
+    raws = [_round(0.0, [0.5, 0.5, 0.5, 0.5], ["ra", "rb", "ra", "rb"]) for _ in range(6)]
     frozen = [_round(0.0, [1.0, 2.9, 1.2, 3.0], ["a", "b", "b", "b"], stalls=0)]
     cell = summarize_cell(4, 2, 64 * MIB, storms, raws, frozen, listings_s=[0.001] * 10)
-    goals = cell["goals"]
-    assert goals["spread"]["value"] == 1.0 and goals["spread"]["met"] is True
-    assert goals["aggregate_over_raw"]["value"] == pytest.approx(0.5 / 1.3, abs=0.002)  # the same bytes, 1.3 s vs 0.5 s
-    assert goals["aggregate_over_raw"]["met"] is False  # 0.38 x the fan-out
-    assert goals["healthy"]["met"] is True
-    assert goals["p99_over_p50"]["met"] is True
-    assert goals["frozen_over_healthy_p99"]["value"] == round(cell["frozen"]["load"]["p99_s"] / cell["load"]["p99_s"], 3)
-    assert goals["frozen_over_healthy_p99"]["met"] is False  # 3.0 s against 1.3 s
+    goals, figs = cell["goals"], cell["figures"]
+    assert goals["spread"]["value"] == 1.0 and goals["spread"]["verdict"] == MET
+    ratio = goals["aggregate_over_raw"]  # the same bytes, 1.3 s and up vs 0.5 s: 0.38 x the fan-out or less
+    assert ratio["value"] == pytest.approx(0.5 / 1.325, abs=0.003) and ratio["verdict"] == MISSED
+    assert ratio["ci"] == pytest.approx([0.5 / 1.35, 0.5 / 1.3], abs=0.002) and ratio["coverage"] >= 0.95
+    assert goals["healthy"]["verdict"] == MET
+    assert goals["p99_over_p50"]["verdict"] == MET and goals["p99_over_p50"]["ci"] is not None
+    for key in ("aggregate_gbps", "raw_gbps", "storm_over_raw", "p50_s", "p99_s", "p99_over_p50"):
+        assert figs[key]["n"] == 6 and figs[key]["ci"] is not None and figs[key]["coverage"] >= 0.95, key
+    # one frozen round: its figure has no interval, and its goal cannot be decided
+    frozen_goal = goals["frozen_over_healthy_p99"]
+    assert frozen_goal["met"] is False and frozen_goal["ci"] is None and frozen_goal["verdict"] == UNDECIDED
     assert cell["list_sources"]["p50_ms"] == 1.0
-    assert cell["bytes_verified"] == 3 * 4 * 64 * MIB
+    assert cell["bytes_verified"] == 6 * 4 * 64 * MIB
     lines = table([cell])
-    assert lines[1].split()[:3] == ["mxref", "4", "2"] and "MISSED" in lines[2]
+    assert lines[1].split()[:3] == ["mxref", "4", "2"] and "MISSED" in "\n".join(lines)
+
+
+def test_every_figure_of_two_rounds_has_an_interval_that_decides_nothing() -> None:
+    storms = [_round(0.0, [1.0, 1.2], ["a", "b"]), _round(0.0, [1.1, 1.4], ["a", "b"])]
+    raws = [_round(0.0, [0.5, 0.5], ["ra", "rb"])] * 2
+    frozen = [_round(0.0, [1.0, 5.0], ["a", "a"]), _round(0.0, [1.0, 6.0], ["a", "a"])]
+    cell = summarize_cell(2, 2, 64 * MIB, storms, raws, frozen)
+    for key, fig in cell["figures"].items():
+        assert fig["ci"] is not None and fig["coverage"] < 0.95, key
+    for name in ("aggregate_over_raw", "p99_over_p50", "frozen_over_healthy_p99"):
+        assert cell["goals"][name]["verdict"] == UNDECIDED, name
+    assert "*" in table([cell])[1]
+
+
+def test_a_frozen_round_whose_freeze_never_landed_is_left_out() -> None:
+    storms = [_round(0.0, [1.0, 1.0], ["a", "b"])]
+    landed, missed = _round(0.0, [1.0, 3.0], ["a", "a"]), _round(0.0, [1.0, 1.0], ["a", "b"])
+    cell = summarize_cell(2, 2, 64 * MIB, storms, [], [{**landed, "freeze_landed": True},
+                                                      {**missed, "freeze_landed": False}])
+    assert cell["frozen"]["rounds"] == 1 and cell["frozen"]["not_landed"] == 1
+    assert cell["figures"]["frozen_p99_s"]["rounds"] == [round(1.0 + 0.99 * 2.0, 4)]  # the round's p99 of 1 s and 3 s
 
 
 def test_a_stall_or_a_second_attempt_fails_the_healthy_goal() -> None:
     stalled = [_round(0.0, [1.0, 1.0], ["a", "b"], stalls=1)]
-    assert summarize_cell(2, 2, 64 * MIB, stalled, [])["goals"]["healthy"]["met"] is False
+    assert summarize_cell(2, 2, 64 * MIB, stalled, [])["goals"]["healthy"]["verdict"] == MISSED
     crowded = [_round(0.0, [1.0, 1.0, 1.0, 1.0], ["a", "a", "a", "b"])]
     spread = summarize_cell(4, 2, 64 * MIB, crowded, [])["goals"]["spread"]
-    assert spread["value"] == 1.5 and spread["met"] is True  # 3 on one source: 1.5 x ceil(4/2), the bound itself
+    assert spread["value"] == 1.5 and spread["verdict"] == MET  # 3 on one source: 1.5 x ceil(4/2), the bound itself
     worse = [_round(0.0, [1.0] * 4, ["a"] * 4)]
-    assert summarize_cell(4, 2, 64 * MIB, worse, [])["goals"]["spread"]["met"] is False
+    assert summarize_cell(4, 2, 64 * MIB, worse, [])["goals"]["spread"]["verdict"] == MISSED
