@@ -20,6 +20,16 @@ from harness.scenario import parse_scenario
 from harness.scenario.placement import _tight_check
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "reader-1": "reader"})
+ONE_READER = """\
+name: t
+model: {tensors: 2, tensor_mib: 16}
+processes:
+  server: {role: server}
+  source-1: {role: source}
+  reader-1: {role: reader}
+steps:
+  - start: [server, source-1, reader-1]
+"""  # a scenario's head: its steps go on after it
 STALL = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},
          "stall_of": "reader-1", "not_before": "D1", "within": "2D1"}
 
@@ -122,15 +132,7 @@ def test_fell_back_reads_its_readers_announcement() -> None:
 
 
 def test_the_matrix_reads_a_deadline_bound_at_the_contract() -> None:
-    sc = parse_scenario("""\
-name: t
-model: {tensors: 2, tensor_mib: 16}
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
+    sc = parse_scenario(ONE_READER + """\
 checks:
   - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D1}
 """)
@@ -218,15 +220,7 @@ def test_only_if_that_cannot_be_told_is_unknown() -> None:
 def test_at_landed_is_a_fault_references_and_only_ifs_references_are_checked() -> None:
     with pytest.raises(ValidationError, match="'at' belongs to a fault reference"):
         ElapsedParams.model_validate({**STALL, "from": {"process": "reader-1", "event": "transfer_start", "at": "landed"}})
-    text = """\
-name: t
-model: {tensors: 2, tensor_mib: 16}
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
+    text = ONE_READER + """\
   - fault: {kind: pause, target: source-1, name: freeze}
 checks:
   - elapsed: {from: {process: reader-1, event: transfer_start}, to: {process: reader-1, event: transfer_timeout}, stall_of: reader-1, within: 2D1, only_if: {before: [{fault: frieze, at: landed}, {process: reader-1, event: transfer_start}]}}
