@@ -422,7 +422,8 @@ class Scenario(Strict):
 
     def not_playable(self) -> str | None:
         """Why the subjects that play this scenario's sources and readers, or its servers, cannot
-        stage it (one of them is not in ``subjects`` / ``servers``), or None when they can."""
+        stage it (one of them is not in ``subjects`` / ``servers``, or the ModelExpress client
+        playing is a release outside ``client_versions``), or None when they can."""
         players = {getattr(spec, "subject", None) or self.subject for spec in self.processes.values()
                    if spec.role in ("source", "reader")}
         outside = sorted(players - set(self.subjects))
