@@ -18,7 +18,7 @@ import difflib
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -105,6 +105,8 @@ class Strict(BaseModel):
     """Frozen; an unknown key is an error naming it (and the closest allowed key)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+    # a key this model once took -> what to write instead (its error names the replacement; no alias)
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="wrap")
     @classmethod
@@ -121,9 +123,12 @@ class Strict(BaseModel):
         for key in unknown:
             close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+            message = f"unknown key {key!r}{hint} (allowed: {', '.join(allowed)})"
+            if key in cls.RETIRED_KEYS:
+                message = f"{key!r} is no longer a key: {cls.RETIRED_KEYS[str(key)]}"
             errors.append(
                 InitErrorDetails(
-                    type=custom_error("unknown_key", f"unknown key {key!r}{hint} (allowed: {', '.join(allowed)})"),
+                    type=custom_error("retired_key" if key in cls.RETIRED_KEYS else "unknown_key", message),
                     loc=(str(key),),
                     input=data[key],
                 )

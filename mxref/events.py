@@ -78,8 +78,13 @@ EVENTS: dict[str, EventSpec] = {
     "status_change": _ev("reason", status=SOURCE_STATUSES, previous=SOURCE_STATUSES),
     "heartbeat": _ev("ok", "message", status=SOURCE_STATUSES),
     "health": _ev("healthy", "error", notes={"healthy": "bool"}),
-    "candidates": _ev("listed", "rank_matched", "accelerator_matched", "selector", "order", "error",
-                      notes={"order": "[worker_id]", "error": "listing failed"}),
+    "candidates": _ev("listed", "rank_matched", "accelerator_matched", "selector", "order", "error", "topology_matched",
+                      notes={"order": "[worker_id]", "error": "listing failed",
+                             "topology_matched": "ModelExpress 0.8 with a topology domain: candidates in it"}),
+    # reader (ModelExpress 0.8): its topology domain is required and this node's value unknown: nothing listed
+    "topology_blocked": _ev("domain"),
+    # source (ModelExpress's worker server): a manifest answered to a reader, the step before any READ of it
+    "manifest_served": _ev("method", "tensors"),
     "attempt_start": _ev("index", "mx_source_id", "worker_id"),
     "handshake": _ev("index", "agent_name", "seconds", "ok", "error", "pushed", mode=MODES,
                      notes={"pushed": "our metadata sent to the source"}),

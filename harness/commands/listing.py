@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from typing import Any
@@ -29,6 +30,9 @@ from harness.scenario import load_scenario
 from harness.scenario.capabilities import describe_missing, scenario_requirements
 from harness.scenario.select import collect_paths, load_all, shown
 from harness.scenario.subjects import with_subjects
+from harness.subjects.envs import ENV_CLIENT_VERSION
+from harness.subjects.mx_server import CLIENT_VERSION_KEY
+from harness.subjects.releases import LATEST_NIGHTLY
 
 __all__ = ["add_parser", "cmd_list", "cmd_validate"]
 
@@ -81,6 +85,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     files, problems = collect_paths(args.paths or ["scenarios"])
     scenarios, invalid = load_all(files, None)
     if args.subject is not None:
+        if args.subject.get(CLIENT_VERSION_KEY) not in (None, LATEST_NIGHTLY):  # as mxchaos run plays modelexpress@V
+            os.environ[ENV_CLIENT_VERSION] = args.subject[CLIENT_VERSION_KEY]
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     rows: list[dict[str, Any]] = []
     lacks: dict[str, None] = {}  # capabilities this machine lacks, in first-seen order

@@ -28,12 +28,13 @@ __all__ = ["column_defects", "defect_here", "defect_info", "defect_status", "ver
 def defect_info(scenario: Scenario) -> dict[str, Any] | None:
     """``{"text": str, "versions": [..] | None, "servers": [..] | None, "subjects": [..] | None}``:
     the known defect in force in a validated scenario as it is played (None: none in force).
-    ``servers``/``subjects``: whose defect it is (``defect_servers``, ``defect_subjects``)."""
+    ``servers``/``subjects``: whose defect it is (``defect_servers``; the client of ``subject_defects``
+    whose own defect is in force)."""
     if not scenario.known_defect:
         return None
     listed = [v for v in scenario.defect_versions if v.strip()] or None
     return {"text": " ".join(scenario.known_defect.split()), "versions": listed,
-            "servers": list(scenario.defect_servers) or None, "subjects": list(scenario.defect_subjects) or None}
+            "servers": list(scenario.defect_servers) or None, "subjects": [scenario.defect_subject] if scenario.defect_subject else None}
 
 
 def column_defects(scenario: Scenario, columns: Sequence[Column]) -> dict[str, dict[str, Any]]:

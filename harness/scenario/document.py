@@ -8,7 +8,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag, ValidationInfo, create_model, field_validator
 
@@ -33,6 +33,8 @@ from harness.scenario.models import (
 )
 from harness.scenario.steps import Step, model_key
 from harness.spec import Name, Strict, custom_error
+from harness.subjects.envs import subject_spec
+from harness.subjects.releases import client_release_fits, client_versions_rule
 from mxref.config import TRANSPORT_PROFILES
 
 __all__ = ["CHECK_MODELS", "SUBJECT_NAMES", "CheckEntry", "Scenario"]
@@ -159,13 +161,11 @@ class Scenario(Strict):
     # the servers whose defect it is (a ModelExpress server's: [modelexpress]); played by another
     # server (a matrix's mxref server column) the run is judged as a plain scenario (``with_subjects``)
     defect_servers: tuple[Subject, ...] = ()
-    # the clients whose defect it is (the real ModelExpress client's: [modelexpress]); its sources and
-    # readers played by another subject (the default mxref, a matrix's mxref column) the run is judged
-    # as a plain scenario (``harness.scenario.subjects.settle_subject_defect``)
-    defect_subjects: tuple[Subject, ...] = ()
-    # a client's own known defect beside the file's general one (a NIXL defect, say): while that client
-    # plays a source or reader its defect is the run's known defect in place of the general one
-    # (``settle_subject_defect``); ``{modelexpress: {known_defect: ..., defect_rate: 1/1}}``
+    # a client's own known defect (``{modelexpress: {known_defect: ..., defect_rate: 1/1}}``), alone or
+    # beside the file's general one (a NIXL defect, say): while that client plays a source or reader its
+    # defect is the run's known defect in place of the general one; played by another subject (the
+    # default mxref, a matrix's mxref column) the general one, or none: a plain scenario
+    # (``harness.scenario.subjects.settle_subject_defect``)
     subject_defects: dict[Subject, SubjectDefect] = Field(default_factory=dict)
     seed: int = 0
     transport: str | None = None  # default: ucx-tcp, or ucx-tcp-any when the hosts are netns
@@ -189,6 +189,10 @@ class Scenario(Strict):
     # server (`--subject server=modelexpress`) it SKIPs naming that reason
     servers: tuple[Subject, ...] = SUBJECT_NAMES
     servers_note: str = ""  # required when a server is left out
+    # the ModelExpress client releases the scenario is about (a PEP 440 specifier, ``>=0.8.0.dev0``):
+    # played by the client of another release (the run's ``--subject modelexpress@V``, else the pinned
+    # default) it SKIPs naming both (``not_playable``); mxref's processes are not versioned by it
+    client_versions: str | None = None
     env: EnvMap = Field(default_factory=dict)
     security: SecuritySpec = SecuritySpec()  # the control plane's TLS / bearer token (default: plaintext)
     # where servers keep their records: memory, or redis (every server without a ``store`` gets
@@ -199,9 +203,17 @@ class Scenario(Strict):
     steps: tuple[Step, ...] = Field(min_length=1)
     checks: tuple[CheckEntry, ...] = ()
 
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {
+        "defect_subjects": "a client's own known defect is written under subject_defects, e.g. subject_defects: "
+                           "{modelexpress: {known_defect: ..., defect_rate: 1/1}} (move known_defect, defect_rate and "
+                           "defect_versions into the client's block)",
+    }
+
     # the file's known defects as written, kept while the one in force is settled for who plays
     # (settle_subject_defect): set aside while others play, restored when they play again
     _subject_defect: dict[str, Any] | None = PrivateAttr(None)
+    # the client whose own defect (subject_defects) is the one in force (None: the general one, or none)
+    _defect_subject: str | None = PrivateAttr(None)
     _path: Path | None = PrivateAttr(None)
     _text: str = PrivateAttr("")
 
@@ -235,6 +247,20 @@ class Scenario(Strict):
             raise custom_error(key, "every subject can play the scenario: there is nothing to explain (drop the key)")
         return value.strip()
 
+    @field_validator("client_versions")
+    @classmethod
+    def _client_versions(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        problem = client_versions_rule(value)
+        if problem:
+            raise custom_error("client_versions", problem)
+        subjects = info.data.get("subjects")
+        if subjects is not None and "modelexpress" not in subjects:
+            raise custom_error("client_versions", f"the ModelExpress client cannot play this scenario (subjects: "
+                               f"[{', '.join(subjects)}]): its releases do not apply (drop the key)")
+        return value.strip()
+
     @field_validator("known_defect")
     @classmethod
     def _defect_text(cls, value: str | None) -> str | None:
@@ -262,15 +288,20 @@ class Scenario(Strict):
             raise custom_error("defect_versions", "defect_versions are where a known_defect was measured: state known_defect too")
         return _nixl_versions(value)
 
-    @field_validator("defect_servers", "defect_subjects")
+    @field_validator("defect_servers")
     @classmethod
     def _defect_servers(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        key = info.field_name or "defect_servers"
         if value and "known_defect" in info.data and info.data["known_defect"] is None:
-            raise custom_error(key, f"{key} name whose defect a known_defect is: state known_defect too")
+            raise custom_error("defect_servers", "defect_servers name whose defect a known_defect is: state known_defect too")
         if len(set(value)) != len(value):
-            raise custom_error(key, f"name each {'server' if key == 'defect_servers' else 'subject'} once", value=list(value))
+            raise custom_error("defect_servers", "name each server once", value=list(value))
         return value
+
+    @property
+    def defect_subject(self) -> str | None:
+        """The client whose own known defect (``subject_defects``) is in force as the scenario is
+        played now (``settle_subject_defect``); None: the file's general one, or none."""
+        return self._defect_subject
 
     @property
     def measured_rate(self) -> tuple[int, int] | None:
@@ -391,13 +422,20 @@ class Scenario(Strict):
 
     def not_playable(self) -> str | None:
         """Why the subjects that play this scenario's sources and readers, or its servers, cannot
-        stage it (one of them is not in ``subjects`` / ``servers``), or None when they can."""
+        stage it (one of them is not in ``subjects`` / ``servers``, or the ModelExpress client
+        playing is a release outside ``client_versions``), or None when they can."""
         players = {getattr(spec, "subject", None) or self.subject for spec in self.processes.values()
                    if spec.role in ("source", "reader")}
         outside = sorted(players - set(self.subjects))
         if outside:
             return (f"not staged for {', '.join(outside)} (subjects: [{', '.join(self.subjects)}]): "
                     f"{self.subjects_note}")
+        if self.client_versions is not None and "modelexpress" in players:
+            playing = subject_spec("modelexpress").version  # this run's (--subject modelexpress@V)
+            if not client_release_fits(self.client_versions, playing):
+                return (f"about the ModelExpress client {self.client_versions} (client_versions), and this run plays "
+                        f"{playing}: run it with --subject modelexpress@VERSION of a release in that range "
+                        f"(modelexpress@latest-nightly: the newest pre-release)")
         servers = {getattr(spec, "subject", None) or "mxref" for spec in self.processes.values() if spec.role == "server"}
         outside = sorted(servers - set(self.servers))
         if outside:

@@ -84,6 +84,13 @@ def parse_scenario(text: str, file: str | Path = "<string>") -> Scenario:
     return _validated(data, root, file, text)
 
 
+# Keys an older harness saved in every run's scenario.json and the scenario language has retired
+# (``Scenario.RETIRED_KEYS``: a file saying one is refused). ``defect_subjects`` (until 2026-12-07)
+# was the settled model's "whose defect is in force", its defect already copied to the top-level
+# known_defect: dropped, an old run folder is judged again as it was.
+SAVED_BEFORE = ("defect_subjects",)
+
+
 def parse_scenario_json(text: str, file: str | Path = "<string>") -> Scenario:
     """A scenario as the runner saved it (``scenario.json`` of a run folder: the validated
     model, seed override applied), validated again with the current harness. Values come
@@ -94,6 +101,9 @@ def parse_scenario_json(text: str, file: str | Path = "<string>") -> Scenario:
         data = json.loads(text)
     except ValueError as exc:
         raise ScenarioInvalid(file_label, [Issue("", f"not valid JSON: {exc}")]) from None
+    if isinstance(data, dict):
+        for key in SAVED_BEFORE:  # what a run saved by an older harness holds and a file may no longer say
+            data.pop(key, None)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:

@@ -31,19 +31,18 @@ def with_subjects(sc: Scenario, subjects: dict[str, str]) -> Scenario:
     return with_store(sc, "redis") if needs_store else sc
 
 
-DEFECT_KEYS = ("known_defect", "defect_rate", "defect_versions", "defect_servers", "defect_subjects", "subject_defects")
-_NONE: dict[str, Any] = {"known_defect": None, "defect_rate": None, "defect_versions": (), "defect_servers": (),
-                         "defect_subjects": ()}
+DEFECT_KEYS = ("known_defect", "defect_rate", "defect_versions", "defect_servers", "subject_defects")
+_NONE: dict[str, Any] = {"known_defect": None, "defect_rate": None, "defect_versions": (), "defect_servers": ()}
 
 
 def settle_subject_defect(sc: Scenario) -> Scenario:
     """``sc`` with the known defect in force for who plays it now, the one place that decides: a
-    client's own (``subject_defects``) while that client plays a source or reader; else the file's
-    general ``known_defect``, unless it names other clients (``defect_subjects``) or other servers
-    (``defect_servers``) than those now playing: then none (the run is judged as a plain
-    scenario). The file's defects as written are kept aside (``_subject_defect``), so a later
-    call (``with_subjects``: ``mxchaos run --subject``, a matrix column) decides afresh. Called
-    when a file is parsed and by ``with_subjects``."""
+    client's own (``subject_defects``) while that client plays a source or reader
+    (``Scenario.defect_subject`` names it); else the file's general ``known_defect``, unless it
+    names other servers (``defect_servers``) than those now playing: then none (the run is judged
+    as a plain scenario). The file's defects as written are kept aside (``_subject_defect``), so a
+    later call (``with_subjects``: ``mxchaos run --subject``, a matrix column) decides afresh.
+    Called when a file is parsed and by ``with_subjects``."""
     stash = sc._subject_defect
     if stash is None and not (sc.known_defect or sc.subject_defects):
         return sc
@@ -55,12 +54,12 @@ def settle_subject_defect(sc: Scenario) -> Scenario:
     if own is not None:  # the playing client's own defect, in place of the general one
         block = stash["subject_defects"][own]
         update = {**_NONE, "known_defect": block.known_defect, "defect_rate": block.defect_rate,
-                  "defect_versions": block.defect_versions, "defect_subjects": (own,)}
-    elif stash["known_defect"] and (not stash["defect_subjects"] or players & set(stash["defect_subjects"])) and (
-            not stash["defect_servers"] or servers & set(stash["defect_servers"])):
+                  "defect_versions": block.defect_versions}
+    elif stash["known_defect"] and (not stash["defect_servers"] or servers & set(stash["defect_servers"])):
         update = {k: stash[k] for k in _NONE}
     else:
         update = _NONE
     out = sc.model_copy(update=update)
     out._subject_defect = stash
+    out._defect_subject = own
     return out

@@ -17,6 +17,7 @@ naming it rather than fail.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,12 @@ def subject_launcher(subject: str) -> list[str] | None:
     if not spec.needs_env:
         return None
     # the env holds the project's dependencies, not the project: the adapter (and mxref) come from
-    # this checkout, whichever clone it is, so one cached env serves them all
-    return ["env", f"PYTHONPATH={REPO}", str(subject_env_dir(spec) / "bin" / "python"), "-m", ADAPTER_MODULE]
+    # this checkout, whichever clone it is, so one cached env serves them all; a PYTHONPATH the
+    # harness was given goes first, as it does for mxref's own processes (``mxchaos mutate`` puts its
+    # mutated copy of mxref, the adapter included, there)
+    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([*given, str(REPO)])
+    return ["env", f"PYTHONPATH={path}", str(subject_env_dir(spec) / "bin" / "python"), "-m", ADAPTER_MODULE]
 
 
 def subjects_of(scenario: Any) -> set[str]:

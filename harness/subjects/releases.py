@@ -20,11 +20,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from harness.subjects.cache import CommandRunner, error_line, run_bounded
 
-__all__ = ["LATEST_NIGHTLY", "SERVER_CRATE", "CLIENT_PACKAGE", "Resolved", "resolve_client", "resolve_latest", "resolve_server"]
+__all__ = ["LATEST_NIGHTLY", "SERVER_CRATE", "CLIENT_PACKAGE", "Resolved", "client_release_fits", "client_versions_rule",
+           "resolve_client", "resolve_latest", "resolve_server"]
 
 LATEST_NIGHTLY = "latest-nightly"  # the spelling, in --mx-server and in --subject modelexpress@...
 SERVER_CRATE = "modelexpress-server"
@@ -111,3 +113,27 @@ def resolve_latest(servers: list[str], subjects: list[str], log: Callable[[str],
         if r.version and f"modelexpress@{r.version}" not in subjects:
             subjects = [f"modelexpress@{r.version}" if s == spelled else s for s in subjects]
     return servers, subjects, resolved
+
+
+def client_versions_rule(text: str) -> str | None:
+    """Why ``text`` is no ``client_versions`` of a scenario (the ModelExpress client releases it is
+    about, as a PEP 440 specifier: ``>=0.8.0.dev0``, ``==0.8.0.dev20261026``), or None when it is one."""
+    if not text.strip():
+        return "name the client releases, e.g. '>=0.8.0.dev0' (a PEP 440 specifier), or drop the key"
+    try:
+        spec = SpecifierSet(text)
+    except InvalidSpecifier:
+        return (f"{text!r} is not a version specifier: write e.g. '>=0.8.0.dev0' (0.8's pre-releases and later) "
+                "or '==0.8.0.dev20261026' (PEP 440)")
+    if not len(spec):
+        return "name the client releases, e.g. '>=0.8.0.dev0' (a PEP 440 specifier), or drop the key"
+    return None
+
+
+def client_release_fits(text: str, version: str) -> bool:
+    """Whether the client release ``version`` is one of ``client_versions`` ``text`` (pre-releases
+    count: a scenario about 0.8 is played by its nightlies); a version that does not parse is not."""
+    try:
+        return SpecifierSet(text).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False

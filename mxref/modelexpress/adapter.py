@@ -64,7 +64,18 @@ from mxref.process import StopSignals, free_port
 logger = logging.getLogger("mxref.modelexpress.adapter")
 
 EXIT_OK, EXIT_LOAD_FAILED, EXIT_USAGE = 0, 1, 2
-SUBJECT_VERSION = "0.7.0"
+SUBJECT_VERSION = "0.7.0"  # the release the adapter was written against; ``installed_version`` says who plays
+
+
+def installed_version() -> str:
+    """The ``modelexpress`` release installed in this environment (``started``'s ``version``): a
+    subject environment of another release (``modelexpress@0.8.0.dev...``) plays that release."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelexpress")
+    except PackageNotFoundError:
+        return f"{SUBJECT_VERSION} (not installed here)"
 
 
 # --- the engine's side of the seams ---------------------------------------------------
@@ -168,7 +179,12 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Marked STALE on shutdown"), "stale_shutdown"),
     (re.compile(r"Published (?:P2P )?metadata to MX server \(mx_source_id=(?P<sid>[0-9a-f]+)"), "published"),
     (re.compile(r"Source selection: .*source_candidates_total=(?P<listed>\d+) source_candidates_rank_matched=(?P<rank>\d+)"
-                r"(?: source_candidates_accelerator_matched=(?P<accel>\d+))?"), "candidates"),
+                r"(?: source_candidates_accelerator_matched=(?P<accel>\d+))?"
+                r"(?: source_candidates_topology_matched=(?P<topo>\d+))?"), "candidates"),
+    # 0.8: MX_P2P_TOPOLOGY_DOMAIN required (the default enforcement) and this node's value unknown after its wait
+    (re.compile(r"Topology domain '(?P<domain>[^']*)' is required but unknown for this node"), "topology_blocked"),
+    # a source's worker gRPC server answering a reader's manifest (every READ is preceded by one)
+    (re.compile(r"(?P<method>GetTensorManifest|PrepareTensorRead) served: (?P<n>\d+) tensors"), "manifest_served"),
     (re.compile(r"Error listing sources, falling through: (?P<error>.*)", re.S), "list_error"),  # a multi-line gRPC error
     (re.compile(r"No RDMA source available, skipping"), "no_source"),
     (re.compile(r"Source attempt: source_attempt_index=(?P<index>\d+) source_worker_id=(?P<wid>\S+) "
@@ -246,7 +262,13 @@ class ClientObserver(logging.Handler):
         elif kind == "candidates":
             self.listed = True
             accel = m["accel"] if m["accel"] is not None else m["rank"]
-            self._emit("candidates", listed=int(m["listed"]), rank_matched=int(m["rank"]), accelerator_matched=int(accel))
+            topology = {} if m["topo"] is None else {"topology_matched": int(m["topo"])}
+            self._emit("candidates", listed=int(m["listed"]), rank_matched=int(m["rank"]), accelerator_matched=int(accel),
+                       **topology)
+        elif kind == "topology_blocked":  # the client lists nothing: no source can be proven in its domain
+            self._emit("topology_blocked", domain=m["domain"])
+        elif kind == "manifest_served":
+            self._emit("manifest_served", method=m["method"], tensors=int(m["n"]))
         elif kind == "list_error":  # the client treats a failed ListSources as "no sources"
             self.listing_failed = True
             self._emit("candidates", listed=0, rank_matched=0, accelerator_matched=0, error=m["error"])
@@ -415,7 +437,7 @@ def run(args: AdapterFlags) -> int:
 
     atexit.register(at_exit)
     with StopSignals() as signals:
-        emit("started", argv=sys.argv, version=f"modelexpress {SUBJECT_VERSION}", env=config.logged_env())
+        emit("started", argv=sys.argv, version=f"modelexpress {installed_version()}", env=config.logged_env())
         outcome["code"] = _run(args, emit, signals.stop)
     return outcome["code"]
 

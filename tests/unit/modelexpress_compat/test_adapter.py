@@ -173,3 +173,45 @@ def test_a_dead_candidate_s_metadata_miss_is_an_attempt_outcome() -> None:
     outcome = [f for e, f in seen if e == "attempt_outcome"]
     assert len(outcome) == 1 and outcome[0]["outcome"] == "metadata_miss" and outcome[0]["worker_id"] == "fc8d68ad"
     assert "UNAVAILABLE" in outcome[0]["error"] and not [e for e, _ in seen if e.startswith("transfer_")]
+
+
+# --- ModelExpress 0.8 (its pre-releases): the topology-domain policy and the source's manifest log ---
+
+CLIENT_08 = "0.8.0.dev20261026"
+PHRASES_08 = {
+    "load_strategy/rdma_strategy.py": ["is required but unknown for this ", "node, skipping RDMA",
+                                       " source_candidates_topology_matched="],
+    "metadata/worker_server.py": ["GetTensorManifest served: ", "PrepareTensorRead served: "],
+}
+
+
+def test_the_topology_lines_and_the_sources_manifest_read_as_events() -> None:
+    _, seen = observe([
+        ("modelexpress.strategy_rdma", "[Worker 0] Topology domain 'rack' is required but unknown for this node, "
+                                       "skipping RDMA"),
+        ("modelexpress.strategy_rdma", "[Worker 0] Source selection: source_selector=random source_candidates_total=1 "
+                                       "source_candidates_rank_matched=1 source_candidates_accelerator_matched=1 "
+                                       "source_candidates_topology_matched=0"),
+        ("modelexpress.metadata.worker_server", "GetTensorManifest served: 8 tensors, 1234 bytes (worker_rank=0)"),
+        ("modelexpress.metadata.worker_server", "PrepareTensorRead served: 8 tensors, lease_id=ab (worker_rank=0)"),
+    ])
+    assert seen == [
+        ("topology_blocked", {"domain": "rack"}),
+        ("candidates", {"listed": 1, "rank_matched": 1, "accelerator_matched": 1, "topology_matched": 0}),
+        ("manifest_served", {"method": "GetTensorManifest", "tensors": 8}),
+        ("manifest_served", {"method": "PrepareTensorRead", "tensors": 8}),
+    ]
+    _, plain = observe(READER_LINES[1:2])  # 0.7.0's selection line: no topology field
+    assert plain == [("candidates", {"listed": 2, "rank_matched": 1, "accelerator_matched": 1})]
+
+
+def test_the_0_8_phrases_are_the_client_s() -> None:
+    from harness.subjects.envs import subject_env_dir, subject_spec
+
+    found = sorted((subject_env_dir(subject_spec("modelexpress", CLIENT_08)) / "lib").glob("python*/site-packages/modelexpress"))
+    if not found:
+        pytest.skip(f"the modelexpress=={CLIENT_08} environment is not built here")
+    for module, phrases in PHRASES_08.items():
+        source = (found[0] / module).read_text()
+        missing = [p for p in phrases if p not in source]
+        assert missing == [], f"modelexpress {CLIENT_08}: {module} no longer logs {missing}: update the adapter's _PATTERNS"

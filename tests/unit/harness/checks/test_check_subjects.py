@@ -68,13 +68,14 @@ def test_a_checks_subjects_are_validated_naming_the_key_and_the_rule(subjects: s
     assert message in info.value.render()
 
 
-# --- a known defect of one client (``defect_subjects``): in force only while that client plays ---
+# --- a known defect of one client (``subject_defects``): in force only while that client plays ---
 
 DEFECT = """\
 name: client_defect
-known_defect: the real client loads a tampered checkpoint without a check
-defect_rate: 1/1
-defect_subjects: [modelexpress]
+subject_defects:
+  modelexpress:
+    known_defect: the real client loads a tampered checkpoint without a check
+    defect_rate: 1/1
 processes:
   server: {role: server}
   reader-1: {role: reader}
@@ -87,20 +88,25 @@ def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored(
     from harness.scenario.subjects import with_subjects
 
     plain = parse_scenario(DEFECT)  # its default subject is mxref: judged as a plain scenario
-    assert plain.known_defect is None and plain.defect_rate is None and plain.defect_subjects == ()
+    assert plain.known_defect is None and plain.defect_rate is None and plain.defect_subject is None
     real = with_subjects(plain, {"client": "modelexpress"})
     assert real.known_defect == "the real client loads a tampered checkpoint without a check"
-    assert real.defect_rate == "1/1" and real.defect_subjects == ("modelexpress",)
-    assert with_subjects(real, {"client": "mxref"}).known_defect is None
+    assert real.defect_rate == "1/1" and real.defect_subject == "modelexpress"
+    back = with_subjects(real, {"client": "mxref"})
+    assert back.known_defect is None and back.defect_subject is None
     mixed = with_subjects(plain, {"reader": "modelexpress"})  # the reader is the client's: in force
-    assert mixed.known_defect is not None
+    assert mixed.known_defect is not None and mixed.defect_subject == "modelexpress"
 
 
-def test_defect_subjects_need_a_defect_and_name_each_subject_once() -> None:
+def test_the_retired_spelling_is_refused_naming_the_file_the_key_and_its_replacement() -> None:
+    old = DEFECT.replace("subject_defects:\n  modelexpress:\n    known_defect: the real client loads a tampered checkpoint "
+                         "without a check\n    defect_rate: 1/1\n",
+                         "known_defect: the real client loads a tampered checkpoint without a check\n"
+                         "defect_rate: 1/1\ndefect_subjects: [modelexpress]\n")
+    assert "defect_subjects" in old
     with pytest.raises(ScenarioInvalid) as info:
-        parse_scenario(DEFECT.replace("known_defect: the real client loads a tampered checkpoint without a check\n"
-                                      "defect_rate: 1/1\n", ""))
-    assert "defect_subjects name whose defect a known_defect is: state known_defect too" in info.value.render()
-    with pytest.raises(ScenarioInvalid) as info:
-        parse_scenario(DEFECT.replace("[modelexpress]", "[modelexpress, modelexpress]"))
-    assert "defect_subjects: name each subject once" in info.value.render()
+        parse_scenario(old, file="old.yaml")
+    text = info.value.render()
+    assert "old.yaml:4: defect_subjects: 'defect_subjects' is no longer a key: a client's own known defect is written " \
+           "under subject_defects, e.g. subject_defects: {modelexpress: {known_defect: ..., defect_rate: 1/1}}" in text
+    assert "did you mean" not in text  # no guess at a near key: the replacement is named

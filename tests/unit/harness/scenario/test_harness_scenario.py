@@ -76,9 +76,9 @@ def test_a_typo_in_a_key_names_file_line_key_and_the_closest_allowed_key() -> No
     assert lines == [
         "x.yaml:1: processes: required key is missing",
         "x.yaml:2: procesess: unknown key 'procesess'; did you mean 'processes'? (allowed: name, description, "
-        "references, known_defect, defect_rate, defect_versions, defect_servers, defect_subjects, subject_defects, seed, transport, markers, schedule, budgets, scrape, "
-        "hosts, model, launcher, subject, subjects, subjects_note, servers, servers_note, env, security, store, proxies, "
-        "processes, steps, checks)",
+        "references, known_defect, defect_rate, defect_versions, defect_servers, subject_defects, seed, transport, markers, schedule, budgets, scrape, "
+        "hosts, model, launcher, subject, subjects, subjects_note, servers, servers_note, client_versions, env, security, "
+        "store, proxies, processes, steps, checks)",
     ]
 
 
@@ -110,9 +110,9 @@ def test_every_problem_is_reported_not_only_the_first() -> None:
     lines = problems(text)
     assert lines == [
         "x.yaml:2: sed: unknown key 'sed'; did you mean 'seed'? (allowed: name, description, references, known_defect, defect_rate, defect_versions, "
-        "defect_servers, defect_subjects, subject_defects, seed, transport, markers, schedule, budgets, scrape, hosts, model, launcher, subject, subjects, "
+        "defect_servers, subject_defects, seed, transport, markers, schedule, budgets, scrape, hosts, model, launcher, subject, subjects, "
         "subjects_note, servers, "
-        "servers_note, env, security, store, proxies, processes, steps, checks)",
+        "servers_note, client_versions, env, security, store, proxies, processes, steps, checks)",
         "x.yaml:3: transport: 'ucx-tpc' is not a transport profile (known: "
         + ", ".join(__import__("mxref.config").config.TRANSPORT_PROFILES)
         + ")",

@@ -24,3 +24,19 @@ def test_a_saved_scenario_loads_back_as_the_same_model(path: Path, tmp_path: Pat
     write_scenario_files(tmp_path, scenario)
     again = parse_scenario_json((tmp_path / "scenario.json").read_text(), tmp_path / "scenario.json")
     assert again.model_dump(mode="json", by_alias=True) == scenario.model_dump(mode="json", by_alias=True)
+
+
+def test_a_run_saved_before_subject_defects_was_the_one_key_is_judged_again(tmp_path: Path) -> None:
+    """Until 2026-12-07 every saved scenario.json held ``defect_subjects`` (the settled "whose
+    defect"); a file may no longer say it, but an old run folder still re-judges, as it was."""
+    import json
+
+    from harness.scenario.subjects import with_subjects
+
+    played = with_subjects(load_scenario(ROOT / "scenarios" / "frozen_source.yaml"), {"client": "modelexpress"})
+    write_scenario_files(tmp_path, played)
+    saved = json.loads((tmp_path / "scenario.json").read_text())
+    assert "defect_subjects" not in saved
+    saved["defect_subjects"] = ["modelexpress"]  # as the older harness wrote it
+    again = parse_scenario_json(json.dumps(saved), tmp_path / "scenario.json")
+    assert again.known_defect == played.known_defect and again.defect_subject == "modelexpress"

@@ -24,7 +24,7 @@ def _emit_calls() -> Iterator[tuple[str, ast.Call, str]]:
                 continue
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if name != "emit" or not node.args:
+            if name not in ("emit", "_emit") or not node.args:  # _emit: the modelexpress adapter's observer
                 continue
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):

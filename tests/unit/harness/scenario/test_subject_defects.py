@@ -32,9 +32,10 @@ steps:
 
 CLIENT_ONLY = """\
 name: client_defect
-known_defect: the real client loads a tampered checkpoint without a check
-defect_rate: 1/1
-defect_subjects: [modelexpress]
+subject_defects:
+  modelexpress:
+    known_defect: the real client loads a tampered checkpoint without a check
+    defect_rate: 1/1
 processes:
   server: {role: server}
   reader-1: {role: reader}
@@ -46,10 +47,10 @@ steps:
 def test_the_playing_clients_own_defect_replaces_the_general_one_and_the_general_one_comes_back() -> None:
     plain = parse_scenario(BOTH)  # mxref plays: the general (NIXL) defect
     assert plain.known_defect == "NIXL 1.5.1 aborts the source after the heal"
-    assert plain.defect_rate == "2/6" and plain.defect_versions == ("1.5.1",) and plain.defect_subjects == ()
+    assert plain.defect_rate == "2/6" and plain.defect_versions == ("1.5.1",) and plain.defect_subject is None
     real = with_subjects(plain, {"client": "modelexpress"})
     assert real.known_defect == "the real client has no stall detection"
-    assert real.defect_rate == "1/1" and real.defect_versions == () and real.defect_subjects == ("modelexpress",)
+    assert real.defect_rate == "1/1" and real.defect_versions == () and real.defect_subject == "modelexpress"
     back = with_subjects(real, {"client": "mxref"})
     assert back.known_defect == plain.known_defect and back.defect_versions == ("1.5.1",)
     assert with_subjects(plain, {"reader": "modelexpress"}).known_defect == real.known_defect  # one reader is the client's

@@ -43,7 +43,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def test_each_source_and_reader_is_started_by_its_subject(tmp_path: Path) -> None:
+def test_each_source_and_reader_is_started_by_its_subject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     sc = load()
     mx_python = str(subject_env_dir(SUBJECTS["modelexpress"]) / "bin" / "python")
     reader_mx = launch.process_argv(sc, "reader-mx", place(tmp_path, "reader-mx"))
@@ -55,6 +56,13 @@ def test_each_source_and_reader_is_started_by_its_subject(tmp_path: Path) -> Non
         assert argv[1:3] == ["-m", "mxref"], (name, argv)
     # the run's checkpoint is always written by mxref, whoever reads it
     assert launch.prepare_argv(sc, "reader-mx", tmp_path, tmp_path / "ck.safetensors")[1:4] == ["-m", "mxref", "prepare"]
+
+
+def test_a_given_pythonpath_goes_before_the_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # mxchaos mutate runs the selection with its mutated copy of mxref (the adapter too) first on PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'scratch'}:")
+    argv = launch.process_argv(load(), "reader-mx", place(tmp_path, "reader-mx"))
+    assert argv[:2] == ["env", f"PYTHONPATH={tmp_path / 'scratch'}:{REPO}"]
 
 
 def test_the_scenario_default_and_the_cli_override(tmp_path: Path) -> None:
