@@ -48,7 +48,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, ProxyView, commands, register, undo_on_failure
-from harness.faults._toxic_effect import PROBED, probe, probe_bound, toxic_effect
+from harness.faults._toxic_effect import baseline, plan, probe, toxic_effect
 from harness.faults.netns import chain_name
 from harness.hosts import netns as netns_hosts
 from harness.machine.ledger import recorded_toxiproxy_api
@@ -390,13 +390,14 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
             toxics: list[dict[str, Any]] | None = api.toxics(view.proxy)
         except ToxiproxyError:
             toxics = None
-        if spec.type not in PROBED:
-            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, None, None), before
+        how = plan(spec.type, spec.stream, spec.attributes)
+        if how.skip:
+            return toxic_effect(spec.proxy, self.name, how, toxics, None, None), before
         counted = stream_bytes(view.api, view.proxy, spec.stream)
-        direct = probe(view.upstream, probe_bound(spec.type, spec.attributes))
+        direct = baseline(view.upstream, how)
         if not direct.answered:  # not a gRPC server: nothing to compare a probe through the proxy with
-            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, None), before
-        through = probe(view.listen, direct.seconds + probe_bound(spec.type, spec.attributes))
+            return toxic_effect(spec.proxy, self.name, how, toxics, direct, None), before
+        through = probe(view.listen, direct.seconds + how.bound, how.load)
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
             now = stream_bytes(view.api, view.proxy, spec.stream)
@@ -405,7 +406,7 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
                 break
             time.sleep(0.05)
         after = Traffic(stream_bytes(view.api, view.proxy, spec.stream), before.open)
-        return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, through), after
+        return toxic_effect(spec.proxy, self.name, how, toxics, direct, through), after
 
     def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
         witness = toxic_witness(token, Traffic.now(token.api, token.toxiproxy_name, token.stream, token.listen))
