@@ -62,8 +62,15 @@ def connections_between(pid_a: int, pid_b: int, place_a: Place | None = None,
     other end ``pid_b`` (on the host at ``place_b``) holds."""
     sockets = _sockets(place_a)
     theirs = sockets if place_b == place_a else _sockets(place_b)
-    owned_by_b = {local for local, _peer, pids in theirs if pid_b in pids}
-    return [(local, peer) for local, peer, pids in sockets if pid_a in pids and peer in owned_by_b]
+    owned_by_b = {_plain(local) for local, _peer, pids in theirs if pid_b in pids}
+    return [(local, peer) for local, peer, pids in sockets if pid_a in pids and _plain(peer) in owned_by_b]
+
+
+def _plain(endpoint: str) -> str:
+    """``endpoint`` with an IPv4-mapped IPv6 address as the IPv4 one: a dual-stack socket shows
+    ``[::ffff:10.0.0.1]:5000`` where its IPv4 peer shows ``10.0.0.1:5000``."""
+    host, port = _split(endpoint)
+    return f"{host.removeprefix('::ffff:')}:{port}" if "." in host else endpoint
 
 
 def _split(endpoint: str) -> tuple[str, str]:
