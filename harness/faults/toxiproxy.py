@@ -24,7 +24,7 @@ take a duration such as ``500ms`` or ``2s``). The server silently ignores an att
 does not know, so a typo would be a toxic that does nothing: here it is a validation error.
 
     latency     latency [ms] (required), jitter [ms]
-    bandwidth   rate [KB/s] (required)
+    bandwidth   rate [KB/s] (required; 0: toxiproxy passes nothing on until healed)
     slow_close  delay [ms] (required)
     timeout     timeout [ms] (required; 0: hold the connection and drop its data until healed,
                 else close it after that long)

@@ -44,8 +44,8 @@ TOXIC = """\
 """
 
 TOXICS = {
-    # 30000 bytes back at 100 KB/s: the probe takes 300 ms more
-    "bandwidth": "type: bandwidth, stream: downstream, attributes: {rate: 100}",
+    # 6000 bytes back (667 acknowledged SETTINGS) at 20 KB/s: the probe takes 300 ms more
+    "bandwidth": "type: bandwidth, stream: downstream, attributes: {rate: 20}",
     # 150 slices of at most 1024 bytes on the way in, 2 ms after each: 300 ms more
     "slicer": "type: slicer, stream: upstream, attributes: {average_size: 1000, size_variation: 24, delay: 2000}",
     # the connection is closed after 2000 bytes back: the probe asks for 6096
