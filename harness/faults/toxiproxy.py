@@ -24,12 +24,13 @@ take a duration such as ``500ms`` or ``2s``). The server silently ignores an att
 does not know, so a typo would be a toxic that does nothing: here it is a validation error.
 
     latency     latency [ms] (required), jitter [ms]
-    bandwidth   rate [KB/s] (required)
+    bandwidth   rate [KB/s] (required; 0: toxiproxy passes nothing on until healed)
     slow_close  delay [ms] (required)
     timeout     timeout [ms] (required; 0: hold the connection and drop its data until healed,
                 else close it after that long)
     reset_peer  timeout [ms] (reset the connection after that long; 0: at once)
-    slicer      average_size [bytes] (required), size_variation [bytes], delay [us]
+    slicer      average_size [bytes] (required, >= 1: toxiproxy 2.5 recurses without end on 0),
+                size_variation [bytes], delay [us]
     limit_data  bytes [bytes] (required; close the connection after that many bytes)
 
 ``sweep(run_id)`` deletes the proxies named after a crashed run from its toxiproxy server
@@ -48,7 +49,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from harness.errors import FaultError
 from harness.faults import Fault, FaultContext, FaultSpec, Injected, ProxyView, commands, register, undo_on_failure
-from harness.faults._toxic_effect import PROBED, probe, probe_bound, toxic_effect
+from harness.faults._toxic_effect import baseline, plan, probe, toxic_effect
 from harness.faults.netns import chain_name
 from harness.hosts import netns as netns_hosts
 from harness.machine.ledger import recorded_toxiproxy_api
@@ -66,6 +67,7 @@ ToxicType = Literal["latency", "bandwidth", "slow_close", "timeout", "slicer", "
 class Attribute:
     unit: Literal["ms", "KB/s", "bytes", "us"]
     required: bool = False
+    least: int = 0  # the smallest value toxiproxy handles
 
 
 TOXIC_ATTRIBUTES: dict[str, dict[str, Attribute]] = {
@@ -74,7 +76,7 @@ TOXIC_ATTRIBUTES: dict[str, dict[str, Attribute]] = {
     "slow_close": {"delay": Attribute("ms", True)},
     "timeout": {"timeout": Attribute("ms", True)},
     "reset_peer": {"timeout": Attribute("ms")},
-    "slicer": {"average_size": Attribute("bytes", True), "size_variation": Attribute("bytes"), "delay": Attribute("us")},
+    "slicer": {"average_size": Attribute("bytes", True, least=1), "size_variation": Attribute("bytes"), "delay": Attribute("us")},
     "limit_data": {"bytes": Attribute("bytes", True)},
 }
 
@@ -86,7 +88,7 @@ def _describe(kind: str) -> str:
 
 
 def _attribute_value(kind: str, name: str, attr: Attribute, value: Any) -> int:
-    """A whole number >= 0 in the attribute's unit; a duration string for milliseconds."""
+    """A whole number >= the attribute's ``least`` in its unit; a duration string for milliseconds."""
     if isinstance(value, bool):
         value = None  # not a number: falls through to the error
     elif attr.unit == "ms" and isinstance(value, str):
@@ -96,12 +98,12 @@ def _attribute_value(kind: str, name: str, attr: Attribute, value: Any) -> int:
             ms = math.nan
         if math.isfinite(ms) and abs(ms - round(ms)) < 1e-6:
             return round(ms)
-    elif isinstance(value, int) and value >= 0:
+    elif isinstance(value, int) and value >= attr.least:
         return value
-    elif isinstance(value, float) and value >= 0 and value.is_integer():
+    elif isinstance(value, float) and value >= attr.least and value.is_integer():
         return int(value)
     rule = "a whole number of milliseconds >= 0, or a duration like 500ms, 2s" if attr.unit == "ms" else (
-        f"a whole number >= 0 ({attr.unit})"
+        f"a whole number >= {attr.least} ({attr.unit})"
     )
     raise custom_error("toxic_attribute", f"{kind} toxic: {name!r} must be {rule} (got {value!r})")
 
@@ -390,13 +392,14 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
             toxics: list[dict[str, Any]] | None = api.toxics(view.proxy)
         except ToxiproxyError:
             toxics = None
-        if spec.type not in PROBED:
-            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, None, None), before
+        how = plan(spec.type, spec.stream, spec.attributes)
+        if how.skip:
+            return toxic_effect(spec.proxy, self.name, how, toxics, None, None), before
         counted = stream_bytes(view.api, view.proxy, spec.stream)
-        direct = probe(view.upstream, probe_bound(spec.type, spec.attributes))
+        direct = baseline(view.upstream, how)
         if not direct.answered:  # not a gRPC server: nothing to compare a probe through the proxy with
-            return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, None), before
-        through = probe(view.listen, direct.seconds + probe_bound(spec.type, spec.attributes))
+            return toxic_effect(spec.proxy, self.name, how, toxics, direct, None), before
+        through = probe(view.listen, direct.seconds + how.bound, how.load)
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
             now = stream_bytes(view.api, view.proxy, spec.stream)
@@ -405,7 +408,7 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
                 break
             time.sleep(0.05)
         after = Traffic(stream_bytes(view.api, view.proxy, spec.stream), before.open)
-        return toxic_effect(spec.proxy, self.name, spec.type, spec.attributes, toxics, direct, through), after
+        return toxic_effect(spec.proxy, self.name, how, toxics, direct, through), after
 
     def heal(self, ctx: FaultContext, token: AddedToxic) -> dict[str, Any] | None:
         witness = toxic_witness(token, Traffic.now(token.api, token.toxiproxy_name, token.stream, token.listen))

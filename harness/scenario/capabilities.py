@@ -217,7 +217,7 @@ def _needed_on(sc: Any, spec: Any, cls: type[Fault[Any, Any]]) -> set[str] | Non
 def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) -> tuple[list[str], str]:
     """What the scenario needs that its bound ssh hosts lack (the run is then a SKIP naming the
     host and the lack): each host's capabilities are probed over ssh (``SshHost.capabilities``);
-    toxiproxy proxies and faults without an ssh lever (``tcp_reset``) are lacking everywhere."""
+    toxiproxy proxies and faults without an ssh lever (``toxic``, ``proxy_down``) are lacking everywhere."""
     try:
         bound = bind_hosts(list(sc.hosts), inventory, scenario=sc.name)
     except HarnessError as exc:  # more hosts than machines: the inventory cannot run it

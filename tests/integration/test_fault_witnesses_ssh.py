@@ -2,10 +2,13 @@
 namespaces running OpenSSH sshd, reached only over ssh). The kinds that land on an ssh host are
 measured there: a kill by the exit the harness saw, a partition or reject by its chain's counters
 read with the host's own iptables, a link_down by its data device's flags read in the host's own
-shell, a rate by its qdisc's counters there, a stop by its exit. Each lands on a live target
-(effect seen, the run passes) and is aimed at nothing (no effect: NOT EXERCISED). A pause's
-target's threads and a wall_clock's process cannot be read from here: their record says "not
-witnessed" and why, and the run is judged on its checks.
+shell, a rate by its qdisc's counters there, a stop by its exit, a drain by the drain it began
+and the leases it waited for, a store_wipe by the keys the harness counted in the host's redis
+before and after, a tcp_reset by the host's own ``ss`` before and after its ``ss -K``. Each lands
+on a live target (effect seen, the run passes) and is aimed at nothing (no effect: NOT
+EXERCISED). A pause's target's threads and a wall_clock's process cannot be read from here: their
+record says "not witnessed" and why, and the run is judged on its checks; so is a drain target's
+state (its SIGHUP handler, alive after it), which its record names as unread.
 
 The lab is machine-wide: run these under ``flock /work/lab.lock`` (tests/integration's rule for
 every test that brings one up)."""
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,8 @@ from fixtures.lab_hosts import lab_inventory
 from fixtures.witness_runs import effects, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
+from harness.faults import commands as fault_commands
+from harness.hosts.base import Place
 from harness.hosts.inventory import Inventory
 from harness.judge.verdict import RunResult
 from harness.reports.report import write_run_folder
@@ -188,3 +193,122 @@ def test_real_bytes_on_ssh_hosts_meet_the_rate_and_the_partition(inventory: Inve
     served = next(p for p in ("source-1", "source-2") if str(loaded.get("source")).startswith(f"{p}-"))
     rate = {"a": "slow-a", "b": "slow-b"}[scenario.host_of(served)]
     assert seen[rate][0] == "seen" and seen[rate][1]["overlimits"] >= 1, (rate, seen)
+
+
+# ---------------------------------------------------------------------------- drain, store_wipe, tcp_reset (real mxref)
+
+DRAIN = """\
+    hosts: {ctl: netns, a: netns, r: netns}
+    budgets: {step: 30s, run: 90s}
+    model: {tensors: 8, tensor_mib: 8}
+    processes:
+      server: {role: server, host: ctl, options: {heartbeat_timeout: 10s, reaper_interval: 500ms}}
+      source-1: {role: source, host: a, options: {heartbeat_interval: 500ms, debug_hooks: true, lease_seconds: 60s, drain_timeout: 15s}}
+      reader-1: {role: reader, host: r, options: {lease: true, transfer_timeout: 20s, read_chunk_mib: 2}}
+    steps:
+      - start: server
+      - start: source-1
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+%s
+      - fault: {kind: drain, target: source-1, name: refit}
+      - await: {process: source-1, event: refit, within: 20s}
+%s
+    checks:
+      - nothing_leaked: {}
+"""
+# 64 MiB at 200 mbit/s: the leased READ lasts about 2.7 s, the drain is asked inside it
+MID_READ = ("      - fault: {kind: rate, target: a, rate: 200mbit, name: slow-a}\n"
+            "      - start: reader-1\n      - await: {process: reader-1, event: transfer_start}",
+            "      - await: {process: reader-1, exit: true, code: 0}\n      - heal: slow-a")
+
+
+def test_a_drain_on_an_ssh_host_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", DRAIN % MID_READ, fake=False, inventory=inventory))
+    effect, figures = witnessed(landed)["refit"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    # the host's /proc is not read from here: the target's state is unread, never guessed
+    assert figures["live"] >= 1 and (figures["catches_sighup"], figures["alive"]) == (None, None), figures
+    missed = on_ssh(run_witnessed(tmp_path / "missed", DRAIN % ("", ""), fake=False, inventory=inventory))
+    assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
+    assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
+
+
+WIPE = """\
+    store: redis
+    budgets: {step: 30s, run: 60s}
+    model: {tensors: 2, tensor_mib: 1}
+    processes:
+      server: {role: server}
+      source-1: {role: source, options: {heartbeat_interval: 500ms}}
+    steps:
+      - start: server
+%s
+      - fault: {kind: store_wipe, target: store, name: wipe}
+      - sleep: 500ms
+    checks:
+      - nothing_leaked: {}
+"""
+PUBLISHED = ("      - start: source-1\n"
+             "      - await: {process: source-1, event: status_change, where: {status: READY}}")
+
+
+def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_store_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", WIPE % PUBLISHED, fake=False, inventory=inventory))
+    effect, figures = witnessed(landed)["wipe"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["keys_before"] >= 1 and figures["keys_after"] < figures["keys_before"], figures
+    missed = on_ssh(run_witnessed(tmp_path / "missed", WIPE % "", fake=False, inventory=inventory))  # nothing written yet
+    assert (missed.verdict, witnessed(missed)["wipe"]) == ("not_exercised", ("none", {"keys_before": 0, "keys_after": 0}))
+    assert "0 keys before, 0 after" in missed.not_exercised[0]
+
+
+RESET = """\
+    hosts: {ctl: netns, a: netns}
+    budgets: {step: 20s, run: 60s}
+    model: {tensors: 2, tensor_mib: 1}
+    processes:
+      server: {role: server, host: ctl}
+      source-1: {role: source, host: a, options: {heartbeat_interval: 200ms}}
+    steps:
+      - start: [server, source-1]
+      - await: {process: source-1, event: status_change, where: {status: READY}}
+      # the source's gRPC channel to its server stays open between heartbeats
+      - fault: {kind: tcp_reset, target: source-1, peer: server, name: rst}
+      - sleep: 1s
+    checks:
+      - nothing_leaked: {}
+"""
+
+
+class _ResetsPortNine:
+    """A planted regression (tests/mutants/inject_tcp_reset_wrong_port.diff, on the live seam):
+    each ``ss -K`` names port 9 as the peer's, so nothing is reset."""
+
+    def __init__(self, shell: fault_commands.Shell) -> None:
+        self.shell = shell
+
+    def run(self, place: Place | None, argv: Sequence[str]) -> tuple[int, str]:
+        if "-K" in argv:
+            argv = [*argv[:-1], argv[-1].rpartition(":")[0] + ":9"]
+        return self.shell.run(place, argv)
+
+    def namespaces(self) -> list[str]:
+        return self.shell.namespaces()
+
+    def have(self, program: str) -> bool:
+        return self.shell.have(program)
+
+
+def test_a_tcp_reset_on_ssh_hosts_is_seen_in_the_hosts_own_ss_and_one_that_resets_nothing_is_not_exercised(
+        inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", RESET, fake=False, inventory=inventory))
+    effect, figures = witnessed(landed)["rst"]
+    assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
+    assert figures["connections"] >= 1 and figures["destroyed"] == figures["connections"], figures
+    monkeypatch.setattr(fault_commands, "shell", _ResetsPortNine(fault_commands.shell))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", RESET, fake=False, inventory=inventory))
+    effect, figures = witnessed(missed)["rst"]
+    assert (missed.verdict, effect, figures["destroyed"]) == ("not_exercised", "none", 0), missed.not_exercised
+    assert "still established after ss -K" in missed.not_exercised[0]

@@ -164,6 +164,8 @@ def test_toxic_attributes_are_checked_and_normalised_per_type(kind: str, attribu
         ("bandwidth", {"rate": "1s"}, "bandwidth toxic: 'rate' must be a whole number >= 0 (KB/s) (got '1s')"),
         ("limit_data", {"bytes": 1.5}, "limit_data toxic: 'bytes' must be a whole number >= 0 (bytes) (got 1.5)"),
         ("slicer", {"size_variation": 3}, "a slicer toxic needs 'average_size'"),
+        # toxiproxy 2.5 would recurse without end slicing into pieces of 0 bytes (its server dies)
+        ("slicer", {"average_size": 0}, "slicer toxic: 'average_size' must be a whole number >= 1 (bytes) (got 0)"),
     ],
 )
 def test_bad_toxic_attributes_are_refused_with_the_rule(kind: str, attributes: dict[str, object], message: str) -> None:

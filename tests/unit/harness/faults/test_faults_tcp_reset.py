@@ -129,3 +129,16 @@ def test_tcp_reset_refers_to_both_processes() -> None:
     spec = TcpResetSpec(kind="tcp_reset", target="reader-1", peer=SourceOf(source_of="reader-2"))
     assert spec.process_refs() == ("reader-1", "reader-2")
     assert spec.host_refs() == () and spec.proxy_refs() == ()
+
+
+def test_a_dual_stack_socket_is_matched_with_its_ipv4_peer(ctx: FakeContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's dual-stack socket shows its IPv4 server as an IPv4-mapped address; the server's
+    socket shows the client's plain IPv4 one: the same connection, reset as the client's ss names it."""
+    mapped = """\
+0 0 [::ffff:10.0.0.2]:50646 [::ffff:10.0.0.1]:34891 users:(("python",pid=4243,fd=7))
+0 0 10.0.0.1:34891 10.0.0.2:50646 users:(("python",pid=4242,fd=9))
+"""
+    shell = install_shell(monkeypatch, FakeShell(sockets=mapped))
+    injected = make_fault(TcpResetSpec(kind="tcp_reset", target="reader-1", peer="source-1"), "rst").inject(ctx)
+    assert injected.record["connections"] == ["[::ffff:10.0.0.2]:50646->[::ffff:10.0.0.1]:34891"]
+    assert (None, ("ss", "-K", "-tn", "src", "::ffff:10.0.0.2:50646", "dst", "::ffff:10.0.0.1:34891")) in shell.commands

@@ -12,7 +12,7 @@ from fixtures.fault_context import FakeContext, FakeToxiproxy, install_toxiproxy
 from harness.errors import FaultError, RunInterrupted
 from harness.faults import REGISTRY, _toxic_effect, commands, make_fault
 from harness.faults import toxiproxy as toxiproxy_faults
-from harness.faults._toxic_effect import Probe, toxic_effect
+from harness.faults._toxic_effect import Load, Probe, plan, toxic_effect
 from harness.faults.netns import chain_name
 from harness.faults.toxiproxy import AddedToxic, DisabledProxy, ProxyDownSpec, ToxicSpec, Traffic
 from harness.toxiproxy import ToxiproxyError
@@ -79,7 +79,8 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Probe]:
     in a unit test; the upstream answers in 10 ms, the proxy as the test says (default: +1 s)."""
     answers = {"127.0.0.1:20000": Probe("127.0.0.1:20000", 0.01, "ACK"),
                LISTEN: Probe(LISTEN, 1.01, "ACK")}
-    monkeypatch.setattr(toxiproxy_faults, "probe", lambda address, bound: answers[address])
+    monkeypatch.setattr(toxiproxy_faults, "probe", lambda address, bound, load=None: answers[address])
+    monkeypatch.setattr(toxiproxy_faults, "baseline", lambda address, how: answers[address])
     monkeypatch.setattr(toxiproxy_faults, "SETTLE_S", 0.0)
     return answers
 
@@ -134,25 +135,62 @@ def listed(toxicity: float) -> list[dict[str, object]]:
 
 UP, THROUGH = Probe("u", 0.010, "ACK"), Probe("p", 1.012, "ACK")
 LATE = Probe("p", 0.9, "TIMEOUT")
+LAT = {"latency": 1000}
 
 
-@pytest.mark.parametrize(("kind", "toxics", "direct", "through", "effect", "said"), [
-    ("latency", listed(1.0), UP, THROUGH, "seen", "+1002 ms for a latency of 1000 ms"),
-    ("latency", listed(1.0), UP, Probe("p", 0.011, "ACK"), "none", "+1 ms for a latency of 1000 ms"),
-    ("latency", listed(0.5), UP, Probe("p", 0.011, "ACK"), "unwitnessed", "may have been spared"),
-    ("latency", listed(0.0), UP, THROUGH, "none", "toxicity 0.0: it applies to no connection"),  # whatever it probed
-    ("latency", [], UP, THROUGH, "none", "toxiproxy lists no toxic slow"),
-    ("latency", None, UP, THROUGH, "unwitnessed", "could not be read back"),
-    ("latency", listed(1.0), Probe("u", 0.9, "NOT_HTTP2"), None, "unwitnessed", "did not answer the probe"),
-    ("timeout", listed(1.0), UP, LATE, "seen", "held or cut"),
-    ("timeout", listed(1.0), UP, Probe("p", 0.012, "ACK"), "none", "answered as directly"),
-    ("bandwidth", listed(1.0), None, None, "unwitnessed", "a bandwidth toxic is not probed"),
+@pytest.mark.parametrize(("kind", "attributes", "toxics", "direct", "through", "effect", "said"), [
+    ("latency", LAT, listed(1.0), UP, THROUGH, "seen", "+1002 ms for the 1000 ms a latency toxic adds"),
+    ("latency", LAT, listed(1.0), UP, Probe("p", 0.011, "ACK"), "none", "+1 ms for the 1000 ms a latency toxic adds"),
+    ("latency", LAT, listed(0.5), UP, Probe("p", 0.011, "ACK"), "unwitnessed", "may have been spared"),
+    ("latency", LAT, listed(0.0), UP, THROUGH, "none", "toxicity 0.0: it applies to no connection"),  # whatever it probed
+    ("latency", LAT, [], UP, THROUGH, "none", "toxiproxy lists no toxic slow"),
+    ("latency", LAT, None, UP, THROUGH, "unwitnessed", "could not be read back"),
+    ("latency", LAT, listed(1.0), Probe("u", 0.9, "NOT_HTTP2"), None, "unwitnessed", "did not answer the probe"),
+    ("latency", {"latency": 100, "jitter": 100}, listed(1.0), None, None, "unwitnessed", "cannot be told apart"),
+    ("timeout", {"timeout": 0}, listed(1.0), UP, LATE, "seen", "held or cut"),
+    ("timeout", {"timeout": 0}, listed(1.0), UP, Probe("p", 0.012, "ACK"), "none", "answered as directly"),
+    # a load of 30000 bytes at 100 KB/s: 300 ms more; the upstream's own time under a quarter of it
+    ("bandwidth", {"rate": 100}, listed(1.0), UP, Probe("p", 0.31, "ACK"), "seen", "carrying 30000 bytes downstream"),
+    ("bandwidth", {"rate": 100}, listed(1.0), UP, Probe("p", 0.02, "ACK"), "none", "+10 ms for the 300 ms"),
+    ("bandwidth", {"rate": 100}, listed(1.0), Probe("u", 0.1, "ACK"), Probe("p", 0.3, "ACK"), "unwitnessed",
+     "the upstream alone took more than a quarter"),
+    ("bandwidth", {"rate": 0}, listed(1.0), UP, LATE, "seen", "held or cut"),  # toxiproxy passes nothing on
+    ("bandwidth", {"rate": 100000}, listed(1.0), None, None, "unwitnessed", "under the 100 ms a probe can tell apart"),
+    ("slicer", {"average_size": 64, "delay": 1000}, listed(1.0), UP, Probe("p", 0.5, "ACK"), "seen", "for the 300 ms"),
+    ("slicer", {"average_size": 64, "delay": 1000}, listed(1.0), UP, Probe("p", 0.01, "ACK"), "none", "+0 ms"),
+    ("slicer", {"average_size": 64}, listed(1.0), None, None, "unwitnessed", "a slicer without delay"),
+    ("limit_data", {"bytes": 1000}, listed(1.0), UP, Probe("p", 0.001, "CLOSED"), "seen", "held or cut"),
+    ("limit_data", {"bytes": 1000}, listed(1.0), UP, Probe("p", 0.012, "ACK"), "none", "answered as directly"),
+    ("limit_data", {"bytes": 1 << 30}, listed(1.0), None, None, "unwitnessed", "more than a probe moves"),
+    ("reset_peer", {"timeout": 0}, listed(1.0), None, None, "unwitnessed", "a reset_peer toxic is not probed"),
 ])
 def test_a_toxics_effect_is_read_back_from_toxiproxy_and_probed_through_its_proxy(
-        kind: str, toxics: list[dict[str, object]] | None, direct: Probe | None, through: Probe | None, effect: str,
-        said: str) -> None:
-    witness = toxic_effect("mds", "slow", kind, {"latency": 1000}, toxics, direct, through)
+        kind: str, attributes: dict[str, int], toxics: list[dict[str, object]] | None, direct: Probe | None,
+        through: Probe | None, effect: str, said: str) -> None:
+    witness = toxic_effect("mds", "slow", plan(kind, "downstream", attributes), toxics, direct, through)
     assert witness.effect == effect and said in witness.why, witness
+
+
+@pytest.mark.parametrize(("kind", "stream", "attributes", "load", "expected_ms"), [
+    ("bandwidth", "upstream", {"rate": 1000}, Load("upstream", 300_000), 300.0),  # toxiproxy: len / rate ms
+    ("bandwidth", "downstream", {"rate": 1000}, Load("downstream", 300_000), 300.0),
+    ("bandwidth", "downstream", {"rate": 2000}, Load("downstream", 512 << 10), 262.1),  # at most 512 KiB back
+    ("slicer", "upstream", {"average_size": 1000, "size_variation": 24, "delay": 2000}, Load("upstream", 153_600), 300.0),
+    ("limit_data", "downstream", {"bytes": 100}, Load("downstream", 4196), 0.0),
+    ("latency", "upstream", {"latency": 300, "jitter": 100}, None, 200.0),
+])
+def test_a_probes_load_is_sized_to_show_its_toxic(kind: str, stream: str, attributes: dict[str, int], load: Load | None,
+                                                  expected_ms: float) -> None:
+    how = plan(kind, stream, attributes)
+    assert (how.load, how.expected_ms, how.cuts, how.skip) == (load, expected_ms, kind == "limit_data", "")
+
+
+def test_a_load_upstream_is_frames_the_server_discards_and_downstream_settings_it_acknowledges() -> None:
+    up, acks = Load("upstream", 40_000).frames()
+    assert acks == 2 and len(up) in range(40_000, 40_000 + 9 + 9)  # filler frames, then one SETTINGS
+    assert _toxic_effect._acknowledged(up) == (0, True, b"")  # a frame type HTTP/2 does not define
+    down, acks = Load("downstream", 100).frames()
+    assert (acks, down) == (1 + 12, frame(4, 0) * 12)  # twelve empty SETTINGS, each acknowledged
 
 
 def test_a_toxic_of_toxicity_zero_is_no_effect_at_its_inject(ctx: FakeContext, server: FakeToxiproxy,
@@ -168,16 +206,17 @@ def frame(kind: int, flags: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((kind, flags, 0, 0, 0, 0)) + payload
 
 
-@pytest.mark.parametrize(("received", "code", "left"), [
-    (frame(4, 0, bytes(6)) + frame(4, 1), "ACK", b""),  # the server's SETTINGS, then its ACK of ours
-    (frame(4, 0, bytes(6)) + frame(8, 0, bytes(4)), None, b""),  # no ACK yet: read on
-    (frame(4, 0, bytes(6))[:7], None, frame(4, 0, bytes(6))[:7]),  # half a header
-    (frame(4, 1)[:5] , None, frame(4, 1)[:5]),
-    (b"-ERR unknown command 'PRI'\r\n", "NOT_HTTP2", b""),  # a redis
+@pytest.mark.parametrize(("received", "acks", "foreign", "left"), [
+    (frame(4, 0, bytes(6)) + frame(4, 1), 1, False, b""),  # the server's SETTINGS, then its ACK of ours
+    (frame(4, 1) + frame(4, 0, bytes(6)) + frame(4, 1), 2, False, b""),
+    (frame(4, 0, bytes(6)) + frame(8, 0, bytes(4)), 0, False, b""),  # no ACK yet: read on
+    (frame(4, 0, bytes(6))[:7], 0, False, frame(4, 0, bytes(6))[:7]),  # half a header
+    (frame(4, 1)[:5] , 0, False, frame(4, 1)[:5]),
+    (b"-ERR unknown command 'PRI'\r\n", 0, True, b""),  # a redis
 ])
-def test_the_probe_reads_http2_frames_until_its_settings_are_acknowledged(received: bytes, code: str | None,
-                                                                            left: bytes) -> None:
-    assert _toxic_effect._acknowledged(received) == (code, left)
+def test_the_probe_reads_http2_frames_counting_its_settings_acknowledged(received: bytes, acks: int, foreign: bool,
+                                                                         left: bytes) -> None:
+    assert _toxic_effect._acknowledged(received) == (acks, foreign, left)
 
 
 def test_a_toxic_before_an_upstream_that_is_no_grpc_server_is_not_probed_through_its_proxy(

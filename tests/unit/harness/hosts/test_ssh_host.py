@@ -100,12 +100,12 @@ processes:
 proxies: {ctl: {upstream: server}}
 steps:
   - start: [server, source-1, reader-1]
-  - fault: {kind: tcp_reset, target: reader-1, peer: source-1, name: rst}
+  - fault: {kind: toxic, proxy: ctl, type: latency, attributes: {latency: 100}, name: slow}
 checks: [{nothing_leaked: {}}]
 """)
     lacking, why = missing_on_ssh(sc, inv, "run-x-2", tmp_path)
     assert lacking == ["ssh-host"]
-    assert "proxies (ctl)" in why and "fault rst (tcp_reset): no lever on ssh hosts yet" in why
+    assert "proxies (ctl)" in why and "fault slow (toxic): no lever on ssh hosts yet" in why
 
 
 def test_more_hosts_than_machines_is_a_skip_naming_the_host(tmp_path: Path) -> None:
