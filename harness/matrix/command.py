@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections import Counter
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
     from harness.reports.console import RecapEntry
     from harness.scenario import Scenario
 
-__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell"]
+__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell", "rerun_folder"]
+
+_RERUN = re.compile(r"rerun(?:-([0-9]+))?")
 
 
 
@@ -137,9 +140,19 @@ def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
     return entries
 
 
+def rerun_folder(out: Path) -> Path:
+    """Where a cell of the matrix written in ``out`` runs again: ``OUT/rerun-1``; a rerun's own
+    rerun (``out`` named ``rerun-N``, or ``rerun`` as older matrices named it) is its sibling
+    ``rerun-<N+1>``, so reruns of reruns do not nest and none overwrites the one before."""
+    again = _RERUN.fullmatch(out.name)
+    if again is None:
+        return out / "rerun-1"
+    return out.parent / f"rerun-{int(again[1] or 0) + 1}"
+
+
 def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> str:
     """The command that runs one cell again, as a matrix of one: the column's axes (its NIXL
-    version, subject, server and env values), the scenario's file, into ``OUT/rerun``."""
+    version, subject, server and env values), the scenario's file, into ``rerun_folder(out)``."""
     from harness.record.results import command
 
     served = "MXCHAOS_MX_SERVER_VERSION"  # set by a server column itself (Column.env_dict), not an axis
@@ -148,7 +161,7 @@ def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> s
             *(a for k, v in column.env.items() if k != served for a in ("--env", f"{k}={v}"))]
     if not axes:  # a matrix needs an axis: this environment's column is the subject of each scenario's own
         return ""
-    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(out / "rerun"), shown(Path(scenario))]
+    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(rerun_folder(out)), shown(Path(scenario))]
     return shlex.join(argv)
 
 

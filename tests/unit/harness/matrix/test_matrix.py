@@ -576,12 +576,27 @@ def test_a_failing_cell_s_rerun_is_a_matrix_of_that_one_cell(tmp_path: Path, mon
     served = Column("1.5.1", (("AB", "n"),), "mxref", "0.7.0")
     column = MatrixColumn(id=served.id, nixl="1.5.1", subject="mxref", mx_server="0.7.0", env=served.env_dict())
     assert rerun_cell(column, "scenarios/a b.yaml", 3, tmp_path / "out").split(" matrix ")[1] == (
-        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun 'scenarios/a b.yaml'")
+        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun-1 'scenarios/a b.yaml'")
     assert rerun_cell(MatrixColumn(id="here"), "a.yaml", 1, tmp_path) == ""  # no axis: no matrix to rerun
     matrix = MatrixDoc.parse({"repeat": 2, "scenarios": [{"name": "a", "path": "a.yaml"}],
                               "columns": [column.to_json()], "cells": {"a": {served.id: {"verdict": "FAIL"}}}}, "given")
     (entry,) = matrix_recap(matrix, tmp_path)
-    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun a.yaml") and entry.scenario == f"a @ {served.id}"
+    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun-1 a.yaml") and entry.scenario == f"a @ {served.id}"
+
+
+def test_a_rerun_s_own_rerun_is_its_sibling_not_nested_in_it(tmp_path: Path) -> None:
+    from harness.matrix.command import rerun_cell, rerun_folder
+    from harness.record.saved import MatrixColumn
+
+    out = tmp_path / "out"
+    first = rerun_folder(out)
+    assert first == out / "rerun-1"
+    assert rerun_folder(first) == out / "rerun-2" and rerun_folder(out / "rerun-2") == out / "rerun-3"
+    assert rerun_folder(out / "rerun") == out / "rerun-1"  # an older matrix's OUT/rerun
+    assert rerun_folder(tmp_path / "rerunner") == tmp_path / "rerunner" / "rerun-1"  # only the whole name counts
+    column = MatrixColumn(id="nixl-1.5.1", nixl="1.5.1")
+    line = rerun_cell(column, "a.yaml", 1, first)  # the command a rerun's recap prints
+    assert f"--out {out / 'rerun-2'} " in line and "rerun-1/rerun" not in line
 
 
 def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None:
