@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fixtures.witness_runs import effects
+from fixtures.witness_runs import IGNORE_TERM, effects, one_source
 from fixtures.witness_runs import run_witnessed as run
 
 from harness.faults import netns as netns_faults
@@ -25,27 +25,13 @@ NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network n
 NEEDS_TOOLS = pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "iptables")), reason="needs ip and iptables")
 
 
-LOCAL = """\
-    budgets: {step: 10s, run: 40s, stop_grace: 2s, progress: 20s}
-    processes:
-      server: {role: server}
-      source-1: {role: source%s}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
-
-
 # ---------------------------------------------------------------------------- process faults
 
 
 def test_a_pause_of_a_live_source_is_seen_and_one_that_sends_nothing_is_not_exercised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = "      - fault: {kind: pause, target: source-1, name: freeze, duration: 300ms}\n      - sleep: 500ms"
-    landed = run(tmp_path / "landed", LOCAL % ("", steps))
+    landed = run(tmp_path / "landed", one_source(steps))
     assert (landed.verdict, effects(landed)) == ("pass", {"freeze": "seen"})
     (w,) = landed.history.fault_windows()
     assert [x.effect for x in w.witnesses] == ["seen", "seen"]  # at inject, and still at its heal
@@ -54,7 +40,7 @@ def test_a_pause_of_a_live_source_is_seen_and_one_that_sends_nothing_is_not_exer
     # the planted regression: the pause's SIGSTOP is a SIGCONT (an inject that silently does nothing)
     broken = SimpleNamespace(SIGSTOP=signal.SIGCONT, SIGCONT=signal.SIGCONT, Signals=signal.Signals)
     monkeypatch.setattr(process_faults, "signal", broken)
-    missed = run(tmp_path / "missed", LOCAL % ("", steps))
+    missed = run(tmp_path / "missed", one_source(steps))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"freeze": "none"})
     (why,) = missed.not_exercised
     assert why.startswith("fault freeze (pause source-1): no effect: 0 of ") and "in state T" in why
@@ -62,19 +48,19 @@ def test_a_pause_of_a_live_source_is_seen_and_one_that_sends_nothing_is_not_exer
 
 def test_a_kill_is_witnessed_by_the_exit_and_a_term_the_target_ignores_is_not_exercised(tmp_path: Path) -> None:
     kill = "      - fault: {kind: kill, target: source-1, signal: %s, name: k}\n      - sleep: 500ms"
-    landed = run(tmp_path / "landed", LOCAL % ("", kill % "KILL"))
+    landed = run(tmp_path / "landed", one_source(kill % "KILL"))
     assert (landed.verdict, effects(landed)) == ("pass", {"k": "seen"})
     # aimed at nothing: a TERM to a source that ignores it (the teardown ends it, not the fault)
-    missed = run(tmp_path / "missed", LOCAL % (", extra_args: [--fake-ignore-term]", kill % "TERM"))
+    missed = run(tmp_path / "missed", one_source(kill % "TERM", source=IGNORE_TERM))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
 
 
 def test_a_negative_control_passes_without_effect_and_is_not_exercised_with_one(tmp_path: Path) -> None:
     kill = "      - fault: {kind: kill, target: source-1, signal: TERM, name: k, expect_effect: false}\n      - sleep: 500ms"
-    control = run(tmp_path / "control", LOCAL % (", extra_args: [--fake-ignore-term]", kill))
+    control = run(tmp_path / "control", one_source(kill, source=IGNORE_TERM))
     assert (control.verdict, effects(control)) == ("pass", {"k": "none"})
-    hit = run(tmp_path / "hit", LOCAL % ("", kill))  # this source ends on TERM: the control is wrong
+    hit = run(tmp_path / "hit", one_source(kill))  # this source ends on TERM: the control is wrong
     assert hit.verdict == "not_exercised" and "a negative control (expect_effect: false)" in hit.not_exercised[0]
 
 

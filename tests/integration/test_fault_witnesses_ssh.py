@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import effects, run_witnessed, witnessed
+from fixtures.witness_runs import IGNORE_TERM, effects, one_source, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
 from harness.hosts.inventory import Inventory
@@ -55,27 +55,16 @@ def on_ssh(result: RunResult) -> RunResult:
 
 # ---------------------------------------------------------------------------- process faults
 
-ONE_HOST = """\
-    budgets: {step: 20s, run: 60s, stop_grace: 2s, progress: 30s}
-    processes:
-      server: {role: server}
-      source-1: {role: source%s}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
+ONE_HOST = "step: 20s, run: 60s, stop_grace: 2s, progress: 30s"  # one_source's budgets over ssh
 KILL = "      - fault: {kind: kill, target: source-1, signal: %s, name: k}\n      - sleep: 1s"
 
 
 def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", ONE_HOST % ("", KILL % "KILL"), inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", one_source(KILL % "KILL", budgets=ONE_HOST), inventory=inventory))
     effect, figures = witnessed(landed)["k"]
     assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
-    missed = on_ssh(run_witnessed(tmp_path / "missed", ONE_HOST % (", extra_args: [--fake-ignore-term]", KILL % "TERM"),
+    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(KILL % "TERM", source=IGNORE_TERM, budgets=ONE_HOST),
                                   inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
@@ -83,13 +72,13 @@ def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is
 
 def test_a_stop_on_an_ssh_host_is_witnessed_by_its_exit(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
 
 
 def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: wall_clock, target: source-1, offset: -5s, name: skew}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["skew"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")
     (w,) = result.history.fault_windows()
@@ -98,7 +87,7 @@ def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: In
 
 def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: pause, target: source-1, name: freeze, duration: 300ms}\n      - sleep: 600ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["freeze"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")  # judged on its checks, never NOT EXERCISED
     (w,) = result.history.fault_windows()
