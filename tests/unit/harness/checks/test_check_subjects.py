@@ -5,6 +5,7 @@ readers) is judged only where one of its processes is played by a subject it nam
 from __future__ import annotations
 
 import pytest
+from fixtures.defect_scenarios import CLIENT_DEFECT
 
 from harness.checks import NOT_FOR_SUBJECT
 from harness.errors import ScenarioInvalid
@@ -70,23 +71,10 @@ def test_a_checks_subjects_are_validated_naming_the_key_and_the_rule(subjects: s
 
 # --- a known defect of one client (``defect_subjects``): in force only while that client plays ---
 
-DEFECT = """\
-name: client_defect
-known_defect: the real client loads a tampered checkpoint without a check
-defect_rate: 1/1
-defect_subjects: [modelexpress]
-processes:
-  server: {role: server}
-  reader-1: {role: reader}
-steps:
-  - start: [server, reader-1]
-"""
-
-
 def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored() -> None:
     from harness.scenario.subjects import with_subjects
 
-    plain = parse_scenario(DEFECT)  # its default subject is mxref: judged as a plain scenario
+    plain = parse_scenario(CLIENT_DEFECT)  # its default subject is mxref: judged as a plain scenario
     assert plain.known_defect is None and plain.defect_rate is None and plain.defect_subjects == ()
     real = with_subjects(plain, {"client": "modelexpress"})
     assert real.known_defect == "the real client loads a tampered checkpoint without a check"
@@ -98,9 +86,9 @@ def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored(
 
 def test_defect_subjects_need_a_defect_and_name_each_subject_once() -> None:
     with pytest.raises(ScenarioInvalid) as info:
-        parse_scenario(DEFECT.replace("known_defect: the real client loads a tampered checkpoint without a check\n"
+        parse_scenario(CLIENT_DEFECT.replace("known_defect: the real client loads a tampered checkpoint without a check\n"
                                       "defect_rate: 1/1\n", ""))
     assert "defect_subjects name whose defect a known_defect is: state known_defect too" in info.value.render()
     with pytest.raises(ScenarioInvalid) as info:
-        parse_scenario(DEFECT.replace("[modelexpress]", "[modelexpress, modelexpress]"))
+        parse_scenario(CLIENT_DEFECT.replace("[modelexpress]", "[modelexpress, modelexpress]"))
     assert "defect_subjects: name each subject once" in info.value.render()

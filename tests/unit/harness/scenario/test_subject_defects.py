@@ -6,6 +6,7 @@ Nothing here starts a process."""
 from __future__ import annotations
 
 import pytest
+from fixtures.defect_scenarios import CLIENT_DEFECT
 
 from harness.errors import ScenarioInvalid
 from harness.matrix.defects import column_defects, defect_info
@@ -30,17 +31,6 @@ steps:
   - start: [server, source-1, reader-1]
 """
 
-CLIENT_ONLY = """\
-name: client_defect
-known_defect: the real client loads a tampered checkpoint without a check
-defect_rate: 1/1
-defect_subjects: [modelexpress]
-processes:
-  server: {role: server}
-  reader-1: {role: reader}
-steps:
-  - start: [server, reader-1]
-"""
 
 
 def test_the_playing_clients_own_defect_replaces_the_general_one_and_the_general_one_comes_back() -> None:
@@ -95,7 +85,7 @@ def test_each_matrix_column_gets_the_defect_in_force_where_it_plays_the_scenario
                                    "servers": None, "subjects": ["modelexpress"]}
     assert both[columns[2].id] == both[columns[1].id]  # a release of the client is that client
     assert both[columns[3].id] == both[columns[0].id]  # each scenario's own subject: mxref here
-    client = parse_scenario(CLIENT_ONLY)
+    client = parse_scenario(CLIENT_DEFECT)
     assert defect_info(client) is None  # played as written (mxref): no defect in force
     only = column_defects(client, columns)
     assert set(only) == {columns[1].id, columns[2].id}
