@@ -350,13 +350,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if not c.available:
             print(f"{c.id}: {c.error}")
     for h in matrix.headlines:
-        print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
+        print(f"HEADLINE {h.scenario} @ {h.column}: {h.text}")
     changes = matrix.baseline_changes
     if changes is not None:
         print(f"{len(changes)} change(s) against {args.baseline}")
         for change in changes:
-            mark = "REGRESSION" if change.get("regression") else "change"
-            print(f"  {mark} {where(change)}: {change['text']}")
+            mark = "REGRESSION" if change.regression else "change"
+            print(f"  {mark} {where(change)}: {change.text}")
     from harness.reports.console import write_recap
 
     write_recap(sys.stdout, matrix_recap(matrix, spec.out), color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
@@ -368,5 +368,5 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             print(f"  {line}")
         return EXIT_ENV_BROKEN
     bad_cell = any(cell.verdict.lower() in FAILING for _, _, cell in matrix.all_cells())
-    regressed = any(c.get("regression") for c in changes or [])
+    regressed = any(c.regression for c in changes or [])
     return EXIT_FAILED if bad_cell or regressed else EXIT_OK

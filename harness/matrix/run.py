@@ -39,7 +39,7 @@ from harness.matrix.projection import matrix_seconds
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_plan_slurm
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
-from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, MatrixScenario, SummaryDoc
+from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, MatrixHeadline, MatrixScenario, SummaryDoc
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "not_installable", "run_matrix"]
@@ -224,7 +224,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
     """``matrix.json``'s content from the column folders already under ``spec.out``."""
     columns: list[MatrixColumn] = []
     cells: dict[str, dict[str, MatrixCell]] = {name: {} for name in spec.names}
-    headlines: list[dict[str, Any]] = []
+    headlines: list[MatrixHeadline] = []
     spelled = {r["version"]: r["spelling"] for r in spec.extra.get("resolved", ()) if r.get("version")}
     for column in spec.columns:
         env = envs[column.nixl]
@@ -275,7 +275,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
             if defect:
                 cell.defect = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
                 if cell.defect["headline"]:
-                    headlines.append({"scenario": name, "column": column.id, "text": cell.defect["headline"]})
+                    headlines.append(MatrixHeadline(scenario=name, column=column.id, text=cell.defect["headline"]))
             cells[name][column.id] = cell
         columns.append(col)
     matrix = MatrixDoc.model_validate({

@@ -7,7 +7,8 @@ verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of run
 folder relative to the summary's own). An
 invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
 ``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``: its ``MatrixScenario`` rows,
-``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``).
+``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``;
+its ``MatrixHeadline`` list and ``BaselineChange`` list).
 
 Every writer and reader of these files goes through this module (``tests/unit/
 test_saved_run.py`` holds the rest of harness to it): the file names, ``read_json`` (missing:
@@ -37,10 +38,12 @@ __all__ = [
     "SUMMARY",
     "VERDICT",
     "VERSIONS",
+    "BaselineChange",
     "CellDoc",
     "MatrixCell",
     "MatrixColumn",
     "MatrixDoc",
+    "MatrixHeadline",
     "MatrixRun",
     "MatrixScenario",
     "NightDoc",
@@ -431,6 +434,31 @@ class MatrixScenario(_AsRead):
     defect: dict[str, Any] | None = None
 
 
+class MatrixHeadline(_AsRead):
+    """A cell where a known defect's expectation and what its runs showed disagree
+    (``harness.matrix.defects.defect_status``'s headline), on top of the table and the page."""
+
+    scenario: str = ""
+    column: str = ""
+    text: str = ""
+
+
+class BaselineChange(_AsRead):
+    """One change against a ``--baseline`` (``harness.record.baseline.diff_matrices``): where it
+    is (``scenario`` None: the whole column), its ``kind`` (verdict, rate, timing, schedule,
+    column), the old and new values, whether it is a regression, and its sentence."""
+
+    scenario: str | None = None
+    column: str = ""
+    kind: str = ""
+    metric: str | None = None  # timing: the field that moved
+    old: str | int | float | dict[str, int] | None = None  # a verdict, a failure rate {k, n} or a figure
+    new: str | int | float | dict[str, int] | None = None
+    regression: bool = False
+    scenarios: list[str] | None = None  # schedule: the scenarios whose timings were not compared
+    text: str = ""
+
+
 class MatrixDoc(_AsRead):
     """``matrix.json``: the scenarios, the columns, the cells (scenario -> column id -> cell),
     the headlines and what changed against a ``--baseline``."""
@@ -442,8 +470,8 @@ class MatrixDoc(_AsRead):
     scenarios: list[MatrixScenario] = []
     columns: list[MatrixColumn] = []
     cells: dict[str, dict[str, MatrixCell]]
-    headlines: list[dict[str, Any]] = []
-    baseline_changes: list[dict[str, Any]] | None = None
+    headlines: list[MatrixHeadline] = []
+    baseline_changes: list[BaselineChange] | None = None
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 

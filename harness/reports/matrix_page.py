@@ -82,15 +82,15 @@ def render_matrix(matrix: MatrixDoc) -> str:
            f"run(s) per cell; verdict = the worst of the cell's runs; failed k/n = runs ending error, hang, fail, "
            "unknown or xfail</p>"]
     for h in matrix.headlines:
-        out.append(f'<div class="headline"><b>{_e(h["scenario"])}</b> @ {_e(h["column"])}: {_e(h["text"])}</div>')
+        out.append(f'<div class="headline"><b>{_e(h.scenario)}</b> @ {_e(h.column)}: {_e(h.text)}</div>')
     if matrix.baseline_changes is not None:
-        changes = sorted(matrix.baseline_changes, key=lambda c: not c.get("regression"))
+        changes = sorted(matrix.baseline_changes, key=lambda c: not c.regression)
         out.append(f"<h2>Changes against the baseline ({len(changes)})</h2>")
         if changes:
             out.append("<ul>")
             for c in changes:
-                cls = ' class="reg"' if c.get("regression") else ""
-                out.append(f"<li{cls}>{_e(where(c))}: {_e(c['text'])}</li>")
+                cls = ' class="reg"' if c.regression else ""
+                out.append(f"<li{cls}>{_e(where(c))}: {_e(c.text)}</li>")
             out.append("</ul>")
         else:
             out.append("<p>none</p>")

@@ -305,7 +305,7 @@ def test_the_baseline_diff_reports_flips_rate_moves_and_timings() -> None:
         "new_row": {"nixl-1.5.1": {"verdict": "pass"}},
     }, cols=("nixl-1.5.1", "nixl-1.6.0"))
     changes = diff_matrices(old, new, drop=0.2)
-    got = {(c["scenario"], c["kind"], c.get("metric")) for c in changes}
+    got = {(c.scenario, c.kind, c.metric) for c in changes}
     assert got == {
         ("flip", "verdict", None),
         ("rate", "rate", None),
@@ -313,16 +313,16 @@ def test_the_baseline_diff_reports_flips_rate_moves_and_timings() -> None:
         ("slow", "timing", "recovery_s"),
         (None, "column", None),
     }
-    assert all(c["regression"] for c in changes if c["kind"] != "column")
+    assert all(c.regression for c in changes if c.kind != "column")
     better = diff_matrices(new, old)
-    flips = [c for c in better if c["kind"] == "verdict"]
-    assert flips and not flips[0]["regression"]
+    flips = [c for c in better if c.kind == "verdict"]
+    assert flips and not flips[0].regression
 
 
 def test_the_cells_of_repeat_runs_are_ranked_too() -> None:
     old = _m({"s": {"nixl-1.5.1": {"verdict": "PASS"}}, "d": {"nixl-1.5.1": {"verdict": "REPRODUCED"}}})
     new = _m({"s": {"nixl-1.5.1": {"verdict": "FLAKY"}}, "d": {"nixl-1.5.1": {"verdict": "FIXED?"}}})
-    flips = {c["scenario"]: c["regression"] for c in diff_matrices(old, new)}
+    flips = {c.scenario: c.regression for c in diff_matrices(old, new)}
     assert flips == {"s": True, "d": False}
     assert cell_verdict(["PASS", "FLAKY"]) == "flaky"
 
@@ -331,7 +331,7 @@ def test_the_ratio_is_compared_when_both_cells_have_one() -> None:
     old = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.9}}})
     new = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.5}}})
     (change,) = diff_matrices(old, new)
-    assert change["metric"] == "read_ratio" and change["old"] == 0.9
+    assert change.metric == "read_ratio" and change.old == 0.9
 
 
 def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
@@ -345,15 +345,15 @@ def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
     new = {"columns": [{"id": "c", "schedule": {"lanes": [["laned"], ["x"], ["y"], ["z"]], "alone": ["lone", "moved"]}}],
            "cells": {name: {"c": slow} for name in cells}}
     changes = diff_matrices(MatrixDoc.parse(old, "old"), MatrixDoc.parse(new, "new"))
-    timed = {c["scenario"] for c in changes if c["kind"] == "timing"}
+    timed = {c.scenario for c in changes if c.kind == "timing"}
     assert timed == {"lone"}  # alone in both: compared; laned (2 -> 4 lanes) and moved (lane -> alone) not
-    assert {c["scenario"] for c in changes if c["kind"] == "verdict"} == {"laned", "lone", "moved"}
-    (note,) = [c for c in changes if c["kind"] == "schedule"]
-    assert note["regression"] is False and note["scenarios"] == ["laned", "moved"]
-    assert note["text"] == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
+    assert {c.scenario for c in changes if c.kind == "verdict"} == {"laned", "lone", "moved"}
+    (note,) = [c for c in changes if c.kind == "schedule"]
+    assert note.regression is False and note.scenarios == ["laned", "moved"]
+    assert note.text == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
                             "once (1 here, 2 in the baseline; 4 here, 2 in the baseline)")
     assert MatrixColumn(id="c").lanes_beside("laned") == 1  # a column from before lanes
-    assert where(note) == "column c" and where(changes[0]) == f"{changes[0]['scenario']} @ c"
+    assert where(note) == "column c" and where(changes[0]) == f"{changes[0].scenario} @ c"
     page = render_matrix(MatrixDoc.parse({"columns": [{"id": "c", "label": "c"}], "cells": {}, "baseline_changes": changes}, "given"))
     assert "<li>column c: timings of 2 scenario(s)" in page and "> @ c" not in page
     assert MatrixColumn(id="c", schedule={"lanes": [["a", "b"]], "alone": []}).lanes_beside("a") == 1  # one lane: one at a time

@@ -202,7 +202,17 @@ MATRIX_DOC: dict[str, Any] = {
         "seg": {"nixl-1.5.1": {"verdict": "XFAIL", "failures": {"k": 1, "n": 1}, "seconds": 4.0,
                                "defect": {"expected": True, "observed": "reproduced", "headline": None}}},
     },
-    "headlines": [],
+    "headlines": [{"scenario": "seg", "column": "nixl-1.5.1",
+                   "text": "expected on NIXL 1.5.1, not reproduced in 1 of 1 runs: fixed in this release?"}],
+    "baseline_changes": [
+        {"scenario": "smoke", "column": "nixl-1.5.1", "kind": "rate", "old": {"k": 0, "n": 10}, "new": {"k": 6, "n": 10},
+         "regression": True, "text": "failure rate 0/10 -> 6/10"},
+        {"scenario": "smoke", "column": "nixl-1.5.1", "kind": "timing", "metric": "seconds", "old": 2, "new": 3.5,
+         "regression": True, "text": "seconds grew 2s -> 3.5s (+75%)"},
+        {"scenario": "seg", "column": "nixl-1.5.1", "kind": "verdict", "old": "pass", "new": "fail", "regression": True,
+         "text": "verdict pass -> fail"},
+        {"scenario": None, "column": "nixl-1.5.2", "kind": "column", "regression": False,
+         "text": "a new column (not in the baseline)"}],
     "resolved": [{"spelling": "latest-nightly", "version": "0.8.0"}],  # a key MatrixDoc does not declare: kept
 }
 
@@ -224,6 +234,13 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
     assert seg is not None and seg.defect == {"expected": True, "observed": "reproduced", "headline": None}
     assert (seg.read_gbps, seg.runs, doc.cell("seg", "nixl-1.5.2")) == (None, [], None)
     assert doc.scenario_seconds() == {"smoke": 2.5, "seg": 4.0}
+    (head,) = doc.headlines
+    assert (head.scenario, head.column) == ("seg", "nixl-1.5.1") and head.text.startswith("expected on NIXL 1.5.1")
+    rate, timing, verdict, column = doc.baseline_changes or []
+    assert (rate.kind, rate.old, rate.new, rate.regression) == ("rate", {"k": 0, "n": 10}, {"k": 6, "n": 10}, True)
+    assert (timing.metric, timing.old, timing.new) == ("seconds", 2, 3.5) and isinstance(timing.old, int)
+    assert (verdict.old, verdict.new) == ("pass", "fail")
+    assert (column.scenario, column.kind, column.regression, column.metric) == (None, "column", False, None)
     assert [(s, c) for s, c, _ in doc.all_cells()] == [("smoke", "nixl-1.5.1"), ("smoke", "nixl-1.5.2"), ("seg", "nixl-1.5.1")]
     doc.write(path)
     assert json.loads(path.read_text()) == MATRIX_DOC
