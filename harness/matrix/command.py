@@ -202,7 +202,7 @@ def format_table(matrix: MatrixDoc, verbose: bool = True) -> str:
                 text += f" (x{cell.read_ratio:g} raw)"
             d = cell.defect
             if d:
-                text += f" [defect {'expected' if d['expected'] else 'unlisted'}, {d['observed']}]"
+                text += f" [defect {'expected' if d.expected else 'unlisted'}, {d.observed}]"
             row.append(text)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -39,7 +39,15 @@ from harness.matrix.projection import matrix_seconds
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_plan_slurm
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
-from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, MatrixHeadline, MatrixScenario, SummaryDoc
+from harness.record.saved import (
+    KnownDefect,
+    MatrixCell,
+    MatrixColumn,
+    MatrixDoc,
+    MatrixHeadline,
+    MatrixScenario,
+    SummaryDoc,
+)
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "not_installable", "run_matrix"]
@@ -53,7 +61,7 @@ RAW_READ_TIMEOUT_S = 120.0
 class MatrixSpec:
     scenarios: list[Path]  # scenario files
     names: list[str]  # their scenario names, same order
-    defects: dict[str, dict[str, Any]]  # name -> defect_info (the file's, shown on its row)
+    defects: dict[str, KnownDefect]  # name -> defect_info (the file's, shown on its row)
     columns: list[Column]
     repeat: int = 1
     out: Path = Path("matrix")
@@ -71,7 +79,7 @@ class MatrixSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     # name -> column id -> the defect in force there (harness.matrix.defects.column_defects); a name
     # not in it: its row's defect, where its servers' column runs it (defect_here)
-    cell_defects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cell_defects: dict[str, dict[str, KnownDefect]] = field(default_factory=dict)
     # an --mx-server version or a --subject value that cannot play here (a nightly that did not
     # resolve, build or install) -> why: its columns are "not installable", never a failure
     unplayable: dict[str, str] = field(default_factory=dict)
@@ -273,9 +281,9 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                 played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
                 defect = defect if defect and defect_here(defect, played) else None
             if defect:
-                cell.defect = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
-                if cell.defect["headline"]:
-                    headlines.append(MatrixHeadline(scenario=name, column=column.id, text=cell.defect["headline"]))
+                cell.defect = status = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
+                if status.headline:
+                    headlines.append(MatrixHeadline(scenario=name, column=column.id, text=status.headline))
             cells[name][column.id] = cell
         columns.append(col)
     matrix = MatrixDoc.model_validate({

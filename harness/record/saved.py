@@ -40,6 +40,8 @@ __all__ = [
     "VERSIONS",
     "BaselineChange",
     "CellDoc",
+    "DefectStatus",
+    "KnownDefect",
     "MatrixCell",
     "MatrixColumn",
     "MatrixDoc",
@@ -361,6 +363,17 @@ class MatrixRun(_AsRead):
     link: str | None = None
 
 
+class DefectStatus(_AsRead):
+    """A known defect in one matrix cell (``harness.matrix.defects.defect_status``): whether the
+    cell's NIXL version lists it, what its runs showed (reproduced, not reproduced, inconclusive),
+    in how many, and the headline where the two disagree (None: they agree)."""
+
+    expected: bool = False
+    observed: str = ""
+    reproduced: dict[str, int] | None = None  # {"k": runs that ended xfail, "n": runs}
+    headline: str | None = None
+
+
 class MatrixCell(_AsRead):
     """A scenario in a column (``harness.record.cells.read_column``): its verdict, how many runs
     failed, the runs and their median timings; ``error`` when it has no verdict on NIXL."""
@@ -383,7 +396,7 @@ class MatrixCell(_AsRead):
     ucx: list[str] = []
     subjects: dict[str, str] = {}
     servers: dict[str, str] = {}
-    defect: dict[str, Any] | None = None  # harness.matrix.defects.defect_status
+    defect: DefectStatus | None = None
 
     def failed(self) -> tuple[int | None, int | None]:
         """(k, n): runs that failed, runs not skipped (None: not recorded)."""
@@ -426,12 +439,23 @@ class MatrixColumn(_AsRead):
         return 1
 
 
+class KnownDefect(_AsRead):
+    """A scenario's known defect as the matrix plays it (``harness.matrix.defects.defect_info``):
+    its text, the NIXL versions it was measured on, the servers (``defect_servers``) and the
+    clients (``defect_subjects``) whose defect it is; None: every version, server, client."""
+
+    text: str = ""
+    versions: list[str] | None = None
+    servers: list[str] | None = None
+    subjects: list[str] | None = None
+
+
 class MatrixScenario(_AsRead):
     """A row of ``matrix.json``: the scenario, its file, its known defect (``defect_info``)."""
 
     name: str
     path: str = ""
-    defect: dict[str, Any] | None = None
+    defect: KnownDefect | None = None
 
 
 class MatrixHeadline(_AsRead):

@@ -28,7 +28,7 @@ from harness.record.cells import (
     read_column,
     run_timings,
 )
-from harness.record.saved import MatrixColumn, MatrixDoc
+from harness.record.saved import KnownDefect, MatrixColumn, MatrixDoc
 from harness.reports.matrix_page import render_matrix
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
@@ -249,9 +249,12 @@ def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
     f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
+    info = defect_info(load_scenario(f))
+    assert info is not None
+    assert info.to_json() == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
     f.write_text(body + "known_defect: aborts\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
+    info = defect_info(load_scenario(f))
+    assert info is not None and info.to_json() == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
     f.write_text(body)
     assert defect_info(load_scenario(f)) is None
 
@@ -262,17 +265,17 @@ def test_version_matching_is_exact_or_a_prefix_at_a_dot() -> None:
 
 
 def test_expected_vs_observed_and_the_headlines() -> None:
-    listed = {"text": "t", "versions": ["1.5.1"]}
+    listed = KnownDefect(text="t", versions=["1.5.1"])
     fixed = defect_status(listed, "1.5.1", {"xpass": 3})
-    assert fixed["expected"] and fixed["observed"] == "not reproduced" and "fixed" in fixed["headline"]
+    assert fixed.expected and fixed.observed == "not reproduced" and "fixed" in (fixed.headline or "")
     back = defect_status(listed, "1.4.1", {"xfail": 1, "xpass": 2})
-    assert not back["expected"] and back["observed"] == "reproduced" and "brought back" in back["headline"]
-    assert back["reproduced"] == {"k": 1, "n": 3}
-    assert defect_status(listed, "1.5.1", {"xfail": 2})["headline"] is None
-    assert defect_status(listed, "1.4.1", {"xpass": 2})["headline"] is None
-    assert defect_status(listed, "1.5.1", {"error": 2})["observed"] == "inconclusive"
-    everywhere = {"text": "t", "versions": None}
-    assert defect_status(everywhere, "1.3.2", {"xfail": 1})["expected"] is True
+    assert not back.expected and back.observed == "reproduced" and "brought back" in (back.headline or "")
+    assert back.reproduced == {"k": 1, "n": 3}
+    assert defect_status(listed, "1.5.1", {"xfail": 2}).headline is None
+    assert defect_status(listed, "1.4.1", {"xpass": 2}).headline is None
+    assert defect_status(listed, "1.5.1", {"error": 2}).observed == "inconclusive"
+    everywhere = KnownDefect(text="t", versions=None)
+    assert defect_status(everywhere, "1.3.2", {"xfail": 1}).expected is True
 
 
 # ------------------------------------------------------------------ baseline
@@ -408,7 +411,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     )
     spec = MatrixSpec(
         scenarios=[smoke, defect], names=["smoke", "reset"],
-        defects={"reset": {"text": "aborts the source", "versions": ["1.5.1"]}},
+        defects={"reset": KnownDefect(text="aborts the source", versions=["1.5.1"])},
         columns=columns_for(["1.4.1", "1.5.1", "1.5.2"], [("AB", ["y", "n"])]), repeat=2, out=tmp_path / "out",
         read_bytes={"smoke": 4 << 20, "reset": 32 << 20},
     )
@@ -638,8 +641,8 @@ def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Pa
     fake = FakeExecute({("y", "reset"): ["xfail"], ("n", "reset"): ["pass"]},
                        {str(e.python): v for v, e in envs.items()})
     columns = columns_for(["1.5.1"], [("AB", ["y", "n"])])
-    client = {"text": "the real client has no stall detection", "versions": None, "servers": None,
-              "subjects": ["modelexpress"]}
+    client = KnownDefect(text="the real client has no stall detection", versions=None, servers=None,
+                         subjects=["modelexpress"])
     spec = MatrixSpec(scenarios=[scen / "reset.yaml"], names=["reset"], defects={"reset": client},
                       cell_defects={"reset": {columns[0].id: client}}, columns=columns, repeat=1,
                       out=tmp_path / "out", raw_read=False)
@@ -647,4 +650,4 @@ def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Pa
     shown = matrix["cells"]["reset"][columns[0].id]
     assert shown["verdict"] == "XFAIL" and shown["defect"]["observed"] == "reproduced" and shown["defect"]["expected"]
     assert matrix["cells"]["reset"][columns[1].id].get("defect") is None  # not in force there: a plain cell
-    assert matrix["scenarios"][0]["defect"]["text"] == client["text"]
+    assert matrix["scenarios"][0]["defect"]["text"] == client.text

@@ -231,7 +231,9 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
     smoke = doc.cell("smoke", "nixl-1.5.1")
     assert smoke is not None and smoke.runs[0].link == "nixl-1.5.1/smoke/1" and smoke.failed() == (0, 1)
     seg = doc.cell("seg", "nixl-1.5.1")
-    assert seg is not None and seg.defect == {"expected": True, "observed": "reproduced", "headline": None}
+    assert seg is not None and seg.defect is not None
+    assert (seg.defect.expected, seg.defect.observed, seg.defect.reproduced, seg.defect.headline) == (
+        True, "reproduced", None, None)
     assert (seg.read_gbps, seg.runs, doc.cell("seg", "nixl-1.5.2")) == (None, [], None)
     assert doc.scenario_seconds() == {"smoke": 2.5, "seg": 4.0}
     (head,) = doc.headlines
