@@ -40,6 +40,7 @@ from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_pl
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
 from harness.record.saved import (
+    ColumnSchedule,
     KnownDefect,
     MatrixCell,
     MatrixColumn,
@@ -207,7 +208,7 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
             return execute(argv, run_env, spec.timeout_per_run * spec.repeat * len(names) + 120.0)
 
         info.rc, texts = run_plan(plan, out_dir, group, spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
-        info.schedule = {"lanes": [list(lane) for lane in plan.lanes], "alone": list(plan.alone)}
+        info.schedule = ColumnSchedule(lanes=[list(lane) for lane in plan.lanes], alone=list(plan.alone))
         logs += texts
     elif rc_help == 0 and "--repeat" in help_text:
         argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]

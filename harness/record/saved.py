@@ -40,6 +40,7 @@ __all__ = [
     "VERSIONS",
     "BaselineChange",
     "CellDoc",
+    "ColumnSchedule",
     "DefectStatus",
     "KnownDefect",
     "MatrixCell",
@@ -55,6 +56,8 @@ __all__ = [
     "RunRecordDoc",
     "SavedDoc",
     "SavedDocError",
+    "SlurmColumn",
+    "SlurmLane",
     "SummaryDoc",
     "VerdictDoc",
     "read_json",
@@ -403,6 +406,39 @@ class MatrixCell(_AsRead):
         return self.failures.get("k"), self.failures.get("n")
 
 
+class ColumnSchedule(_AsRead):
+    """How a column's scenarios shared the machine (``harness.matrix.schedule.run_plan``): its
+    lanes side by side, each a list of scenarios, then those that ran alone."""
+
+    lanes: list[list[str]] = []
+    alone: list[str] = []
+
+
+class SlurmLane(_AsRead):
+    """One lane of a column's SLURM job array (``harness.matrix.schedule.run_plan_slurm``): its
+    scenarios, the job and node(s) of the attempt that counts, its exit code or infrastructure
+    verdict, what each attempt ended as, and how long it queued."""
+
+    name: str = ""
+    scenarios: list[str] = []
+    job: str = ""
+    node: str = ""
+    nodes: str = ""  # SLURM's NodeList of the attempt that counts (h[1-2])
+    rc: int | None = None
+    infra: str | None = None
+    attempts: list[str] = []
+    ends: list[dict[str, Any]] = []  # each attempt's end (harness.hosts.slurm_dispatch)
+    gathered: list[dict[str, Any]] = []  # node-local results: each attempt's gathering
+    queued_to_start_s: float | None = None
+
+
+class SlurmColumn(_AsRead):
+    """Where a ``--slurm`` column's work went: its lanes' nodes each, and every lane."""
+
+    nodes_per_lane: int | None = None
+    lanes: list[SlurmLane] = []
+
+
 class MatrixColumn(_AsRead):
     """A column of ``matrix.json`` (``harness.record.cells.Column``) and what running it left:
     the env, the raw READs, the tool's exit code, its lanes."""
@@ -424,8 +460,8 @@ class MatrixColumn(_AsRead):
     resumed: bool = False
     run_error: str | None = None
     infra: dict[str, str] | None = None  # --slurm: scenario -> why its lane did not run
-    slurm: Any = None
-    schedule: dict[str, Any] | None = None  # {"lanes": [[scenario]], "alone": [scenario]}
+    slurm: SlurmColumn | None = None
+    schedule: ColumnSchedule | None = None
     resolved_from: dict[str, str] | None = None
     loaded_nixl: list[str] = []
     loaded_ucx: list[str] = []
@@ -433,7 +469,7 @@ class MatrixColumn(_AsRead):
     def lanes_beside(self, scenario: str) -> int:
         """How many lanes ran at once while ``scenario`` ran here (1: alone, one lane, or a column
         from before lanes)."""
-        lanes = (self.schedule or {}).get("lanes") or []
+        lanes = self.schedule.lanes if self.schedule is not None else []
         if len(lanes) > 1 and any(scenario in lane for lane in lanes):
             return len(lanes)
         return 1

@@ -185,6 +185,10 @@ MATRIX_DOC: dict[str, Any] = {
                  "env": {}, "available": True, "error": None, "env_path": "/envs/1.5.1", "out_dir": "nixl-1.5.1",
                  "raw_read_gbps": 0.77, "raw_read_error": None, "raw_reads": {"8388608": 1.41, "67108864": 0.77},
                  "rc": 0, "schedule": {"lanes": [["smoke"], ["seg"]], "alone": []},
+                 "slurm": {"nodes_per_lane": 1, "lanes": [
+                     {"name": "lane-1", "scenarios": ["smoke", "seg"], "job": "12_0", "node": "h1", "nodes": "h1", "rc": 0,
+                      "infra": None, "attempts": ["COMPLETED"], "ends": [{"job": "12_0", "state": "COMPLETED", "rc": 0}],
+                      "gathered": [], "queued_to_start_s": 0.41}]},
                  "loaded_nixl": ["1.5.1"], "loaded_ucx": ["1.23.0"]},
                 {"id": "nixl-1.5.2", "label": "NIXL 1.5.2", "nixl": "1.5.2", "subject": "", "mx_server": "",
                  "env": {}, "available": False, "error": "not installable: nixl: no", "env_path": "/envs/1.5.2",
@@ -236,6 +240,11 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
         True, "reproduced", None, None)
     assert (seg.read_gbps, seg.runs, doc.cell("seg", "nixl-1.5.2")) == (None, [], None)
     assert doc.scenario_seconds() == {"smoke": 2.5, "seg": 4.0}
+    assert col.schedule is not None and (col.schedule.lanes, col.schedule.alone) == ([["smoke"], ["seg"]], [])
+    assert col.slurm is not None and col.slurm.nodes_per_lane == 1 and gone.slurm is None
+    (lane,) = col.slurm.lanes
+    assert (lane.name, lane.node, lane.rc, lane.attempts, lane.queued_to_start_s) == ("lane-1", "h1", 0, ["COMPLETED"], 0.41)
+    assert lane.ends[0]["state"] == "COMPLETED"
     (head,) = doc.headlines
     assert (head.scenario, head.column) == ("seg", "nixl-1.5.1") and head.text.startswith("expected on NIXL 1.5.1")
     rate, timing, verdict, column = doc.baseline_changes or []
@@ -255,7 +264,10 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
 MATRIX_KEYS = ("cells", "columns", "scenarios", "headlines", "baseline_changes", "verdict", "verdicts", "failures",
                "runs", "link", "run_dir", "seconds", "detection_s", "recovery_s", "fallback_s", "read_gbps",
                "read_ratio", "loaded_nixl", "loaded_ucx", "raw_reads", "raw_read_gbps", "raw_read_error",
-               "available", "schedule", "label", "error", "defect")
+               "available", "schedule", "label", "error", "defect",
+               # the typed parts: a headline, a baseline change, a known defect and its status, a schedule, a SLURM record
+               "headline", "expected", "observed", "reproduced", "regression", "metric", "versions", "lanes", "alone",
+               "slurm", "nodes_per_lane", "queued_to_start_s")
 MATRIX_READERS = (*sorted((ROOT / "harness" / "matrix").glob("*.py")),
                   *(ROOT / "harness" / "record" / f for f in ("baseline.py", "cells.py")),
                   ROOT / "harness" / "reports" / "matrix_page.py", ROOT / "harness" / "nightly" / "compare.py")
