@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fixtures.witness_runs import IGNORE_TERM, effects, one_source
+from fixtures.witness_runs import IGNORE_TERM, cut_probe, effects, one_source
 from fixtures.witness_runs import run_witnessed as run
 
 from harness.faults import netns as netns_faults
@@ -66,36 +66,17 @@ def test_a_negative_control_passes_without_effect_and_is_not_exercised_with_one(
 
 # ---------------------------------------------------------------------------- network faults (netns)
 
-NET = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 10s, run: 60s, progress: 100s, stop_grace: 2s}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a}
-      probe: {role: reader, host: a}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: heartbeat}
-      - fault: {kind: partition, target: a, peer: ctl, name: cut%s}
-      # the fake reader first connects to the server (2 s timeout): its SYNs cross the cut while it holds
-      - start: probe
-      - await: {process: probe, exit: true, code: any}
-      - heal: cut
-    checks:
-      - nothing_leaked: {}
-"""
-
 
 @pytest.mark.root
 @NEEDS_ROOT
 @NEEDS_TOOLS
 def test_a_partition_packets_met_is_seen_one_on_an_unused_port_is_not_exercised(tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", NET % "")  # the probe's SYNs to the server met it
+    landed = run(tmp_path / "landed", cut_probe())  # the probe's SYNs to the server met it
     assert (landed.verdict, effects(landed)) == ("pass", {"cut": "seen"})
     (w,) = landed.history.fault_windows()
     assert w.witness is not None and w.witness.figures["packets"] >= 1 and w.witness.figures["hooks"] == 2
 
-    missed = run(tmp_path / "missed", NET % ", ports: [9]")  # a port nothing of the run uses
+    missed = run(tmp_path / "missed", cut_probe(fault=", ports: [9]"))  # a port nothing of the run uses
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 
@@ -106,6 +87,6 @@ def test_a_partition_packets_met_is_seen_one_on_an_unused_port_is_not_exercised(
 def test_a_chain_nothing_jumps_to_turns_pass_into_not_exercised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The planted regression of the issue: the rules go into our chain, but no hook jumps to it."""
     monkeypatch.setattr(netns_faults, "firewall_hooks", lambda spec: [])
-    missed = run(tmp_path, NET % "")
+    missed = run(tmp_path, cut_probe())
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no hook jumps to it)")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import IGNORE_TERM, effects, one_source, run_witnessed, witnessed
+from fixtures.witness_runs import IGNORE_TERM, cut_probe, effects, one_source, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
 from harness.hosts.inventory import Inventory
@@ -96,34 +96,17 @@ def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Invento
 
 # ---------------------------------------------------------------------------- network faults
 
-NET = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 90s, progress: 100s, stop_grace: 2s}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a}
-      probe: {role: reader, host: a}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: heartbeat}
-      - fault: {kind: %s, target: a, peer: ctl, name: cut%s}
-      # the fake reader first connects to the server (2 s timeout): its SYNs cross the cut while it holds
-      - start: probe
-      - await: {process: probe, exit: true, code: any}
-      - heal: cut
-    checks:
-      - nothing_leaked: {}
-"""
+NET = "step: 20s, run: 90s, progress: 100s, stop_grace: 2s"  # cut_probe's budgets over ssh
 
 
 @pytest.mark.parametrize("kind", ["partition", "reject"])
 def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_exercised(
         kind: str, inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", NET % (kind, ""), inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", cut_probe(kind, budgets=NET), inventory=inventory))
     effect, figures = witnessed(landed)["cut"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["packets"] >= 1 and figures["hooks"] == 2
-    missed = on_ssh(run_witnessed(tmp_path / "missed", NET % (kind, ", ports: [9]"), inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", cut_probe(kind, fault=", ports: [9]", budgets=NET), inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 
