@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections import Counter
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
     from harness.reports.console import RecapEntry
     from harness.scenario import Scenario
 
-__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell"]
+__all__ = ["ColumnProgress", "add_parser", "cmd_matrix", "format_table", "matrix_recap", "rerun_cell", "rerun_folder"]
+
+_RERUN = re.compile(r"rerun(?:-([0-9]+))?")
 
 
 
@@ -137,9 +140,19 @@ def matrix_recap(matrix: MatrixDoc, out: Path) -> list[RecapEntry]:
     return entries
 
 
+def rerun_folder(out: Path) -> Path:
+    """Where a cell of the matrix written in ``out`` runs again: ``OUT/rerun-1``; a rerun's own
+    rerun (``out`` named ``rerun-N``, or ``rerun`` as older matrices named it) is its sibling
+    ``rerun-<N+1>``, so reruns of reruns do not nest and none overwrites the one before."""
+    again = _RERUN.fullmatch(out.name)
+    if again is None:
+        return out / "rerun-1"
+    return out.parent / f"rerun-{int(again[1] or 0) + 1}"
+
+
 def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> str:
     """The command that runs one cell again, as a matrix of one: the column's axes (its NIXL
-    version, subject, server and env values), the scenario's file, into ``OUT/rerun``."""
+    version, subject, server and env values), the scenario's file, into ``rerun_folder(out)``."""
     from harness.record.results import command
 
     served = "MXCHAOS_MX_SERVER_VERSION"  # set by a server column itself (Column.env_dict), not an axis
@@ -148,7 +161,7 @@ def rerun_cell(column: MatrixColumn, scenario: str, repeat: int, out: Path) -> s
             *(a for k, v in column.env.items() if k != served for a in ("--env", f"{k}={v}"))]
     if not axes:  # a matrix needs an axis: this environment's column is the subject of each scenario's own
         return ""
-    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(out / "rerun"), shown(Path(scenario))]
+    argv = [command(), "matrix", *axes, "--repeat", str(repeat), "--out", shown(rerun_folder(out)), shown(Path(scenario))]
     return shlex.join(argv)
 
 
@@ -189,7 +202,7 @@ def format_table(matrix: MatrixDoc, verbose: bool = True) -> str:
                 text += f" (x{cell.read_ratio:g} raw)"
             d = cell.defect
             if d:
-                text += f" [defect {'expected' if d['expected'] else 'unlisted'}, {d['observed']}]"
+                text += f" [defect {'expected' if d.expected else 'unlisted'}, {d.observed}]"
             row.append(text)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -337,13 +350,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if not c.available:
             print(f"{c.id}: {c.error}")
     for h in matrix.headlines:
-        print(f"HEADLINE {h['scenario']} @ {h['column']}: {h['text']}")
+        print(f"HEADLINE {h.scenario} @ {h.column}: {h.text}")
     changes = matrix.baseline_changes
     if changes is not None:
         print(f"{len(changes)} change(s) against {args.baseline}")
         for change in changes:
-            mark = "REGRESSION" if change.get("regression") else "change"
-            print(f"  {mark} {where(change)}: {change['text']}")
+            mark = "REGRESSION" if change.regression else "change"
+            print(f"  {mark} {where(change)}: {change.text}")
     from harness.reports.console import write_recap
 
     write_recap(sys.stdout, matrix_recap(matrix, spec.out), color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
@@ -355,5 +368,5 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             print(f"  {line}")
         return EXIT_ENV_BROKEN
     bad_cell = any(cell.verdict.lower() in FAILING for _, _, cell in matrix.all_cells())
-    regressed = any(c.get("regression") for c in changes or [])
+    regressed = any(c.regression for c in changes or [])
     return EXIT_FAILED if bad_cell or regressed else EXIT_OK

@@ -16,7 +16,9 @@ that release?) or reproduced where it is not listed (brought back, or never meas
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harness.record.saved import DefectStatus, KnownDefect
 
 if TYPE_CHECKING:
     from harness.record.cells import Column
@@ -25,26 +27,26 @@ if TYPE_CHECKING:
 __all__ = ["column_defects", "defect_here", "defect_info", "defect_status", "version_matches"]
 
 
-def defect_info(scenario: Scenario) -> dict[str, Any] | None:
-    """``{"text": str, "versions": [..] | None, "servers": [..] | None, "subjects": [..] | None}``:
-    the known defect in force in a validated scenario as it is played (None: none in force).
-    ``servers``/``subjects``: whose defect it is (``defect_servers``; the client of ``subject_defects``
-    whose own defect is in force)."""
+def defect_info(scenario: Scenario) -> KnownDefect | None:
+    """The known defect in force in a validated scenario as it is played (None: none in force):
+    its text, ``versions`` (None: every one), whose defect it is (``servers``: ``defect_servers``;
+    ``subjects``: the client of ``subject_defects`` whose own defect is in force; None: anyone's)."""
     if not scenario.known_defect:
         return None
     listed = [v for v in scenario.defect_versions if v.strip()] or None
-    return {"text": " ".join(scenario.known_defect.split()), "versions": listed,
-            "servers": list(scenario.defect_servers) or None, "subjects": [scenario.defect_subject] if scenario.defect_subject else None}
+    return KnownDefect(text=" ".join(scenario.known_defect.split()), versions=listed,
+                       servers=list(scenario.defect_servers) or None,
+                       subjects=[scenario.defect_subject] if scenario.defect_subject else None)
 
 
-def column_defects(scenario: Scenario, columns: Sequence[Column]) -> dict[str, dict[str, Any]]:
+def column_defects(scenario: Scenario, columns: Sequence[Column]) -> dict[str, KnownDefect]:
     """Column id -> the known defect in force where that column plays ``scenario`` (``defect_info``
     of the scenario as the column's subjects play it: settled in the one place that decides,
     ``harness.scenario.subjects.with_subjects``); a column where none is in force is left out."""
     from harness.scenario.subjects import with_subjects
     from harness.subjects.mx_server import parse_subjects
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, KnownDefect] = {}
     for column in columns:
         arg = column.subject_arg()
         played = with_subjects(scenario, parse_subjects(arg[1])) if arg else scenario
@@ -54,11 +56,11 @@ def column_defects(scenario: Scenario, columns: Sequence[Column]) -> dict[str, d
     return out
 
 
-def defect_here(defect: Mapping[str, Any], server: str) -> bool:
+def defect_here(defect: KnownDefect, server: str) -> bool:
     """Whether a column whose servers are played by ``server`` (``mxref``, ``modelexpress``; "":
     each scenario's own) runs the defect at all: a defect of other servers is not judged there
     (its runs are plain scenarios: ``harness.scenario.subjects.with_subjects``)."""
-    servers = defect.get("servers")
+    servers = defect.servers
     return not servers or not server or server in servers
 
 
@@ -67,9 +69,9 @@ def version_matches(version: str, listed: Sequence[str]) -> bool:
     return any(version == v or version.startswith(v + ".") for v in listed)
 
 
-def defect_status(defect: Mapping[str, Any], nixl: str, verdicts: Mapping[str, int]) -> dict[str, Any]:
+def defect_status(defect: KnownDefect, nixl: str, verdicts: Mapping[str, int]) -> DefectStatus:
     """Expected vs observed for one cell; ``headline`` is a sentence when they disagree."""
-    listed = defect.get("versions")
+    listed = defect.versions
     expected = True if listed is None else version_matches(nixl, listed)
     xfail, xpass = verdicts.get("xfail", 0), verdicts.get("xpass", 0)
     n = sum(verdicts.values())
@@ -84,4 +86,4 @@ def defect_status(defect: Mapping[str, Any], nixl: str, verdicts: Mapping[str, i
         headline = f"expected on NIXL {nixl}, not reproduced in {xpass} of {n} runs: fixed in this release?"
     elif not expected and observed == "reproduced":
         headline = f"not listed for NIXL {nixl}, but reproduced in {xfail} of {n} runs: brought back (or never measured here)"
-    return {"expected": expected, "observed": observed, "reproduced": {"k": xfail, "n": n}, "headline": headline}
+    return DefectStatus(expected=expected, observed=observed, reproduced={"k": xfail, "n": n}, headline=headline)

@@ -39,7 +39,16 @@ from harness.matrix.projection import matrix_seconds
 from harness.matrix.schedule import LanePlacement, plan_column, run_plan, run_plan_slurm
 from harness.record.baseline import diff_matrices
 from harness.record.cells import NOT_INSTALLABLE, Column, read_column
-from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc, MatrixScenario, SummaryDoc
+from harness.record.saved import (
+    ColumnSchedule,
+    KnownDefect,
+    MatrixCell,
+    MatrixColumn,
+    MatrixDoc,
+    MatrixHeadline,
+    MatrixScenario,
+    SummaryDoc,
+)
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
 __all__ = ["Execute", "MatrixSpec", "build_matrix", "default_execute", "not_installable", "run_matrix"]
@@ -53,7 +62,7 @@ RAW_READ_TIMEOUT_S = 120.0
 class MatrixSpec:
     scenarios: list[Path]  # scenario files
     names: list[str]  # their scenario names, same order
-    defects: dict[str, dict[str, Any]]  # name -> defect_info (the file's, shown on its row)
+    defects: dict[str, KnownDefect]  # name -> defect_info (the file's, shown on its row)
     columns: list[Column]
     repeat: int = 1
     out: Path = Path("matrix")
@@ -71,7 +80,7 @@ class MatrixSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     # name -> column id -> the defect in force there (harness.matrix.defects.column_defects); a name
     # not in it: its row's defect, where its servers' column runs it (defect_here)
-    cell_defects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cell_defects: dict[str, dict[str, KnownDefect]] = field(default_factory=dict)
     # an --mx-server version or a --subject value that cannot play here (a nightly that did not
     # resolve, build or install) -> why: its columns are "not installable", never a failure
     unplayable: dict[str, str] = field(default_factory=dict)
@@ -199,7 +208,7 @@ def _run_column(spec: MatrixSpec, env: EnvResult, column: Column, execute: Execu
             return execute(argv, run_env, spec.timeout_per_run * spec.repeat * len(names) + 120.0)
 
         info.rc, texts = run_plan(plan, out_dir, group, spec.repeat, log=lambda m: log(f"[{column.id}] {m}"))
-        info.schedule = {"lanes": [list(lane) for lane in plan.lanes], "alone": list(plan.alone)}
+        info.schedule = ColumnSchedule(lanes=[list(lane) for lane in plan.lanes], alone=list(plan.alone))
         logs += texts
     elif rc_help == 0 and "--repeat" in help_text:
         argv = [*mxchaos, "run", "--repeat", str(spec.repeat), "--out", str(out_dir.resolve()), "-q", *subject, *paths]
@@ -224,7 +233,7 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
     """``matrix.json``'s content from the column folders already under ``spec.out``."""
     columns: list[MatrixColumn] = []
     cells: dict[str, dict[str, MatrixCell]] = {name: {} for name in spec.names}
-    headlines: list[dict[str, Any]] = []
+    headlines: list[MatrixHeadline] = []
     spelled = {r["version"]: r["spelling"] for r in spec.extra.get("resolved", ()) if r.get("version")}
     for column in spec.columns:
         env = envs[column.nixl]
@@ -273,9 +282,9 @@ def build_matrix(spec: MatrixSpec, envs: Mapping[str, EnvResult], infos: Mapping
                 played = "" if not column.mx_server else "mxref" if column.mx_server == "mxref" else "modelexpress"
                 defect = defect if defect and defect_here(defect, played) else None
             if defect:
-                cell.defect = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
-                if cell.defect["headline"]:
-                    headlines.append({"scenario": name, "column": column.id, "text": cell.defect["headline"]})
+                cell.defect = status = defect_status(defect, column.nixl or here_nixl(), cell.verdicts)
+                if status.headline:
+                    headlines.append(MatrixHeadline(scenario=name, column=column.id, text=status.headline))
             cells[name][column.id] = cell
         columns.append(col)
     matrix = MatrixDoc.model_validate({

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from harness.record.saved import SummaryDoc
+from harness.record.saved import SlurmColumn, SlurmLane, SummaryDoc
 from harness.scenario.placement import (
     GLOBAL_CAPABILITIES,
     LANES_PER_CORE,
@@ -58,7 +58,7 @@ def run_plan(plan: Plan, out_dir: Path, run: RunGroup, repeat: int,
 
 def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: Callable[[Sequence[str]], list[str]],
                    env: Mapping[str, str], options: Any, repeat: int,
-                   log: Callable[[str], None] = lambda _m: None) -> tuple[int, dict[str, str], dict[str, Any]]:
+                   log: Callable[[str], None] = lambda _m: None) -> tuple[int, dict[str, str], SlurmColumn]:
     """``--slurm``: the column's lanes (``spread`` over the partition's nodes, each lone scenario a
     lane of its own) as one SLURM job array (``harness.hosts.slurm_dispatch``, ``options`` its
     ``Options``); ``argv_of(names)`` is a lane's ``mxchaos run`` (its ``--out`` the dispatcher's
@@ -81,8 +81,8 @@ def run_plan_slurm(placements: Sequence[LanePlacement], out_dir: Path, argv_of: 
     infra = {n: o.infra for o, (_lane, names) in zip(outcomes, lanes) if o.infra for n in names}
     codes = [o.rc if o.rc is not None else 4 for o in outcomes if o.infra is None]
     worst = next((rc for rc in codes if rc not in (0, 1)), max(codes, default=0))
-    record = {"nodes_per_lane": options.nodes_per_lane,
-              "lanes": [{"name": name, "scenarios": list(names), "job": o.job, "node": o.node, "nodes": o.nodelist, "rc": o.rc,
-                         "infra": o.infra, "attempts": o.attempts, "ends": o.ends, "gathered": o.gathered, "queued_to_start_s": o.queued_to_start_s}
-                        for o, (name, names) in zip(outcomes, lanes)]}
+    record = SlurmColumn(nodes_per_lane=options.nodes_per_lane, lanes=[
+        SlurmLane(name=name, scenarios=list(names), job=o.job, node=o.node, nodes=o.nodelist, rc=o.rc, infra=o.infra,
+                  attempts=o.attempts, ends=o.ends, gathered=o.gathered, queued_to_start_s=o.queued_to_start_s)
+        for o, (name, names) in zip(outcomes, lanes)])
     return worst, infra, record

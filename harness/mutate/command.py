@@ -6,7 +6,8 @@ once per mutant (a ``git diff`` of the subject's package, or of the harness's fa
 applied to a scratch copy: ``harness.mutate.subject``), rerunning a
 scenario ``N`` more times where a mutant killed it only through time bounds or by a failed step
 (a process that crashed or an event that never came: maybe the machine, not the mutant); it writes
-``mutate.json`` and ``mutate.html`` under ``--out`` and prints one line per mutant. Exit 0: every
+``mutate.json`` and ``mutate.html`` under ``--out`` (default: ``mutate/`` under the results root,
+``runs/mutate``: ``harness.record.results``) and prints one line per mutant. Exit 0: every
 mutant was killed by at least ``--min-kills`` scenarios through a check that is not a time bound;
 1: one was not (or did not apply); 2: invalid input.
 """
@@ -25,9 +26,10 @@ from harness.exits import EXIT_INVALID, EXIT_OK
 from harness.mutate import killmatrix
 from harness.mutate.runs import run_selection
 from harness.mutate.subject import Mutant, MutantError, ScratchSubject, find_mutants
+from harness.record.results import results_root
 from harness.record.saved import RunInfo
 
-__all__ = ["add_parser", "cmd_mutate"]
+__all__ = ["add_parser", "cmd_mutate", "out_folder"]
 
 
 def add_parser(sub: Any) -> None:
@@ -50,7 +52,8 @@ def add_parser(sub: Any) -> None:
                    help="scenarios that must kill each mutant through a check that is no time bound (default 2)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="each mxchaos run of the selection is stopped after S seconds (default 1800)")
-    p.add_argument("--out", default="mutate", metavar="DIR", help="output folder (default: mutate)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: mutate/ under the results root, runs/mutate as mxchaos run's runs/)")
     p.set_defaults(fn=cmd_mutate)
 
 
@@ -70,7 +73,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             print(f"mxchaos mutate: --only names {', '.join(sorted(unknown))}, not in {args.mutants}", file=sys.stderr)
             return EXIT_INVALID
         mutants = [m for m in mutants if m.name in wanted]
-    out = Path(args.out).resolve()
+    out = out_folder(args.out)
     scratch = ScratchSubject(Path(args.repo).resolve(), args.package, out / "scratch")
 
     def selection(mutant: Mutant | None, folder: Path, paths: list[str], k: str | None) -> dict[str, Any]:
@@ -120,6 +123,12 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     js, page = killmatrix.write(out, matrix)
     print(f"kill matrix: {js}\npage:        {page}")
     return EXIT_WEAK if weak else EXIT_OK
+
+
+def out_folder(given: str | None) -> Path:
+    """``--out`` as given, else ``mutate/`` under the results root (where ``mxchaos run`` and
+    ``explore`` write without ``--out``), absolute."""
+    return (Path(given) if given else results_root() / "mutate").resolve()
 
 
 def _path_of(outcome: Any) -> str:

@@ -89,15 +89,15 @@ def compare_nights(old: NightDoc, new: NightDoc, drop: float = 0.2) -> dict[str,
         elif before and before.cell != s.cell:
             out["other"].append(_item(name, before, s, "changed"))
     for change in diff_matrices(_as_matrix(old), _as_matrix(new), drop):
-        changed = change.get("scenario")
+        changed = change.scenario
         if changed is None:
             continue
-        if change["kind"] == "rate":
-            out["rates_moved"].append({"scenario": changed, "old": change["old"], "new": change["new"],
-                                       "up": bool(change["regression"]), "text": change["text"]})
-        elif change["kind"] == "timing":
-            out["slower"].append({"scenario": changed, "old": change["old"], "new": change["new"],
-                                  "text": change["text"].replace("seconds grew", "median run grew") + _loads(old, new)})
+        if change.kind == "rate":
+            out["rates_moved"].append({"scenario": changed, "old": change.old, "new": change.new,
+                                       "up": change.regression, "text": change.text})
+        elif change.kind == "timing":
+            out["slower"].append({"scenario": changed, "old": change.old, "new": change.new,
+                                  "text": change.text.replace("seconds grew", "median run grew") + _loads(old, new)})
     return out
 
 

@@ -25,13 +25,12 @@ the column gets one note saying how many scenarios that left out (``MatrixColumn
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from harness.record.cells import SEVERITY
-from harness.record.saved import MatrixCell, MatrixColumn, MatrixDoc
+from harness.record.saved import BaselineChange, MatrixCell, MatrixColumn, MatrixDoc
 
-__all__ = ["diff_matrices", "wilson"]
+__all__ = ["diff_matrices", "where", "wilson"]
 
 DURATIONS = ("seconds", "detection_s", "recovery_s", "fallback_s")
 MIN_DURATION_CHANGE_S = 0.5
@@ -86,16 +85,15 @@ def _cell_changes(old: MatrixCell, new: MatrixCell, drop: float,
     return out
 
 
-def where(change: Mapping[str, Any]) -> str:
+def where(change: BaselineChange) -> str:
     """Where a change is, as the table and the page say it: ``scenario @ column``, or ``column <id>``
     for a change of the whole column (``schedule``, ``column``: no scenario)."""
-    scenario = change.get("scenario")
-    return f"{scenario} @ {change['column']}" if scenario else f"column {change['column']}"
+    return f"{change.scenario} @ {change.column}" if change.scenario else f"column {change.column}"
 
 
-def diff_matrices(old: MatrixDoc, new: MatrixDoc, drop: float = 0.2) -> list[dict[str, Any]]:
-    """Every change, as ``{scenario, column, kind, text, regression, ...}``, in table order."""
-    changes: list[dict[str, Any]] = []
+def diff_matrices(old: MatrixDoc, new: MatrixDoc, drop: float = 0.2) -> list[BaselineChange]:
+    """Every change (``scenario, column, kind, text, regression, ...``), in table order."""
+    changes: list[BaselineChange] = []
     old_cells, new_cells = old.cells, new.cells
     old_columns = {c.id: c for c in old.columns}
     new_columns = {c.id: c for c in new.columns}
@@ -111,15 +109,15 @@ def diff_matrices(old: MatrixDoc, new: MatrixDoc, drop: float = 0.2) -> list[dic
             if here != there:
                 unlike.setdefault(column, []).append((scenario, here, there))
             for change in _cell_changes(before[column], cell, drop, timings=here == there):
-                changes.append({"scenario": scenario, "column": column, **change})
+                changes.append(BaselineChange.model_validate({"scenario": scenario, "column": column, **change}))
     for column, rows in unlike.items():
         pairs = sorted({f"{here} here, {there} in the baseline" for _, here, there in rows})
-        changes.append({"scenario": None, "column": column, "kind": "schedule", "regression": False,
-                        "scenarios": [name for name, _, _ in rows],
-                        "text": f"timings of {len(rows)} scenario(s) not compared: they ran beside a different "
-                                f"number of lanes at once ({'; '.join(pairs)})"})
+        changes.append(BaselineChange(scenario=None, column=column, kind="schedule", regression=False,
+                                      scenarios=[name for name, _, _ in rows],
+                                      text=f"timings of {len(rows)} scenario(s) not compared: they ran beside a "
+                                           f"different number of lanes at once ({'; '.join(pairs)})"))
     for col in new.columns:
         if old_columns and col.id not in old_columns:
-            changes.append({"scenario": None, "column": col.id, "kind": "column", "regression": False,
-                            "text": "a new column (not in the baseline)"})
+            changes.append(BaselineChange(scenario=None, column=col.id, kind="column", regression=False,
+                                          text="a new column (not in the baseline)"))
     return changes

@@ -7,7 +7,8 @@ verdict, the checks, its place among a ``--repeat``). An ``--out`` folder of run
 folder relative to the summary's own). An
 invocation of ``mxchaos run`` leaves ``invocation.json``, a night ``nightly.json`` (both a
 ``NightDoc``), a matrix ``matrix.json`` (``MatrixDoc``: its ``MatrixScenario`` rows,
-``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``).
+``MatrixColumn`` columns and ``MatrixCell`` cells, each cell's runs a ``MatrixRun``;
+its ``MatrixHeadline`` list and ``BaselineChange`` list).
 
 Every writer and reader of these files goes through this module (``tests/unit/
 test_saved_run.py`` holds the rest of harness to it): the file names, ``read_json`` (missing:
@@ -37,10 +38,15 @@ __all__ = [
     "SUMMARY",
     "VERDICT",
     "VERSIONS",
+    "BaselineChange",
     "CellDoc",
+    "ColumnSchedule",
+    "DefectStatus",
+    "KnownDefect",
     "MatrixCell",
     "MatrixColumn",
     "MatrixDoc",
+    "MatrixHeadline",
     "MatrixRun",
     "MatrixScenario",
     "NightDoc",
@@ -50,6 +56,8 @@ __all__ = [
     "RunRecordDoc",
     "SavedDoc",
     "SavedDocError",
+    "SlurmColumn",
+    "SlurmLane",
     "SummaryDoc",
     "VerdictDoc",
     "read_json",
@@ -358,6 +366,17 @@ class MatrixRun(_AsRead):
     link: str | None = None
 
 
+class DefectStatus(_AsRead):
+    """A known defect in one matrix cell (``harness.matrix.defects.defect_status``): whether the
+    cell's NIXL version lists it, what its runs showed (reproduced, not reproduced, inconclusive),
+    in how many, and the headline where the two disagree (None: they agree)."""
+
+    expected: bool = False
+    observed: str = ""
+    reproduced: dict[str, int] | None = None  # {"k": runs that ended xfail, "n": runs}
+    headline: str | None = None
+
+
 class MatrixCell(_AsRead):
     """A scenario in a column (``harness.record.cells.read_column``): its verdict, how many runs
     failed, the runs and their median timings; ``error`` when it has no verdict on NIXL."""
@@ -380,11 +399,44 @@ class MatrixCell(_AsRead):
     ucx: list[str] = []
     subjects: dict[str, str] = {}
     servers: dict[str, str] = {}
-    defect: dict[str, Any] | None = None  # harness.matrix.defects.defect_status
+    defect: DefectStatus | None = None
 
     def failed(self) -> tuple[int | None, int | None]:
         """(k, n): runs that failed, runs not skipped (None: not recorded)."""
         return self.failures.get("k"), self.failures.get("n")
+
+
+class ColumnSchedule(_AsRead):
+    """How a column's scenarios shared the machine (``harness.matrix.schedule.run_plan``): its
+    lanes side by side, each a list of scenarios, then those that ran alone."""
+
+    lanes: list[list[str]] = []
+    alone: list[str] = []
+
+
+class SlurmLane(_AsRead):
+    """One lane of a column's SLURM job array (``harness.matrix.schedule.run_plan_slurm``): its
+    scenarios, the job and node(s) of the attempt that counts, its exit code or infrastructure
+    verdict, what each attempt ended as, and how long it queued."""
+
+    name: str = ""
+    scenarios: list[str] = []
+    job: str = ""
+    node: str = ""
+    nodes: str = ""  # SLURM's NodeList of the attempt that counts (h[1-2])
+    rc: int | None = None
+    infra: str | None = None
+    attempts: list[str] = []
+    ends: list[dict[str, Any]] = []  # each attempt's end (harness.hosts.slurm_dispatch)
+    gathered: list[dict[str, Any]] = []  # node-local results: each attempt's gathering
+    queued_to_start_s: float | None = None
+
+
+class SlurmColumn(_AsRead):
+    """Where a ``--slurm`` column's work went: its lanes' nodes each, and every lane."""
+
+    nodes_per_lane: int | None = None
+    lanes: list[SlurmLane] = []
 
 
 class MatrixColumn(_AsRead):
@@ -408,8 +460,8 @@ class MatrixColumn(_AsRead):
     resumed: bool = False
     run_error: str | None = None
     infra: dict[str, str] | None = None  # --slurm: scenario -> why its lane did not run
-    slurm: Any = None
-    schedule: dict[str, Any] | None = None  # {"lanes": [[scenario]], "alone": [scenario]}
+    slurm: SlurmColumn | None = None
+    schedule: ColumnSchedule | None = None
     resolved_from: dict[str, str] | None = None
     loaded_nixl: list[str] = []
     loaded_ucx: list[str] = []
@@ -417,10 +469,21 @@ class MatrixColumn(_AsRead):
     def lanes_beside(self, scenario: str) -> int:
         """How many lanes ran at once while ``scenario`` ran here (1: alone, one lane, or a column
         from before lanes)."""
-        lanes = (self.schedule or {}).get("lanes") or []
+        lanes = self.schedule.lanes if self.schedule is not None else []
         if len(lanes) > 1 and any(scenario in lane for lane in lanes):
             return len(lanes)
         return 1
+
+
+class KnownDefect(_AsRead):
+    """A scenario's known defect as the matrix plays it (``harness.matrix.defects.defect_info``):
+    its text, the NIXL versions it was measured on, the servers (``defect_servers``) and the
+    clients (``subject_defects``) whose defect it is; None: every version, server, client."""
+
+    text: str = ""
+    versions: list[str] | None = None
+    servers: list[str] | None = None
+    subjects: list[str] | None = None
 
 
 class MatrixScenario(_AsRead):
@@ -428,7 +491,32 @@ class MatrixScenario(_AsRead):
 
     name: str
     path: str = ""
-    defect: dict[str, Any] | None = None
+    defect: KnownDefect | None = None
+
+
+class MatrixHeadline(_AsRead):
+    """A cell where a known defect's expectation and what its runs showed disagree
+    (``harness.matrix.defects.defect_status``'s headline), on top of the table and the page."""
+
+    scenario: str = ""
+    column: str = ""
+    text: str = ""
+
+
+class BaselineChange(_AsRead):
+    """One change against a ``--baseline`` (``harness.record.baseline.diff_matrices``): where it
+    is (``scenario`` None: the whole column), its ``kind`` (verdict, rate, timing, schedule,
+    column), the old and new values, whether it is a regression, and its sentence."""
+
+    scenario: str | None = None
+    column: str = ""
+    kind: str = ""
+    metric: str | None = None  # timing: the field that moved
+    old: str | int | float | dict[str, int] | None = None  # a verdict, a failure rate {k, n} or a figure
+    new: str | int | float | dict[str, int] | None = None
+    regression: bool = False
+    scenarios: list[str] | None = None  # schedule: the scenarios whose timings were not compared
+    text: str = ""
 
 
 class MatrixDoc(_AsRead):
@@ -442,8 +530,8 @@ class MatrixDoc(_AsRead):
     scenarios: list[MatrixScenario] = []
     columns: list[MatrixColumn] = []
     cells: dict[str, dict[str, MatrixCell]]
-    headlines: list[dict[str, Any]] = []
-    baseline_changes: list[dict[str, Any]] | None = None
+    headlines: list[MatrixHeadline] = []
+    baseline_changes: list[BaselineChange] | None = None
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 

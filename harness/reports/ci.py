@@ -12,7 +12,6 @@ root in a CI job), which is also where the job's uploaded artefact keeps them.""
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,8 @@ from typing import Any
 from harness.judge.verdict import RunResult
 from harness.record.deaths import log_tail, name_signals
 from harness.record.rates import Cell
-from harness.record.results import command
 from harness.record.saved import relative
-from harness.reports.invocation import next_steps
+from harness.reports.invocation import rerun_command
 from harness.reports.logs import check_log, telling_logs
 from harness.scenario.select import shown
 
@@ -37,16 +35,6 @@ def _page(result: RunResult, base: Path | None) -> str:
     return relative(page, base) if base is not None else shown(page)
 
 
-def _rerun(result: RunResult) -> str:
-    """The command that reruns this run (its seed), as ``next_steps`` prints it; for a known
-    defect's run (no next steps: nothing to fix) the same command without the repeats."""
-    steps = next_steps(result)
-    if steps:
-        return steps[0].split(":", 1)[1].strip()
-    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
-    return f"{command()} run {shlex.quote(path)} --seed {result.seed}"
-
-
 def _tail_block(process: str, why: str, log: Path, base: Path | None) -> list[str]:
     where = relative(log, base) if base is not None else shown(log)
     text = log_tail(log, _TAIL_LINES)
@@ -56,7 +44,7 @@ def _tail_block(process: str, why: str, log: Path, base: Path | None) -> list[st
 
 def _header(result: RunResult, base: Path | None) -> list[str]:
     return [f"scenario: {result.scenario.name} (seed {result.seed}, {result.verdict.upper()}, {result.seconds:.1f}s)",
-            f"rerun:    {_rerun(result)}",
+            f"rerun:    {rerun_command(result, passing_too=True)}",  # a known defect's run too
             f"page:     {_page(result, base)}"]
 
 

@@ -265,13 +265,6 @@ def _why(result: RunResult) -> str:
     return name_signals(why)
 
 
-def _rerun(result: RunResult) -> str:
-    from harness.reports.invocation import next_steps
-
-    steps = next_steps(result)  # none for a verdict that does not fail the run
-    return steps[0].split(":", 1)[1].strip() if steps else ""
-
-
 def _page(run_dir: Path | str) -> str:
     return _shown(Path(run_dir) / "report.html")
 
@@ -279,6 +272,8 @@ def _page(run_dir: Path | str) -> str:
 def _cell_entry(cell: Cell, by_dir: Mapping[str, RunResult]) -> RecapEntry:
     """A cell's line: the run it speaks of is its first failing run (else its first run where the
     defect showed, else its first run); that run's first failing check, page and rerun command."""
+    from harness.reports.invocation import rerun_command
+
     runs = cell.failing_runs or tuple(r for r in cell.runs if r.verdict == "xfail") or cell.runs
     record = runs[0] if runs else None
     result = by_dir.get(record.run_dir) if record is not None else None
@@ -289,19 +284,21 @@ def _cell_entry(cell: Cell, by_dir: Mapping[str, RunResult]) -> RecapEntry:
         return RecapEntry(cell.name, cell.scenario, why, page, "", count)
     why = cell.note if cell.name in ("XPASS", "FIXED?") else _why(result)
     page = "" if result.verdict == "skip" else _page(result.run_dir)
-    return RecapEntry(cell.name, cell.scenario, why, page, _rerun(result) if cell.fails_run else "", count)
+    return RecapEntry(cell.name, cell.scenario, why, page, rerun_command(result) if cell.fails_run else "", count)
 
 
 def recap_lines(results: Sequence[RunResult], cells: Sequence[Cell] | None = None) -> list[RecapEntry]:
     """The closing recap, what fails the run first: an entry per run that did not pass or, given
     ``cells`` (``--repeat N``: a scenario's runs judged as one), per cell that is not PASS, told
     from its first failing run (``results``: the runs, found by their folder)."""
+    from harness.reports.invocation import rerun_command
+
     if cells is not None:
         by_dir = {str(r.run_dir): r for r in results}
         entries = [_cell_entry(c, by_dir) for c in cells if c.name != "PASS"]
     else:
         entries = [RecapEntry(r.verdict.upper(), r.scenario.name, _why(r), "" if r.verdict == "skip" else _page(r.run_dir),
-                              _rerun(r)) for r in results if r.verdict != "pass"]
+                              rerun_command(r)) for r in results if r.verdict != "pass"]
     return sorted(entries, key=lambda e: _rank(e.word))
 
 

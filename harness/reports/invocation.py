@@ -40,7 +40,7 @@ from harness.record.saved import INVOCATION, NightDoc, SummaryDoc
 from harness.scenario.select import shown
 
 __all__ = ["Invocation", "SuiteProgress", "first_failing_check", "is_time_bound", "json_summary", "load_caveat",
-           "next_steps", "open_invocation", "timing_checks_failed"]
+           "next_steps", "open_invocation", "rerun_command", "timing_checks_failed"]
 
 RECORD = INVOCATION
 _PASSING = ("pass", "xfail", "xpass", "skip")
@@ -142,6 +142,20 @@ def _process_log(result: RunResult) -> Path | None:
     return found[0][2] if found else None
 
 
+def rerun_command(result: RunResult, mxchaos: str | None = None, *, passing_too: bool = False) -> str:
+    """The one command line that reruns a run, its seed (the recap's, the next steps' and CI's
+    ``rerun``): ``--repeat 5`` after a missed time bound; '' for a verdict that fails nothing
+    (pass, a known defect, skip), unless ``passing_too`` (a JUnit body of a known defect's run):
+    then the same command, without the repeats."""
+    failing = result.verdict not in _PASSING
+    if not failing and not passing_too:
+        return ""
+    exe = mxchaos or mxchaos_command()
+    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
+    repeat = " --repeat 5" if failing and _missed_a_time_bound(result) else ""
+    return f"{exe} run {shlex.quote(path)} --seed {result.seed}{repeat}"
+
+
 def next_steps(result: RunResult, mxchaos: str | None = None) -> list[str]:
     """What to do next about a run that did not pass: rerun, replay, read the log, open the page;
     each command as it runs when typed here (``harness.record.results.command``), each path
@@ -149,9 +163,7 @@ def next_steps(result: RunResult, mxchaos: str | None = None) -> list[str]:
     if result.verdict in _PASSING:
         return []
     exe = mxchaos or mxchaos_command()
-    path = shown(result.scenario.path) if result.scenario.path else result.scenario.name
-    repeat = " --repeat 5" if _missed_a_time_bound(result) else ""
-    steps = [f"rerun:  {exe} run {shlex.quote(path)} --seed {result.seed}{repeat}",
+    steps = [f"rerun:  {rerun_command(result, exe)}",
              f"replay: {exe} replay {shlex.quote(shown(result.run_dir))} -o again.yaml"]
     log = _process_log(result)
     if log is not None:

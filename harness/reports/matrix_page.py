@@ -41,7 +41,7 @@ def _num(value: Any, unit: str = "") -> str | None:
 def _cell(cell: MatrixCell) -> str:
     verdict = cell.verdict
     defect = cell.defect
-    unexpected = bool(defect and defect.get("headline"))
+    unexpected = bool(defect and defect.headline)
     look = swatch(verdict)  # the palette every page shares: a colour and a glyph, never colour alone
     parts = [f'<div class="v" style="color:{look.strong}"><span aria-hidden="true">{look.glyph}</span> {_e(verdict)}</div>']
     if cell.error:
@@ -63,8 +63,8 @@ def _cell(cell: MatrixCell) -> str:
     if shown:
         parts.append(f'<div class="small">{_e(" · ".join(shown))}</div>')
     if defect:
-        exp = "expected" if defect.get("expected") else "not listed"
-        parts.append(f'<div class="small">defect {exp}; {_e(defect.get("observed"))}</div>')
+        exp = "expected" if defect.expected else "not listed"
+        parts.append(f'<div class="small">defect {exp}; {_e(defect.observed)}</div>')
     links = [
         f'<a href="{_e(r.link or r.run_dir)}/report.html">{i + 1}:{_e(r.verdict)}</a>'
         for i, r in enumerate(cell.runs)
@@ -82,15 +82,15 @@ def render_matrix(matrix: MatrixDoc) -> str:
            f"run(s) per cell; verdict = the worst of the cell's runs; failed k/n = runs ending error, hang, fail, "
            "unknown or xfail</p>"]
     for h in matrix.headlines:
-        out.append(f'<div class="headline"><b>{_e(h["scenario"])}</b> @ {_e(h["column"])}: {_e(h["text"])}</div>')
+        out.append(f'<div class="headline"><b>{_e(h.scenario)}</b> @ {_e(h.column)}: {_e(h.text)}</div>')
     if matrix.baseline_changes is not None:
-        changes = sorted(matrix.baseline_changes, key=lambda c: not c.get("regression"))
+        changes = sorted(matrix.baseline_changes, key=lambda c: not c.regression)
         out.append(f"<h2>Changes against the baseline ({len(changes)})</h2>")
         if changes:
             out.append("<ul>")
             for c in changes:
-                cls = ' class="reg"' if c.get("regression") else ""
-                out.append(f"<li{cls}>{_e(where(c))}: {_e(c['text'])}</li>")
+                cls = ' class="reg"' if c.regression else ""
+                out.append(f"<li{cls}>{_e(where(c))}: {_e(c.text)}</li>")
             out.append("</ul>")
         else:
             out.append("<p>none</p>")
@@ -112,7 +112,7 @@ def render_matrix(matrix: MatrixDoc) -> str:
         defect = sc.defect
         note = ""
         if defect:
-            versions = ", ".join(defect.get("versions") or []) or "every version (no defect_versions)"
+            versions = ", ".join(defect.versions or []) or "every version (no defect_versions)"
             note = f'<div class="small">known defect on {_e(versions)}</div>'
         row = [f"<tr><th>{_e(sc.name)}{note}</th>"]
         for col in cols:

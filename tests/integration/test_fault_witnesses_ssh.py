@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import effects, run_witnessed, witnessed
+from fixtures.witness_runs import IGNORE_TERM, cut_probe, effects, one_source, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
 from harness.faults import commands as fault_commands
@@ -60,27 +60,16 @@ def on_ssh(result: RunResult) -> RunResult:
 
 # ---------------------------------------------------------------------------- process faults
 
-ONE_HOST = """\
-    budgets: {step: 20s, run: 60s, stop_grace: 2s, progress: 30s}
-    processes:
-      server: {role: server}
-      source-1: {role: source%s}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
+ONE_HOST = "step: 20s, run: 60s, stop_grace: 2s, progress: 30s"  # one_source's budgets over ssh
 KILL = "      - fault: {kind: kill, target: source-1, signal: %s, name: k}\n      - sleep: 1s"
 
 
 def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", ONE_HOST % ("", KILL % "KILL"), inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", one_source(KILL % "KILL", budgets=ONE_HOST), inventory=inventory))
     effect, figures = witnessed(landed)["k"]
     assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
-    missed = on_ssh(run_witnessed(tmp_path / "missed", ONE_HOST % (", extra_args: [--fake-ignore-term]", KILL % "TERM"),
+    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(KILL % "TERM", source=IGNORE_TERM, budgets=ONE_HOST),
                                   inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
@@ -88,13 +77,13 @@ def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is
 
 def test_a_stop_on_an_ssh_host_is_witnessed_by_its_exit(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
 
 
 def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: wall_clock, target: source-1, offset: -5s, name: skew}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["skew"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")
     (w,) = result.history.fault_windows()
@@ -103,7 +92,7 @@ def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: In
 
 def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: pause, target: source-1, name: freeze, duration: 300ms}\n      - sleep: 600ms"
-    result = on_ssh(run_witnessed(tmp_path, ONE_HOST % ("", steps), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["freeze"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")  # judged on its checks, never NOT EXERCISED
     (w,) = result.history.fault_windows()
@@ -112,34 +101,17 @@ def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Invento
 
 # ---------------------------------------------------------------------------- network faults
 
-NET = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 90s, progress: 100s, stop_grace: 2s}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a}
-      probe: {role: reader, host: a}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: heartbeat}
-      - fault: {kind: %s, target: a, peer: ctl, name: cut%s}
-      # the fake reader first connects to the server (2 s timeout): its SYNs cross the cut while it holds
-      - start: probe
-      - await: {process: probe, exit: true, code: any}
-      - heal: cut
-    checks:
-      - nothing_leaked: {}
-"""
+NET = "step: 20s, run: 90s, progress: 100s, stop_grace: 2s"  # cut_probe's budgets over ssh
 
 
 @pytest.mark.parametrize("kind", ["partition", "reject"])
 def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_exercised(
         kind: str, inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", NET % (kind, ""), inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", cut_probe(kind, budgets=NET), inventory=inventory))
     effect, figures = witnessed(landed)["cut"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["packets"] >= 1 and figures["hooks"] == 2
-    missed = on_ssh(run_witnessed(tmp_path / "missed", NET % (kind, ", ports: [9]"), inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", cut_probe(kind, fault=", ports: [9]", budgets=NET), inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 

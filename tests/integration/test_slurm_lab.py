@@ -33,6 +33,7 @@ They hold the machine alone: the lab's daemons and a global cleanup must not mee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -147,9 +148,7 @@ def test_a_two_host_network_scenario_runs_on_the_allocations_nodes(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 PASS" in done.stdout
     timeline = next(out.glob("slurm_two_host_partition/*/timeline.jsonl"))
-    entries = [json.loads(line) for line in timeline.read_text().splitlines() if '"ssh_hosts"' in line]
-    opened = next(e for e in entries if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-    assert {host: d["machine"] for host, d in opened["value"]["hosts"].items()} == {"a": "h2", "r": "h3"}
+    assert {host: d["machine"] for host, d in _hosts_opened(timeline).items()} == {"a": "h2", "r": "h3"}
 
 
 def test_no_controller_answering_is_exit_4_naming_it_before_anything_runs(
@@ -272,6 +271,20 @@ def _processes_naming(text: str) -> list[str]:
         if text in cmdline and status != "Z":
             found.append(f"{entry.name} {cmdline.strip()[:200]}")
     return found
+
+
+def _hosts_opened(timeline: Path) -> dict[str, Any]:
+    """The run's hosts as its timeline's ``ssh_hosts`` ok entry says they were opened (machine, srun job/node)."""
+    opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
+                  if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
+    hosts: dict[str, Any] = opened["value"]["hosts"]
+    return hosts
+
+
+def _hostnames(info: dict[str, Any], nodes: str) -> list[str]:
+    """``scontrol show hostnames``: a node list (``h[2-3]``) as names."""
+    return subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                          timeout=30, env=_env(info), check=True).stdout.split()
 
 
 def _await(what: str, probe: Any, timeout: float) -> Any:
@@ -479,14 +492,11 @@ def test_nodes_per_lane_gives_each_lane_two_nodes_and_its_hosts_are_placed_over_
     record = doc["hosts"]["slurm"]
     assert record["nodes_per_lane"] == 2 and len(record["lanes"]) == 2
     for lane in record["lanes"]:
-        nodes = subprocess.run(["scontrol", "show", "hostnames", lane["nodes"]], capture_output=True, text=True,
-                               timeout=30, env=_env(info), check=True).stdout.split()
+        nodes = _hostnames(info, lane["nodes"])
         assert len(nodes) == 2 and lane["node"] in nodes, lane
         (name,) = lane["scenarios"]
         timeline = next(p for p in (night / "runs" / name).glob("*/timeline.jsonl") if not p.parent.is_symlink())
-        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
-                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-        placed = {host: d["machine"] for host, d in opened["value"]["hosts"].items()}
+        placed = {host: d["machine"] for host, d in _hosts_opened(timeline).items()}
         assert sorted(placed.values()) == sorted(nodes), (placed, nodes)  # its two hosts on its lane's two nodes
     assert _cells(doc) == {"pair_a": "PASS", "pair_b": "PASS"}
 
@@ -532,6 +542,24 @@ def _hold(info: dict[str, Any], node: str) -> str:
     return match.group(1)
 
 
+@contextlib.contextmanager
+def _held(info: dict[str, Any], node: str) -> Iterator[str]:
+    """``_hold``'s job for the ``with`` block, cancelled as it ends (also on a failed assert)."""
+    job = _hold(info, node)
+    try:
+        yield job
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+
+
+def _passes(info: dict[str, Any], inventory: str, out: Path, *scenarios: Path, timeout: float = 240) -> None:
+    """``mxchaos run --inventory INVENTORY --out OUT SCENARIOS`` exits 0 with every scenario PASS."""
+    done = subprocess.run([*MXCHAOS, "run", "--inventory", inventory, "--out", str(out), *map(str, scenarios)],
+                          capture_output=True, text=True, timeout=timeout, env=_env(info), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert f"{len(scenarios)} PASS" in done.stdout, done.stdout[-2000:]
+
+
 def _srun_inventory(info: dict[str, Any], job: str, path: Path) -> Path:
     """The lab's allocation inventory for ``job`` with every node reached through srun, its ssh port closed."""
     doc = yaml.safe_load(Path(info["slurm"]["inventory"]).read_text())
@@ -546,8 +574,7 @@ def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
     slurm_state: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     _state, info = slurm_state
-    job = _hold(info, "h2")
-    try:
+    with _held(info, "h2") as job:
         # srun's own failure and the command's exit code, as real srun reports them
         ok = subprocess.run([*srun.argv(job, "h2"), "hostname; exit 3"], capture_output=True, text=True, timeout=60,
                             env=_env(info), check=False)
@@ -562,24 +589,17 @@ def test_hosts_reached_through_srun_run_smoke_and_a_frozen_source(
         inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
         out = tmp_path / "out"
         repo = Path(__file__).resolve().parents[2]
-        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(inventory), "--out", str(out),
-                               str(repo / "scenarios" / "smoke.yaml"), str(repo / "scenarios" / "frozen_source.yaml")],
-                              capture_output=True, text=True, timeout=300, env=_env(info), check=False)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-        assert "2 PASS" in done.stdout, done.stdout[-2000:]
+        _passes(info, str(inventory), out, repo / "scenarios" / "smoke.yaml", repo / "scenarios" / "frozen_source.yaml",
+                timeout=300)
         for name in ("smoke", "frozen_source"):
-            timeline = next(out.glob(f"{name}/*/timeline.jsonl"))
-            opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
-                          if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-            assert [d.get("srun") for d in opened["value"]["hosts"].values()] == [f"job {job} node h2"], opened
+            hosts = _hosts_opened(next(out.glob(f"{name}/*/timeline.jsonl")))
+            assert [d.get("srun") for d in hosts.values()] == [f"job {job} node h2"], hosts
         steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], capture_output=True, text=True, timeout=30,
                                env=_env(info), check=True)
         assert "mxchaos-step" not in steps.stdout  # every step the runs started has ended
         swept = subprocess.run([*MXCHAOS, "cleanup", "--run-id", "nosuch-20260101T000000-a1b2c3", "--inventory", str(inventory)],
                                capture_output=True, text=True, timeout=120, env=_env(info), check=False)
         assert swept.returncode == 0 and "not swept" not in swept.stderr, swept.stdout + swept.stderr  # reached through srun
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
 
 
 @pytest.mark.timeout(300)
@@ -589,8 +609,7 @@ def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_su
     """The job its steps belong to is cancelled mid-run: srun's own failure (the job is gone) loses the host, and
     the run ends as an error naming the host, the job and what srun said, never as a failed check."""
     _state, info = slurm_state
-    job = _hold(info, "h3")
-    try:
+    with _held(info, "h3") as job:
         inventory = _srun_inventory(info, job, tmp_path / "srun.yaml")
         scenario = tmp_path / "long.yaml"
         scenario.write_text(SMOKE.replace("name: smoke", "name: srun_job_cancelled").replace(
@@ -615,8 +634,6 @@ def test_a_job_cancelled_under_an_srun_host_is_the_environments_error_not_the_su
         assert "srun failed" in verdict["reason"], verdict["reason"]
         assert run.returncode != 0
         assert _processes_naming(verdict["run_id"]) == []  # nothing of the run left here
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
 
 
 @pytest.mark.timeout(300)
@@ -626,22 +643,13 @@ def test_a_two_host_network_scenario_runs_on_nodes_reached_through_srun(
     """Test (a)'s scenario (a rate limit and a partition mid-READ, NIXL between the nodes) with both hosts
     reached through srun: the network faults' commands run in each node's shell, itself a step there."""
     _state, info = slurm_state
-    job = _hold(info, "h2,h3")
-    try:
+    with _held(info, "h2,h3") as job:
         scenario = tmp_path / "two.yaml"
         scenario.write_text(TWO_HOSTS)
         out = tmp_path / "out"
-        done = subprocess.run([*MXCHAOS, "run", "--inventory", str(_srun_inventory(info, job, tmp_path / "srun.yaml")),
-                               "--out", str(out), str(scenario)], capture_output=True, text=True, timeout=240, env=_env(info),
-                              check=False)
-        assert done.returncode == 0 and "1 PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
-        timeline = next(out.glob("slurm_two_host_partition/*/timeline.jsonl"))
-        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
-                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-        assert {h: d.get("srun") for h, d in opened["value"]["hosts"].items()} == {"a": f"job {job} node h2",
-                                                                                 "r": f"job {job} node h3"}
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+        _passes(info, str(_srun_inventory(info, job, tmp_path / "srun.yaml")), out, scenario)
+        hosts = _hosts_opened(next(out.glob("slurm_two_host_partition/*/timeline.jsonl")))
+        assert {h: d.get("srun") for h, d in hosts.items()} == {"a": f"job {job} node h2", "r": f"job {job} node h3"}
 
 
 @pytest.mark.timeout(300)
@@ -651,20 +659,11 @@ def test_slurm_srun_spec_runs_smoke_on_a_jobs_node_through_srun_alone(
     """``--inventory slurm+srun:JOB`` (no file): the held job's node is the host, reached through srun steps
     of that job (its timeline says so), and smoke passes."""
     _state, info = slurm_state
-    job = _hold(info, "h3")
-    try:
+    with _held(info, "h3") as job:
         out = tmp_path / "out"
-        repo = Path(__file__).resolve().parents[2]
-        done = subprocess.run([*MXCHAOS, "run", "--inventory", f"slurm+srun:{job}", "--out", str(out),
-                               str(repo / "scenarios" / "smoke.yaml")], capture_output=True, text=True, timeout=240,
-                              env=_env(info), check=False)
-        assert done.returncode == 0 and "1 PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
-        timeline = next(out.glob("smoke/*/timeline.jsonl"))
-        opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
-                      if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-        assert [d.get("srun") for d in opened["value"]["hosts"].values()] == [f"job {job} node h3"], opened
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30, env=_env(info), check=False)
+        _passes(info, f"slurm+srun:{job}", out, Path(__file__).resolve().parents[2] / "scenarios" / "smoke.yaml")
+        hosts = _hosts_opened(next(out.glob("smoke/*/timeline.jsonl")))
+        assert [d.get("srun") for d in hosts.values()] == [f"job {job} node h3"], hosts
 
 
 @pytest.mark.timeout(420)
@@ -696,13 +695,10 @@ def test_nodes_per_lane_reached_through_srun_place_a_two_host_scenario_on_the_la
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     night, doc = _night(out)
     (lane,) = doc["hosts"]["slurm"]["lanes"]
-    nodes = subprocess.run(["scontrol", "show", "hostnames", lane["nodes"]], capture_output=True, text=True,
-                           timeout=30, env=_env(info), check=True).stdout.split()
+    nodes = _hostnames(info, lane["nodes"])
     assert len(nodes) == 2, lane
     timeline = next(p for p in (night / "runs" / "pair_srun").glob("*/timeline.jsonl") if not p.parent.is_symlink())
-    opened = next(e for e in map(json.loads, timeline.read_text().splitlines())
-                  if e.get("f") == "ssh_hosts" and e.get("type") == "ok")
-    reached = {d["machine"]: d.get("srun") for d in opened["value"]["hosts"].values()}
+    reached = {d["machine"]: d.get("srun") for d in _hosts_opened(timeline).values()}
     assert reached == {node: f"job {lane['job']} node {node}" for node in nodes}, (reached, lane)
     assert _cells(doc) == {"pair_srun": "PASS"}
 

@@ -5,6 +5,7 @@ readers) is judged only where one of its processes is played by a subject it nam
 from __future__ import annotations
 
 import pytest
+from fixtures.defect_scenarios import CLIENT_DEFECT
 
 from harness.checks import NOT_FOR_SUBJECT
 from harness.errors import ScenarioInvalid
@@ -70,24 +71,11 @@ def test_a_checks_subjects_are_validated_naming_the_key_and_the_rule(subjects: s
 
 # --- a known defect of one client (``subject_defects``): in force only while that client plays ---
 
-DEFECT = """\
-name: client_defect
-subject_defects:
-  modelexpress:
-    known_defect: the real client loads a tampered checkpoint without a check
-    defect_rate: 1/1
-processes:
-  server: {role: server}
-  reader-1: {role: reader}
-steps:
-  - start: [server, reader-1]
-"""
-
 
 def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored() -> None:
     from harness.scenario.subjects import with_subjects
 
-    plain = parse_scenario(DEFECT)  # its default subject is mxref: judged as a plain scenario
+    plain = parse_scenario(CLIENT_DEFECT)  # its default subject is mxref: judged as a plain scenario
     assert plain.known_defect is None and plain.defect_rate is None and plain.defect_subject is None
     real = with_subjects(plain, {"client": "modelexpress"})
     assert real.known_defect == "the real client loads a tampered checkpoint without a check"
@@ -99,7 +87,7 @@ def test_a_clients_defect_is_set_aside_while_another_subject_plays_and_restored(
 
 
 def test_the_retired_spelling_is_refused_naming_the_file_the_key_and_its_replacement() -> None:
-    old = DEFECT.replace("subject_defects:\n  modelexpress:\n    known_defect: the real client loads a tampered checkpoint "
+    old = CLIENT_DEFECT.replace("subject_defects:\n  modelexpress:\n    known_defect: the real client loads a tampered checkpoint "
                          "without a check\n    defect_rate: 1/1\n",
                          "known_defect: the real client loads a tampered checkpoint without a check\n"
                          "defect_rate: 1/1\ndefect_subjects: [modelexpress]\n")

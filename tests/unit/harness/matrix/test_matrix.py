@@ -28,7 +28,7 @@ from harness.record.cells import (
     read_column,
     run_timings,
 )
-from harness.record.saved import MatrixColumn, MatrixDoc
+from harness.record.saved import KnownDefect, MatrixColumn, MatrixDoc
 from harness.reports.matrix_page import render_matrix
 from harness.subjects.nixl_envs import EnvResult, ensure_env, error_line
 
@@ -249,9 +249,12 @@ def test_defect_versions_come_from_the_validated_scenario(tmp_path: Path) -> Non
     f = tmp_path / "s.yaml"
     body = "name: s\nprocesses: {c: {role: command, argv: ['true']}}\nsteps: [{start: c}]\n"
     f.write_text(body + "known_defect: >-\n  aborts the\n  source\ndefect_versions: ['1.5.1', '1.4']\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
+    info = defect_info(load_scenario(f))
+    assert info is not None
+    assert info.to_json() == {"text": "aborts the source", "versions": ["1.5.1", "1.4"], "servers": None, "subjects": None}
     f.write_text(body + "known_defect: aborts\n")
-    assert defect_info(load_scenario(f)) == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
+    info = defect_info(load_scenario(f))
+    assert info is not None and info.to_json() == {"text": "aborts", "versions": None, "servers": None, "subjects": None}
     f.write_text(body)
     assert defect_info(load_scenario(f)) is None
 
@@ -262,17 +265,17 @@ def test_version_matching_is_exact_or_a_prefix_at_a_dot() -> None:
 
 
 def test_expected_vs_observed_and_the_headlines() -> None:
-    listed = {"text": "t", "versions": ["1.5.1"]}
+    listed = KnownDefect(text="t", versions=["1.5.1"])
     fixed = defect_status(listed, "1.5.1", {"xpass": 3})
-    assert fixed["expected"] and fixed["observed"] == "not reproduced" and "fixed" in fixed["headline"]
+    assert fixed.expected and fixed.observed == "not reproduced" and "fixed" in (fixed.headline or "")
     back = defect_status(listed, "1.4.1", {"xfail": 1, "xpass": 2})
-    assert not back["expected"] and back["observed"] == "reproduced" and "brought back" in back["headline"]
-    assert back["reproduced"] == {"k": 1, "n": 3}
-    assert defect_status(listed, "1.5.1", {"xfail": 2})["headline"] is None
-    assert defect_status(listed, "1.4.1", {"xpass": 2})["headline"] is None
-    assert defect_status(listed, "1.5.1", {"error": 2})["observed"] == "inconclusive"
-    everywhere = {"text": "t", "versions": None}
-    assert defect_status(everywhere, "1.3.2", {"xfail": 1})["expected"] is True
+    assert not back.expected and back.observed == "reproduced" and "brought back" in (back.headline or "")
+    assert back.reproduced == {"k": 1, "n": 3}
+    assert defect_status(listed, "1.5.1", {"xfail": 2}).headline is None
+    assert defect_status(listed, "1.4.1", {"xpass": 2}).headline is None
+    assert defect_status(listed, "1.5.1", {"error": 2}).observed == "inconclusive"
+    everywhere = KnownDefect(text="t", versions=None)
+    assert defect_status(everywhere, "1.3.2", {"xfail": 1}).expected is True
 
 
 # ------------------------------------------------------------------ baseline
@@ -305,7 +308,7 @@ def test_the_baseline_diff_reports_flips_rate_moves_and_timings() -> None:
         "new_row": {"nixl-1.5.1": {"verdict": "pass"}},
     }, cols=("nixl-1.5.1", "nixl-1.6.0"))
     changes = diff_matrices(old, new, drop=0.2)
-    got = {(c["scenario"], c["kind"], c.get("metric")) for c in changes}
+    got = {(c.scenario, c.kind, c.metric) for c in changes}
     assert got == {
         ("flip", "verdict", None),
         ("rate", "rate", None),
@@ -313,16 +316,16 @@ def test_the_baseline_diff_reports_flips_rate_moves_and_timings() -> None:
         ("slow", "timing", "recovery_s"),
         (None, "column", None),
     }
-    assert all(c["regression"] for c in changes if c["kind"] != "column")
+    assert all(c.regression for c in changes if c.kind != "column")
     better = diff_matrices(new, old)
-    flips = [c for c in better if c["kind"] == "verdict"]
-    assert flips and not flips[0]["regression"]
+    flips = [c for c in better if c.kind == "verdict"]
+    assert flips and not flips[0].regression
 
 
 def test_the_cells_of_repeat_runs_are_ranked_too() -> None:
     old = _m({"s": {"nixl-1.5.1": {"verdict": "PASS"}}, "d": {"nixl-1.5.1": {"verdict": "REPRODUCED"}}})
     new = _m({"s": {"nixl-1.5.1": {"verdict": "FLAKY"}}, "d": {"nixl-1.5.1": {"verdict": "FIXED?"}}})
-    flips = {c["scenario"]: c["regression"] for c in diff_matrices(old, new)}
+    flips = {c.scenario: c.regression for c in diff_matrices(old, new)}
     assert flips == {"s": True, "d": False}
     assert cell_verdict(["PASS", "FLAKY"]) == "flaky"
 
@@ -331,7 +334,7 @@ def test_the_ratio_is_compared_when_both_cells_have_one() -> None:
     old = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.9}}})
     new = _m({"s": {"nixl-1.5.1": {"verdict": "pass", "read_gbps": 1.0, "read_ratio": 0.5}}})
     (change,) = diff_matrices(old, new)
-    assert change["metric"] == "read_ratio" and change["old"] == 0.9
+    assert change.metric == "read_ratio" and change.old == 0.9
 
 
 def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
@@ -345,15 +348,15 @@ def test_timings_are_compared_only_between_runs_beside_as_many_lanes() -> None:
     new = {"columns": [{"id": "c", "schedule": {"lanes": [["laned"], ["x"], ["y"], ["z"]], "alone": ["lone", "moved"]}}],
            "cells": {name: {"c": slow} for name in cells}}
     changes = diff_matrices(MatrixDoc.parse(old, "old"), MatrixDoc.parse(new, "new"))
-    timed = {c["scenario"] for c in changes if c["kind"] == "timing"}
+    timed = {c.scenario for c in changes if c.kind == "timing"}
     assert timed == {"lone"}  # alone in both: compared; laned (2 -> 4 lanes) and moved (lane -> alone) not
-    assert {c["scenario"] for c in changes if c["kind"] == "verdict"} == {"laned", "lone", "moved"}
-    (note,) = [c for c in changes if c["kind"] == "schedule"]
-    assert note["regression"] is False and note["scenarios"] == ["laned", "moved"]
-    assert note["text"] == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
+    assert {c.scenario for c in changes if c.kind == "verdict"} == {"laned", "lone", "moved"}
+    (note,) = [c for c in changes if c.kind == "schedule"]
+    assert note.regression is False and note.scenarios == ["laned", "moved"]
+    assert note.text == ("timings of 2 scenario(s) not compared: they ran beside a different number of lanes at "
                             "once (1 here, 2 in the baseline; 4 here, 2 in the baseline)")
     assert MatrixColumn(id="c").lanes_beside("laned") == 1  # a column from before lanes
-    assert where(note) == "column c" and where(changes[0]) == f"{changes[0]['scenario']} @ c"
+    assert where(note) == "column c" and where(changes[0]) == f"{changes[0].scenario} @ c"
     page = render_matrix(MatrixDoc.parse({"columns": [{"id": "c", "label": "c"}], "cells": {}, "baseline_changes": changes}, "given"))
     assert "<li>column c: timings of 2 scenario(s)" in page and "> @ c" not in page
     assert MatrixColumn(id="c", schedule={"lanes": [["a", "b"]], "alone": []}).lanes_beside("a") == 1  # one lane: one at a time
@@ -408,7 +411,7 @@ def test_a_whole_matrix_with_an_uninstallable_version(tmp_path: Path) -> None:
     )
     spec = MatrixSpec(
         scenarios=[smoke, defect], names=["smoke", "reset"],
-        defects={"reset": {"text": "aborts the source", "versions": ["1.5.1"]}},
+        defects={"reset": KnownDefect(text="aborts the source", versions=["1.5.1"])},
         columns=columns_for(["1.4.1", "1.5.1", "1.5.2"], [("AB", ["y", "n"])]), repeat=2, out=tmp_path / "out",
         read_bytes={"smoke": 4 << 20, "reset": 32 << 20},
     )
@@ -576,12 +579,27 @@ def test_a_failing_cell_s_rerun_is_a_matrix_of_that_one_cell(tmp_path: Path, mon
     served = Column("1.5.1", (("AB", "n"),), "mxref", "0.7.0")
     column = MatrixColumn(id=served.id, nixl="1.5.1", subject="mxref", mx_server="0.7.0", env=served.env_dict())
     assert rerun_cell(column, "scenarios/a b.yaml", 3, tmp_path / "out").split(" matrix ")[1] == (
-        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun 'scenarios/a b.yaml'")
+        "--nixl 1.5.1 --subject mxref --mx-server 0.7.0 --env AB=n --repeat 3 --out out/rerun-1 'scenarios/a b.yaml'")
     assert rerun_cell(MatrixColumn(id="here"), "a.yaml", 1, tmp_path) == ""  # no axis: no matrix to rerun
     matrix = MatrixDoc.parse({"repeat": 2, "scenarios": [{"name": "a", "path": "a.yaml"}],
                               "columns": [column.to_json()], "cells": {"a": {served.id: {"verdict": "FAIL"}}}}, "given")
     (entry,) = matrix_recap(matrix, tmp_path)
-    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun a.yaml") and entry.scenario == f"a @ {served.id}"
+    assert entry.rerun.endswith("--env AB=n --repeat 2 --out rerun-1 a.yaml") and entry.scenario == f"a @ {served.id}"
+
+
+def test_a_rerun_s_own_rerun_is_its_sibling_not_nested_in_it(tmp_path: Path) -> None:
+    from harness.matrix.command import rerun_cell, rerun_folder
+    from harness.record.saved import MatrixColumn
+
+    out = tmp_path / "out"
+    first = rerun_folder(out)
+    assert first == out / "rerun-1"
+    assert rerun_folder(first) == out / "rerun-2" and rerun_folder(out / "rerun-2") == out / "rerun-3"
+    assert rerun_folder(out / "rerun") == out / "rerun-1"  # an older matrix's OUT/rerun
+    assert rerun_folder(tmp_path / "rerunner") == tmp_path / "rerunner" / "rerun-1"  # only the whole name counts
+    column = MatrixColumn(id="nixl-1.5.1", nixl="1.5.1")
+    line = rerun_cell(column, "a.yaml", 1, first)  # the command a rerun's recap prints
+    assert f"--out {out / 'rerun-2'} " in line and "rerun-1/rerun" not in line
 
 
 def test_the_matrix_speaks_in_i_of_n_lines_and_a_compact_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -623,8 +641,8 @@ def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Pa
     fake = FakeExecute({("y", "reset"): ["xfail"], ("n", "reset"): ["pass"]},
                        {str(e.python): v for v, e in envs.items()})
     columns = columns_for(["1.5.1"], [("AB", ["y", "n"])])
-    client = {"text": "the real client has no stall detection", "versions": None, "servers": None,
-              "subjects": ["modelexpress"]}
+    client = KnownDefect(text="the real client has no stall detection", versions=None, servers=None,
+                         subjects=["modelexpress"])
     spec = MatrixSpec(scenarios=[scen / "reset.yaml"], names=["reset"], defects={"reset": client},
                       cell_defects={"reset": {columns[0].id: client}}, columns=columns, repeat=1,
                       out=tmp_path / "out", raw_read=False)
@@ -632,4 +650,4 @@ def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Pa
     shown = matrix["cells"]["reset"][columns[0].id]
     assert shown["verdict"] == "XFAIL" and shown["defect"]["observed"] == "reproduced" and shown["defect"]["expected"]
     assert matrix["cells"]["reset"][columns[1].id].get("defect") is None  # not in force there: a plain cell
-    assert matrix["scenarios"][0]["defect"]["text"] == client["text"]
+    assert matrix["scenarios"][0]["defect"]["text"] == client.text

@@ -12,6 +12,7 @@ import pytest
 
 from harness import cli
 from harness.mutate import killmatrix
+from harness.mutate.command import out_folder
 from harness.mutate.runs import FailedCheck, Outcome, read_outcomes
 from harness.mutate.subject import MutantError, ScratchSubject, find_mutants
 
@@ -128,3 +129,11 @@ def test_the_command_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytes
     assert "holds no mutant" in capsys.readouterr().err
     assert cli.main(["mutate", "--mutants", str(MUTANTS), "--only", "nope", "scenarios/smoke.yaml"]) == 2
     assert "--only names nope" in capsys.readouterr().err
+
+
+def test_without_out_it_writes_under_the_results_root_not_the_working_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MXCHAOS_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    assert out_folder(None) == (tmp_path / "results" / "mutate").resolve()
+    assert out_folder("elsewhere") == (tmp_path / "elsewhere").resolve()

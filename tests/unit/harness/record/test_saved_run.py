@@ -185,6 +185,10 @@ MATRIX_DOC: dict[str, Any] = {
                  "env": {}, "available": True, "error": None, "env_path": "/envs/1.5.1", "out_dir": "nixl-1.5.1",
                  "raw_read_gbps": 0.77, "raw_read_error": None, "raw_reads": {"8388608": 1.41, "67108864": 0.77},
                  "rc": 0, "schedule": {"lanes": [["smoke"], ["seg"]], "alone": []},
+                 "slurm": {"nodes_per_lane": 1, "lanes": [
+                     {"name": "lane-1", "scenarios": ["smoke", "seg"], "job": "12_0", "node": "h1", "nodes": "h1", "rc": 0,
+                      "infra": None, "attempts": ["COMPLETED"], "ends": [{"job": "12_0", "state": "COMPLETED", "rc": 0}],
+                      "gathered": [], "queued_to_start_s": 0.41}]},
                  "loaded_nixl": ["1.5.1"], "loaded_ucx": ["1.23.0"]},
                 {"id": "nixl-1.5.2", "label": "NIXL 1.5.2", "nixl": "1.5.2", "subject": "", "mx_server": "",
                  "env": {}, "available": False, "error": "not installable: nixl: no", "env_path": "/envs/1.5.2",
@@ -202,7 +206,17 @@ MATRIX_DOC: dict[str, Any] = {
         "seg": {"nixl-1.5.1": {"verdict": "XFAIL", "failures": {"k": 1, "n": 1}, "seconds": 4.0,
                                "defect": {"expected": True, "observed": "reproduced", "headline": None}}},
     },
-    "headlines": [],
+    "headlines": [{"scenario": "seg", "column": "nixl-1.5.1",
+                   "text": "expected on NIXL 1.5.1, not reproduced in 1 of 1 runs: fixed in this release?"}],
+    "baseline_changes": [
+        {"scenario": "smoke", "column": "nixl-1.5.1", "kind": "rate", "old": {"k": 0, "n": 10}, "new": {"k": 6, "n": 10},
+         "regression": True, "text": "failure rate 0/10 -> 6/10"},
+        {"scenario": "smoke", "column": "nixl-1.5.1", "kind": "timing", "metric": "seconds", "old": 2, "new": 3.5,
+         "regression": True, "text": "seconds grew 2s -> 3.5s (+75%)"},
+        {"scenario": "seg", "column": "nixl-1.5.1", "kind": "verdict", "old": "pass", "new": "fail", "regression": True,
+         "text": "verdict pass -> fail"},
+        {"scenario": None, "column": "nixl-1.5.2", "kind": "column", "regression": False,
+         "text": "a new column (not in the baseline)"}],
     "resolved": [{"spelling": "latest-nightly", "version": "0.8.0"}],  # a key MatrixDoc does not declare: kept
 }
 
@@ -221,9 +235,23 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
     smoke = doc.cell("smoke", "nixl-1.5.1")
     assert smoke is not None and smoke.runs[0].link == "nixl-1.5.1/smoke/1" and smoke.failed() == (0, 1)
     seg = doc.cell("seg", "nixl-1.5.1")
-    assert seg is not None and seg.defect == {"expected": True, "observed": "reproduced", "headline": None}
+    assert seg is not None and seg.defect is not None
+    assert (seg.defect.expected, seg.defect.observed, seg.defect.reproduced, seg.defect.headline) == (
+        True, "reproduced", None, None)
     assert (seg.read_gbps, seg.runs, doc.cell("seg", "nixl-1.5.2")) == (None, [], None)
     assert doc.scenario_seconds() == {"smoke": 2.5, "seg": 4.0}
+    assert col.schedule is not None and (col.schedule.lanes, col.schedule.alone) == ([["smoke"], ["seg"]], [])
+    assert col.slurm is not None and col.slurm.nodes_per_lane == 1 and gone.slurm is None
+    (lane,) = col.slurm.lanes
+    assert (lane.name, lane.node, lane.rc, lane.attempts, lane.queued_to_start_s) == ("lane-1", "h1", 0, ["COMPLETED"], 0.41)
+    assert lane.ends[0]["state"] == "COMPLETED"
+    (head,) = doc.headlines
+    assert (head.scenario, head.column) == ("seg", "nixl-1.5.1") and head.text.startswith("expected on NIXL 1.5.1")
+    rate, timing, verdict, column = doc.baseline_changes or []
+    assert (rate.kind, rate.old, rate.new, rate.regression) == ("rate", {"k": 0, "n": 10}, {"k": 6, "n": 10}, True)
+    assert (timing.metric, timing.old, timing.new) == ("seconds", 2, 3.5) and isinstance(timing.old, int)
+    assert (verdict.old, verdict.new) == ("pass", "fail")
+    assert (column.scenario, column.kind, column.regression, column.metric) == (None, "column", False, None)
     assert [(s, c) for s, c, _ in doc.all_cells()] == [("smoke", "nixl-1.5.1"), ("smoke", "nixl-1.5.2"), ("seg", "nixl-1.5.1")]
     doc.write(path)
     assert json.loads(path.read_text()) == MATRIX_DOC
@@ -236,7 +264,10 @@ def test_a_matrix_reads_its_columns_and_cells_typed_and_writes_back_only_what_it
 MATRIX_KEYS = ("cells", "columns", "scenarios", "headlines", "baseline_changes", "verdict", "verdicts", "failures",
                "runs", "link", "run_dir", "seconds", "detection_s", "recovery_s", "fallback_s", "read_gbps",
                "read_ratio", "loaded_nixl", "loaded_ucx", "raw_reads", "raw_read_gbps", "raw_read_error",
-               "available", "schedule", "label", "error", "defect")
+               "available", "schedule", "label", "error", "defect",
+               # the typed parts: a headline, a baseline change, a known defect and its status, a schedule, a SLURM record
+               "headline", "expected", "observed", "reproduced", "regression", "metric", "versions", "lanes", "alone",
+               "slurm", "nodes_per_lane", "queued_to_start_s")
 MATRIX_READERS = (*sorted((ROOT / "harness" / "matrix").glob("*.py")),
                   *(ROOT / "harness" / "record" / f for f in ("baseline.py", "cells.py")),
                   ROOT / "harness" / "reports" / "matrix_page.py", ROOT / "harness" / "nightly" / "compare.py")

@@ -154,7 +154,7 @@ def test_a_defect_of_the_real_server_is_no_defect_under_mxrefs() -> None:
     plain = with_subjects(sc, {"server": "mxref"})
     assert plain.known_defect is None and plain.defect_rate is None and plain.defect_servers == ()
     info = defect_info(sc)
-    assert info is not None and info["servers"] == ["modelexpress"]
+    assert info is not None and info.servers == ["modelexpress"]
     assert defect_here(info, "modelexpress") and defect_here(info, "") and not defect_here(info, "mxref")
     unlisted = parse_scenario(DEFECT.format(extra=""))  # without the key: every server's
     assert with_subjects(unlisted, {"server": "mxref"}).known_defect == unlisted.known_defect

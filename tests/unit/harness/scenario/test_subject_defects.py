@@ -6,6 +6,7 @@ Nothing here starts a process."""
 from __future__ import annotations
 
 import pytest
+from fixtures.defect_scenarios import CLIENT_DEFECT
 
 from harness.errors import ScenarioInvalid
 from harness.matrix.defects import column_defects, defect_info
@@ -30,18 +31,6 @@ steps:
   - start: [server, source-1, reader-1]
 """
 
-CLIENT_ONLY = """\
-name: client_defect
-subject_defects:
-  modelexpress:
-    known_defect: the real client loads a tampered checkpoint without a check
-    defect_rate: 1/1
-processes:
-  server: {role: server}
-  reader-1: {role: reader}
-steps:
-  - start: [server, reader-1]
-"""
 
 
 def test_the_playing_clients_own_defect_replaces_the_general_one_and_the_general_one_comes_back() -> None:
@@ -90,14 +79,14 @@ def test_each_matrix_column_gets_the_defect_in_force_where_it_plays_the_scenario
     columns = [Column(nixl="1.5.1", subject="mxref"), Column(nixl="1.5.1", subject="modelexpress"),
                Column(nixl="1.5.1", subject="modelexpress@0.8.0.dev20261026"), Column(nixl="1.5.1")]
     both = column_defects(parse_scenario(BOTH), columns)
-    assert both[columns[0].id]["text"] == "NIXL 1.5.1 aborts the source after the heal"
-    assert both[columns[0].id]["versions"] == ["1.5.1"]
-    assert both[columns[1].id] == {"text": "the real client has no stall detection", "versions": None,
+    assert both[columns[0].id].text == "NIXL 1.5.1 aborts the source after the heal"
+    assert both[columns[0].id].versions == ["1.5.1"]
+    assert both[columns[1].id].to_json() == {"text": "the real client has no stall detection", "versions": None,
                                    "servers": None, "subjects": ["modelexpress"]}
     assert both[columns[2].id] == both[columns[1].id]  # a release of the client is that client
     assert both[columns[3].id] == both[columns[0].id]  # each scenario's own subject: mxref here
-    client = parse_scenario(CLIENT_ONLY)
+    client = parse_scenario(CLIENT_DEFECT)
     assert defect_info(client) is None  # played as written (mxref): no defect in force
     only = column_defects(client, columns)
     assert set(only) == {columns[1].id, columns[2].id}
-    assert only[columns[1].id]["text"] == "the real client loads a tampered checkpoint without a check"
+    assert only[columns[1].id].text == "the real client loads a tampered checkpoint without a check"
