@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from harness import checks, faults
+from harness.commands.run import resolve_subject
 from harness.errors import ScenarioInvalid
 from harness.exits import EXIT_INVALID, EXIT_OK
 from harness.explore import is_template
@@ -85,7 +86,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     files, problems = collect_paths(args.paths or ["scenarios"])
     scenarios, invalid = load_all(files, None)
     if args.subject is not None:
-        if args.subject.get(CLIENT_VERSION_KEY) not in (None, LATEST_NIGHTLY):  # as mxchaos run plays modelexpress@V
+        if args.subject.get(CLIENT_VERSION_KEY) == LATEST_NIGHTLY:  # asked of the registry, as mxchaos run asks it
+            args.subject, nightly = resolve_subject(args.subject, log=lambda m: print(m, file=sys.stderr))
+            if nightly.version is None:
+                print(f"mxchaos list: --subject modelexpress@{LATEST_NIGHTLY}: {nightly.error}", file=sys.stderr)
+                return EXIT_INVALID
+        if CLIENT_VERSION_KEY in args.subject:  # as mxchaos run plays modelexpress@V
             os.environ[ENV_CLIENT_VERSION] = args.subject[CLIENT_VERSION_KEY]
         scenarios = [with_subjects(s, args.subject) for s in scenarios]
     rows: list[dict[str, Any]] = []

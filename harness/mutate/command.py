@@ -1,7 +1,7 @@
 """The ``mxchaos mutate`` sub-command.
 
 ``mxchaos mutate --mutants DIR [--package mxref] [--repo DIR] [--repeat N] [--out DIR] [-k EXPR]
-SCENARIOS...`` runs the scenario selection once with the unmutated subject (the baseline), then
+[--subject S] SCENARIOS...`` runs the scenario selection once with the unmutated subject (the baseline), then
 once per mutant (a ``git diff`` of the subject's package, or of the harness's fault injection,
 applied to a scratch copy: ``harness.mutate.subject``), rerunning a
 scenario ``N`` more times where a mutant killed it only through time bounds or by a failed step
@@ -28,6 +28,7 @@ from harness.mutate.runs import run_selection
 from harness.mutate.subject import Mutant, MutantError, ScratchSubject, find_mutants
 from harness.record.results import results_root
 from harness.record.saved import RunInfo
+from harness.subjects.mx_server import parse_subjects
 
 __all__ = ["add_parser", "cmd_mutate", "out_folder"]
 
@@ -54,7 +55,19 @@ def add_parser(sub: Any) -> None:
                    help="each mxchaos run of the selection is stopped after S seconds (default 1800)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default: mutate/ under the results root, runs/mutate as mxchaos run's runs/)")
+    p.add_argument("--subject", type=_subject_text, default=None, metavar="SUBJECT|ROLE=SUBJECT,...",
+                   help="who plays the sources and readers in every run of the selection, as mxchaos run --subject "
+                        "(modelexpress@VERSION: a scenario pinned to a client release, client_versions:)")
     p.set_defaults(fn=cmd_mutate)
+
+
+def _subject_text(text: str) -> str:
+    """``--subject`` checked as ``mxchaos run`` checks it, kept as written for each run's command line."""
+    try:
+        parse_subjects(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
@@ -79,7 +92,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     def selection(mutant: Mutant | None, folder: Path, paths: list[str], k: str | None) -> dict[str, Any]:
         scratch.prepare(mutant)
         try:
-            return run_selection(scratch.pythonpath, paths, folder, k=k, timeout_s=args.timeout)
+            return run_selection(scratch.pythonpath, paths, folder, k=k, timeout_s=args.timeout, subject=args.subject)
         finally:
             scratch.discard()
 

@@ -75,12 +75,14 @@ class Outcome:
 
 
 def run_selection(pythonpath: Path, paths: Sequence[str], out: Path, *, k: str | None = None,
-                  timeout_s: float = 1800.0, log: Path | None = None) -> dict[str, list[Outcome]]:
-    """``mxchaos run`` of ``paths`` with ``pythonpath`` first on the subject's path; the outcomes
-    by scenario (several runs each with ``--repeat``). An empty dict when nothing ran."""
+                  timeout_s: float = 1800.0, log: Path | None = None, subject: str | None = None) -> dict[str, list[Outcome]]:
+    """``mxchaos run`` of ``paths`` with ``pythonpath`` first on the subject's path (and ``subject``
+    as its ``--subject``); the outcomes by scenario (several runs each with ``--repeat``). An empty
+    dict when nothing ran."""
     boot = (["-c", _FROM_COPY, str(pythonpath)] if (pythonpath / "harness" / "__init__.py").is_file()
             else ["-m", "harness.cli"])
-    argv = [sys.executable, "-I", *boot, "run", "--out", str(out), "-q", *(["-k", k] if k else []), *paths]
+    argv = [sys.executable, "-I", *boot, "run", "--out", str(out), "-q", *(["-k", k] if k else []),
+            *(["--subject", subject] if subject else []), *paths]
     inherited = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), *([inherited] if inherited else [])])}
     out.mkdir(parents=True, exist_ok=True)

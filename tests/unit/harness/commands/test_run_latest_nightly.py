@@ -57,3 +57,24 @@ def test_the_resolved_version_plays_and_is_recorded_in_the_summary(tmp_path: Pat
     assert summary["resolved"] == [found.to_json()]
     assert summary["scenarios"]["smoke"]["cell"] == "SKIP"
     assert os.environ["MXCHAOS_MX_CLIENT_VERSION"] == "9.9.9.dev1"  # the release that plays
+
+
+TOPOLOGY = SMOKE.parent / "incidents" / "mx_topology_domain_required_unknown.yaml"  # client_versions: >=0.8.0.dev0
+
+
+def test_list_asks_the_registry_too_so_a_pinned_scenario_shows_as_the_nightly_plays_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MXCHAOS_MX_CLIENT_VERSION", "")  # restored after the test (list sets it)
+    monkeypatch.setattr(run_command, "resolve_client",
+                        lambda: Resolved("--subject", "latest-nightly", "0.8.0.dev20261026", "pip index versions --pre modelexpress"))
+    assert cli.main(["list", "--subject", "modelexpress@latest-nightly", str(TOPOLOGY)]) == 0
+    out = capsys.readouterr().out
+    assert "incident_mx_topology_domain_required_unknown" in out and "0.7.0" not in out
+    monkeypatch.setattr(run_command, "resolve_client",
+                        lambda: Resolved("--subject", "latest-nightly", "0.7.0", "pip index versions --pre modelexpress"))
+    cli.main(["list", "--subject", "modelexpress@latest-nightly", str(TOPOLOGY)])
+    assert "0.7.0" in capsys.readouterr().out  # an older release resolved: the scenario says it cannot play it
+    monkeypatch.setattr(run_command, "resolve_client", lambda: Resolved(
+        "--subject", "latest-nightly", None, "pip index versions --pre modelexpress", "the registry did not answer"))
+    assert cli.main(["list", "--subject", "modelexpress@latest-nightly", str(TOPOLOGY)]) == 2
+    assert "the registry did not answer" in capsys.readouterr().err

@@ -137,3 +137,26 @@ def test_without_out_it_writes_under_the_results_root_not_the_working_folder(
     monkeypatch.chdir(tmp_path)
     assert out_folder(None) == (tmp_path / "results" / "mutate").resolve()
     assert out_folder("elsewhere") == (tmp_path / "elsewhere").resolve()
+
+
+def test_a_subject_is_checked_then_given_to_every_run_of_the_selection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scenario pinned to a client release (``client_versions:``) is mutated with that client playing."""
+    from harness.mutate import runs
+
+    assert cli.main(["mutate", "--mutants", str(MUTANTS), "--subject", "nobody", "scenarios/smoke.yaml"]) == 2
+    assert "--subject" in capsys.readouterr().err
+    seen: list[list[str]] = []
+
+    class Started:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(argv)
+
+        def wait(self, timeout: float) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Started)
+    runs.run_selection(tmp_path, ["scenarios/x.yaml"], tmp_path / "out", subject="modelexpress@0.8.0.dev20261026")
+    runs.run_selection(tmp_path, ["scenarios/x.yaml"], tmp_path / "out")
+    assert seen[0][-3:] == ["--subject", "modelexpress@0.8.0.dev20261026", "scenarios/x.yaml"]
+    assert "--subject" not in seen[1]
