@@ -277,6 +277,9 @@ def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_it
     assert (effect, figures["drain_started"], figures["alive"], figures["catches_sighup"]) == ("none", False, True, True)
     (why,) = missed.not_exercised
     assert why.startswith("fault refit (drain source-1): no effect:") and "never began a drain" in why
+    # delivered, never taken: told apart from a source that ignored it (test_fault_witnesses_more)
+    assert why.endswith("its SIGHUP is still pending, never taken (the process is stopped (state T))"), why
+    assert (figures["hup_pending"], figures["hup_state"]) == (True, "T")
 
 
 # ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)

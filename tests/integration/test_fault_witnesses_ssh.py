@@ -18,16 +18,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import IGNORE_TERM, cut_probe, effects, one_source, run_witnessed, witnessed
+from fixtures.witness_runs import (
+    IGNORE_TERM,
+    LINK,
+    PUBLISHED,
+    RESET,
+    WIPE,
+    RewritingShell,
+    cut_probe,
+    effects,
+    one_source,
+    resets_port_nine,
+    run_witnessed,
+    witnessed,
+)
 
 from harness.engine.runner import Runner
 from harness.faults import commands as fault_commands
-from harness.hosts.base import Place
 from harness.hosts.inventory import Inventory
 from harness.judge.verdict import RunResult
 from harness.reports.report import write_run_folder
@@ -116,23 +128,6 @@ def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_ex
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 
 
-LINK = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 60s, stop_grace: 2s}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: heartbeat}
-      - fault: {kind: %s, target: a, name: net%s}
-      - sleep: 1s
-      - heal: net
-    checks:
-      - nothing_leaked: {}
-"""
-
-
 def test_a_link_down_on_an_ssh_host_is_seen_in_its_devices_flags(inventory: Inventory, tmp_path: Path) -> None:
     result = on_ssh(run_witnessed(tmp_path, LINK % ("link_down", ""), inventory=inventory))
     (w,) = result.history.fault_windows()
@@ -206,25 +201,6 @@ def test_a_drain_on_an_ssh_host_with_a_lease_out_is_seen_and_one_of_an_idle_sour
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
 
 
-WIPE = """\
-    store: redis
-    budgets: {step: 30s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {heartbeat_interval: 500ms}}
-    steps:
-      - start: server
-%s
-      - fault: {kind: store_wipe, target: store, name: wipe}
-      - sleep: 500ms
-    checks:
-      - nothing_leaked: {}
-"""
-PUBLISHED = ("      - start: source-1\n"
-             "      - await: {process: source-1, event: status_change, where: {status: READY}}")
-
-
 def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_store_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
     landed = on_ssh(run_witnessed(tmp_path / "landed", WIPE % PUBLISHED, fake=False, inventory=inventory))
@@ -236,50 +212,13 @@ def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_s
     assert "0 keys before, 0 after" in missed.not_exercised[0]
 
 
-RESET = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a, options: {heartbeat_interval: 200ms}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      # the source's gRPC channel to its server stays open between heartbeats
-      - fault: {kind: tcp_reset, target: source-1, peer: server, name: rst}
-      - sleep: 1s
-    checks:
-      - nothing_leaked: {}
-"""
-
-
-class _ResetsPortNine:
-    """A planted regression (tests/mutants/inject_tcp_reset_wrong_port.diff, on the live seam):
-    each ``ss -K`` names port 9 as the peer's, so nothing is reset."""
-
-    def __init__(self, shell: fault_commands.Shell) -> None:
-        self.shell = shell
-
-    def run(self, place: Place | None, argv: Sequence[str]) -> tuple[int, str]:
-        if "-K" in argv:
-            argv = [*argv[:-1], argv[-1].rpartition(":")[0] + ":9"]
-        return self.shell.run(place, argv)
-
-    def namespaces(self) -> list[str]:
-        return self.shell.namespaces()
-
-    def have(self, program: str) -> bool:
-        return self.shell.have(program)
-
-
 def test_a_tcp_reset_on_ssh_hosts_is_seen_in_the_hosts_own_ss_and_one_that_resets_nothing_is_not_exercised(
         inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     landed = on_ssh(run_witnessed(tmp_path / "landed", RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["rst"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["connections"] >= 1 and figures["destroyed"] == figures["connections"], figures
-    monkeypatch.setattr(fault_commands, "shell", _ResetsPortNine(fault_commands.shell))
+    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, resets_port_nine))
     missed = on_ssh(run_witnessed(tmp_path / "missed", RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(missed)["rst"]
     assert (missed.verdict, effect, figures["destroyed"]) == ("not_exercised", "none", 0), missed.not_exercised
