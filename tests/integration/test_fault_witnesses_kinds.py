@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fixtures.witness_runs import CORRUPT, witnessed
 from fixtures.witness_runs import run_witnessed as run
-from fixtures.witness_runs import witnessed
 
 from harness.hosts.base import LocalHost
 from harness.scenario import capabilities
@@ -284,22 +284,6 @@ def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_it
 
 # ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)
 
-CORRUPT = """\
-    budgets: {step: 30s, run: 60s}
-    model: {tensors: 4, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {debug_hooks: true}%s}
-    steps:
-      - start: server
-      - start: source-1
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: corrupt, target: source-1, name: rot}
-      - sleep: 300ms
-      - heal: rot
-    checks:
-      - nothing_leaked: {}
-"""
 
 
 @needs("root")

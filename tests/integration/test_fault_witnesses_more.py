@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.witness_runs import (
+    GROW,
+    HIJACK,
     IGNORE_TERM,
+    KILLED,
     LINK,
     PUBLISHED,
     RESET,
@@ -37,10 +40,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 def needs(*caps: str) -> pytest.MarkDecorator:
     lacking = capabilities.missing(caps)
     return pytest.mark.skipif(bool(lacking), reason=f"this machine lacks {', '.join(lacking)}")
-
-
-KILLED = "      - fault: {kind: kill, target: source-1, signal: KILL, name: k}\n      - sleep: 500ms\n"
-"""Steps that end the source first: what comes after them is aimed at nothing."""
 
 
 # ---------------------------------------------------------------------------- stop, restart, depart
@@ -99,21 +98,6 @@ def test_a_drain_whose_sighup_is_ignored_or_taken_to_no_effect_is_not_exercised_
 
 # ---------------------------------------------------------------------------- grow (real mxref: its debug hooks)
 
-GROW = """\
-    budgets: {step: 15s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {debug_hooks: true, grow_tensors: 2}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-      - fault: {kind: grow, target: source-1, name: grow, confirm: %s}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
 
 
 @needs("root")
@@ -135,21 +119,6 @@ def test_a_grow_is_seen_by_the_tensors_added_and_one_whose_sighup_stays_pending_
 
 # ---------------------------------------------------------------------------- hijack (real mxref: its server)
 
-HIJACK = """\
-    budgets: {step: 15s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-      - fault: {kind: hijack, target: source-1, server: server, write: demote, times: 2, every: 100ms, timeout: 1s, name: hj}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
 
 
 def test_a_hijack_the_server_answers_is_seen_and_one_at_a_server_that_cannot_answer_is_not_exercised(
