@@ -325,6 +325,9 @@ class Fault(Generic[SpecT, TokenT]):
     ssh_needs: ClassVar[tuple[str, ...] | None] = None
     """What the kind needs on an ssh host (probed there, ``SshHost.capabilities``); None: the kind
     has no lever of its own on ssh hosts (a process fault acts through the host's signals)."""
+    no_ssh_lever: ClassVar[str | None] = None
+    """Why the kind cannot act on a target on an ssh host (a run that would is a SKIP saying so,
+    ``capabilities.missing_on_ssh``); None: it can, or ``ssh_needs`` says what it needs there."""
     needs_on_target_host: ClassVar[bool] = False
     """True: ``ssh_needs`` are needed on the host its target runs on (it restarts that target);
     False: on every host (a network fault's commands run on each)."""

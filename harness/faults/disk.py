@@ -181,6 +181,7 @@ class Disk(Fault[DiskSpec, Mounted]):
     Spec = DiskSpec
     healable = True
     requires = ("root", "fuse")
+    no_ssh_lever = "its FUSE layer mounts over a checkpoint folder on this machine, and a reader on an ssh host reads its own"
 
     def inject(self, ctx: FaultContext) -> Injected[Mounted]:
         spec = self.spec

@@ -16,7 +16,13 @@ by it) and is still running once the drain began. A drain with no live lease wai
 nothing: no effect. A target on an ssh host has its state unread (the events still count).
 A drain that never began (no ``drain_started`` within ``confirm``: its signal landed nowhere)
 fails its step and records a witness of no effect with that failure (``never_began``), so the
-run is NOT EXERCISED with the failed step still named, not a FAIL of the system.
+run is NOT EXERCISED with the failed step still named, not a FAIL of the system. Its record says
+where the SIGHUP went, read by the harness in ``/proc/PID/status`` once ``confirm`` ran out
+(``hup_state``): still pending (``SigPnd``/``ShdPnd``: delivered, never taken, as by a stopped
+process, state ``T``, or one that blocks it, ``SigBlk``), ignored (``SigIgn``: the kernel
+discarded it), or taken by the target's handler (``SigCgt``, no longer pending) that began no
+drain: an undelivered signal and a source that ignored it are told apart. On an ssh host it is
+unread.
 
 Limit: as with ``corrupt``, the wait matches any ``drain_started`` of the current incarnation,
 so a second drain of the same incarnation is confirmed by the first one's event.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +43,7 @@ from harness.faults.corrupt import hooked_source_issues
 from harness.record.witness import Witness
 from harness.spec import Duration, Target
 
-__all__ = ["Drain", "DrainSpec", "catches", "drain_witness", "never_began"]
+__all__ = ["Drain", "DrainSpec", "SignalState", "catches", "confirmed", "drain_witness", "hup_state", "never_began"]
 
 REFIT = int(signal.SIGHUP)
 EVENT = "drain_started"
@@ -77,6 +84,47 @@ def catches(pid: int, sig: int, proc: Path = Path("/proc")) -> bool | None:
     return None if found is None else bool(int(found[1], 16) >> (sig - 1) & 1)
 
 
+@dataclass(frozen=True)
+class SignalState:
+    """Where one signal stands in a process, as its ``/proc/PID/status`` shows it."""
+
+    state: str  # the process's state letter (``T``: stopped)
+    pending: bool  # in SigPnd (the thread's) or ShdPnd (the process's): delivered, not yet taken
+    blocked: bool  # SigBlk
+    ignored: bool  # SigIgn: the kernel discards it
+    caught: bool  # SigCgt: a handler takes it
+
+    def where(self, sig: int, what: str = "drain") -> str:
+        """Where the signal went, in words (``what``: the act its handler should have begun)."""
+        name = signal.Signals(sig).name
+        if self.pending:
+            why = ("the process is stopped (state T)" if self.state in ("T", "t")
+                   else "it blocks the signal" if self.blocked else f"state {self.state}")
+            return f"its {name} is still pending, never taken ({why})"
+        if self.ignored:
+            return f"it ignores {name} (SigIgn): the kernel discarded it"
+        if self.caught:
+            return f"its {name} was taken by its handler, which began no {what}"
+        return f"its {name} is neither pending, ignored nor caught (state {self.state})"
+
+
+def hup_state(pid: int, sig: int = REFIT, proc: Path = Path("/proc")) -> SignalState | None:
+    """Where ``sig`` stands in ``pid`` (None when its status is unreadable: gone, or not here)."""
+    try:
+        status = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    masks: dict[str, bool] = {}
+    for key in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"):
+        found = re.search(rf"^{key}:\s*([0-9a-fA-F]+)", status, re.M)
+        if found is None:
+            return None
+        masks[key] = bool(int(found[1], 16) >> (sig - 1) & 1)
+    state = re.search(r"^State:\s*(\S)", status, re.M)
+    return SignalState(state[1] if state else "?", masks["SigPnd"] or masks["ShdPnd"], masks["SigBlk"],
+                       masks["SigIgn"], masks["SigCgt"])
+
+
 def drain_witness(target: str, pid: int, started: Mapping[str, Any], caught: bool | None, alive: bool | None) -> Witness:
     """What the drain did: it began (``started``, the event the timeline received), what it
     waited for (its live leases), the target catching SIGHUP and alive after it."""
@@ -93,13 +141,34 @@ def drain_witness(target: str, pid: int, started: Mapping[str, Any], caught: boo
     return (Witness.seen if live else Witness.none)(said + state, **figures)
 
 
-def never_began(target: str, pid: int, waited: float, caught: bool | None, alive: bool | None) -> Witness:
-    """A drain whose ``drain_started`` never came within ``waited`` seconds: it landed nowhere
-    (no effect), recorded with the inject's failure so the run is NOT EXERCISED, not a FAIL."""
-    figures = {"pid": pid, "live": None, "waited_s": waited, "catches_sighup": caught, "alive": alive,
-               "drain_started": False}
+def never_began(target: str, pid: int, waited: float, caught: bool | None, alive: bool | None,
+                hup: SignalState | None = None, event: str = EVENT, what: str = "drain") -> Witness:
+    """A drain (``what``) whose ``event`` (``drain_started``) never came within ``waited`` seconds:
+    it landed nowhere (no effect), recorded with the inject's failure so the run is NOT EXERCISED,
+    not a FAIL. ``hup``: where the SIGHUP went (``hup_state``, read after the wait; None: unread)."""
+    figures: dict[str, Any] = {"pid": pid, "live": None, "waited_s": waited, "catches_sighup": caught,
+                               "alive": alive, "drain_started": False,
+                               "hup_pending": None if hup is None else hup.pending,
+                               "hup_ignored": None if hup is None else hup.ignored,
+                               "hup_state": None if hup is None else hup.state}
     state = "" if alive is None else (", still running" if alive else ", no longer running")
-    return Witness.none(f"{target} (pid {pid}) never began a drain: no {EVENT} within {waited:g}s{state}", **figures)
+    where = "" if hup is None or not alive else f": {hup.where(REFIT, what)}"
+    return Witness.none(f"{target} (pid {pid}) never began a {what}: no {event} within {waited:g}s{state}{where}",
+                        **figures)
+
+
+def confirmed(ctx: FaultContext, target: str, pid: int, confirm: float, caught: bool | None, local: bool,
+              event: str = EVENT, what: str = "drain") -> Mapping[str, Any]:
+    """The ``event`` the signalled incarnation ``pid`` emits within ``confirm``; none: the step
+    fails with a witness of no effect (``never_began``) saying where the SIGHUP went."""
+    try:
+        return ctx.wait_event(target, event, {}, confirm)
+    except FaultError as exc:
+        view = ctx.proc(target)
+        alive = (view.alive and view.pid == pid) if local else None
+        hup = hup_state(pid) if local and alive else None
+        missed = never_began(target, pid, confirm, caught, alive, hup, event, what)
+        raise FaultError(str(exc), witness=missed.to_json()) from None
 
 
 @register
@@ -113,13 +182,7 @@ class Drain(Fault[DrainSpec, None]):
         before = ctx.proc(target).pid
         caught = catches(before, REFIT) if local and before is not None else None
         pid = ctx.send_signal(target, REFIT, group=False)
-        try:
-            started = ctx.wait_event(target, EVENT, {}, self.spec.confirm)
-        except FaultError as exc:
-            view = ctx.proc(target)
-            alive = (view.alive and view.pid == pid) if local else None
-            missed = never_began(target, pid, self.spec.confirm, caught, alive)
-            raise FaultError(str(exc), witness=missed.to_json()) from None
+        started = confirmed(ctx, target, pid, self.spec.confirm, caught, local)
         view = ctx.proc(target)
         alive = (view.alive and view.pid == pid) if local else None
         witness = drain_witness(target, pid, started, caught, alive)

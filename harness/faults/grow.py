@@ -8,7 +8,10 @@ refit drains the source's tensor read leases first (bounded by its ``drain_timeo
 reader holding one finishes on the manifest it was granted. Nothing to heal: the model stays grown.
 
 Its witness: the ``manifest_grown`` the timeline received from the incarnation it signalled (how
-many tensors it added, and the manifest's size after), and the target still running after it.
+many tensors it added, and the manifest's size after), and the target still running after it. A
+growth that never began (no ``manifest_grown`` within ``confirm``) fails its step with a witness of
+no effect, as a drain's does (``harness.faults.drain.confirmed``: where the SIGHUP went), so the
+run is NOT EXERCISED with the failed step named.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from harness.faults import Fault, FaultContext, Injected, register
+from harness.faults import Fault, FaultContext, Injected, drain, register
 from harness.faults.corrupt import hooked_source_issues
-from harness.faults.drain import REFIT, RefitSpec
+from harness.faults.drain import REFIT, RefitSpec, confirmed
 from harness.record.witness import Witness
 
 __all__ = ["Grow", "GrowSpec", "grow_witness"]
@@ -62,8 +65,10 @@ class Grow(Fault[GrowSpec, None]):
     def inject(self, ctx: FaultContext) -> Injected[None]:
         target = ctx.resolve(self.spec.target)
         local = ctx.locate(target).kind != "ssh"
+        before = ctx.proc(target).pid
+        caught = drain.catches(before, REFIT) if local and before is not None else None
         pid = ctx.send_signal(target, REFIT, group=False)
-        grown = ctx.wait_event(target, EVENT, {}, self.spec.confirm)
+        grown = confirmed(ctx, target, pid, self.spec.confirm, caught, local, EVENT, "growth")
         view = ctx.proc(target)
         alive = (view.alive and view.pid == pid) if local else None
         witness = grow_witness(target, pid, grown, alive)

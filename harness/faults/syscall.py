@@ -212,6 +212,7 @@ class Syscall(Fault[SyscallSpec, Traced]):
     Spec = SyscallSpec
     healable = True
     requires = ("root", "strace")
+    no_ssh_lever = "strace attaches here by pid, and an ssh host's pids are not this machine's"
 
     def inject(self, ctx: FaultContext) -> Injected[Traced]:
         spec = self.spec

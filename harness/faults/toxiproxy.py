@@ -348,6 +348,7 @@ class Toxic(Fault[ToxicSpec, AddedToxic]):
     Spec = ToxicSpec
     healable = True
     requires = ("toxiproxy",)
+    no_ssh_lever = "toxiproxy runs on the harness, not reachable from ssh hosts yet"
 
     def inject(self, ctx: FaultContext) -> Injected[AddedToxic]:
         spec = self.spec
@@ -436,6 +437,7 @@ class ProxyDown(Fault[ProxyDownSpec, DisabledProxy]):
     Spec = ProxyDownSpec
     healable = True
     requires = ("toxiproxy",)
+    no_ssh_lever = "toxiproxy runs on the harness, not reachable from ssh hosts yet"
 
     def inject(self, ctx: FaultContext) -> Injected[DisabledProxy]:
         spec = self.spec

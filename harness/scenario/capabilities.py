@@ -236,7 +236,9 @@ def missing_on_ssh(sc: Any, inventory: Inventory, run_id: str, run_dir: Path) ->
         if cls is not None and cls.ssh_needs is not None:
             wanted.setdefault(label, (list(cls.ssh_needs), _needed_on(sc, spec, cls)))
             network = network or not cls.needs_on_target_host
-        elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss", "toxiproxy"} & set(cls.requires)):
+        elif cls is not None and cls.no_ssh_lever is not None:
+            lacks.append(f"fault {label}: no lever on ssh hosts yet ({cls.no_ssh_lever})")
+        elif cls is not None and (spec.host_kinds or {"netns", "iptables", "tc", "ss"} & set(cls.requires)):
             lacks.append(f"fault {label}: no lever on ssh hosts yet")
     hardware = sc.hardware_hosts()  # hosts that require a GPU / an RDMA NIC: declared and probed
     hardware_short = 0

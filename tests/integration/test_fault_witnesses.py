@@ -70,13 +70,14 @@ def test_a_negative_control_passes_without_effect_and_is_not_exercised_with_one(
 @pytest.mark.root
 @NEEDS_ROOT
 @NEEDS_TOOLS
-def test_a_partition_packets_met_is_seen_one_on_an_unused_port_is_not_exercised(tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", cut_probe())  # the probe's SYNs to the server met it
+@pytest.mark.parametrize("kind", ["partition", "reject"])
+def test_a_cut_packets_met_is_seen_one_on_an_unused_port_is_not_exercised(kind: str, tmp_path: Path) -> None:
+    landed = run(tmp_path / "landed", cut_probe(kind))  # the probe's SYNs to the server met it
     assert (landed.verdict, effects(landed)) == ("pass", {"cut": "seen"})
     (w,) = landed.history.fault_windows()
     assert w.witness is not None and w.witness.figures["packets"] >= 1 and w.witness.figures["hooks"] == 2
 
-    missed = run(tmp_path / "missed", cut_probe(fault=", ports: [9]"))  # a port nothing of the run uses
+    missed = run(tmp_path / "missed", cut_probe(kind, fault=", ports: [9]"))  # a port nothing of the run uses
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 

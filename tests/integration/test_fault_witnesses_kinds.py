@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fixtures.witness_runs import CORRUPT, witnessed
 from fixtures.witness_runs import run_witnessed as run
-from fixtures.witness_runs import witnessed
 
 from harness.hosts.base import LocalHost
 from harness.scenario import capabilities
@@ -277,26 +277,13 @@ def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_it
     assert (effect, figures["drain_started"], figures["alive"], figures["catches_sighup"]) == ("none", False, True, True)
     (why,) = missed.not_exercised
     assert why.startswith("fault refit (drain source-1): no effect:") and "never began a drain" in why
+    # delivered, never taken: told apart from a source that ignored it (test_fault_witnesses_more)
+    assert why.endswith("its SIGHUP is still pending, never taken (the process is stopped (state T))"), why
+    assert (figures["hup_pending"], figures["hup_state"]) == (True, "T")
 
 
 # ---------------------------------------------------------------------------- corrupt (real mxref: its debug hooks)
 
-CORRUPT = """\
-    budgets: {step: 30s, run: 60s}
-    model: {tensors: 4, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {debug_hooks: true}%s}
-    steps:
-      - start: server
-      - start: source-1
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: corrupt, target: source-1, name: rot}
-      - sleep: 300ms
-      - heal: rot
-    checks:
-      - nothing_leaked: {}
-"""
 
 
 @needs("root")

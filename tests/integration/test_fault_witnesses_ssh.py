@@ -1,14 +1,18 @@
 """Every fault proves it landed (issue 35), on the lab's ssh hosts (``mxchaos lab up``: network
 namespaces running OpenSSH sshd, reached only over ssh). The kinds that land on an ssh host are
-measured there: a kill by the exit the harness saw, a partition or reject by its chain's counters
-read with the host's own iptables, a link_down by its data device's flags read in the host's own
-shell, a rate by its qdisc's counters there, a stop by its exit, a drain by the drain it began
-and the leases it waited for, a store_wipe by the keys the harness counted in the host's redis
-before and after, a tcp_reset by the host's own ``ss`` before and after its ``ss -K``. Each lands
-on a live target (effect seen, the run passes) and is aimed at nothing (no effect: NOT
-EXERCISED). A pause's target's threads and a wall_clock's process cannot be read from here: their
-record says "not witnessed" and why, and the run is judged on its checks; so is a drain target's
-state (its SIGHUP handler, alive after it), which its record names as unread.
+measured there: a kill, a depart, a stop and a restart by the exit the harness saw (and the new
+incarnation), a partition or reject by its chain's counters read with the host's own iptables, a
+link_down by its data device's flags read in the host's own shell, a rate by its qdisc's counters
+there, a drain and a grow by what the source began (its live leases, the tensors it added), a
+hijack by the answers of the server there, a store_wipe by the keys the harness counted in the
+host's redis before and after, a tcp_reset by the host's own ``ss`` before and after its
+``ss -K``. Each lands on a live target (effect seen, the run passes) and is aimed at nothing (no
+effect: NOT EXERCISED). A pause's target's threads, a clock's or wall_clock's process and a
+corrupted source's memory cannot be read from here: their record says "not witnessed" and why,
+and the run is judged on its checks; so is a drain target's state (its SIGHUP handler, alive
+after it), which its record names as unread. A syscall or disk fault has no lever on an ssh host
+(strace and the FUSE layer act on this machine): such a run is a SKIP saying so, before anything
+starts (as a toxic's or a proxy_down's: toxiproxy runs on the harness).
 
 The lab is machine-wide: run these under ``flock /work/lab.lock`` (tests/integration's rule for
 every test that brings one up)."""
@@ -18,16 +22,34 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import IGNORE_TERM, cut_probe, effects, one_source, run_witnessed, witnessed
+from fixtures.witness_runs import (
+    CORRUPT,
+    FAKE,
+    GROW,
+    HIJACK,
+    IGNORE_TERM,
+    KILLED,
+    LINK,
+    PUBLISHED,
+    RESET,
+    WIPE,
+    RewritingShell,
+    cut_probe,
+    effects,
+    link_set_up,
+    one_source,
+    resets_port_nine,
+    run_witnessed,
+    witnessed,
+)
 
 from harness.engine.runner import Runner
 from harness.faults import commands as fault_commands
-from harness.hosts.base import Place
 from harness.hosts.inventory import Inventory
 from harness.judge.verdict import RunResult
 from harness.reports.report import write_run_folder
@@ -75,19 +97,40 @@ def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is
     assert "outlived the SIGTERM" in missed.not_exercised[0]
 
 
-def test_a_stop_on_an_ssh_host_is_witnessed_by_its_exit(inventory: Inventory, tmp_path: Path) -> None:
-    steps = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
+@pytest.mark.parametrize(("kind", "gone"), [("stop", "nothing to stop"), ("restart", "a start, not a restart")])
+def test_a_stop_or_restart_on_an_ssh_host_is_witnessed_by_its_exit_and_one_of_a_source_gone_is_not_exercised(
+        kind: str, gone: str, inventory: Inventory, tmp_path: Path) -> None:
+    steps = f"      - fault: {{kind: {kind}, target: source-1, grace: 2s, name: leave}}\n      - sleep: 500ms"
+    result = on_ssh(run_witnessed(tmp_path / "landed", one_source(steps, budgets=ONE_HOST), inventory=inventory))
     assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
+    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(KILLED + steps, budgets=ONE_HOST), inventory=inventory))
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "seen", "leave": "none"})
+    assert missed.not_exercised[0].endswith(f"source-1 had already exited: {gone}"), missed.not_exercised
 
 
-def test_a_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
-    steps = "      - fault: {kind: wall_clock, target: source-1, offset: -5s, name: skew}\n      - sleep: 500ms"
+def test_a_depart_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    depart = "      - fault: {kind: depart, target: source-1, after: heartbeat, signal: %s, name: gone}\n      - sleep: 1s"
+    landed = on_ssh(run_witnessed(tmp_path / "landed", one_source(depart % "KILL", budgets=ONE_HOST), inventory=inventory))
+    effect, figures = witnessed(landed)["gone"]
+    assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
+    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(depart % "TERM", source=IGNORE_TERM, budgets=ONE_HOST),
+                                  inventory=inventory))
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {"gone": "none"})
+    assert "outlived the SIGTERM" in missed.not_exercised[0]
+
+
+@pytest.mark.parametrize("fault", ["kind: wall_clock, offset: -5s", "kind: clock, monotonic: +72h"])
+def test_a_clock_or_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(
+        fault: str, inventory: Inventory, tmp_path: Path) -> None:
+    """The lab's login is root (a clock fault's need): the fault acts; the new incarnation's /proc
+    (its time namespace, its maps and environment) is the host's, not read from here."""
+    steps = f"      - fault: {{{fault}, target: source-1, name: skew}}\n      - sleep: 500ms"
     result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["skew"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")
     (w,) = result.history.fault_windows()
-    assert w.witness is not None and "runs on ssh host" in w.witness.why, w.witness
+    assert w.witness is not None and "runs on ssh host" in w.witness.why and "not read from here" in w.witness.why, w.witness
 
 
 def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
@@ -116,28 +159,17 @@ def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_ex
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 
 
-LINK = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 60s, stop_grace: 2s}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: heartbeat}
-      - fault: {kind: %s, target: a, name: net%s}
-      - sleep: 1s
-      - heal: net
-    checks:
-      - nothing_leaked: {}
-"""
-
-
-def test_a_link_down_on_an_ssh_host_is_seen_in_its_devices_flags(inventory: Inventory, tmp_path: Path) -> None:
-    result = on_ssh(run_witnessed(tmp_path, LINK % ("link_down", ""), inventory=inventory))
+def test_a_link_down_on_an_ssh_host_is_seen_in_its_devices_flags_and_one_left_up_is_not_exercised(
+        inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = on_ssh(run_witnessed(tmp_path / "landed", LINK % ("link_down", ""), inventory=inventory))
     (w,) = result.history.fault_windows()
     assert (result.verdict, [x.effect for x in w.witnesses]) == ("pass", ["seen", "seen"])  # at inject, and at its heal
     assert "UP" not in w.witnesses[0].figures["flags"].split(","), w.witnesses[0].figures  # read on the host
+    # the planted regression: its `ip link set dev X down` on the host sets the device up
+    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, link_set_up))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", LINK % ("link_down", ""), inventory=inventory))
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {"net": "none"})
+    assert "is up (" in missed.not_exercised[0], missed.not_exercised
 
 
 def test_a_rate_limit_on_an_idle_ssh_host_is_not_exercised(inventory: Inventory, tmp_path: Path) -> None:
@@ -206,25 +238,6 @@ def test_a_drain_on_an_ssh_host_with_a_lease_out_is_seen_and_one_of_an_idle_sour
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
 
 
-WIPE = """\
-    store: redis
-    budgets: {step: 30s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {heartbeat_interval: 500ms}}
-    steps:
-      - start: server
-%s
-      - fault: {kind: store_wipe, target: store, name: wipe}
-      - sleep: 500ms
-    checks:
-      - nothing_leaked: {}
-"""
-PUBLISHED = ("      - start: source-1\n"
-             "      - await: {process: source-1, event: status_change, where: {status: READY}}")
-
-
 def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_store_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
     landed = on_ssh(run_witnessed(tmp_path / "landed", WIPE % PUBLISHED, fake=False, inventory=inventory))
@@ -236,51 +249,84 @@ def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_s
     assert "0 keys before, 0 after" in missed.not_exercised[0]
 
 
-RESET = """\
-    hosts: {ctl: netns, a: netns}
-    budgets: {step: 20s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server, host: ctl}
-      source-1: {role: source, host: a, options: {heartbeat_interval: 200ms}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      # the source's gRPC channel to its server stays open between heartbeats
-      - fault: {kind: tcp_reset, target: source-1, peer: server, name: rst}
-      - sleep: 1s
-    checks:
-      - nothing_leaked: {}
-"""
-
-
-class _ResetsPortNine:
-    """A planted regression (tests/mutants/inject_tcp_reset_wrong_port.diff, on the live seam):
-    each ``ss -K`` names port 9 as the peer's, so nothing is reset."""
-
-    def __init__(self, shell: fault_commands.Shell) -> None:
-        self.shell = shell
-
-    def run(self, place: Place | None, argv: Sequence[str]) -> tuple[int, str]:
-        if "-K" in argv:
-            argv = [*argv[:-1], argv[-1].rpartition(":")[0] + ":9"]
-        return self.shell.run(place, argv)
-
-    def namespaces(self) -> list[str]:
-        return self.shell.namespaces()
-
-    def have(self, program: str) -> bool:
-        return self.shell.have(program)
-
-
 def test_a_tcp_reset_on_ssh_hosts_is_seen_in_the_hosts_own_ss_and_one_that_resets_nothing_is_not_exercised(
         inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     landed = on_ssh(run_witnessed(tmp_path / "landed", RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["rst"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["connections"] >= 1 and figures["destroyed"] == figures["connections"], figures
-    monkeypatch.setattr(fault_commands, "shell", _ResetsPortNine(fault_commands.shell))
+    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, resets_port_nine))
     missed = on_ssh(run_witnessed(tmp_path / "missed", RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(missed)["rst"]
     assert (missed.verdict, effect, figures["destroyed"]) == ("not_exercised", "none", 0), missed.not_exercised
     assert "still established after ss -K" in missed.not_exercised[0]
+
+
+# ---------------------------------------------------------------------------- grow, hijack, corrupt (real mxref)
+
+FROZEN = "      - fault: {kind: pause, target: %s, name: freeze}"  # the pause acts on an ssh host; its witness is unread
+
+
+def test_a_grow_on_an_ssh_host_is_seen_by_the_tensors_added_and_one_never_begun_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", GROW % ("", "15s", ""), fake=False, inventory=inventory))
+    effect, figures = witnessed(landed)["grow"]
+    assert (landed.verdict, effect, figures["added"], figures["alive"]) == ("pass", "seen", 2, None), figures
+    # aimed at nothing: the source is stopped, no growth begins within confirm; where its SIGHUP went is unread
+    frozen = (FROZEN % "source-1", "3s", "      - heal: freeze")
+    missed = on_ssh(run_witnessed(tmp_path / "missed", GROW % frozen, fake=False, inventory=inventory))
+    assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
+    effect, figures = witnessed(missed)["grow"]
+    assert (effect, figures["hup_pending"], figures["alive"]) == ("none", None, None), figures
+    assert missed.not_exercised == [f"fault grow (grow source-1): no effect: source-1 (pid {figures['pid']}) never began "
+                                    "a growth: no manifest_grown within 3s"]
+
+
+def test_a_hijack_of_a_server_on_an_ssh_host_is_seen_and_one_it_cannot_answer_is_not_exercised(
+        inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", HIJACK % ("", ""), fake=False, inventory=inventory))
+    effect, figures = witnessed(landed)["hj"]
+    assert (landed.verdict, effect, figures["answered"]) == ("pass", "seen", 2), figures
+    frozen = (FROZEN % "server", "      - heal: freeze")
+    missed = on_ssh(run_witnessed(tmp_path / "missed", HIJACK % frozen, fake=False, inventory=inventory))
+    assert (missed.verdict, witnessed(missed)["hj"][0]) == ("not_exercised", "none")
+    assert missed.not_exercised == ["fault hj (hijack source-1): no effect: no demote write was answered on its "
+                                    "merits (DEADLINE_EXCEEDED)"]
+
+
+def test_a_corrupt_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
+    """The toggle acts (the source confirms it); the source's memory is not read from here."""
+    result = on_ssh(run_witnessed(tmp_path, CORRUPT % "", fake=False, inventory=inventory))
+    effect, _ = witnessed(result)["rot"]
+    assert (result.verdict, effect) == ("pass", "unwitnessed"), result.not_exercised
+    (w,) = result.history.fault_windows()
+    assert w.witness is not None and "the source runs on an ssh host: its memory is not read from here" in w.witness.why
+
+
+# ---------------------------------------------------------------------------- kinds with no lever on ssh hosts
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("{kind: syscall, target: source-1, calls: [write], delay: 1ms, name: crawl}",
+     "fault crawl (syscall): no lever on ssh hosts yet (strace attaches here by pid"),
+    ("{kind: disk, target: reader-1, mode: eio, name: crawl}",
+     "fault crawl (disk): no lever on ssh hosts yet (its FUSE layer mounts over a checkpoint folder on this machine"),
+])
+def test_a_fault_that_acts_on_this_machine_alone_is_a_skip_on_ssh_hosts_saying_why(
+        fault: str, why: str, inventory: Inventory, tmp_path: Path) -> None:
+    """Before anything starts: never a run whose fault touched some other process of this machine."""
+    path = tmp_path / "local_only.yaml"
+    path.write_text(f"""name: local_only
+launcher: ["{{python}}", "{FAKE}"]
+processes:
+  server: {{role: server}}
+  source-1: {{role: source}}
+  reader-1: {{role: reader}}
+steps:
+  - start: [server, source-1]
+  - fault: {fault}
+  - heal: crawl
+checks: [{{nothing_leaked: {{}}}}]
+""")
+    result = Runner(load_scenario(path), out_dir=tmp_path / "runs", inventory=inventory, install_signal_handlers=False).run()
+    assert (result.verdict, result.status) == ("skip", "skipped") and why in result.reason, (result.verdict, result.reason)

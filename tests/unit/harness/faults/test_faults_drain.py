@@ -16,6 +16,7 @@ from harness.faults import drain, make_fault
 from harness.faults.drain import DrainSpec
 
 CATCHES = drain.catches  # as written (the fixture below stands in for it)
+HUP_STATE = drain.hup_state
 
 
 @pytest.fixture
@@ -28,7 +29,11 @@ def handlers(monkeypatch: pytest.MonkeyPatch) -> dict[int, bool]:
     """pid -> whether it catches SIGHUP (the fake context's pids are no processes of this machine)."""
     caught: dict[int, bool] = {}
     monkeypatch.setattr(drain, "catches", lambda pid, sig: caught.get(pid, True))
+    monkeypatch.setattr(drain, "hup_state", lambda pid, sig=drain.REFIT: PENDING if pid in caught else None)
     return caught
+
+
+PENDING = drain.SignalState("T", pending=True, blocked=False, ignored=False, caught=True)
 
 
 def test_drain_sends_sighup_to_the_source_alone_and_waits_for_drain_started(ctx: FakeContext) -> None:
@@ -75,7 +80,36 @@ def test_an_unconfirmed_drain_is_a_fault_error_carrying_a_witness_of_no_effect(c
     assert witness is not None and witness["effect"] == "none"
     assert witness["why"] == f"source-1 (pid {pid}) never began a drain: no drain_started within 1s, still running"
     assert witness["figures"] == {"pid": pid, "live": None, "waited_s": 1.0, "catches_sighup": True, "alive": True,
-                                  "drain_started": False}
+                                  "drain_started": False, "hup_pending": None, "hup_ignored": None, "hup_state": None}
+
+
+def test_an_unconfirmed_drain_says_where_its_sighup_went(ctx: FakeContext, handlers: dict[int, bool]) -> None:
+    pid = ctx.procs["source-1"].pid
+    assert pid is not None
+    handlers[pid] = True  # the fixture's hup_state: a pending SIGHUP in a stopped process
+    with pytest.raises(FaultError) as raised:
+        make_fault(DrainSpec(kind="drain", target="source-1", confirm="1s"), "refit").inject(ctx)
+    witness = raised.value.witness
+    assert witness is not None and witness["why"].endswith(
+        "still running: its SIGHUP is still pending, never taken (the process is stopped (state T))")
+    assert (witness["figures"]["hup_pending"], witness["figures"]["hup_state"]) == (True, "T")
+
+
+STATUS = "State:\tS (sleeping)\nSigPnd:\t0000000000000000\nShdPnd:\t%s\nSigBlk:\t0000000000000000\n" \
+         "SigIgn:\t%s\nSigCgt:\t%s\n"
+
+
+@pytest.mark.parametrize(("shd", "ign", "cgt", "where"), [
+    ("0000000000000001", "0000000000000000", "0000000000000001", "its SIGHUP is still pending, never taken (state S)"),
+    ("0000000000000000", "0000000000000001", "0000000000000000", "it ignores SIGHUP (SigIgn): the kernel discarded it"),
+    ("0000000000000000", "0000000000000000", "0000000000004001", "its SIGHUP was taken by its handler, which began no drain"),
+])
+def test_hup_state_reads_the_signal_masks_of_proc_status(tmp_path: Path, shd: str, ign: str, cgt: str, where: str) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "status").write_text(STATUS % (shd, ign, cgt))
+    found = HUP_STATE(7, proc=tmp_path)
+    assert found is not None and found.where(signal.SIGHUP) == where
+    assert HUP_STATE(8, proc=tmp_path) is None  # gone: unread
 
 
 def test_a_target_without_debug_hooks_is_a_validation_error_naming_key_and_rule() -> None:

@@ -209,3 +209,29 @@ def test_a_network_faults_commands_reach_an_ssh_host_through_its_own_shell_while
     assert healed.pop("witness")["effect"] == "unwitnessed" and healed == {"link": "eth9", "up": False}
     assert len(lines) == 4
     assert LocalHost("l").fault_place() is None
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("{kind: syscall, target: source-1, calls: [write], delay: 1ms, name: crawl}",
+     "fault crawl (syscall): no lever on ssh hosts yet (strace attaches here by pid, and an ssh host's pids are not "
+     "this machine's)"),
+    ("{kind: disk, target: reader-1, mode: eio, name: failing}",
+     "fault failing (disk): no lever on ssh hosts yet (its FUSE layer mounts over a checkpoint folder on this machine, "
+     "and a reader on an ssh host reads its own)"),
+])
+def test_a_fault_that_acts_on_this_machine_alone_is_a_skip_on_ssh_hosts_saying_why(
+        tmp_path: Path, fault: str, why: str) -> None:
+    sc = parse_scenario(f"""
+name: t
+hosts: {{a: netns}}
+processes:
+  server: {{role: server, host: a}}
+  source-1: {{role: source, host: a}}
+  reader-1: {{role: reader, host: a}}
+steps:
+  - start: [server, source-1]
+  - fault: {fault}
+checks: [{{nothing_leaked: {{}}}}]
+""")
+    lacking, said = missing_on_ssh(sc, parse_inventory(INVENTORY), "run-x-3", tmp_path)
+    assert lacking == ["ssh-host"] and why in said, said
