@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from fixtures.witness_runs import CORRUPT, witnessed
+from fixtures.witness_runs import CORRUPT, toxic_on, witnessed
 from fixtures.witness_runs import run_witnessed as run
 
 from harness.hosts.base import LocalHost
@@ -120,26 +120,6 @@ def test_a_proxy_down_a_connection_met_is_seen_and_one_nothing_tried_is_not_exer
 
 # ---------------------------------------------------------------------------- toxic (real mxref: a gRPC server)
 
-TOXIC = """\
-    budgets: {step: 15s, run: 60s, stop_grace: 2s}
-    model: {tensors: 2, tensor_mib: 1}
-    proxies:
-      mds: {upstream: server}
-      idle: {upstream: server}
-    processes:
-      server: {role: server}
-      source-1: {role: source, server_via: mds, options: {heartbeat_interval: 500ms}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: toxic, proxy: %s, name: slow, %s}
-      - sleep: 1s
-      - heal: slow
-    checks:
-      - nothing_leaked: {}
-"""
-
-
 LATENCY = "type: latency, toxicity: %s, attributes: {latency: 300ms}"
 
 
@@ -147,7 +127,7 @@ LATENCY = "type: latency, toxicity: %s, attributes: {latency: 300ms}"
 def test_a_latency_toxic_is_seen_by_a_probe_through_its_proxy_and_one_applied_to_no_connection_is_not_exercised(
         tmp_path: Path) -> None:
     # the source heartbeats through the proxy (its clients' traffic); the probe is the harness's own call
-    landed = run(tmp_path / "landed", TOXIC % ("mds", LATENCY % 1), fake=False)
+    landed = run(tmp_path / "landed", toxic_on("mds", LATENCY % 1, name="slow"), fake=False)
     assert landed.verdict == "pass", landed.not_exercised
     (inject, heal) = next(w for w in landed.history.fault_windows() if w.name == "slow").witnesses
     assert (inject.effect, heal.effect) == ("seen", "seen"), (inject, heal)
@@ -155,13 +135,13 @@ def test_a_latency_toxic_is_seen_by_a_probe_through_its_proxy_and_one_applied_to
     assert figures["listed_toxicity"] == 1 and figures["through_code"] == figures["direct_code"] == "ACK"
     assert figures["added_ms"] >= 150, figures  # at least half the 300 ms toxiproxy adds to the probe's round trip
     # the same toxic applied to no connection: the source's traffic still went through the proxy
-    missed = run(tmp_path / "missed", TOXIC % ("mds", LATENCY % 0), fake=False)
+    missed = run(tmp_path / "missed", toxic_on("mds", LATENCY % 0, name="slow"), fake=False)
     assert (missed.verdict, witnessed(missed)["slow"][0]) == ("not_exercised", "none")
     assert "with toxicity 0" in missed.not_exercised[0] and "applies to no connection" in missed.not_exercised[0]
     # a toxic that works on a proxy no client uses: the probe's own connection is not its clients' traffic
     # (a held probe too: its connection is closed, not left open in the proxy's counts)
     for toxic in (LATENCY % 1, "type: timeout, stream: downstream, attributes: {timeout: 0}"):
-        idle = run(tmp_path / "idle", TOXIC % ("idle", toxic), fake=False)
+        idle = run(tmp_path / "idle", toxic_on("idle", toxic, name="slow"), fake=False)
         (inject, heal) = next(w for w in idle.history.fault_windows() if w.name == "slow").witnesses
         assert (idle.verdict, inject.effect, heal.effect) == ("not_exercised", "seen", "none"), (toxic, inject, heal)
         assert heal.figures["closed_bytes"] == 0 and "no connection through proxy idle" in idle.not_exercised[0]

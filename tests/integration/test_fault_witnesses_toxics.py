@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fixtures.witness_runs import run_witnessed as run
-from fixtures.witness_runs import witnessed
+from fixtures.witness_runs import toxic_on, witnessed
 
 from harness.record.witness import Witness
 from harness.scenario import capabilities
@@ -23,25 +23,6 @@ from harness.toxiproxy import ToxiproxyAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
               pytest.mark.skipif(bool(capabilities.missing(["toxiproxy"])), reason="this machine lacks toxiproxy")]
-
-TOXIC = """\
-    budgets: {step: 15s, run: 60s, stop_grace: 2s}
-    model: {tensors: 2, tensor_mib: 1}
-    proxies:
-      mds: {upstream: server}
-      idle: {upstream: server}
-    processes:
-      server: {role: server}
-      source-1: {role: source, server_via: mds, options: {heartbeat_interval: 200ms}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: toxic, proxy: %s, name: t, toxicity: %s, %s}
-      - sleep: 1s
-      - heal: t
-    checks:
-      - nothing_leaked: {}
-"""
 
 TOXICS = {
     # 6000 bytes back (667 acknowledged SETTINGS) at 20 KB/s: the probe takes 300 ms more
@@ -61,7 +42,7 @@ def windows(result: Any) -> tuple[Witness, Witness]:
 @pytest.mark.parametrize("kind", list(TOXICS))
 def test_a_load_toxic_is_seen_by_a_loaded_probe_and_not_exercised_where_it_touches_no_client(
         tmp_path: Path, kind: str) -> None:
-    landed = run(tmp_path / "landed", TOXIC % ("mds", 1, TOXICS[kind]), fake=False)
+    landed = run(tmp_path / "landed", toxic_on("mds", f"toxicity: 1, {TOXICS[kind]}", heartbeat="200ms"), fake=False)
     inject, heal = windows(landed)
     assert (landed.verdict, inject.effect, heal.effect) == ("pass", "seen", "seen"), (landed.not_exercised, inject, heal)
     figures = dict(inject.figures)
@@ -72,13 +53,13 @@ def test_a_load_toxic_is_seen_by_a_loaded_probe_and_not_exercised_where_it_touch
         assert figures["through_code"] == "ACK" and figures["added_ms"] >= figures["expected_ms"] / 2 == 150, figures
 
     # on a proxy no client uses: the probe's own connection is not its clients' traffic
-    idle = run(tmp_path / "idle", TOXIC % ("idle", 1, TOXICS[kind]), fake=False)
+    idle = run(tmp_path / "idle", toxic_on("idle", f"toxicity: 1, {TOXICS[kind]}", heartbeat="200ms"), fake=False)
     inject, heal = windows(idle)
     assert (idle.verdict, inject.effect, heal.effect) == ("not_exercised", "seen", "none"), (kind, inject, heal)
     assert heal.figures["closed_bytes"] == 0 and "no connection through proxy idle" in idle.not_exercised[0]
 
     # applied to no connection: the read back says so, whatever went through
-    spared = run(tmp_path / "spared", TOXIC % ("mds", 0, TOXICS[kind]), fake=False)
+    spared = run(tmp_path / "spared", toxic_on("mds", f"toxicity: 0, {TOXICS[kind]}", heartbeat="200ms"), fake=False)
     assert (spared.verdict, witnessed(spared)["t"][0]) == ("not_exercised", "none")
     assert "with toxicity 0" in spared.not_exercised[0]
 
@@ -90,7 +71,7 @@ def test_a_slicer_added_on_the_other_stream_is_not_exercised_by_the_probe(
     sliced: only the probe shows that the toxic is not where the scenario put it."""
     add = ToxiproxyAPI.add_toxic
     monkeypatch.setattr(ToxiproxyAPI, "add_toxic", lambda self, proxy, body: add(self, proxy, {**body, "stream": "downstream"}))
-    missed = run(tmp_path, TOXIC % ("mds", 1, TOXICS["slicer"]), fake=False)
+    missed = run(tmp_path, toxic_on("mds", f"toxicity: 1, {TOXICS['slicer']}", heartbeat="200ms"), fake=False)
     inject, heal = windows(missed)
     assert (missed.verdict, inject.effect, heal.effect) == ("not_exercised", "none", "seen"), (inject, heal)
     assert inject.figures["through_code"] == "ACK" and inject.figures["added_ms"] < 150, inject
