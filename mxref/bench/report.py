@@ -130,9 +130,10 @@ READ_PHASES = (("first_touch_s", "first touch of the target (allocate, fault in)
                ("agent_s", "agent creation"), ("register_s", "registration"),
                ("prep_s", "descriptor lists / handle prepared"), ("post_s", "posting (make + transfer)"),
                ("poll_s", "polling: inside check_xfer_state (the bytes move)"),
-               ("landing_s", "checksums between polls"), ("release_s", "release (handles, lists)"),
+               ("landing_s", "checksums between polls"), ("nap_s", "asleep between polls (no bytes moving)"),
+               ("release_s", "release (handles, lists)"),
                ("other_s", "the loop's own bookkeeping"), ("total_s", "the READ call in all"))
-READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"),
+READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"), ("naps", "naps between polls"),
                ("chunk_wait_s", "a chunk's median wait, post to done"),
                ("post_lag_s", "window idle: completion to refill, summed"),
                ("underfull_s", "window idle: fewer than W in flight, summed"))
