@@ -323,6 +323,6 @@ def phase_table(summary: Mapping[str, Any]) -> list[str]:
     out = [f"READ phases, ms (counts as is): mxref ({section['mxref']}) beside raw ({section['raw']}, cold); "
            "median [95% interval] over the rounds"]
     for key, row in section["phases"].items():
-        scale = 1.0 if key in ("polls", "posts") else 1e3
+        scale = 1e3 if key.endswith("_s") else 1.0  # seconds shown as ms; counts as they are
         out.append(f"  {row['label']:50s} {_cell(row.get('mxref'), scale):>24s}  {_cell(row.get('raw'), scale):>24s}")
     return out
