@@ -126,10 +126,11 @@ class PollNap:
     at once. A pass counts as progress when a chunk completed, the landing had work, or the
     pass itself took ``busy_pass_s`` or more (a poll that drained a socket costs tens of us, an
     idle one a few). After ``spin_s`` without progress the loop sleeps between passes: ``first_s``,
-    doubling up to ``cap_s``, back to tight polling at the next progress. A nap never runs past
-    the window's nearest check (suspect, stall, budget), so the stall rule's clock checks fall
-    when they did; with R readers sharing 2 cores, their idle polls were CPU the sources (and
-    the other readers) needed (docs/mxref.md#the-scale-up-storm)."""
+    doubling up to ``cap_s``, back to tight polling at the next progress. A nap never asks to
+    sleep past the window's nearest check (suspect, stall, budget): every deadline is computed
+    and compared as without naps. With R readers sharing 2 cores, their idle polls were CPU the
+    sources (and the other readers) needed
+    (docs/mxref.md#the-readers-idle-polls-issue-38-2026-12-07)."""
 
     spin_s: float = 300e-6
     first_s: float = 50e-6
