@@ -130,9 +130,10 @@ READ_PHASES = (("first_touch_s", "first touch of the target (allocate, fault in)
                ("agent_s", "agent creation"), ("register_s", "registration"),
                ("prep_s", "descriptor lists / handle prepared"), ("post_s", "posting (make + transfer)"),
                ("poll_s", "polling: inside check_xfer_state (the bytes move)"),
-               ("landing_s", "checksums between polls"), ("release_s", "release (handles, lists)"),
+               ("landing_s", "checksums between polls"), ("nap_s", "asleep between polls (no bytes moving)"),
+               ("release_s", "release (handles, lists)"),
                ("other_s", "the loop's own bookkeeping"), ("total_s", "the READ call in all"))
-READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"),
+READ_COUNTS = (("polls", "check_xfer_state calls"), ("posts", "handles posted"), ("naps", "naps between polls"),
                ("chunk_wait_s", "a chunk's median wait, post to done"),
                ("post_lag_s", "window idle: completion to refill, summed"),
                ("underfull_s", "window idle: fewer than W in flight, summed"))
@@ -322,6 +323,6 @@ def phase_table(summary: Mapping[str, Any]) -> list[str]:
     out = [f"READ phases, ms (counts as is): mxref ({section['mxref']}) beside raw ({section['raw']}, cold); "
            "median [95% interval] over the rounds"]
     for key, row in section["phases"].items():
-        scale = 1.0 if key in ("polls", "posts") else 1e3
+        scale = 1e3 if key.endswith("_s") else 1.0  # seconds shown as ms; counts as they are
         out.append(f"  {row['label']:50s} {_cell(row.get('mxref'), scale):>24s}  {_cell(row.get('raw'), scale):>24s}")
     return out

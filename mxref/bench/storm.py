@@ -21,7 +21,11 @@ reader is done: its readers stall and move on. With ``--mx-python`` (the modelex
 interpreter, e.g. ``~/.cache/mxchaos/envs/subject-modelexpress-0.7.0/bin/python``; ``mxchaos run``
 builds it), the same storm of the real ModelExpress client's readers (``mxref.modelexpress.adapter
 reader --start-on-stdin``: one process per reader and round, started and imported before the go)
-for the cells ``--mx-readers`` names, a differential row beside mxref's.
+for the cells ``--mx-readers`` names, a differential row beside mxref's. With ``--baseline PATH``
+(another checkout of mxref, e.g. the commit before a change), a second pool of R readers runs
+that checkout's code (``PYTHONPATH=PATH``, started in PATH) against the same sources, stormed in
+the same interleaved rounds (storm, raw, baseline; the next round the other way round): the row
+``baseline`` and, on mxref's, the per-round ratio of the two aggregates (``over_baseline``).
 
 Every figure is summed up and judged by ``mxref.bench.storm_stats`` (each the median over the
 rounds with an interval; the goals, as same-run ratios, MET, MISSED or UNDECIDED by their
@@ -51,7 +55,7 @@ from typing import Any
 
 from mxref import config
 from mxref.bench.storm_procs import Freeze, LineChild, deferred_signals
-from mxref.bench.storm_stats import StormRound, reader_outcome, storm_round, summarize_cell, table
+from mxref.bench.storm_stats import StormRound, figure, interval_text, reader_outcome, storm_round, summarize_cell, table
 from mxref.options import parse
 
 STARTUP_TIMEOUT_S = 300.0
@@ -80,9 +84,9 @@ class Storm:
         self.address = ""
 
     def child(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
-              stdin_quits: bool = True) -> LineChild:
+              stdin_quits: bool = True, cwd: Path = HERE) -> LineChild:
         self._events(name).unlink(missing_ok=True)  # a reused --workdir: no event of an earlier run counts
-        c = LineChild(name, argv, self.workdir / f"{name}.log", env=env, cwd=HERE, stdin_quits=stdin_quits)
+        c = LineChild(name, argv, self.workdir / f"{name}.log", env=env, cwd=cwd, stdin_quits=stdin_quits)
         self.children.append(c)
         return c
 
@@ -136,16 +140,19 @@ class Storm:
             out.append((c, port, int(info["addr"])))
         return out
 
-    def start_readers(self, count: int) -> list[LineChild]:
+    def start_readers(self, count: int, checkout: Path | None = None) -> list[LineChild]:
         """``count`` long-lived readers, started ``START_BATCH`` at a time (dozens of NIXL
-        start-ups at once on a small machine outlast any sane deadline), each ready."""
+        start-ups at once on a small machine outlast any sane deadline), each ready; with
+        ``checkout``, that checkout's readers (``--baseline``), named ``baseline-reader-i``."""
         readers: list[LineChild] = []
+        prefix = "baseline-reader" if checkout else "reader"
+        env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
         for first in range(0, count, START_BATCH):
-            batch = [self.child(f"reader-{i}", _mxref("reader", "--name", f"reader-{i}", "--events",
-                                                      str(self._events(f"reader-{i}")), "--server", self.address,
-                                                      "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
-                                                      "--selector", self.args.selector, "--selector-seed", str(i),
-                                                      *self.model))
+            batch = [self.child(f"{prefix}-{i}", _mxref("reader", "--name", f"{prefix}-{i}", "--events",
+                                                        str(self._events(f"{prefix}-{i}")), "--server", self.address,
+                                                        "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
+                                                        "--selector", self.args.selector, "--selector-seed", str(i),
+                                                        *self.model), env=env, cwd=checkout or HERE)
                      for i in range(first, min(count, first + START_BATCH))]
             for r in batch:
                 r.expect("ready", STARTUP_TIMEOUT_S)
@@ -284,13 +291,14 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
     try:
         storm.start_server()
         readers = storm.start_readers(most)
+        base = storm.start_readers(most, args.baseline) if args.baseline else []
         raws = storm.start_raw_readers(most)
         for s in args.sources:
             sources = storm.start_sources(s)
             raw_sources = storm.start_raw_sources(s)
             storm.connect_raw(raws, raw_sources)
             for r in args.readers:
-                cells.extend(_cell(storm, args, readers[:r], raws[:r], sources))
+                cells.extend(_cell(storm, args, readers[:r], raws[:r], sources, base[:r]))
             storm.stop_all([c for c, _, _ in raw_sources])
             storm.stop_all(sources)
     finally:
@@ -300,7 +308,7 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
 
 
 def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[LineChild],
-          sources: list[LineChild]) -> list[dict[str, Any]]:
+          sources: list[LineChild], base: list[LineChild]) -> list[dict[str, Any]]:
     r, s = len(readers), len(sources)
     for i, c in enumerate(sources):  # a source UCX aborted in the last cell is replaced, not stormed
         if c.popen.poll() is not None:
@@ -310,13 +318,16 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
     storms: list[dict[str, Any]] = []
     rawr: list[dict[str, Any]] = []
     listings: list[float] = []
+    based: list[dict[str, Any]] = []
+    base_listings: list[float] = []
+    # each round: (who, the command, where its result goes, its ListSources times); odd rounds backwards
+    arms: list[tuple[list[LineChild], str, list[dict[str, Any]], list[float] | None]] = [
+        (readers, "load", storms, listings), (raws, "read", rawr, None)]
+    if base:
+        arms.append((base, "load", based, base_listings))
     for k in range(args.rounds):
-        if k % 2 == 0:
-            storms.append(storm.round(readers, "load", listings))
-            rawr.append(storm.round(raws, "read"))
-        else:
-            rawr.append(storm.round(raws, "read"))
-            storms.append(storm.round(readers, "load", listings))
+        for children, command, results, times in arms if k % 2 == 0 else reversed(arms):
+            results.append(storm.round(children, command, times))
     frozen: list[dict[str, Any]] = []
     if s >= 2 and args.frozen_rounds:
         wall = sorted(x["wall_s"] for x in storms)[len(storms) // 2]
@@ -326,7 +337,16 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
     cell = summarize_cell(r, s, storm.nbytes, storms, rawr, frozen, listings)
     cell["subject"] = "mxref"
     out = [cell]
-    print("\n".join(table([cell])), flush=True)
+    if base:
+        base_cell = summarize_cell(r, s, storm.nbytes, based, rawr, (), base_listings)
+        base_cell["subject"] = "baseline"
+        cell["figures"]["over_baseline"] = figure([n / d for n, d in zip(cell["aggregate_rounds"],
+                                                                          base_cell["aggregate_rounds"]) if d > 0])
+        out.append(base_cell)
+    print("\n".join(table(out)), flush=True)
+    if base:
+        print(f"  mxref / baseline aggregate {r}x{s}, per round: {interval_text(cell['figures']['over_baseline'])}",
+              flush=True)
     if args.mx_python and r in args.mx_readers:
         # the ModelExpress client takes a central source's dtype ('float16') for a mismatch with its
         # own spelling ('torch.float16') and falls back: its storms read P2P sources, started for them
@@ -366,6 +386,7 @@ class StormFlags:
     mx_readers: list[int]
     mx_rounds: int
     transport: str
+    baseline: Path | None
     workdir: Path | None
     json: Path | None
 
@@ -400,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the cells' R that get a ModelExpress row (default 1 4 8)")
     parser.add_argument("--mx-rounds", type=config.whole_number_arg("rounds", 1, 99), default=3)
     parser.add_argument("--transport", default="ucx-tcp", choices=sorted(config.TRANSPORT_PROFILES))
+    parser.add_argument("--baseline", type=Path, default=None, metavar="PATH",
+                        help="another checkout of mxref: also a pool of its readers (PYTHONPATH=PATH), stormed in "
+                             "the same interleaved rounds; a 'baseline' row and mxref / baseline per round")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON record here")
     return parser
@@ -412,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the children as a Ctrl-C does
     if not 0 < args.freeze_at < 1:
         parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
+    if args.baseline and not (args.baseline / "mxref" / "__main__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no mxref/__main__.py there")
     if args.mx_python and not Path(args.mx_python).is_file():
         parser.error(f"--mx-python {args.mx_python}: no such file")
     config.apply_transport_profile(args.transport)  # children inherit it

@@ -118,6 +118,33 @@ class ChunkPolicy:
         return self.deadline(sum(sizes[: self.first_window]))
 
 
+@dataclass(frozen=True)
+class PollNap:
+    """When a chunked READ's poll loop gives the CPU away: tight while bytes move, short naps after.
+
+    With no progress thread the reader's polls move the bytes, so while they do the loop polls
+    at once. A pass counts as progress when a chunk completed, the landing had work, or the
+    pass itself took ``busy_pass_s`` or more (a poll that drained a socket costs tens of us, an
+    idle one a few). After ``spin_s`` without progress the loop sleeps between passes: ``first_s``,
+    doubling up to ``cap_s``, back to tight polling at the next progress. A nap never asks to
+    sleep past the window's nearest check (suspect, stall, budget): every deadline is computed
+    and compared as without naps. With R readers sharing 2 cores, their idle polls were CPU the
+    sources (and the other readers) needed
+    (docs/mxref.md#the-readers-idle-polls-issue-38-2026-12-07)."""
+
+    spin_s: float = 300e-6
+    first_s: float = 50e-6
+    cap_s: float = 1e-3
+    busy_pass_s: float = 20e-6
+
+    def next(self, nap_s: float) -> float:
+        """The nap after one of ``nap_s`` (0: the first of a quiet stretch)."""
+        return min(self.cap_s, max(self.first_s, nap_s * 2))
+
+
+POLL_NAP = PollNap()
+
+
 class Landing(Protocol):
     """Told what has landed while the READ goes on (``mxref.model.LandingChecksums``)."""
 
@@ -143,8 +170,9 @@ class ReadClock:
     the bench sets beside a raw READ's (``mxref.bench.raw``). ``prep_s``: both descriptor lists
     prepared; ``post_s``: each chunk's handle made and posted (``posts`` of them); ``poll_s``: inside
     ``check_xfer_state`` (``polls`` calls: with no progress thread, this is where the bytes move);
-    ``landing_s``: the landing's work between polls (checksums); ``release_s``: handles and lists
-    released; ``total_s``: the whole call. What is left (``fields``' ``other_s``) is the loop's own
+    ``landing_s``: the landing's work between polls (checksums); ``nap_s``: asleep between polls
+    (``naps`` of them, ``PollNap``); ``release_s``: handles and lists released; ``total_s``: the
+    whole call. What is left (``fields``' ``other_s``) is the loop's own
     bookkeeping."""
 
     prep_s: float = 0.0
@@ -153,15 +181,17 @@ class ReadClock:
     poll_s: float = 0.0
     polls: int = 0
     landing_s: float = 0.0
+    nap_s: float = 0.0
+    naps: int = 0
     release_s: float = 0.0
     total_s: float = 0.0
 
     def fields(self) -> dict[str, float]:
         """The phases (seconds, rounded to the microsecond), the counts and ``other_s``."""
-        timed = self.prep_s + self.post_s + self.poll_s + self.landing_s + self.release_s
+        timed = self.prep_s + self.post_s + self.poll_s + self.landing_s + self.nap_s + self.release_s
         return {"prep_s": round(self.prep_s, 6), "post_s": round(self.post_s, 6), "posts": self.posts,
                 "poll_s": round(self.poll_s, 6), "polls": self.polls, "landing_s": round(self.landing_s, 6),
-                "release_s": round(self.release_s, 6), "other_s": round(max(0.0, self.total_s - timed), 6),
+                "nap_s": round(self.nap_s, 6), "naps": self.naps, "release_s": round(self.release_s, 6), "other_s": round(max(0.0, self.total_s - timed), 6),
                 "total_s": round(self.total_s, 6)}
 
 
@@ -279,14 +309,17 @@ class _InFlight(NamedTuple):
 
 def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int, int, int]], budget_s: float,
           policy: ChunkPolicy, on_suspect: Callable[[], None] | None = None, landing: Landing | None = None,
-          local: Sequence[Range] = (), trace: list[ChunkTime] | None = None, clock: ReadClock | None = None) -> None:
-    """``local``: every piece's local range, by piece index (what ``landing`` is told).
+          local: Sequence[Range] = (), trace: list[ChunkTime] | None = None, clock: ReadClock | None = None,
+          nap: PollNap | None = None) -> None:
+    """``local``: every piece's local range, by piece index (what ``landing`` is told); ``nap``:
+    when the loop sleeps between polls (``PollNap``).
 
     The loop between two polls is kept short (the poll is what moves the bytes; the loop's own
     work is time the reader's socket is not drained): the window's deadlines (suspect, stall,
     budget) are worked out when the window changes, a post or a completion, and each pass only
     compares the clock with the nearest of them."""
     clock = clock if clock is not None else ReadClock()
+    nap = nap if nap is not None else POLL_NAP
     perf, monotonic = time.perf_counter, time.monotonic
     check = agent.check_xfer_state  # looked up once: the poll below is the READ's hottest line
     pending = list(reversed(bounds))
@@ -296,6 +329,7 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
     last_done = start
     done_bytes = 0  # completed so far: the READ's observed rate times its later windows
     poll_s, polls = 0.0, 0
+    moved_at, nap_s = perf(), 0.0  # the last pass that made progress; the last nap's length (0: none yet)
 
     def refill() -> None:
         while pending and len(inflight) < (policy.window if done_bytes else policy.first_window):
@@ -340,8 +374,11 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                     done.append(item)
                 elif state in ERROR_STATES:
                     raise TransferFailed(f"chunked READ failed: NIXL state {state}")
-            poll_s += perf() - t0
+            t1 = perf()
+            poll_s += t1 - t0
             polls += len(inflight)
+            if done or t1 - t0 >= nap.busy_pass_s:
+                moved_at, nap_s = t1, 0.0
             if done:
                 for item in done:
                     inflight.remove(item)  # before the release: `finally` releases only what is left
@@ -383,9 +420,19 @@ def _pump(agent: Any, local_side: Any, remote_side: Any, bounds: list[tuple[int,
                 stall_at, deadline, check_at = deadlines()
             if landing is not None:
                 t0 = perf()
-                landing.work()  # a slice (~35 us) at most: the poll below comes soon enough
+                if landing.work():  # a slice (~35 us) at most: the poll below comes soon enough
+                    moved_at, nap_s = t0, 0.0
                 clock.landing_s += perf() - t0
-            # Tight poll: with the reader's progress thread off, this loop is what moves the bytes.
+            # Tight poll while bytes move (with the progress thread off, this loop moves them); after
+            # a quiet stretch, a nap that ends before the nearest check (``PollNap``).
+            if inflight and perf() - moved_at >= nap.spin_s:
+                nap_s = nap.next(nap_s)
+                left = check_at - monotonic()
+                if left > 0:
+                    t0 = perf()
+                    time.sleep(min(nap_s, left))
+                    clock.nap_s += perf() - t0
+                    clock.naps += 1
     finally:
         clock.poll_s += poll_s
         clock.polls += polls

@@ -7,6 +7,7 @@ the bench's own ListSources timings taken during the storms."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,34 @@ def test_bad_flags_are_refused_naming_the_flag() -> None:
     done = subprocess.run([sys.executable, "-m", "mxref", "bench", "storm", "--freeze-at", "1.5"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and "--freeze-at 1.5: must be strictly between 0 and 1" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "mxref", "bench", "storm", "--baseline", "/nonexistent-checkout"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "--baseline /nonexistent-checkout: no mxref/__main__.py there" in done.stderr
+
+
+def test_a_baseline_checkouts_readers_storm_in_the_same_rounds(tmp_path: Path) -> None:
+    # another checkout: a copy of this tree's mxref whose import leaves a mark (one file per process)
+    checkout = tmp_path / "checkout"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "mxref", checkout / "mxref",
+                    ignore=shutil.ignore_patterns("__pycache__", "target"))
+    with open(checkout / "mxref" / "__init__.py", "a") as init:
+        init.write("\nopen(__file__ + f'.imported-{__import__(\"os\").getpid()}', 'w').close()\n")
+    out = tmp_path / "storm.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "mxref", "bench", "storm", "--readers", "2", "--sources", "1", "--mib", str(MIB),
+         "--rounds", str(ROUNDS), "--frozen-rounds", "0", "--baseline", str(checkout), "--workdir",
+         str(tmp_path / "work"), "--json", str(out)],
+        capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    mine, base = json.loads(out.read_text())["bench_storm"]["cells"]
+    assert (mine["subject"], base["subject"]) == ("mxref", "baseline")
+    assert base["bytes_verified"] == ROUNDS * 2 * (MIB << 20) and base["raw_rounds"] == mine["raw_rounds"]
+    assert mine["figures"]["over_baseline"]["rounds"] == [
+        round(a / b, 4) for a, b in zip(mine["aggregate_rounds"], base["aggregate_rounds"])]
+    # the baseline's two readers ran the checkout's code, and only they did
+    marks = list((checkout / "mxref").glob("__init__.py.imported-*"))
+    assert len(marks) >= 2, marks
+    assert not list((Path(__file__).resolve().parents[2] / "mxref").glob("__init__.py.imported-*"))
+    for i in range(2):
+        assert "load_done" in (tmp_path / "work" / f"baseline-reader-{i}.events.jsonl").read_text()
+    assert "mxref / baseline aggregate 2x1, per round:" in done.stdout

@@ -452,3 +452,99 @@ def test_the_read_clock_says_where_a_chunked_reads_time_went() -> None:
         manager(ChunkAgent(complete=0))[0].receive_from_source(
             b"", remote, 5.0, "src", chunks=ChunkPolicy(chunk_bytes=4 * MIB, floor_bps=1e9, slack_s=0.05), clock=stalled)
     assert stalled.posts == 1 and stalled.total_s >= 0.05 and stalled.release_s > 0
+
+
+# ------------------------------------------------------------------ the poll loop's naps
+
+
+class VirtualTime:
+    """``mxref.transfer.chunked``'s clock, made deterministic: each reading advances it 1 us, a
+    ``sleep`` by what it asked (recorded: when it began, how long it asked)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.naps: list[tuple[float, float]] = []
+
+    def monotonic(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    perf_counter = monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.naps.append((self.now, seconds))
+        self.now += seconds
+
+
+class VirtualSource(ChunkAgent):
+    """Each poll costs ``poll_s`` of virtual time (a poll that drains a socket: tens of us); a chunk
+    completes ``chunk_s`` after its post; ``complete`` chunks at most, then the source freezes."""
+
+    def __init__(self, clock: VirtualTime, chunk_s: float, poll_s: float = 0.0, complete: int = 10**9) -> None:
+        super().__init__(complete)
+        self.clock, self.chunk_s, self.poll_s = clock, chunk_s, poll_s
+        self.posted_at: dict[int, float] = {}
+
+    def transfer(self, handle):  # type: ignore[no-untyped-def]
+        self.posted_at[handle] = self.clock.now
+        return super().transfer(handle)  # type: ignore[no-untyped-call]
+
+    def check_xfer_state(self, handle):  # type: ignore[no-untyped-def]
+        self.clock.now += self.poll_s
+        if handle < self.complete and self.clock.now - self.posted_at[handle] >= self.chunk_s:
+            self.seen_done.add(handle)
+            return "DONE"
+        return "PROC"
+
+
+def virtual_read(monkeypatch: pytest.MonkeyPatch, agent_of: Any, policy: ChunkPolicy,
+                 nap: Any = None) -> tuple[VirtualTime, Any, float]:
+    """One READ of 4 x 8 MiB on a virtual clock: (the clock, the READ's ``ReadClock``, its virtual length)."""
+    from mxref.transfer import chunked
+
+    clock = VirtualTime()
+    monkeypatch.setattr(chunked, "time", clock)
+    if nap is not None:
+        monkeypatch.setattr(chunked, "POLL_NAP", nap)
+    mgr, remote = manager(agent_of(clock))
+    read_clock = chunked.ReadClock()
+    began = clock.now
+    try:
+        mgr.receive_from_source(b"", remote, 30.0, "src", chunks=policy, clock=read_clock)
+    except TransferStalled:
+        pass
+    return clock, read_clock, clock.now - began
+
+
+def test_a_quiet_window_naps_between_polls_and_the_stall_is_called_at_its_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mxref.transfer.chunked import PollNap
+
+    # naps up to 40 ms against a first-window deadline of 0.09 s: a nap blind to the deadline overruns it
+    nap = PollNap(spin_s=300e-6, first_s=1e-3, cap_s=0.04)
+    policy = ChunkPolicy(chunk_bytes=8 * MIB, window=4, floor_bps=25e6, slack_s=0.05)
+    clock, read_clock, elapsed = virtual_read(monkeypatch, lambda c: VirtualSource(c, 0.0, complete=0), policy, nap)
+    first = policy.first_deadline(32 * MIB)
+    assert read_clock.naps == len(clock.naps) > 0, "a window with nothing moving gives the CPU away"
+    assert [s for _, s in clock.naps[:4]] == [1e-3, 2e-3, 4e-3, 8e-3], "each nap doubles the last"
+    assert max(s for _, s in clock.naps) <= nap.cap_s
+    assert clock.naps[-1][1] < nap.cap_s, "the last nap was cut short at the deadline"
+    assert first < elapsed < first + 100e-6, "the stall is called at its deadline, as by a tight poll"
+    assert read_clock.polls < 100, "polled between naps, not in a tight loop"
+
+
+def test_a_read_whose_chunks_keep_completing_never_naps(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, read_clock, _ = virtual_read(monkeypatch, lambda c: VirtualSource(c, 0.0), ChunkPolicy(chunk_bytes=4 * MIB))
+    assert read_clock.posts == 9 and clock.naps == [] and read_clock.naps == 0 and read_clock.nap_s == 0.0
+
+
+def test_polls_that_move_bytes_keep_the_loop_tight_until_the_chunk_completes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mxref.transfer.chunked import POLL_NAP
+
+    # each poll drains a socket (a busy pass), a chunk takes 30 ms: no completion for 100 spin_s
+    clock, read_clock, _ = virtual_read(monkeypatch, lambda c: VirtualSource(c, 0.03, poll_s=2 * POLL_NAP.busy_pass_s),
+                                        ChunkPolicy(chunk_bytes=4 * MIB))
+    assert read_clock.posts == 9 and clock.naps == [], "a poll that took a busy pass's time is progress"
+    # the same READ whose polls are idle (the bytes arrive elsewhere): it naps while it waits
+    clock, read_clock, _ = virtual_read(monkeypatch, lambda c: VirtualSource(c, 0.03), ChunkPolicy(chunk_bytes=4 * MIB))
+    assert read_clock.posts == 9 and read_clock.naps > 0
