@@ -129,6 +129,7 @@ def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_r
     the harness: it names none. Plain ``mxchaos cleanup`` (dead runs only) must still see the run's
     live harness in its ledger entry and leave it alone (it used to kill a parallel run's server)."""
     from harness.commands import cleanup
+    from harness.hosts import netns, slurm_array
     from harness.machine import ledger, procscan
 
     monkeypatch.setenv("MXCHAOS_STATE_DIR", str(tmp_path / "state"))
@@ -138,6 +139,9 @@ def test_cleanup_does_not_take_a_scope_member_that_names_no_harness_for_a_dead_r
     early = procscan.RunProcess(pid=me, run_id=rid, proc=None, harness_pid=None, harness_start=None, state="R", cmdline="python")
     monkeypatch.setattr(procscan, "find", lambda run_id=None, skipped=None: [early])
     monkeypatch.setattr(runscope, "runs", lambda: {rid})
+    # the machine's own networks and SLURM arrays are other runs' (a parallel test's netns scenario): not this test's
+    monkeypatch.setattr(netns, "leftover_runs", dict)
+    monkeypatch.setattr(slurm_array, "sweep_dead", lambda dry_run=False: [])
     report = cleanup.sweep(dry_run=True)
     assert report.skipped_live_runs == [rid] and report.runs == [] and report.killed == []
 
