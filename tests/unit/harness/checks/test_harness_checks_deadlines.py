@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fixtures.scenario_heads import THREE_PROCESSES
 from pydantic import ValidationError
 
 from harness import checks
@@ -20,16 +21,7 @@ from harness.scenario import parse_scenario
 from harness.scenario.placement import _tight_check
 
 ROLES = RunFacts(roles={"server": "server", "source-1": "source", "reader-1": "reader"})
-ONE_READER = """\
-name: t
-model: {tensors: 2, tensor_mib: 16}
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
-"""  # a scenario's head: its steps go on after it
+ONE_READER = "name: t\nmodel: {tensors: 2, tensor_mib: 16}\n" + THREE_PROCESSES  # a scenario's head: its steps go on after it
 STALL = {"from": {"process": "reader-1", "event": "transfer_start"}, "to": {"process": "reader-1", "event": "transfer_timeout"},
          "stall_of": "reader-1", "not_before": "D1", "within": "2D1"}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.scenario_heads import THREE_PROCESSES
 
 from harness import cli
 from harness.commands.replay import replay_text
@@ -129,14 +130,7 @@ def test_every_shipped_scenario_is_written_back_as_itself() -> None:
         assert text.startswith("# written back\n"), path
 
 
-NESTED = """\
-name: nested_replay
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
+NESTED = "name: nested_replay\n" + THREE_PROCESSES + """\
   - parallel:
       - [{sleep: 1s}, {fault: {kind: pause, target: {source_of: reader-1}, name: p, duration: 1s}}]
       - {sleep: 2s}

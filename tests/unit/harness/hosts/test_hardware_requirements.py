@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.scenario_heads import THREE_PROCESSES
 
 from harness import checks
 from harness.checks import RunFacts, evaluate
@@ -273,14 +274,7 @@ def test_outcome_fails_when_none_happened_saying_where_each_chain_broke() -> Non
 
 
 def test_outcome_alternatives_are_validated_like_any_reference() -> None:
-    text = """\
-name: t
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
+    text = "name: t\n" + THREE_PROCESSES + """\
   - fault: {kind: pause, target: source-1, name: freeze}
 checks:
   - outcome:

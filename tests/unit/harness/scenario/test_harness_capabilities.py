@@ -10,18 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fixtures.scenario_heads import THREE_PROCESSES
 
 from harness.scenario import capabilities, parse_scenario
 from harness.scenario.capabilities import ENV_MISSING, describe_missing, have, missing, scenario_requirements, toxiproxy_server
 
-TCP_RESET = """\
-name: reset
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
+TCP_RESET = "name: reset\n" + THREE_PROCESSES + """\
   - fault: {kind: tcp_reset, target: reader-1, peer: source-1, name: cut}
   - fault: {kind: pause, target: source-1}
   - parallel:

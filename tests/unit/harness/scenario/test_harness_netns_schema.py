@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fixtures.scenario_heads import THREE_PROCESSES
 
 from harness.engine.runner import Runner
 from harness.errors import ScenarioInvalid
@@ -108,17 +109,10 @@ def test_network_fault_errors(fault: str, message: str) -> None:
 
 
 def test_a_network_fault_on_a_local_host_is_an_error() -> None:
-    local = """\
-    name: loc
-    processes:
-      server: {role: server}
-      source-1: {role: source}
-      reader-1: {role: reader}
-    steps:
-      - start: [server, source-1, reader-1]
-      - fault: {kind: partition, target: reader-1, peer: {source_of: reader-1}}
-      - fault: {kind: rate, target: local, rate: 1mbit}
-    """
+    local = "name: loc\n" + THREE_PROCESSES + """\
+  - fault: {kind: partition, target: reader-1, peer: {source_of: reader-1}}
+  - fault: {kind: rate, target: local, rate: 1mbit}
+"""
     found = "\n".join(problems(textwrap.dedent(local)))
     assert "steps[1].fault.target: a partition fault acts on netns hosts, and host 'local' is local" in found
     assert "steps[1].fault.peer: a partition fault acts on netns hosts, and source(s) source-1 run on local hosts" in found

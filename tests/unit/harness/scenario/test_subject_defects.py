@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from fixtures.defect_scenarios import CLIENT_DEFECT
+from fixtures.scenario_heads import THREE_PROCESSES
 
 from harness.errors import ScenarioInvalid
 from harness.matrix.defects import column_defects, defect_info
@@ -23,13 +24,7 @@ subject_defects:
   modelexpress:
     known_defect: the real client has no stall detection
     defect_rate: 1/1
-processes:
-  server: {role: server}
-  source-1: {role: source}
-  reader-1: {role: reader}
-steps:
-  - start: [server, source-1, reader-1]
-"""
+""" + THREE_PROCESSES
 
 
 
