@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from fixtures.witness_runs import CORRUPT, toxic_on, witnessed
+from fixtures.witness_runs import SMALL, corrupt, drain, one_source, toxic_on, witnessed
 from fixtures.witness_runs import run_witnessed as run
 
 from harness.hosts.base import LocalHost
@@ -57,29 +57,19 @@ def test_a_disk_fault_a_read_met_is_seen_and_one_matching_no_file_is_not_exercis
 
 # ---------------------------------------------------------------------------- syscall
 
-SYSCALL = """\
-    budgets: {step: 10s, run: 40s, stop_grace: 2s}
-    processes:
-      server: {role: server}
-      source-1: {role: source}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: syscall, target: source-1, calls: [%s], delay: 1ms, name: crawl}
-      - sleep: 1s
-      - heal: crawl
-    checks:
-      - nothing_leaked: {}
-"""
+def syscall(calls: str) -> str:
+    """A syscall fault named ``crawl`` delaying ``calls`` of the fake source by 1 ms, for 1 s."""
+    return one_source(f"      - fault: {{kind: syscall, target: source-1, calls: [{calls}], delay: 1ms, name: crawl}}\n"
+                      "      - sleep: 1s\n      - heal: crawl", budgets="step: 10s, run: 40s, stop_grace: 2s")
 
 
 @needs("root", "strace")
 def test_a_syscall_fault_strace_delayed_is_seen_and_one_on_a_call_never_made_is_not_exercised(tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", SYSCALL % "write")  # each heartbeat event is a write(2)
+    landed = run(tmp_path / "landed", syscall("write"))  # each heartbeat event is a write(2)
     effect, figures = witnessed(landed)["crawl"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["delayed"]["write"] >= 1
-    missed = run(tmp_path / "missed", SYSCALL % "mknodat")  # a call the source never makes
+    missed = run(tmp_path / "missed", syscall("mknodat"))  # a call the source never makes
     assert (missed.verdict, witnessed(missed)["crawl"][0]) == ("not_exercised", "none")
     assert "0 calls failed, 0 delayed of 0 traced" in missed.not_exercised[0]
 
@@ -149,19 +139,10 @@ def test_a_latency_toxic_is_seen_by_a_probe_through_its_proxy_and_one_applied_to
 
 # ---------------------------------------------------------------------------- clock, wall_clock
 
-CLOCK = """\
-    budgets: {step: 10s, run: 40s, stop_grace: 2s}
-    processes:
-      server: {role: server}
-      source-1: {role: source}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {%s, target: source-1, name: skew}
-      - sleep: 500ms
-    checks:
-      - nothing_leaked: {}
-"""
+def clock(fault: str) -> str:
+    """A clock fault (``fault``: its kind and keys) named ``skew`` on the fake source, 500 ms."""
+    return one_source(f"      - fault: {{{fault}, target: source-1, name: skew}}\n      - sleep: 500ms",
+                      budgets="step: 10s, run: 40s, stop_grace: 2s")
 
 
 def _clocks_ignored(self: object, argv: Sequence[str], offsets: object) -> list[str]:
@@ -171,12 +152,12 @@ def _clocks_ignored(self: object, argv: Sequence[str], offsets: object) -> list[
 @needs("root", "unshare", "timens")
 def test_a_clock_fault_is_seen_in_its_targets_time_namespace_and_one_not_applied_is_not_exercised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    landed = run(tmp_path / "landed", CLOCK % "kind: clock, monotonic: +72h")
+    landed = run(tmp_path / "landed", clock("kind: clock, monotonic: +72h"))
     effect, figures = witnessed(landed)["skew"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert (figures["monotonic_s"], figures["boottime_s"], figures["own_namespace"]) == (259200.0, 259200.0, True)
     monkeypatch.setattr(LocalHost, "wrap_clocks", _clocks_ignored)
-    missed = run(tmp_path / "missed", CLOCK % "kind: clock, monotonic: +72h")
+    missed = run(tmp_path / "missed", clock("kind: clock, monotonic: +72h"))
     assert (missed.verdict, witnessed(missed)["skew"][0]) == ("not_exercised", "none")
     assert "monotonic +0s, boottime +0s (the host's own namespace)" in missed.not_exercised[0]
 
@@ -184,66 +165,36 @@ def test_a_clock_fault_is_seen_in_its_targets_time_namespace_and_one_not_applied
 @needs("faketime")
 def test_a_wall_clock_fault_is_seen_in_its_targets_memory_and_one_not_applied_is_not_exercised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    landed = run(tmp_path / "landed", CLOCK % "kind: wall_clock, offset: -5s")
+    landed = run(tmp_path / "landed", clock("kind: wall_clock, offset: -5s"))
     effect, figures = witnessed(landed)["skew"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["measured_s"] == pytest.approx(-5.0, abs=0.5) and "libfaketime" in figures["library"]
     monkeypatch.setattr(LocalHost, "wrap_clocks", _clocks_ignored)
-    missed = run(tmp_path / "missed", CLOCK % "kind: wall_clock, offset: -5s")
+    missed = run(tmp_path / "missed", clock("kind: wall_clock, offset: -5s"))
     assert (missed.verdict, witnessed(missed)["skew"][0]) == ("not_exercised", "none")
     assert "no libfaketime in pid" in missed.not_exercised[0]
 
 
 # ---------------------------------------------------------------------------- drain (real mxref: its debug hooks)
 
-DRAIN = """\
-    budgets: {step: 30s, run: 90s}
-    model: {tensors: 4, tensor_mib: 32}
-    processes:
-      server: {role: server, options: {heartbeat_timeout: 10s, reaper_interval: 500ms}}
-      source-1: {role: source, options: {heartbeat_interval: 500ms, debug_hooks: true, lease_seconds: 60s, drain_timeout: 10s}}
-      reader-1: {role: reader, options: {lease: true, transfer_timeout: 20s}}
-    steps:
-      - start: server
-      - start: source-1
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-      - fault: {kind: drain, target: source-1, name: refit}
-      - await: {process: source-1, event: refit, within: 15s}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
 MID_READ = ("      - start: reader-1\n      - await: {process: reader-1, event: transfer_start}",
             "      - await: {process: reader-1, exit: true, code: 0}")
 
 
 @needs("root")
 def test_a_drain_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exercised(tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", DRAIN % MID_READ, fake=False)  # reader-1's lease is out mid-READ
+    landed = run(tmp_path / "landed", drain(*MID_READ), fake=False)  # reader-1's lease is out mid-READ
     effect, figures = witnessed(landed)["refit"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["live"] >= 1 and figures["catches_sighup"] is True and figures["alive"] is True
-    missed = run(tmp_path / "missed", DRAIN % ("", ""), fake=False)  # nobody reads: nothing to wait for
+    missed = run(tmp_path / "missed", drain(), fake=False)  # nobody reads: nothing to wait for
     assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
 
 
-FROZEN_DRAIN = """\
-    budgets: {step: 15s, run: 60s}
-    model: {tensors: 2, tensor_mib: 1}
-    processes:
-      server: {role: server}
-      source-1: {role: source, options: {debug_hooks: true, drain_timeout: 5s}}
-    steps:
-      - start: [server, source-1]
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-      - fault: {kind: pause, target: source-1, name: freeze}
-      - fault: {kind: drain, target: source-1, name: refit, confirm: 2s}
-      - heal: freeze
-    checks:
-      - nothing_leaked: {}
-"""
+FROZEN_DRAIN = one_source("      - fault: {kind: pause, target: source-1, name: freeze}\n"
+                          "      - fault: {kind: drain, target: source-1, name: refit, confirm: 2s}\n      - heal: freeze",
+                          source=", options: {debug_hooks: true, drain_timeout: 5s}", budgets="step: 15s, run: 60s", model=SMALL)
 
 
 @needs("root")
@@ -269,11 +220,11 @@ def test_a_drain_whose_signal_lands_on_a_stopped_source_is_not_exercised_with_it
 @needs("root")
 def test_a_corruption_is_seen_in_the_sources_memory_and_a_toggle_that_flips_nothing_is_not_exercised(
         tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", CORRUPT % "", fake=False)
+    landed = run(tmp_path / "landed", corrupt(), fake=False)
     effect, figures = witnessed(landed)["rot"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["changed"] == figures["bytes"] == figures["held"] == 4  # byte 0 of each of the 4 tensors
     # the planted regression: a source whose toggle confirms corrupted: true and flips nothing
-    missed = run(tmp_path / "missed", CORRUPT % ", env: {MXREF_SIMULATED_BUG: corrupt_in_word_only}", fake=False)
+    missed = run(tmp_path / "missed", corrupt(", env: {MXREF_SIMULATED_BUG: corrupt_in_word_only}"), fake=False)
     assert (missed.verdict, witnessed(missed)["rot"][0]) == ("not_exercised", "none")
     assert "0 of 4 bytes" in missed.not_exercised[0]

@@ -13,25 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures.witness_runs import (
-    GROW,
-    HIJACK,
-    IGNORE_TERM,
-    KILLED,
-    LINK,
-    PUBLISHED,
-    RESET,
-    WIPE,
-    RewritingShell,
-    effects,
-    link_set_up,
-    one_source,
-    resets_port_nine,
-    witnessed,
-)
+from fixtures import witness_runs as wr
+from fixtures.witness_runs import effects, witnessed
 from fixtures.witness_runs import run_witnessed as run
 
-from harness.faults import commands as fault_commands
 from harness.scenario import capabilities
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -47,10 +32,10 @@ def needs(*caps: str) -> pytest.MarkDecorator:
 
 def test_a_stop_of_a_live_source_is_seen_and_one_of_a_source_already_gone_is_not_exercised(tmp_path: Path) -> None:
     stop = "      - fault: {kind: stop, target: source-1, grace: 2s, name: leave}\n      - sleep: 300ms"
-    landed = run(tmp_path / "landed", one_source(stop))
+    landed = run(tmp_path / "landed", wr.one_source(stop))
     effect, figures = witnessed(landed)["leave"]
     assert (landed.verdict, effect, figures["escalated"]) == ("pass", "seen", False), landed.not_exercised
-    missed = run(tmp_path / "missed", one_source(KILLED + stop))
+    missed = run(tmp_path / "missed", wr.one_source(wr.KILLED + stop))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "seen", "leave": "none"})
     assert missed.not_exercised == ["fault leave (stop source-1): no effect: source-1 had already exited: nothing to stop"]
 
@@ -58,21 +43,21 @@ def test_a_stop_of_a_live_source_is_seen_and_one_of_a_source_already_gone_is_not
 def test_a_restart_of_a_live_source_is_seen_and_one_of_a_source_already_gone_is_not_exercised(tmp_path: Path) -> None:
     restart = ("      - fault: {kind: restart, target: source-1, grace: 2s, name: again}\n"
                "      - await: {process: source-1, event: heartbeat}")
-    landed = run(tmp_path / "landed", one_source(restart))
+    landed = run(tmp_path / "landed", wr.one_source(restart))
     effect, figures = witnessed(landed)["again"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["incarnation"] >= 1 and figures["rc"] is not None, figures  # a new incarnation, the old one's exit
-    missed = run(tmp_path / "missed", one_source(KILLED + restart))
+    missed = run(tmp_path / "missed", wr.one_source(wr.KILLED + restart))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "seen", "again": "none"})
     assert "source-1 had already exited: a start, not a restart" in missed.not_exercised[0]
 
 
 def test_a_depart_is_witnessed_by_the_exit_and_a_term_the_target_ignores_is_not_exercised(tmp_path: Path) -> None:
     depart = "      - fault: {kind: depart, target: source-1, after: heartbeat, signal: %s, name: gone}\n      - sleep: 500ms"
-    landed = run(tmp_path / "landed", one_source(depart % "KILL"))
+    landed = run(tmp_path / "landed", wr.one_source(depart % "KILL"))
     effect, figures = witnessed(landed)["gone"]
     assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
-    missed = run(tmp_path / "missed", one_source(depart % "TERM", source=IGNORE_TERM))
+    missed = run(tmp_path / "missed", wr.one_source(depart % "TERM", source=wr.IGNORE_TERM))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"gone": "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
 
@@ -88,7 +73,7 @@ def test_a_drain_whose_sighup_is_ignored_or_taken_to_no_effect_is_not_exercised_
         tmp_path: Path, hup: str, where: str) -> None:
     """Not a pending signal (test_fault_witnesses_kinds: a stopped source): this one was delivered."""
     drain = "      - fault: {kind: drain, target: source-1, name: refit, confirm: 1s}"
-    missed = run(tmp_path, one_source(drain, source=f", options: {{debug_hooks: true}}, extra_args: [--fake-hup, {hup}]"))
+    missed = run(tmp_path, wr.one_source(drain, source=f", options: {{debug_hooks: true}}, extra_args: [--fake-hup, {hup}]"))
     assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
     effect, figures = witnessed(missed)["refit"]
     assert (effect, figures["hup_pending"], figures["hup_ignored"], figures["alive"]) == ("none", False, hup == "ignore", True)
@@ -102,12 +87,12 @@ def test_a_drain_whose_sighup_is_ignored_or_taken_to_no_effect_is_not_exercised_
 
 @needs("root")
 def test_a_grow_is_seen_by_the_tensors_added_and_one_whose_sighup_stays_pending_is_not_exercised(tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", GROW % ("", "10s", ""), fake=False)
+    landed = run(tmp_path / "landed", wr.grow("10s"), fake=False)
     effect, figures = witnessed(landed)["grow"]
     assert (landed.verdict, effect, figures["added"], figures["tensors"], figures["alive"]) == ("pass", "seen", 2, 4, True)
     # aimed at nothing: the source is stopped, the SIGHUP waits in it, no growth begins within confirm
-    frozen = ("      - fault: {kind: pause, target: source-1, name: freeze}", "2s", "      - heal: freeze")
-    missed = run(tmp_path / "missed", GROW % frozen, fake=False)
+    frozen = ("      - fault: {kind: pause, target: source-1, name: freeze}", "      - heal: freeze")
+    missed = run(tmp_path / "missed", wr.grow("2s", *frozen), fake=False)
     assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
     effect, figures = witnessed(missed)["grow"]
     assert (effect, figures["hup_pending"], figures["hup_state"]) == ("none", True, "T"), figures
@@ -123,12 +108,12 @@ def test_a_grow_is_seen_by_the_tensors_added_and_one_whose_sighup_stays_pending_
 
 def test_a_hijack_the_server_answers_is_seen_and_one_at_a_server_that_cannot_answer_is_not_exercised(
         tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", HIJACK % ("", ""), fake=False)
+    landed = run(tmp_path / "landed", wr.hijack(), fake=False)
     effect, figures = witnessed(landed)["hj"]
     assert (landed.verdict, effect, figures["writes"], figures["answered"]) == ("pass", "seen", 2, 2), figures
     # aimed at nothing: the server is stopped (SIGSTOP) while the hijacker writes: no answer comes
     frozen = ("      - fault: {kind: pause, target: server, name: freeze}", "      - heal: freeze")
-    missed = run(tmp_path / "missed", HIJACK % frozen, fake=False)
+    missed = run(tmp_path / "missed", wr.hijack(*frozen), fake=False)
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"freeze": "seen", "hj": "none"})
     assert missed.not_exercised == ["fault hj (hijack source-1): no effect: no demote write was answered on its "
                                     "merits (DEADLINE_EXCEEDED)"]
@@ -140,11 +125,11 @@ def test_a_hijack_the_server_answers_is_seen_and_one_at_a_server_that_cannot_ans
 @needs("redis-server")
 def test_a_store_wipe_counts_the_keys_in_the_runs_redis_and_one_of_an_empty_store_is_not_exercised(
         tmp_path: Path) -> None:
-    landed = run(tmp_path / "landed", WIPE % PUBLISHED, fake=False)
+    landed = run(tmp_path / "landed", wr.wipe(published=True), fake=False)
     effect, figures = witnessed(landed)["wipe"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["keys_before"] >= 1 and figures["keys_after"] < figures["keys_before"], figures
-    missed = run(tmp_path / "missed", WIPE % "", fake=False)  # nothing written yet
+    missed = run(tmp_path / "missed", wr.wipe(published=False), fake=False)  # nothing written yet
     assert (missed.verdict, witnessed(missed)["wipe"]) == ("not_exercised", ("none", {"keys_before": 0, "keys_after": 0}))
     assert "0 keys before, 0 after" in missed.not_exercised[0]
 
@@ -156,12 +141,12 @@ def test_a_store_wipe_counts_the_keys_in_the_runs_redis_and_one_of_an_empty_stor
 @needs("root", "netns", "ss")
 def test_a_tcp_reset_on_netns_hosts_is_seen_in_the_namespaces_ss_and_one_that_resets_nothing_is_not_exercised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    landed = run(tmp_path / "landed", RESET, fake=False)
+    landed = run(tmp_path / "landed", wr.RESET, fake=False)
     effect, figures = witnessed(landed)["rst"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["connections"] >= 1 and figures["destroyed"] == figures["connections"], figures
-    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, resets_port_nine))
-    missed = run(tmp_path / "missed", RESET, fake=False)
+    wr.plant(monkeypatch, wr.resets_port_nine)
+    missed = run(tmp_path / "missed", wr.RESET, fake=False)
     effect, figures = witnessed(missed)["rst"]
     assert (missed.verdict, effect, figures["destroyed"]) == ("not_exercised", "none", 0), missed.not_exercised
     assert "still established after ss -K" in missed.not_exercised[0]
@@ -171,12 +156,12 @@ def test_a_tcp_reset_on_netns_hosts_is_seen_in_the_namespaces_ss_and_one_that_re
 @needs("root", "netns")
 def test_a_link_down_on_a_netns_host_is_seen_in_its_flags_and_one_left_up_is_not_exercised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    landed = run(tmp_path / "landed", LINK % ("link_down", ""))
+    landed = run(tmp_path / "landed", wr.link("link_down"))
     (w,) = landed.history.fault_windows()
     assert (landed.verdict, [x.effect for x in w.witnesses]) == ("pass", ["seen", "seen"])  # at inject, and at its heal
     # the planted regression: its `ip link set dev X down` sets the veth up
-    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, link_set_up))
-    missed = run(tmp_path / "missed", LINK % ("link_down", ""))
+    wr.plant(monkeypatch, wr.link_set_up)
+    missed = run(tmp_path / "missed", wr.link("link_down"))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"net": "none"})
     assert "UP" in missed.not_exercised[0], missed.not_exercised
 
@@ -186,6 +171,6 @@ def test_a_link_down_on_a_netns_host_is_seen_in_its_flags_and_one_left_up_is_not
 def test_a_rate_limit_on_an_idle_netns_host_is_not_exercised(tmp_path: Path) -> None:
     """Aimed at nothing: the fake source sends a few bytes a second, far under the limit (a rate a
     real load meets: test_harness_netns.py's test_rate_slows_the_host_and_heal_removes_our_qdisc)."""
-    result = run(tmp_path, LINK % ("rate", ", rate: 100mbit"))
+    result = run(tmp_path, wr.link("rate", ", rate: 100mbit"))
     effect, figures = witnessed(result)["net"]
     assert (result.verdict, effect, figures["overlimits"]) == ("not_exercised", "none", 0), result.not_exercised

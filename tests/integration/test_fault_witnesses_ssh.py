@@ -26,30 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures import witness_runs as wr
 from fixtures.lab_hosts import lab_inventory
-from fixtures.witness_runs import (
-    CORRUPT,
-    FAKE,
-    GROW,
-    HIJACK,
-    IGNORE_TERM,
-    KILLED,
-    LINK,
-    PUBLISHED,
-    RESET,
-    WIPE,
-    RewritingShell,
-    cut_probe,
-    effects,
-    link_set_up,
-    one_source,
-    resets_port_nine,
-    run_witnessed,
-    witnessed,
-)
+from fixtures.witness_runs import FAKE, effects, run_witnessed, witnessed
 
 from harness.engine.runner import Runner
-from harness.faults import commands as fault_commands
 from harness.hosts.inventory import Inventory
 from harness.judge.verdict import RunResult
 from harness.reports.report import write_run_folder
@@ -84,16 +65,18 @@ def on_ssh(result: RunResult) -> RunResult:
 
 ONE_HOST = "step: 20s, run: 60s, stop_grace: 2s, progress: 30s"  # one_source's budgets over ssh
 KILL = "      - fault: {kind: kill, target: source-1, signal: %s, name: k}\n      - sleep: 1s"
+DEPART = "      - fault: {kind: depart, target: source-1, after: heartbeat, signal: %s, name: gone}\n      - sleep: 1s"
 
 
-def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
-        inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", one_source(KILL % "KILL", budgets=ONE_HOST), inventory=inventory))
-    effect, figures = witnessed(landed)["k"]
+@pytest.mark.parametrize(("steps", "name"), [(KILL, "k"), (DEPART, "gone")], ids=["kill", "depart"])
+def test_a_kill_or_depart_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
+        steps: str, name: str, inventory: Inventory, tmp_path: Path) -> None:
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.one_source(steps % "KILL", budgets=ONE_HOST), inventory=inventory))
+    effect, figures = witnessed(landed)[name]
     assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
-    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(KILL % "TERM", source=IGNORE_TERM, budgets=ONE_HOST),
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.one_source(steps % "TERM", source=wr.IGNORE_TERM, budgets=ONE_HOST),
                                   inventory=inventory))
-    assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "none"})
+    assert (missed.verdict, effects(missed)) == ("not_exercised", {name: "none"})
     assert "outlived the SIGTERM" in missed.not_exercised[0]
 
 
@@ -101,23 +84,11 @@ def test_a_kill_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is
 def test_a_stop_or_restart_on_an_ssh_host_is_witnessed_by_its_exit_and_one_of_a_source_gone_is_not_exercised(
         kind: str, gone: str, inventory: Inventory, tmp_path: Path) -> None:
     steps = f"      - fault: {{kind: {kind}, target: source-1, grace: 2s, name: leave}}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path / "landed", one_source(steps, budgets=ONE_HOST), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path / "landed", wr.one_source(steps, budgets=ONE_HOST), inventory=inventory))
     assert (result.verdict, effects(result)) == ("pass", {"leave": "seen"}), result.not_exercised
-    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(KILLED + steps, budgets=ONE_HOST), inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.one_source(wr.KILLED + steps, budgets=ONE_HOST), inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"k": "seen", "leave": "none"})
     assert missed.not_exercised[0].endswith(f"source-1 had already exited: {gone}"), missed.not_exercised
-
-
-def test_a_depart_on_an_ssh_host_is_witnessed_by_its_exit_and_a_term_it_ignores_is_not_exercised(
-        inventory: Inventory, tmp_path: Path) -> None:
-    depart = "      - fault: {kind: depart, target: source-1, after: heartbeat, signal: %s, name: gone}\n      - sleep: 1s"
-    landed = on_ssh(run_witnessed(tmp_path / "landed", one_source(depart % "KILL", budgets=ONE_HOST), inventory=inventory))
-    effect, figures = witnessed(landed)["gone"]
-    assert (landed.verdict, effect, figures["by_signal"]) == ("pass", "seen", True), landed.not_exercised
-    missed = on_ssh(run_witnessed(tmp_path / "missed", one_source(depart % "TERM", source=IGNORE_TERM, budgets=ONE_HOST),
-                                  inventory=inventory))
-    assert (missed.verdict, effects(missed)) == ("not_exercised", {"gone": "none"})
-    assert "outlived the SIGTERM" in missed.not_exercised[0]
 
 
 @pytest.mark.parametrize("fault", ["kind: wall_clock, offset: -5s", "kind: clock, monotonic: +72h"])
@@ -126,7 +97,7 @@ def test_a_clock_or_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(
     """The lab's login is root (a clock fault's need): the fault acts; the new incarnation's /proc
     (its time namespace, its maps and environment) is the host's, not read from here."""
     steps = f"      - fault: {{{fault}, target: source-1, name: skew}}\n      - sleep: 500ms"
-    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, wr.one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["skew"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")
     (w,) = result.history.fault_windows()
@@ -135,7 +106,7 @@ def test_a_clock_or_wall_clock_on_an_ssh_host_is_not_witnessed_and_says_why(
 
 def test_a_pause_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     steps = "      - fault: {kind: pause, target: source-1, name: freeze, duration: 300ms}\n      - sleep: 600ms"
-    result = on_ssh(run_witnessed(tmp_path, one_source(steps, budgets=ONE_HOST), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, wr.one_source(steps, budgets=ONE_HOST), inventory=inventory))
     effect, _ = witnessed(result)["freeze"]
     assert (result.verdict, effect) == ("pass", "unwitnessed")  # judged on its checks, never NOT EXERCISED
     (w,) = result.history.fault_windows()
@@ -150,31 +121,31 @@ NET = "step: 20s, run: 90s, progress: 100s, stop_grace: 2s"  # cut_probe's budge
 @pytest.mark.parametrize("kind", ["partition", "reject"])
 def test_a_cut_on_ssh_hosts_is_counted_there_and_one_on_an_unused_port_is_not_exercised(
         kind: str, inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", cut_probe(kind, budgets=NET), inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.cut_probe(kind, budgets=NET), inventory=inventory))
     effect, figures = witnessed(landed)["cut"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["packets"] >= 1 and figures["hooks"] == 2
-    missed = on_ssh(run_witnessed(tmp_path / "missed", cut_probe(kind, fault=", ports: [9]", budgets=NET), inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.cut_probe(kind, fault=", ports: [9]", budgets=NET), inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"cut": "none"})
     assert missed.not_exercised[0].endswith("0 packets (no packet met its rules)")
 
 
 def test_a_link_down_on_an_ssh_host_is_seen_in_its_devices_flags_and_one_left_up_is_not_exercised(
         inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = on_ssh(run_witnessed(tmp_path / "landed", LINK % ("link_down", ""), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path / "landed", wr.link("link_down"), inventory=inventory))
     (w,) = result.history.fault_windows()
     assert (result.verdict, [x.effect for x in w.witnesses]) == ("pass", ["seen", "seen"])  # at inject, and at its heal
     assert "UP" not in w.witnesses[0].figures["flags"].split(","), w.witnesses[0].figures  # read on the host
     # the planted regression: its `ip link set dev X down` on the host sets the device up
-    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, link_set_up))
-    missed = on_ssh(run_witnessed(tmp_path / "missed", LINK % ("link_down", ""), inventory=inventory))
+    wr.plant(monkeypatch, wr.link_set_up)
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.link("link_down"), inventory=inventory))
     assert (missed.verdict, effects(missed)) == ("not_exercised", {"net": "none"})
     assert "is up (" in missed.not_exercised[0], missed.not_exercised
 
 
 def test_a_rate_limit_on_an_idle_ssh_host_is_not_exercised(inventory: Inventory, tmp_path: Path) -> None:
     """Aimed at nothing: the fake source sends a few bytes a second, far under the limit."""
-    result = on_ssh(run_witnessed(tmp_path, LINK % ("rate", ", rate: 100mbit"), inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, wr.link("rate", ", rate: 100mbit"), inventory=inventory))
     effect, figures = witnessed(result)["net"]
     assert (result.verdict, effect) == ("not_exercised", "none"), result.not_exercised
     assert figures["overlimits"] == 0
@@ -201,25 +172,6 @@ def test_real_bytes_on_ssh_hosts_meet_the_rate_and_the_partition(inventory: Inve
 
 # ---------------------------------------------------------------------------- drain, store_wipe, tcp_reset (real mxref)
 
-DRAIN = """\
-    hosts: {ctl: netns, a: netns, r: netns}
-    budgets: {step: 30s, run: 90s}
-    model: {tensors: 8, tensor_mib: 8}
-    processes:
-      server: {role: server, host: ctl, options: {heartbeat_timeout: 10s, reaper_interval: 500ms}}
-      source-1: {role: source, host: a, options: {heartbeat_interval: 500ms, debug_hooks: true, lease_seconds: 60s, drain_timeout: 15s}}
-      reader-1: {role: reader, host: r, options: {lease: true, transfer_timeout: 20s, read_chunk_mib: 2}}
-    steps:
-      - start: server
-      - start: source-1
-      - await: {process: source-1, event: status_change, where: {status: READY}}
-%s
-      - fault: {kind: drain, target: source-1, name: refit}
-      - await: {process: source-1, event: refit, within: 20s}
-%s
-    checks:
-      - nothing_leaked: {}
-"""
 # 64 MiB at 200 mbit/s: the leased READ lasts about 2.7 s, the drain is asked inside it
 MID_READ = ("      - fault: {kind: rate, target: a, rate: 200mbit, name: slow-a}\n"
             "      - start: reader-1\n      - await: {process: reader-1, event: transfer_start}",
@@ -228,35 +180,35 @@ MID_READ = ("      - fault: {kind: rate, target: a, rate: 200mbit, name: slow-a}
 
 def test_a_drain_on_an_ssh_host_with_a_lease_out_is_seen_and_one_of_an_idle_source_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", DRAIN % MID_READ, fake=False, inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.drain(*MID_READ, hosts=True), fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["refit"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     # the host's /proc is not read from here: the target's state is unread, never guessed
     assert figures["live"] >= 1 and (figures["catches_sighup"], figures["alive"]) == (None, None), figures
-    missed = on_ssh(run_witnessed(tmp_path / "missed", DRAIN % ("", ""), fake=False, inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.drain(hosts=True), fake=False, inventory=inventory))
     assert (missed.verdict, witnessed(missed)["refit"][0]) == ("not_exercised", "none")
     assert "began its drain with 0 live leases to wait for" in missed.not_exercised[0]
 
 
 def test_a_store_wipe_on_an_ssh_host_counts_its_keys_there_and_one_of_an_empty_store_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", WIPE % PUBLISHED, fake=False, inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.wipe(published=True), fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["wipe"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["keys_before"] >= 1 and figures["keys_after"] < figures["keys_before"], figures
-    missed = on_ssh(run_witnessed(tmp_path / "missed", WIPE % "", fake=False, inventory=inventory))  # nothing written yet
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.wipe(published=False), fake=False, inventory=inventory))  # nothing written yet
     assert (missed.verdict, witnessed(missed)["wipe"]) == ("not_exercised", ("none", {"keys_before": 0, "keys_after": 0}))
     assert "0 keys before, 0 after" in missed.not_exercised[0]
 
 
 def test_a_tcp_reset_on_ssh_hosts_is_seen_in_the_hosts_own_ss_and_one_that_resets_nothing_is_not_exercised(
         inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", RESET, fake=False, inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["rst"]
     assert (landed.verdict, effect) == ("pass", "seen"), landed.not_exercised
     assert figures["connections"] >= 1 and figures["destroyed"] == figures["connections"], figures
-    monkeypatch.setattr(fault_commands, "shell", RewritingShell(fault_commands.shell, resets_port_nine))
-    missed = on_ssh(run_witnessed(tmp_path / "missed", RESET, fake=False, inventory=inventory))
+    wr.plant(monkeypatch, wr.resets_port_nine)
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.RESET, fake=False, inventory=inventory))
     effect, figures = witnessed(missed)["rst"]
     assert (missed.verdict, effect, figures["destroyed"]) == ("not_exercised", "none", 0), missed.not_exercised
     assert "still established after ss -K" in missed.not_exercised[0]
@@ -269,12 +221,12 @@ FROZEN = "      - fault: {kind: pause, target: %s, name: freeze}"  # the pause a
 
 def test_a_grow_on_an_ssh_host_is_seen_by_the_tensors_added_and_one_never_begun_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", GROW % ("", "15s", ""), fake=False, inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.grow("15s"), fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["grow"]
     assert (landed.verdict, effect, figures["added"], figures["alive"]) == ("pass", "seen", 2, None), figures
     # aimed at nothing: the source is stopped, no growth begins within confirm; where its SIGHUP went is unread
-    frozen = (FROZEN % "source-1", "3s", "      - heal: freeze")
-    missed = on_ssh(run_witnessed(tmp_path / "missed", GROW % frozen, fake=False, inventory=inventory))
+    frozen = (FROZEN % "source-1", "      - heal: freeze")
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.grow("3s", *frozen), fake=False, inventory=inventory))
     assert (missed.verdict, missed.status) == ("not_exercised", "step_failed")
     effect, figures = witnessed(missed)["grow"]
     assert (effect, figures["hup_pending"], figures["alive"]) == ("none", None, None), figures
@@ -284,11 +236,11 @@ def test_a_grow_on_an_ssh_host_is_seen_by_the_tensors_added_and_one_never_begun_
 
 def test_a_hijack_of_a_server_on_an_ssh_host_is_seen_and_one_it_cannot_answer_is_not_exercised(
         inventory: Inventory, tmp_path: Path) -> None:
-    landed = on_ssh(run_witnessed(tmp_path / "landed", HIJACK % ("", ""), fake=False, inventory=inventory))
+    landed = on_ssh(run_witnessed(tmp_path / "landed", wr.hijack(), fake=False, inventory=inventory))
     effect, figures = witnessed(landed)["hj"]
     assert (landed.verdict, effect, figures["answered"]) == ("pass", "seen", 2), figures
     frozen = (FROZEN % "server", "      - heal: freeze")
-    missed = on_ssh(run_witnessed(tmp_path / "missed", HIJACK % frozen, fake=False, inventory=inventory))
+    missed = on_ssh(run_witnessed(tmp_path / "missed", wr.hijack(*frozen), fake=False, inventory=inventory))
     assert (missed.verdict, witnessed(missed)["hj"][0]) == ("not_exercised", "none")
     assert missed.not_exercised == ["fault hj (hijack source-1): no effect: no demote write was answered on its "
                                     "merits (DEADLINE_EXCEEDED)"]
@@ -296,7 +248,7 @@ def test_a_hijack_of_a_server_on_an_ssh_host_is_seen_and_one_it_cannot_answer_is
 
 def test_a_corrupt_on_an_ssh_host_is_not_witnessed_and_says_why(inventory: Inventory, tmp_path: Path) -> None:
     """The toggle acts (the source confirms it); the source's memory is not read from here."""
-    result = on_ssh(run_witnessed(tmp_path, CORRUPT % "", fake=False, inventory=inventory))
+    result = on_ssh(run_witnessed(tmp_path, wr.corrupt(), fake=False, inventory=inventory))
     effect, _ = witnessed(result)["rot"]
     assert (result.verdict, effect) == ("pass", "unwitnessed"), result.not_exercised
     (w,) = result.history.fault_windows()
