@@ -180,7 +180,7 @@ def test_a_stall_or_a_second_attempt_fails_the_healthy_goal() -> None:
 def test_an_arm_s_cpu_is_taken_per_round_and_sources_over_readers_within_each() -> None:
     from mxref.bench.storm import cpu_figures
 
-    rounds = [{"cpu_s": {"readers": 2.0, "sources": 0.2}}, {"cpu_s": {"readers": 1.0, "sources": 0.3}},
+    rounds: list[dict[str, Any]] = [{"cpu_s": {"readers": 2.0, "sources": 0.2}}, {"cpu_s": {"readers": 1.0, "sources": 0.3}},
               {"cpu_s": {"readers": 0.0, "sources": 0.1}}, {"wall_s": 1.0}]
     fig = cpu_figures(rounds)
     assert fig["readers_s"]["rounds"] == [2.0, 1.0, 0.0]
