@@ -46,17 +46,7 @@ from mxref.errors import (
 )
 from mxref.events import NULL, EventLog
 from mxref.metrics import NixlFamilies
-from mxref.transfer.chunked import (
-    DONE_STATES,
-    ERROR_STATES,
-    POLL_NAP,
-    ChunkPolicy,
-    ChunkTime,
-    Landing,
-    PollNap,
-    ReadClock,
-    read_chunked,
-)
+from mxref.transfer.chunked import DONE_STATES, ERROR_STATES, ChunkPolicy, ChunkTime, Landing, ReadClock, read_chunked
 
 logger = logging.getLogger("mxref.transfer.manager")
 
@@ -115,23 +105,20 @@ class PostedRead:
 class PumpPacing:
     """How a progress pump paces an agent that has no progress thread (a source's).
 
-    A poll that spent more than ``busy_call_s`` of its thread's CPU did work: over UCX TCP an
-    idle poll takes ~2 us, one that sends a READ's replies 3-10 ms (measured on a source
-    serving 1 GiB); CPU time, not wall time, so that a poll preempted on a busy machine is not
-    taken for work. After a busy poll the pump paces itself as a reader's poll loop does
-    (``nap``, the readers' ``PollNap``): it polls again at once for ``nap.spin_s``, so a
-    reader's next chunk is answered when it arrives, then sleeps between polls, ``nap.first_s``
-    doubling to ``nap.cap_s``, the idle pace (1 ms, ~2 % of a core), until the next busy poll.
-    With 1 ms sleeps alone, each window of a chunked READ waited for the source's next poll:
-    16 MiB x 2 chunks from a raw source ran at 0.82-0.85x one handle's speed, 0.96-0.97x with
-    20 ms of tight polls after each busy one (1 GiB, 5 interleaved rounds; NIXL's own
-    progress thread on the source: 0.97x, spinning a core even idle). Those 20 ms were CPU that
-    a storm's readers on a small machine needed; a READ that starts while the pump naps
-    waits at most the nap (``nap.cap_s``), as one that starts while it idles always did
-    (docs/mxref.md#the-sources-pump-issue-38-2026-12-07)."""
+    Idle, it polls every ``idle_s`` (~2 % of a core). A poll that spent more than
+    ``busy_call_s`` of its thread's CPU did work: over UCX TCP an idle poll takes ~2 us, one
+    that sends a READ's replies 3-10 ms (measured on a source serving 1 GiB). The pump then
+    polls again at once for ``linger_s``, so a reader's next chunk is answered when it
+    arrives, not after the rest of a sleep. With 1 ms sleeps alone, each window of a chunked
+    READ waited for the source's next poll: 16 MiB x 2 chunks from a raw source ran at
+    0.82-0.85x one handle's speed, 0.96-0.97x with this pacing (1 GiB, 5 interleaved
+    rounds; NIXL's own progress thread on the source: 0.97x, spinning a core even idle).
+    CPU time, not wall time, so that a poll preempted on a busy machine is not taken for
+    work."""
 
+    idle_s: float = 0.001
     busy_call_s: float = 50e-6
-    nap: PollNap = POLL_NAP
+    linger_s: float = 0.02
 
 
 class NixlTransferManager:
@@ -223,14 +210,13 @@ class NixlTransferManager:
 
     def start_progress_pump(self, pacing: PumpPacing | None = None) -> None:
         """Drive the agent's progress from a thread (for an agent created without one), paced
-        by ``pacing`` (``PumpPacing``: at once while serving, napping longer and longer after)."""
+        by ``pacing`` (``PumpPacing``: slow while idle, at once while serving)."""
         if self._pump is not None:
             return
         pace = pacing or PumpPacing()
 
         def pump() -> None:
-            spin_until = 0.0
-            nap_s = pace.nap.cap_s  # idle from the start
+            busy_until = 0.0
             while True:
                 agent = self._agent
                 if agent is None:
@@ -242,14 +228,12 @@ class NixlTransferManager:
                     logger.debug("progress pump: %s", exc)
                 now = time.monotonic()
                 if time.thread_time() - cpu > pace.busy_call_s:
-                    spin_until, nap_s = now + pace.nap.spin_s, 0.0
-                if now < spin_until:
+                    busy_until = now + pace.linger_s
+                if now < busy_until:
                     if self._pump_stop.is_set():
                         return
                     time.sleep(0)  # let other threads have the GIL, then poll again
-                    continue
-                nap_s = pace.nap.next(nap_s)
-                if self._pump_stop.wait(nap_s):
+                elif self._pump_stop.wait(pace.idle_s):
                     return
 
         self._pump = threading.Thread(target=pump, name="nixl-progress", daemon=True)
