@@ -25,7 +25,10 @@ for the cells ``--mx-readers`` names, a differential row beside mxref's. With ``
 (another checkout of mxref, e.g. the commit before a change), a second pool of R readers runs
 that checkout's code (``PYTHONPATH=PATH``, started in PATH) against the same sources, stormed in
 the same interleaved rounds (storm, raw, baseline; the next round the other way round): the row
-``baseline`` and, on mxref's, the per-round ratio of the two aggregates (``over_baseline``).
+``baseline`` and, on mxref's, the per-round ratio of the two aggregates (``over_baseline``). With
+``--baseline-sources`` too, the baseline arm swaps the sources instead: S sources of PATH's code
+serve the same bytes under another model name (``BASELINE_MODEL``, so each arm's readers list only
+their own sources), read by a second pool of this tree's readers.
 
 Every figure is summed up and judged by ``mxref.bench.storm_stats`` (each the median over the
 rounds with an interval; the goals, as same-run ratios, MET, MISSED or UNDECIDED by their
@@ -48,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,8 @@ START_BATCH = 4
 LOAD_TIMEOUT_S = 120.0
 MAX_READERS = 64
 MODEL_TENSORS = 8
+MODEL = "mxref/synthetic"
+BASELINE_MODEL = "mxref/synthetic-baseline"  # --baseline-sources: the baseline checkout's sources serve it
 HERE = Path(__file__).resolve().parents[2]
 
 
@@ -82,6 +87,7 @@ class Storm:
         self.nbytes = MODEL_TENSORS * int(args.mib / MODEL_TENSORS * (1 << 20))
         self.children: list[LineChild] = []
         self.address = ""
+        self._digests: dict[str, str] = {}  # model name -> its reference's digest (the listing's identity)
 
     def child(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
               stdin_quits: bool = True, cwd: Path = HERE) -> LineChild:
@@ -106,24 +112,31 @@ class Storm:
                                              "--reaper-interval", "0.5"), stdin_quits=False)
         self.address = f"127.0.0.1:{_await_event(self._events('server'), 'listening', server)['port']}"
 
-    def start_sources(self, count: int, first: int = 0, mode: str | None = None) -> list[LineChild]:
-        """Sources ``first`` .. ``first + count - 1``, each READY before this returns."""
-        names = [f"source-{s}" for s in range(first, first + count)]
+    def start_sources(self, count: int, first: int = 0, mode: str | None = None,
+                      checkout: Path | None = None) -> list[LineChild]:
+        """Sources ``first`` .. ``first + count - 1``, each READY before this returns; with
+        ``checkout``, that checkout's sources of ``BASELINE_MODEL`` (``--baseline-sources``)."""
+        names = [f"{'baseline-' if checkout else ''}source-{s}" for s in range(first, first + count)]
+        env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
         sources = [self.child(n, _mxref("source", "--name", n, "--events", str(self._events(n)), "--server",
                                         self.address, "--mode", mode or self.args.mode, "--heartbeat-interval", "1",
-                                        *self.model), stdin_quits=False)
+                                        *self.model_args(checkout)), env=env, cwd=checkout or HERE, stdin_quits=False)
                    for n in names]
         for n, c in zip(names, sources):
             _await_event(self._events(n), "status_change", c, status="READY")
         return sources
 
-    def replace_source(self, sources: list[LineChild], index: int) -> None:
+    def model_args(self, baseline_sources: Path | None) -> list[str]:
+        """The model flags of a source or reader: ``BASELINE_MODEL`` on the baseline sources' side."""
+        return [*self.model, "--model-name", BASELINE_MODEL if baseline_sources else MODEL]
+
+    def replace_source(self, sources: list[LineChild], index: int, checkout: Path | None = None) -> None:
         """A fresh source in place of ``sources[index]`` (a frozen and thawed source is not trusted
         to serve again: UCX under SIGSTOP has been seen to abort on the thaw). The new one takes
         a new name; the server drops the old record when its process says STALE on exit."""
         self.stop_all([sources[index]])
         self._spare += 1
-        sources[index] = self.start_sources(1, first=100 + self._spare)[0]
+        sources[index] = self.start_sources(1, first=100 + self._spare, checkout=checkout)[0]
 
     _spare = 0
 
@@ -140,19 +153,22 @@ class Storm:
             out.append((c, port, int(info["addr"])))
         return out
 
-    def start_readers(self, count: int, checkout: Path | None = None) -> list[LineChild]:
+    def start_readers(self, count: int, checkout: Path | None = None,
+                      baseline_sources: Path | None = None) -> list[LineChild]:
         """``count`` long-lived readers, started ``START_BATCH`` at a time (dozens of NIXL
         start-ups at once on a small machine outlast any sane deadline), each ready; with
-        ``checkout``, that checkout's readers (``--baseline``), named ``baseline-reader-i``."""
+        ``checkout``, that checkout's readers (``--baseline``), named ``baseline-reader-i``; with
+        ``baseline_sources``, this tree's readers of ``BASELINE_MODEL``, named so too."""
         readers: list[LineChild] = []
-        prefix = "baseline-reader" if checkout else "reader"
+        prefix = "baseline-reader" if checkout or baseline_sources else "reader"
         env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
         for first in range(0, count, START_BATCH):
             batch = [self.child(f"{prefix}-{i}", _mxref("reader", "--name", f"{prefix}-{i}", "--events",
                                                         str(self._events(f"{prefix}-{i}")), "--server", self.address,
                                                         "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
                                                         "--selector", self.args.selector, "--selector-seed", str(i),
-                                                        *self.model), env=env, cwd=checkout or HERE)
+                                                        *self.model_args(baseline_sources)),
+                                env=env, cwd=checkout or HERE)
                      for i in range(first, min(count, first + START_BATCH))]
             for r in batch:
                 r.expect("ready", STARTUP_TIMEOUT_S)
@@ -174,13 +190,16 @@ class Storm:
                 r.expect("ready", STARTUP_TIMEOUT_S)
 
     def round(self, children: Sequence[LineChild], command: str, listings: list[float] | None = None,
-              freeze: tuple[LineChild, float] | None = None) -> dict[str, Any]:
+              freeze: tuple[LineChild, float] | None = None, model: str = MODEL,
+              cpu: Mapping[str, Sequence[LineChild]] | None = None) -> dict[str, Any]:
         """Tell every child ``command`` at once and collect one result from each; with
         ``listings``, ListSources is timed meanwhile; with ``freeze`` (a source, seconds after
         the go), that source is SIGSTOPped then (``Freeze``) and thawed when every result is in,
-        or the round ends otherwise, before anything is judged."""
+        or the round ends otherwise, before anything is judged; with ``cpu`` (a role -> its
+        processes), each role's CPU seconds from the go to the last result (``cpu_s``)."""
+        cpu_at_go = {role: sum(c.cpu_s() for c in group) for role, group in (cpu or {}).items()}
         stop = threading.Event()
-        lister = threading.Thread(target=self._list, args=(listings, stop), daemon=True) if listings is not None else None
+        lister = threading.Thread(target=self._list, args=(listings, stop, model), daemon=True) if listings is not None else None
         frost = Freeze(*freeze) if freeze is not None else None
         rnd = StormRound(readers=len(children), go_s=time.monotonic())
         try:
@@ -200,34 +219,38 @@ class Storm:
             if lister is not None and lister.ident is not None:
                 lister.join(15)
         out = storm_round(rnd, self.nbytes)
+        out["cpu_s"] = {role: round(sum(c.cpu_s() for c in (cpu or {})[role]) - at_go, 3)
+                        for role, at_go in cpu_at_go.items()}
         if frost is not None:
             out["freeze_landed"] = frost.landed
         return out
 
-    def _lister(self) -> Any:
+    def _lister(self, model: str = MODEL) -> Any:
         from mxref.bench.fleet import Lister
         from mxref.model import ModelSpec, Reference
         from mxref.roles.source import identity_for
         from mxref.v1 import p2p_pb2
 
-        spec = ModelSpec(name="mxref/synthetic", tensors=MODEL_TENSORS, tensor_bytes=self.nbytes // MODEL_TENSORS,
+        spec = ModelSpec(name=model, tensors=MODEL_TENSORS, tensor_bytes=self.nbytes // MODEL_TENSORS,
                          dtype="float16", seed=0)
-        identity = identity_for(spec.name, spec.dtype, revision=self.reference_digest(spec, Reference))
+        if model not in self._digests:
+            self._digests[model] = Reference.from_spec(spec).digest
+        identity = identity_for(spec.name, spec.dtype, revision=self._digests[model])
         return Lister(self.address, {"identity": p2p_pb2.ListSourcesRequest(
             identity=identity, status_filter=p2p_pb2.SOURCE_STATUS_READY)})
 
-    def _list(self, out: list[float], stop: threading.Event) -> None:
-        lister = self._lister()
+    def _list(self, out: list[float], stop: threading.Event, model: str) -> None:
+        lister = self._lister(model)
         try:
             out.extend(lister.run(10**6, stop, seconds=LOAD_TIMEOUT_S, interval_s=self.args.list_interval)["identity"])
         finally:
             lister.close()
 
-    def await_listed(self, count: int, timeout_s: float = HEARTBEAT_TIMEOUT_S + 15) -> None:
+    def await_listed(self, count: int, timeout_s: float = HEARTBEAT_TIMEOUT_S + 15, model: str = MODEL) -> None:
         """Until the server offers exactly ``count`` READY sources: a source that died without
         saying STALE (UCX aborts it) stays listed until the heartbeat timeout, and a storm that
         found it would count its refusals against the live ones."""
-        lister = self._lister()
+        lister = self._lister(model)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
@@ -240,13 +263,6 @@ class Storm:
                 time.sleep(0.25)
         finally:
             lister.close()
-
-    _digest: str = ""
-
-    def reference_digest(self, spec: Any, reference: Any) -> str:
-        if not self._digest:
-            self._digest = reference.from_spec(spec).digest
-        return self._digest
 
     def mx_round(self, count: int, tag: str, listings: list[float]) -> dict[str, Any]:
         """The same storm of ModelExpress client readers: each its own process, imported and
@@ -267,6 +283,14 @@ class Storm:
             return self.round(readers, "go", listings)
         finally:
             self.stop_all(readers)
+
+
+def cpu_figures(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An arm's CPU over its rounds (``Storm.round``'s ``cpu_s``): its readers' and its sources'
+    CPU seconds per round, and the sources' over the readers' within each round."""
+    cpu = [x["cpu_s"] for x in rounds if x.get("cpu_s")]
+    return {"readers_s": figure([c["readers"] for c in cpu]), "sources_s": figure([c["sources"] for c in cpu]),
+            "sources_over_readers": figure([c["sources"] / c["readers"] for c in cpu if c["readers"] > 0])}
 
 
 def _await_event(path: Path, name: str, child: LineChild, timeout_s: float = STARTUP_TIMEOUT_S,
@@ -291,15 +315,20 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
     try:
         storm.start_server()
         readers = storm.start_readers(most)
-        base = storm.start_readers(most, args.baseline) if args.baseline else []
+        base_sourced = args.baseline if args.baseline_sources else None  # the baseline arm's sources
+        base = (storm.start_readers(most, baseline_sources=base_sourced) if base_sourced
+                else storm.start_readers(most, args.baseline) if args.baseline else [])
         raws = storm.start_raw_readers(most)
         for s in args.sources:
             sources = storm.start_sources(s)
+            base_sources = storm.start_sources(s, checkout=base_sourced) if base_sourced else []
             raw_sources = storm.start_raw_sources(s)
             storm.connect_raw(raws, raw_sources)
             for r in args.readers:
-                cells.extend(_cell(storm, args, readers[:r], raws[:r], sources, base[:r]))
+                cells.extend(_cell(storm, args, readers[:r], raws[:r], sources, base[:r], base_sources,
+                                   [c for c, _, _ in raw_sources]))
             storm.stop_all([c for c, _, _ in raw_sources])
+            storm.stop_all(base_sources)
             storm.stop_all(sources)
     finally:
         with deferred_signals():  # a second Ctrl-C does not cut the stopping short
@@ -308,26 +337,36 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
 
 
 def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[LineChild],
-          sources: list[LineChild], base: list[LineChild]) -> list[dict[str, Any]]:
+          sources: list[LineChild], base: list[LineChild], base_sources: list[LineChild],
+          raw_sources: list[LineChild]) -> list[dict[str, Any]]:
+    """One (R, S) cell; ``base_sources``: the baseline checkout's sources (``--baseline-sources``), or none.
+    Each arm's rounds also count its readers' and its sources' CPU seconds (``cpu_figures``)."""
     r, s = len(readers), len(sources)
-    for i, c in enumerate(sources):  # a source UCX aborted in the last cell is replaced, not stormed
-        if c.popen.poll() is not None:
-            print(f"storm: {c.name} exited ({c.popen.returncode}) before cell {r}x{s}; see {c.log}; replaced", flush=True)
-            storm.replace_source(sources, i)
+    base_model = BASELINE_MODEL if base_sources else MODEL
+    for group, checkout in ((sources, None), (base_sources, args.baseline)):
+        for i, c in enumerate(group):  # a source UCX aborted in the last cell is replaced, not stormed
+            if c.popen.poll() is not None:
+                print(f"storm: {c.name} exited ({c.popen.returncode}) before cell {r}x{s}; see {c.log}; replaced",
+                      flush=True)
+                storm.replace_source(group, i, checkout if group is base_sources else None)
     storm.await_listed(s)
+    if base_sources:
+        storm.await_listed(s, model=BASELINE_MODEL)
     storms: list[dict[str, Any]] = []
     rawr: list[dict[str, Any]] = []
     listings: list[float] = []
     based: list[dict[str, Any]] = []
     base_listings: list[float] = []
-    # each round: (who, the command, where its result goes, its ListSources times); odd rounds backwards
-    arms: list[tuple[list[LineChild], str, list[dict[str, Any]], list[float] | None]] = [
-        (readers, "load", storms, listings), (raws, "read", rawr, None)]
+    # each round: (who, the command, where its result goes, its ListSources times, the model listed,
+    # its sources); odd rounds backwards
+    arms: list[tuple[list[LineChild], str, list[dict[str, Any]], list[float] | None, str, list[LineChild]]] = [
+        (readers, "load", storms, listings, MODEL, sources), (raws, "read", rawr, None, MODEL, raw_sources)]
     if base:
-        arms.append((base, "load", based, base_listings))
+        arms.append((base, "load", based, base_listings, base_model, base_sources or sources))
     for k in range(args.rounds):
-        for children, command, results, times in arms if k % 2 == 0 else reversed(arms):
-            results.append(storm.round(children, command, times))
+        for children, command, results, times, model, feeding in arms if k % 2 == 0 else reversed(arms):
+            results.append(storm.round(children, command, times, model=model,
+                                       cpu={"readers": children, "sources": feeding}))
     frozen: list[dict[str, Any]] = []
     if s >= 2 and args.frozen_rounds:
         wall = sorted(x["wall_s"] for x in storms)[len(storms) // 2]
@@ -336,14 +375,22 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
             storm.replace_source(sources, 1)
     cell = summarize_cell(r, s, storm.nbytes, storms, rawr, frozen, listings)
     cell["subject"] = "mxref"
+    cell["cpu"] = cpu_figures(storms)
+    cell["raw_cpu"] = cpu_figures(rawr)
     out = [cell]
     if base:
         base_cell = summarize_cell(r, s, storm.nbytes, based, rawr, (), base_listings)
         base_cell["subject"] = "baseline"
+        base_cell["cpu"] = cpu_figures(based)
         cell["figures"]["over_baseline"] = figure([n / d for n, d in zip(cell["aggregate_rounds"],
                                                                           base_cell["aggregate_rounds"]) if d > 0])
         out.append(base_cell)
     print("\n".join(table(out)), flush=True)
+    for name, fig in (("mxref", cell["cpu"]), ("raw fan-out", cell["raw_cpu"]),
+                      *((("baseline", base_cell["cpu"]),) if base else ())):
+        print(f"  CPU s per round {r}x{s}, {name}: readers {interval_text(fig['readers_s'])}, sources "
+              f"{interval_text(fig['sources_s'])} ({interval_text(fig['sources_over_readers'])} of the readers')",
+              flush=True)
     if base:
         print(f"  mxref / baseline aggregate {r}x{s}, per round: {interval_text(cell['figures']['over_baseline'])}",
               flush=True)
@@ -387,6 +434,7 @@ class StormFlags:
     mx_rounds: int
     transport: str
     baseline: Path | None
+    baseline_sources: bool
     workdir: Path | None
     json: Path | None
 
@@ -424,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", type=Path, default=None, metavar="PATH",
                         help="another checkout of mxref: also a pool of its readers (PYTHONPATH=PATH), stormed in "
                              "the same interleaved rounds; a 'baseline' row and mxref / baseline per round")
+    parser.add_argument("--baseline-sources", action="store_true",
+                        help="with --baseline: the baseline arm is PATH's sources (of another model name) read by "
+                             "this tree's readers, not PATH's readers of this tree's sources")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON record here")
     return parser
@@ -432,14 +483,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv, StormFlags)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the children as a Ctrl-C does
     if not 0 < args.freeze_at < 1:
         parser.error(f"--freeze-at {args.freeze_at}: must be strictly between 0 and 1")
     if args.baseline and not (args.baseline / "mxref" / "__main__.py").is_file():
         parser.error(f"--baseline {args.baseline}: no mxref/__main__.py there")
+    if args.baseline_sources and not args.baseline:
+        parser.error("--baseline-sources needs --baseline PATH")
     if args.mx_python and not Path(args.mx_python).is_file():
         parser.error(f"--mx-python {args.mx_python}: no such file")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a long run waits
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the children as a Ctrl-C does
     config.apply_transport_profile(args.transport)  # children inherit it
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mxref-bench-storm-"))
     workdir.mkdir(parents=True, exist_ok=True)

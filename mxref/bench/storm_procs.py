@@ -105,6 +105,15 @@ class LineChild:
             if key in line:
                 return stamp, line
 
+    def cpu_s(self) -> float:
+        """The CPU seconds (user + system, all its threads) the child has used so far, from
+        ``/proc/PID/stat`` (the kernel's count); 0.0 once it is gone."""
+        try:
+            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def send_signal(self, signum: int) -> None:
         """``signum`` to the child while it has not been reaped (never to a reused pid)."""
         with contextlib.suppress(ProcessLookupError):

@@ -66,3 +66,22 @@ def test_a_sigint_while_deferred_is_raised_after_the_block() -> None:
         time.sleep(0.05)
         done.append("the block ran to its end")
     assert done == ["the block ran to its end"]
+
+
+def test_cpu_s_counts_the_child_s_cpu_as_the_kernel_does(tmp_path: Path) -> None:
+    spinner = LineChild("spinner", [sys.executable, "-c", "import time\nend = time.process_time() + 0.5\n"
+                                    "while time.process_time() < end: pass\ntime.sleep(60)"],
+                        tmp_path / "spinner.log", stdin_quits=False)
+    sleeper = LineChild("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "sleeper.log",
+                        stdin_quits=False)
+    try:
+        deadline = time.monotonic() + 60
+        while spinner.cpu_s() < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spun, slept = spinner.cpu_s(), sleeper.cpu_s()
+        assert 0.5 <= spun < 5.0
+        assert slept < spun
+    finally:
+        spinner.stop()
+        sleeper.stop()
+    assert spinner.cpu_s() == 0.0  # gone: nothing to count

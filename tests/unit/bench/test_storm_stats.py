@@ -175,3 +175,22 @@ def test_a_stall_or_a_second_attempt_fails_the_healthy_goal() -> None:
     assert spread["value"] == 1.5 and spread["verdict"] == MET  # 3 on one source: 1.5 x ceil(4/2), the bound itself
     worse = [_round(0.0, [1.0] * 4, ["a"] * 4)]
     assert summarize_cell(4, 2, 64 * MIB, worse, [])["goals"]["spread"]["verdict"] == MISSED
+
+
+def test_an_arm_s_cpu_is_taken_per_round_and_sources_over_readers_within_each() -> None:
+    from mxref.bench.storm import cpu_figures
+
+    rounds: list[dict[str, Any]] = [{"cpu_s": {"readers": 2.0, "sources": 0.2}}, {"cpu_s": {"readers": 1.0, "sources": 0.3}},
+              {"cpu_s": {"readers": 0.0, "sources": 0.1}}, {"wall_s": 1.0}]
+    fig = cpu_figures(rounds)
+    assert fig["readers_s"]["rounds"] == [2.0, 1.0, 0.0]
+    assert fig["sources_s"]["median"] == 0.2
+    assert fig["sources_over_readers"]["rounds"] == [0.1, 0.3]  # a round whose readers used nothing has no ratio
+
+
+def test_baseline_sources_needs_a_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    from mxref.bench import storm
+
+    with pytest.raises(SystemExit):
+        storm.main(["--baseline-sources"])
+    assert "--baseline-sources needs --baseline PATH" in capsys.readouterr().err
