@@ -32,7 +32,7 @@ from harness.subjects.cache import CommandRunner, cache_dir, error_line, locked
 from harness.subjects.cache import run_bounded as _run
 
 __all__ = ["EnvResult", "Step", "build_cached_env", "cache_dir", "ensure_env", "env_dir", "error_line", "inputs_hash",
-           "install_native", "locked"]
+           "install_native", "link_toxiproxy", "locked"]
 
 RECIPE = "mxchaos-matrix-env/3"  # bump when the build steps change: every cached env is rebuilt
 STAMP = ".mxchaos-matrix-stamp"
@@ -120,6 +120,7 @@ def build_cached_env(
     stamp, failed = path / stamp_name, path.parent / f"{path.name}{failed_suffix}"
     with locked(path.parent / f".{path.name}.lock"):
         if not rebuild and stamp.is_file() and stamp.read_text().split()[:1] == [want] and (path / "bin" / "python").exists():
+            link_toxiproxy(path)
             why = finish(path) if finish is not None else None
             return EnvResult(label, path, error=f"native extension: {why}" if why else None, cached=True)
         if not rebuild and failed.is_file():
@@ -138,14 +139,28 @@ def build_cached_env(
                 log(f"{label}: {what} step failed: {why}")
                 failed.write_text(f"{want}\n{what}: {why}\n")
                 return EnvResult(label, path, error=f"{what}: {why}")
-        toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
-        if toxiproxy.is_file() and not (path / "bin" / "toxiproxy-server").exists():
-            (path / "bin" / "toxiproxy-server").symlink_to(toxiproxy)
+        link_toxiproxy(path)
         took = time.monotonic() - started
         stamp.write_text(f"{want} built_in_s={took:.0f}\n")
         log(f"{label}: environment ready in {took:.0f}s")
         why = finish(path) if finish is not None else None
         return EnvResult(label, path, error=f"native extension: {why}" if why else None)
+
+
+def link_toxiproxy(path: Path) -> None:
+    """Link the checkout's ``toxiproxy-server`` (beside this Python) into the env at ``path``, on
+    every use, not only at its build: a link left to the checkout that built the env dangles once
+    that checkout is gone, and the env's scenarios with proxies would SKIP as "this machine lacks
+    toxiproxy" (a matrix column lost 7 of them so). Replaced atomically: another run on the env
+    sees the old link or the new one."""
+    toxiproxy = Path(sys.prefix) / "bin" / "toxiproxy-server"  # share the project's server binary
+    link = path / "bin" / "toxiproxy-server"
+    if not toxiproxy.is_file() or link == toxiproxy or (link.is_symlink() and link.resolve() == toxiproxy.resolve()):
+        return
+    fresh = link.with_name(f".toxiproxy-server.{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(toxiproxy)
+    os.replace(fresh, link)
 
 
 def install_native(repo: Path, root: Path | None, log: Callable[[str], None],

@@ -651,3 +651,23 @@ def test_a_cell_shows_the_defect_in_force_where_its_column_plays_it(tmp_path: Pa
     assert shown["verdict"] == "XFAIL" and shown["defect"]["observed"] == "reproduced" and shown["defect"]["expected"]
     assert matrix["cells"]["reset"][columns[1].id].get("defect") is None  # not in force there: a plain cell
     assert matrix["scenarios"][0]["defect"]["text"] == client.text
+
+
+def test_a_cached_env_links_this_checkouts_toxiproxy_again_when_its_link_dangles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link left to the checkout that built the env dangled once that checkout was removed: the
+    env's scenarios with proxies SKIPped as "this machine lacks toxiproxy" (7 cells of a column)."""
+    repo, root, pip = _repo(tmp_path), tmp_path / "cache", FakePip()
+    built_by, now = tmp_path / "gone" / "bin", tmp_path / "here" / "bin"
+    for folder in (built_by, now):
+        folder.mkdir(parents=True)
+        (folder / "toxiproxy-server").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "prefix", str(built_by.parent))
+    env = ensure_env("1.5.1", repo, root=root, run=pip, native=False)
+    link = env.path / "bin" / "toxiproxy-server"
+    assert link.resolve() == (built_by / "toxiproxy-server").resolve()
+    shutil.rmtree(built_by.parent)  # the checkout that built it is gone
+    assert link.is_symlink() and not link.exists()
+    monkeypatch.setattr(sys, "prefix", str(now.parent))
+    again = ensure_env("1.5.1", repo, root=root, run=pip, native=False)
+    assert again.cached and link.exists() and link.resolve() == (now / "toxiproxy-server").resolve()
