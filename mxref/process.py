@@ -13,12 +13,14 @@ import faulthandler
 import json
 import logging
 import os
+import random
 import select
 import signal
 import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from mxref import __version__, config
@@ -36,13 +38,41 @@ EXIT_STARTUP_FAILED = 3  # cannot bind, NIXL missing, ...
 EXIT_SERVING_ENDED = 4  # server: its gRPC server stopped serving without being asked
 
 
-def free_port() -> int:
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_PICK = random.SystemRandom()  # never a seeded generator: two processes seeded alike would pick alike
+
+
+def listener_ports() -> range:
+    """The ports ``free_port`` picks from: those below the kernel's ephemeral range (from 10000),
+    which no outgoing connection is ever given on its own; above it when that leaves fewer than
+    2000. Empty when neither side has room (then the kernel picks)."""
+    try:
+        low, high = (int(x) for x in Path(EPHEMERAL_RANGE).read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    below, above = range(10000, low), range(high + 1, 65536)
+    return below if len(below) >= 2000 else above if len(above) >= 2000 else range(0)
+
+
+def free_port(attempts: int = 64) -> int:
     """A port nobody holds right now on any address, for listeners that cannot bind port 0
-    themselves (NIXL's metadata listener). The probe binds every address (INADDR_ANY), as NIXL's
-    listener does: a port free on 127.0.0.1 alone may be held on another address (a connection
-    of a lab's veth address, say), and the listener's bind then fails with EADDRINUSE. Racy by
-    nature; callers report the port they used."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    themselves (NIXL's metadata listener, the real client's). Picked at random outside the
+    kernel's ephemeral range (``listener_ports``): a port the kernel handed out for a probe at
+    port 0 is an ephemeral one, which any process's next outgoing connection may take before the
+    listener binds it (the real client's source lost its bind so, EADDRINUSE, on a machine busy
+    with three matrices). The probe binds every address (INADDR_ANY), as NIXL's listener does: a
+    port free on 127.0.0.1 alone may be held on another address. Still racy between two pickers
+    (one chance in thousands); callers report the port they used."""
+    ports = listener_ports()
+    for _ in range(attempts if len(ports) else 0):
+        port = _PICK.choice(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room outside: the kernel's pick
         s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
 
