@@ -4,8 +4,9 @@ reader of a soak (``mxchaos soak``).
 Each line ``load`` on standard input is one load (``Reader.load``: list, metadata, a fresh target,
 handshake, READ, verify, release), its result printed as one JSON line (``{"result": ...}``, with
 ``n``: the loads so far) and then given back (``Reader.drop_load``: its agent shut down, its memory
-released), so the next load starts as the first did. Standard input closed, ``quit``, or the process
-asked to stop: it closes and exits. A planted leak (``--debug-leak``, ``mxref.debug_hooks.PlantedLeak``)
+released), and the next load's READ target is made at once (``Reader.prepare_next``: fresh memory
+and a fresh agent, as a fresh reader makes them during its start-up), so the next load starts as
+the first did. Standard input closed, ``quit``, or the process asked to stop: it closes and exits. A planted leak (``--debug-leak``, ``mxref.debug_hooks.PlantedLeak``)
 leaks once per load, after it, with the load's agent.
 """
 
@@ -50,4 +51,5 @@ def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threadin
         record["n"] = n
         _answer(out, record)
         reader.drop_load()
+        reader.prepare_next()
     return n

@@ -52,6 +52,7 @@ re-hashed each time): ``loaded`` at once, ``settled`` after a settle window,
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -154,8 +155,8 @@ class Reader:
         start = time.monotonic()
         result = LoadResult(path="none", ok=False)
         self._phases = {}
-        if self.options.prestart and not self.options.unguarded_retry:
-            self._prestart = TargetPrestart(self._new_target)
+        if self.options.prestart and not self.options.unguarded_retry and self._prestart is None:
+            self._prestart = TargetPrestart(self._new_target)  # none made ahead (``prepare_next``)
         try:
             self._load(result)
         finally:
@@ -475,15 +476,28 @@ class Reader:
         self._phase("verify", t0, "ok", index)
         return nbytes, seconds
 
-    def _new_target(self) -> ReadTarget:
-        """Fresh memory registered with a fresh agent (its own name: ``base``, ``base.1``, ...)."""
+    def _new_target(self, ahead: bool = False) -> ReadTarget:
+        """Fresh memory registered with a fresh agent (its own name: ``base``, ``base.1``, ...).
+        ``ahead``: made before any load waits for it (``prepare_next``), as the first is."""
         n = self._agents_made
         self._agents_made += 1
         return prepare_target(self.accelerator, self.specs, self.options.device_id,
                               self.agent_base if n == 0 else f"{self.agent_base}.{n}",
                               events=self.events, metrics=self.metrics.nixl, initial_error=self._last_error,
                               manager_cls=NixlTransferManager, warmup=self._warmup, agent_lock=self._agent_lock,
-                              hurry=n > 0)  # the first is made ahead; a later one is awaited by a rollback
+                              hurry=n > 0 and not ahead)  # a later one is awaited by a rollback
+
+    def prepare_next(self) -> None:
+        """Start the next load's READ target now, in a thread (``TargetPrestart``): what a reader
+        that loads again (``--load-loop``) does once it has given its last load back, so its next
+        load starts as a fresh reader's first does, with its target made during its start-up
+        (``NixlWarmup``) rather than beside its listing. Never read into (the guard holds);
+        dropped by ``close`` when no load takes it."""
+        if self.options.prestart and not self.options.unguarded_retry and self._prestart is None:
+            self._prestart = TargetPrestart(functools.partial(self._new_target, ahead=True))
+            self._prestart_waited = None
+            self.events.emit("target_prestart", index=0, reason="between loads: the next load's target, made as a "
+                             "fresh reader makes its first during its start-up")
 
     def _next_target_early(self, index: int) -> Callable[[], None] | None:
         """What a READ that has gone quiet for half its stall deadline calls: prepare the next
@@ -658,6 +672,9 @@ class Reader:
         self.released_mid_read = False
 
     def close(self) -> None:
+        if self._prestart is not None:  # made ahead for a load that never came
+            self._prestart.discard()
+            self._prestart = None
         if self.manager is not None:
             self.manager.shutdown()
             self.manager = None

@@ -50,6 +50,11 @@ def test_a_real_soak_resumed_once_keeps_its_counts_flat(tmp_path: Path) -> None:
         for resource in ("fds", "tcp", "nixl_handles_open", "nixl_registrations_open", "nixl_remote_agents_open"):
             assert summary["series"][reader][resource]["verdict"] == "flat", (reader, resource)
     assert (tmp_path / "processes-0").is_dir() and (tmp_path / "processes-1").is_dir()
+    for reader in ("reader-1", "reader-2"):  # each load given back, the next one's target made ahead at once
+        events = [json.loads(line) for line in (tmp_path / "processes-1" / f"{reader}.events.jsonl").read_text().splitlines()]
+        loads = sum(e["event"] == "load_done" for e in events)
+        ahead = [e for e in events if e["event"] == "target_prestart" and e["reason"].startswith("between loads")]
+        assert loads == 50 and len(ahead) == loads, (reader, loads, len(ahead))
     page = (tmp_path / "soak.html").read_text()
     assert "<svg" in page and "tcp_close_wait" in page
     assert json.loads((tmp_path / "soak-result.json").read_text())["transfers"] == 200

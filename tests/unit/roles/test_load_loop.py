@@ -29,8 +29,10 @@ class FakeReader:
         self.dropped = 0
         self.manager: FakeManager | None = None
         self.settled: list[float] = []
+        self.calls: list[str] = []  # load / drop / prepare, in order
 
     def load(self) -> LoadResult:
+        self.calls.append("load")
         self.loads += 1
         self.manager = FakeManager(self.loads)
         return LoadResult(path="rdma", ok=True, integrity="verified", bytes=1024)
@@ -40,8 +42,12 @@ class FakeReader:
 
     def drop_load(self) -> None:
         assert self.manager is not None, "given back twice"
+        self.calls.append("drop")
         self.dropped += 1
         self.manager = None
+
+    def prepare_next(self) -> None:
+        self.calls.append("prepare")
 
 
 def lines_of(out: io.StringIO) -> list[dict[str, Any]]:
@@ -56,6 +62,8 @@ def test_a_load_per_line_each_given_back_and_quit_ends_it() -> None:
     assert docs[0] == {"ready": {"loop": True}}
     assert "unknown command 'bogus'" in docs[2]["error"]
     assert [d["n"] for d in docs if "result" in d] == [1, 2] and docs[1]["result"]["ok"] is True
+    # each load given back, then the next one's target made ahead (as a fresh reader's during its start-up)
+    assert reader.calls == ["load", "drop", "prepare", "load", "drop", "prepare"]
 
 
 def test_a_stop_ends_it_before_the_next_load() -> None:
