@@ -24,6 +24,7 @@ from harness.soak.runner import SoakOptions, run_soak
 from harness.soak.verdict import growth_text
 from harness.spec import parse_duration
 from mxref.debug_hooks import LEAK_KINDS
+from mxref.signals import QueuedSignal
 
 __all__ = ["add_parser", "cmd_soak"]
 
@@ -84,15 +85,14 @@ def cmd_soak(args: argparse.Namespace) -> int:
                           sample_every=args.sample_every, warmup=args.warmup,
                           stop_on_growth=args.stop_on_growth, resume=args.resume)
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    # the handler only queues the signal: an Event.set inside it would wait for the lock its own
+    # thread may hold mid-wait (mxref.signals); the relay's thread sets the event
     try:
-        summary = run_soak(options, lambda line: print(line, flush=True), stop)
+        with QueuedSignal((signal.SIGINT, signal.SIGTERM), lambda _signum: stop.set(), "soak-signals"):
+            summary = run_soak(options, lambda line: print(line, flush=True), stop)
     except (FileExistsError, ValueError) as exc:
         print(f"mxchaos soak: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     print(f"soak {summary['verdict'].upper()}: {summary['transfers']} transfers in {summary['seconds']:g}s "
           f"({summary['transfers_per_s']}/s), {summary['failed_loads']} failed loads")
     for g in summary["growths"]:

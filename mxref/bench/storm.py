@@ -154,17 +154,23 @@ class Storm:
         return out
 
     def start_readers(self, count: int, checkout: Path | None = None,
-                      baseline_sources: Path | None = None) -> list[LineChild]:
+                      baseline_sources: Path | None = None, generation: int = 0) -> list[LineChild]:
         """``count`` long-lived readers, started ``START_BATCH`` at a time (dozens of NIXL
         start-ups at once on a small machine outlast any sane deadline), each ready; with
         ``checkout``, that checkout's readers (``--baseline``), named ``baseline-reader-i``; with
-        ``baseline_sources``, this tree's readers of ``BASELINE_MODEL``, named so too."""
+        ``baseline_sources``, this tree's readers of ``BASELINE_MODEL``, named so too. A
+        ``generation`` after the first (``renew_readers``) is in the names (``reader-i.gN``), so
+        no earlier reader's log or events are overwritten."""
         readers: list[LineChild] = []
         prefix = "baseline-reader" if checkout or baseline_sources else "reader"
+
+        def prefix_of(i: int) -> str:
+            return f"{prefix}-{i}.g{generation}" if generation else f"{prefix}-{i}"
+
         env = dict(os.environ, PYTHONPATH=str(checkout)) if checkout else None
         for first in range(0, count, START_BATCH):
-            batch = [self.child(f"{prefix}-{i}", _mxref("reader", "--name", f"{prefix}-{i}", "--events",
-                                                        str(self._events(f"{prefix}-{i}")), "--server", self.address,
+            batch = [self.child(prefix_of(i), _mxref("reader", "--name", prefix_of(i), "--events",
+                                                     str(self._events(prefix_of(i))), "--server", self.address,
                                                         "--load-loop", "--settle-s", "0.05", "--transfer-timeout", "30",
                                                         "--selector", self.args.selector, "--selector-seed", str(i),
                                                         *self.model_args(baseline_sources)),
@@ -174,6 +180,19 @@ class Storm:
                 r.expect("ready", STARTUP_TIMEOUT_S)
             readers.extend(batch)
         return readers
+
+    def renew_readers(self, pool: list[LineChild], count: int, checkout: Path | None = None,
+                      baseline_sources: Path | None = None) -> None:
+        """The first ``count`` readers of ``pool`` stopped and started afresh (the next generation):
+        a reader whose READ was released mid-flight (a frozen round's stall) keeps that READ's
+        memory parked until it exits (the late-write guard, ``mxref.roles.reader``), so a pool
+        that kept its readers through many frozen rounds grew by a model per stall (a 64 MiB
+        storm's readers reached 1.1 GB each, and the machine ran out of memory)."""
+        self._generation += 1
+        self.stop_all(pool[:count])
+        pool[:count] = self.start_readers(count, checkout, baseline_sources, generation=self._generation)
+
+    _generation = 0
 
     def start_raw_readers(self, count: int) -> list[LineChild]:
         raws = [self.child(f"raw-reader-{i}", [sys.executable, "-m", "mxref.bench.storm_procs", "--transport",
@@ -327,6 +346,8 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
             for r in args.readers:
                 cells.extend(_cell(storm, args, readers[:r], raws[:r], sources, base[:r], base_sources,
                                    [c for c, _, _ in raw_sources]))
+                if s >= 2 and args.frozen_rounds:  # its stalled readers hold parked memory: fresh ones
+                    storm.renew_readers(readers, r)
             storm.stop_all([c for c, _, _ in raw_sources])
             storm.stop_all(base_sources)
             storm.stop_all(sources)
@@ -373,6 +394,7 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
         for _ in range(args.frozen_rounds):
             frozen.append(storm.round(readers, "load", freeze=(sources[1], args.freeze_at * wall)))
             storm.replace_source(sources, 1)
+            storm.await_listed(s)  # the replaced one no longer offered (one UCX aborted is listed until its heartbeats run out)
     cell = summarize_cell(r, s, storm.nbytes, storms, rawr, frozen, listings)
     cell["subject"] = "mxref"
     cell["cpu"] = cpu_figures(storms)

@@ -21,20 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.machine.runscope import proc_stat
+
 TAG_VAR = "MXREF_TEST_STORM_TAG"
 ARGS = ["--readers", "2", "--sources", "2", "--mib", "8", "--rounds", "1", "--list-interval", "0.05"]
 FROZEN_ROUNDS = 12  # the bench is caught in one of them; a round that ended before the catch (or before its freeze landed: a fast round under no load) lets the next try
 START_S, CATCH_S, EXIT_S, GONE_S = 240.0, 240.0, 90.0, 20.0
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of ``pid``; None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[1])
 
 
 def _pids() -> list[int]:
@@ -52,17 +44,17 @@ def tagged(tag: str) -> dict[int, str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        st = _stat(pid)
-        if needle in env and st is not None and st[0] != "Z":
-            out[pid] = f"{st[0]} {cmd[:160]}"
+        st = proc_stat(pid)
+        if needle in env and st is not None and st.state != "Z":
+            out[pid] = f"{st.state} {cmd[:160]}"
     return out
 
 
 def stopped_child(parent: int) -> int | None:
     """A child of ``parent`` in state T (stopped), if any."""
     for pid in _pids():
-        st = _stat(pid)
-        if st is not None and st[1] == parent and st[0] == "T":
+        st = proc_stat(pid)
+        if st is not None and st.ppid == parent and st.state == "T":
             return pid
     return None
 
@@ -105,8 +97,8 @@ def catch_frozen(bench: subprocess.Popen[bytes], tmp_path: Path) -> int:
             time.sleep(0.01)
             continue
         os.kill(bench.pid, signal.SIGSTOP)
-        st = _stat(frozen)
-        if st is not None and st[0] == "T":
+        st = proc_stat(frozen)
+        if st is not None and st.state == "T":
             return frozen
         os.kill(bench.pid, signal.SIGCONT)  # the round ended between the two looks: the next one
     pytest.fail(f"no frozen source seen within {START_S + CATCH_S:g}s: " + (tmp_path / "bench.out").read_text()[-3000:])
