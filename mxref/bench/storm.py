@@ -130,6 +130,17 @@ class Storm:
         """The model flags of a source or reader: ``BASELINE_MODEL`` on the baseline sources' side."""
         return [*self.model, "--model-name", BASELINE_MODEL if baseline_sources else MODEL]
 
+    def replace_dead(self, sources: list[LineChild], when: str, checkout: Path | None = None) -> list[str]:
+        """Each source of ``sources`` whose process has exited, replaced (``replace_source``) and
+        said so; the names of those replaced."""
+        gone = []
+        for i, c in enumerate(sources):
+            if c.popen.poll() is not None:
+                print(f"storm: {c.name} exited ({c.popen.returncode}) {when}; see {c.log}; replaced", flush=True)
+                gone.append(c.name)
+                self.replace_source(sources, i, checkout)
+        return gone
+
     def replace_source(self, sources: list[LineChild], index: int, checkout: Path | None = None) -> None:
         """A fresh source in place of ``sources[index]`` (a frozen and thawed source is not trusted
         to serve again: UCX under SIGSTOP has been seen to abort on the thaw). The new one takes
@@ -364,12 +375,8 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
     Each arm's rounds also count its readers' and its sources' CPU seconds (``cpu_figures``)."""
     r, s = len(readers), len(sources)
     base_model = BASELINE_MODEL if base_sources else MODEL
-    for group, checkout in ((sources, None), (base_sources, args.baseline)):
-        for i, c in enumerate(group):  # a source UCX aborted in the last cell is replaced, not stormed
-            if c.popen.poll() is not None:
-                print(f"storm: {c.name} exited ({c.popen.returncode}) before cell {r}x{s}; see {c.log}; replaced",
-                      flush=True)
-                storm.replace_source(group, i, checkout if group is base_sources else None)
+    storm.replace_dead(sources, f"before cell {r}x{s}")  # UCX aborted one in the last cell: replaced, not stormed
+    storm.replace_dead(base_sources, f"before cell {r}x{s}", args.baseline)
     storm.await_listed(s)
     if base_sources:
         storm.await_listed(s, model=BASELINE_MODEL)
@@ -391,12 +398,17 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
     frozen: list[dict[str, Any]] = []
     if s >= 2 and args.frozen_rounds:
         wall = sorted(x["wall_s"] for x in storms)[len(storms) // 2]
-        for _ in range(args.frozen_rounds):
+        for k in range(args.frozen_rounds):
             frozen.append(storm.round(readers, "load", freeze=(sources[1], args.freeze_at * wall)))
             storm.replace_source(sources, 1)
-            storm.await_listed(s)  # the replaced one no longer offered (one UCX aborted is listed until its heartbeats run out)
+            # a reader that released a READ on a live source (a stall called on a queued first window)
+            # can make that source abort in UCX (NIXL 1.5.1): counted, replaced before the next round
+            frozen[-1]["sources_lost"] = storm.replace_dead(sources, f"in frozen round {k + 1} of {r}x{s}")
+            storm.await_listed(s)  # the replaced ones no longer offered (one UCX aborted is listed until its heartbeats run out)
     cell = summarize_cell(r, s, storm.nbytes, storms, rawr, frozen, listings)
     cell["subject"] = "mxref"
+    if frozen:
+        cell["frozen_sources_lost"] = [x["sources_lost"] for x in frozen]  # per frozen round, besides the frozen one
     cell["cpu"] = cpu_figures(storms)
     cell["raw_cpu"] = cpu_figures(rawr)
     out = [cell]
@@ -415,6 +427,10 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
               flush=True)
     if base:
         print(f"  mxref / baseline aggregate {r}x{s}, per round: {interval_text(cell['figures']['over_baseline'])}",
+              flush=True)
+    lost = sum(len(x) for x in cell.get("frozen_sources_lost", ()))
+    if lost:
+        print(f"  mxref {r}x{s} frozen rounds: {lost} live sources exited besides the frozen one (see 'exited' above)",
               flush=True)
     if args.mx_python and r in args.mx_readers:
         # the ModelExpress client takes a central source's dtype ('float16') for a mismatch with its
