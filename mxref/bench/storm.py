@@ -146,10 +146,15 @@ class Storm:
         to serve again: UCX under SIGSTOP has been seen to abort on the thaw). The new one takes
         a new name; the server drops the old record when its process says STALE on exit."""
         self.stop_all([sources[index]])
-        self._spare += 1
-        sources[index] = self.start_sources(1, first=100 + self._spare, checkout=checkout)[0]
+        sources[index] = self.start_sources(1, first=self.fresh_names(1), checkout=checkout)[0]
 
-    _spare = 0
+    def fresh_names(self, count: int) -> int:
+        """The first of ``count`` source numbers no source of this run has had (from 100), so
+        a later source never takes an earlier one's name, log or events file."""
+        self._named += count
+        return 100 + self._named - count
+
+    _named = 0
 
     def start_raw_sources(self, count: int) -> list[tuple[LineChild, int, int]]:
         from mxref.process import free_port
@@ -436,14 +441,14 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
         # the ModelExpress client takes a central source's dtype ('float16') for a mismatch with its
         # own spelling ('torch.float16') and falls back: its storms read P2P sources, started for them
         storm.stop_all(sources)
-        mx_sources = storm.start_sources(s, first=200 + 10 * r, mode="p2p")
+        mx_sources = storm.start_sources(s, first=storm.fresh_names(s), mode="p2p")
         mx_listings: list[float] = []
         try:
             storm.await_listed(s)
             mx = [storm.mx_round(r, f"{r}x{s}-{k}", mx_listings) for k in range(args.mx_rounds)]
         finally:
             storm.stop_all(mx_sources)
-            sources[:] = storm.start_sources(s, first=300 + 10 * r)
+            sources[:] = storm.start_sources(s, first=storm.fresh_names(s))
         mx_cell = summarize_cell(r, s, storm.nbytes, mx, rawr, (), mx_listings)
         mx_cell["subject"] = "modelexpress"
         mx_cell["goals"].pop("aggregate_over_raw", None)  # its raw rounds ran beside mxref's storms, not its own
