@@ -136,6 +136,9 @@ class MxProcess:
         except (BrokenPipeError, ValueError) as exc:
             raise FleetError(f"{self.name} is gone ({exc}); see {self.log_path}") from exc
         result: dict[str, Any] = self.next_json("result", timeout_s)["result"]
+        # the load given back and the next target made (mxref.roles.load_loop): a sample from now on
+        # never catches the reader half way through either
+        self.next_json("idle", timeout_s)
         if result.get("ok") and result.get("path") == "rdma" and result.get("integrity") == "verified":
             self.loads += 1
         else:

@@ -193,7 +193,8 @@ class Storm:
                                 env=env, cwd=checkout or HERE)
                      for i in range(first, min(count, first + START_BATCH))]
             for r in batch:
-                r.expect("ready", STARTUP_TIMEOUT_S)
+                _, ready = r.expect("ready", STARTUP_TIMEOUT_S)
+                r.says_idle = bool(ready["ready"].get("idle"))  # a --baseline checkout's may not
             readers.extend(batch)
         return readers
 
@@ -256,6 +257,9 @@ class Storm:
         out = storm_round(rnd, self.nbytes)
         out["cpu_s"] = {role: round(sum(c.cpu_s() for c in (cpu or {})[role]) - at_go, 3)
                         for role, at_go in cpu_at_go.items()}
+        for c in children:  # every looping reader has given its load back and made its next target:
+            if c.says_idle:  # the next round starts each as a fresh reader starts its first load
+                c.expect("idle", LOAD_TIMEOUT_S)
         if frost is not None:
             out["freeze_landed"] = frost.landed
         return out

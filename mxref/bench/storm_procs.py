@@ -59,6 +59,7 @@ class LineChild:
                  cwd: Path | None = None, stdin_quits: bool = True) -> None:
         self.name = name
         self.stdin_quits = stdin_quits  # it exits when its input ends: stop closes that first
+        self.says_idle = False  # a looping reader that says "idle" once ready for its next load (its ready line says so)
         self.log = log
         self.lines: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
         with open(log, "wb") as err:  # the bench's process group; SIGKILL when the bench goes, however it goes

@@ -6,7 +6,11 @@ handshake, READ, verify, release), its result printed as one JSON line (``{"resu
 ``n``: the loads so far) and then given back (``Reader.drop_load``: its agent shut down, its memory
 released), and the next load's READ target is made at once (``Reader.prepare_next``: fresh memory
 and a fresh agent, as a fresh reader makes them during its start-up), so the next load starts as
-the first did. Standard input closed, ``quit``, or the process asked to stop: it closes and exits. A planted leak (``--debug-leak``, ``mxref.debug_hooks.PlantedLeak``)
+the first did. Then, that target made, it says ``{"idle": {"n": ...}}`` and reads its next line:
+from then until the next ``load`` it holds exactly what a fresh reader holds before its first load,
+so a sample taken after ``idle`` (the soak's) never catches it half way through giving a load back
+or making the next target. Standard input closed, ``quit``, or the process asked to stop: it
+closes and exits. A planted leak (``--debug-leak``, ``mxref.debug_hooks.PlantedLeak``)
 leaks once per load, after it, with the load's agent.
 """
 
@@ -33,7 +37,7 @@ def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threadin
               settle_s: float = 0.0, leak: PlantedLeak | None = None) -> int:
     """Load once per ``load`` line until the lines end, ``quit`` or ``stop``; returns the loads made."""
     n = 0
-    _answer(out, {"ready": {"loop": True}})
+    _answer(out, {"ready": {"loop": True, "idle": True}})
     for line in lines:
         command = line.strip()
         if stop.is_set() or command == "quit":
@@ -52,4 +56,6 @@ def load_loop(reader: Reader, lines: Iterable[str], out: IO[str], stop: threadin
         _answer(out, record)
         reader.drop_load()
         reader.prepare_next()
+        reader.await_prepared()
+        _answer(out, {"idle": {"n": n}})
     return n

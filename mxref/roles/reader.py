@@ -671,6 +671,11 @@ class Reader:
             self.arena = None
         self.released_mid_read = False
 
+    def await_prepared(self) -> float:
+        """Wait (bounded) until the target ``prepare_next`` started is made (or failed); the
+        seconds waited, 0 when none is being made."""
+        return self._prestart.ready() if self._prestart is not None else 0.0
+
     def close(self) -> None:
         if self._prestart is not None:  # made ahead for a load that never came
             self._prestart.discard()

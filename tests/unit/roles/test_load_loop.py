@@ -49,6 +49,10 @@ class FakeReader:
     def prepare_next(self) -> None:
         self.calls.append("prepare")
 
+    def await_prepared(self) -> float:
+        self.calls.append("await")
+        return 0.0
+
 
 def lines_of(out: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
@@ -59,11 +63,14 @@ def test_a_load_per_line_each_given_back_and_quit_ends_it() -> None:
     n = load_loop(reader, ["load\n", "bogus\n", "load\n", "quit\n", "load\n"], out, threading.Event())  # type: ignore[arg-type]
     assert (n, reader.loads, reader.dropped) == (2, 2, 2)
     docs = lines_of(out)
-    assert docs[0] == {"ready": {"loop": True}}
-    assert "unknown command 'bogus'" in docs[2]["error"]
+    assert docs[0] == {"ready": {"loop": True, "idle": True}}
+    assert "unknown command 'bogus'" in docs[3]["error"]
     assert [d["n"] for d in docs if "result" in d] == [1, 2] and docs[1]["result"]["ok"] is True
-    # each load given back, then the next one's target made ahead (as a fresh reader's during its start-up)
-    assert reader.calls == ["load", "drop", "prepare", "load", "drop", "prepare"]
+    # each load given back, the next one's target made ahead (as a fresh reader's during its start-up),
+    # and only then "idle": a sample after it sees the reader as it will start its next load
+    assert reader.calls == ["load", "drop", "prepare", "await", "load", "drop", "prepare", "await"]
+    assert [d["idle"]["n"] for d in docs if "idle" in d] == [1, 2]
+    assert [next(iter(d)) for d in docs] == ["ready", "result", "idle", "error", "result", "idle"]
 
 
 def test_a_stop_ends_it_before_the_next_load() -> None:
