@@ -97,9 +97,9 @@ class TestTransferFailures:
         reader = h.make(prestart=True)
         made = reader._new_target
 
-        def slow() -> ReadTarget:
+        def slow(ahead: bool = False) -> ReadTarget:
             time.sleep(0.2)
-            return made()
+            return made(ahead)
 
         reader._new_target = slow  # type: ignore[method-assign]
         assert reader.load().ok
