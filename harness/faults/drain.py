@@ -43,7 +43,8 @@ from harness.faults.corrupt import hooked_source_issues
 from harness.record.witness import Witness
 from harness.spec import Duration, Target
 
-__all__ = ["Drain", "DrainSpec", "SignalState", "catches", "confirmed", "drain_witness", "hup_state", "never_began"]
+__all__ = ["Drain", "DrainSpec", "SignalState", "catches", "confirmed", "drain_witness", "hup_state", "never_began",
+           "signal_refit"]
 
 REFIT = int(signal.SIGHUP)
 EVENT = "drain_started"
@@ -171,6 +172,21 @@ def confirmed(ctx: FaultContext, target: str, pid: int, confirm: float, caught: 
         raise FaultError(str(exc), witness=missed.to_json()) from None
 
 
+def signal_refit(ctx: FaultContext, target: str, confirm: float, event: str = EVENT,
+                 what: str = "drain") -> tuple[int, Mapping[str, Any], bool | None, bool | None]:
+    """A refit's SIGHUP to ``target`` alone, and what came of it: (the signalled pid, its ``event``
+    within ``confirm`` (``confirmed``: none fails the step), whether it caught SIGHUP before the
+    signal, whether that incarnation still runs after); the last two None on an ssh host."""
+    local = ctx.locate(target).kind != "ssh"
+    before = ctx.proc(target).pid
+    caught = catches(before, REFIT) if local and before is not None else None
+    pid = ctx.send_signal(target, REFIT, group=False)
+    started = confirmed(ctx, target, pid, confirm, caught, local, event, what)
+    view = ctx.proc(target)
+    alive = (view.alive and view.pid == pid) if local else None
+    return pid, started, caught, alive
+
+
 @register
 class Drain(Fault[DrainSpec, None]):
     kind = "drain"
@@ -178,13 +194,7 @@ class Drain(Fault[DrainSpec, None]):
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
         target = ctx.resolve(self.spec.target)
-        local = ctx.locate(target).kind != "ssh"
-        before = ctx.proc(target).pid
-        caught = catches(before, REFIT) if local and before is not None else None
-        pid = ctx.send_signal(target, REFIT, group=False)
-        started = confirmed(ctx, target, pid, self.spec.confirm, caught, local)
-        view = ctx.proc(target)
-        alive = (view.alive and view.pid == pid) if local else None
+        pid, started, caught, alive = signal_refit(ctx, target, self.spec.confirm)
         witness = drain_witness(target, pid, started, caught, alive)
         return Injected(None, {"target": target, "pid": pid, "signal": "SIGHUP", "live": started.get("live"),
                                "timeout_s": started.get("timeout_s"), "confirmed_t": started.get("t"),

@@ -10,7 +10,7 @@ reader holding one finishes on the manifest it was granted. Nothing to heal: the
 Its witness: the ``manifest_grown`` the timeline received from the incarnation it signalled (how
 many tensors it added, and the manifest's size after), and the target still running after it. A
 growth that never began (no ``manifest_grown`` within ``confirm``) fails its step with a witness of
-no effect, as a drain's does (``harness.faults.drain.confirmed``: where the SIGHUP went), so the
+no effect, as a drain's does (``harness.faults.drain.signal_refit``: where the SIGHUP went), so the
 run is NOT EXERCISED with the failed step named.
 """
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from harness.faults import Fault, FaultContext, Injected, drain, register
+from harness.faults import Fault, FaultContext, Injected, register
 from harness.faults.corrupt import hooked_source_issues
-from harness.faults.drain import REFIT, RefitSpec, confirmed
+from harness.faults.drain import RefitSpec, signal_refit
 from harness.record.witness import Witness
 
 __all__ = ["Grow", "GrowSpec", "grow_witness"]
@@ -64,13 +64,7 @@ class Grow(Fault[GrowSpec, None]):
 
     def inject(self, ctx: FaultContext) -> Injected[None]:
         target = ctx.resolve(self.spec.target)
-        local = ctx.locate(target).kind != "ssh"
-        before = ctx.proc(target).pid
-        caught = drain.catches(before, REFIT) if local and before is not None else None
-        pid = ctx.send_signal(target, REFIT, group=False)
-        grown = confirmed(ctx, target, pid, self.spec.confirm, caught, local, EVENT, "growth")
-        view = ctx.proc(target)
-        alive = (view.alive and view.pid == pid) if local else None
+        pid, grown, _caught, alive = signal_refit(ctx, target, self.spec.confirm, EVENT, "growth")
         witness = grow_witness(target, pid, grown, alive)
         return Injected(None, {"target": target, "pid": pid, "signal": "SIGHUP", "added": grown.get("added"),
                                "tensors": grown.get("tensors"), "confirmed_t": grown.get("t"),

@@ -88,6 +88,8 @@ class Storm:
         self.children: list[LineChild] = []
         self.address = ""
         self._digests: dict[str, str] = {}  # model name -> its reference's digest (the listing's identity)
+        self._named = 0  # source numbers handed out from 100 (``fresh_names``)
+        self._generation = 0  # reader pools renewed so far (``renew_readers``)
 
     def child(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
               stdin_quits: bool = True, cwd: Path = HERE) -> LineChild:
@@ -154,8 +156,6 @@ class Storm:
         self._named += count
         return 100 + self._named - count
 
-    _named = 0
-
     def start_raw_sources(self, count: int) -> list[tuple[LineChild, int, int]]:
         from mxref.process import free_port
 
@@ -198,8 +198,7 @@ class Storm:
             readers.extend(batch)
         return readers
 
-    def renew_readers(self, pool: list[LineChild], count: int, checkout: Path | None = None,
-                      baseline_sources: Path | None = None) -> None:
+    def renew_readers(self, pool: list[LineChild], count: int) -> None:
         """The first ``count`` readers of ``pool`` stopped and started afresh (the next generation):
         a reader whose READ was released mid-flight (a frozen round's stall) keeps that READ's
         memory parked until it exits (the late-write guard, ``mxref.roles.reader``), so a pool
@@ -207,9 +206,7 @@ class Storm:
         storm's readers reached 1.1 GB each, and the machine ran out of memory)."""
         self._generation += 1
         self.stop_all(pool[:count])
-        pool[:count] = self.start_readers(count, checkout, baseline_sources, generation=self._generation)
-
-    _generation = 0
+        pool[:count] = self.start_readers(count, generation=self._generation)
 
     def start_raw_readers(self, count: int) -> list[LineChild]:
         raws = [self.child(f"raw-reader-{i}", [sys.executable, "-m", "mxref.bench.storm_procs", "--transport",
@@ -366,7 +363,7 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
             for r in args.readers:
                 cells.extend(_cell(storm, args, readers[:r], raws[:r], sources, base[:r], base_sources,
                                    [c for c, _, _ in raw_sources]))
-                if s >= 2 and args.frozen_rounds:  # its stalled readers hold parked memory: fresh ones
+                if frozen_rounds(args, s):  # its stalled readers hold parked memory: fresh ones
                     storm.renew_readers(readers, r)
             storm.stop_all([c for c, _, _ in raw_sources])
             storm.stop_all(base_sources)
@@ -375,6 +372,12 @@ def run(args: StormFlags, workdir: Path) -> list[dict[str, Any]]:
         with deferred_signals():  # a second Ctrl-C does not cut the stopping short
             storm.stop_all()
     return cells
+
+
+def frozen_rounds(args: StormFlags, sources: int) -> int:
+    """How many frozen rounds a cell of ``sources`` sources has: ``--frozen-rounds``, none with one
+    source (its readers would have nowhere to move on to)."""
+    return args.frozen_rounds if sources >= 2 else 0
 
 
 def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[LineChild],
@@ -405,9 +408,9 @@ def _cell(storm: Storm, args: StormFlags, readers: list[LineChild], raws: list[L
             results.append(storm.round(children, command, times, model=model,
                                        cpu={"readers": children, "sources": feeding}))
     frozen: list[dict[str, Any]] = []
-    if s >= 2 and args.frozen_rounds:
+    if frozen_rounds(args, s):
         wall = sorted(x["wall_s"] for x in storms)[len(storms) // 2]
-        for k in range(args.frozen_rounds):
+        for k in range(frozen_rounds(args, s)):
             frozen.append(storm.round(readers, "load", freeze=(sources[1], args.freeze_at * wall)))
             storm.replace_source(sources, 1)
             # a reader that released a READ on a live source (a stall called on a queued first window)

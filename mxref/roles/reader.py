@@ -155,7 +155,7 @@ class Reader:
         start = time.monotonic()
         result = LoadResult(path="none", ok=False)
         self._phases = {}
-        if self.options.prestart and not self.options.unguarded_retry and self._prestart is None:
+        if self._prestarts and self._prestart is None:
             self._prestart = TargetPrestart(self._new_target)  # none made ahead (``prepare_next``)
         try:
             self._load(result)
@@ -476,6 +476,12 @@ class Reader:
         self._phase("verify", t0, "ok", index)
         return nbytes, seconds
 
+    @property
+    def _prestarts(self) -> bool:
+        """Whether READ targets are made ahead (``--prestart``); never with the simulated bug that
+        reads a retry into the failed attempt's target (``unguarded_retry``)."""
+        return self.options.prestart and not self.options.unguarded_retry
+
     def _new_target(self, ahead: bool = False) -> ReadTarget:
         """Fresh memory registered with a fresh agent (its own name: ``base``, ``base.1``, ...).
         ``ahead``: made before any load waits for it (``prepare_next``), as the first is."""
@@ -493,9 +499,8 @@ class Reader:
         load starts as a fresh reader's first does, with its target made during its start-up
         (``NixlWarmup``) rather than beside its listing. Never read into (the guard holds);
         dropped by ``close`` when no load takes it."""
-        if self.options.prestart and not self.options.unguarded_retry and self._prestart is None:
+        if self._prestarts and self._prestart is None:
             self._prestart = TargetPrestart(functools.partial(self._new_target, ahead=True))
-            self._prestart_waited = None
             self.events.emit("target_prestart", index=0, reason="between loads: the next load's target, made as a "
                              "fresh reader makes its first during its start-up")
 
@@ -504,7 +509,7 @@ class Reader:
         attempt's target (fresh memory, a fresh agent: never read into, so the guard holds) in a
         thread while the deadline runs out, instead of after it. A READ that completes after all
         leaves it unused (dropped with the load)."""
-        if not self.options.prestart or self.options.unguarded_retry:
+        if not self._prestarts:
             return None
 
         def start() -> None:  # runs on the polling thread; the target is made in its own thread
